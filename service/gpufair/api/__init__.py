@@ -1,0 +1,1 @@
+"""gRPC servicers, proto <-> domain conversion and interceptors."""

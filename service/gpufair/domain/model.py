@@ -1,0 +1,215 @@
+"""The cluster as gpufair sees it: plain, immutable values with units in their names.
+
+Nothing here does I/O. The store, the API and the simulator all convert to and from these types,
+so every rule in `domain/` is written once against them.
+
+Units: compute units (CU) are the currency of fairness — one GPU of type t is
+`compute_weight(t)` CU. Times are seconds (wall-clock instants are POSIX seconds as floats).
+Memory is GiB for GPU memory and MiB for host memory; CPU is millicores.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+DEFAULT_WINDOW_S = 7 * 24 * 3600.0
+DEFAULT_RECOMPUTE_INTERVAL_S = 60.0
+DEFAULT_DEAD_BAND = 0.01
+
+
+def frozen_map(values: Mapping[K, V] | None = None) -> Mapping[K, V]:
+    """A read-only copy, so frozen dataclasses really are immutable."""
+    return MappingProxyType(dict(values or {}))
+
+
+class WindowKind(enum.StrEnum):
+    SLIDING = "sliding"  # the last `window_s` seconds, moving with the clock
+    TUMBLING = "tumbling"  # fixed periods from an anchor; usage restarts at each boundary
+    NONE = "none"  # all history counts (usually with a half-life)
+
+
+class UsageBasis(enum.StrEnum):
+    OVER_QUOTA = "over_quota"  # only allocation above deserved, over the group's over-quota capacity
+    TOTAL = "total"  # the whole allocation, over the pool's whole capacity
+
+
+class Rounding(enum.StrEnum):
+    CONTINUOUS = "continuous"
+    WHOLE_GPUS = "whole_gpus"
+
+
+class PlacementStrategy(enum.StrEnum):
+    BINPACK = "binpack"  # fullest node first: keeps whole nodes free for gangs
+    SPREAD = "spread"  # emptiest node first
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProfile:
+    """A MIG-style slice of one GPU, e.g. `1g.10gb` = 1/7 of an A100 with 10 GiB."""
+
+    name: str
+    gpu_fraction: float
+    memory_gib: float
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    name: str
+    memory_gib: float
+    compute_weight: float  # CU per GPU of this type
+    partition_profiles: tuple[PartitionProfile, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FairSharePolicy:
+    """How one node pool turns history into effective weights (DESIGN §3.3)."""
+
+    window_kind: WindowKind = WindowKind.SLIDING
+    window_s: float = DEFAULT_WINDOW_S  # sliding length, or tumbling period
+    window_anchor_s: float = 0.0  # tumbling only: an instant on a period boundary
+    half_life_s: float | None = None  # None: no decay inside the window
+    k: float = 1.0  # correction strength; 0 = classic fair share
+    usage_basis: UsageBasis = UsageBasis.OVER_QUOTA
+    recompute_interval_s: float = DEFAULT_RECOMPUTE_INTERVAL_S
+    rounding: Rounding = Rounding.CONTINUOUS
+    dead_band: float = DEFAULT_DEAD_BAND  # effective-weight changes below this are ignored
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    name: str
+    policy: FairSharePolicy = field(default_factory=FairSharePolicy)
+    placement: PlacementStrategy = PlacementStrategy.BINPACK
+    # A gang pending longer than this gets a reservation (DESIGN §4.1); None = never.
+    gang_reservation_after_s: float | None = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    pool: str
+    gpu_type: str
+    gpu_count: int
+    cpu_millicores: int
+    memory_mib: int
+    labels: Mapping[str, str] = field(default_factory=frozen_map)  # topology: rack, nvlink-domain…
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """One queue's terms in one node pool."""
+
+    pool: str
+    deserved_cu: float = 0.0
+    # Guarantees for one GPU type, in GPUs of that type (DESIGN §3.5).
+    deserved_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
+    over_quota_weight: float = 1.0
+    limit_cu: float | None = None  # None: unlimited
+    limit_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
+    priority: int = 0  # higher tiers are served first
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A node of the queue tree; leaves receive workloads."""
+
+    name: str
+    parent: str | None = None
+    quotas: Mapping[str, QueueQuota] = field(default_factory=frozen_map)  # by pool name
+    created_at_s: float = 0.0  # older queues win rounding ties
+
+    def quota(self, pool: str) -> QueueQuota:
+        """The queue's terms in `pool`; a queue without terms there is best effort."""
+        return self.quotas.get(pool) or QueueQuota(pool=pool, over_quota_weight=0.0)
+
+
+class BudgetPeriod(enum.StrEnum):
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A planned consumption for a queue: CU-hours per period (optionally in one pool)."""
+
+    queue: str
+    period: BudgetPeriod
+    cu_hours: float
+    pool: str | None = None  # None: all pools
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """The whole declared state, as `ApplyConfig` takes it."""
+
+    gpu_types: tuple[GpuType, ...] = ()
+    pools: tuple[NodePool, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Keep a gang inside one domain of `level` (a node label key, e.g. `nvlink-domain`)."""
+
+    level: str
+    required: bool = False  # False: preferred, placement may fall back to a wider domain
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A job from a batch system, identified by its stable `uid`."""
+
+    uid: str
+    queue: str
+    pool: str
+    pods: int
+    gpus_per_pod: float  # fractions below 1 share one GPU
+    submit_time_s: float
+    min_pods: int | None = None  # gang minimum; None = all pods
+    allowed_gpu_types: tuple[str, ...] = ()  # empty = any type
+    min_gpu_memory_gib: float = 0.0
+    cpu_millicores_per_pod: int = 0
+    memory_mib_per_pod: int = 0
+    topology: TopologyConstraint | None = None
+    priority_class: int = 0  # inside one queue, higher first
+    preemptible: bool = True
+    min_runtime_s: float = 0.0  # may not be reclaimed before running this long
+
+    @property
+    def gang_min_pods(self) -> int:
+        return self.pods if self.min_pods is None else self.min_pods
+
+    @property
+    def total_gpus(self) -> float:
+        return self.pods * self.gpus_per_pod
+
+
+@dataclass(frozen=True, slots=True)
+class PodBinding:
+    """One pod on one node: whole GPU indices, or a fraction of one GPU."""
+
+    pod_index: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_fraction: float = 1.0  # < 1 for shared GPUs: the share of gpu_indices[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A workload's pods bound to nodes, from `started_at_s` until it stops."""
+
+    workload: Workload
+    bindings: tuple[PodBinding, ...]
+    started_at_s: float
+    gpu_type: str

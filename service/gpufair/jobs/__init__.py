@@ -1,0 +1,1 @@
+"""Periodic jobs and their once-per-period claims."""

@@ -1,0 +1,1 @@
+"""The simulator: scenarios, a discrete-event clock, metrics and plots over the domain code."""

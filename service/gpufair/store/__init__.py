@@ -1,0 +1,1 @@
+"""PostgreSQL: tables, repositories, migrations runner and report SQL."""
