@@ -1,0 +1,1 @@
+"""Alembic migrations of gpufair's schema, installed as `gpufair.migrations`."""

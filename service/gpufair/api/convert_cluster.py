@@ -1,0 +1,260 @@
+"""ClusterConfig between proto and domain.
+
+`config_from_proto` applies the documented defaults of unset optional fields and reports what no
+domain value can hold (unknown enum numbers, two quotas for one pool) as field violations; the
+domain rules in `config_rules` then check the values themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from gpufair.domain.config_diff import ChangeAction, ConfigChange
+from gpufair.domain.errors import Violation
+from gpufair.domain.model import (
+    Budget,
+    BudgetPeriod,
+    ClusterConfig,
+    FairSharePolicy,
+    GpuType,
+    Node,
+    NodePool,
+    PartitionProfile,
+    PlacementStrategy,
+    Queue,
+    QueueQuota,
+    Rounding,
+    UsageBasis,
+    WindowKind,
+    frozen_map,
+)
+from gpufair.v1 import cluster_pb2 as pb
+
+E = TypeVar("E")
+
+_WINDOW = {
+    pb.WINDOW_KIND_UNSPECIFIED: WindowKind.SLIDING,
+    pb.WINDOW_KIND_SLIDING: WindowKind.SLIDING,
+    pb.WINDOW_KIND_TUMBLING: WindowKind.TUMBLING,
+    pb.WINDOW_KIND_NONE: WindowKind.NONE,
+}
+_BASIS = {
+    pb.USAGE_BASIS_UNSPECIFIED: UsageBasis.OVER_QUOTA,
+    pb.USAGE_BASIS_OVER_QUOTA: UsageBasis.OVER_QUOTA,
+    pb.USAGE_BASIS_TOTAL: UsageBasis.TOTAL,
+}
+_ROUNDING = {
+    pb.ROUNDING_UNSPECIFIED: Rounding.CONTINUOUS,
+    pb.ROUNDING_CONTINUOUS: Rounding.CONTINUOUS,
+    pb.ROUNDING_WHOLE_GPUS: Rounding.WHOLE_GPUS,
+}
+_PLACEMENT = {
+    pb.PLACEMENT_STRATEGY_UNSPECIFIED: PlacementStrategy.BINPACK,
+    pb.PLACEMENT_STRATEGY_BINPACK: PlacementStrategy.BINPACK,
+    pb.PLACEMENT_STRATEGY_SPREAD: PlacementStrategy.SPREAD,
+}
+_PERIOD = {
+    pb.BUDGET_PERIOD_DAY: BudgetPeriod.DAY,
+    pb.BUDGET_PERIOD_WEEK: BudgetPeriod.WEEK,
+    pb.BUDGET_PERIOD_MONTH: BudgetPeriod.MONTH,
+}
+_ACTION = {
+    ChangeAction.CREATE: pb.CHANGE_ACTION_CREATE,
+    ChangeAction.UPDATE: pb.CHANGE_ACTION_UPDATE,
+    ChangeAction.DELETE: pb.CHANGE_ACTION_DELETE,
+}
+
+
+def _inverse(table: Mapping[Any, E]) -> dict[E, Any]:
+    inverse: dict[E, Any] = {}
+    for number, value in table.items():
+        if number != 0:
+            inverse.setdefault(value, number)
+    return inverse
+
+
+class _Collector:
+    """Gathers conversion problems so that all of them are reported at once."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+
+    def enum(self, table: Mapping[Any, E], number: int, path: str, default: E) -> E:
+        if number in table:
+            return table[number]
+        self.violations.append(Violation(path, f"unknown enum value {number}"))
+        return default
+
+
+def config_from_proto(msg: pb.ClusterConfig) -> tuple[ClusterConfig, list[Violation]]:
+    c = _Collector()
+    gpu_types = tuple(
+        GpuType(
+            name=g.name,
+            memory_gib=g.memory_gib,
+            compute_weight=g.compute_weight,
+            partition_profiles=tuple(
+                PartitionProfile(p.name, p.gpu_fraction, p.memory_gib) for p in g.partition_profiles
+            ),
+        )
+        for g in msg.gpu_types
+    )
+    pools = tuple(_pool_from_proto(p, f"pools[{i}]", c) for i, p in enumerate(msg.pools))
+    nodes = tuple(
+        Node(
+            name=n.name,
+            pool=n.pool,
+            gpu_type=n.gpu_type,
+            gpu_count=n.gpu_count,
+            cpu_millicores=n.cpu_millicores,
+            memory_mib=n.memory_mib,
+            labels=frozen_map(dict(n.labels)),
+            ready=n.ready if n.HasField("ready") else True,
+        )
+        for n in msg.nodes
+    )
+    queues = tuple(_queue_from_proto(q, f"queues[{i}]", c) for i, q in enumerate(msg.queues))
+    budgets = tuple(
+        Budget(
+            queue=b.queue,
+            period=c.enum(_PERIOD, b.period, f"budgets[{i}].period", BudgetPeriod.MONTH),
+            cu_hours=b.cu_hours,
+            pool=b.pool or None,
+        )
+        for i, b in enumerate(msg.budgets)
+    )
+    return ClusterConfig(gpu_types, pools, nodes, queues, budgets), c.violations
+
+
+def _opt(msg: Any, name: str, default: Any) -> Any:
+    return getattr(msg, name) if msg.HasField(name) else default
+
+
+def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
+    d = FairSharePolicy()
+    pol = p.policy
+    policy = FairSharePolicy(
+        window_kind=c.enum(_WINDOW, pol.window_kind, f"{path}.policy.window_kind", d.window_kind),
+        window_s=_opt(pol, "window_s", d.window_s),
+        window_anchor_s=_opt(pol, "window_anchor_unix_s", d.window_anchor_s),
+        half_life_s=_opt(pol, "half_life_s", None),
+        k=_opt(pol, "k", d.k),
+        usage_basis=c.enum(_BASIS, pol.usage_basis, f"{path}.policy.usage_basis", d.usage_basis),
+        recompute_interval_s=_opt(pol, "recompute_interval_s", d.recompute_interval_s),
+        rounding=c.enum(_ROUNDING, pol.rounding, f"{path}.policy.rounding", d.rounding),
+        dead_band=_opt(pol, "dead_band", d.dead_band),
+    )
+    reservation = _opt(p, "gang_reservation_after_s", NodePool("").gang_reservation_after_s)
+    return NodePool(
+        name=p.name,
+        policy=policy,
+        placement=c.enum(_PLACEMENT, p.placement, f"{path}.placement", PlacementStrategy.BINPACK),
+        gang_reservation_after_s=None if reservation == 0 else reservation,
+    )
+
+
+def _queue_from_proto(q: pb.Queue, path: str, c: _Collector) -> Queue:
+    quotas: dict[str, QueueQuota] = {}
+    for j, qq in enumerate(q.quotas):
+        if qq.pool in quotas:
+            c.violations.append(
+                Violation(f"{path}.quotas[{j}].pool", f"a second quota for pool {qq.pool!r}")
+            )
+            continue
+        quotas[qq.pool] = QueueQuota(
+            pool=qq.pool,
+            deserved_cu=qq.deserved_cu,
+            deserved_gpus_by_type=frozen_map(dict(qq.deserved_gpus_by_type)),
+            over_quota_weight=_opt(qq, "over_quota_weight", 1.0),
+            limit_cu=_opt(qq, "limit_cu", None),
+            limit_gpus_by_type=frozen_map(dict(qq.limit_gpus_by_type)),
+            priority=qq.priority,
+        )
+    return Queue(name=q.name, parent=q.parent or None, quotas=frozen_map(quotas))
+
+
+def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
+    window, basis = _inverse(_WINDOW), _inverse(_BASIS)
+    rounding, placement, period = _inverse(_ROUNDING), _inverse(_PLACEMENT), _inverse(_PERIOD)
+    msg = pb.ClusterConfig()
+    for g in config.gpu_types:
+        msg.gpu_types.add(
+            name=g.name,
+            memory_gib=g.memory_gib,
+            compute_weight=g.compute_weight,
+            partition_profiles=[
+                pb.PartitionProfile(
+                    name=p.name, gpu_fraction=p.gpu_fraction, memory_gib=p.memory_gib
+                )
+                for p in g.partition_profiles
+            ],
+        )
+    for p in config.pools:
+        pol = p.policy
+        policy = pb.FairSharePolicy(
+            window_kind=window[pol.window_kind],
+            window_s=pol.window_s,
+            window_anchor_unix_s=pol.window_anchor_s,
+            k=pol.k,
+            usage_basis=basis[pol.usage_basis],
+            recompute_interval_s=pol.recompute_interval_s,
+            rounding=rounding[pol.rounding],
+            dead_band=pol.dead_band,
+        )
+        if pol.half_life_s is not None:
+            policy.half_life_s = pol.half_life_s
+        msg.pools.add(
+            name=p.name,
+            policy=policy,
+            placement=placement[p.placement],
+            gang_reservation_after_s=p.gang_reservation_after_s or 0.0,
+        )
+    for n in config.nodes:
+        msg.nodes.add(
+            name=n.name,
+            pool=n.pool,
+            gpu_type=n.gpu_type,
+            gpu_count=n.gpu_count,
+            cpu_millicores=n.cpu_millicores,
+            memory_mib=n.memory_mib,
+            labels=dict(n.labels),
+            ready=n.ready,
+        )
+    for q in config.queues:
+        qmsg = msg.queues.add(name=q.name, parent=q.parent or "")
+        for quota in q.quotas.values():
+            qq = qmsg.quotas.add(
+                pool=quota.pool,
+                deserved_cu=quota.deserved_cu,
+                deserved_gpus_by_type=dict(quota.deserved_gpus_by_type),
+                over_quota_weight=quota.over_quota_weight,
+                limit_gpus_by_type=dict(quota.limit_gpus_by_type),
+                priority=quota.priority,
+            )
+            if quota.limit_cu is not None:
+                qq.limit_cu = quota.limit_cu
+    for b in config.budgets:
+        msg.budgets.add(
+            queue=b.queue, period=period[b.period], cu_hours=b.cu_hours, pool=b.pool or ""
+        )
+    return msg
+
+
+def changes_to_proto(changes: Iterable[ConfigChange]) -> list[pb.ConfigChange]:
+    return [
+        pb.ConfigChange(
+            kind=c.kind,
+            name=c.name,
+            action=_ACTION[c.action],
+            fields=[
+                pb.FieldChange(field=f.field, before=f.before, after=f.after) for f in c.fields
+            ],
+        )
+        for c in changes
+    ]
+
+
+def map_violations(violations: Iterable[Violation], prefix: str) -> list[Violation]:
+    """Prefix domain field paths with where the object sits in the request (`config.`)."""
+    return [Violation(f"{prefix}{v.field}", v.description) for v in violations]

@@ -1,0 +1,137 @@
+"""One place that turns exceptions into gRPC statuses.
+
+A caller's mistake is never UNKNOWN or INTERNAL: bad input is INVALID_ARGUMENT with one field
+violation per problem (google.rpc.BadRequest), unknown names NOT_FOUND, a database that cannot be
+reached UNAVAILABLE (retry later; nothing was acknowledged). Only a bug in gpufair is INTERNAL, with
+a reference to the server log line that has the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import psycopg
+import sqlalchemy.exc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from gpufair.domain.errors import (
+    Conflict,
+    DomainError,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    Violation,
+)
+
+log = logging.getLogger(__name__)
+
+
+def bad_request_status(message: str, violations: tuple[Violation, ...]) -> status_pb2.Status:
+    details = error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in violations
+        ]
+    )
+    packed = any_pb2.Any()
+    packed.Pack(details)
+    return status_pb2.Status(
+        code=code_pb2.INVALID_ARGUMENT, message=message[:4000], details=[packed]
+    )
+
+
+def _is_database_outage(exc: BaseException) -> bool:
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(
+        exc,
+        sqlalchemy.exc.OperationalError
+        | sqlalchemy.exc.TimeoutError
+        | sqlalchemy.exc.InterfaceError
+        | psycopg.OperationalError
+        | psycopg.InterfaceError
+        | ConnectionError,
+    ):
+        return True
+    orig = getattr(exc, "orig", None)
+    return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", exc)
+    return isinstance(orig, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
+
+
+def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) -> None:
+    """Abort the call with the status `exc` deserves. Always raises."""
+    if isinstance(exc, InvalidInput):
+        context.abort_with_status(
+            rpc_status.to_status(bad_request_status(str(exc), exc.violations))
+        )
+    if isinstance(exc, NotFound):
+        context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    if isinstance(exc, FailedPrecondition):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    if isinstance(exc, Conflict):
+        context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+    if isinstance(exc, DomainError):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if _is_timeout(exc):
+        context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED, "the database did not answer in time; retry"
+        )
+    if _is_database_outage(exc):
+        log.warning("%s: database unavailable: %s", method, exc.__class__.__name__)
+        context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            "the database is unavailable; nothing was stored by this call, retry later",
+        )
+    ref = uuid.uuid4().hex[:12]
+    log.exception("%s: internal error ref=%s", method, ref)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref} in the server log)")
+
+
+def _guard(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
+    def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return behavior(request, context)
+        except Exception as exc:
+            if getattr(context, "code", lambda: None)() is not None:  # aborted on purpose
+                raise
+            abort_for(exc, context, method)
+            raise  # unreachable: abort_for always raises
+
+    return guarded
+
+
+class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Wraps every unary-reply handler so that no exception leaves as UNKNOWN."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _guard(handler.unary_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                _guard(handler.stream_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler

@@ -1,0 +1,49 @@
+"""Mutating RPCs with a request id: the first reply is stored in the same transaction as the
+change it reports, so a replay after a lost reply (or a crash after commit) returns it unchanged,
+and a crash before commit leaves neither."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from google.protobuf.message import Message
+from sqlalchemy import Connection, Engine
+
+from gpufair.store import locks
+from gpufair.store.idempotency import request_digest, store_reply, stored_reply
+
+R = TypeVar("R", bound=Message)
+
+MAX_REQUEST_ID_LEN = 200
+
+
+def run_mutation(
+    engine: Engine,
+    *,
+    method: str,
+    request: Message,
+    request_id: str,
+    dry_run: bool,
+    lock_key: int | None,
+    reply_type: type[R],
+    work: Callable[[Connection], R],
+) -> R:
+    """Run `work` in one transaction under `lock_key`; with a request id, at most once."""
+    digest = request_digest(method, request.SerializeToString(deterministic=True))
+    with engine.connect() as conn:
+        if lock_key is not None:
+            locks.xact_lock(conn, lock_key)
+        if request_id and not dry_run:
+            previous = stored_reply(conn, request_id, digest)
+            if previous is not None:
+                conn.rollback()
+                return reply_type.FromString(previous)
+        reply = work(conn)
+        if dry_run:
+            conn.rollback()  # a dry run decides, but nothing it touched may last
+            return reply
+        if request_id:
+            store_reply(conn, request_id, method, digest, reply.SerializeToString())
+        conn.commit()
+        return reply

@@ -1,0 +1,354 @@
+"""The `gpufair` command: serve | migrate | apply | get | delete."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+
+import grpc
+
+from gpufair import __version__
+from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
+from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
+from gpufair.render import table
+from gpufair.v1 import cluster_pb2
+
+log = logging.getLogger("gpufair")
+
+ADDRESS_ENV = "GPUFAIR_ADDRESS"
+_ACTIONS = {
+    cluster_pb2.CHANGE_ACTION_CREATE: "create",
+    cluster_pb2.CHANGE_ACTION_UPDATE: "update",
+    cluster_pb2.CHANGE_ACTION_DELETE: "delete",
+}
+
+
+class UserError(Exception):
+    """A mistake of the user's: printed as one clear message, exit code 2."""
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+# ---- serve / migrate -------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from gpufair.api.server import build_server
+    from gpufair.store import database, migrate
+
+    _setup_logging(args.log_level)
+    db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
+    try:
+        log.info("database: %s", db.describe())
+        migrate.upgrade(db.url)
+        engine = database.make_engine(db.url)
+        running = build_server(engine, args.address, max_workers=args.workers)
+        log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s", signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        stop.wait()
+        log.info(
+            "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
+        )
+        running.stop(args.grace_s)
+        engine.dispose()
+        log.info("stopped")
+    finally:
+        db.close()
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from gpufair.store import database, migrate
+
+    _setup_logging(args.log_level)
+    db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
+    try:
+        migrate.upgrade(db.url)
+        print(f"{db.describe()}: schema at revision {migrate.current_revision(db.url)}")
+        if args.check:
+            migrate.check(db.url)
+            print("tables and migrations agree")
+    finally:
+        db.close()
+    return 0
+
+
+# ---- client commands -------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> GpufairClient:
+    return GpufairClient(args.address, timeout_s=args.timeout_s)
+
+
+def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
+    if not changes:
+        print("no changes")
+        return
+    for change in changes:
+        print(f"{_ACTIONS.get(change.action, '?'):>6} {change.kind} {change.name}")
+        for f in change.fields:
+            print(f"         {f.field}: {f.before or '(unset)'} -> {f.after or '(unset)'}")
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    config = load_config_file(Path(args.file))
+    with _client(args) as client:
+        reply = client.apply_config(config, dry_run=args.dry_run)
+    _print_changes(reply.changes)
+    for warning in reply.warnings:
+        print(f"warning: {warning}")
+    if args.dry_run:
+        print(f"dry run: nothing written (config version stays {reply.config_version})")
+    else:
+        print(f"applied: config version {reply.config_version}")
+    return 0
+
+
+def cmd_get_config(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        reply = client.get_config()
+    if args.output == "yaml":
+        print(message_to_yaml(reply.config), end="")
+        return 0
+    c = reply.config
+    print(f"config version {reply.config_version}\n")
+    print(
+        table(
+            ["GPU TYPE", "MEMORY GIB", "CU/GPU"],
+            [(g.name, g.memory_gib, g.compute_weight) for g in c.gpu_types],
+        )
+    )
+    print()
+    print(
+        table(
+            [
+                "POOL",
+                "WINDOW",
+                "WINDOW S",
+                "HALF-LIFE S",
+                "K",
+                "USAGE BASIS",
+                "ROUNDING",
+                "PLACEMENT",
+            ],
+            [
+                (
+                    p.name,
+                    cluster_pb2.WindowKind.Name(p.policy.window_kind)
+                    .removeprefix("WINDOW_KIND_")
+                    .lower(),
+                    p.policy.window_s,
+                    p.policy.half_life_s if p.policy.HasField("half_life_s") else "-",
+                    p.policy.k,
+                    cluster_pb2.UsageBasis.Name(p.policy.usage_basis)
+                    .removeprefix("USAGE_BASIS_")
+                    .lower(),
+                    cluster_pb2.Rounding.Name(p.policy.rounding).removeprefix("ROUNDING_").lower(),
+                    cluster_pb2.PlacementStrategy.Name(p.placement)
+                    .removeprefix("PLACEMENT_STRATEGY_")
+                    .lower(),
+                )
+                for p in c.pools
+            ],
+        )
+    )
+    print()
+    weights = {g.name: g.compute_weight for g in c.gpu_types}
+    print(
+        table(
+            ["NODE", "POOL", "GPU TYPE", "GPUS", "CU", "CPU M", "MEMORY MIB", "READY", "LABELS"],
+            [
+                (
+                    n.name,
+                    n.pool,
+                    n.gpu_type,
+                    n.gpu_count,
+                    n.gpu_count * weights.get(n.gpu_type, 0.0),
+                    n.cpu_millicores,
+                    n.memory_mib,
+                    "yes" if n.ready else "no",
+                    ",".join(f"{k}={v}" for k, v in sorted(n.labels.items())),
+                )
+                for n in c.nodes
+            ],
+        )
+    )
+    print()
+    print(
+        table(
+            [
+                "QUEUE",
+                "PARENT",
+                "POOL",
+                "DESERVED CU",
+                "WEIGHT",
+                "LIMIT CU",
+                "PRIORITY",
+                "PER TYPE",
+            ],
+            [
+                (
+                    q.name,
+                    q.parent or "-",
+                    quota.pool,
+                    quota.deserved_cu,
+                    quota.over_quota_weight,
+                    quota.limit_cu if quota.HasField("limit_cu") else "-",
+                    quota.priority,
+                    ",".join(
+                        [
+                            f"deserved {k}={v:g}"
+                            for k, v in sorted(quota.deserved_gpus_by_type.items())
+                        ]
+                        + [f"limit {k}={v:g}" for k, v in sorted(quota.limit_gpus_by_type.items())]
+                    ),
+                )
+                for q in c.queues
+                for quota in (q.quotas or [cluster_pb2.QueueQuota(pool="-")])
+            ],
+        )
+    )
+    if c.budgets:
+        print()
+        print(
+            table(
+                ["BUDGET QUEUE", "POOL", "PERIOD", "CU-HOURS"],
+                [
+                    (
+                        b.queue,
+                        b.pool or "*",
+                        cluster_pb2.BudgetPeriod.Name(b.period)
+                        .removeprefix("BUDGET_PERIOD_")
+                        .lower(),
+                        b.cu_hours,
+                    )
+                    for b in c.budgets
+                ],
+            )
+        )
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    kind = args.kind.replace("-", "_")
+    with _client(args) as client:
+        reply = client.delete_objects(kind, args.names, dry_run=args.dry_run)
+    _print_changes(reply.changes)
+    print(
+        "dry run: nothing deleted"
+        if args.dry_run
+        else f"applied: config version {reply.config_version}"
+    )
+    return 0
+
+
+# ---- wiring ----------------------------------------------------------------------------------
+
+
+def _add_client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--address",
+        default=os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS),
+        help=f"gpufair server (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})",
+    )
+    p.add_argument("--timeout-s", type=float, default=30.0, help="deadline per call")
+
+
+def _add_database_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL URL (default $GPUFAIR_DATABASE_URL; without it, an embedded server)",
+    )
+    p.add_argument("--data-dir", default=None, help="embedded PostgreSQL data directory")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpufair", description="Time-aware fair-share scheduling for shared GPU clusters."
+    )
+    parser.add_argument("--version", action="version", version=f"gpufair {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve.add_argument("--address", default="127.0.0.1:50051", help="listen address")
+    serve.add_argument("--workers", type=int, default=32, help="RPC worker threads")
+    serve.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
+    _add_database_options(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    mig = sub.add_parser("migrate", help="create or upgrade the database schema")
+    mig.add_argument("--check", action="store_true", help="also check tables against migrations")
+    _add_database_options(mig)
+    mig.set_defaults(func=cmd_migrate)
+
+    apply = sub.add_parser("apply", help="make the cluster config equal a YAML file")
+    apply.add_argument("-f", "--file", required=True, help="cluster config YAML")
+    apply.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
+    _add_client_options(apply)
+    apply.set_defaults(func=cmd_apply)
+
+    get = sub.add_parser("get", help="show stored state")
+    get_sub = get.add_subparsers(dest="what", required=True, metavar="WHAT")
+    get_config = get_sub.add_parser("config", help="the cluster config")
+    get_config.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
+    _add_client_options(get_config)
+    get_config.set_defaults(func=cmd_get_config)
+
+    delete = sub.add_parser("delete", help="delete config objects by name")
+    delete.add_argument("kind", choices=["gpu-type", "pool", "node", "queue", "budget"])
+    delete.add_argument("names", nargs="+")
+    delete.add_argument("--dry-run", action="store_true")
+    _add_client_options(delete)
+    delete.set_defaults(func=cmd_delete)
+    return parser
+
+
+def _describe_rpc_error(exc: grpc.RpcError) -> str:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return f"cannot reach gpufair or its database: {details}"
+    lines = [f"{code.name if code else 'error'}: {details}"]
+    lines += [f"  - {f}: {d}" for f, d in field_violations(exc)]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (UserError, ConfigFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        print(f"error: {_describe_rpc_error(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

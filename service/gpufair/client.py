@@ -1,0 +1,126 @@
+"""A typed Python client for gpufair, with deadlines and retries of UNAVAILABLE.
+
+    with GpufairClient("127.0.0.1:50051") as client:
+        reply = client.apply_config(config, dry_run=True)
+
+Retries are safe: mutating calls carry a request id, generated once per logical call and reused for
+every attempt, so the server applies them at most once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from gpufair.v1 import (
+    cluster_pb2,
+    cluster_pb2_grpc,
+    ledger_pb2_grpc,
+    scheduler_pb2_grpc,
+)
+
+T = TypeVar("T")
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class GpufairClient:
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout_s: float = 30.0,
+        attempts: int = 4,
+        backoff_s: float = 0.2,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
+        self._channel = channel or grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ],
+        )
+        self.cluster = cluster_pb2_grpc.ClusterAdminStub(self._channel)
+        self.scheduler = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        self.ledger = ledger_pb2_grpc.LedgerStub(self._channel)
+
+    def __enter__(self) -> GpufairClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def call(self, method: Callable[..., T], request: Any, *, timeout_s: float | None = None) -> T:
+        """Call `method` with a deadline, retrying UNAVAILABLE with exponential backoff."""
+        delay = self.backoff_s
+        for attempt in range(self.attempts):
+            try:
+                return method(request, timeout=timeout_s or self.timeout_s)
+            except grpc.RpcError as exc:
+                code = exc.code() if isinstance(exc, grpc.Call) else None
+                if code not in RETRYABLE or attempt == self.attempts - 1:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def new_request_id() -> str:
+        return str(uuid.uuid4())
+
+    def apply_config(
+        self, config: cluster_pb2.ClusterConfig, *, dry_run: bool = False, request_id: str = ""
+    ) -> cluster_pb2.ApplyConfigResponse:
+        request = cluster_pb2.ApplyConfigRequest(
+            config=config, dry_run=dry_run, request_id=request_id or self.new_request_id()
+        )
+        return self.call(self.cluster.ApplyConfig, request)
+
+    def get_config(self) -> cluster_pb2.GetConfigResponse:
+        return self.call(self.cluster.GetConfig, cluster_pb2.GetConfigRequest())
+
+    def delete_objects(
+        self, kind: str, names: list[str], *, dry_run: bool = False, request_id: str = ""
+    ) -> cluster_pb2.DeleteObjectsResponse:
+        request = cluster_pb2.DeleteObjectsRequest(
+            kind=kind, names=names, dry_run=dry_run, request_id=request_id or self.new_request_id()
+        )
+        return self.call(self.cluster.DeleteObjects, request)
+
+
+def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
+    """The (field, description) pairs of an INVALID_ARGUMENT error, if it carries any."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    if not isinstance(error, grpc.Call):
+        return []
+    status = rpc_status.from_call(error)
+    if status is None:
+        return []
+    pairs: list[tuple[str, str]] = []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            pairs += [(v.field, v.description) for v in bad.field_violations]
+    return pairs

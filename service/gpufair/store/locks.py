@@ -1,0 +1,34 @@
+"""PostgreSQL advisory-lock keys and helpers, written down once.
+
+Pitfalls kept in mind here:
+- A session-level lock (`pg_advisory_lock`) on a pooled connection stays held after the connection
+  goes back to the pool; so every lock here is transaction-scoped (`pg_advisory_xact_lock`) and is
+  released by COMMIT or ROLLBACK, whichever ends the transaction that took it.
+- Committing inside the locked block ends the lock with it: take the lock in the same transaction
+  as the writes it protects.
+- Keys are 64-bit integers; all of gpufair's live in one namespace (the high 32 bits) so they cannot
+  collide with another application's locks on a shared database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import Connection, text
+
+_NAMESPACE = 0x67707566  # "gpuf"
+
+MIGRATIONS = (_NAMESPACE << 32) | 1  # Alembic upgrade: replicas starting together serialise
+CONFIG = (_NAMESPACE << 32) | 2  # ApplyConfig / DeleteObjects: one change set at a time
+
+
+def pool_key(pool: str) -> int:
+    """The key that serialises scheduling of one node pool across replicas."""
+    digest = int.from_bytes(hashlib.sha256(pool.encode()).digest()[:4], "big")
+    key = (_NAMESPACE << 32) | (digest | 0x80000000)  # high bit set: never equal to a fixed key
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+def xact_lock(conn: Connection, key: int) -> None:
+    """Block until this transaction holds `key`; released when the transaction ends."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})

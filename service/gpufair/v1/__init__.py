@@ -1,0 +1,1 @@
+"""Generated from proto/gpufair/v1; do not edit."""

@@ -1,0 +1,113 @@
+"""`gpufair serve` as a real process: restarts keep the config, SIGTERM stops it cleanly, and
+without a database URL it runs on the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gpufair.client import GpufairClient
+from gpufair.config_file import load_config_file
+from gpufair.store.database import Database
+from gpufair.store.scratch import scratch_database
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clusters" / "llm-vs-vision.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServeProcess:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpufair.cli", "serve", "--address", self.address, *args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_serving(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        with grpc.insecure_channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"server exited early:\n{self.log.read_text()}")
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    time.sleep(0.2)
+        raise AssertionError(f"server not serving after {timeout_s} s:\n{self.log.read_text()}")
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def serve_env() -> Iterator[dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+    yield env
+
+
+def apply_and_restart(args: list[str], env: dict[str, str], log: Path) -> None:
+    first = ServeProcess(args, env, log)
+    try:
+        first.wait_serving()
+        with GpufairClient(first.address, attempts=1) as client:
+            reply = client.apply_config(load_config_file(EXAMPLE))
+            assert reply.config_version == 1
+    finally:
+        assert first.terminate() == 0
+    text = log.read_text()
+    assert "received SIGTERM" in text and "stopped" in text
+
+    second = ServeProcess(args, env, log)
+    try:
+        second.wait_serving()
+        with GpufairClient(second.address, attempts=1) as client:
+            stored = client.get_config()
+            assert stored.config_version == 1
+            assert sum(n.gpu_count for n in stored.config.nodes) == 100
+            assert {q.name for q in stored.config.queues} == {"llm", "vision"}
+            assert list(client.apply_config(load_config_file(EXAMPLE)).changes) == []
+    finally:
+        assert second.terminate() == 0
+
+
+def test_restart_keeps_config_on_given_database(
+    pg_server: Database, serve_env: dict[str, str], tmp_path: Path
+) -> None:
+    with scratch_database(pg_server.url) as url:
+        log = tmp_path / "serve.log"
+        apply_and_restart(["--database-url", url, "--grace-s", "1"], serve_env, log)
+        assert "database: PostgreSQL at postgresql+psycopg://" in log.read_text()
+
+
+def test_embedded_database_keeps_data_across_restarts(
+    serve_env: dict[str, str], tmp_path: Path
+) -> None:
+    log = tmp_path / "serve.log"
+    data_dir = tmp_path / "pgdata"
+    apply_and_restart(["--data-dir", str(data_dir), "--grace-s", "1"], serve_env, log)
+    assert f"database: embedded PostgreSQL in {data_dir}" in log.read_text()
+    assert (data_dir / "PG_VERSION").exists()
