@@ -170,33 +170,21 @@ def _validate_quota(
     limit_ok = quota.limit_cu is None or _check_non_negative(
         path + ".limit_cu", quota.limit_cu, out
     )
-    if (
-        deserved_ok
-        and limit_ok
-        and quota.limit_cu is not None
-        and quota.limit_cu < quota.deserved_cu
-    ):
-        out.append(
-            Violation(
-                path + ".limit_cu",
-                f"must be ≥ deserved_cu ({quota.deserved_cu}), got {quota.limit_cu}",
-            )
-        )
-    types_ok = True
+    good_gpus: dict[str, dict[str, float]] = {}
     for field_name, by_type in (
         ("deserved_gpus_by_type", quota.deserved_gpus_by_type),
         ("limit_gpus_by_type", quota.limit_gpus_by_type),
     ):
+        good_gpus[field_name] = {}
         for type_name, gpus in by_type.items():
             type_path = f'{path}.{field_name}["{type_name}"]'
-            if compute_weights is not None and type_name not in compute_weights:
+            known = compute_weights is None or type_name in compute_weights
+            if not known:
                 out.append(Violation(type_path, f"unknown GPU type {type_name!r}"))
-                types_ok = False
-            types_ok = _check_non_negative(type_path, gpus, out) and types_ok
-    if not types_ok:
-        return
-    for type_name, limit_gpus in quota.limit_gpus_by_type.items():
-        deserved_gpus = quota.deserved_gpus_by_type.get(type_name, 0.0)
+            if _check_non_negative(type_path, gpus, out) and known:
+                good_gpus[field_name][type_name] = gpus
+    for type_name, limit_gpus in good_gpus["limit_gpus_by_type"].items():
+        deserved_gpus = good_gpus["deserved_gpus_by_type"].get(type_name, 0.0)
         if limit_gpus < deserved_gpus:
             out.append(
                 Violation(
@@ -204,16 +192,20 @@ def _validate_quota(
                     f"must be ≥ the deserved {deserved_gpus} GPUs of that type, got {limit_gpus}",
                 )
             )
-    if compute_weights is not None and limit_ok and quota.limit_cu is not None:
-        by_type_cu = deserved_cu_with_types(quota, compute_weights)
-        if quota.limit_cu < by_type_cu:
-            out.append(
-                Violation(
-                    path + ".limit_cu",
-                    f"must be ≥ the {by_type_cu} CU of the per-type deserved quotas, "
-                    f"got {quota.limit_cu}",
-                )
-            )
+    if not (deserved_ok and limit_ok and quota.limit_cu is not None):
+        return
+    by_type_cu = 0.0
+    if compute_weights is not None:
+        by_type_cu = math.fsum(
+            gpus * compute_weights[t] for t, gpus in good_gpus["deserved_gpus_by_type"].items()
+        )
+    if quota.limit_cu < max(quota.deserved_cu, by_type_cu):
+        bound = (
+            f"deserved_cu ({quota.deserved_cu})"
+            if quota.deserved_cu >= by_type_cu
+            else f"the {by_type_cu} CU of the per-type deserved quotas"
+        )
+        out.append(Violation(path + ".limit_cu", f"must be ≥ {bound}, got {quota.limit_cu}"))
 
 
 def validate_quota(
@@ -286,8 +278,8 @@ def queue_structure_violations(queues: Sequence[Queue]) -> list[Violation]:
             cycle = path[path.index(name) :]
             loop = " → ".join([*cycle, name])
             out.extend(
-                Violation(f"[{index_by_name[member]}].parent", f"queue tree has a cycle: {loop}")
-                for member in cycle
+                Violation(f"[{index}].parent", f"queue tree has a cycle: {loop}")
+                for index in sorted(index_by_name[member] for member in cycle)
             )
         for member in path:
             state[member] = 2
