@@ -1,0 +1,539 @@
+"""The fair-share engine: one pool's capacity divided among its queue tree (DESIGN §3).
+
+`compute_fair_shares(FairShareInput) -> FairShareResult` is pure: the caller brings the
+snapshot (queues, demands, capacity) and the history (`usage.usage_inputs`), and gets back, for
+every queue, an explain record `QueueShare` with all the numbers that produced its fair share.
+
+Division, top-down, in compute units (CU); each sibling group divides what its parent received
+(the top level divides the pool's capacity):
+
+1. Deserved first: each queue gets min(deserved, demand, limit) — its `guaranteed_cu`. History
+   never touches this phase. If the group's capacity cannot cover all of it (quotas promised
+   beyond the capacity, nodes down), the guarantees shrink by water-filling on deserved quotas:
+   every queue keeps the same fraction of its deserved quota, small demands in full.
+2. Over-quota next, by priority tier, highest first; a lower tier gets only what the higher ones
+   cannot use. Inside a tier, exact water-filling (`waterfill.water_fill`) on effective weights
+   (`weights.stage_weights`), each queue capped at its allowed demand.
+
+   The queues "still competing" (DESIGN §3.3) are those of the tier with allowed demand above
+   their guarantee; W' is normalised over them and U' over the group's capacity. Effective
+   weights stay fixed while the water level rises, which is what makes one exact pass possible
+   and keeps a queue's share monotone in its usage. A queue whose P is 0 gets nothing while any
+   positive-weight queue of its tier still wants capacity; once they are all satisfied, what is
+   left is divided again among the queues still wanting, with W', U' and P recomputed over them
+   (a stage). So capacity is never idle while a queue wants more and may have it. The explain
+   record shows the weights of a queue's first stage — the ones the dead band remembers.
+
+Demand and limits. Demand is allocated + pending, in GPUs per type, worth their types' CU; an
+inner queue's demand is its children's sum. A queue's `allowed_demand_cu` is its demand after
+every limit: per type min(demand, limit of the type, the pool's GPUs of the type), in CU, capped
+by `limit_cu`; an inner queue's is also capped by the sum of its children's. The division never
+gives a queue more than that, so fair shares add up to min(capacity, Σ allowed demand).
+
+Per-type guarantees (DESIGN §3.5). Each queue's `guaranteed_gpus_by_type[t]` is
+min(deserved GPUs of t, allowed demand of t) when it declares a deserved quota for t; an inner
+queue that declares none for t passes its children's up. Top-down, when a group's claims exceed
+what is available (the pool's GPUs of t at the top, the parent's guarantee below), they shrink
+in proportion. Per-type deserved quotas raise the CU guarantee to their worth
+(`policy.deserved_cu_with_types`); per-type limits cap allowed demand as above. What this
+division does not decide, and the scheduling cycle must: which GPUs of which type a queue's
+CU share is taken on, reclaim of a type from queues above their own guarantee for it, and
+a parent's per-type limit across its children in mixed pools (the children's division is in
+CU; the cycle keeps the parent under the per-type limit when it admits work).
+
+`fair_share_gpus_by_type` is reported where it is well defined: in a single-type pool, and for a
+queue whose allowed demand is all on one type; otherwise it is empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpufair.domain.model import (
+    FairSharePolicy,
+    GpuType,
+    Queue,
+    Rounding,
+    frozen_map,
+)
+from gpufair.domain.policy import (
+    InvalidInputError,
+    Violation,
+    deserved_cu_with_types,
+    validate_gpu_types,
+    validate_policy,
+    validate_quota,
+)
+from gpufair.domain.rounding import round_over_quota, whole_gpu_unit_cu
+from gpufair.domain.tree import QueueTree
+from gpufair.domain.usage import UsageInputs
+from gpufair.domain.waterfill import water_fill
+from gpufair.domain.weights import stage_weights, usage_share
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDemand:
+    """A leaf queue's work in the pool, in GPUs per type (fractions allowed).
+
+    Pending work that may run on several types is counted on the type placement would choose
+    (DESIGN §4.2: the cheapest that serves it); the engine cannot guess it.
+    """
+
+    allocated_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
+    pending_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareInput:
+    """One pool's snapshot and history, everything `compute_fair_shares` reads."""
+
+    pool: str
+    policy: FairSharePolicy
+    gpu_types: Mapping[str, GpuType]  # by name; at least the types in the pool and in demands
+    capacity_gpus_by_type: Mapping[str, float]  # GPUs of each type on the pool's ready nodes
+    queues: Sequence[Queue]  # the whole tree; a queue without terms in the pool is best effort
+    demands: Mapping[str, QueueDemand] = field(default_factory=frozen_map)  # leaves only
+    usage: UsageInputs = field(default_factory=UsageInputs)  # empty: no history
+    # The last computation's `FairShareResult.effective_weights`, for the dead band.
+    previous_effective_weights: Mapping[str, float] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueShare:
+    """Why a queue's fair share is what it is: every number the division used.
+
+    W', P and the effective weight are 0 for a queue that did not compete for over-quota
+    capacity (its allowed demand was met by its guarantee).
+    """
+
+    queue: str
+    parent: str | None
+    is_leaf: bool
+    priority: int
+    over_quota_weight: float  # configured w
+    created_at_s: float
+    deserved_cu: float  # the CU guarantee, per-type quotas included
+    limit_cu: float | None  # configured; None = unlimited
+    demand_cu: float  # allocated + pending
+    allocated_cu: float
+    allowed_demand_cu: float  # demand after every limit: the most the queue may hold
+    guaranteed_cu: float  # phase 1: min(deserved, allowed demand), shrunk only under scarcity
+    competes_over_quota: bool
+    weight_share: float  # W'
+    usage_cu_s: float  # decayed usage numerator
+    group_capacity_cu_s: float  # decayed capacity denominator of the queue's sibling group
+    usage_share: float  # U'
+    priority_weight: float  # P = max(0, W' + k (W' - U'))
+    effective_weight: float  # P normalised in its stage, after the dead band
+    fair_share_cu: float
+    demand_gpus_by_type: Mapping[str, float]
+    allocated_gpus_by_type: Mapping[str, float]
+    guaranteed_gpus_by_type: Mapping[str, float]
+    fair_share_gpus_by_type: Mapping[str, float]  # empty where not well defined
+
+    @property
+    def over_quota_share_cu(self) -> float:
+        return self.fair_share_cu - self.guaranteed_cu
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareResult:
+    pool: str
+    capacity_cu: float
+    whole_gpu_unit_cu: float | None  # the rounding step in `whole_gpus` mode, else None
+    shares: Mapping[str, QueueShare]  # by queue name, in tree pre-order
+
+    @property
+    def effective_weights(self) -> Mapping[str, float]:
+        """What the next computation takes as `previous_effective_weights`."""
+        return {name: share.effective_weight for name, share in self.shares.items()}
+
+    @property
+    def idle_cu(self) -> float:
+        """Capacity no queue may use: the pool minus the top-level fair shares."""
+        top = math.fsum(s.fair_share_cu for s in self.shares.values() if s.parent is None)
+        return max(0.0, self.capacity_cu - top)
+
+
+class _State:
+    """The engine's working record of one queue."""
+
+    __slots__ = (
+        "allocated_by_type",
+        "allocated_cu",
+        "allowed_by_type",
+        "allowed_cu",
+        "claims_by_type",
+        "competes",
+        "created_at_s",
+        "demand_by_type",
+        "demand_cu",
+        "deserved_by_type",
+        "deserved_cu",
+        "effective_weight",
+        "fair_share_cu",
+        "guaranteed_by_type",
+        "guaranteed_cu",
+        "is_leaf",
+        "limit_cu",
+        "name",
+        "over_quota_cu",
+        "over_quota_weight",
+        "parent",
+        "priority",
+        "priority_weight",
+        "satisfied",
+        "usage_share",
+        "weight_share",
+    )
+
+    def __init__(self, queue: Queue, pool: str, is_leaf: bool, compute_weights: dict[str, float]):
+        quota = queue.quota(pool)
+        self.name = queue.name
+        self.parent = queue.parent
+        self.is_leaf = is_leaf
+        self.created_at_s = queue.created_at_s
+        self.priority = quota.priority
+        self.over_quota_weight = quota.over_quota_weight
+        self.deserved_cu = deserved_cu_with_types(quota, compute_weights)
+        self.deserved_by_type: Mapping[str, float] = quota.deserved_gpus_by_type
+        self.limit_cu = quota.limit_cu
+        self.demand_by_type: dict[str, float] = {}
+        self.allocated_by_type: dict[str, float] = {}
+        self.allowed_by_type: dict[str, float] = {}
+        self.claims_by_type: dict[str, float] = {}
+        self.guaranteed_by_type: dict[str, float] = {}
+        self.demand_cu = 0.0
+        self.allocated_cu = 0.0
+        self.allowed_cu = 0.0
+        self.guaranteed_cu = 0.0
+        self.over_quota_cu = 0.0
+        self.fair_share_cu = 0.0
+        self.satisfied = False
+        self.competes = False
+        self.weight_share = 0.0
+        self.usage_share = 0.0
+        self.priority_weight = 0.0
+        self.effective_weight = 0.0
+
+
+def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
+    """Divide one pool's capacity among its queues (module docstring).
+
+    Raises `InvalidInputError` for an invalid policy, GPU type, quota, tree, demand or history.
+    """
+    _validate(inp)
+    tree = QueueTree.build(inp.queues)
+    _validate_demands(inp, tree)
+    compute_weights = {name: t.compute_weight for name, t in inp.gpu_types.items()}
+    capacity_by_type = {t: g for t, g in inp.capacity_gpus_by_type.items() if g > 0.0}
+    capacity_cu = math.fsum(g * compute_weights[t] for t, g in capacity_by_type.items())
+    states = {
+        name: _State(tree.queues[name], inp.pool, tree.is_leaf(name), compute_weights)
+        for name in tree.preorder
+    }
+    _aggregate_demand(inp, tree, states, compute_weights, capacity_by_type)
+
+    policy = inp.policy
+    unit_cu = None
+    if policy.rounding == Rounding.WHOLE_GPUS:
+        unit_cu = whole_gpu_unit_cu(list(inp.gpu_types.values()), capacity_by_type)
+    for group in tree.inner_groups():
+        members = [states[name] for name in tree.children_of(group)]
+        group_capacity_cu = capacity_cu if group is None else states[group].fair_share_cu
+        denominator = inp.usage.group_capacity_cu_s.get(group, 0.0)
+        for member in members:
+            usage_cu_s = inp.usage.usage_cu_s.get(member.name, 0.0)
+            member.usage_share = usage_share(usage_cu_s, denominator)
+        _divide_group(group_capacity_cu, members, policy, inp.previous_effective_weights, unit_cu)
+    _grant_type_guarantees(tree, states, capacity_by_type)
+
+    single_type = next(iter(capacity_by_type)) if len(capacity_by_type) == 1 else None
+    shares = {
+        name: _explain(
+            states[name],
+            inp.usage,
+            compute_weights,
+            single_type,
+        )
+        for name in tree.preorder
+    }
+    return FairShareResult(
+        pool=inp.pool, capacity_cu=capacity_cu, whole_gpu_unit_cu=unit_cu, shares=shares
+    )
+
+
+def _validate(inp: FairShareInput) -> None:
+    violations = [
+        Violation(f"policy.{v.field_path}", v.message) for v in validate_policy(inp.policy)
+    ]
+    types = list(inp.gpu_types.values())
+    violations.extend(
+        Violation(f"gpu_types{v.field_path}", v.message) for v in validate_gpu_types(types)
+    )
+    for key, gpu_type in inp.gpu_types.items():
+        if key != gpu_type.name:
+            violations.append(Violation(f'gpu_types["{key}"]', f"is named {gpu_type.name!r}"))
+    for type_name, gpus in inp.capacity_gpus_by_type.items():
+        path = f'capacity_gpus_by_type["{type_name}"]'
+        if type_name not in inp.gpu_types:
+            violations.append(Violation(path, f"unknown GPU type {type_name!r}"))
+        elif not (math.isfinite(gpus) and gpus >= 0.0):
+            violations.append(Violation(path, f"must be a finite number ≥ 0, got {gpus!r}"))
+    for index, queue in enumerate(inp.queues):
+        if inp.pool in queue.quotas:
+            violations.extend(
+                Violation(f'queues[{index}].quotas["{inp.pool}"].{v.field_path}', v.message)
+                for v in validate_quota(queue.quotas[inp.pool], gpu_types=inp.gpu_types)
+            )
+    history: tuple[tuple[str, Iterable[tuple[object, float]]], ...] = (
+        ("usage.usage_cu_s", inp.usage.usage_cu_s.items()),
+        ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s.items()),
+        ("previous_effective_weights", inp.previous_effective_weights.items()),
+    )
+    for map_path, items in history:
+        for map_key, value in items:
+            if not (math.isfinite(value) and value >= 0.0):
+                violations.append(
+                    Violation(
+                        f'{map_path}["{map_key}"]', f"must be a finite number ≥ 0, got {value!r}"
+                    )
+                )
+    if violations:
+        raise InvalidInputError(violations)
+
+
+def _validate_demands(inp: FairShareInput, tree: QueueTree) -> None:
+    violations: list[Violation] = []
+    for name, demand in inp.demands.items():
+        path = f'demands["{name}"]'
+        if name not in tree.queues:
+            violations.append(Violation(path, f"unknown queue {name!r}"))
+            continue
+        if not tree.is_leaf(name):
+            violations.append(Violation(path, "demand is given for leaf queues only"))
+        for field_name, by_type in (
+            ("allocated_gpus_by_type", demand.allocated_gpus_by_type),
+            ("pending_gpus_by_type", demand.pending_gpus_by_type),
+        ):
+            for type_name, gpus in by_type.items():
+                type_path = f'{path}.{field_name}["{type_name}"]'
+                if type_name not in inp.gpu_types:
+                    violations.append(Violation(type_path, f"unknown GPU type {type_name!r}"))
+                elif not (math.isfinite(gpus) and gpus >= 0.0):
+                    violations.append(
+                        Violation(type_path, f"must be a finite number ≥ 0, got {gpus!r}")
+                    )
+    if violations:
+        raise InvalidInputError(violations)
+
+
+def _aggregate_demand(
+    inp: FairShareInput,
+    tree: QueueTree,
+    states: dict[str, _State],
+    compute_weights: dict[str, float],
+    capacity_by_type: dict[str, float],
+) -> None:
+    """Demand, allowed demand and per-type claims, children before parents."""
+    empty = QueueDemand()
+    for name in tree.postorder():
+        state = states[name]
+        quota = tree.queues[name].quota(inp.pool)
+        if state.is_leaf:
+            demand = inp.demands.get(name, empty)
+            allocated = dict(demand.allocated_gpus_by_type)
+            wanted = dict(allocated)
+            for type_name, gpus in demand.pending_gpus_by_type.items():
+                wanted[type_name] = wanted.get(type_name, 0.0) + gpus
+            children_allowed_cu = math.inf
+            children_allowed = wanted
+            children_claims: dict[str, float] = {}
+        else:
+            children = [states[c] for c in tree.children_of(name)]
+            allocated = _sum_by_type(c.allocated_by_type for c in children)
+            wanted = _sum_by_type(c.demand_by_type for c in children)
+            children_allowed = _sum_by_type(c.allowed_by_type for c in children)
+            children_claims = _sum_by_type(c.claims_by_type for c in children)
+            children_allowed_cu = math.fsum(c.allowed_cu for c in children)
+        allowed: dict[str, float] = {}
+        for type_name, gpus in children_allowed.items():
+            bound = min(
+                gpus,
+                quota.limit_gpus_by_type.get(type_name, math.inf),
+                capacity_by_type.get(type_name, 0.0),
+            )
+            if bound > 0.0:
+                allowed[type_name] = bound
+        claims = dict(children_claims)
+        for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
+            claims[type_name] = min(deserved_gpus, allowed.get(type_name, 0.0))
+        state.allocated_by_type = allocated
+        state.demand_by_type = wanted
+        state.allowed_by_type = allowed
+        state.claims_by_type = {t: g for t, g in claims.items() if g > 0.0}
+        state.allocated_cu = _cu(allocated, compute_weights)
+        state.demand_cu = _cu(wanted, compute_weights)
+        state.allowed_cu = min(
+            _cu(allowed, compute_weights),
+            children_allowed_cu,
+            math.inf if quota.limit_cu is None else quota.limit_cu,
+        )
+
+
+def _sum_by_type(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for part in parts:
+        for type_name, gpus in part.items():
+            total[type_name] = total.get(type_name, 0.0) + gpus
+    return total
+
+
+def _cu(gpus_by_type: Mapping[str, float], compute_weights: Mapping[str, float]) -> float:
+    return math.fsum(g * compute_weights[t] for t, g in gpus_by_type.items())
+
+
+def _divide_group(
+    capacity_cu: float,
+    members: list[_State],
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+    unit_cu: float | None,
+) -> None:
+    """Phases 1 and 2 for one sibling group; writes guaranteed, over-quota and fair shares."""
+    bases = [min(m.deserved_cu, m.allowed_cu) for m in members]
+    total_base = math.fsum(bases)
+    if total_base <= capacity_cu:
+        guaranteed = bases
+        remaining = capacity_cu - total_base
+    else:
+        guaranteed = water_fill(capacity_cu, [m.deserved_cu for m in members], bases).shares
+        remaining = 0.0
+    for member, amount in zip(members, guaranteed, strict=True):
+        member.guaranteed_cu = amount
+        member.over_quota_cu = 0.0
+        member.satisfied = amount >= member.allowed_cu
+
+    tiers: dict[int, list[_State]] = {}
+    for member in members:
+        if not member.satisfied:
+            tiers.setdefault(member.priority, []).append(member)
+    for priority in sorted(tiers, reverse=True):
+        if remaining <= 0.0:
+            break
+        remaining = _divide_tier(remaining, tiers[priority], policy, previous)
+
+    if unit_cu is not None:
+        rounded = round_over_quota(
+            [m.over_quota_cu for m in members],
+            over_quota_need_cu=[m.allowed_cu - m.guaranteed_cu for m in members],
+            satisfied=[m.satisfied for m in members],
+            unit_cu=unit_cu,
+            created_at_s=[m.created_at_s for m in members],
+            names=[m.name for m in members],
+        )
+        for member, amount in zip(members, rounded, strict=True):
+            member.over_quota_cu = amount
+    for member in members:
+        # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
+        member.fair_share_cu = (
+            member.allowed_cu if member.satisfied else member.guaranteed_cu + member.over_quota_cu
+        )
+
+
+def _divide_tier(
+    amount_cu: float,
+    competing: list[_State],
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+) -> float:
+    """Water-fill one priority tier in stages (module docstring); returns what is left."""
+    first_stage = True
+    while competing and amount_cu > 0.0:
+        weights = stage_weights(
+            [m.over_quota_weight for m in competing],
+            [m.usage_share for m in competing],
+            policy.k,
+            [previous.get(m.name) for m in competing] if first_stage else [None] * len(competing),
+            policy.dead_band,
+        )
+        needs = [m.allowed_cu - m.guaranteed_cu for m in competing]
+        fill = water_fill(amount_cu, weights.effective_weights, needs)
+        for i, member in enumerate(competing):
+            if first_stage:
+                member.competes = True
+                member.weight_share = weights.weight_shares[i]
+                member.priority_weight = weights.priority_weights[i]
+                member.effective_weight = weights.effective_weights[i]
+            member.over_quota_cu = fill.shares[i]
+            member.satisfied = fill.capped[i]
+        amount_cu = fill.leftover
+        competing = [
+            m for m, w in zip(competing, weights.effective_weights, strict=True) if w <= 0.0
+        ]
+        first_stage = False
+    return amount_cu
+
+
+def _grant_type_guarantees(
+    tree: QueueTree, states: dict[str, _State], capacity_by_type: dict[str, float]
+) -> None:
+    """Per-type claims shrunk, group by group, to what is available (module docstring)."""
+    for group in tree.inner_groups():
+        members = [states[name] for name in tree.children_of(group)]
+        # A parent that declares no guarantee for a type claimed its children's sum, so its
+        # grant bounds them either way.
+        available = capacity_by_type if group is None else states[group].guaranteed_by_type
+        for type_name in _type_names(members):
+            claims = [m.claims_by_type.get(type_name, 0.0) for m in members]
+            total = math.fsum(claims)
+            scale = min(1.0, available.get(type_name, 0.0) / total) if total > 0.0 else 0.0
+            for member, claim in zip(members, claims, strict=True):
+                if claim > 0.0:
+                    member.guaranteed_by_type[type_name] = claim * scale
+
+
+def _type_names(members: list[_State]) -> list[str]:
+    return sorted({t for m in members for t in m.claims_by_type})
+
+
+def _explain(
+    state: _State,
+    usage: UsageInputs,
+    compute_weights: dict[str, float],
+    single_type: str | None,
+) -> QueueShare:
+    only_type = single_type
+    if only_type is None and len(state.allowed_by_type) == 1:
+        only_type = next(iter(state.allowed_by_type))
+    fair_share_gpus_by_type: Mapping[str, float] = {}
+    if only_type is not None:
+        fair_share_gpus_by_type = {only_type: state.fair_share_cu / compute_weights[only_type]}
+    return QueueShare(
+        queue=state.name,
+        parent=state.parent,
+        is_leaf=state.is_leaf,
+        priority=state.priority,
+        over_quota_weight=state.over_quota_weight,
+        created_at_s=state.created_at_s,
+        deserved_cu=state.deserved_cu,
+        limit_cu=state.limit_cu,
+        demand_cu=state.demand_cu,
+        allocated_cu=state.allocated_cu,
+        allowed_demand_cu=state.allowed_cu,
+        guaranteed_cu=state.guaranteed_cu,
+        competes_over_quota=state.competes,
+        weight_share=state.weight_share,
+        usage_cu_s=usage.usage_cu_s.get(state.name, 0.0),
+        group_capacity_cu_s=usage.group_capacity_cu_s.get(state.parent, 0.0),
+        usage_share=state.usage_share,
+        priority_weight=state.priority_weight,
+        effective_weight=state.effective_weight,
+        fair_share_cu=state.fair_share_cu,
+        demand_gpus_by_type=frozen_map(state.demand_by_type),
+        allocated_gpus_by_type=frozen_map(state.allocated_by_type),
+        guaranteed_gpus_by_type=frozen_map(state.guaranteed_by_type),
+        fair_share_gpus_by_type=frozen_map(fair_share_gpus_by_type),
+    )

@@ -1,0 +1,344 @@
+"""Validation of fair-share policies, GPU types and queue trees, written once.
+
+Every function returns a list of `Violation(field_path, message)`; an empty list means valid.
+Paths are relative to the object passed in, so the API layer only prefixes its own location:
+`validate_policy` yields `half_life_s`, which the API turns into `pools[2].policy.half_life_s`;
+functions that take a sequence start their paths with the index, `[3].parent`, and map keys are
+written `quotas["pool-a"].deserved_cu`.
+
+The fair-share engine calls the same functions and raises `InvalidInputError` rather than divide
+capacity under a policy or tree it cannot make sense of.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from gpufair.domain.model import (
+    FairSharePolicy,
+    GpuType,
+    Queue,
+    QueueQuota,
+    Rounding,
+    UsageBasis,
+    WindowKind,
+)
+
+
+class Violation(NamedTuple):
+    field_path: str
+    message: str
+
+
+class InvalidInputError(ValueError):
+    """Raised by the domain when asked to work on input that fails validation."""
+
+    def __init__(self, violations: Iterable[Violation]) -> None:
+        self.violations = tuple(violations)
+        super().__init__("; ".join(f"{v.field_path}: {v.message}" for v in self.violations))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: object) -> bool:
+    return _is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _check_non_negative(path: str, value: object, out: list[Violation]) -> bool:
+    if not _finite(value):
+        out.append(Violation(path, f"must be a finite number, got {value!r}"))
+        return False
+    if value < 0:  # type: ignore[operator]
+        out.append(Violation(path, f"must be ≥ 0, got {value!r}"))
+        return False
+    return True
+
+
+def _check_positive(path: str, value: object, out: list[Violation]) -> bool:
+    if not _finite(value):
+        out.append(Violation(path, f"must be a finite number, got {value!r}"))
+        return False
+    if value <= 0:  # type: ignore[operator]
+        out.append(Violation(path, f"must be > 0, got {value!r}"))
+        return False
+    return True
+
+
+def _check_enum(
+    path: str, value: object, enum_type: type[enum.StrEnum], out: list[Violation]
+) -> None:
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        enum_type(value)
+    except ValueError:
+        known = ", ".join(member.value for member in enum_type)
+        out.append(Violation(path, f"unknown value {value!r}; expected one of: {known}"))
+
+
+def validate_policy(policy: FairSharePolicy) -> list[Violation]:
+    """Check one pool's fair-share policy (DESIGN §2, §3.3).
+
+    Rules: `k` ≥ 0; `half_life_s` is None (off) or > 0; a sliding or tumbling window has
+    `window_s` > 0 and at least one half-life long (a shorter window would cut the decay off
+    before it has any effect, which is almost always a typo of units); a tumbling window has a
+    finite anchor; `recompute_interval_s` > 0; `dead_band` in [0, 1), since it applies to
+    normalised weights and a band of 1 would freeze them forever; enums hold known values.
+    """
+    out: list[Violation] = []
+    _check_enum("window_kind", policy.window_kind, WindowKind, out)
+    _check_enum("usage_basis", policy.usage_basis, UsageBasis, out)
+    _check_enum("rounding", policy.rounding, Rounding, out)
+    _check_non_negative("k", policy.k, out)
+    half_life_ok = policy.half_life_s is None or _check_positive(
+        "half_life_s", policy.half_life_s, out
+    )
+    if policy.window_kind in (WindowKind.SLIDING, WindowKind.TUMBLING):
+        window_ok = _check_positive("window_s", policy.window_s, out)
+        if (
+            window_ok
+            and half_life_ok
+            and policy.half_life_s is not None
+            and policy.window_s < policy.half_life_s
+        ):
+            out.append(
+                Violation(
+                    "window_s",
+                    f"must be ≥ half_life_s ({policy.half_life_s} s), got {policy.window_s} s",
+                )
+            )
+    if policy.window_kind == WindowKind.TUMBLING and not _finite(policy.window_anchor_s):
+        out.append(
+            Violation("window_anchor_s", f"must be a finite number, got {policy.window_anchor_s!r}")
+        )
+    _check_positive("recompute_interval_s", policy.recompute_interval_s, out)
+    if _check_non_negative("dead_band", policy.dead_band, out) and policy.dead_band >= 1:
+        out.append(Violation("dead_band", f"must be < 1, got {policy.dead_band!r}"))
+    return out
+
+
+def validate_gpu_types(gpu_types: Sequence[GpuType]) -> list[Violation]:
+    """Check GPU types: unique non-empty names, memory ≥ 0, compute weight > 0."""
+    out: list[Violation] = []
+    seen: set[str] = set()
+    for index, gpu_type in enumerate(gpu_types):
+        prefix = f"[{index}]."
+        if not gpu_type.name:
+            out.append(Violation(prefix + "name", "must not be empty"))
+        elif gpu_type.name in seen:
+            out.append(Violation(prefix + "name", f"duplicate GPU type {gpu_type.name!r}"))
+        seen.add(gpu_type.name)
+        _check_non_negative(prefix + "memory_gib", gpu_type.memory_gib, out)
+        _check_positive(prefix + "compute_weight", gpu_type.compute_weight, out)
+    return out
+
+
+def deserved_cu_with_types(quota: QueueQuota, compute_weights: Mapping[str, float]) -> float:
+    """The CU a quota guarantees: `deserved_cu`, raised to cover its per-type guarantees.
+
+    A queue may state its guarantee only per type ("8 A100s"); those GPUs are worth their CU,
+    so the CU guarantee is never below Σ_t deserved_gpus_by_type[t] · compute_weight(t).
+    Types missing from `compute_weights` count 0 (they are not in the pool).
+    """
+    by_type_cu = sum(
+        gpus * compute_weights.get(type_name, 0.0)
+        for type_name, gpus in quota.deserved_gpus_by_type.items()
+    )
+    return max(quota.deserved_cu, by_type_cu)
+
+
+def _validate_quota(
+    path: str,
+    key: str,
+    quota: QueueQuota,
+    *,
+    pools: Collection[str] | None,
+    compute_weights: Mapping[str, float] | None,
+    out: list[Violation],
+) -> None:
+    if quota.pool != key:
+        out.append(Violation(path + ".pool", f"is {quota.pool!r} but the quota is keyed {key!r}"))
+    if pools is not None and key not in pools:
+        out.append(Violation(path, f"unknown node pool {key!r}"))
+    deserved_ok = _check_non_negative(path + ".deserved_cu", quota.deserved_cu, out)
+    _check_non_negative(path + ".over_quota_weight", quota.over_quota_weight, out)
+    limit_ok = quota.limit_cu is None or _check_non_negative(
+        path + ".limit_cu", quota.limit_cu, out
+    )
+    good_gpus: dict[str, dict[str, float]] = {}
+    for field_name, by_type in (
+        ("deserved_gpus_by_type", quota.deserved_gpus_by_type),
+        ("limit_gpus_by_type", quota.limit_gpus_by_type),
+    ):
+        good_gpus[field_name] = {}
+        for type_name, gpus in by_type.items():
+            type_path = f'{path}.{field_name}["{type_name}"]'
+            known = compute_weights is None or type_name in compute_weights
+            if not known:
+                out.append(Violation(type_path, f"unknown GPU type {type_name!r}"))
+            if _check_non_negative(type_path, gpus, out) and known:
+                good_gpus[field_name][type_name] = gpus
+    for type_name, limit_gpus in good_gpus["limit_gpus_by_type"].items():
+        deserved_gpus = good_gpus["deserved_gpus_by_type"].get(type_name, 0.0)
+        if limit_gpus < deserved_gpus:
+            out.append(
+                Violation(
+                    f'{path}.limit_gpus_by_type["{type_name}"]',
+                    f"must be ≥ the deserved {deserved_gpus} GPUs of that type, got {limit_gpus}",
+                )
+            )
+    if not (deserved_ok and limit_ok and quota.limit_cu is not None):
+        return
+    by_type_cu = 0.0
+    if compute_weights is not None:
+        by_type_cu = math.fsum(
+            gpus * compute_weights[t] for t, gpus in good_gpus["deserved_gpus_by_type"].items()
+        )
+    if quota.limit_cu < max(quota.deserved_cu, by_type_cu):
+        bound = (
+            f"deserved_cu ({quota.deserved_cu})"
+            if quota.deserved_cu >= by_type_cu
+            else f"the {by_type_cu} CU of the per-type deserved quotas"
+        )
+        out.append(Violation(path + ".limit_cu", f"must be ≥ {bound}, got {quota.limit_cu}"))
+
+
+def validate_quota(
+    quota: QueueQuota, *, gpu_types: Mapping[str, GpuType] | None = None
+) -> list[Violation]:
+    """Check one queue's terms in one pool; paths relative to the quota (`limit_cu`)."""
+    out: list[Violation] = []
+    compute_weights = (
+        None if gpu_types is None else {name: t.compute_weight for name, t in gpu_types.items()}
+    )
+    _validate_quota("", quota.pool, quota, pools=None, compute_weights=compute_weights, out=out)
+    return [Violation(v.field_path.removeprefix("."), v.message) for v in out]
+
+
+def validate_queue(
+    queue: Queue,
+    *,
+    pools: Collection[str] | None = None,
+    gpu_types: Mapping[str, GpuType] | None = None,
+) -> list[Violation]:
+    """Check one queue on its own: name, parent, numbers in every quota.
+
+    With `pools` or `gpu_types` given, quotas naming an unknown pool or GPU type are violations
+    too. Quotas: every number finite and ≥ 0; limits (CU and per type) at least the deserved
+    amount they bound.
+    """
+    out: list[Violation] = []
+    if not queue.name:
+        out.append(Violation("name", "must not be empty"))
+    if queue.parent is not None and queue.parent == queue.name:
+        out.append(Violation("parent", "a queue cannot be its own parent"))
+    if not _finite(queue.created_at_s):
+        out.append(
+            Violation("created_at_s", f"must be a finite number, got {queue.created_at_s!r}")
+        )
+    compute_weights = (
+        None if gpu_types is None else {name: t.compute_weight for name, t in gpu_types.items()}
+    )
+    for key, quota in queue.quotas.items():
+        _validate_quota(
+            f'quotas["{key}"]', key, quota, pools=pools, compute_weights=compute_weights, out=out
+        )
+    return out
+
+
+def queue_structure_violations(queues: Sequence[Queue]) -> list[Violation]:
+    """Duplicate names, unknown parents and cycles: what makes a list of queues not a forest."""
+    out: list[Violation] = []
+    index_by_name: dict[str, int] = {}
+    for index, queue in enumerate(queues):
+        if queue.name in index_by_name:
+            out.append(Violation(f"[{index}].name", f"duplicate queue name {queue.name!r}"))
+        else:
+            index_by_name[queue.name] = index
+    for index, queue in enumerate(queues):
+        if queue.parent is not None and queue.parent not in index_by_name:
+            out.append(Violation(f"[{index}].parent", f"unknown parent queue {queue.parent!r}"))
+    # Follow each parent chain once; a chain that comes back to a queue still on the current
+    # path is a cycle. Every queue on it is reported, so a user sees the whole loop.
+    parent_of = {q.name: q.parent for q in queues}
+    state: dict[str, int] = {}  # 1: on the current path, 2: known to reach a root
+    for queue in queues:
+        path: list[str] = []
+        name: str | None = queue.name
+        while name is not None and name in parent_of and state.get(name) is None:
+            state[name] = 1
+            path.append(name)
+            name = parent_of[name]
+        if name is not None and state.get(name) == 1:
+            cycle = path[path.index(name) :]
+            loop = " → ".join([*cycle, name])
+            out.extend(
+                Violation(f"[{index}].parent", f"queue tree has a cycle: {loop}")
+                for index in sorted(index_by_name[member] for member in cycle)
+            )
+        for member in path:
+            state[member] = 2
+    return out
+
+
+def quota_nesting_violations(
+    queues: Sequence[Queue], *, gpu_types: Mapping[str, GpuType] | None = None
+) -> list[Violation]:
+    """Children whose deserved quotas add up to more than their parent's, per pool.
+
+    Siblings divide what their parent received (DESIGN §3), so a parent guaranteed less than
+    its children's sum cannot keep all their guarantees. The engine still divides such a tree
+    (the guarantees are scaled down in proportion), but a configuration should not promise it.
+    Per-type guarantees count through `deserved_cu_with_types`. Structural problems are left
+    to `queue_structure_violations`.
+    """
+    compute_weights = (
+        {} if gpu_types is None else {name: t.compute_weight for name, t in gpu_types.items()}
+    )
+    index_by_name = {q.name: i for i, q in enumerate(queues)}
+    children_deserved: dict[tuple[str, str], float] = {}
+    for queue in queues:
+        if queue.parent is None or queue.parent not in index_by_name:
+            continue
+        for pool, quota in queue.quotas.items():
+            key = (queue.parent, pool)
+            deserved = deserved_cu_with_types(quota, compute_weights)
+            children_deserved[key] = children_deserved.get(key, 0.0) + deserved
+    out: list[Violation] = []
+    for (parent, pool), total in children_deserved.items():
+        parent_queue = queues[index_by_name[parent]]
+        own = deserved_cu_with_types(parent_queue.quota(pool), compute_weights)
+        if total > own * (1 + 1e-12):
+            out.append(
+                Violation(
+                    f'[{index_by_name[parent]}].quotas["{pool}"].deserved_cu',
+                    f"children's deserved quotas in pool {pool!r} add up to {total} CU, "
+                    f"more than this queue's {own} CU",
+                )
+            )
+    return out
+
+
+def validate_queues(
+    queues: Sequence[Queue],
+    *,
+    pools: Collection[str] | None = None,
+    gpu_types: Mapping[str, GpuType] | None = None,
+) -> list[Violation]:
+    """Everything about a queue list: each queue, the tree's shape and quota nesting."""
+    out: list[Violation] = []
+    for index, queue in enumerate(queues):
+        out.extend(
+            Violation(f"[{index}].{v.field_path}", v.message)
+            for v in validate_queue(queue, pools=pools, gpu_types=gpu_types)
+        )
+    structure = queue_structure_violations(queues)
+    out.extend(structure)
+    if not structure:
+        out.extend(quota_nesting_violations(queues, gpu_types=gpu_types))
+    return out

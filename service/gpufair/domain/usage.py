@@ -1,0 +1,215 @@
+"""Decayed usage and capacity integrals over piecewise-constant timelines (DESIGN §3.3).
+
+A timeline is a collection of `Segment(start_s, end_s, value)`: `value` CU held over
+[start_s, end_s). Segments may overlap and then add up, so a leaf queue's allocation timeline can
+be its workloads' allocation intervals as they are, and a pool's capacity timeline its nodes'.
+
+The decayed integral of a timeline a(t) at instant `now` is
+
+    I = ∫ a(t) · 2^(-(now - t) / h) dt   over   [lo, hi) = window_bounds(now, policy),
+
+with weight 1 instead of the power when the policy has no half-life. Every integral here is the
+closed form of that expression on each constant piece — never sampled — so a recompute every
+minute and a report a month later agree to float precision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from gpufair.domain.model import FairSharePolicy, GpuType, Queue, UsageBasis, WindowKind, frozen_map
+from gpufair.domain.policy import InvalidInputError, Violation, deserved_cu_with_types
+from gpufair.domain.tree import QueueTree
+
+_LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """`value` (CU) held over [start_s, end_s); `end_s` may be math.inf for an open interval."""
+
+    start_s: float
+    end_s: float
+    value: float
+
+
+Timeline: TypeAlias = Sequence[Segment]
+Piece: TypeAlias = tuple[float, float, float]  # (start_s, end_s, value): one constant stretch
+
+
+@dataclass(frozen=True, slots=True)
+class UsageInputs:
+    """What the fair-share engine needs from history, for one pool at one instant.
+
+    `usage_cu_s[q]` is queue q's decayed usage (CU·s, weighted by the decay); a missing queue has
+    none. `group_capacity_cu_s[parent]` is the decayed capacity the children of `parent` (None:
+    the top level) competed for; missing or 0 means no history, and U' = 0 for that group.
+    """
+
+    usage_cu_s: Mapping[str, float] = field(default_factory=frozen_map)
+    group_capacity_cu_s: Mapping[str | None, float] = field(default_factory=frozen_map)
+
+
+def window_bounds(now_s: float, policy: FairSharePolicy) -> tuple[float, float]:
+    """The stretch of history that counts at `now_s`, as (lo_s, hi_s) with hi_s = now_s.
+
+    Sliding: the last `window_s`. Tumbling: from the latest boundary `window_anchor_s + n ·
+    window_s` at or before now, so usage restarts at each boundary. None: all history
+    (lo_s = -inf), which only stays finite with a half-life or finite timelines.
+    """
+    if policy.window_kind == WindowKind.SLIDING:
+        return now_s - policy.window_s, now_s
+    if policy.window_kind == WindowKind.TUMBLING:
+        # Python's float modulo is non-negative for a positive period, also before the anchor.
+        elapsed_s = (now_s - policy.window_anchor_s) % policy.window_s
+        return now_s - elapsed_s, now_s
+    return -math.inf, now_s
+
+
+def decayed_segment_integral(
+    start_s: float, end_s: float, value: float, now_s: float, half_life_s: float | None
+) -> float:
+    """∫_{start_s}^{end_s} value · 2^(-(now_s - t) / half_life_s) dt, in closed form.
+
+    With h = half_life_s and r = ln 2 / h:
+
+        value / r · 2^(-(now - end) / h) · (1 - 2^(-(end - start) / h))
+
+    written with expm1 so short stretches keep full precision. Without a half-life the weight is
+    1: value · (end - start). The caller clips to `window_bounds`; `start_s` may be -inf with a
+    half-life. Meant for end_s ≤ now_s (later instants would weigh more than 1).
+    """
+    if end_s < start_s:
+        raise ValueError(f"segment ends before it starts: [{start_s}, {end_s})")
+    if value == 0.0 or end_s == start_s:
+        return 0.0
+    if half_life_s is None:
+        return value * (end_s - start_s)
+    rate = _LN2 / half_life_s
+    return value / rate * math.exp(-rate * (now_s - end_s)) * -math.expm1(-rate * (end_s - start_s))
+
+
+def _clipped_integral(pieces: Iterable[Piece], now_s: float, policy: FairSharePolicy) -> float:
+    lo_s, hi_s = window_bounds(now_s, policy)
+    parts = []
+    for start_s, end_s, value in pieces:
+        clipped_start_s = max(start_s, lo_s)
+        clipped_end_s = min(end_s, hi_s)
+        if clipped_start_s < clipped_end_s:
+            parts.append(
+                decayed_segment_integral(
+                    clipped_start_s, clipped_end_s, value, now_s, policy.half_life_s
+                )
+            )
+    return math.fsum(parts)
+
+
+def decayed_integral(timeline: Timeline, now_s: float, policy: FairSharePolicy) -> float:
+    """The decayed integral of `timeline` over the policy's window at `now_s` (module formula)."""
+    return _clipped_integral(((s.start_s, s.end_s, s.value) for s in timeline), now_s, policy)
+
+
+def step_pieces(segments: Iterable[Piece], lo_s: float, hi_s: float) -> list[Piece]:
+    """Overlapping (start_s, end_s, value) stretches merged into the constant pieces of their sum.
+
+    Only [lo_s, hi_s) is kept, and stretches no segment covers are dropped. The pieces are what a
+    non-linear function of the sum — max(0, allocation - deserved) — must be applied to: applying
+    it per input segment would be wrong whenever segments overlap.
+    """
+    events: list[tuple[float, float, int]] = []
+    for start_s, end_s, value in segments:
+        clipped_start_s = max(start_s, lo_s)
+        clipped_end_s = min(end_s, hi_s)
+        if clipped_start_s < clipped_end_s and value != 0.0:
+            events.append((clipped_start_s, value, 1))
+            events.append((clipped_end_s, -value, -1))
+    events.sort(key=lambda event: event[0])
+    pieces: list[Piece] = []
+    level = 0.0
+    active = 0
+    index = 0
+    while index < len(events):
+        at_s = events[index][0]
+        while index < len(events) and events[index][0] == at_s:
+            level += events[index][1]
+            active += events[index][2]
+            index += 1
+        if active == 0:
+            # Adding and removing the same values leaves float dust; an empty instant is 0 exactly.
+            level = 0.0
+        elif index < len(events):
+            pieces.append((at_s, events[index][0], level))
+    return pieces
+
+
+def _over(pieces: Iterable[Piece], threshold: float) -> list[Piece]:
+    return [(s, e, max(0.0, value - threshold)) for s, e, value in pieces]
+
+
+def usage_inputs(
+    *,
+    pool: str,
+    policy: FairSharePolicy,
+    queues: Sequence[Queue],
+    gpu_types: Mapping[str, GpuType],
+    leaf_allocations: Mapping[str, Timeline],
+    capacity: Timeline,
+    now_s: float,
+) -> UsageInputs:
+    """The usage numerators and group-capacity denominators for `compute_fair_shares`.
+
+    `leaf_allocations[q]` is leaf q's CU allocation timeline in `pool`; an inner queue's
+    allocation is the sum of its children's. `capacity` is the pool's CU capacity timeline.
+    Deserved quotas are today's (`deserved_cu_with_types` in `pool`), applied to all history.
+
+    `usage_basis: over_quota` (DESIGN §3.3): usage_q = ∫ max(0, alloc_q(t) - deserved_q); the
+    top-level group competed for ∫ max(0, capacity(t) - Σ top-level deserved), the children of p
+    for ∫ max(0, alloc_p(t) - Σ children's deserved). `total`: usage_q = ∫ alloc_q(t) and every
+    group's capacity is ∫ capacity(t). All integrals decayed and windowed as `decayed_integral`,
+    each max(0, ·) taken on the merged change points of the sum it clamps.
+    """
+    tree = QueueTree.build(queues)
+    bad = [
+        Violation(f'["{name}"]', "allocation timeline given for an unknown or inner queue")
+        for name in leaf_allocations
+        if name not in tree.queues or not tree.is_leaf(name)
+    ]
+    if bad:
+        raise InvalidInputError(bad)
+    lo_s, hi_s = window_bounds(now_s, policy)
+    pieces_by_queue: dict[str, list[Piece]] = {}
+    for name in tree.postorder():
+        if tree.is_leaf(name):
+            raw: Iterable[Piece] = (
+                (s.start_s, s.end_s, s.value) for s in leaf_allocations.get(name, ())
+            )
+        else:
+            raw = (p for child in tree.children_of(name) for p in pieces_by_queue[child])
+        pieces_by_queue[name] = step_pieces(raw, lo_s, hi_s)
+    capacity_pieces = step_pieces(((s.start_s, s.end_s, s.value) for s in capacity), lo_s, hi_s)
+
+    usage: dict[str, float] = {}
+    group_capacity: dict[str | None, float] = {}
+    if policy.usage_basis == UsageBasis.TOTAL:
+        pool_capacity = _clipped_integral(capacity_pieces, now_s, policy)
+        for name, pieces in pieces_by_queue.items():
+            usage[name] = _clipped_integral(pieces, now_s, policy)
+        for group in tree.inner_groups():
+            group_capacity[group] = pool_capacity
+        return UsageInputs(usage_cu_s=usage, group_capacity_cu_s=group_capacity)
+
+    compute_weights = {name: t.compute_weight for name, t in gpu_types.items()}
+    deserved = {
+        name: deserved_cu_with_types(queue.quota(pool), compute_weights)
+        for name, queue in tree.queues.items()
+    }
+    for name, pieces in pieces_by_queue.items():
+        usage[name] = _clipped_integral(_over(pieces, deserved[name]), now_s, policy)
+    for group in tree.inner_groups():
+        children_deserved = math.fsum(deserved[c] for c in tree.children_of(group))
+        held = capacity_pieces if group is None else pieces_by_queue[group]
+        group_capacity[group] = _clipped_integral(_over(held, children_deserved), now_s, policy)
+    return UsageInputs(usage_cu_s=usage, group_capacity_cu_s=group_capacity)

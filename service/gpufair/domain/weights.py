@@ -1,0 +1,78 @@
+"""Time-based effective weights (DESIGN §3.3): W', U', P and the dead band."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def usage_share(usage_cu_s: float, group_capacity_cu_s: float) -> float:
+    """U' = decayed usage / decayed capacity the group competed for; 0 without any capacity.
+
+    Both integrals come from the same window and decay (`usage.usage_inputs`), so U' is the
+    fraction of what the group divided that this queue took — the unit W' is in. It may exceed 1
+    under the over-quota basis when siblings left their deserved quota unused.
+    """
+    if group_capacity_cu_s <= 0.0:
+        return 0.0
+    return usage_cu_s / group_capacity_cu_s
+
+
+def priority_weight(weight_share: float, usage_share: float, k: float) -> float:
+    """P = max(0, W' + k · (W' - U')): below-share users gain, above-share users give way."""
+    return max(0.0, weight_share + k * (weight_share - usage_share))
+
+
+@dataclass(frozen=True, slots=True)
+class StageWeights:
+    """One division stage's weights, index-aligned with the queues passed in."""
+
+    weight_shares: list[float]  # W'
+    priority_weights: list[float]  # P
+    effective_weights: list[float]  # P / ΣP (W' if every P is 0), after the dead band
+
+
+def stage_weights(
+    over_quota_weights: Sequence[float],
+    usage_shares: Sequence[float],
+    k: float,
+    previous_effective_weights: Sequence[float | None],
+    dead_band: float,
+) -> StageWeights:
+    """The effective weights of the queues competing in one over-quota stage.
+
+    W'_q = w_q / Σ w over the competing queues; when every configured weight is 0 (best-effort
+    queues only) they share equally, so leftover capacity is still used. If every P is 0 the
+    division falls back to W' (DESIGN §3.3). Effective weights are P normalised to sum to 1.
+
+    Dead band (absolute, on the normalised weight): a queue whose new effective weight is within
+    `dead_band` of its previous one keeps the previous value, so shares do not jitter between
+    recomputes. Should that leave every weight at 0, the unbanded weights are used instead —
+    stability must never idle capacity.
+    """
+    count = len(over_quota_weights)
+    total_weight = math.fsum(over_quota_weights)
+    if total_weight > 0.0:
+        weight_shares = [w / total_weight for w in over_quota_weights]
+    else:
+        weight_shares = [1.0 / count] * count
+    priority_weights = [
+        priority_weight(w, u, k) for w, u in zip(weight_shares, usage_shares, strict=True)
+    ]
+    total_priority = math.fsum(priority_weights)
+    if total_priority > 0.0:
+        unbanded = [p / total_priority for p in priority_weights]
+    else:
+        unbanded = list(weight_shares)
+    banded = [
+        previous if previous is not None and abs(new - previous) < dead_band else new
+        for new, previous in zip(unbanded, previous_effective_weights, strict=True)
+    ]
+    if not any(weight > 0.0 for weight in banded):
+        banded = unbanded
+    return StageWeights(
+        weight_shares=weight_shares,
+        priority_weights=priority_weights,
+        effective_weights=banded,
+    )
