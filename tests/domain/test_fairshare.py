@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fairshare_support import A100, POOL, divide, gpus, queue, wants
+
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
 from gpufair.domain.model import FairSharePolicy, Queue, Rounding, UsageBasis
 from gpufair.domain.policy import InvalidInputError

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from fairshare_support import divide, queue, wants
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpufair.domain.fairshare import QueueDemand, QueueShare
 from gpufair.domain.model import FairSharePolicy, Queue, Rounding
 from gpufair.domain.usage import UsageInputs
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 EXAMPLES = settings(max_examples=200, deadline=None)
 TOLERANCE_CU = 1e-6

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fairshare_support import ALL_TYPES, POOL, divide, queue, wants
+
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
 from gpufair.domain.model import FairSharePolicy, Rounding
 from gpufair.domain.usage import UsageInputs

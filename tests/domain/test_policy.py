@@ -6,6 +6,7 @@ import math
 
 import pytest
 from fairshare_support import A100, ALL_TYPES, POOL, queue
+
 from gpufair.domain.model import (
     FairSharePolicy,
     GpuType,

@@ -9,6 +9,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 from fairshare_support import A100, POOL, queue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpufair.domain.model import FairSharePolicy, UsageBasis, WindowKind
 from gpufair.domain.policy import InvalidInputError
 from gpufair.domain.usage import (
@@ -19,8 +22,6 @@ from gpufair.domain.usage import (
     usage_inputs,
     window_bounds,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 EXAMPLES = settings(max_examples=150, deadline=None)
 REL = 1e-9

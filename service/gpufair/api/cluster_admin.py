@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 from sqlalchemy import Connection, Engine
 
@@ -16,7 +18,7 @@ from gpufair.domain.config_diff import KINDS, diff_configs, objects_by_kind
 from gpufair.domain.config_rules import config_warnings, validate_config
 from gpufair.domain.errors import FailedPrecondition, InvalidInput, NotFound, Violation
 from gpufair.domain.model import ClusterConfig
-from gpufair.store import config_repo, locks
+from gpufair.store import capacity_repo, config_repo, locks
 from gpufair.v1 import cluster_pb2 as pb
 from gpufair.v1 import cluster_pb2_grpc
 
@@ -100,6 +102,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
             if changes and not request.dry_run:
                 config_repo.apply_changes(conn, desired, changes)
                 version = config_repo.record_version(conn, changes)
+                capacity_repo.record_if_changed(conn, time.time(), "config")
             return pb.ApplyConfigResponse(
                 changes=changes_to_proto(changes),
                 warnings=warnings,
@@ -157,6 +160,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
             if not request.dry_run:
                 config_repo.apply_changes(conn, desired, changes)
                 version = config_repo.record_version(conn, changes)
+                capacity_repo.record_if_changed(conn, time.time(), "config")
             return pb.DeleteObjectsResponse(
                 changes=changes_to_proto(changes),
                 applied=not request.dry_run,

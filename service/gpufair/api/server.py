@@ -14,6 +14,8 @@ from sqlalchemy import Engine
 
 from gpufair.api.cluster_admin import ClusterAdminServicer
 from gpufair.api.errors import ErrorMappingInterceptor
+from gpufair.api.ledger import LedgerServicer
+from gpufair.api.scheduler import SchedulerServicer
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -59,15 +61,11 @@ def build_server(
         ],
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine), server)
-    # Built by later milestones; until then the generated bases answer UNIMPLEMENTED.
-    scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-        scheduler_pb2_grpc.SchedulerServicer(),  # type: ignore[abstract]
-        server,
-    )
-    ledger_pb2_grpc.add_LedgerServicer_to_server(
-        ledger_pb2_grpc.LedgerServicer(),  # type: ignore[abstract]
-        server,
-    )
+    # RPCs a servicer does not define yet answer UNIMPLEMENTED (the generated base's behaviour).
+    scheduler = SchedulerServicer(engine)  # type: ignore[abstract]
+    ledger = LedgerServicer(engine)  # type: ignore[abstract]
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
+    ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)
 
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

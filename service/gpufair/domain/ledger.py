@@ -1,0 +1,257 @@
+"""Ledger events and what ran, derived from them (DESIGN §5). Pure: no clock, no database.
+
+The batch system is the source of truth: usage comes from its `started` and stop events with its
+own timestamps, never from gpufair's decisions. A workload's runs are derived from all of its
+events sorted by `occurred_at` (ties: starts before stops, then event id), so events may arrive in
+any order and the same set of events always yields the same runs.
+
+Pairing rules:
+- `started` opens a run, unless one is open already (a repeated start is ignored).
+- `stopped`, `preempted`, `failed` and `stale` close the open run at their instant; with no run
+  open they are orphans and change nothing (a stop that arrived before its start is kept, and
+  pairs once the start arrives, as long as it is not earlier than that start).
+- `stale` is written by the sweeper when heartbeats stop: the run ends at its last sign of life.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufair.domain.model import GpuType, Node
+
+
+class EventKind(enum.StrEnum):
+    STARTED = "started"
+    STOPPED = "stopped"
+    HEARTBEAT = "heartbeat"
+    PREEMPTED = "preempted"
+    FAILED = "failed"
+    NODE_CAPACITY = "node_capacity"
+    STALE = "stale"  # internal: written by the stale-allocation sweeper
+
+
+END_KINDS = frozenset({EventKind.STOPPED, EventKind.PREEMPTED, EventKind.FAILED, EventKind.STALE})
+RUN_KINDS = END_KINDS | {EventKind.STARTED}
+
+# How far ahead of the server's clock an event may claim to have happened (clock skew).
+MAX_FUTURE_SKEW_S = 300.0
+# Events older than this are refused: their usage would fall before any retained history.
+MAX_AGE_S = 400 * 86400.0
+# Namespace of the ids the sweeper gives its `stale` events: one per run, so sweeps are idempotent.
+STALE_NAMESPACE = uuid.UUID("3f0d6f0e-8a53-4b5e-9d7c-6a2f2c1e9b41")
+
+
+class WorkloadState(enum.StrEnum):
+    PENDING = "pending"  # waiting for a placement
+    BOUND = "bound"  # placed by a Schedule decision, not yet confirmed by a `started` event
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class EventPod:
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_fraction: float = 1.0  # share of each listed GPU; below 1 for shared GPUs
+
+    @property
+    def gpus(self) -> float:
+        return len(self.gpu_indices) * self.gpu_fraction
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvent:
+    event_id: str
+    kind: EventKind
+    occurred_at_s: float
+    workload_uid: str = ""
+    pods: tuple[EventPod, ...] = ()
+    node: str = ""  # node_capacity events
+    gpu_count: int = 0  # node_capacity events: usable GPUs from now on
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One stretch of a workload on its pods, from a `started` event to the stop that ended it."""
+
+    start_event_id: str
+    started_at_s: float
+    pods: tuple[EventPod, ...]
+    ended_at_s: float | None = None
+    end_kind: EventKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalRow:
+    """A run's share on one GPU type: what the ledger integrates into usage."""
+
+    start_event_id: str
+    gpu_type: str
+    gpus: float
+    cu: float
+    started_at_s: float
+    ended_at_s: float | None
+    end_kind: EventKind | None
+    pods: tuple[EventPod, ...]
+
+
+def _order(event: LedgerEvent) -> tuple[float, int, str]:
+    return (event.occurred_at_s, 0 if event.kind is EventKind.STARTED else 1, event.event_id)
+
+
+def derive_runs(events: Iterable[LedgerEvent]) -> list[Run]:
+    """A workload's runs from its start and stop events, in any arrival order."""
+    runs: list[Run] = []
+    open_run: Run | None = None
+    for event in sorted((e for e in events if e.kind in RUN_KINDS), key=_order):
+        if event.kind is EventKind.STARTED:
+            if open_run is None:
+                open_run = Run(event.event_id, event.occurred_at_s, event.pods)
+        elif open_run is not None:
+            runs.append(
+                Run(
+                    open_run.start_event_id,
+                    open_run.started_at_s,
+                    open_run.pods,
+                    event.occurred_at_s,
+                    event.kind,
+                )
+            )
+            open_run = None
+    if open_run is not None:
+        runs.append(open_run)
+    return runs
+
+
+def state_after(runs: Sequence[Run], current: WorkloadState) -> WorkloadState:
+    """The workload state that its runs imply, given the state it has now."""
+    if runs and runs[-1].ended_at_s is None:
+        return WorkloadState.RUNNING
+    if current is WorkloadState.CANCELLED:
+        return current
+    if not runs:
+        return current
+    if runs[-1].end_kind is EventKind.PREEMPTED:
+        return WorkloadState.PENDING  # requeued by the batch system under the same uid
+    return WorkloadState.FINISHED
+
+
+def interval_rows(
+    runs: Iterable[Run], nodes: Mapping[str, Node], gpu_types: Mapping[str, GpuType]
+) -> list[IntervalRow]:
+    """Each run split by GPU type, in GPUs and CU (a gang should not mix types, but if the batch
+    system ran one that did, each type is counted at its own weight)."""
+    rows: list[IntervalRow] = []
+    for run in runs:
+        by_type: dict[str, list[EventPod]] = defaultdict(list)
+        for pod in run.pods:
+            node = nodes.get(pod.node)
+            by_type[node.gpu_type if node else ""].append(pod)
+        for type_name, pods in sorted(by_type.items()):
+            gpus = math.fsum(p.gpus for p in pods)
+            weight = gpu_types[type_name].compute_weight if type_name in gpu_types else 0.0
+            rows.append(
+                IntervalRow(
+                    run.start_event_id,
+                    type_name,
+                    gpus,
+                    gpus * weight,
+                    run.started_at_s,
+                    run.ended_at_s,
+                    run.end_kind,
+                    tuple(pods),
+                )
+            )
+    return rows
+
+
+def stale_event_id(start_event_id: str) -> str:
+    return str(uuid.uuid5(STALE_NAMESPACE, start_event_id))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRef:
+    """What event validation needs to know of a workload."""
+
+    uid: str
+    queue: str
+    pool: str
+
+
+def event_problem(
+    event: LedgerEvent,
+    *,
+    now_s: float,
+    workload: WorkloadRef | None,
+    nodes: Mapping[str, Node],
+) -> str | None:
+    """Why `event` cannot be stored, or None. Checks only the event itself and the config;
+    ordering against other events of the workload is `stop_before_start`."""
+    try:
+        uuid.UUID(event.event_id)
+    except ValueError:
+        return f"event_id {event.event_id[:80]!r} is not a UUID"
+    if not math.isfinite(event.occurred_at_s) or event.occurred_at_s <= 0:
+        return "occurred_at is missing"
+    if event.occurred_at_s > now_s + MAX_FUTURE_SKEW_S:
+        ahead = event.occurred_at_s - now_s
+        return f"occurred_at is {ahead:.0f} s in the future (more than {MAX_FUTURE_SKEW_S:.0f} s of clock skew)"
+    if event.occurred_at_s < now_s - MAX_AGE_S:
+        return f"occurred_at is more than {MAX_AGE_S / 86400:.0f} days in the past"
+    if event.kind is EventKind.STALE:
+        return "stale events are written by gpufair itself"
+    if event.kind is EventKind.NODE_CAPACITY:
+        if event.node not in nodes:
+            return f"unknown node {event.node[:80]!r}"
+        if not 0 <= event.gpu_count <= nodes[event.node].gpu_count:
+            return f"gpu_count must be between 0 and the node's {nodes[event.node].gpu_count} GPUs"
+        return None
+    if not event.workload_uid:
+        return "workload_uid is required"
+    if workload is None:
+        return f"unknown workload {event.workload_uid[:80]!r}"
+    if event.kind is EventKind.STARTED:
+        return _pods_problem(event.pods, workload, nodes)
+    if event.pods:
+        return f"pods belong on started events, not {event.kind.value}"
+    return None
+
+
+def _pods_problem(
+    pods: Sequence[EventPod], workload: WorkloadRef, nodes: Mapping[str, Node]
+) -> str | None:
+    if not pods:
+        return "a started event needs the pods it runs on"
+    for i, pod in enumerate(pods):
+        node = nodes.get(pod.node)
+        if node is None:
+            return f"pods[{i}]: unknown node {pod.node[:80]!r}"
+        if node.pool != workload.pool:
+            return f"pods[{i}]: node {pod.node} is in pool {node.pool}, the workload in {workload.pool}"
+        if not math.isfinite(pod.gpu_fraction) or not 0 < pod.gpu_fraction <= 1:
+            return f"pods[{i}]: gpu_fraction must be in (0, 1]"
+        if pod.gpu_fraction < 1 and len(pod.gpu_indices) != 1:
+            return f"pods[{i}]: a GPU fraction is of exactly one GPU"
+        if len(set(pod.gpu_indices)) != len(pod.gpu_indices):
+            return f"pods[{i}]: a GPU index is listed twice"
+        bad = [g for g in pod.gpu_indices if not 0 <= g < node.gpu_count]
+        if bad:
+            return f"pods[{i}]: GPU index {bad[0]} does not exist on {pod.node} ({node.gpu_count} GPUs)"
+    return None
+
+
+def stop_before_start(event: LedgerEvent, earliest_start_s: float | None) -> str | None:
+    """A stop earlier than every start of its workload can never pair: refuse it."""
+    if (
+        event.kind in END_KINDS
+        and earliest_start_s is not None
+        and event.occurred_at_s < earliest_start_s
+    ):
+        return "stopped before the workload started"
+    return None

@@ -1,0 +1,86 @@
+"""Pool capacity over time: what the fair-share engine divides and usage is normalised by.
+
+A pool's capacity is the CU of its ready nodes, each counted with the GPUs the batch system last
+reported usable (node_capacity events), else its declared GPU count. A new row is written whenever
+that changes: by a config apply or by a node capacity event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, select, text
+
+from gpufair.domain.usage import Segment
+from gpufair.store import tables as t
+from gpufair.store.ledger_tables import node_capacity, pool_capacity_changes
+
+
+def capacity_now(conn: Connection) -> dict[str, tuple[float, dict[str, float]]]:
+    """Per pool: (CU, GPUs by type) of its ready nodes as they are now."""
+    weights = dict(conn.execute(select(t.gpu_types.c.name, t.gpu_types.c.compute_weight)).all())
+    overrides = dict(conn.execute(select(node_capacity.c.node, node_capacity.c.gpu_count)).all())
+    cu: dict[str, float] = defaultdict(float)
+    by_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for pool_row in conn.execute(select(t.node_pools.c.name)):
+        cu[pool_row.name] = 0.0
+    for n in conn.execute(
+        select(t.nodes.c.name, t.nodes.c.pool, t.nodes.c.gpu_type, t.nodes.c.gpu_count).where(
+            t.nodes.c.ready
+        )
+    ):
+        gpus = min(n.gpu_count, overrides.get(n.name, n.gpu_count))
+        cu[n.pool] += gpus * weights.get(n.gpu_type, 0.0)
+        by_type[n.pool][n.gpu_type] += gpus
+    return {pool: (cu[pool], dict(by_type[pool])) for pool in cu}
+
+
+def record_if_changed(conn: Connection, at_s: float, source: str) -> int:
+    """Write a capacity row for every pool whose capacity differs from its latest row."""
+    latest = {
+        r.pool: (r.capacity_cu, r.capacity_gpus_by_type)
+        for r in conn.execute(
+            text(
+                "SELECT DISTINCT ON (pool) pool, capacity_cu, capacity_gpus_by_type "
+                "FROM pool_capacity_changes ORDER BY pool, changed_at DESC"
+            )
+        )
+    }
+    written = 0
+    for pool, (cu, by_type) in capacity_now(conn).items():
+        if latest.get(pool) == (cu, by_type):
+            continue
+        conn.execute(
+            text(
+                "INSERT INTO pool_capacity_changes "
+                "(pool, changed_at, capacity_cu, capacity_gpus_by_type, source) "
+                "VALUES (:pool, to_timestamp(:at), :cu, CAST(:by_type AS jsonb), :source) "
+                "ON CONFLICT (pool, changed_at) DO UPDATE SET capacity_cu = EXCLUDED.capacity_cu, "
+                "capacity_gpus_by_type = EXCLUDED.capacity_gpus_by_type, source = EXCLUDED.source"
+            ),
+            {"pool": pool, "at": at_s, "cu": cu, "by_type": json.dumps(by_type), "source": source},
+        )
+        written += 1
+    return written
+
+
+def capacity_timeline(conn: Connection, pool: str, until_s: float) -> list[Segment]:
+    """The pool's CU capacity as segments up to `until_s` (the last one open to it)."""
+    rows = conn.execute(
+        select(pool_capacity_changes.c.changed_at, pool_capacity_changes.c.capacity_cu)
+        .where(pool_capacity_changes.c.pool == pool)
+        .order_by(pool_capacity_changes.c.changed_at)
+    ).all()
+    segments: list[Segment] = []
+    for i, row in enumerate(rows):
+        start = row.changed_at.timestamp()
+        end = rows[i + 1].changed_at.timestamp() if i + 1 < len(rows) else until_s
+        if end > start and row.capacity_cu > 0:
+            segments.append(Segment(start, end, row.capacity_cu))
+    return segments
+
+
+def utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)

@@ -1,0 +1,233 @@
+"""Tables of the usage ledger: workloads, events, allocation intervals, rollups, fair-share
+history, capacity history and periodic-job claims (DESIGN §5).
+
+Queue and pool names in the ledger are plain text, not foreign keys: history outlives the config
+objects it was recorded under, and reports of a deleted queue still add up.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from gpufair.store.tables import metadata
+
+_now = func.now()
+
+TZ = DateTime(timezone=True)
+
+# Workloads as the batch system submitted them. `spec` holds the full request (for idempotent
+# resubmission and for the scheduling cycle); the columns are what queries filter on.
+workloads = Table(
+    "workloads",
+    metadata,
+    Column("uid", Text, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("pool", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("spec", JSONB, nullable=False),
+    Column("spec_digest", Text, nullable=False),
+    Column("submit_time", TZ, nullable=False),
+    Column("state_changed_at", TZ, nullable=False, server_default=_now),
+    # Set by a Schedule decision; released if no `started` event confirms it in time.
+    Column("binding", JSONB, nullable=True),
+    Column("bound_at", TZ, nullable=True),
+    Column("bind_expires_at", TZ, nullable=True),
+    # The latest sign of life (started or heartbeat); the sweeper closes runs when it gets old.
+    Column("last_heartbeat_at", TZ, nullable=True),
+    Column("created_at", TZ, nullable=False, server_default=_now),
+    CheckConstraint(
+        "state IN ('pending', 'bound', 'running', 'finished', 'cancelled')", name="state_known"
+    ),
+    Index("ix_workloads_pool_state", "pool", "state"),
+    Index("ix_workloads_queue_state", "queue", "state"),
+)
+
+# Every event as received: the ledger's source of truth. A replay of an event_id is recognised by
+# the digest of its payload.
+ledger_events = Table(
+    "ledger_events",
+    metadata,
+    Column("event_id", UUID(as_uuid=False), primary_key=True),
+    Column("workload_uid", Text, nullable=True),
+    Column("kind", Text, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("payload_digest", Text, nullable=False),
+    Column("received_at", TZ, nullable=False, server_default=_now),
+    CheckConstraint(
+        "kind IN ('started', 'stopped', 'heartbeat', 'preempted', 'failed', 'node_capacity', "
+        "'stale')",
+        name="kind_known",
+    ),
+    Index("ix_ledger_events_workload", "workload_uid", "occurred_at"),
+    Index("ix_ledger_events_received_at", "received_at"),
+)
+
+# What ran: one row per workload run and GPU type, derived from the workload's events and rebuilt
+# whenever one of them arrives (so out-of-order arrival converges to the same rows).
+allocation_intervals = Table(
+    "allocation_intervals",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("workload_uid", Text, nullable=False),
+    Column("start_event_id", UUID(as_uuid=False), nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("pool", Text, nullable=False),
+    Column("gpu_type", Text, nullable=False),
+    Column("gpus", Double, nullable=False),
+    Column("cu", Double, nullable=False),
+    Column("started_at", TZ, nullable=False),
+    Column("ended_at", TZ, nullable=True),  # NULL while running
+    Column("last_heartbeat_at", TZ, nullable=True),
+    Column("end_kind", Text, nullable=True),  # stopped, preempted, failed, stale
+    Column("pods", JSONB, nullable=False),  # [{"node", "gpu_indices", "gpu_fraction"}]
+    CheckConstraint("gpus >= 0 AND cu >= 0", name="amounts_non_negative"),
+    CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ends_after_start"),
+    Index("ix_allocation_intervals_workload", "workload_uid"),
+    Index("ix_allocation_intervals_pool_span", "pool", "started_at", "ended_at"),
+    Index(
+        "ix_allocation_intervals_open",
+        "pool",
+        postgresql_where=text("ended_at IS NULL"),
+    ),
+)
+
+# A pool's usable capacity over time: one row per change (config apply or node capacity event).
+pool_capacity_changes = Table(
+    "pool_capacity_changes",
+    metadata,
+    Column("pool", Text, primary_key=True),
+    Column("changed_at", TZ, primary_key=True),
+    Column("capacity_cu", Double, nullable=False),
+    Column("capacity_gpus_by_type", JSONB, nullable=False),
+    Column("source", Text, nullable=False),  # "config" or "node_capacity"
+)
+
+# Usable GPUs of a node as the batch system last reported them (a failed card, a drained node).
+node_capacity = Table(
+    "node_capacity",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("gpu_count", Integer, nullable=False),
+    Column("changed_at", TZ, nullable=False),
+    CheckConstraint("gpu_count >= 0", name="gpu_count_non_negative"),
+)
+
+# Hourly usage per pool x leaf queue x GPU type, for reports and budgets.
+usage_hourly = Table(
+    "usage_hourly",
+    metadata,
+    Column("pool", Text, primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("gpu_type", Text, primary_key=True),
+    Column("bucket_start", TZ, primary_key=True),
+    Column("gpu_seconds", Double, nullable=False),
+    Column("cu_seconds", Double, nullable=False),
+    Column("over_quota_cu_seconds", Double, nullable=False),
+    Index("ix_usage_hourly_bucket", "bucket_start"),
+)
+
+# Hourly inputs of the fair-share engine per pool x queue (every level of the tree; queue '' is
+# the pool's root). `*_moment` = ∫ x(t) · 2^((t - bucket_start) / half_life_s) dt over the hour,
+# so the decayed integral at any later instant is a sum of moments times one power of two each:
+# exact, and O(buckets) instead of O(events). Without a half-life the moment is the plain integral.
+fairness_hourly = Table(
+    "fairness_hourly",
+    metadata,
+    Column("pool", Text, primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("bucket_start", TZ, primary_key=True),
+    Column("half_life_s", Double, nullable=True),  # the decay the moments were taken with
+    Column("usage_basis", Text, nullable=False),
+    Column("usage_moment", Double, nullable=False),  # the queue's usage under the basis
+    Column("group_capacity_moment", Double, nullable=False),  # what its children competed for
+)
+
+# The last completed hour per pool: rollups exist for every hour before it.
+rollup_watermarks = Table(
+    "rollup_watermarks",
+    metadata,
+    Column("pool", Text, primary_key=True),
+    Column("rolled_up_to", TZ, nullable=False),
+    Column("half_life_s", Double, nullable=True),
+    Column("usage_basis", Text, nullable=False),
+    Column("config_version", BigInteger, nullable=False),
+)
+
+# One row per recompute of a pool; the per-queue records hang off it.
+fair_share_runs = Table(
+    "fair_share_runs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("pool", Text, nullable=False),
+    Column("computed_at", TZ, nullable=False),
+    Column("capacity_cu", Double, nullable=False),
+    Column("config_version", BigInteger, nullable=False),
+    Index("ix_fair_share_runs_pool_time", "pool", "computed_at"),
+)
+
+fair_share_history = Table(
+    "fair_share_history",
+    metadata,
+    Column("run_id", BigInteger, primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("pool", Text, nullable=False),
+    Column("computed_at", TZ, nullable=False),
+    Column("parent", Text, nullable=True),
+    Column("priority", Integer, nullable=False),
+    Column("deserved_cu", Double, nullable=False),
+    Column("demand_cu", Double, nullable=False),
+    Column("limit_cu", Double, nullable=True),
+    Column("allocated_cu", Double, nullable=False),
+    Column("weight_share", Double, nullable=False),
+    Column("usage_share", Double, nullable=False),
+    Column("priority_weight", Double, nullable=False),
+    Column("effective_weight", Double, nullable=False),
+    Column("fair_share_cu", Double, nullable=False),
+    Column("decayed_usage_cu_s", Double, nullable=False),
+    Column("fair_share_gpus_by_type", JSONB, nullable=False),
+    Index("ix_fair_share_history_pool_queue_time", "pool", "queue", "computed_at"),
+)
+
+# A periodic job claims (job, period) before it runs: across any number of replicas the insert
+# succeeds once, so the job runs once per period.
+job_claims = Table(
+    "job_claims",
+    metadata,
+    Column("job", Text, primary_key=True),
+    Column("period_start", TZ, primary_key=True),
+    Column("claimed_by", Text, nullable=False),
+    Column("claimed_at", TZ, nullable=False, server_default=_now),
+    Column("finished_at", TZ, nullable=True),
+    Column("outcome", Text, nullable=True),
+)
+
+# Scheduling decisions (one row per Schedule call that was not a dry run).
+schedule_cycles = Table(
+    "schedule_cycles",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("pool", Text, nullable=False),
+    Column("decided_at", TZ, nullable=False, server_default=_now),
+    Column("reply", LargeBinary, nullable=False),
+    Column("binds", Integer, nullable=False),
+    Column("evicts", Integer, nullable=False),
+    Column("pending", Integer, nullable=False),
+    Column("dry_run", Boolean, nullable=False, server_default=text("false")),
+    Index("ix_schedule_cycles_pool_time", "pool", "decided_at"),
+)

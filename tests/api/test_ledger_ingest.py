@@ -1,0 +1,210 @@
+"""Ledger.ReportEvents / StreamEvents over gRPC on PostgreSQL: idempotent, order-tolerant, and
+every bad event refused with its reason while the good ones in the batch land."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from ledger_support import (
+    DUPLICATE,
+    HEARTBEAT,
+    NODE_CAPACITY,
+    PREEMPTED,
+    REJECTED,
+    STARTED,
+    STOPPED,
+    STORED,
+    cluster,
+    event,
+    report,
+    submit,
+)
+from sqlalchemy import Engine, text
+
+from gpufair.client import GpufairClient
+from gpufair.v1 import ledger_pb2, scheduler_pb2
+
+T0 = time.time() - 3 * 86400  # three days ago: well inside the accepted range
+
+
+@pytest.fixture
+def ready(client: GpufairClient) -> GpufairClient:
+    client.apply_config(cluster())
+    return client
+
+
+def intervals(
+    db: Engine, uid: str
+) -> list[tuple[str, float, float, float, float | None, str | None]]:
+    with db.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT gpu_type, gpus, cu, extract(epoch FROM started_at)::float8, "
+                "extract(epoch FROM ended_at)::float8, end_kind FROM allocation_intervals "
+                "WHERE workload_uid = :uid ORDER BY started_at, gpu_type"
+            ),
+            {"uid": uid},
+        )
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def state(db: Engine, uid: str) -> str:
+    with db.connect() as conn:
+        return str(
+            conn.execute(
+                text("SELECT state FROM workloads WHERE uid = :u"), {"u": uid}
+            ).scalar_one()
+        )
+
+
+def test_start_heartbeat_stop_makes_one_closed_interval(ready: GpufairClient, db: Engine) -> None:
+    submit(ready, "job-1", pods=2, gpus=4)
+    results = report(
+        ready,
+        event(STARTED, "job-1", T0, [("a1", [0, 1, 2, 3], 1.0), ("a2", [0, 1, 2, 3], 1.0)]),
+        event(HEARTBEAT, "job-1", T0 + 600),
+    )
+    assert [r.status for r in results] == [STORED, STORED]
+    assert state(db, "job-1") == "running"
+    [row] = intervals(db, "job-1")
+    assert row[:3] == ("a100", 8.0, 80.0)
+    assert row[3] == pytest.approx(T0, abs=1e-5) and row[4] is None
+
+    report(ready, event(STOPPED, "job-1", T0 + 3600))
+    [row] = intervals(db, "job-1")
+    assert row[4] == pytest.approx(T0 + 3600, abs=1e-5) and row[5] == "stopped"
+    assert state(db, "job-1") == "finished"
+
+
+def test_fractional_and_mixed_type_pods_are_weighed_per_type(
+    ready: GpufairClient, db: Engine
+) -> None:
+    submit(ready, "mixed", pods=3, gpus=1)
+    report(
+        ready,
+        event(STARTED, "mixed", T0, [("a1", [5], 0.5), ("r1", [0], 1.0), ("r1", [1], 0.25)]),
+    )
+    rows = intervals(db, "mixed")
+    assert [(r[0], r[1], r[2]) for r in rows] == [("a100", 0.5, 5.0), ("rtx4090", 1.25, 2.5)]
+
+
+def test_replay_is_duplicate_and_reused_id_is_rejected(ready: GpufairClient, db: Engine) -> None:
+    submit(ready, "job-2")
+    start = event(STARTED, "job-2", T0, [("a1", [0], 1.0)])
+    assert [r.status for r in report(ready, start)] == [STORED]
+    assert [r.status for r in report(ready, start, start)] == [DUPLICATE, DUPLICATE]
+    forged = event(STARTED, "job-2", T0 + 5, [("a1", [1], 1.0)], event_id=start.event_id)
+    [result] = report(ready, forged)
+    assert result.status == REJECTED
+    assert result.error == "event_id reused with a different payload"
+    assert len(intervals(db, "job-2")) == 1
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM ledger_events")).scalar_one() == 1
+
+
+def test_out_of_order_arrival_converges(ready: GpufairClient, db: Engine) -> None:
+    submit(ready, "late")
+    stop = event(STOPPED, "late", T0 + 1800)
+    start = event(STARTED, "late", T0, [("a2", [7], 1.0)])
+    assert [r.status for r in report(ready, stop)] == [STORED]
+    assert intervals(db, "late") == []
+    assert [r.status for r in report(ready, start)] == [STORED]
+    [row] = intervals(db, "late")
+    assert row[3] == pytest.approx(T0, abs=1e-5) and row[4] == pytest.approx(T0 + 1800, abs=1e-5)
+    assert state(db, "late") == "finished"
+
+
+def test_preempted_workload_goes_back_to_pending_and_runs_again(
+    ready: GpufairClient, db: Engine
+) -> None:
+    submit(ready, "again")
+    report(
+        ready,
+        event(STARTED, "again", T0, [("a1", [0], 1.0)]),
+        event(PREEMPTED, "again", T0 + 100),
+    )
+    assert state(db, "again") == "pending"
+    report(ready, event(STARTED, "again", T0 + 200, [("a1", [1], 1.0)]))
+    assert state(db, "again") == "running"
+    assert [(r[5]) for r in intervals(db, "again")] == ["preempted", None]
+
+
+def test_bad_events_get_reasons_and_good_ones_land(ready: GpufairClient, db: Engine) -> None:
+    submit(ready, "good")
+    submit(ready, "other")
+    report(ready, event(STARTED, "other", T0 + 1000, [("a1", [0], 1.0)]))
+    nan_pod = event(STARTED, "good", T0, [("a1", [1], float("nan"))])
+    unknown_kind = event(STARTED, "good", T0)
+    unknown_kind.kind = 99  # type: ignore[assignment]
+    batch = [
+        event(STARTED, "ghost", T0, [("a1", [0], 1.0)]),
+        event(STARTED, "good", T0, [("z9", [0], 1.0)]),
+        event(STARTED, "good", T0, [("a1", [8], 1.0)]),
+        event(STARTED, "good", time.time() + 3600, [("a1", [0], 1.0)]),
+        event(STOPPED, "other", T0 + 10),
+        nan_pod,
+        unknown_kind,
+        event(STARTED, "good", T0, []),
+        ledger_pb2.LedgerEvent(event_id="not-a-uuid", workload_uid="good", kind=HEARTBEAT),
+        event(STARTED, "good", T0, [("a1", [2, 3], 1.0)]),
+    ]
+    batch[-2].occurred_at.FromSeconds(int(T0))
+    results = report(ready, *batch)
+    errors = [r.error for r in results]
+    assert [r.status for r in results] == [REJECTED] * 9 + [STORED]
+    assert errors[0] == "unknown workload 'ghost'"
+    assert errors[1] == "pods[0]: unknown node 'z9'"
+    assert errors[2] == "pods[0]: GPU index 8 does not exist on a1 (8 GPUs)"
+    assert "in the future" in errors[3]
+    assert errors[4] == "stopped before the workload started"
+    assert errors[5] == "pods[0]: gpu_fraction must be in (0, 1]"
+    assert errors[6] == "unknown event kind 99"
+    assert errors[7] == "a started event needs the pods it runs on"
+    assert "is not a UUID" in errors[8]
+    assert [r[:3] for r in intervals(db, "good")] == [("a100", 2.0, 20.0)]
+
+
+def test_stream_commits_each_message(ready: GpufairClient, db: Engine) -> None:
+    for i in range(3):
+        submit(ready, f"s-{i}")
+    messages = [
+        ledger_pb2.ReportEventsRequest(
+            events=[event(STARTED, f"s-{i}", T0 + i, [("a2", [i], 1.0)])]
+        )
+        for i in range(3)
+    ]
+    reply = ready.ledger.StreamEvents(iter(messages), timeout=20)
+    assert [r.status for r in reply.results] == [STORED] * 3
+    assert all(len(intervals(db, f"s-{i}")) == 1 for i in range(3))
+
+
+def test_node_capacity_event_lowers_pool_capacity(ready: GpufairClient, db: Engine) -> None:
+    capacity_event = ledger_pb2.LedgerEvent(
+        event_id="8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a11", kind=NODE_CAPACITY, node="a1", gpu_count=6
+    )
+    capacity_event.occurred_at.FromNanoseconds(round((time.time() + 1) * 1e9))
+    [result] = report(ready, capacity_event)
+    assert result.status == STORED
+    with db.connect() as conn:
+        rows = conn.execute(
+            text("SELECT capacity_cu, source FROM pool_capacity_changes ORDER BY changed_at")
+        ).all()
+    assert [tuple(r) for r in rows] == [(168.0, "config"), (148.0, "node_capacity")]
+
+
+def test_submit_is_idempotent_by_uid(ready: GpufairClient) -> None:
+    request = scheduler_pb2.SubmitWorkloadsRequest(
+        workloads=[
+            scheduler_pb2.Workload(uid="w", queue="llm", pool="main", pods=1, gpus_per_pod=1)
+        ]
+    )
+    assert ready.scheduler.SubmitWorkloads(request, timeout=10).results[0].accepted
+    assert ready.scheduler.SubmitWorkloads(request, timeout=10).results[0].accepted
+    request.workloads[0].pods = 2
+    [result] = ready.scheduler.SubmitWorkloads(request, timeout=10).results
+    assert not result.accepted and result.error == "uid already submitted with a different spec"
+    request.workloads[0].queue = "nobody"
+    request.workloads[0].uid = "w2"
+    [result] = ready.scheduler.SubmitWorkloads(request, timeout=10).results
+    assert not result.accepted and result.error == "unknown queue 'nobody'"
