@@ -36,7 +36,9 @@ class WindowKind(enum.StrEnum):
 
 
 class UsageBasis(enum.StrEnum):
-    OVER_QUOTA = "over_quota"  # only allocation above deserved, over the group's over-quota capacity
+    OVER_QUOTA = (
+        "over_quota"  # only allocation above deserved, over the group's over-quota capacity
+    )
     TOTAL = "total"  # the whole allocation, over the pool's whole capacity
 
 
