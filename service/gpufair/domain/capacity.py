@@ -1,0 +1,203 @@
+"""Free capacity of one pool while one cycle runs: a mutable index, private to the cycle.
+
+The snapshot's values are immutable; a cycle needs to take capacity as it binds and to try
+"what if these workloads were gone" while it reclaims. `Capacity` holds, per ready node, the used
+fraction of each GPU, free CPU millicores and free memory MiB, and keeps two indexes current so a
+placement never scans every node:
+
+- `bucket(gpu_type, free_whole)`: the nodes of a type with exactly that many untouched GPUs;
+- `partial_nodes(gpu_type)`: the nodes with a GPU partly used by fractional pods.
+
+Trials (reclaim's "release these victims and see") write a `Journal`: the first time a trial
+touches a node its prior state is saved, and `restore` puts it back exactly, so no floating-point
+residue from add-then-subtract ever leaks into the real state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufair.domain.model import Node, PodBinding, Workload
+
+# Tolerance for comparing GPU fractions and CU: sums of fractions such as 0.1 + 0.2 are inexact.
+EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """What one pod holds on one node: GPU indices, each used by `gpu_amount` (1.0 = whole)."""
+
+    node: int
+    gpu_indices: tuple[int, ...]
+    gpu_amount: float
+    cpu_millicores: int
+    memory_mib: int
+
+
+class NodeState:
+    """One ready node's capacity; mutated only through `Capacity`."""
+
+    __slots__ = (
+        "cpu_free",
+        "cpu_total",
+        "free_whole",
+        "gpu_count",
+        "gpu_type",
+        "gpu_used",
+        "index",
+        "labels",
+        "memory_free",
+        "memory_total",
+        "name",
+    )
+
+    def __init__(self, index: int, node: Node) -> None:
+        self.index = index
+        self.name = node.name
+        self.gpu_type = node.gpu_type
+        self.gpu_count = node.gpu_count
+        self.labels: Mapping[str, str] = node.labels
+        self.gpu_used: list[float] = [0.0] * node.gpu_count
+        self.free_whole = node.gpu_count
+        self.cpu_total = node.cpu_millicores
+        self.cpu_free = node.cpu_millicores
+        self.memory_total = node.memory_mib
+        self.memory_free = node.memory_mib
+
+    def free_gpus(self) -> float:
+        """Free GPU capacity in GPUs, counting the unused part of shared GPUs."""
+        return sum(1.0 - used for used in self.gpu_used if used < 1.0 - EPS)
+
+
+Journal = dict[int, tuple[list[float], int, int]]
+
+
+class Capacity:
+    """Free capacity of the ready nodes of one pool, indexed by GPU type and free GPUs."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.nodes: list[NodeState] = []
+        self.index_of: dict[str, int] = {}
+        self.by_type: dict[str, list[int]] = {}
+        self.max_gpus: dict[str, int] = {}
+        # bucket[type][k]: nodes with exactly k untouched GPUs (a dict used as an ordered set).
+        self._buckets: dict[str, list[dict[int, None]]] = {}
+        self._partial: dict[str, dict[int, None]] = {}
+        self.free_whole_by_type: dict[str, int] = {}
+        self._domains: dict[str, dict[str, dict[str, list[int]]]] = {}
+        for node in nodes:
+            if node.name in self.index_of:
+                continue  # a duplicate name would double-count one machine
+            state = NodeState(len(self.nodes), node)
+            self.index_of[node.name] = state.index
+            self.nodes.append(state)
+            self.by_type.setdefault(node.gpu_type, []).append(state.index)
+            self.max_gpus[node.gpu_type] = max(self.max_gpus.get(node.gpu_type, 0), node.gpu_count)
+        for gpu_type, members in self.by_type.items():
+            buckets: list[dict[int, None]] = [{} for _ in range(self.max_gpus[gpu_type] + 1)]
+            for index in members:
+                buckets[self.nodes[index].gpu_count][index] = None
+            self._buckets[gpu_type] = buckets
+            self._partial[gpu_type] = {}
+            self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
+
+    def bucket(self, gpu_type: str, free_whole: int) -> dict[int, None]:
+        return self._buckets[gpu_type][free_whole]
+
+    def partial_nodes(self, gpu_type: str) -> dict[int, None]:
+        return self._partial.get(gpu_type, {})
+
+    def domains(self, level: str) -> dict[str, dict[str, list[int]]]:
+        """Nodes by GPU type, then by the value of topology label `level`; unlabelled nodes
+        belong to no domain. Built once per level and cycle: labels do not change mid-cycle."""
+        found = self._domains.get(level)
+        if found is None:
+            found = {}
+            for state in self.nodes:
+                value = state.labels.get(level)
+                if value is not None:
+                    found.setdefault(state.gpu_type, {}).setdefault(value, []).append(state.index)
+            self._domains[level] = found
+        return found
+
+    def take(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
+        self._apply(uses, 1, journal)
+
+    def release(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
+        self._apply(uses, -1, journal)
+
+    def restore(self, journal: Journal) -> None:
+        """Undo every change recorded in `journal` since it was empty."""
+        for index, (used, cpu_free, memory_free) in journal.items():
+            state = self.nodes[index]
+            state.gpu_used = used
+            state.cpu_free = cpu_free
+            state.memory_free = memory_free
+            self._reindex(state)
+        journal.clear()
+
+    def _apply(self, uses: Sequence[PodUse], sign: int, journal: Journal | None) -> None:
+        touched: dict[int, NodeState] = {}
+        for use in uses:
+            state = self.nodes[use.node]
+            if journal is not None and use.node not in journal:
+                journal[use.node] = (state.gpu_used.copy(), state.cpu_free, state.memory_free)
+            amount = sign * use.gpu_amount
+            used = state.gpu_used
+            for gpu in use.gpu_indices:
+                used[gpu] += amount
+            state.cpu_free -= sign * use.cpu_millicores
+            state.memory_free -= sign * use.memory_mib
+            touched[use.node] = state
+        for state in touched.values():
+            self._reindex(state)
+
+    def _reindex(self, state: NodeState) -> None:
+        free_whole = 0
+        partial = False
+        for used in state.gpu_used:
+            if used <= EPS:
+                free_whole += 1
+            elif used < 1.0 - EPS:
+                partial = True
+        gpu_type = state.gpu_type
+        if free_whole != state.free_whole:
+            buckets = self._buckets[gpu_type]
+            del buckets[state.free_whole][state.index]
+            buckets[free_whole][state.index] = None
+            self.free_whole_by_type[gpu_type] += free_whole - state.free_whole
+            state.free_whole = free_whole
+        partial_nodes = self._partial[gpu_type]
+        if partial:
+            partial_nodes[state.index] = None
+        else:
+            partial_nodes.pop(state.index, None)
+
+
+def uses_of(
+    capacity: Capacity, workload: Workload, bindings: Iterable[PodBinding]
+) -> Iterator[PodUse]:
+    """What a workload's bindings hold on the capacity's nodes. Bindings on nodes that are not
+    there (not ready, other pool) hold nothing here; GPU indices beyond the node are ignored."""
+    for binding in bindings:
+        index = capacity.index_of.get(binding.node)
+        if index is None:
+            continue
+        count = capacity.nodes[index].gpu_count
+        shared = binding.gpu_fraction < 1.0
+        gpus = binding.gpu_indices[:1] if shared else binding.gpu_indices
+        yield PodUse(
+            index,
+            tuple(gpu for gpu in gpus if 0 <= gpu < count),
+            binding.gpu_fraction if shared else 1.0,
+            workload.cpu_millicores_per_pod,
+            workload.memory_mib_per_pod,
+        )
+
+
+def binding_gpus(binding: PodBinding) -> float:
+    """GPUs one binding holds: its fraction of one GPU, or its whole GPUs."""
+    if binding.gpu_fraction < 1.0:
+        return binding.gpu_fraction
+    return float(len(binding.gpu_indices))

@@ -1,0 +1,257 @@
+"""Why a workload waits (DESIGN §3 "every computed share must be explainable", issue part 5).
+
+`pending_message` is the one sentence the cycle attaches to every pending workload.
+`explain` is the full answer for one workload after a cycle: its queue's fair-share numbers, how
+many nodes fail which filter right now, and what it would take, as a structured `Explanation`
+plus a human sentence, e.g. "It needs 60.0 CU, 40.0 of it over-quota; the queue may take 45.0 CU
+now, 25.0 of it over-quota."
+
+Numbers:
+
+- `allocated_cu` is the queue's allocation as the cycle left it: running work, plus this cycle's
+  binds, minus all evictions (decided now or earlier), plus capacity held for its waiting work.
+- `needed_cu` is the gang minimum on the cheapest adequate GPU type (the least it could cost).
+- `over_quota_needed_cu` is the part of `needed_cu` above the queue's deserved quota.
+- `queue_may_take_cu` is what the fair share still allows, `max(0, fair share − allocated)`, and
+  `over_quota_may_take_cu` the part of it above deserved.
+
+Node filters are counted on the pool's nodes after the cycle's binds, each node under the first
+filter it fails, in the order: not ready, GPU type, GPU memory, held for another workload, free
+GPUs, CPU, memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpufair.domain.capacity import Capacity, uses_of
+from gpufair.domain.model import GpuType, Node, Workload
+from gpufair.domain.placement import (
+    PodShape,
+    adequate_types,
+    fit_on,
+    gpu_memory_per_pod_gib,
+)
+from gpufair.domain.queuebook import QueueBook
+from gpufair.domain.snapshot import (
+    CycleResult,
+    CycleSnapshot,
+    PendingCode,
+    PendingReason,
+    ReservationKind,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFilterCounts:
+    """Nodes of the pool by the first filter they fail for one pod of the workload."""
+
+    nodes: int
+    not_ready: int
+    wrong_gpu_type: int
+    gpu_memory_too_small: int
+    held_for_other: int
+    too_few_free_gpus: int
+    too_little_cpu: int
+    too_little_memory: int
+    fits_a_pod: int
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    workload_uid: str
+    queue: str
+    pending: PendingReason | None  # None: the workload was bound (or is running)
+    priority_tier: int
+    deserved_cu: float
+    fair_share_cu: float
+    allocated_cu: float
+    limit_cu: float | None
+    needed_cu: float
+    over_quota_needed_cu: float
+    queue_may_take_cu: float
+    over_quota_may_take_cu: float
+    cheapest_gpu_type: str | None
+    nodes: NodeFilterCounts
+    message: str
+
+
+def pending_message(
+    code: PendingCode, workload: Workload, book: QueueBook, needed_cu: float, held_nodes: int
+) -> str:
+    """One sentence for a pending workload, from its queue's numbers at the end of the cycle."""
+    queue = (
+        f"queue {book.name}: allocated {book.allocated_cu:.1f} CU, fair share "
+        f"{book.fair_share_cu:.1f} CU, deserved {book.deserved_cu:.1f} CU"
+    )
+    if code is PendingCode.OVER_FAIR_SHARE:
+        return (
+            f"needs {needed_cu:.1f} CU, beyond its queue's fair share ({queue}), and no spare "
+            "capacity fits it"
+        )
+    if code is PendingCode.NO_CAPACITY:
+        held = f"; {held_nodes} nodes reserved for it" if held_nodes else ""
+        return (
+            f"within its queue's fair share ({queue}) but no free capacity fits "
+            f"{workload.gang_min_pods} pods of {workload.gpus_per_pod:g} GPU, and reclaim "
+            f"cannot free enough{held}"
+        )
+    if code is PendingCode.WAITING_FOR_EVICTED_CAPACITY:
+        return (
+            f"waiting for evicted capacity: work evicted for it is stopping; {held_nodes} nodes "
+            f"held for it ({queue})"
+        )
+    if code is PendingCode.QUEUE_LIMIT:
+        limit = "none" if book.limit_cu is None else f"{book.limit_cu:.1f} CU"
+        return f"would exceed its queue's limit (limit {limit}, per type {book.limit_gpus_by_type})"
+    if code is PendingCode.NON_PREEMPTIBLE_OVER_DESERVED:
+        return (
+            f"non-preemptible work must stay within deserved {book.deserved_cu:.1f} CU; the queue "
+            f"holds {book.nonpreemptible_cu:.1f} CU of it and this needs {needed_cu:.1f} CU"
+        )
+    return f"pending: {code.value}"
+
+
+def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> Explanation:
+    """Why `workload_uid` waits after `result` was computed from `snapshot`.
+
+    Raises KeyError when the workload is in neither the snapshot's pending nor its running work.
+    """
+    workload = next((w for w in snapshot.pending if w.uid == workload_uid), None)
+    if workload is None:
+        workload = next(
+            (a.workload for a in snapshot.running if a.workload.uid == workload_uid), None
+        )
+    if workload is None:
+        raise KeyError(workload_uid)
+    pending = result.pending.get(workload_uid)
+    gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}
+    pool_nodes = [node for node in snapshot.nodes if node.pool == snapshot.pool.name]
+    capacity = Capacity(node for node in pool_nodes if node.ready)
+    for allocation in snapshot.running:
+        capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
+    by_uid = {w.uid: w for w in snapshot.pending}
+    for bind in result.binds:
+        bound = by_uid.get(bind.workload_uid)
+        if bound is not None:
+            capacity.take(list(uses_of(capacity, bound, bind.bindings)))
+    held_for_other = {
+        node
+        for reservation in result.reservations
+        if reservation.kind is ReservationKind.EVICTED_CAPACITY
+        and reservation.workload_uid != workload_uid
+        for node in reservation.nodes
+    }
+    types = adequate_types(workload, gpu_types, tuple(capacity.by_type))
+    cheapest = types[0] if types else None
+    weight = gpu_types[cheapest].compute_weight if cheapest is not None else 0.0
+    needed_cu = workload.gang_min_pods * workload.gpus_per_pod * weight
+    summary = result.queues.get(workload.queue)
+    if summary is not None:
+        allocated = summary.allocated_cu_after + summary.reserved_cu
+        deserved, fair_share, tier = summary.deserved_cu, summary.fair_share_cu, summary.priority
+    else:
+        allocated = deserved = fair_share = 0.0
+        tier = 0
+    queue = next((q for q in snapshot.queues if q.name == workload.queue), None)
+    limit = queue.quota(snapshot.pool.name).limit_cu if queue is not None else None
+    over_quota_needed = max(0.0, allocated + needed_cu - deserved) - max(0.0, allocated - deserved)
+    may_take = max(0.0, fair_share - allocated)
+    over_quota_may_take = max(0.0, fair_share - max(allocated, deserved))
+    counts = _count_filters(workload, pool_nodes, capacity, gpu_types, held_for_other)
+    if pending is None:
+        message = f"{workload_uid} is not pending: it was bound or is running"
+    else:
+        message = (
+            f"{workload_uid} is pending ({pending.code.value}): {pending.message}. "
+            f"Queue {workload.queue} (tier {tier}): deserved {deserved:.1f} CU, fair share "
+            f"{fair_share:.1f} CU, allocated {allocated:.1f} CU. It needs {needed_cu:.1f} CU, "
+            f"{over_quota_needed:.1f} of it over-quota; the queue may take {may_take:.1f} CU "
+            f"now, {over_quota_may_take:.1f} of it over-quota. Of {counts.nodes} nodes: "
+            f"{counts.not_ready} not ready, {counts.wrong_gpu_type} wrong GPU type, "
+            f"{counts.gpu_memory_too_small} too little GPU memory, {counts.held_for_other} held "
+            f"for other workloads, {counts.too_few_free_gpus} too few free GPUs, "
+            f"{counts.too_little_cpu} too little CPU, {counts.too_little_memory} too little "
+            f"memory, {counts.fits_a_pod} could take a pod."
+        )
+    return Explanation(
+        workload_uid=workload_uid,
+        queue=workload.queue,
+        pending=pending,
+        priority_tier=tier,
+        deserved_cu=deserved,
+        fair_share_cu=fair_share,
+        allocated_cu=allocated,
+        limit_cu=limit,
+        needed_cu=needed_cu,
+        over_quota_needed_cu=over_quota_needed,
+        queue_may_take_cu=may_take,
+        over_quota_may_take_cu=over_quota_may_take,
+        cheapest_gpu_type=cheapest,
+        nodes=counts,
+        message=message,
+    )
+
+
+def _count_filters(
+    workload: Workload,
+    pool_nodes: list[Node],
+    capacity: Capacity,
+    gpu_types: Mapping[str, GpuType],
+    held_for_other: set[str],
+) -> NodeFilterCounts:
+    shape = PodShape.of(workload)
+    tally = dict.fromkeys(_FILTERS, 0)
+    for node in pool_nodes:
+        failed = _first_failure(
+            node, workload, shape, capacity=capacity, gpu_types=gpu_types, held=held_for_other
+        )
+        tally[failed] += 1
+    return NodeFilterCounts(nodes=len(pool_nodes), **tally)
+
+
+_FILTERS = (
+    "not_ready",
+    "wrong_gpu_type",
+    "gpu_memory_too_small",
+    "held_for_other",
+    "too_few_free_gpus",
+    "too_little_cpu",
+    "too_little_memory",
+    "fits_a_pod",
+)
+
+
+def _first_failure(
+    node: Node,
+    workload: Workload,
+    shape: PodShape,
+    *,
+    capacity: Capacity,
+    gpu_types: Mapping[str, GpuType],
+    held: set[str],
+) -> str:
+    if not node.ready:
+        return "not_ready"
+    gpu_type = gpu_types.get(node.gpu_type)
+    if gpu_type is None or (
+        workload.allowed_gpu_types and node.gpu_type not in workload.allowed_gpu_types
+    ):
+        return "wrong_gpu_type"
+    if (
+        shape.gpus_per_pod > 0.0
+        and gpu_memory_per_pod_gib(gpu_type, shape.gpus_per_pod) < workload.min_gpu_memory_gib
+    ):
+        return "gpu_memory_too_small"
+    if node.name in held:
+        return "held_for_other"
+    state = capacity.nodes[capacity.index_of[node.name]]
+    gpu_only = PodShape(shape.gpus_per_pod, 0, 0)
+    if fit_on(state.gpu_used, state.free_whole, 0, 0, gpu_only) <= 0:
+        return "too_few_free_gpus"
+    if shape.cpu_millicores > state.cpu_free:
+        return "too_little_cpu"
+    if shape.memory_mib > state.memory_free:
+        return "too_little_memory"
+    return "fits_a_pod"

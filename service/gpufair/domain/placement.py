@@ -1,0 +1,479 @@
+"""Where a workload's pods go (DESIGN §4.2), and whether they could ever go anywhere.
+
+Rules, in the order they apply:
+
+1. **Filters.** A node qualifies when its GPU type is allowed, the GPU memory the pod gets is at
+   least `min_gpu_memory_gib`, and it has the free GPUs (or GPU fraction), CPU and memory for a pod.
+   GPU memory per pod is the card's memory for whole-GPU pods and `fraction × memory` for a pod
+   that shares a GPU: half an 80 GiB card gives 40 GiB, so a 30 GiB job may take it, while half a
+   24 GiB card (12 GiB) does not qualify.
+2. **Cheapest adequate type.** Types are tried in order of `compute_weight`, then memory, then name;
+   the first type on which the whole gang fits wins. A pricier type is used only when no cheaper
+   one fits now: a job a 4090 serves takes an A100 only while no 4090 is free.
+3. **One type per gang.** All pods of a workload are placed on nodes of one GPU type.
+4. **Topology.** With a `TopologyConstraint(level)`, nodes are grouped by the value of their label
+   `level`; the gang goes into the domain that holds it with the least room to spare (binpack)
+   or the most (spread). `required`: no such domain means no placement; preferred: fall back to
+   the pool. Nodes without the label belong to no domain.
+5. **Node order.** `binpack` (default) fills the fullest qualifying nodes first, which keeps whole
+   nodes free for gangs; `spread` deals pods one at a time over the emptiest nodes.
+6. **Fractional pods** (`0 < gpus_per_pod < 1`) each take a share of one GPU; a GPU's shares never
+   add up to more than 1.0. Binpack puts a share on the fullest GPU with room, spread on the
+   emptiest. Whole-GPU pods need `gpus_per_pod` to be a whole number and take untouched GPUs only.
+
+An elastic workload (`min_pods < pods`) gets between `pods_min` and `pods_max` pods, as many as
+fit; fewer than `pods_min` is no placement at all (gang all-or-nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Iterator, Mapping, Set
+from dataclasses import dataclass, field
+
+from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse
+from gpufair.domain.model import (
+    GpuType,
+    Node,
+    PlacementStrategy,
+    TopologyConstraint,
+    Workload,
+)
+
+# "No limit from this resource" when a pod asks for none of it.
+_UNBOUNDED = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """What one pod of a workload needs; identical shapes share failed-placement memos."""
+
+    gpus_per_pod: float
+    cpu_millicores: int
+    memory_mib: int
+
+    @staticmethod
+    def of(workload: Workload) -> PodShape:
+        return PodShape(
+            workload.gpus_per_pod, workload.cpu_millicores_per_pod, workload.memory_mib_per_pod
+        )
+
+    @property
+    def whole_gpus(self) -> int:
+        """GPUs per pod for whole-GPU pods (0 for shared or GPU-less pods)."""
+        return round(self.gpus_per_pod) if self.gpus_per_pod >= 1.0 else 0
+
+    @property
+    def shares_gpu(self) -> bool:
+        return 0.0 < self.gpus_per_pod < 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A placement request: `pods_min` to `pods_max` pods of `shape`, all on `gpu_type`."""
+
+    shape: PodShape
+    gpu_type: str
+    pods_min: int
+    pods_max: int
+    topology: TopologyConstraint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """Nodes a placement may not use.
+
+    `held` maps a node to the workload it is held for (capacity freed by evictions made for that
+    workload); only `owner` may use it. `gang_held` nodes are promised to a long-waiting gang and
+    take no beyond-fair-share work; `beyond_share` says whether this placement is such work.
+    """
+
+    held: Mapping[int, str] = field(default_factory=dict)
+    gang_held: Set[int] = frozenset()
+    beyond_share: bool = False
+    owner: str | None = None
+
+    def blocks(self, node: int) -> bool:
+        holder = self.held.get(node)
+        if holder is not None and holder != self.owner:
+            return True
+        return self.beyond_share and node in self.gang_held
+
+
+@dataclass(frozen=True, slots=True)
+class FitRejection:
+    """Why a workload can never fit a pool: the offending workload field and a sentence."""
+
+    field: str
+    message: str
+
+
+def gpu_memory_per_pod_gib(gpu_type: GpuType, gpus_per_pod: float) -> float:
+    """The GPU memory one pod gets on a GPU of `gpu_type` (see the module docstring)."""
+    return gpu_type.memory_gib * gpus_per_pod if gpus_per_pod < 1.0 else gpu_type.memory_gib
+
+
+def type_order_key(gpu_type: GpuType) -> tuple[float, float, str]:
+    """Cheapest first: lowest compute weight, then least memory, then name."""
+    return (gpu_type.compute_weight, gpu_type.memory_gib, gpu_type.name)
+
+
+def adequate_types(
+    workload: Workload, gpu_types: Mapping[str, GpuType], present: Collection[str]
+) -> tuple[str, ...]:
+    """The GPU types present in the pool that pass the type and GPU-memory filters, cheapest
+    first."""
+    allowed = workload.allowed_gpu_types or tuple(present)
+    found = [
+        gpu_types[name]
+        for name in set(allowed)
+        if name in present
+        and name in gpu_types
+        and (
+            workload.gpus_per_pod <= 0.0
+            or gpu_memory_per_pod_gib(gpu_types[name], workload.gpus_per_pod)
+            >= workload.min_gpu_memory_gib - EPS
+        )
+    ]
+    found.sort(key=type_order_key)
+    return tuple(gpu_type.name for gpu_type in found)
+
+
+def fit_on(
+    used: list[float], free_whole: int, cpu_free: int, memory_free: int, shape: PodShape
+) -> int:
+    """How many pods of `shape` fit in the given free resources."""
+    gpus = shape.gpus_per_pod
+    if gpus >= 1.0:
+        count = free_whole // shape.whole_gpus
+    elif gpus > 0.0:
+        count = 0
+        for gpu_used in used:
+            room = 1.0 - gpu_used
+            if room >= gpus - EPS:
+                count += int((room + EPS) / gpus)
+    else:
+        count = _UNBOUNDED
+    if shape.cpu_millicores > 0:
+        count = min(count, cpu_free // shape.cpu_millicores)
+    if shape.memory_mib > 0:
+        count = min(count, memory_free // shape.memory_mib)
+    return max(count, 0)
+
+
+def pods_fit(state: NodeState, shape: PodShape) -> int:
+    """How many pods of `shape` fit on the node now."""
+    return fit_on(state.gpu_used, state.free_whole, state.cpu_free, state.memory_free, shape)
+
+
+def pods_fit_empty(state: NodeState, shape: PodShape) -> int:
+    """How many pods of `shape` the node holds when nothing runs on it."""
+    return fit_on(
+        [0.0] * state.gpu_count, state.gpu_count, state.cpu_total, state.memory_total, shape
+    )
+
+
+def place(
+    capacity: Capacity, ask: Ask, strategy: PlacementStrategy, exclusion: Exclusion
+) -> list[PodUse] | None:
+    """Pods on nodes of `ask.gpu_type`: between `pods_min` and `pods_max`, or None. Pure: the
+    capacity is read, never changed; the caller takes the returned uses if it binds them."""
+    if ask.gpu_type not in capacity.by_type or ask.pods_max < ask.pods_min:
+        return None
+    whole = ask.shape.whole_gpus
+    if whole and capacity.free_whole_by_type[ask.gpu_type] < ask.pods_min * whole:
+        return None  # cheap reject: a full type is the common case in a busy pool
+    if ask.topology is not None:
+        members = _choose_domain(capacity, ask, strategy, exclusion)
+        if members is not None:
+            return _fill(capacity, ask, members, strategy, exclusion)
+        if ask.topology.required:
+            return None
+    order = _ordered_nodes(capacity, ask.shape, ask.gpu_type, strategy)
+    return _fill(capacity, ask, order, strategy, exclusion)
+
+
+def _ordered_nodes(
+    capacity: Capacity, shape: PodShape, gpu_type: str, strategy: PlacementStrategy
+) -> Iterator[int]:
+    top = capacity.max_gpus[gpu_type]
+    binpack = strategy is PlacementStrategy.BINPACK
+    if shape.gpus_per_pod >= 1.0:
+        whole = shape.whole_gpus
+        frees = range(whole, top + 1) if binpack else range(top, whole - 1, -1)
+        for free in frees:
+            yield from capacity.bucket(gpu_type, free)
+        return
+    if not shape.shares_gpu:
+        for free in range(top + 1) if binpack else range(top, -1, -1):
+            yield from capacity.bucket(gpu_type, free)
+        return
+    partial = capacity.partial_nodes(gpu_type)
+    by_room = sorted(partial, key=lambda index: (capacity.nodes[index].free_gpus(), index))
+    if binpack:
+        yield from by_room
+        for free in range(1, top + 1):
+            yield from (index for index in capacity.bucket(gpu_type, free) if index not in partial)
+    else:
+        for free in range(top, 0, -1):
+            yield from capacity.bucket(gpu_type, free)
+        yield from (index for index in reversed(by_room) if capacity.nodes[index].free_whole == 0)
+
+
+def _choose_domain(
+    capacity: Capacity, ask: Ask, strategy: PlacementStrategy, exclusion: Exclusion
+) -> list[int] | None:
+    shape, pods_min = ask.shape, ask.pods_min
+    level = ask.topology.level if ask.topology is not None else ""
+    best: tuple[int, str] | None = None
+    best_members: list[int] = []
+    spread = strategy is PlacementStrategy.SPREAD
+    for value, members in capacity.domains(level).get(ask.gpu_type, {}).items():
+        room = sum(
+            pods_fit(capacity.nodes[index], shape)
+            for index in members
+            if not exclusion.blocks(index)
+        )
+        if room < pods_min:
+            continue
+        key = (-room if spread else room, value)
+        if best is None or key < best:
+            best, best_members = key, members
+    if best is None:
+        return None
+    return sorted(
+        best_members,
+        key=lambda index: (
+            -capacity.nodes[index].free_gpus() if spread else capacity.nodes[index].free_gpus(),
+            index,
+        ),
+    )
+
+
+def _fill(
+    capacity: Capacity,
+    ask: Ask,
+    order: Iterable[int],
+    strategy: PlacementStrategy,
+    exclusion: Exclusion,
+) -> list[PodUse] | None:
+    """Take nodes in `order`: binpack fills each before the next, spread deals pods round-robin."""
+    shape, pods_min, pods_max = ask.shape, ask.pods_min, ask.pods_max
+    spread = strategy is PlacementStrategy.SPREAD
+    chosen: list[tuple[NodeState, int]] = []
+    total = 0
+    for index in order:
+        if exclusion.blocks(index):
+            continue
+        state = capacity.nodes[index]
+        fits = pods_fit(state, shape)
+        if fits <= 0:
+            continue
+        if spread:
+            chosen.append((state, fits))
+            total += fits
+            if len(chosen) >= pods_max and total >= pods_max:
+                break
+        else:
+            take = min(fits, pods_max - total)
+            chosen.append((state, take))
+            total += take
+            if total >= pods_max:
+                break
+    if total < pods_min:
+        return None
+    if spread:
+        chosen = _deal(chosen, min(total, pods_max))
+    uses: list[PodUse] = []
+    for state, count in chosen:
+        uses.extend(_assign(state, shape, count, strategy))
+    return uses
+
+
+def _deal(candidates: list[tuple[NodeState, int]], pods: int) -> list[tuple[NodeState, int]]:
+    """One pod per node per round, emptiest first, until `pods` are dealt."""
+    counts = [0] * len(candidates)
+    dealt = 0
+    while dealt < pods:
+        for position, (_, fits) in enumerate(candidates):
+            if counts[position] < fits:
+                counts[position] += 1
+                dealt += 1
+                if dealt == pods:
+                    break
+    return [(state, count) for (state, _), count in zip(candidates, counts, strict=True) if count]
+
+
+def _assign(
+    state: NodeState, shape: PodShape, count: int, strategy: PlacementStrategy
+) -> list[PodUse]:
+    """GPU indices for `count` pods on one node (the node is known to hold them)."""
+    cpu, memory = shape.cpu_millicores, shape.memory_mib
+    if shape.gpus_per_pod >= 1.0:
+        whole = shape.whole_gpus
+        free = [gpu for gpu, used in enumerate(state.gpu_used) if used <= EPS]
+        return [
+            PodUse(state.index, tuple(free[pod * whole : (pod + 1) * whole]), 1.0, cpu, memory)
+            for pod in range(count)
+        ]
+    if not shape.shares_gpu:
+        return [PodUse(state.index, (), 0.0, cpu, memory) for _ in range(count)]
+    fraction = shape.gpus_per_pod
+    used = state.gpu_used.copy()
+    fullest_first = strategy is PlacementStrategy.BINPACK
+    uses: list[PodUse] = []
+    for _ in range(count):
+        fitting = [gpu for gpu, amount in enumerate(used) if 1.0 - amount >= fraction - EPS]
+        if fullest_first:
+            gpu = max(fitting, key=lambda index: (used[index], -index))
+        else:
+            gpu = min(fitting, key=lambda index: (used[index], index))
+        used[gpu] += fraction
+        uses.append(PodUse(state.index, (gpu,), fraction, cpu, memory))
+    return uses
+
+
+class PoolRoom:
+    """How many pods of a shape an *empty* pool holds, per GPU type (in one topology domain when
+    `level` is given): the yardstick for "can never fit". Memoised: nodes do not change."""
+
+    def __init__(self, capacity: Capacity) -> None:
+        self._capacity = capacity
+        self._room: dict[tuple[str, PodShape, str | None], int] = {}
+
+    @property
+    def capacity(self) -> Capacity:
+        return self._capacity
+
+    def room(self, gpu_type: str, shape: PodShape, level: str | None) -> int:
+        key = (gpu_type, shape, level)
+        found = self._room.get(key)
+        if found is None:
+            capacity = self._capacity
+            if level is None:
+                found = sum(
+                    pods_fit_empty(capacity.nodes[index], shape)
+                    for index in capacity.by_type.get(gpu_type, [])
+                )
+            else:
+                found = max(
+                    (
+                        sum(pods_fit_empty(capacity.nodes[index], shape) for index in group)
+                        for group in capacity.domains(level).get(gpu_type, {}).values()
+                    ),
+                    default=0,
+                )
+            self._room[key] = found
+        return found
+
+
+def never_fits(
+    workload: Workload, nodes: Iterable[Node], gpu_types: Iterable[GpuType]
+) -> FitRejection | None:
+    """Why `workload` could not run in a pool of `nodes` even if the pool were empty, or None.
+
+    Submit-time validation: more GPUs than the pool has of one adequate type, a type the pool
+    lacks, more GPU memory than its cards carry, a pod bigger than any node, a gang no topology
+    domain holds. Pass every node of the pool, ready or not: they are its hardware.
+    """
+    by_name = {gpu_type.name: gpu_type for gpu_type in gpu_types}
+    return rejection_in(workload, by_name, PoolRoom(Capacity(nodes)))
+
+
+def rejection_in(
+    workload: Workload, gpu_types: Mapping[str, GpuType], pool: PoolRoom
+) -> FitRejection | None:
+    """`never_fits` against a prepared `PoolRoom` (the cycle checks many workloads)."""
+    rejection = _shape_rejection(workload)
+    if rejection is not None:
+        return rejection
+    capacity = pool.capacity
+    present = sorted(capacity.by_type)
+    if workload.allowed_gpu_types and not set(workload.allowed_gpu_types) & set(present):
+        return FitRejection(
+            "allowed_gpu_types",
+            f"the pool has no GPU of type {', '.join(workload.allowed_gpu_types)}; "
+            f"it has {', '.join(present) or 'no GPUs'}",
+        )
+    types = adequate_types(workload, gpu_types, present)
+    if not types:
+        largest = max(
+            (gpu_types[name] for name in present if name in gpu_types),
+            key=lambda gpu_type: gpu_memory_per_pod_gib(gpu_type, workload.gpus_per_pod),
+            default=None,
+        )
+        have = (
+            f"{gpu_memory_per_pod_gib(largest, workload.gpus_per_pod):g} GiB on {largest.name}"
+            if largest is not None
+            else "no known GPU type"
+        )
+        return FitRejection(
+            "min_gpu_memory_gib",
+            f"a pod needs {workload.min_gpu_memory_gib:g} GiB of GPU memory; the most a pod can "
+            f"get in this pool is {have}",
+        )
+    shape = PodShape.of(workload)
+    pods_min = workload.gang_min_pods
+    required = workload.topology if workload.topology and workload.topology.required else None
+    best_room = 0
+    pod_fits_somewhere = False
+    for gpu_type in types:
+        pod_fits_somewhere = pod_fits_somewhere or pool.room(gpu_type, shape, None) > 0
+        room = pool.room(gpu_type, shape, required.level if required else None)
+        best_room = max(best_room, room)
+        if room >= pods_min:
+            return None
+    if not pod_fits_somewhere:
+        return _pod_rejection(
+            workload, [capacity.nodes[index] for name in types for index in capacity.by_type[name]]
+        )
+    if required is not None:
+        return FitRejection(
+            "topology",
+            f"no {required.level} domain holds {pods_min} pods of "
+            f"{workload.gpus_per_pod:g} GPU; the largest holds {best_room}",
+        )
+    return FitRejection(
+        "pods",
+        f"the gang needs {pods_min} pods of {workload.gpus_per_pod:g} GPU on one GPU type; "
+        f"the pool holds at most {best_room} such pods of one type ({', '.join(types)})",
+    )
+
+
+def _shape_rejection(workload: Workload) -> FitRejection | None:
+    if workload.pods < 1:
+        return FitRejection("pods", "a workload needs at least one pod")
+    if not 1 <= workload.gang_min_pods <= workload.pods:
+        return FitRejection("min_pods", "the gang minimum must be between 1 and pods")
+    gpus = workload.gpus_per_pod
+    if gpus < 0.0 or math.isnan(gpus) or math.isinf(gpus):
+        return FitRejection("gpus_per_pod", "GPUs per pod must be zero or more")
+    if gpus >= 1.0 and abs(gpus - round(gpus)) > EPS:
+        return FitRejection(
+            "gpus_per_pod", "GPUs per pod above 1 must be whole; fractions share one GPU"
+        )
+    if workload.cpu_millicores_per_pod < 0 or workload.memory_mib_per_pod < 0:
+        return FitRejection("cpu_millicores_per_pod", "CPU and memory requests cannot be negative")
+    return None
+
+
+def _pod_rejection(workload: Workload, states: list[NodeState]) -> FitRejection:
+    shape = PodShape.of(workload)
+    most_gpus = max((state.gpu_count for state in states), default=0)
+    if shape.whole_gpus > most_gpus:
+        return FitRejection(
+            "gpus_per_pod",
+            f"a pod needs {shape.whole_gpus} GPUs; the largest adequate node has {most_gpus}",
+        )
+    most_cpu = max((state.cpu_total for state in states), default=0)
+    if workload.cpu_millicores_per_pod > most_cpu:
+        return FitRejection(
+            "cpu_millicores_per_pod",
+            f"a pod needs {workload.cpu_millicores_per_pod} millicores; the largest adequate "
+            f"node has {most_cpu}",
+        )
+    return FitRejection(
+        "memory_mib_per_pod",
+        f"a pod needs {workload.memory_mib_per_pod} MiB of memory, GPUs and CPU on one node; "
+        "no adequate node has them all",
+    )

@@ -1,0 +1,142 @@
+"""One leaf queue's running account during a cycle: what it holds against what it may hold.
+
+`allocated_cu` is the queue's *effective* allocation: running work, minus evictions in flight
+(they are going away), plus what this cycle binds, minus what it evicts, plus capacity held for its
+workloads that wait for evicted capacity. Every admission and reclaim rule reads this number, so a
+queue is never credited twice for the same capacity nor charged for capacity it is losing.
+
+Admission (DESIGN §4.1), per GPU type the workload might land on, as a maximum pod count:
+
+- `limit_cu` and `limit_gpus_by_type` are hard caps;
+- non-preemptible work stays within `deserved_cu` (it can never be taken back) and within the
+  fair share;
+- other work stays within `fair_share_cu` in the first pass; the work-conserving pass lifts that.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpufair.domain.capacity import EPS
+from gpufair.domain.model import Queue
+from gpufair.domain.snapshot import PendingCode, QueueSummary
+
+
+class QueueBook:
+    __slots__ = (
+        "allocated_cu",
+        "allocated_cu_before",
+        "bound_cu",
+        "created_at_s",
+        "deserved_cu",
+        "deserved_gpus_by_type",
+        "evicted_cu",
+        "evicting_cu",
+        "fair_share_cu",
+        "gpus_by_type",
+        "limit_cu",
+        "limit_gpus_by_type",
+        "name",
+        "nonpreemptible_cu",
+        "reserved_cu",
+        "tier",
+    )
+
+    def __init__(self, queue: Queue, pool: str, fair_share_cu: float) -> None:
+        quota = queue.quota(pool)
+        self.name = queue.name
+        self.tier = quota.priority
+        self.deserved_cu = quota.deserved_cu
+        self.deserved_gpus_by_type = dict(quota.deserved_gpus_by_type)
+        self.limit_cu = quota.limit_cu
+        self.limit_gpus_by_type = dict(quota.limit_gpus_by_type)
+        self.fair_share_cu = fair_share_cu
+        self.created_at_s = queue.created_at_s
+        self.allocated_cu = 0.0
+        self.nonpreemptible_cu = 0.0
+        self.gpus_by_type: dict[str, float] = {}
+        self.allocated_cu_before = 0.0
+        self.bound_cu = 0.0
+        self.evicted_cu = 0.0
+        self.evicting_cu = 0.0
+        self.reserved_cu = 0.0
+
+    def add(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
+        self.allocated_cu += cu
+        if not preemptible:
+            self.nonpreemptible_cu += cu
+        self.gpus_by_type[gpu_type] = self.gpus_by_type.get(gpu_type, 0.0) + gpus
+
+    def remove(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
+        self.add(-cu, -gpus, gpu_type, preemptible)
+
+    def ratio(self) -> float:
+        """Allocated over fair share: the queue order key; a queue without a share sorts last."""
+        if self.fair_share_cu <= EPS:
+            return math.inf
+        return self.allocated_cu / self.fair_share_cu
+
+    def headroom_cu(self) -> float:
+        return self.fair_share_cu - self.allocated_cu
+
+    def surplus_cu(self) -> float:
+        """How far above max(deserved, fair share) the queue is: what reclaim may take."""
+        return self.allocated_cu - max(self.deserved_cu, self.fair_share_cu)
+
+    def gpus_above_type_guarantee(self, gpu_type: str) -> float:
+        guarantee = self.deserved_gpus_by_type.get(gpu_type)
+        if guarantee is None:
+            return math.inf
+        return self.gpus_by_type.get(gpu_type, 0.0) - guarantee
+
+    def max_pods(
+        self,
+        cu_per_pod: float,
+        gpus_per_pod: float,
+        gpu_type: str,
+        preemptible: bool,
+        within_share: bool,
+    ) -> tuple[int, PendingCode | None]:
+        """The most pods of this size the queue may add on `gpu_type`, and the first rule that
+        caps it (None when nothing does)."""
+        best = math.inf
+        code: PendingCode | None = None
+
+        def cap(room: float, per_pod: float, rule: PendingCode) -> None:
+            nonlocal best, code
+            if per_pod <= EPS:
+                return
+            pods = math.floor((room + EPS) / per_pod)
+            if pods < best:
+                best, code = pods, rule
+
+        if self.limit_cu is not None:
+            cap(self.limit_cu - self.allocated_cu, cu_per_pod, PendingCode.QUEUE_LIMIT)
+        type_limit = self.limit_gpus_by_type.get(gpu_type)
+        if type_limit is not None:
+            used = self.gpus_by_type.get(gpu_type, 0.0)
+            cap(type_limit - used, gpus_per_pod, PendingCode.QUEUE_LIMIT)
+        if not preemptible:
+            cap(
+                self.deserved_cu - self.nonpreemptible_cu,
+                cu_per_pod,
+                PendingCode.NON_PREEMPTIBLE_OVER_DESERVED,
+            )
+        if within_share or not preemptible:
+            cap(self.headroom_cu(), cu_per_pod, PendingCode.OVER_FAIR_SHARE)
+        if best == math.inf:
+            return 1 << 30, None
+        return max(int(best), 0), code
+
+    def summary(self) -> QueueSummary:
+        return QueueSummary(
+            queue=self.name,
+            priority=self.tier,
+            deserved_cu=self.deserved_cu,
+            fair_share_cu=self.fair_share_cu,
+            allocated_cu_before=self.allocated_cu_before,
+            bound_cu=self.bound_cu,
+            evicted_cu=self.evicted_cu,
+            evicting_cu=self.evicting_cu,
+            reserved_cu=self.reserved_cu,
+        )

@@ -1,0 +1,174 @@
+"""Small builders for cycle tests: a pool `main`, three GPU types, terse nodes/queues/workloads.
+
+GPU types follow DESIGN §2: an A100-80GB is 10 CU, a V100-16GB 4 CU, an RTX 4090-24GB 2 CU.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from gpufair.domain.capacity import EPS
+from gpufair.domain.model import (
+    Allocation,
+    GpuType,
+    Node,
+    NodePool,
+    PlacementStrategy,
+    PodBinding,
+    Queue,
+    QueueQuota,
+    TopologyConstraint,
+    Workload,
+)
+from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictionInFlight
+
+POOL = "main"
+A100 = GpuType("a100-80gb", memory_gib=80, compute_weight=10)
+V100 = GpuType("v100-16gb", memory_gib=16, compute_weight=4)
+RTX4090 = GpuType("rtx4090-24gb", memory_gib=24, compute_weight=2)
+UNIT = GpuType("unit", memory_gib=40, compute_weight=1)  # 1 CU per GPU: CU read as GPUs
+GPU_TYPES = (A100, V100, RTX4090, UNIT)
+
+
+def node(
+    name: str,
+    gpu_type: GpuType = UNIT,
+    gpus: int = 8,
+    *,
+    cpu_millicores: int = 64_000,
+    memory_mib: int = 512_000,
+    ready: bool = True,
+    **labels: str,
+) -> Node:
+    return Node(name, POOL, gpu_type.name, gpus, cpu_millicores, memory_mib, labels, ready)
+
+
+def queue(
+    name: str,
+    deserved_cu: float = 0.0,
+    *,
+    priority: int = 0,
+    limit_cu: float | None = None,
+    deserved_gpus_by_type: Mapping[str, float] | None = None,
+    limit_gpus_by_type: Mapping[str, float] | None = None,
+) -> Queue:
+    quota = QueueQuota(
+        pool=POOL,
+        deserved_cu=deserved_cu,
+        priority=priority,
+        limit_cu=limit_cu,
+        deserved_gpus_by_type=deserved_gpus_by_type or {},
+        limit_gpus_by_type=limit_gpus_by_type or {},
+    )
+    return Queue(name, quotas={POOL: quota})
+
+
+def workload(
+    uid: str,
+    queue_name: str,
+    pods: int = 1,
+    gpus: float = 1.0,
+    submit_time_s: float = 0.0,
+    *,
+    min_pods: int | None = None,
+    types: tuple[str, ...] = (),
+    min_gpu_memory_gib: float = 0.0,
+    cpu_millicores: int = 0,
+    memory_mib: int = 0,
+    topology: TopologyConstraint | None = None,
+    priority_class: int = 0,
+    preemptible: bool = True,
+    min_runtime_s: float = 0.0,
+) -> Workload:
+    return Workload(
+        uid=uid,
+        queue=queue_name,
+        pool=POOL,
+        pods=pods,
+        gpus_per_pod=gpus,
+        submit_time_s=submit_time_s,
+        min_pods=min_pods,
+        allowed_gpu_types=types,
+        min_gpu_memory_gib=min_gpu_memory_gib,
+        cpu_millicores_per_pod=cpu_millicores,
+        memory_mib_per_pod=memory_mib,
+        topology=topology,
+        priority_class=priority_class,
+        preemptible=preemptible,
+        min_runtime_s=min_runtime_s,
+    )
+
+
+def running(
+    job: Workload,
+    placements: Iterable[tuple[str, tuple[int, ...]] | tuple[str, tuple[int, ...], float]],
+    gpu_type: GpuType = UNIT,
+    started_at_s: float = 0.0,
+) -> Allocation:
+    """`placements`: per pod (node, GPU indices) or (node, (index,), fraction)."""
+    bindings = []
+    for position, spec in enumerate(placements):
+        fraction = spec[2] if len(spec) == 3 else 1.0
+        bindings.append(PodBinding(position, spec[0], spec[1], fraction))
+    return Allocation(job, tuple(bindings), started_at_s, gpu_type.name)
+
+
+def snapshot(
+    nodes: Iterable[Node],
+    queues: Iterable[Queue],
+    fair_share_cu: Mapping[str, float],
+    *,
+    running_work: Iterable[Allocation] = (),
+    pending: Iterable[Workload] = (),
+    now_s: float = 1_000.0,
+    evicting: Iterable[EvictionInFlight] = (),
+    placement: PlacementStrategy = PlacementStrategy.BINPACK,
+    gang_reservation_after_s: float | None = None,
+) -> CycleSnapshot:
+    return CycleSnapshot(
+        pool=NodePool(POOL, placement=placement, gang_reservation_after_s=gang_reservation_after_s),
+        nodes=tuple(nodes),
+        gpu_types=GPU_TYPES,
+        queues=tuple(queues),
+        fair_share_cu=dict(fair_share_cu),
+        running=tuple(running_work),
+        pending=tuple(pending),
+        now_s=now_s,
+        evicting=tuple(evicting),
+    )
+
+
+def assert_no_oversubscription(snap: CycleSnapshot, result: CycleResult) -> None:
+    """Running work plus binds never exceed any GPU (1.0), node CPU or node memory."""
+    nodes = {n.name: n for n in snap.nodes if n.ready}
+    gpu_use: dict[tuple[str, int], float] = defaultdict(float)
+    cpu_use: dict[str, int] = defaultdict(int)
+    memory_use: dict[str, int] = defaultdict(int)
+    by_uid = {w.uid: w for w in snap.pending}
+    placed = [(a.workload, a.bindings) for a in snap.running]
+    placed += [(by_uid[b.workload_uid], b.bindings) for b in result.binds]
+    for job, bindings in placed:
+        for binding in bindings:
+            if binding.node not in nodes:
+                continue
+            amount = binding.gpu_fraction if binding.gpu_fraction < 1.0 else 1.0
+            for gpu in binding.gpu_indices:
+                gpu_use[(binding.node, gpu)] += amount
+            cpu_use[binding.node] += job.cpu_millicores_per_pod
+            memory_use[binding.node] += job.memory_mib_per_pod
+    for (name, gpu), used in gpu_use.items():
+        assert 0 <= gpu < nodes[name].gpu_count, (name, gpu)
+        assert used <= 1.0 + EPS, (name, gpu, used)
+    for name, used_cpu in cpu_use.items():
+        assert used_cpu <= nodes[name].cpu_millicores, name
+    for name, used_memory in memory_use.items():
+        assert used_memory <= nodes[name].memory_mib, name
+
+
+def bound_uids(result: CycleResult) -> set[str]:
+    return {b.workload_uid for b in result.binds}
+
+
+def evicted_uids(result: CycleResult) -> set[str]:
+    return {e.workload_uid for e in result.evicts}

@@ -1,0 +1,288 @@
+"""Invariants of DESIGN §4.5 over random clusters, queues and workloads, across several cycles.
+
+Each example runs a short simulation: binds start at once; an evicted workload keeps its GPUs
+for one more cycle (passed back as an eviction in flight) and has stopped by the one after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cycle_builders import (
+    A100,
+    GPU_TYPES,
+    POOL,
+    RTX4090,
+    UNIT,
+    V100,
+    assert_no_oversubscription,
+    node,
+    queue,
+    snapshot,
+    workload,
+)
+from gpufair.domain.capacity import EPS, Capacity, Journal, uses_of
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.model import (
+    Allocation,
+    Node,
+    PlacementStrategy,
+    Queue,
+    TopologyConstraint,
+    Workload,
+)
+from gpufair.domain.placement import Ask, Exclusion, PodShape, gpu_memory_per_pod_gib, place
+from gpufair.domain.snapshot import (
+    CycleResult,
+    CycleSnapshot,
+    EvictionInFlight,
+    EvictReason,
+    ReservationKind,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TYPES_BY_NAME = {gpu_type.name: gpu_type for gpu_type in GPU_TYPES}
+
+
+@dataclass(frozen=True)
+class World:
+    nodes: list[Node]
+    queues: list[Queue]
+    shares: list[dict[str, float]]  # one set of fair shares per cycle
+    arrivals: list[list[Workload]]  # workloads submitted before each cycle
+    placement: PlacementStrategy
+    gang_reservation_after_s: float | None
+
+
+@st.composite
+def _nodes(draw: st.DrawFn) -> list[Node]:
+    count = draw(st.integers(1, 6))
+    return [
+        node(
+            f"n{i}",
+            draw(st.sampled_from([A100, V100, RTX4090, UNIT])),
+            gpus=draw(st.sampled_from([1, 2, 4, 8])),
+            cpu_millicores=draw(st.sampled_from([8_000, 32_000])),
+            memory_mib=draw(st.sampled_from([16_000, 64_000])),
+            ready=draw(st.sampled_from([True, True, True, False])),
+            rack=f"r{draw(st.integers(0, 2))}",
+        )
+        for i in range(count)
+    ]
+
+
+@st.composite
+def _workload(draw: st.DrawFn, uid: str, queues: list[str], submit_time_s: float) -> Workload:
+    pods = draw(st.integers(1, 4))
+    topology = draw(
+        st.sampled_from(
+            [None, None, TopologyConstraint("rack", True), TopologyConstraint("rack", False)]
+        )
+    )
+    return workload(
+        uid,
+        draw(st.sampled_from(queues)),
+        pods=pods,
+        gpus=draw(st.sampled_from([0.25, 0.5, 1.0, 1.0, 2.0, 4.0])),
+        submit_time_s=submit_time_s,
+        min_pods=draw(st.sampled_from([None, None, 1])),
+        types=draw(st.sampled_from([(), (), (A100.name,), (V100.name, RTX4090.name)])),
+        min_gpu_memory_gib=draw(st.sampled_from([0.0, 0.0, 20.0, 30.0])),
+        cpu_millicores=draw(st.sampled_from([0, 2_000, 6_000])),
+        memory_mib=draw(st.sampled_from([0, 8_000])),
+        topology=topology,
+        priority_class=draw(st.integers(0, 2)),
+        preemptible=draw(st.sampled_from([True, True, True, False])),
+        min_runtime_s=draw(st.sampled_from([0.0, 0.0, 1_500.0])),
+    )
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    nodes = draw(_nodes())
+    names = [f"q{i}" for i in range(draw(st.integers(1, 4)))]
+    queues = [
+        queue(
+            name,
+            draw(st.sampled_from([0.0, 4.0, 10.0, 30.0])),
+            priority=draw(st.integers(0, 2)),
+            limit_cu=draw(st.sampled_from([None, None, 40.0])),
+        )
+        for name in names
+    ]
+    cycles = 4
+    shares = [
+        {name: draw(st.sampled_from([0.0, 2.0, 8.0, 20.0, 60.0])) for name in names}
+        for _ in range(cycles)
+    ]
+    arrivals = []
+    for cycle in range(cycles):
+        count = draw(st.integers(0, 8))
+        arrivals.append(
+            [draw(_workload(f"w{cycle}-{i}", names, cycle * 1_000.0 + i)) for i in range(count)]
+        )
+    return World(
+        nodes,
+        queues,
+        shares,
+        arrivals,
+        draw(st.sampled_from(list(PlacementStrategy))),
+        draw(st.sampled_from([None, 500.0])),
+    )
+
+
+def _simulate(world: World) -> None:
+    running: dict[str, Allocation] = {}
+    pending: dict[str, Workload] = {}
+    in_flight: list[EvictionInFlight] = []
+    for cycle, arrivals in enumerate(world.arrivals):
+        now_s = (cycle + 1) * 1_000.0
+        for stopped in in_flight:
+            running.pop(stopped.victim_uid, None)
+        pending.update((w.uid, w) for w in arrivals)
+        snap = snapshot(
+            world.nodes,
+            world.queues,
+            world.shares[cycle],
+            running_work=running.values(),
+            pending=pending.values(),
+            now_s=now_s,
+            evicting=in_flight,
+            placement=world.placement,
+            gang_reservation_after_s=world.gang_reservation_after_s,
+        )
+        result = run_cycle(snap)
+        _check(snap, result)
+        for bind in result.binds:
+            job = pending.pop(bind.workload_uid)
+            running[job.uid] = Allocation(job, bind.bindings, now_s, bind.gpu_type)
+        in_flight = [EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts]
+
+
+def _check(snap: CycleSnapshot, result: CycleResult) -> None:
+    assert_no_oversubscription(snap, result)
+    running = {a.workload.uid: a for a in snap.running}
+    already_leaving = {e.victim_uid for e in snap.evicting}
+    pending = {w.uid: w for w in snap.pending}
+    quotas = {q.name: q.quota(POOL) for q in snap.queues}
+    nodes = {n.name: n for n in snap.nodes}
+
+    # Every pending workload is bound or has a reason, never both.
+    bound = {b.workload_uid for b in result.binds}
+    assert not bound & set(result.pending)
+    assert bound | set(result.pending) == set(pending)
+
+    # Evictions: only preemptible work past its minimum runtime, each at most once.
+    reclaimed_from = set()
+    for evict in result.evicts:
+        victim = running[evict.workload_uid].workload
+        assert victim.preemptible
+        assert snap.now_s - running[victim.uid].started_at_s >= victim.min_runtime_s
+        assert victim.uid not in already_leaving
+        if evict.reason is EvictReason.RECLAIM:
+            reclaimed_from.add(evict.queue)
+            assert evict.queue != pending[evict.beneficiary_uid].queue
+    assert len({e.workload_uid for e in result.evicts}) == len(result.evicts)
+
+    # Deserved and fair share honoured: a queue at or below max(deserved, fair share) loses
+    # nothing to reclaim, and a victim never ends below it.
+    preempted_in = {e.queue for e in result.evicts if e.reason is EvictReason.PREEMPT}
+    for name, summary in result.queues.items():
+        floor = max(summary.deserved_cu, summary.fair_share_cu)
+        before = summary.allocated_cu_before - summary.evicting_cu
+        if before <= floor + EPS:
+            assert name not in reclaimed_from
+        if name in reclaimed_from and name not in preempted_in:
+            assert summary.allocated_cu_after + summary.reserved_cu >= floor - EPS
+        limit = quotas[name].limit_cu
+        if limit is not None and before <= limit + EPS:
+            assert summary.allocated_cu_after + summary.reserved_cu <= limit + EPS
+
+    _check_holds_are_real(snap, result)
+    gang_held = {
+        n for r in result.reservations if r.kind is ReservationKind.GANG_WAIT for n in r.nodes
+    }
+    for bind in result.binds:
+        job = pending[bind.workload_uid]
+        # Gang all-or-nothing, one GPU type, filters respected.
+        assert job.gang_min_pods <= len(bind.bindings) <= job.pods
+        assert not job.allowed_gpu_types or bind.gpu_type in job.allowed_gpu_types
+        gpu_type = TYPES_BY_NAME[bind.gpu_type]
+        if job.gpus_per_pod > 0:
+            memory = gpu_memory_per_pod_gib(gpu_type, job.gpus_per_pod)
+            assert memory >= job.min_gpu_memory_gib - EPS
+        assert {nodes[b.node].gpu_type for b in bind.bindings} == {bind.gpu_type}
+        assert all(nodes[b.node].ready for b in bind.bindings)
+        for binding in bind.bindings:
+            if job.gpus_per_pod >= 1:
+                assert len(set(binding.gpu_indices)) == round(job.gpus_per_pod)
+            else:
+                assert binding.gpu_fraction == job.gpus_per_pod
+            if bind.over_fair_share:
+                assert binding.node not in gang_held
+        if job.topology is not None and job.topology.required:
+            assert len({nodes[b.node].labels["rack"] for b in bind.bindings}) == 1
+        if not job.preemptible:
+            assert not bind.over_fair_share
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_cycle_invariants_hold_over_random_worlds(world: World) -> None:
+    _simulate(world)
+
+
+@settings(max_examples=40, deadline=None)
+@given(worlds())
+def test_scarce_capacity_with_skewed_shares(world: World) -> None:
+    """The same invariants when one queue's share dwarfs the rest: reclaim runs often."""
+    first = world.queues[0].name
+    skewed = [{**shares, first: 200.0} for shares in world.shares]
+    crowded = [[replace(w, min_runtime_s=0.0) for w in arrivals] * 2 for arrivals in world.arrivals]
+    # Duplicated uids must be made distinct so each arrival is its own workload.
+    renamed = [
+        [replace(w, uid=f"{w.uid}-{i}") for i, w in enumerate(arrivals)] for arrivals in crowded
+    ]
+    _simulate(replace(world, shares=skewed, arrivals=renamed))
+
+
+def _check_holds_are_real(snap: CycleSnapshot, result: CycleResult) -> None:
+    """Each workload waiting for evicted capacity fits on its held nodes once its victims stop,
+    whatever else this cycle bound."""
+    capacity = Capacity(n for n in snap.nodes if n.ready)
+    pending = {w.uid: w for w in snap.pending}
+    running = {a.workload.uid: a for a in snap.running}
+    for allocation in snap.running:
+        capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
+    for bind in result.binds:
+        capacity.take(list(uses_of(capacity, pending[bind.workload_uid], bind.bindings)))
+    victims_of: dict[str, list[str]] = {}
+    for evict in result.evicts:
+        victims_of.setdefault(evict.beneficiary_uid, []).append(evict.workload_uid)
+    for leaving in snap.evicting:
+        if leaving.beneficiary_uid is not None and leaving.victim_uid in running:
+            victims_of.setdefault(leaving.beneficiary_uid, []).append(leaving.victim_uid)
+    for reservation in result.reservations:
+        if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
+            continue
+        job = pending[reservation.workload_uid]
+        journal: Journal = {}
+        for uid in victims_of.get(job.uid, []):
+            allocation = running[uid]
+            capacity.release(
+                list(uses_of(capacity, allocation.workload, allocation.bindings)), journal
+            )
+        mine = {capacity.index_of[name] for name in reservation.nodes}
+        others = {
+            index: "someone else" for index in range(len(capacity.nodes)) if index not in mine
+        }
+        ask = Ask(
+            PodShape.of(job),
+            reservation.gpu_type,
+            job.gang_min_pods,
+            job.gang_min_pods,
+            job.topology,
+        )
+        assert place(capacity, ask, snap.pool.placement, Exclusion(others)) is not None
+        capacity.restore(journal)
