@@ -264,7 +264,10 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
         for name in tree.preorder
     }
     return FairShareResult(
-        pool=inp.pool, capacity_cu=capacity_cu, whole_gpu_unit_cu=unit_cu, shares=shares
+        pool=inp.pool,
+        capacity_cu=capacity_cu,
+        whole_gpu_unit_cu=unit_cu,
+        shares=MappingProxyType(shares),
     )
 
 
