@@ -9,6 +9,7 @@ from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_s
 from gpufair.domain.model import FairSharePolicy, Queue, Rounding, UsageBasis
 from gpufair.domain.policy import InvalidInputError
 from gpufair.domain.usage import Segment, UsageInputs, usage_inputs
+from gpufair.domain.waterfill import water_fill
 
 WEEK_S = 7 * 24 * 3600.0
 
@@ -362,3 +363,27 @@ def test_engine_refuses_an_invalid_policy() -> None:
 def test_engine_refuses_a_cyclic_tree() -> None:
     with pytest.raises(InvalidInputError, match="cycle"):
         divide([queue("a", parent="b"), queue("b", parent="a")], {}, capacity_gpus=10)
+
+
+def test_dead_band_never_leaves_capacity_idle() -> None:
+    # Both previous weights were 0 and both new ones (0.5) are within the band: keeping them
+    # would give nobody anything, so the unbanded weights apply.
+    shares = divide(
+        [queue("a"), queue("b")],
+        {"a": wants(100), "b": wants(100)},
+        capacity_gpus=100,
+        policy=FairSharePolicy(dead_band=0.6),
+        previous={"a": 0.0, "b": 0.0},
+    )
+    assert (gpus(shares["a"]), gpus(shares["b"])) == pytest.approx((50, 50))
+
+
+def test_water_fill_gives_caps_exactly_and_one_level_to_the_rest() -> None:
+    fill = water_fill(10.0, [1.0, 1.0, 2.0, 0.0], [0.1, 100.0, 100.0, 5.0])
+    assert fill.shares[0] == 0.1  # the cap itself, not a float near it
+    assert fill.shares[1:] == pytest.approx([9.9 / 3, 2 * 9.9 / 3, 0.0])
+    assert fill.capped == [True, False, False, False]
+    assert fill.leftover == 0.0
+    everything = water_fill(10.0, [1.0, 3.0], [2.0, 3.0])
+    assert everything.shares == [2.0, 3.0]
+    assert everything.leftover == 5.0

@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from gpufair.domain.model import (
     FairSharePolicy,
@@ -64,7 +65,7 @@ from gpufair.domain.policy import (
     deserved_cu_with_types,
     validate_gpu_types,
     validate_policy,
-    validate_quota,
+    validate_pool_quotas,
 )
 from gpufair.domain.rounding import round_over_quota, whole_gpu_unit_cu
 from gpufair.domain.tree import QueueTree
@@ -184,6 +185,7 @@ class _State:
         "parent",
         "priority",
         "priority_weight",
+        "quota",
         "satisfied",
         "usage_share",
         "weight_share",
@@ -191,6 +193,7 @@ class _State:
 
     def __init__(self, queue: Queue, pool: str, is_leaf: bool, compute_weights: dict[str, float]):
         quota = queue.quota(pool)
+        self.quota = quota
         self.name = queue.name
         self.parent = queue.parent
         self.is_leaf = is_leaf
@@ -261,7 +264,10 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
         for name in tree.preorder
     }
     return FairShareResult(
-        pool=inp.pool, capacity_cu=capacity_cu, whole_gpu_unit_cu=unit_cu, shares=shares
+        pool=inp.pool,
+        capacity_cu=capacity_cu,
+        whole_gpu_unit_cu=unit_cu,
+        shares=MappingProxyType(shares),
     )
 
 
@@ -282,12 +288,10 @@ def _validate(inp: FairShareInput) -> None:
             violations.append(Violation(path, f"unknown GPU type {type_name!r}"))
         elif not (math.isfinite(gpus) and gpus >= 0.0):
             violations.append(Violation(path, f"must be a finite number ≥ 0, got {gpus!r}"))
-    for index, queue in enumerate(inp.queues):
-        if inp.pool in queue.quotas:
-            violations.extend(
-                Violation(f'queues[{index}].quotas["{inp.pool}"].{v.field_path}', v.message)
-                for v in validate_quota(queue.quotas[inp.pool], gpu_types=inp.gpu_types)
-            )
+    violations.extend(
+        Violation(f"queues{v.field_path}", v.message)
+        for v in validate_pool_quotas(inp.queues, inp.pool, gpu_types=inp.gpu_types)
+    )
     history: tuple[tuple[str, Iterable[tuple[object, float]]], ...] = (
         ("usage.usage_cu_s", inp.usage.usage_cu_s.items()),
         ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s.items()),
@@ -308,21 +312,24 @@ def _validate(inp: FairShareInput) -> None:
 def _validate_demands(inp: FairShareInput, tree: QueueTree) -> None:
     violations: list[Violation] = []
     for name, demand in inp.demands.items():
-        path = f'demands["{name}"]'
         if name not in tree.queues:
-            violations.append(Violation(path, f"unknown queue {name!r}"))
+            violations.append(Violation(f'demands["{name}"]', f"unknown queue {name!r}"))
             continue
         if not tree.is_leaf(name):
-            violations.append(Violation(path, "demand is given for leaf queues only"))
+            violations.append(
+                Violation(f'demands["{name}"]', "demand is given for leaf queues only")
+            )
         for field_name, by_type in (
             ("allocated_gpus_by_type", demand.allocated_gpus_by_type),
             ("pending_gpus_by_type", demand.pending_gpus_by_type),
         ):
             for type_name, gpus in by_type.items():
-                type_path = f'{path}.{field_name}["{type_name}"]'
+                if type_name in inp.gpu_types and math.isfinite(gpus) and gpus >= 0.0:
+                    continue
+                type_path = f'demands["{name}"].{field_name}["{type_name}"]'
                 if type_name not in inp.gpu_types:
                     violations.append(Violation(type_path, f"unknown GPU type {type_name!r}"))
-                elif not (math.isfinite(gpus) and gpus >= 0.0):
+                else:
                     violations.append(
                         Violation(type_path, f"must be a finite number ≥ 0, got {gpus!r}")
                     )
@@ -338,61 +345,70 @@ def _aggregate_demand(
     capacity_by_type: dict[str, float],
 ) -> None:
     """Demand, allowed demand and per-type claims, children before parents."""
-    empty = QueueDemand()
     for name in tree.postorder():
         state = states[name]
-        quota = tree.queues[name].quota(inp.pool)
+        quota = state.quota
+        allocated: dict[str, float] = {}
+        wanted: dict[str, float] = {}
+        claims: dict[str, float] = {}
         if state.is_leaf:
-            demand = inp.demands.get(name, empty)
-            allocated = dict(demand.allocated_gpus_by_type)
-            wanted = dict(allocated)
-            for type_name, gpus in demand.pending_gpus_by_type.items():
-                wanted[type_name] = wanted.get(type_name, 0.0) + gpus
+            demand = inp.demands.get(name)
+            if demand is not None:
+                allocated.update(demand.allocated_gpus_by_type)
+                wanted.update(allocated)
+                for type_name, gpus in demand.pending_gpus_by_type.items():
+                    wanted[type_name] = wanted.get(type_name, 0.0) + gpus
+            may_hold = wanted
             children_allowed_cu = math.inf
-            children_allowed = wanted
-            children_claims: dict[str, float] = {}
         else:
-            children = [states[c] for c in tree.children_of(name)]
-            allocated = _sum_by_type(c.allocated_by_type for c in children)
-            wanted = _sum_by_type(c.demand_by_type for c in children)
-            children_allowed = _sum_by_type(c.allowed_by_type for c in children)
-            children_claims = _sum_by_type(c.claims_by_type for c in children)
-            children_allowed_cu = math.fsum(c.allowed_cu for c in children)
+            may_hold = {}
+            children_allowed_cu = 0.0
+            for child_name in tree.children_of(name):
+                child = states[child_name]
+                _add_into(allocated, child.allocated_by_type)
+                _add_into(wanted, child.demand_by_type)
+                _add_into(may_hold, child.allowed_by_type)
+                _add_into(claims, child.claims_by_type)
+                children_allowed_cu += child.allowed_cu
         allowed: dict[str, float] = {}
-        for type_name, gpus in children_allowed.items():
-            bound = min(
-                gpus,
-                quota.limit_gpus_by_type.get(type_name, math.inf),
-                capacity_by_type.get(type_name, 0.0),
-            )
+        allowed_cu = 0.0
+        type_limits = quota.limit_gpus_by_type
+        for type_name, gpus in may_hold.items():
+            bound = min(gpus, capacity_by_type.get(type_name, 0.0))
+            if type_limits and type_name in type_limits:
+                bound = min(bound, type_limits[type_name])
             if bound > 0.0:
                 allowed[type_name] = bound
-        claims = dict(children_claims)
+                allowed_cu += bound * compute_weights[type_name]
         for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
-            claims[type_name] = min(deserved_gpus, allowed.get(type_name, 0.0))
+            claim = min(deserved_gpus, allowed.get(type_name, 0.0))
+            if claim > 0.0:
+                claims[type_name] = claim
+            else:
+                claims.pop(type_name, None)
         state.allocated_by_type = allocated
         state.demand_by_type = wanted
         state.allowed_by_type = allowed
-        state.claims_by_type = {t: g for t, g in claims.items() if g > 0.0}
+        state.claims_by_type = claims
         state.allocated_cu = _cu(allocated, compute_weights)
         state.demand_cu = _cu(wanted, compute_weights)
         state.allowed_cu = min(
-            _cu(allowed, compute_weights),
+            allowed_cu,
             children_allowed_cu,
             math.inf if quota.limit_cu is None else quota.limit_cu,
         )
 
 
-def _sum_by_type(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:
-    total: dict[str, float] = {}
-    for part in parts:
-        for type_name, gpus in part.items():
-            total[type_name] = total.get(type_name, 0.0) + gpus
-    return total
+def _add_into(total: dict[str, float], part: Mapping[str, float]) -> None:
+    for type_name, gpus in part.items():
+        total[type_name] = total.get(type_name, 0.0) + gpus
 
 
 def _cu(gpus_by_type: Mapping[str, float], compute_weights: Mapping[str, float]) -> float:
-    return math.fsum(g * compute_weights[t] for t, g in gpus_by_type.items())
+    total = 0.0
+    for type_name, gpus in gpus_by_type.items():
+        total += gpus * compute_weights[type_name]
+    return total
 
 
 def _divide_group(
@@ -532,8 +548,8 @@ def _explain(
         priority_weight=state.priority_weight,
         effective_weight=state.effective_weight,
         fair_share_cu=state.fair_share_cu,
-        demand_gpus_by_type=frozen_map(state.demand_by_type),
-        allocated_gpus_by_type=frozen_map(state.allocated_by_type),
-        guaranteed_gpus_by_type=frozen_map(state.guaranteed_by_type),
-        fair_share_gpus_by_type=frozen_map(fair_share_gpus_by_type),
+        demand_gpus_by_type=MappingProxyType(state.demand_by_type),
+        allocated_gpus_by_type=MappingProxyType(state.allocated_by_type),
+        guaranteed_gpus_by_type=MappingProxyType(state.guaranteed_by_type),
+        fair_share_gpus_by_type=MappingProxyType(fair_share_gpus_by_type),
     )

@@ -41,30 +41,32 @@ class InvalidInputError(ValueError):
         super().__init__("; ".join(f"{v.field_path}: {v.message}" for v in self.violations))
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _finite(value: object) -> bool:
-    return _is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_non_negative(path: str, value: object, out: list[Violation]) -> bool:
+# The checks take the path in two parts and join them only on failure: validation runs on every
+# fair-share computation, over every queue, and valid input should cost no string building.
+
+
+def _check_non_negative(prefix: str, name: str, value: object, out: list[Violation]) -> bool:
     if not _finite(value):
-        out.append(Violation(path, f"must be a finite number, got {value!r}"))
+        out.append(Violation(prefix + name, f"must be a finite number, got {value!r}"))
         return False
     if value < 0:  # type: ignore[operator]
-        out.append(Violation(path, f"must be ≥ 0, got {value!r}"))
+        out.append(Violation(prefix + name, f"must be ≥ 0, got {value!r}"))
         return False
     return True
 
 
-def _check_positive(path: str, value: object, out: list[Violation]) -> bool:
+def _check_positive(prefix: str, name: str, value: object, out: list[Violation]) -> bool:
     if not _finite(value):
-        out.append(Violation(path, f"must be a finite number, got {value!r}"))
+        out.append(Violation(prefix + name, f"must be a finite number, got {value!r}"))
         return False
     if value <= 0:  # type: ignore[operator]
-        out.append(Violation(path, f"must be > 0, got {value!r}"))
+        out.append(Violation(prefix + name, f"must be > 0, got {value!r}"))
         return False
     return True
 
@@ -94,12 +96,12 @@ def validate_policy(policy: FairSharePolicy) -> list[Violation]:
     _check_enum("window_kind", policy.window_kind, WindowKind, out)
     _check_enum("usage_basis", policy.usage_basis, UsageBasis, out)
     _check_enum("rounding", policy.rounding, Rounding, out)
-    _check_non_negative("k", policy.k, out)
+    _check_non_negative("", "k", policy.k, out)
     half_life_ok = policy.half_life_s is None or _check_positive(
-        "half_life_s", policy.half_life_s, out
+        "", "half_life_s", policy.half_life_s, out
     )
     if policy.window_kind in (WindowKind.SLIDING, WindowKind.TUMBLING):
-        window_ok = _check_positive("window_s", policy.window_s, out)
+        window_ok = _check_positive("", "window_s", policy.window_s, out)
         if (
             window_ok
             and half_life_ok
@@ -116,8 +118,8 @@ def validate_policy(policy: FairSharePolicy) -> list[Violation]:
         out.append(
             Violation("window_anchor_s", f"must be a finite number, got {policy.window_anchor_s!r}")
         )
-    _check_positive("recompute_interval_s", policy.recompute_interval_s, out)
-    if _check_non_negative("dead_band", policy.dead_band, out) and policy.dead_band >= 1:
+    _check_positive("", "recompute_interval_s", policy.recompute_interval_s, out)
+    if _check_non_negative("", "dead_band", policy.dead_band, out) and policy.dead_band >= 1:
         out.append(Violation("dead_band", f"must be < 1, got {policy.dead_band!r}"))
     return out
 
@@ -133,8 +135,8 @@ def validate_gpu_types(gpu_types: Sequence[GpuType]) -> list[Violation]:
         elif gpu_type.name in seen:
             out.append(Violation(prefix + "name", f"duplicate GPU type {gpu_type.name!r}"))
         seen.add(gpu_type.name)
-        _check_non_negative(prefix + "memory_gib", gpu_type.memory_gib, out)
-        _check_positive(prefix + "compute_weight", gpu_type.compute_weight, out)
+        _check_non_negative(prefix, "memory_gib", gpu_type.memory_gib, out)
+        _check_positive(prefix, "compute_weight", gpu_type.compute_weight, out)
     return out
 
 
@@ -145,6 +147,8 @@ def deserved_cu_with_types(quota: QueueQuota, compute_weights: Mapping[str, floa
     so the CU guarantee is never below Σ_t deserved_gpus_by_type[t] · compute_weight(t).
     Types missing from `compute_weights` count 0 (they are not in the pool).
     """
+    if not quota.deserved_gpus_by_type:
+        return quota.deserved_cu
     by_type_cu = sum(
         gpus * compute_weights.get(type_name, 0.0)
         for type_name, gpus in quota.deserved_gpus_by_type.items()
@@ -165,11 +169,9 @@ def _validate_quota(
         out.append(Violation(path + ".pool", f"is {quota.pool!r} but the quota is keyed {key!r}"))
     if pools is not None and key not in pools:
         out.append(Violation(path, f"unknown node pool {key!r}"))
-    deserved_ok = _check_non_negative(path + ".deserved_cu", quota.deserved_cu, out)
-    _check_non_negative(path + ".over_quota_weight", quota.over_quota_weight, out)
-    limit_ok = quota.limit_cu is None or _check_non_negative(
-        path + ".limit_cu", quota.limit_cu, out
-    )
+    deserved_ok = _check_non_negative(path, ".deserved_cu", quota.deserved_cu, out)
+    _check_non_negative(path, ".over_quota_weight", quota.over_quota_weight, out)
+    limit_ok = quota.limit_cu is None or _check_non_negative(path, ".limit_cu", quota.limit_cu, out)
     good_gpus: dict[str, dict[str, float]] = {}
     for field_name, by_type in (
         ("deserved_gpus_by_type", quota.deserved_gpus_by_type),
@@ -177,11 +179,11 @@ def _validate_quota(
     ):
         good_gpus[field_name] = {}
         for type_name, gpus in by_type.items():
-            type_path = f'{path}.{field_name}["{type_name}"]'
+            type_key = f'.{field_name}["{type_name}"]'
             known = compute_weights is None or type_name in compute_weights
             if not known:
-                out.append(Violation(type_path, f"unknown GPU type {type_name!r}"))
-            if _check_non_negative(type_path, gpus, out) and known:
+                out.append(Violation(path + type_key, f"unknown GPU type {type_name!r}"))
+            if _check_non_negative(path, type_key, gpus, out) and known:
                 good_gpus[field_name][type_name] = gpus
     for type_name, limit_gpus in good_gpus["limit_gpus_by_type"].items():
         deserved_gpus = good_gpus["deserved_gpus_by_type"].get(type_name, 0.0)
@@ -218,6 +220,22 @@ def validate_quota(
     )
     _validate_quota("", quota.pool, quota, pools=None, compute_weights=compute_weights, out=out)
     return [Violation(v.field_path.removeprefix("."), v.message) for v in out]
+
+
+def validate_pool_quotas(
+    queues: Sequence[Queue], pool: str, *, gpu_types: Mapping[str, GpuType] | None = None
+) -> list[Violation]:
+    """Check every queue's terms in one pool; paths `[3].quotas["pool"].limit_cu`."""
+    out: list[Violation] = []
+    compute_weights = (
+        None if gpu_types is None else {name: t.compute_weight for name, t in gpu_types.items()}
+    )
+    for index, queue in enumerate(queues):
+        quota = queue.quotas.get(pool)
+        if quota is not None:
+            path = f'[{index}].quotas["{pool}"]'
+            _validate_quota(path, pool, quota, pools=None, compute_weights=compute_weights, out=out)
+    return out
 
 
 def validate_queue(
