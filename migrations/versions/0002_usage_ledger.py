@@ -170,6 +170,7 @@ def upgrade() -> None:
         "rollup_watermarks",
         sa.Column("pool", sa.Text(), nullable=False),
         sa.Column("rolled_up_to", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("dirty_from", sa.DateTime(timezone=True), nullable=True),
         sa.Column("half_life_s", sa.Double(), nullable=True),
         sa.Column("usage_basis", sa.Text(), nullable=False),
         sa.Column("config_version", sa.BigInteger(), nullable=False),

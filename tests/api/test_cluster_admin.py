@@ -226,5 +226,5 @@ def test_later_services_answer_unimplemented(client: GpufairClient) -> None:
         client.scheduler.Schedule(scheduler_pb2.ScheduleRequest(pool="main"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     with pytest.raises(grpc.RpcError) as err:
-        client.ledger.GetFairShare(ledger_pb2.GetFairShareRequest(pool="main"), timeout=5)
+        client.ledger.GetUsage(ledger_pb2.GetUsageRequest(pool="main"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from sqlalchemy import Engine
 
 from gpufair.api.convert_ledger import event_from_proto
-from gpufair.domain.errors import InvalidInput, Violation
+from gpufair.domain.errors import InvalidInput, NotFound, Violation
 from gpufair.domain.ledger import LedgerEvent
-from gpufair.store import ledger_repo
+from gpufair.jobs.recompute import pool_of, recompute_pool
+from gpufair.store import config_repo, fairshare_repo, ledger_repo
+from gpufair.store.fairshare_repo import StoredShare
 from gpufair.store.ledger_repo import EventOutcome, EventStatus
+from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
 from gpufair.v1 import ledger_pb2 as pb
-from gpufair.v1 import ledger_pb2_grpc
 
 MAX_EVENTS_PER_BATCH = 50_000
+MAX_HISTORY_POINTS = 100_000
 _STATUS = {
     EventStatus.STORED: pb.EVENT_STATUS_STORED,
     EventStatus.DUPLICATE: pb.EVENT_STATUS_DUPLICATE,
@@ -29,6 +33,33 @@ def _results(outcomes: list[EventOutcome]) -> list[pb.EventResult]:
         pb.EventResult(event_id=o.event_id, status=_STATUS[o.status], error=o.error)
         for o in outcomes
     ]
+
+
+def share_to_proto(s: StoredShare) -> fairshare_pb2.QueueShare:
+    msg = fairshare_pb2.QueueShare(
+        queue=s.queue,
+        parent=s.parent or "",
+        priority=s.priority,
+        deserved_cu=s.deserved_cu,
+        demand_cu=s.demand_cu,
+        allocated_cu=s.allocated_cu,
+        weight_share=s.weight_share,
+        usage_share=s.usage_share,
+        priority_weight=s.priority_weight,
+        effective_weight=s.effective_weight,
+        fair_share_cu=s.fair_share_cu,
+        decayed_usage_cu_s=s.decayed_usage_cu_s,
+        fair_share_gpus_by_type=s.fair_share_gpus_by_type,
+    )
+    if s.limit_cu is not None:
+        msg.limit_cu = s.limit_cu
+    return msg
+
+
+def _seconds(ts: Any, default: float) -> float:
+    if ts.seconds == 0 and ts.nanos == 0:
+        return default
+    return float(ts.seconds + ts.nanos / 1e9)
 
 
 class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
@@ -64,4 +95,47 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         reply = pb.ReportEventsResponse()
         for n, request in enumerate(request_iterator):
             reply.results.extend(self._ingest(request, f"messages[{n}].events"))
+        return reply
+
+    def GetFairShare(
+        self, request: pb.GetFairShareRequest, context: grpc.ServicerContext
+    ) -> pb.GetFairShareResponse:
+        """The latest recompute of the pool; the first call for a pool computes it."""
+        if not request.pool:
+            raise InvalidInput([Violation("pool", "is required")])
+        with self.engine.connect() as conn:
+            run = fairshare_repo.latest_run(conn, request.pool)
+            if run is None:
+                pool_of(config_repo.load_config(conn), request.pool)  # NOT_FOUND if unknown
+                recompute_pool(conn, request.pool, self.clock())
+                conn.commit()
+                run = fairshare_repo.latest_run(conn, request.pool)
+        if run is None:
+            raise NotFound("fair share of pool", request.pool)
+        reply = pb.GetFairShareResponse(
+            pool=run.pool,
+            capacity_cu=run.capacity_cu,
+            queues=[share_to_proto(s) for s in run.shares],
+        )
+        reply.computed_at.FromNanoseconds(round(run.computed_at_s * 1e9))
+        return reply
+
+    def GetFairShareHistory(
+        self, request: pb.GetFairShareHistoryRequest, context: grpc.ServicerContext
+    ) -> pb.GetFairShareHistoryResponse:
+        if not request.pool:
+            raise InvalidInput([Violation("pool", "is required")])
+        now_s = self.clock()
+        since_s = _seconds(request.since, now_s - 86400.0)
+        until_s = _seconds(request.until, now_s)
+        if since_s > until_s:
+            raise InvalidInput([Violation("since", "is after until")])
+        with self.engine.connect() as conn:
+            points = fairshare_repo.history(
+                conn, request.pool, request.queue or None, since_s, until_s, MAX_HISTORY_POINTS
+            )
+        reply = pb.GetFairShareHistoryResponse()
+        for s in points:
+            point = reply.points.add(share=share_to_proto(s))
+            point.computed_at.FromNanoseconds(round(s.computed_at_s * 1e9))
         return reply

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -343,10 +344,15 @@ def rebuild_runs(
         new_state = state_after(runs, state)
         if new_state is not state:
             state_docs.append({"uid": uid, "state": new_state.value})
-    conn.execute(
-        text("DELETE FROM allocation_intervals WHERE workload_uid = ANY(:uids)"),
+    previous = conn.execute(
+        text(
+            "DELETE FROM allocation_intervals WHERE workload_uid = ANY(:uids) "
+            "RETURNING pool, start_event_id::text, gpu_type, gpus, cu, "
+            "extract(epoch FROM started_at)::float8, extract(epoch FROM ended_at)::float8"
+        ),
         {"uids": list(uids)},
-    )
+    ).all()
+    _mark_dirty(conn, previous, interval_docs)
     if interval_docs:
         conn.execute(
             text(
@@ -374,6 +380,52 @@ def rebuild_runs(
             ),
             {"doc": json.dumps(state_docs)},
         )
+
+
+def _mark_dirty(
+    conn: Connection, previous: Sequence[Any], current: Sequence[dict[str, Any]]
+) -> None:
+    """Move each pool's rollup watermark back to the earliest instant whose usage changed.
+
+    An interval that only got an end (a stop of a running job) changes usage from that end on,
+    not from its start: long runs do not force long re-rollups.
+    """
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else round(t, 6)  # timestamptz keeps microseconds
+
+    old = {(r[1], r[2]): (r[0], r[3], r[4], at(r[5]), at(r[6])) for r in previous}
+    new = {
+        (d["start_id"], d["gpu_type"]): (
+            d["pool"],
+            d["gpus"],
+            d["cu"],
+            at(d["started"]),
+            at(d["ended"]),
+        )
+        for d in current
+    }
+    earliest: dict[str, float] = {}
+    for key in old.keys() | new.keys():
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if before is not None and after is not None and before[:4] == after[:4]:
+            changed_from = min(e if e is not None else math.inf for e in (before[4], after[4]))
+        else:
+            changed_from = min(x[3] for x in (before, after) if x is not None and x[3] is not None)
+        pool = after[0] if after is not None else before[0]  # type: ignore[index]
+        earliest[pool] = min(earliest.get(pool, math.inf), changed_from)
+    for pool, at_s in earliest.items():
+        if math.isfinite(at_s):
+            conn.execute(
+                text(
+                    "UPDATE rollup_watermarks SET dirty_from = "
+                    "LEAST(COALESCE(dirty_from, 'infinity'::timestamptz), to_timestamp(:at)) "
+                    "WHERE pool = :pool AND rolled_up_to > to_timestamp(:at)"
+                ),
+                {"pool": pool, "at": at_s},
+            )
 
 
 def _apply_node_capacity(conn: Connection, events: Sequence[LedgerEvent], now_s: float) -> None:

@@ -164,6 +164,7 @@ rollup_watermarks = Table(
     metadata,
     Column("pool", Text, primary_key=True),
     Column("rolled_up_to", TZ, nullable=False),
+    Column("dirty_from", TZ, nullable=True),  # set by ingestion: redo rollups from here
     Column("half_life_s", Double, nullable=True),
     Column("usage_basis", Text, nullable=False),
     Column("config_version", BigInteger, nullable=False),

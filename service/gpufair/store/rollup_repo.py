@@ -1,0 +1,328 @@
+"""Hourly rollups (replace semantics) and decayed usage read back from them.
+
+A pool's watermark says up to which hour the rollups are complete. Ingestion moves `dirty_from`
+back when it changes an interval the rollups already counted (a late event, a run closed by the
+sweeper); the next rollup recomputes from there. A change of the pool's half-life, usage basis or
+of the config (deserved quotas) invalidates every moment, so all of the window is redone.
+Rerunning a rollup is harmless: rows of the buckets it covers are replaced, never added to.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, text
+
+from gpufair.domain.model import ClusterConfig, NodePool
+from gpufair.domain.policy import deserved_cu_with_types
+from gpufair.domain.rollup import (
+    HOUR_S,
+    TypedInterval,
+    add_usage,
+    bucket_moments,
+    ceil_hour,
+    floor_hour,
+    range_usage,
+    type_usage,
+)
+from gpufair.domain.tree import QueueTree
+from gpufair.domain.usage import Segment, UsageInputs, window_bounds
+from gpufair.store import capacity_repo, config_repo
+
+ROOT = ""  # the queue column of a pool's root row (the group of top-level queues)
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    rolled_up_to_s: float
+    dirty_from_s: float | None
+    half_life_s: float | None
+    usage_basis: str
+    config_version: int
+
+
+def _watermark(conn: Connection, pool: str) -> Watermark | None:
+    row = conn.execute(
+        text(
+            "SELECT extract(epoch FROM rolled_up_to)::float8 AS upto, "
+            "extract(epoch FROM dirty_from)::float8 AS dirty, half_life_s, usage_basis, "
+            "config_version FROM rollup_watermarks WHERE pool = :pool"
+        ),
+        {"pool": pool},
+    ).one_or_none()
+    if row is None:
+        return None
+    return Watermark(row.upto, row.dirty, row.half_life_s, row.usage_basis, row.config_version)
+
+
+def intervals_between(conn: Connection, pool: str, lo_s: float, hi_s: float) -> list[TypedInterval]:
+    """Allocation intervals of `pool` overlapping [lo_s, hi_s); open ones end at +inf."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT queue, gpu_type, gpus, cu, extract(epoch FROM started_at)::float8 AS s,
+                   COALESCE(extract(epoch FROM ended_at)::float8, 'Infinity'::float8) AS e
+            FROM allocation_intervals
+            WHERE pool = :pool AND started_at < to_timestamp(:hi)
+              AND (ended_at IS NULL OR ended_at > to_timestamp(:lo))
+            """
+        ),
+        {"pool": pool, "lo": max(lo_s, 0.0), "hi": hi_s},
+    )
+    return [TypedInterval(r.queue, r.gpu_type, r.gpus, r.cu, r.s, r.e) for r in rows]
+
+
+def _leaf_timelines(
+    intervals: Sequence[TypedInterval], leaves: set[str]
+) -> dict[str, list[Segment]]:
+    timelines: dict[str, list[Segment]] = defaultdict(list)
+    for iv in intervals:
+        if iv.queue in leaves and iv.cu > 0:
+            timelines[iv.queue].append(Segment(iv.start_s, iv.end_s, iv.cu))
+    return dict(timelines)
+
+
+def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> int:
+    """Bring the pool's rollups up to the last complete hour; returns the buckets written."""
+    version = config_repo.config_version(conn)
+    policy = pool.policy
+    target_s = floor_hour(now_s)
+    mark = _watermark(conn, pool.name)
+    stale = (
+        mark is None
+        or mark.half_life_s != policy.half_life_s
+        or mark.usage_basis != policy.usage_basis.value
+        or mark.config_version != version
+    )
+    if stale:
+        # From the first instant anything counts: usage, or capacity (the denominators).
+        earliest = conn.execute(
+            text(
+                "SELECT extract(epoch FROM least("
+                "(SELECT min(started_at) FROM allocation_intervals WHERE pool = :pool), "
+                "(SELECT min(changed_at) FROM pool_capacity_changes WHERE pool = :pool)))::float8"
+            ),
+            {"pool": pool.name},
+        ).scalar_one()
+        start_s = floor_hour(earliest) if earliest is not None else target_s
+    else:
+        assert mark is not None
+        start_s = floor_hour(min(mark.rolled_up_to_s, mark.dirty_from_s or math.inf))
+    if start_s < target_s:
+        _write_buckets(conn, config, pool, start_s, target_s, now_s)
+    conn.execute(
+        text(
+            """
+            INSERT INTO rollup_watermarks
+                (pool, rolled_up_to, dirty_from, half_life_s, usage_basis, config_version)
+            VALUES (:pool, to_timestamp(:upto), NULL, :h, :basis, :version)
+            ON CONFLICT (pool) DO UPDATE SET rolled_up_to = EXCLUDED.rolled_up_to,
+                dirty_from = NULL, half_life_s = EXCLUDED.half_life_s,
+                usage_basis = EXCLUDED.usage_basis, config_version = EXCLUDED.config_version
+            """
+        ),
+        {
+            "pool": pool.name,
+            "upto": max(target_s, start_s),
+            "h": policy.half_life_s,
+            "basis": policy.usage_basis.value,
+            "version": version,
+        },
+    )
+    return max(0, round((target_s - start_s) / HOUR_S))
+
+
+def _write_buckets(
+    conn: Connection,
+    config: ClusterConfig,
+    pool: NodePool,
+    start_s: float,
+    end_s: float,
+    now_s: float,
+) -> None:
+    tree = QueueTree.build(config.queues)
+    leaves = {q for q in tree.queues if tree.is_leaf(q)}
+    gpu_types = {t.name: t for t in config.gpu_types}
+    weights = {t.name: t.compute_weight for t in config.gpu_types}
+    deserved = {q.name: deserved_cu_with_types(q.quota(pool.name), weights) for q in config.queues}
+    intervals = intervals_between(conn, pool.name, start_s, end_s)
+    capacity = capacity_repo.capacity_timeline(conn, pool.name, now_s)
+
+    # Each interval goes to the buckets it overlaps: O(overlaps), not O(buckets x intervals).
+    per_bucket: dict[int, list[TypedInterval]] = defaultdict(list)
+    for iv in intervals:
+        first = int((max(iv.start_s, start_s) - start_s) // HOUR_S)
+        last = int((min(iv.end_s, end_s) - start_s - 1e-9) // HOUR_S)
+        for k in range(first, last + 1):
+            per_bucket[k].append(iv)
+
+    fairness_rows: list[dict[str, object]] = []
+    usage_rows: list[dict[str, object]] = []
+    for k in range(round((end_s - start_s) / HOUR_S)):
+        b = start_s + k * HOUR_S
+        items = per_bucket.get(k, [])
+        cap = [s for s in capacity if s.start_s < b + HOUR_S and s.end_s > b]
+        if not items and not cap:
+            continue
+        moments = bucket_moments(
+            pool=pool.name,
+            policy=pool.policy,
+            queues=config.queues,
+            gpu_types=gpu_types,
+            leaf_allocations=_leaf_timelines(items, leaves),
+            capacity=cap,
+            bucket_start_s=b,
+        )
+        for queue in tree.queues:
+            usage = moments.usage_cu_s.get(queue, 0.0)
+            group = moments.group_capacity_cu_s.get(queue, 0.0)
+            if usage or group:
+                fairness_rows.append({"q": queue, "b": b, "u": usage, "g": group})
+        root = moments.group_capacity_cu_s.get(None, 0.0)
+        if root:
+            fairness_rows.append({"q": ROOT, "b": b, "u": 0.0, "g": root})
+        for row in type_usage(items, deserved, b, b + HOUR_S):
+            usage_rows.append(
+                {
+                    "q": row.queue,
+                    "t": row.gpu_type,
+                    "b": b,
+                    "gs": row.gpu_seconds,
+                    "cs": row.cu_seconds,
+                    "os": row.over_quota_cu_seconds,
+                }
+            )
+
+    params = {"pool": pool.name, "lo": start_s, "hi": end_s}
+    for table in ("fairness_hourly", "usage_hourly"):
+        conn.execute(
+            text(
+                f"DELETE FROM {table} WHERE pool = :pool "
+                "AND bucket_start >= to_timestamp(:lo) AND bucket_start < to_timestamp(:hi)"
+            ),
+            params,
+        )
+    if fairness_rows:
+        conn.execute(
+            text(
+                """
+                INSERT INTO fairness_hourly
+                    (pool, queue, bucket_start, half_life_s, usage_basis, usage_moment,
+                     group_capacity_moment)
+                SELECT :pool, r.q, to_timestamp(r.b), :h, :basis, r.u, r.g
+                FROM jsonb_to_recordset(CAST(:doc AS jsonb))
+                     AS r(q text, b float8, u float8, g float8)
+                """
+            ),
+            {
+                "pool": pool.name,
+                "h": pool.policy.half_life_s,
+                "basis": pool.policy.usage_basis.value,
+                "doc": json.dumps(fairness_rows),
+            },
+        )
+    if usage_rows:
+        conn.execute(
+            text(
+                """
+                INSERT INTO usage_hourly
+                    (pool, queue, gpu_type, bucket_start, gpu_seconds, cu_seconds,
+                     over_quota_cu_seconds)
+                SELECT :pool, r.q, r.t, to_timestamp(r.b), r.gs, r.cs, r.os
+                FROM jsonb_to_recordset(CAST(:doc AS jsonb))
+                     AS r(q text, t text, b float8, gs float8, cs float8, os float8)
+                """
+            ),
+            {"pool": pool.name, "doc": json.dumps(usage_rows)},
+        )
+
+
+def decayed_usage(
+    conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float
+) -> UsageInputs:
+    """The engine's usage inputs at `now_s`: rolled-up buckets inside the window, weighted in
+    SQL, plus the window's edges integrated from raw intervals. Call `rollup_pool` first.
+
+    With the window [lo, now): whole buckets cover [A, B) with A = ceil_hour(lo) and B = the
+    watermark; [lo, A) and [B, now) come from the intervals themselves.
+    """
+    policy = pool.policy
+    mark = _watermark(conn, pool.name)
+    lo_s, _ = window_bounds(now_s, policy)
+    a_s = ceil_hour(lo_s) if math.isfinite(lo_s) else -math.inf
+    b_s = min(mark.rolled_up_to_s, floor_hour(now_s)) if mark is not None else -math.inf
+    if b_s <= a_s:
+        return _edge(conn, config, pool, lo_s, now_s, now_s)
+
+    usage: dict[str, float] = {}
+    capacity: dict[str | None, float] = {}
+    rows = conn.execute(
+        text(
+            """
+            SELECT queue, sum(usage_moment * w) AS usage,
+                   sum(group_capacity_moment * w) AS capacity
+            FROM (
+                SELECT queue, usage_moment, group_capacity_moment,
+                       CASE WHEN CAST(:h AS float8) IS NULL THEN 1.0
+                            ELSE power(2.0, -(CAST(:now AS float8)
+                                 - extract(epoch FROM bucket_start)::float8 - 3600.0)
+                                 / CAST(:h AS float8)) END AS w
+                FROM fairness_hourly
+                WHERE pool = :pool AND bucket_start < to_timestamp(:b)
+                  AND (CAST(:a AS float8) IS NULL OR bucket_start >= to_timestamp(:a))
+            ) AS weighted
+            GROUP BY queue
+            """
+        ),
+        {
+            "pool": pool.name,
+            "h": policy.half_life_s,
+            "now": now_s,
+            "a": a_s if math.isfinite(a_s) else None,
+            "b": b_s,
+        },
+    )
+    for r in rows:
+        if r.queue == ROOT:
+            capacity[None] = float(r.capacity)
+        else:
+            usage[r.queue] = float(r.usage)
+            capacity[r.queue] = float(r.capacity)
+    parts = [UsageInputs(usage_cu_s=usage, group_capacity_cu_s=capacity)]
+    if math.isfinite(lo_s) and lo_s < a_s:
+        parts.append(_edge(conn, config, pool, lo_s, a_s, now_s))
+    if b_s < now_s:
+        parts.append(_edge(conn, config, pool, b_s, now_s, now_s))
+    return add_usage(*parts)
+
+
+def _edge(
+    conn: Connection, config: ClusterConfig, pool: NodePool, lo_s: float, hi_s: float, now_s: float
+) -> UsageInputs:
+    tree = QueueTree.build(config.queues)
+    leaves = {q for q in tree.queues if tree.is_leaf(q)}
+    items = intervals_between(conn, pool.name, lo_s, hi_s)
+    return range_usage(
+        pool=pool.name,
+        policy=pool.policy,
+        queues=config.queues,
+        gpu_types={t.name: t for t in config.gpu_types},
+        leaf_allocations=_leaf_timelines(items, leaves),
+        capacity=capacity_repo.capacity_timeline(conn, pool.name, now_s),
+        lo_s=lo_s,
+        hi_s=hi_s,
+        now_s=now_s,
+    )
+
+
+def exact_usage(
+    conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float
+) -> UsageInputs:
+    """The same inputs integrated from every raw interval in the window: O(intervals). The
+    reference that rollups must agree with, and a fallback for tools."""
+    lo_s, _ = window_bounds(now_s, pool.policy)
+    return _edge(conn, config, pool, lo_s if math.isfinite(lo_s) else 0.0, now_s, now_s)
