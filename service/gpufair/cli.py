@@ -45,7 +45,11 @@ def _setup_logging(level: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import prometheus_client
+
     from gpufair.api.server import build_server
+    from gpufair.jobs.retention import Retention
+    from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
 
     _setup_logging(args.log_level)
@@ -56,6 +60,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = database.make_engine(db.url)
         running = build_server(engine, args.address, max_workers=args.workers)
         log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
+        if args.metrics_address:
+            host, _, port = args.metrics_address.rpartition(":")
+            prometheus_client.start_http_server(int(port), addr=host or "127.0.0.1")
+            log.info("metrics on http://%s/metrics", args.metrics_address)
+        jobs = None
+        if not args.no_jobs:
+            jobs = PeriodicJobs(
+                engine,
+                JobSettings(
+                    tick_s=args.job_tick_s,
+                    sweep_period_s=args.sweep_period_s,
+                    stale_after_s=args.stale_after_s,
+                    retention=Retention(
+                        events_days=args.event_retention_days,
+                        rollups_days=args.rollup_retention_days,
+                    ),
+                ),
+            )
+            jobs.start()
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -69,6 +92,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
         )
         running.stop(args.grace_s)
+        if jobs is not None:
+            jobs.stop()
         engine.dispose()
         log.info("stopped")
     finally:
@@ -294,6 +319,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--address", default="127.0.0.1:50051", help="listen address")
     serve.add_argument("--workers", type=int, default=32, help="RPC worker threads")
     serve.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
+    serve.add_argument(
+        "--metrics-address",
+        default="127.0.0.1:9464",
+        help="Prometheus endpoint host:port ('' to disable)",
+    )
+    serve.add_argument("--no-jobs", action="store_true", help="run no periodic jobs here")
+    serve.add_argument("--job-tick-s", type=float, default=10.0, help="how often jobs check")
+    serve.add_argument("--sweep-period-s", type=float, default=60.0, help="stale sweep period")
+    serve.add_argument(
+        "--stale-after-s", type=float, default=600.0, help="close runs silent this long"
+    )
+    serve.add_argument("--event-retention-days", type=float, default=180.0)
+    serve.add_argument("--rollup-retention-days", type=float, default=400.0)
     _add_database_options(serve)
     serve.set_defaults(func=cmd_serve)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 import pytest
@@ -32,10 +32,11 @@ NOW = 1_767_225_600.0 + 1234.5  # 2026-01-01 00:20:34.5 UTC: mid-hour on purpose
 HOUR = 3600.0
 
 
+def quota(deserved: float, weight: float = 1.0) -> Mapping[str, QueueQuota]:
+    return frozen_map({"p": QueueQuota("p", deserved_cu=deserved, over_quota_weight=weight)})
+
+
 def make_config(policy: FairSharePolicy) -> ClusterConfig:
-    quota = lambda deserved, w=1.0: frozen_map(
-        {"p": QueueQuota("p", deserved_cu=deserved, over_quota_weight=w)}
-    )  # noqa: E731
     return ClusterConfig(
         gpu_types=(GpuType("a100", 80, 10), GpuType("t4", 16, 1)),
         pools=(NodePool("p", policy=policy),),

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import grpc
 import psycopg
@@ -95,43 +93,3 @@ def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) ->
     ref = uuid.uuid4().hex[:12]
     log.exception("%s: internal error ref=%s", method, ref)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref} in the server log)")
-
-
-def _guard(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-    def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return behavior(request, context)
-        except Exception as exc:
-            if getattr(context, "code", lambda: None)() is not None:  # aborted on purpose
-                raise
-            abort_for(exc, context, method)
-            raise  # unreachable: abort_for always raises
-
-    return guarded
-
-
-class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Wraps every unary-reply handler so that no exception leaves as UNKNOWN."""
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _guard(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                _guard(handler.stream_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler

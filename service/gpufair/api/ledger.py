@@ -13,6 +13,7 @@ from gpufair.api.convert_ledger import event_from_proto
 from gpufair.domain.errors import InvalidInput, NotFound, Violation
 from gpufair.domain.ledger import LedgerEvent
 from gpufair.jobs.recompute import pool_of, recompute_pool
+from gpufair.metrics import observe_events
 from gpufair.store import config_repo, fairshare_repo, ledger_repo
 from gpufair.store.fairshare_repo import StoredShare
 from gpufair.store.ledger_repo import EventOutcome, EventStatus
@@ -76,9 +77,20 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         for msg in request.events:
             event = event_from_proto(msg)
             converted.append((msg.event_id, event) if isinstance(event, str) else event)
+        now_s = self.clock()
         with self.engine.connect() as conn:
-            outcomes = ledger_repo.ingest(conn, converted, self.clock())
+            outcomes = ledger_repo.ingest(conn, converted, now_s)
             conn.commit()  # acknowledged only once this returns
+        stored = {o.event_id for o in outcomes if o.status is EventStatus.STORED}
+        observe_events(
+            now_s,
+            [
+                e.occurred_at_s
+                for e in converted
+                if isinstance(e, LedgerEvent) and e.event_id in stored
+            ],
+            [o.status.value for o in outcomes],
+        )
         return _results(outcomes)
 
     def ReportEvents(

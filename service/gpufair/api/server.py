@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import Engine
 
 from gpufair.api.cluster_admin import ClusterAdminServicer
-from gpufair.api.errors import ErrorMappingInterceptor
+from gpufair.api.interceptors import ErrorMappingInterceptor, MetricsInterceptor
 from gpufair.api.ledger import LedgerServicer
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.v1 import (
@@ -53,7 +53,7 @@ def build_server(
 ) -> RunningServer:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[ErrorMappingInterceptor()],
+        interceptors=[MetricsInterceptor(), ErrorMappingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -122,10 +122,15 @@ def _earliest_starts(conn: Connection, uids: Sequence[str]) -> dict[str, float]:
 
 
 def ingest(
-    conn: Connection, events: Sequence[LedgerEvent | tuple[str, str]], now_s: float
+    conn: Connection,
+    events: Sequence[LedgerEvent | tuple[str, str]],
+    now_s: float,
+    *,
+    internal: bool = False,
 ) -> list[EventOutcome]:
     """Store a batch of events. Items that could not even be converted come as (event_id, error).
-    Returns one outcome per item, in order."""
+    Returns one outcome per item, in order. `internal` admits the kinds only gpufair writes
+    (`stale`, from the sweeper)."""
     outcomes: list[EventOutcome | None] = [None] * len(events)
     candidates: list[tuple[int, LedgerEvent, str, str]] = []  # (index, event, payload, digest)
     first_seen: dict[str, str] = {}  # event_id -> digest, within this batch
@@ -155,7 +160,11 @@ def ingest(
     valid: list[tuple[int, LedgerEvent, str, str]] = []
     for i, event, payload, digest in candidates:
         ref = workloads.get(event.workload_uid)
-        problem = event_problem(event, now_s=now_s, workload=ref[0] if ref else None, nodes=nodes)
+        problem = (
+            None
+            if internal and event.kind is EventKind.STALE and ref is not None
+            else event_problem(event, now_s=now_s, workload=ref[0] if ref else None, nodes=nodes)
+        )
         if problem:
             outcomes[i] = EventOutcome(event.event_id, EventStatus.REJECTED, problem)
         else:

@@ -1,0 +1,91 @@
+"""Server interceptors: error mapping and metrics, around every unary-reply handler."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from gpufair.api.errors import abort_for
+from gpufair.metrics import RPC_SECONDS, RPCS
+
+Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def _aborted(context: grpc.ServicerContext) -> Any:
+    return getattr(context, "code", lambda: None)()
+
+
+def _rewrap(handler: Any, decorate: Callable[[Behavior], Behavior]) -> Any:
+    """The same handler with its behaviour decorated (unary and client-stream requests)."""
+    if handler is None:
+        return None
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            decorate(handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            decorate(handler.stream_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
+
+
+class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """No exception leaves a handler as UNKNOWN: each gets the status `abort_for` gives it."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        method = details.method
+
+        def decorate(behavior: Behavior) -> Behavior:
+            def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+                try:
+                    return behavior(request, context)
+                except Exception as exc:
+                    if _aborted(context) is not None:  # the servicer aborted on purpose
+                        raise
+                    abort_for(exc, context, method)
+                    raise  # unreachable: abort_for always raises
+
+            return guarded
+
+        return _rewrap(continuation(details), decorate)
+
+
+class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Counts and times every RPC by method and final status (placed outermost)."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        method = details.method.rsplit("/", 1)[-1]
+
+        def decorate(behavior: Behavior) -> Behavior:
+            def timed(request: Any, context: grpc.ServicerContext) -> Any:
+                start = time.perf_counter()
+                code = "OK"
+                try:
+                    return behavior(request, context)
+                except Exception:
+                    status = _aborted(context)
+                    code = status.name if status is not None else "UNKNOWN"
+                    raise
+                finally:
+                    RPCS.labels(method, code).inc()
+                    RPC_SECONDS.labels(method).observe(time.perf_counter() - start)
+
+            return timed
+
+        return _rewrap(continuation(details), decorate)

@@ -1,0 +1,83 @@
+"""Ages out raw events, rollups and history on configurable schedules.
+
+Raw events are what runs are derived from, so an event goes only when its whole workload is done
+with: the workload finished or was cancelled, and its latest event is older than the cutoff.
+Heartbeats matter only as the latest sign of life (kept on the workload row) and go sooner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, text
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    events_days: float = 180.0
+    heartbeats_days: float = 7.0
+    rollups_days: float = 400.0
+    history_days: float = 90.0
+    replies_days: float = 7.0
+
+
+def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str, int]:
+    """Delete what is past its age; returns rows deleted per kind."""
+    day = 86400.0
+    deleted: dict[str, int] = {}
+
+    def run(name: str, sql: str, cutoff_days: float) -> None:
+        result = conn.execute(text(sql), {"cutoff": now_s - cutoff_days * day})
+        deleted[name] = result.rowcount or 0
+
+    run(
+        "heartbeats",
+        "DELETE FROM ledger_events WHERE kind = 'heartbeat' AND occurred_at < to_timestamp(:cutoff)",
+        keep.heartbeats_days,
+    )
+    run(
+        "events",
+        """
+        DELETE FROM ledger_events e USING workloads w
+        WHERE e.workload_uid = w.uid AND w.state IN ('finished', 'cancelled')
+          AND NOT EXISTS (
+              SELECT 1 FROM ledger_events newer
+              WHERE newer.workload_uid = e.workload_uid
+                AND newer.occurred_at >= to_timestamp(:cutoff))
+        """,
+        keep.events_days,
+    )
+    run(
+        "node_events",
+        "DELETE FROM ledger_events WHERE kind = 'node_capacity' "
+        "AND occurred_at < to_timestamp(:cutoff)",
+        keep.events_days,
+    )
+    run(
+        "intervals",
+        "DELETE FROM allocation_intervals WHERE ended_at < to_timestamp(:cutoff)",
+        keep.rollups_days,
+    )
+    for table in ("usage_hourly", "fairness_hourly"):
+        run(
+            table,
+            f"DELETE FROM {table} WHERE bucket_start < to_timestamp(:cutoff)",
+            keep.rollups_days,
+        )
+    run(
+        "history",
+        "DELETE FROM fair_share_runs WHERE computed_at < to_timestamp(:cutoff)",
+        keep.history_days,
+    )
+    run(
+        "history_rows",
+        "DELETE FROM fair_share_history WHERE computed_at < to_timestamp(:cutoff)",
+        keep.history_days,
+    )
+    run(
+        "replies",
+        "DELETE FROM request_replies WHERE created_at < to_timestamp(:cutoff)",
+        keep.replies_days,
+    )
+    run("claims", "DELETE FROM job_claims WHERE period_start < to_timestamp(:cutoff)", 30.0)
+    return deleted

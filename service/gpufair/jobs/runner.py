@@ -1,0 +1,145 @@
+"""The periodic jobs of a replica: APScheduler 3, in-memory job store, once per period overall.
+
+Each job ticks more often than its period and claims the current period before working
+(`claims`), so a replica that starts late or misses a tick still gets the period done, and any
+number of replicas do it once.
+
+| job | period | work |
+|---|---|---|
+| `recompute:<pool>` | the pool's `recompute_interval_s` (default 60 s) | rollups, then fair shares into history |
+| `rollup` | 1 h | bring every pool's hourly rollups up to the last complete hour |
+| `sweep` | 60 s | close runs whose heartbeats stopped |
+| `retention` | 1 d | age out events, rollups, history |
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Engine
+
+from gpufair.jobs import claims
+from gpufair.jobs.recompute import recompute_pool
+from gpufair.jobs.retention import Retention, apply_retention
+from gpufair.jobs.sweeper import DEFAULT_STALE_AFTER_S, sweep
+from gpufair.metrics import observe_fair_shares
+from gpufair.store import config_repo, rollup_repo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    tick_s: float = 10.0  # how often every job checks whether its period is due
+    rollup_period_s: float = 3600.0
+    sweep_period_s: float = 60.0
+    retention_period_s: float = 86400.0
+    stale_after_s: float = DEFAULT_STALE_AFTER_S
+    retention: Retention = field(default_factory=Retention)
+
+
+class PeriodicJobs:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: JobSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        replica: str = claims.REPLICA_ID,
+    ) -> None:
+        self.engine = engine
+        self.settings = settings or JobSettings()
+        self.clock = clock
+        self.replica = replica
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(2)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone="UTC",
+        )
+
+    def start(self) -> None:
+        self.scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=self.settings.tick_s,
+            id="tick",
+            next_run_time=datetime.now(UTC) + timedelta(seconds=1),
+        )
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.shutdown(wait=True)
+
+    def tick(self) -> None:
+        """Run every job whose current period nobody has claimed yet."""
+        now_s = self.clock()
+        try:
+            with self.engine.connect() as conn:
+                pools = config_repo.load_config(conn).pools
+        except Exception:
+            log.warning("periodic jobs: database unavailable, retrying next tick", exc_info=True)
+            return
+        for pool in pools:
+            self._run_once(
+                f"recompute:{pool.name}",
+                pool.policy.recompute_interval_s,
+                now_s,
+                functools.partial(self._recompute, pool.name, now_s),
+            )
+        self._run_once("rollup", self.settings.rollup_period_s, now_s, lambda: self._rollup(now_s))
+        self._run_once("sweep", self.settings.sweep_period_s, now_s, lambda: self._sweep(now_s))
+        self._run_once(
+            "retention", self.settings.retention_period_s, now_s, lambda: self._retention(now_s)
+        )
+
+    def _run_once(self, job: str, period_s: float, now_s: float, work: Callable[[], str]) -> None:
+        start_s = claims.period_start(now_s, period_s)
+        try:
+            if not claims.claim(self.engine, job, start_s, self.replica):
+                return
+        except Exception:
+            log.warning("periodic job %s: cannot claim its period", job, exc_info=True)
+            return
+        try:
+            outcome = work()
+        except Exception as exc:
+            log.exception("periodic job %s failed", job)
+            outcome = f"failed: {exc.__class__.__name__}: {exc}"
+        try:
+            claims.finish(self.engine, job, start_s, outcome)
+        except Exception:
+            log.warning("periodic job %s: cannot record its outcome", job, exc_info=True)
+
+    def _recompute(self, pool: str, now_s: float) -> str:
+        with self.engine.connect() as conn:
+            done = recompute_pool(conn, pool, now_s)
+            conn.commit()
+        observe_fair_shares(done.result)
+        return f"ok: run {done.run_id}"
+
+    def _rollup(self, now_s: float) -> str:
+        written = 0
+        with self.engine.connect() as conn:
+            config = config_repo.load_config(conn)
+            for pool in config.pools:
+                written += rollup_repo.rollup_pool(conn, config, pool, now_s)
+            conn.commit()
+        return f"ok: {written} buckets"
+
+    def _sweep(self, now_s: float) -> str:
+        with self.engine.connect() as conn:
+            closed = sweep(conn, now_s, self.settings.stale_after_s)
+            conn.commit()
+        return f"ok: {closed} stale runs closed"
+
+    def _retention(self, now_s: float) -> str:
+        with self.engine.connect() as conn:
+            deleted = apply_retention(conn, now_s, self.settings.retention)
+            conn.commit()
+        return "ok: " + ", ".join(f"{k} {v}" for k, v in sorted(deleted.items()) if v)

@@ -1,0 +1,171 @@
+"""Periodic jobs: once per period across replicas, the stale sweeper, retention, metrics."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+from serve_support import ServeProcess
+from sqlalchemy import Engine, create_engine, text
+
+from gpufair.client import GpufairClient
+from gpufair.config_file import load_config_file
+from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
+from gpufair.domain.model import Workload
+from gpufair.jobs import claims
+from gpufair.jobs.retention import Retention, apply_retention
+from gpufair.jobs.runner import JobSettings, PeriodicJobs
+from gpufair.jobs.sweeper import sweep
+from gpufair.store import ledger_repo, workload_repo
+from gpufair.store.database import Database, normalise_url
+from gpufair.store.scratch import scratch_database
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "llm-vs-vision.yaml"
+
+
+def started(uid: str, at_s: float, node: str = "gpu-01") -> LedgerEvent:
+    return LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, at_s, uid, (EventPod(node, (0,)),))
+
+
+@pytest.fixture
+def cluster(client: GpufairClient) -> GpufairClient:
+    config = load_config_file(EXAMPLE)
+    config.pools[0].policy.recompute_interval_s = 1
+    client.apply_config(config)
+    return client
+
+
+def test_claim_is_won_once() -> None:
+    assert claims.period_start(125.5, 60) == 120.0
+
+
+def test_two_replicas_run_each_job_once_per_period(pg_server: Database, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+    with scratch_database(pg_server.url) as url:
+        args = ["--database-url", url, "--grace-s", "1", "--job-tick-s", "0.25"]
+        args += ["--sweep-period-s", "1"]
+        replicas = [ServeProcess(args, env, tmp_path / f"replica-{i}.log") for i in range(2)]
+        try:
+            for r in replicas:
+                r.wait_serving()
+            config = load_config_file(EXAMPLE)
+            config.pools[0].policy.recompute_interval_s = 1
+            with GpufairClient(replicas[0].address, attempts=1) as c:
+                c.apply_config(config)
+            time.sleep(6)
+        finally:
+            codes = [r.terminate() for r in replicas]
+        assert codes == [0, 0]
+        engine = create_engine(normalise_url(url))
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    text(
+                        "SELECT job, extract(epoch FROM period_start)::float8, claimed_by, "
+                        "outcome FROM job_claims ORDER BY job, period_start"
+                    )
+                ).all()
+                runs = conn.execute(text("SELECT count(*) FROM fair_share_runs")).scalar_one()
+        finally:
+            engine.dispose()
+    by_job = Counter(r[0] for r in rows)
+    sweeps = sorted(r[1] for r in rows if r[0] == "sweep")
+    recomputes = sorted(r[1] for r in rows if r[0] == "recompute:default")
+    # One claim per period and no period skipped while both ran (~6 s of 1-second periods).
+    assert len(sweeps) >= 5 and sweeps == [sweeps[0] + i for i in range(len(sweeps))]
+    assert len(recomputes) >= 4 and recomputes == [
+        recomputes[0] + i for i in range(len(recomputes))
+    ]
+    # Each recompute claim did its work exactly once: one stored run per claim.
+    assert runs == by_job["recompute:default"]
+    assert by_job["rollup"] == 1 and by_job["retention"] == 1
+    assert all(r[3] is not None and r[3].startswith("ok") for r in rows if r[0] != "sweep" or r[3])
+    # Both replicas took part: the claims, not luck, kept them from doubling up.
+    assert len({r[2] for r in rows}) == 2
+
+
+def test_sweeper_closes_silent_runs_at_their_last_heartbeat(
+    cluster: GpufairClient, db: Engine
+) -> None:
+    now = time.time()
+    with db.connect() as conn:
+        workload_repo.submit(conn, [Workload("quiet", "llm", "default", 1, 1, now - 7200)])
+        workload_repo.submit(conn, [Workload("alive", "llm", "default", 1, 1, now - 7200)])
+        beat = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 3000, "quiet")
+        fresh = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 10, "alive")
+        ledger_repo.ingest(
+            conn,
+            [started("quiet", now - 7200), beat, started("alive", now - 7200, "gpu-02"), fresh],
+            now,
+        )
+        assert sweep(conn, now, stale_after_s=600) == 1
+        assert sweep(conn, now, stale_after_s=600) == 0  # idempotent
+        rows = conn.execute(
+            text(
+                "SELECT workload_uid, end_kind, extract(epoch FROM ended_at)::float8 "
+                "FROM allocation_intervals ORDER BY workload_uid"
+            )
+        ).all()
+        conn.commit()
+    assert rows[0][:2] == ("alive", None)
+    assert rows[1][:2] == ("quiet", "stale")
+    assert rows[1][2] == pytest.approx(now - 3000, abs=1e-3)
+
+
+def test_retention_keeps_what_runs_need(cluster: GpufairClient, db: Engine) -> None:
+    now = time.time()
+    old = now - 200 * 86400
+    with db.connect() as conn:
+        workload_repo.submit(
+            conn,
+            [
+                Workload("done", "llm", "default", 1, 1, old),
+                Workload("running", "llm", "default", 1, 1, old),
+            ],
+        )
+        events = [
+            started("done", old),
+            LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 3600, "done"),
+            started("running", old, "gpu-02"),
+            LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 8 * 86400, "running"),
+        ]
+        ledger_repo.ingest(conn, events, now)
+        deleted = apply_retention(conn, now, Retention(events_days=180, heartbeats_days=7))
+        kinds = conn.execute(
+            text("SELECT workload_uid, kind FROM ledger_events ORDER BY workload_uid, kind")
+        ).all()
+        conn.commit()
+    assert deleted["events"] == 2 and deleted["heartbeats"] == 1
+    assert [tuple(k) for k in kinds] == [("running", "started")]
+
+
+def test_recompute_job_updates_metrics(cluster: GpufairClient, db: Engine) -> None:
+    now = time.time()
+    with db.connect() as conn:
+        workload_repo.submit(conn, [Workload("inference", "llm", "default", 1, 1, now - 60)])
+        ledger_repo.ingest(conn, [started("inference", now - 60)], now)
+        conn.commit()
+    jobs = PeriodicJobs(db, JobSettings(), clock=lambda: now, replica="test")
+    jobs.tick()
+    with db.connect() as conn:
+        outcomes = dict(conn.execute(text("SELECT job, outcome FROM job_claims")).all())
+    assert outcomes["recompute:default"].startswith("ok: run ")
+    assert outcomes["sweep"] == "ok: 0 stale runs closed"
+    labels = {"pool": "default", "queue": "llm"}
+    assert REGISTRY.get_sample_value("gpufair_allocated_cu", labels) == 1.0
+    assert REGISTRY.get_sample_value("gpufair_fair_share_cu", labels) == pytest.approx(1.0)
+    jobs.tick()  # same period: nothing runs twice
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM fair_share_runs")).scalar_one() == 1
+
+
+def test_rpc_metrics_count_calls_by_status(cluster: GpufairClient) -> None:
+    labels = {"method": "GetConfig", "code": "OK"}
+    before = REGISTRY.get_sample_value("gpufair_rpcs_total", labels) or 0.0
+    cluster.get_config()
+    assert REGISTRY.get_sample_value("gpufair_rpcs_total", labels) == before + 1
