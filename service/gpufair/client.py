@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ import grpc
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
+    ledger_pb2,
     ledger_pb2_grpc,
     scheduler_pb2_grpc,
 )
@@ -105,6 +107,24 @@ class GpufairClient:
             kind=kind, names=names, dry_run=dry_run, request_id=request_id or self.new_request_id()
         )
         return self.call(self.cluster.DeleteObjects, request)
+
+    def get_usage(
+        self,
+        *,
+        pool: str = "",
+        queue: str = "",
+        period: ledger_pb2.UsagePeriod.ValueType = ledger_pb2.USAGE_PERIOD_DAY,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> ledger_pb2.GetUsageResponse:
+        """Usage per period (whole periods overlapping [since, until)) and budget status; an
+        empty pool or queue means all. Timezone-naive datetimes are taken as UTC."""
+        request = ledger_pb2.GetUsageRequest(pool=pool, queue=queue, period=period)
+        if since is not None:
+            request.since.FromDatetime(since)
+        if until is not None:
+            request.until.FromDatetime(until)
+        return self.call(self.ledger.GetUsage, request)
 
 
 def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:

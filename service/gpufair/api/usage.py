@@ -1,0 +1,127 @@
+"""Ledger.GetUsage: GPU-hours per type, CU-hours and over-quota CU-hours by day, week or month,
+with every matching budget's consumption, burn and projected exhaustion.
+
+The numbers come from the `report` SQL views (store/report_repo.py), the same ones users query
+directly, so the RPC, the CLI and hand-written SQL never disagree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import Engine
+
+from gpufair.domain.errors import InvalidInput, NotFound, Violation
+from gpufair.store import report_repo
+from gpufair.store.report_repo import BudgetRecord, Period, UsageRecord
+from gpufair.v1 import ledger_pb2 as pb
+
+# A reply beyond this many rows is refused rather than cut short: a silently truncated report
+# would add up wrong. Daily rows for a year of 100 queues x 3 GPU types fit comfortably.
+MAX_ROWS = 200_000
+
+_PERIODS: dict[int, Period] = {
+    pb.USAGE_PERIOD_UNSPECIFIED: "day",
+    pb.USAGE_PERIOD_DAY: "day",
+    pb.USAGE_PERIOD_WEEK: "week",
+    pb.USAGE_PERIOD_MONTH: "month",
+}
+
+
+def _instant(ts: Timestamp, field: str, violations: list[Violation]) -> datetime | None:
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        violations.append(Violation(field, "not a valid timestamp"))
+        return None
+
+
+def _timestamp(at: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(at)
+    return ts
+
+
+def _usage_row(r: UsageRecord) -> pb.UsageRow:
+    return pb.UsageRow(
+        period_start=_timestamp(r.period_start),
+        pool=r.pool,
+        queue=r.queue,
+        gpu_type=r.gpu_type,
+        gpu_hours=r.gpu_hours,
+        cu_hours=r.cu_hours,
+        over_quota_cu_hours=r.over_quota_cu_hours,
+    )
+
+
+def _budget_row(b: BudgetRecord) -> pb.BudgetRow:
+    row = pb.BudgetRow(
+        queue=b.queue,
+        pool=b.pool,
+        period=b.period,
+        period_start=_timestamp(b.period_start),
+        budget_cu_hours=b.budget_cu_hours,
+        consumed_cu_hours=b.consumed_cu_hours,
+        remaining_cu_hours=b.remaining_cu_hours,
+        burn_cu_hours_per_day=b.burn_cu_hours_per_day,
+    )
+    if b.projected_exhaustion is not None:
+        row.projected_exhaustion.CopyFrom(_timestamp(b.projected_exhaustion))
+    return row
+
+
+def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.GetUsageResponse:
+    """Usage rows of every period overlapping [since, until) (whole periods; unset = unbounded),
+    for a pool and/or a queue (a parent queue: the rows of every queue below it), and the
+    budgets that apply, each in its own period containing `now_s`.
+
+    Raises InvalidInput (INVALID_ARGUMENT) for an unknown period, an invalid timestamp, since not
+    before until, or a range with more than MAX_ROWS rows; NotFound for a pool or queue that is
+    neither configured nor in the usage history.
+    """
+    violations: list[Violation] = []
+    period = _PERIODS.get(request.period)
+    if period is None:
+        violations.append(
+            Violation("period", f"unknown period {request.period}; use day, week or month")
+        )
+    since = _instant(request.since, "since", violations) if request.HasField("since") else None
+    until = _instant(request.until, "until", violations) if request.HasField("until") else None
+    if since is not None and until is not None and since >= until:
+        violations.append(Violation("until", "must be after since"))
+    if violations or period is None:
+        raise InvalidInput(violations)
+
+    # One snapshot for both queries, so the usage rows and the budgets describe the same data.
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        if request.pool and not report_repo.pool_known(conn, request.pool):
+            raise NotFound("pool", request.pool)
+        if request.queue and not report_repo.queue_known(conn, request.queue):
+            raise NotFound("queue", request.queue)
+        rows = report_repo.usage(
+            conn,
+            period,
+            pool=request.pool,
+            queue=request.queue,
+            since=since,
+            until=until,
+            limit=MAX_ROWS + 1,
+        )
+        if len(rows) > MAX_ROWS:
+            raise InvalidInput(
+                [
+                    Violation(
+                        "since",
+                        f"more than {MAX_ROWS} rows; narrow since/until, pick a longer period "
+                        "or filter by pool or queue",
+                    )
+                ]
+            )
+        budgets = report_repo.budgets(
+            conn, datetime.fromtimestamp(now_s, UTC), pool=request.pool, queue=request.queue
+        )
+        conn.rollback()
+    return pb.GetUsageResponse(
+        rows=[_usage_row(r) for r in rows], budgets=[_budget_row(b) for b in budgets]
+    )

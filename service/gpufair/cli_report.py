@@ -1,0 +1,207 @@
+"""`gpufair report usage`: GPU-hours and CU-hours per period as text tables, with budgets.
+
+    gpufair report usage --period week --by queue,gpu-type
+    gpufair report usage --period month --by pool --queue research --since 2026-01-01
+
+Registered by cli.py through `add_report_commands`; other `report` subcommands register on the
+same `report` parser through `report_subcommands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TypeAlias
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpufair.client import GpufairClient
+from gpufair.render import table
+from gpufair.v1 import ledger_pb2
+
+# A string: argparse's class is generic only in the type stubs, not at run time.
+SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+DIMENSIONS = ("pool", "queue", "gpu-type")
+_HEADERS = {"pool": "POOL", "queue": "QUEUE", "gpu-type": "GPU TYPE"}
+_PERIODS = {
+    "day": ledger_pb2.USAGE_PERIOD_DAY,
+    "week": ledger_pb2.USAGE_PERIOD_WEEK,
+    "month": ledger_pb2.USAGE_PERIOD_MONTH,
+}
+_PERIOD_HEADERS = {"day": "DAY", "week": "WEEK OF", "month": "MONTH"}
+
+
+def parse_by(value: str) -> tuple[str, ...]:
+    """`queue,gpu-type` -> ("queue", "gpu-type"); '' = totals per period only."""
+    dims = tuple(d.strip() for d in value.split(",") if d.strip())
+    unknown = [d for d in dims if d not in DIMENSIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown dimension {unknown[0]!r}; choose from {', '.join(DIMENSIONS)}"
+        )
+    if len(set(dims)) != len(dims):
+        raise argparse.ArgumentTypeError("a dimension is named twice")
+    return dims
+
+
+def parse_instant(value: str) -> datetime:
+    """A date (midnight UTC) or an ISO 8601 date and time; without an offset it is UTC."""
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a date (2026-03-02) or date and time (2026-03-02T12:00:00Z)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _utc(ts: Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def _period_label(start: datetime, period: str) -> str:
+    return start.strftime("%Y-%m") if period == "month" else start.strftime("%Y-%m-%d")
+
+
+def _hours(value: float) -> float:
+    # Two decimals: hundredths of an hour are below what anyone budgets by, and longer numbers
+    # make the columns hard to read.
+    return round(value, 2)
+
+
+def usage_table(rows: Sequence[ledger_pb2.UsageRow], period: str, by: Sequence[str]) -> str:
+    """Rows summed by period and the `by` dimensions, in that order."""
+    sums: dict[tuple[str, ...], list[float]] = {}
+    for r in rows:
+        values = {"pool": r.pool, "queue": r.queue, "gpu-type": r.gpu_type}
+        key = (_period_label(_utc(r.period_start), period), *(values[d] for d in by))
+        acc = sums.setdefault(key, [0.0, 0.0, 0.0])
+        acc[0] += r.gpu_hours
+        acc[1] += r.cu_hours
+        acc[2] += r.over_quota_cu_hours
+    return table(
+        [
+            _PERIOD_HEADERS[period],
+            *(_HEADERS[d] for d in by),
+            "GPU-HOURS",
+            "CU-HOURS",
+            "OVER-QUOTA CU-HOURS",
+        ],
+        [(*key, *(_hours(v) for v in acc)) for key, acc in sorted(sums.items())],
+    )
+
+
+def budget_table(budgets: Sequence[ledger_pb2.BudgetRow]) -> str:
+    def exhaustion(b: ledger_pb2.BudgetRow) -> str:
+        if not b.HasField("projected_exhaustion"):
+            return "-"
+        return _utc(b.projected_exhaustion).strftime("%Y-%m-%d %H:%M UTC")
+
+    return table(
+        [
+            "BUDGET QUEUE",
+            "POOL",
+            "PERIOD",
+            "FROM",
+            "BUDGET CU-H",
+            "CONSUMED CU-H",
+            "REMAINING CU-H",
+            "USED %",
+            "BURN CU-H/DAY",
+            "PROJECTED EXHAUSTION",
+        ],
+        [
+            (
+                b.queue,
+                b.pool or "*",
+                b.period,
+                _utc(b.period_start).strftime("%Y-%m-%d"),
+                _hours(b.budget_cu_hours),
+                _hours(b.consumed_cu_hours),
+                _hours(b.remaining_cu_hours),
+                round(100 * b.consumed_cu_hours / b.budget_cu_hours, 1)
+                if b.budget_cu_hours
+                else "-",
+                _hours(b.burn_cu_hours_per_day),
+                exhaustion(b),
+            )
+            for b in budgets
+        ],
+    )
+
+
+def cmd_report_usage(args: argparse.Namespace) -> int:
+    with GpufairClient(args.address, timeout_s=args.timeout_s) as client:
+        reply = client.get_usage(
+            pool=args.pool,
+            queue=args.queue,
+            period=_PERIODS[args.period],
+            since=args.since,
+            until=args.until,
+        )
+    if reply.rows:
+        print(usage_table(reply.rows, args.period, args.by))
+    else:
+        print("no usage recorded in this range")
+    print()
+    print(budget_table(reply.budgets) if reply.budgets else "no budgets")
+    return 0
+
+
+def report_subcommands(sub: SubCommands) -> SubCommands:
+    """The subcommands of `gpufair report`, creating the `report` command on first use, so that
+    every module adding a report registers on the one parser (argparse refuses a second
+    `report`). argparse offers no public way back from a parser to its subcommands, hence the
+    look through `_actions`."""
+    parser = sub.choices.get("report")
+    if parser is None:
+        parser = sub.add_parser("report", help="usage, budget and fair-share reports")
+        return parser.add_subparsers(dest="report", required=True, metavar="REPORT")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return parser.add_subparsers(dest="report", required=True, metavar="REPORT")
+
+
+def add_report_commands(
+    sub: SubCommands,
+    add_client_options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Register `report usage` on the top-level subcommands of `gpufair`."""
+    usage = report_subcommands(sub).add_parser(
+        "usage",
+        help="GPU-hours and CU-hours per day, week or month, and budgets",
+        description=(
+            "GPU-hours, CU-hours and over-quota CU-hours per period (UTC days, weeks from "
+            "Monday, calendar months), summed by the chosen dimensions, then every budget that "
+            "applies with its consumption, burn and projected exhaustion."
+        ),
+    )
+    usage.add_argument("--period", choices=list(_PERIODS), default="day")
+    usage.add_argument(
+        "--by",
+        type=parse_by,
+        default=("queue", "gpu-type"),
+        metavar="DIMS",
+        help="comma-separated: pool, queue, gpu-type (default queue,gpu-type; '' = totals)",
+    )
+    usage.add_argument("--pool", default="", help="one pool (default all)")
+    usage.add_argument("--queue", default="", help="one queue; a parent includes those below it")
+    usage.add_argument(
+        "--since",
+        type=parse_instant,
+        default=None,
+        metavar="DATE",
+        help="from the period containing DATE (UTC date or ISO date and time)",
+    )
+    usage.add_argument(
+        "--until",
+        type=parse_instant,
+        default=None,
+        metavar="DATE",
+        help="periods starting before DATE (exclusive: --until 2026-04-01 ends with March)",
+    )
+    add_client_options(usage)
+    usage.set_defaults(func=cmd_report_usage)
