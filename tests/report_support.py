@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from concurrent import futures
 from datetime import UTC, datetime, timedelta
 
-import grpc
 from sqlalchemy import Connection, Engine, text
 
-from gpufair.api.errors import ErrorMappingInterceptor
-from gpufair.api.usage import get_usage
-from gpufair.v1 import ledger_pb2, ledger_pb2_grpc
+from gpufair.api.server import build_server
 
 WEEK = datetime(2026, 3, 2, tzinfo=UTC)  # a Monday
 MONTH = datetime(2026, 3, 1, tzinfo=UTC)
@@ -134,30 +130,11 @@ def add_scenario(conn: Connection) -> None:
     )
 
 
-class UsageOnlyLedger(ledger_pb2_grpc.LedgerServicer):
-    """Ledger with GetUsage answered by get_usage at a fixed clock; the server's own Ledger
-    servicer will call the same function once it is wired there."""
-
-    def __init__(self, engine: Engine, now: datetime) -> None:
-        self.engine = engine
-        self.now_s = now.timestamp()
-
-    def GetUsage(  # noqa: N802 - the RPC name of the proto
-        self, request: ledger_pb2.GetUsageRequest, context: grpc.ServicerContext
-    ) -> ledger_pb2.GetUsageResponse:
-        return get_usage(self.engine, request, self.now_s)
-
-
 @contextlib.contextmanager
 def usage_server(engine: Engine, now: datetime = PINNED) -> Iterator[str]:
-    """A real gRPC server (with the service's error mapping) on a free port; yields its address."""
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=2), interceptors=[ErrorMappingInterceptor()]
-    )
-    ledger_pb2_grpc.add_LedgerServicer_to_server(UsageOnlyLedger(engine, now), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    """The service's gRPC server on a free port, its clock pinned to `now`; yields its address."""
+    running = build_server(engine, "127.0.0.1:0", max_workers=2, clock=now.timestamp)
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{running.port}"
     finally:
-        server.stop(None).wait()
+        running.stop(0.5)

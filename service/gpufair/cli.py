@@ -15,6 +15,7 @@ from types import FrameType
 import grpc
 
 from gpufair import __version__
+from gpufair.cli_report import add_report_commands
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
 from gpufair.render import table
@@ -352,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     get_config.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     _add_client_options(get_config)
     get_config.set_defaults(func=cmd_get_config)
+
+    add_report_commands(sub, _add_client_options)
 
     delete = sub.add_parser("delete", help="delete config objects by name")
     delete.add_argument("kind", choices=["gpu-type", "pool", "node", "queue", "budget"])

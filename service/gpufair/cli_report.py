@@ -1,10 +1,11 @@
-"""`gpufair report usage`: GPU-hours and CU-hours per period as text tables, with budgets.
+"""`gpufair report`: usage per period with budgets, and fair shares with their explanation.
 
     gpufair report usage --period week --by queue,gpu-type
     gpufair report usage --period month --by pool --queue research --since 2026-01-01
 
-Registered by cli.py through `add_report_commands`; other `report` subcommands register on the
-same `report` parser through `report_subcommands`.
+    gpufair report fairshare --pool main
+
+Registered by cli.py through `add_report_commands`.
 """
 
 from __future__ import annotations
@@ -150,27 +151,27 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_subcommands(sub: SubCommands) -> SubCommands:
-    """The subcommands of `gpufair report`, creating the `report` command on first use, so that
-    every module adding a report registers on the one parser (argparse refuses a second
-    `report`). argparse offers no public way back from a parser to its subcommands, hence the
-    look through `_actions`."""
-    parser = sub.choices.get("report")
-    if parser is None:
-        parser = sub.add_parser("report", help="usage, budget and fair-share reports")
-        return parser.add_subparsers(dest="report", required=True, metavar="REPORT")
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return parser.add_subparsers(dest="report", required=True, metavar="REPORT")
-
-
 def add_report_commands(
     sub: SubCommands,
     add_client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    """Register `report usage` on the top-level subcommands of `gpufair`."""
-    usage = report_subcommands(sub).add_parser(
+    """Register `report usage` and `report fairshare` on the subcommands of `gpufair`."""
+    reports = sub.add_parser("report", help="usage, budget and fair-share reports").add_subparsers(
+        dest="report", required=True, metavar="REPORT"
+    )
+    fairshare = reports.add_parser(
+        "fairshare",
+        help="the latest fair shares of a pool, with how each was reached",
+        description=(
+            "Per queue: deserved, demand, allocated, W' (weight share), U' (usage share), "
+            "P = max(0, W' + k (W' - U')), the effective weight and the fair share, in CU."
+        ),
+    )
+    fairshare.add_argument("--pool", required=True, help="node pool")
+    add_client_options(fairshare)
+    fairshare.set_defaults(func=cmd_report_fairshare)
+
+    usage = reports.add_parser(
         "usage",
         help="GPU-hours and CU-hours per day, week or month, and budgets",
         description=(
@@ -205,3 +206,48 @@ def add_report_commands(
     )
     add_client_options(usage)
     usage.set_defaults(func=cmd_report_usage)
+
+
+def fairshare_table(reply: ledger_pb2.GetFairShareResponse) -> str:
+    return table(
+        [
+            "QUEUE",
+            "PARENT",
+            "PRIO",
+            "DESERVED CU",
+            "LIMIT CU",
+            "DEMAND CU",
+            "ALLOCATED CU",
+            "W'",
+            "U'",
+            "P",
+            "EFF WEIGHT",
+            "FAIR SHARE CU",
+        ],
+        [
+            (
+                q.queue,
+                q.parent or "-",
+                q.priority,
+                round(q.deserved_cu, 3),
+                round(q.limit_cu, 3) if q.HasField("limit_cu") else "-",
+                round(q.demand_cu, 3),
+                round(q.allocated_cu, 3),
+                round(q.weight_share, 4),
+                round(q.usage_share, 4),
+                round(q.priority_weight, 4),
+                round(q.effective_weight, 4),
+                round(q.fair_share_cu, 3),
+            )
+            for q in reply.queues
+        ],
+    )
+
+
+def cmd_report_fairshare(args: argparse.Namespace) -> int:
+    with GpufairClient(args.address, timeout_s=args.timeout_s) as client:
+        reply = client.get_fair_share(args.pool)
+    computed = _utc(reply.computed_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    print(f"pool {reply.pool}: {reply.capacity_cu:g} CU, computed {computed}\n")
+    print(fairshare_table(reply))
+    return 0

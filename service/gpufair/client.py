@@ -108,6 +108,9 @@ class GpufairClient:
         )
         return self.call(self.cluster.DeleteObjects, request)
 
+    def get_fair_share(self, pool: str) -> ledger_pb2.GetFairShareResponse:
+        return self.call(self.ledger.GetFairShare, ledger_pb2.GetFairShareRequest(pool=pool))
+
     def get_usage(
         self,
         *,

@@ -220,11 +220,8 @@ def test_deleting_a_parent_queue_with_children_is_refused(client: GpufairClient)
 
 
 def test_later_services_answer_unimplemented(client: GpufairClient) -> None:
-    from gpufair.v1 import ledger_pb2, scheduler_pb2
+    from gpufair.v1 import scheduler_pb2
 
     with pytest.raises(grpc.RpcError) as err:
         client.scheduler.Schedule(scheduler_pb2.ScheduleRequest(pool="main"), timeout=5)
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    with pytest.raises(grpc.RpcError) as err:
-        client.ledger.GetUsage(ledger_pb2.GetUsageRequest(pool="main"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -10,6 +10,7 @@ import grpc
 from sqlalchemy import Engine
 
 from gpufair.api.convert_ledger import event_from_proto
+from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInput, NotFound, Violation
 from gpufair.domain.ledger import LedgerEvent
 from gpufair.jobs.recompute import pool_of, recompute_pool
@@ -151,3 +152,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             point = reply.points.add(share=share_to_proto(s))
             point.computed_at.FromNanoseconds(round(s.computed_at_s * 1e9))
         return reply
+
+    def GetUsage(
+        self, request: pb.GetUsageRequest, context: grpc.ServicerContext
+    ) -> pb.GetUsageResponse:
+        return get_usage(self.engine, request, self.clock())

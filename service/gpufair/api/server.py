@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -49,8 +51,13 @@ class RunningServer:
 
 
 def build_server(
-    engine: Engine, address: str = "127.0.0.1:50051", *, max_workers: int = 32
+    engine: Engine,
+    address: str = "127.0.0.1:50051",
+    *,
+    max_workers: int = 32,
+    clock: Callable[[], float] = time.time,
 ) -> RunningServer:
+    """Start serving; `clock` is the one instant source of every servicer (tests pin it)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[MetricsInterceptor(), ErrorMappingInterceptor()],
@@ -62,8 +69,8 @@ def build_server(
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine), server)
     # RPCs a servicer does not define yet answer UNIMPLEMENTED (the generated base's behaviour).
-    scheduler = SchedulerServicer(engine)  # type: ignore[abstract]
-    ledger = LedgerServicer(engine)  # type: ignore[abstract]
+    scheduler = SchedulerServicer(engine, clock)  # type: ignore[abstract]
+    ledger = LedgerServicer(engine, clock)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
     ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)
 
