@@ -41,11 +41,19 @@ def cluster() -> dict[str, object]:
         "gpu_types": [{"name": "a100", "memory_gib": 80, "compute_weight": 10}],
         "pools": [{"name": "main"}],
         "nodes": [
-            {"name": f"n{i}", "pool": "main", "gpu_type": "a100", "gpu_count": 8,
-             "cpu_millicores": 64000, "memory_mib": 524288}
+            {
+                "name": f"n{i}",
+                "pool": "main",
+                "gpu_type": "a100",
+                "gpu_count": 8,
+                "cpu_millicores": 64000,
+                "memory_mib": 524288,
+            }
             for i in range(NODES)
         ],
-        "queues": [{"name": f"q{i}", "quotas": [{"pool": "main", "deserved_cu": 10}]} for i in range(8)],
+        "queues": [
+            {"name": f"q{i}", "quotas": [{"pool": "main", "deserved_cu": 10}]} for i in range(8)
+        ],
     }
 
 
@@ -86,10 +94,13 @@ def copy_rate(url: str, events: list[LedgerEvent]) -> float:
         conn.execute("TRUNCATE ledger_events")
         conn.commit()
         start = time.perf_counter()
-        with conn.cursor() as cur, cur.copy(
-            "COPY ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest)"
-            " FROM STDIN"
-        ) as copy:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest)"
+                " FROM STDIN"
+            ) as copy,
+        ):
             import hashlib
 
             for e in events:
