@@ -217,11 +217,3 @@ def test_deleting_a_parent_queue_with_children_is_refused(client: GpufairClient)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     client.delete_objects("queue", ["dept", "team-a", "team-b"])
     assert client.get_config().config.queues == []
-
-
-def test_later_services_answer_unimplemented(client: GpufairClient) -> None:
-    from gpufair.v1 import scheduler_pb2
-
-    with pytest.raises(grpc.RpcError) as err:
-        client.scheduler.Schedule(scheduler_pb2.ScheduleRequest(pool="main"), timeout=5)
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED

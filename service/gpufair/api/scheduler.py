@@ -8,12 +8,16 @@ from collections.abc import Callable
 import grpc
 from sqlalchemy import Connection, Engine
 
+from gpufair import scheduling
+from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
+from gpufair.api.ledger import share_to_proto
 from gpufair.domain.errors import InvalidInput, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.workload_rules import submit_problems, workload_violations
-from gpufair.store import config_repo, workload_repo
+from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
+from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
 from gpufair.v1 import scheduler_pb2_grpc
 
@@ -21,9 +25,15 @@ MAX_WORKLOADS_PER_BATCH = 10_000
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        clock: Callable[[], float] = time.time,
+        bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S,
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        self.bind_timeout_s = bind_timeout_s
 
     def SubmitWorkloads(
         self, request: pb.SubmitWorkloadsRequest, context: grpc.ServicerContext
@@ -104,3 +114,80 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             reply_type=pb.CancelWorkloadResponse,
             work=work,
         )
+
+    def Schedule(
+        self, request: pb.ScheduleRequest, context: grpc.ServicerContext
+    ) -> pb.ScheduleResponse:
+        violations = []
+        if not request.pool:
+            violations.append(Violation("pool", "is required"))
+        if len(request.request_id) > MAX_REQUEST_ID_LEN:
+            violations.append(
+                Violation("request_id", f"longer than {MAX_REQUEST_ID_LEN} characters")
+            )
+        if violations:
+            raise InvalidInput(violations)
+        now_s = self.clock()
+
+        def work(conn: Connection) -> pb.ScheduleResponse:
+            decided = scheduling.decide(conn, request.pool, now_s)
+            if request.dry_run:
+                return result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+            draft = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+            cycle_id = schedule_repo.record_cycle(
+                conn,
+                request.pool,
+                decided.result,
+                draft.SerializeToString(),
+                now_s,
+                self.bind_timeout_s,
+            )
+            return result_to_proto(request.pool, decided.result, now_s, cycle_id)
+
+        # The pool lock is taken before the replay check, so a concurrent first attempt of the
+        # same request id cannot slip in between; `decide` takes it again, a no-op then.
+        return run_mutation(
+            self.engine,
+            method="Schedule",
+            request=request,
+            request_id=request.request_id,
+            dry_run=request.dry_run,
+            lock_key=locks.pool_key(request.pool) if request.pool else None,
+            reply_type=pb.ScheduleResponse,
+            work=work,
+        )
+
+    def ExplainWorkload(
+        self, request: pb.ExplainWorkloadRequest, context: grpc.ServicerContext
+    ) -> pb.ExplainWorkloadResponse:
+        if not request.uid:
+            raise InvalidInput([Violation("uid", "is required")])
+        now_s = self.clock()
+        with self.engine.connect() as conn:
+            found = workload_repo.get(conn, request.uid)
+            if found is None:
+                raise NotFound("workload", request.uid)
+            workload, state = found
+            share = fairshare_repo.latest_run(conn, workload.pool)
+            if state is WorkloadState.PENDING:
+                explanation = scheduling.explain_pending(conn, workload.pool, workload.uid, now_s)
+                reply = explanation_to_proto(explanation, state.value)
+                share = fairshare_repo.latest_run(conn, workload.pool)
+            else:
+                reply = pb.ExplainWorkloadResponse(
+                    uid=workload.uid, state=state.value, message=_STATE_MESSAGES[state]
+                )
+            conn.rollback()  # explaining decides nothing
+        if share is not None:
+            for record in share.shares:
+                if record.queue == workload.queue:
+                    reply.queue_share.CopyFrom(share_to_proto(record))
+        return reply
+
+
+_STATE_MESSAGES = {
+    WorkloadState.BOUND: "placed by a Schedule decision; waiting for the batch system to start it",
+    WorkloadState.RUNNING: "running",
+    WorkloadState.FINISHED: "finished",
+    WorkloadState.CANCELLED: "cancelled",
+}

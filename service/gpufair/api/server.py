@@ -68,8 +68,7 @@ def build_server(
         ],
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine), server)
-    # RPCs a servicer does not define yet answer UNIMPLEMENTED (the generated base's behaviour).
-    scheduler = SchedulerServicer(engine, clock)  # type: ignore[abstract]
+    scheduler = SchedulerServicer(engine, clock)
     ledger = LedgerServicer(engine, clock)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
     ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Sequence
 
 from gpufair.domain.errors import Violation
-from gpufair.domain.model import ClusterConfig, Workload
+from gpufair.domain.model import ClusterConfig, Node, Workload
+from gpufair.domain.placement import never_fits
 
 UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,252}$")
 MAX_PODS = 100_000
@@ -59,6 +61,9 @@ def submit_problems(config: ClusterConfig, batch: Sequence[Workload]) -> dict[st
     pools = {p.name for p in config.pools}
     queues = {q.name for q in config.queues}
     parents = {q.parent for q in config.queues if q.parent}
+    nodes_by_pool: dict[str, list[Node]] = defaultdict(list)
+    for node in config.nodes:
+        nodes_by_pool[node.pool].append(node)
     problems: dict[str, str] = {}
     for w in batch:
         if w.pool not in pools:
@@ -67,4 +72,8 @@ def submit_problems(config: ClusterConfig, batch: Sequence[Workload]) -> dict[st
             problems[w.uid] = f"unknown queue {w.queue!r}"
         elif w.queue in parents:
             problems[w.uid] = f"queue {w.queue!r} has child queues; submit to a leaf queue"
+        else:
+            rejection = never_fits(w, nodes_by_pool.get(w.pool, ()), config.gpu_types)
+            if rejection is not None:
+                problems[w.uid] = f"never fits pool {w.pool!r}: {rejection.message}"
     return problems

@@ -232,3 +232,17 @@ schedule_cycles = Table(
     Column("dry_run", Boolean, nullable=False, server_default=text("false")),
     Index("ix_schedule_cycles_pool_time", "pool", "decided_at"),
 )
+
+# Evictions decided by Schedule whose victims have not stopped yet: the cycle holds their capacity
+# for the workload they were evicted for (see domain/snapshot.py). A row goes once its victim is
+# no longer running or bound.
+evictions = Table(
+    "evictions",
+    metadata,
+    Column("victim_uid", Text, primary_key=True),
+    Column("beneficiary_uid", Text, nullable=True),
+    Column("pool", Text, nullable=False, index=True),
+    Column("reason", Text, nullable=False),
+    Column("cycle_id", BigInteger, nullable=False),
+    Column("decided_at", TZ, nullable=False, server_default=_now),
+)

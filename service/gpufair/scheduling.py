@@ -1,0 +1,93 @@
+"""The scheduling cycle as a service: a snapshot from PostgreSQL, the pure cycle, decisions stored.
+
+Scheduling of one pool is serialised across replicas by a transaction-scoped advisory lock on the
+pool (`locks.pool_key`): the snapshot is read and the decisions written inside one transaction
+that holds it, so two `Schedule` calls can never hand out the same GPU, and nothing is cached
+between calls that another replica could have made stale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, text
+
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.explain import Explanation, explain
+from gpufair.domain.model import ClusterConfig, NodePool
+from gpufair.domain.snapshot import CycleResult, CycleSnapshot
+from gpufair.jobs.recompute import pool_of, recompute_pool
+from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    snapshot: CycleSnapshot
+    result: CycleResult
+    fair_share_computed_at_s: float
+
+
+def leaf_queues(config: ClusterConfig) -> tuple[str, ...]:
+    parents = {q.parent for q in config.queues if q.parent}
+    return tuple(q.name for q in config.queues if q.name not in parents)
+
+
+def fair_shares(
+    conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float
+) -> tuple[dict[str, float], float]:
+    """Leaf fair shares from the latest recompute, recomputed first when it is older than the
+    pool's interval or predates a change of the pool's workloads (a new submission must not wait
+    a whole interval to count as demand)."""
+    run = fairshare_repo.latest_run(conn, pool.name)
+    changed_at = conn.execute(
+        text(
+            "SELECT extract(epoch FROM max(GREATEST(created_at, state_changed_at)))::float8 "
+            "FROM workloads WHERE pool = :pool"
+        ),
+        {"pool": pool.name},
+    ).scalar_one()
+    stale = (
+        run is None
+        or now_s - run.computed_at_s >= pool.policy.recompute_interval_s
+        or (changed_at is not None and changed_at > run.computed_at_s)
+    )
+    if stale:
+        done = recompute_pool(conn, pool.name, now_s)
+        shares = {name: s.fair_share_cu for name, s in done.result.shares.items()}
+        return shares, now_s
+    assert run is not None
+    return {s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s
+
+
+def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, float]:
+    config = config_repo.load_config(conn)
+    pool = pool_of(config, pool_name)
+    schedule_repo.release_expired_binds(conn, pool.name, now_s)
+    shares, computed_at_s = fair_shares(conn, config, pool, now_s)
+    leaves = set(leaf_queues(config))
+    snapshot = CycleSnapshot(
+        pool=pool,
+        nodes=tuple(n for n in config.nodes if n.pool == pool.name),
+        gpu_types=config.gpu_types,
+        queues=tuple(q for q in config.queues if q.name in leaves),
+        fair_share_cu={q: shares.get(q, 0.0) for q in leaves},
+        running=tuple(schedule_repo.running_allocations(conn, pool.name)),
+        pending=tuple(schedule_repo.pending_workloads(conn, pool.name)),
+        now_s=now_s,
+        evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
+    )
+    return snapshot, computed_at_s
+
+
+def decide(conn: Connection, pool_name: str, now_s: float) -> Decided:
+    """Lock the pool for this transaction, read the snapshot and run the cycle. The caller
+    records the decisions (or rolls back for a dry run) in the same transaction."""
+    locks.xact_lock(conn, locks.pool_key(pool_name))
+    snapshot, computed_at_s = build_snapshot(conn, pool_name, now_s)
+    return Decided(snapshot, run_cycle(snapshot), computed_at_s)
+
+
+def explain_pending(conn: Connection, pool_name: str, uid: str, now_s: float) -> Explanation:
+    """Why `uid` waits, from a dry cycle over the current snapshot (the caller rolls back)."""
+    decided = decide(conn, pool_name, now_s)
+    return explain(decided.snapshot, decided.result, uid)

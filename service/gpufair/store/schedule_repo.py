@@ -1,0 +1,213 @@
+"""What a scheduling cycle reads and writes in PostgreSQL.
+
+The life of a decision:
+- `bind`: the workload becomes `bound` with its placement; its GPUs count as taken from then on.
+  A `started` event makes it `running` (the batch system's pods are what the ledger counts). A
+  binding not confirmed within `bind_timeout_s` is released: the workload is pending again and its
+  GPUs free, so a batch system that crashed between decision and start cannot leak capacity.
+- `evict`: recorded as in flight; the victim keeps its GPUs until its `stopped`/`preempted` event,
+  and later cycles hold the capacity for the workload it was evicted for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from gpufair.domain.model import Allocation, PodBinding, Workload
+from gpufair.domain.snapshot import CycleResult, EvictionInFlight
+from gpufair.store.workload_repo import workload_from_json
+
+DEFAULT_BIND_TIMEOUT_S = 300.0
+
+
+def release_expired_binds(conn: Connection, pool: str, now_s: float) -> int:
+    result = conn.execute(
+        text(
+            "UPDATE workloads SET state = 'pending', binding = NULL, bound_at = NULL, "
+            "bind_expires_at = NULL, state_changed_at = now() "
+            "WHERE pool = :pool AND state = 'bound' AND bind_expires_at < to_timestamp(:now)"
+        ),
+        {"pool": pool, "now": now_s},
+    )
+    return result.rowcount or 0
+
+
+def _bindings(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
+    return tuple(
+        PodBinding(
+            pod_index=p.get("pod_index", i),
+            node=p["node"],
+            gpu_indices=tuple(p["gpu_indices"]),
+            gpu_fraction=p.get("gpu_fraction", 1.0),
+        )
+        for i, p in enumerate(pods)
+    )
+
+
+def running_allocations(conn: Connection, pool: str) -> list[Allocation]:
+    """What holds GPUs now: open runs as the batch system reported them, and bound decisions."""
+    allocations: list[Allocation] = []
+    runs: dict[str, list[Any]] = defaultdict(list)
+    specs: dict[str, dict[str, Any]] = {}
+    for r in conn.execute(
+        text(
+            "SELECT i.workload_uid, i.gpu_type, i.pods, extract(epoch FROM i.started_at)::float8 "
+            "AS started, w.spec FROM allocation_intervals i "
+            "JOIN workloads w ON w.uid = i.workload_uid "
+            "WHERE i.pool = :pool AND i.ended_at IS NULL ORDER BY i.workload_uid, i.gpu_type"
+        ),
+        {"pool": pool},
+    ):
+        runs[r.workload_uid].append(r)
+        specs[r.workload_uid] = r.spec
+    for uid, rows in runs.items():
+        pods = [p for r in rows for p in r.pods]
+        allocations.append(
+            Allocation(
+                workload=workload_from_json(specs[uid]),
+                bindings=_bindings(pods),
+                started_at_s=rows[0].started,
+                gpu_type=rows[0].gpu_type,
+            )
+        )
+    for r in conn.execute(
+        text(
+            "SELECT spec, binding, extract(epoch FROM bound_at)::float8 AS bound "
+            "FROM workloads WHERE pool = :pool AND state = 'bound'"
+        ),
+        {"pool": pool},
+    ):
+        allocations.append(
+            Allocation(
+                workload=workload_from_json(r.spec),
+                bindings=_bindings(r.binding["pods"]),
+                started_at_s=r.bound,
+                gpu_type=r.binding["gpu_type"],
+            )
+        )
+    return allocations
+
+
+def pending_workloads(conn: Connection, pool: str) -> list[Workload]:
+    rows = conn.execute(
+        text(
+            "SELECT spec FROM workloads WHERE pool = :pool AND state = 'pending' "
+            "ORDER BY submit_time, uid"
+        ),
+        {"pool": pool},
+    )
+    return [workload_from_json(r.spec) for r in rows]
+
+
+def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:
+    """Evictions whose victims still hold capacity; the others are forgotten here."""
+    conn.execute(
+        text(
+            "DELETE FROM evictions e WHERE e.pool = :pool AND NOT EXISTS ("
+            "SELECT 1 FROM workloads w WHERE w.uid = e.victim_uid "
+            "AND w.state IN ('running', 'bound'))"
+        ),
+        {"pool": pool},
+    )
+    rows = conn.execute(
+        text("SELECT victim_uid, beneficiary_uid FROM evictions WHERE pool = :pool"),
+        {"pool": pool},
+    )
+    return [EvictionInFlight(r.victim_uid, r.beneficiary_uid) for r in rows]
+
+
+def record_cycle(
+    conn: Connection,
+    pool: str,
+    result: CycleResult,
+    reply: bytes,
+    now_s: float,
+    bind_timeout_s: float,
+) -> int:
+    cycle_id = int(
+        conn.execute(
+            text(
+                "INSERT INTO schedule_cycles (pool, decided_at, reply, binds, evicts, pending) "
+                "VALUES (:pool, to_timestamp(:now), :reply, :b, :e, :p) RETURNING id"
+            ),
+            {
+                "pool": pool,
+                "now": now_s,
+                "reply": reply,
+                "b": len(result.binds),
+                "e": len(result.evicts),
+                "p": len(result.pending),
+            },
+        ).scalar_one()
+    )
+    if result.binds:
+        conn.execute(
+            text(
+                """
+                UPDATE workloads w SET state = 'bound', binding = r.binding,
+                    bound_at = to_timestamp(:now), bind_expires_at = to_timestamp(:expires),
+                    state_changed_at = now()
+                FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(uid text, binding jsonb)
+                WHERE w.uid = r.uid AND w.state = 'pending'
+                """
+            ),
+            {
+                "now": now_s,
+                "expires": now_s + bind_timeout_s,
+                "doc": json.dumps(
+                    [
+                        {
+                            "uid": b.workload_uid,
+                            "binding": {
+                                "gpu_type": b.gpu_type,
+                                "cycle_id": cycle_id,
+                                "pods": [
+                                    {
+                                        "pod_index": p.pod_index,
+                                        "node": p.node,
+                                        "gpu_indices": list(p.gpu_indices),
+                                        "gpu_fraction": p.gpu_fraction,
+                                    }
+                                    for p in b.bindings
+                                ],
+                            },
+                        }
+                        for b in result.binds
+                    ]
+                ),
+            },
+        )
+    if result.evicts:
+        conn.execute(
+            text(
+                """
+                INSERT INTO evictions (victim_uid, beneficiary_uid, pool, reason, cycle_id,
+                                       decided_at)
+                SELECT r.victim, r.beneficiary, :pool, r.reason, :cycle, to_timestamp(:now)
+                FROM jsonb_to_recordset(CAST(:doc AS jsonb))
+                     AS r(victim text, beneficiary text, reason text)
+                ON CONFLICT (victim_uid) DO NOTHING
+                """
+            ),
+            {
+                "pool": pool,
+                "cycle": cycle_id,
+                "now": now_s,
+                "doc": json.dumps(
+                    [
+                        {
+                            "victim": e.workload_uid,
+                            "beneficiary": e.beneficiary_uid,
+                            "reason": e.reason.value,
+                        }
+                        for e in result.evicts
+                    ]
+                ),
+            },
+        )
+    return cycle_id
