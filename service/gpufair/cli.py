@@ -1,4 +1,4 @@
-"""The `gpufair` command: serve | migrate | apply | get | delete."""
+"""The `gpufair` command: serve | migrate | apply | get | delete | explain | report."""
 
 from __future__ import annotations
 
@@ -274,6 +274,39 @@ def cmd_get_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        reply = client.explain(args.uid)
+    print(f"{reply.uid}: {reply.state}" + (f" ({reply.reason_code})" if reply.reason_code else ""))
+    print(reply.message)
+    if reply.state == "pending":
+        print(f"needs {reply.needs_cu:g} CU; its queue may take {reply.queue_may_take_cu:g} CU now")
+        failed = [(f.filter, f.nodes_failed) for f in reply.filters if f.nodes_failed]
+        if failed:
+            print()
+            print(table(["NODES FAILING", "COUNT"], failed))
+    if reply.HasField("queue_share"):
+        q = reply.queue_share
+        print()
+        print(
+            table(
+                ["QUEUE", "DESERVED CU", "FAIR SHARE CU", "ALLOCATED CU", "W'", "U'", "P"],
+                [
+                    (
+                        q.queue,
+                        round(q.deserved_cu, 3),
+                        round(q.fair_share_cu, 3),
+                        round(q.allocated_cu, 3),
+                        round(q.weight_share, 4),
+                        round(q.usage_share, 4),
+                        round(q.priority_weight, 4),
+                    )
+                ],
+            )
+        )
+    return 0
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     kind = args.kind.replace("-", "_")
     with _client(args) as client:
@@ -355,6 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
     get_config.set_defaults(func=cmd_get_config)
 
     add_report_commands(sub, _add_client_options)
+
+    explain = sub.add_parser("explain", help="why a workload waits (or what became of it)")
+    explain.add_argument("uid")
+    _add_client_options(explain)
+    explain.set_defaults(func=cmd_explain)
 
     delete = sub.add_parser("delete", help="delete config objects by name")
     delete.add_argument("kind", choices=["gpu-type", "pool", "node", "queue", "budget"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from gpufair.v1 import (
     cluster_pb2_grpc,
     ledger_pb2,
     ledger_pb2_grpc,
+    scheduler_pb2,
     scheduler_pb2_grpc,
 )
 
@@ -128,6 +129,48 @@ class GpufairClient:
         if until is not None:
             request.until.FromDatetime(until)
         return self.call(self.ledger.GetUsage, request)
+
+    # ---- Scheduler -------------------------------------------------------------------------
+
+    def submit_workloads(
+        self, workloads: Sequence[scheduler_pb2.Workload], *, request_id: str = ""
+    ) -> scheduler_pb2.SubmitWorkloadsResponse:
+        """Submit a batch; each result says accepted or why not. Resubmitting is harmless."""
+        request = scheduler_pb2.SubmitWorkloadsRequest(
+            workloads=workloads, request_id=request_id or self.new_request_id()
+        )
+        return self.call(self.scheduler.SubmitWorkloads, request)
+
+    def cancel_workload(
+        self, uid: str, *, request_id: str = ""
+    ) -> scheduler_pb2.CancelWorkloadResponse:
+        request = scheduler_pb2.CancelWorkloadRequest(
+            uid=uid, request_id=request_id or self.new_request_id()
+        )
+        return self.call(self.scheduler.CancelWorkload, request)
+
+    def schedule(
+        self, pool: str, *, dry_run: bool = False, request_id: str = ""
+    ) -> scheduler_pb2.ScheduleResponse:
+        """One cycle for `pool`. Retried attempts reuse the request id, so a cycle whose reply
+        was lost is returned, not decided again."""
+        request = scheduler_pb2.ScheduleRequest(
+            pool=pool, dry_run=dry_run, request_id=request_id or self.new_request_id()
+        )
+        return self.call(self.scheduler.Schedule, request)
+
+    def explain(self, uid: str) -> scheduler_pb2.ExplainWorkloadResponse:
+        return self.call(
+            self.scheduler.ExplainWorkload, scheduler_pb2.ExplainWorkloadRequest(uid=uid)
+        )
+
+    # ---- Ledger ----------------------------------------------------------------------------
+
+    def report_events(
+        self, events: Sequence[ledger_pb2.LedgerEvent]
+    ) -> ledger_pb2.ReportEventsResponse:
+        """Report a batch; safe to retry as is (events are idempotent by event_id)."""
+        return self.call(self.ledger.ReportEvents, ledger_pb2.ReportEventsRequest(events=events))
 
 
 def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
