@@ -35,9 +35,9 @@ def test_adapter_runs_jobs_through_gpufair(
 ) -> None:
     adapter = load_adapter()
     client.apply_config(load_config_file(ROOT / "examples" / "clusters" / "llm-vs-vision.yaml"))
-    Job = adapter.Job  # type: ignore[attr-defined]
-    jobs = [Job(f"j{i}", "llm" if i % 2 else "vision", 8, duration_s=1.5) for i in range(16)]
-    jobs.append(Job("too-late", "vision", 100, duration_s=1.0))
+    job = adapter.Job  # type: ignore[attr-defined]
+    jobs = [job(f"j{i}", "llm" if i % 2 else "vision", 8, duration_s=1.5) for i in range(16)]
+    jobs.append(job("too-late", "vision", 100, duration_s=1.0))
     start = time.time() - 600  # a pretend clock the adapter advances by its sleeps
     t = [0.0]
     counts = adapter.run(  # type: ignore[attr-defined]
