@@ -142,11 +142,13 @@ def test_broken_config_lists_every_violation_and_stores_nothing(client: GpufairC
         "config.queues[1].quotas[0].over_quota_weight",
         "config.queues[3].parent",
         "config.queues[4].parent",
+        "config.queues[5].parent",
         "config.pools[0].policy.window_s",
     }
     assert "duplicate name 'a100-80gb'" in violations["config.gpu_types[2].name"]
-    assert "unknown parent 'nowhere'" in violations["config.queues[3].parent"]
-    assert "cycle" in violations["config.queues[4].parent"]
+    assert violations["config.queues[3].parent"] == "unknown parent queue 'nowhere'"
+    assert "cycle: loop-a → loop-b → loop-a" in violations["config.queues[4].parent"]
+    assert "cycle" in violations["config.queues[5].parent"]
     assert "unknown GPU type 'h200'" in violations["config.nodes[1].gpu_type"]
     assert client.get_config().config_version == 0
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fairshare_support import A100, POOL, divide, gpus, queue, wants
 
+from gpufair.domain.errors import InvalidInputError
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
 from gpufair.domain.model import FairSharePolicy, Queue, Rounding, UsageBasis
-from gpufair.domain.policy import InvalidInputError
 from gpufair.domain.usage import Segment, UsageInputs, usage_inputs
 from gpufair.domain.waterfill import water_fill
 

@@ -7,6 +7,7 @@ import math
 import pytest
 from fairshare_support import A100, ALL_TYPES, POOL, queue
 
+from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.model import (
     FairSharePolicy,
     GpuType,
@@ -17,8 +18,6 @@ from gpufair.domain.model import (
     WindowKind,
 )
 from gpufair.domain.policy import (
-    InvalidInputError,
-    Violation,
     validate_gpu_types,
     validate_policy,
     validate_queue,

@@ -12,8 +12,8 @@ from fairshare_support import A100, POOL, queue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufair.domain.errors import InvalidInputError
 from gpufair.domain.model import FairSharePolicy, UsageBasis, WindowKind
-from gpufair.domain.policy import InvalidInputError
 from gpufair.domain.usage import (
     Segment,
     decayed_integral,

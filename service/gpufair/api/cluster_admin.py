@@ -16,7 +16,7 @@ from gpufair.api.convert_cluster import (
 from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
 from gpufair.domain.config_diff import KINDS, diff_configs, objects_by_kind
 from gpufair.domain.config_rules import config_warnings, validate_config
-from gpufair.domain.errors import FailedPrecondition, InvalidInput, NotFound, Violation
+from gpufair.domain.errors import FailedPrecondition, InvalidInputError, NotFound, Violation
 from gpufair.domain.model import ClusterConfig
 from gpufair.store import capacity_repo, config_repo, locks
 from gpufair.v1 import cluster_pb2 as pb
@@ -92,7 +92,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
         else:
             violations += map_violations(validate_config(desired), "config.")
         if violations:
-            raise InvalidInput(violations)
+            raise InvalidInputError(violations)
         warnings = config_warnings(desired)
 
         def work(conn: Connection) -> pb.ApplyConfigResponse:
@@ -138,7 +138,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
         if not request.names:
             violations.append(Violation("names", "name at least one object"))
         if violations:
-            raise InvalidInput(violations)
+            raise InvalidInputError(violations)
         names = set(request.names)
 
         def work(conn: Connection) -> pb.DeleteObjectsResponse:

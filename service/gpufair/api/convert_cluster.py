@@ -257,4 +257,4 @@ def changes_to_proto(changes: Iterable[ConfigChange]) -> list[pb.ConfigChange]:
 
 def map_violations(violations: Iterable[Violation], prefix: str) -> list[Violation]:
     """Prefix domain field paths with where the object sits in the request (`config.`)."""
-    return [Violation(f"{prefix}{v.field}", v.description) for v in violations]
+    return [Violation(f"{prefix}{v.field_path}", v.message) for v in violations]

@@ -22,7 +22,7 @@ from gpufair.domain.errors import (
     Conflict,
     DomainError,
     FailedPrecondition,
-    InvalidInput,
+    InvalidInputError,
     NotFound,
     Violation,
 )
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def bad_request_status(message: str, violations: tuple[Violation, ...]) -> status_pb2.Status:
     details = error_details_pb2.BadRequest(
         field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            error_details_pb2.BadRequest.FieldViolation(field=v.field_path, description=v.message)
             for v in violations
         ]
     )
@@ -68,7 +68,7 @@ def _is_timeout(exc: BaseException) -> bool:
 
 def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) -> None:
     """Abort the call with the status `exc` deserves. Always raises."""
-    if isinstance(exc, InvalidInput):
+    if isinstance(exc, InvalidInputError):
         context.abort_with_status(
             rpc_status.to_status(bad_request_status(str(exc), exc.violations))
         )

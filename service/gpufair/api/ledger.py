@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from gpufair.api.convert_ledger import event_from_proto
 from gpufair.api.usage import get_usage
-from gpufair.domain.errors import InvalidInput, NotFound, Violation
+from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import LedgerEvent
 from gpufair.jobs.recompute import pool_of, recompute_pool
 from gpufair.metrics import observe_events
@@ -71,7 +71,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
 
     def _ingest(self, request: pb.ReportEventsRequest, field: str) -> list[pb.EventResult]:
         if len(request.events) > MAX_EVENTS_PER_BATCH:
-            raise InvalidInput(
+            raise InvalidInputError(
                 [Violation(field, f"at most {MAX_EVENTS_PER_BATCH} events per message")]
             )
         converted: list[LedgerEvent | tuple[str, str]] = []
@@ -115,7 +115,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     ) -> pb.GetFairShareResponse:
         """The latest recompute of the pool; the first call for a pool computes it."""
         if not request.pool:
-            raise InvalidInput([Violation("pool", "is required")])
+            raise InvalidInputError([Violation("pool", "is required")])
         with self.engine.connect() as conn:
             run = fairshare_repo.latest_run(conn, request.pool)
             if run is None:
@@ -137,12 +137,12 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: pb.GetFairShareHistoryRequest, context: grpc.ServicerContext
     ) -> pb.GetFairShareHistoryResponse:
         if not request.pool:
-            raise InvalidInput([Violation("pool", "is required")])
+            raise InvalidInputError([Violation("pool", "is required")])
         now_s = self.clock()
         since_s = _seconds(request.since, now_s - 86400.0)
         until_s = _seconds(request.until, now_s)
         if since_s > until_s:
-            raise InvalidInput([Violation("since", "is after until")])
+            raise InvalidInputError([Violation("since", "is after until")])
         with self.engine.connect() as conn:
             points = fairshare_repo.history(
                 conn, request.pool, request.queue or None, since_s, until_s, MAX_HISTORY_POINTS

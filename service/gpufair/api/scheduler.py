@@ -13,7 +13,7 @@ from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
 from gpufair.api.ledger import share_to_proto
-from gpufair.domain.errors import InvalidInput, NotFound, Violation
+from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.workload_rules import submit_problems, workload_violations
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
@@ -47,7 +47,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         if len(request.workloads) > MAX_WORKLOADS_PER_BATCH:
             violations.append(Violation("workloads", f"at most {MAX_WORKLOADS_PER_BATCH} per call"))
         if violations:
-            raise InvalidInput(violations)
+            raise InvalidInputError(violations)
         batch = [workload_from_proto(w, now_s) for w in request.workloads]
         # Malformed fields are the caller's bug: refuse the whole call. Workloads that are well
         # formed but do not fit the cluster are refused one by one, the others accepted.
@@ -61,7 +61,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 )
             seen.add(w.uid)
         if violations:
-            raise InvalidInput(violations)
+            raise InvalidInputError(violations)
 
         def work(conn: Connection) -> pb.SubmitWorkloadsResponse:
             config = config_repo.load_config(conn)
@@ -94,7 +94,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self, request: pb.CancelWorkloadRequest, context: grpc.ServicerContext
     ) -> pb.CancelWorkloadResponse:
         if not request.uid:
-            raise InvalidInput([Violation("uid", "is required")])
+            raise InvalidInputError([Violation("uid", "is required")])
 
         def work(conn: Connection) -> pb.CancelWorkloadResponse:
             before = workload_repo.cancel(conn, request.uid)
@@ -126,7 +126,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 Violation("request_id", f"longer than {MAX_REQUEST_ID_LEN} characters")
             )
         if violations:
-            raise InvalidInput(violations)
+            raise InvalidInputError(violations)
         now_s = self.clock()
 
         def work(conn: Connection) -> pb.ScheduleResponse:
@@ -161,7 +161,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self, request: pb.ExplainWorkloadRequest, context: grpc.ServicerContext
     ) -> pb.ExplainWorkloadResponse:
         if not request.uid:
-            raise InvalidInput([Violation("uid", "is required")])
+            raise InvalidInputError([Violation("uid", "is required")])
         now_s = self.clock()
         with self.engine.connect() as conn:
             found = workload_repo.get(conn, request.uid)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Engine
 
-from gpufair.domain.errors import InvalidInput, NotFound, Violation
+from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.store import report_repo
 from gpufair.store.report_repo import BudgetRecord, Period, UsageRecord
 from gpufair.v1 import ledger_pb2 as pb
@@ -76,7 +76,7 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
     for a pool and/or a queue (a parent queue: the rows of every queue below it), and the
     budgets that apply, each in its own period containing `now_s`.
 
-    Raises InvalidInput (INVALID_ARGUMENT) for an unknown period, an invalid timestamp, since not
+    Raises InvalidInputError (INVALID_ARGUMENT) for an unknown period, an invalid timestamp, since not
     before until, or a range with more than MAX_ROWS rows; NotFound for a pool or queue that is
     neither configured nor in the usage history.
     """
@@ -91,7 +91,7 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
     if since is not None and until is not None and since >= until:
         violations.append(Violation("until", "must be after since"))
     if violations or period is None:
-        raise InvalidInput(violations)
+        raise InvalidInputError(violations)
 
     # One snapshot for both queries, so the usage rows and the budgets describe the same data.
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
@@ -109,7 +109,7 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
             limit=MAX_ROWS + 1,
         )
         if len(rows) > MAX_ROWS:
-            raise InvalidInput(
+            raise InvalidInputError(
                 [
                     Violation(
                         "since",

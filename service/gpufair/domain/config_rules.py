@@ -9,18 +9,17 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
 
 from gpufair.domain.errors import Violation
 from gpufair.domain.model import (
     ClusterConfig,
-    FairSharePolicy,
     Node,
     NodePool,
     Queue,
     QueueQuota,
     WindowKind,
 )
+from gpufair.domain.policy import queue_structure_violations, validate_policy
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
@@ -79,11 +78,9 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     violations: list[Violation] = []
     type_names = [t.name for t in config.gpu_types]
     pool_names = [p.name for p in config.pools]
-    queue_names = [q.name for q in config.queues]
     violations += _duplicates("gpu_types", type_names)
     violations += _duplicates("pools", pool_names)
     violations += _duplicates("nodes", [n.name for n in config.nodes])
-    violations += _duplicates("queues", queue_names)
 
     for i, gpu in enumerate(config.gpu_types):
         path = f"gpu_types[{i}]"
@@ -110,7 +107,7 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
 
     violations += _validate_queues(config.queues, known_types, known_pools)
 
-    known_queues = set(queue_names)
+    known_queues = {q.name for q in config.queues}
     seen_budgets: set[tuple[str, str, str]] = set()
     for i, budget in enumerate(config.budgets):
         path = f"budgets[{i}]"
@@ -126,38 +123,10 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     return violations
 
 
-def policy_violations(policy: FairSharePolicy) -> list[Violation]:
-    """Problems with one pool's policy, with paths relative to the policy."""
-    violations: list[Violation] = []
-    violations += _positive("window_s", policy.window_s)
-    if not _finite(policy.window_anchor_s):
-        violations.append(Violation("window_anchor_s", "must be a finite number"))
-    if policy.half_life_s is not None:
-        violations += _positive("half_life_s", policy.half_life_s)
-        if (
-            policy.window_kind is not WindowKind.NONE
-            and _finite(policy.half_life_s)
-            and _finite(policy.window_s)
-            and policy.window_s < policy.half_life_s
-        ):
-            violations.append(
-                Violation(
-                    "window_s",
-                    f"window ({policy.window_s:g} s) is shorter than the half-life "
-                    f"({policy.half_life_s:g} s): decay would barely act inside it",
-                )
-            )
-    violations += _non_negative("k", policy.k)
-    violations += _positive("recompute_interval_s", policy.recompute_interval_s)
-    if not _finite(policy.dead_band) or not 0 <= policy.dead_band < 1:
-        violations.append(Violation("dead_band", f"must be in [0, 1), got {policy.dead_band}"))
-    return violations
-
-
 def _validate_pool(path: str, pool: NodePool) -> list[Violation]:
     violations = _check_name(f"{path}.name", pool.name)
     violations += [
-        Violation(f"{path}.policy.{v.field}", v.description) for v in policy_violations(pool.policy)
+        Violation(f"{path}.policy.{v.field_path}", v.message) for v in validate_policy(pool.policy)
     ]
     after = pool.gang_reservation_after_s
     if after is not None:
@@ -188,19 +157,15 @@ def _validate_node(path: str, node: Node, types: set[str], pools: set[str]) -> l
 def _validate_queues(
     queues: tuple[Queue, ...], types: set[str], pools: set[str]
 ) -> list[Violation]:
-    violations: list[Violation] = []
-    by_name = {q.name: q for q in queues}
+    violations = [
+        Violation(f"queues{v.field_path}", v.message) for v in queue_structure_violations(queues)
+    ]
     for i, queue in enumerate(queues):
         path = f"queues[{i}]"
         violations += _check_name(f"{path}.name", queue.name)
-        if queue.parent is not None:
-            if queue.parent == queue.name:
-                violations.append(Violation(f"{path}.parent", "a queue cannot be its own parent"))
-            elif queue.parent not in by_name:
-                violations.append(Violation(f"{path}.parent", f"unknown parent {queue.parent!r}"))
         for j, (pool_name, quota) in enumerate(queue.quotas.items()):
             violations += _validate_quota(f"{path}.quotas[{j}]", quota, pool_name, types, pools)
-    violations += _cycle_and_depth_violations(queues, by_name)
+    violations += _depth_violations(queues)
     return violations
 
 
@@ -245,24 +210,17 @@ def _validate_quota(
     return violations
 
 
-def _cycle_and_depth_violations(
-    queues: tuple[Queue, ...], by_name: Mapping[str, Queue]
-) -> list[Violation]:
-    violations: list[Violation] = []
-    reported: set[str] = set()
+def _depth_violations(queues: tuple[Queue, ...]) -> list[Violation]:
+    """Trees deeper than MAX_QUEUE_DEPTH; cycles are `queue_structure_violations`' to report."""
+    parent_of = {q.name: q.parent for q in queues}
+    violations = []
     for i, queue in enumerate(queues):
-        seen = [queue.name]
-        current = queue.parent
-        while current is not None and current in by_name and current != queue.name:
-            if current in seen:
-                break  # a cycle further up, reported from one of its members
-            seen.append(current)
-            current = by_name[current].parent
-        if current == queue.name and queue.name not in reported and queue.parent != queue.name:
-            cycle = " -> ".join([*seen, queue.name])
-            violations.append(Violation(f"queues[{i}].parent", f"cycle in the queue tree: {cycle}"))
-            reported.update(seen)
-        elif len(seen) > MAX_QUEUE_DEPTH:
+        depth, current, seen = 0, queue.parent, {queue.name}
+        while current is not None and current in parent_of and current not in seen:
+            seen.add(current)
+            depth += 1
+            current = parent_of[current]
+        if depth >= MAX_QUEUE_DEPTH:
             violations.append(
                 Violation(f"queues[{i}].parent", f"queue tree deeper than {MAX_QUEUE_DEPTH} levels")
             )

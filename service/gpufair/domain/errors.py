@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One problem with one field, named by its path in the request (`queues[2].parent`)."""
+class Violation(NamedTuple):
+    """One problem with one field, named by its path (`queues[2].parent`): relative to the object
+    a domain function was given; the API prefixes where that object sits in the request."""
 
-    field: str
-    description: str
+    field_path: str
+    message: str
 
 
 class DomainError(Exception):
     """Base of errors about what a caller sent or asked for."""
 
 
-class InvalidInput(DomainError):
-    """The request is malformed; every problem is listed, nothing was written."""
+class InvalidInputError(DomainError, ValueError):
+    """Input that fails validation; every problem is listed, nothing was written."""
 
-    def __init__(self, violations: Sequence[Violation]) -> None:
+    def __init__(self, violations: Iterable[Violation]) -> None:
         self.violations = tuple(violations)
-        summary = "; ".join(f"{v.field}: {v.description}" for v in self.violations[:5])
+        summary = "; ".join(f"{v.field_path}: {v.message}" for v in self.violations[:5])
         more = len(self.violations) - 5
         super().__init__(summary + (f"; and {more} more" if more > 0 else ""))
 

@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.model import (
     FairSharePolicy,
     GpuType,
@@ -60,8 +61,6 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.domain.policy import (
-    InvalidInputError,
-    Violation,
     deserved_cu_with_types,
     validate_gpu_types,
     validate_policy,

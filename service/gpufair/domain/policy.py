@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Collection, Mapping, Sequence
 
+from gpufair.domain.errors import Violation
 from gpufair.domain.model import (
     FairSharePolicy,
     GpuType,
@@ -26,19 +26,6 @@ from gpufair.domain.model import (
     UsageBasis,
     WindowKind,
 )
-
-
-class Violation(NamedTuple):
-    field_path: str
-    message: str
-
-
-class InvalidInputError(ValueError):
-    """Raised by the domain when asked to work on input that fails validation."""
-
-    def __init__(self, violations: Iterable[Violation]) -> None:
-        self.violations = tuple(violations)
-        super().__init__("; ".join(f"{v.field_path}: {v.message}" for v in self.violations))
 
 
 def _finite(value: object) -> bool:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpufair.domain.errors import InvalidInputError
 from gpufair.domain.model import Queue
-from gpufair.domain.policy import InvalidInputError, queue_structure_violations
+from gpufair.domain.policy import queue_structure_violations
 
 
 @dataclass(frozen=True, slots=True)

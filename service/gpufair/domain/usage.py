@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.model import FairSharePolicy, GpuType, Queue, UsageBasis, WindowKind, frozen_map
-from gpufair.domain.policy import InvalidInputError, Violation, deserved_cu_with_types
+from gpufair.domain.policy import deserved_cu_with_types
 from gpufair.domain.tree import QueueTree
 
 _LN2 = math.log(2.0)

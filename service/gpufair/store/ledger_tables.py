@@ -105,6 +105,13 @@ allocation_intervals = Table(
         "pool",
         postgresql_where=text("ended_at IS NULL"),
     ),
+    # Overlap queries ("what ran in [lo, hi)") must not scan all earlier history: a GiST index
+    # on the run's time range answers `&&` in O(log n + matches).
+    Index(
+        "ix_allocation_intervals_span",
+        text("tstzrange(started_at, ended_at, '[)')"),
+        postgresql_using="gist",
+    ),
 )
 
 # A pool's usable capacity over time: one row per change (config apply or node capacity event).
@@ -156,6 +163,7 @@ fairness_hourly = Table(
     Column("usage_basis", Text, nullable=False),
     Column("usage_moment", Double, nullable=False),  # the queue's usage under the basis
     Column("group_capacity_moment", Double, nullable=False),  # what its children competed for
+    Index("ix_fairness_hourly_pool_bucket", "pool", "bucket_start"),
 )
 
 # The last completed hour per pool: rollups exist for every hour before it.

@@ -67,8 +67,9 @@ def intervals_between(conn: Connection, pool: str, lo_s: float, hi_s: float) -> 
             SELECT queue, gpu_type, gpus, cu, extract(epoch FROM started_at)::float8 AS s,
                    COALESCE(extract(epoch FROM ended_at)::float8, 'Infinity'::float8) AS e
             FROM allocation_intervals
-            WHERE pool = :pool AND started_at < to_timestamp(:hi)
-              AND (ended_at IS NULL OR ended_at > to_timestamp(:lo))
+            WHERE tstzrange(started_at, ended_at, '[)')
+                  && tstzrange(to_timestamp(:lo), to_timestamp(:hi), '[)')
+              AND pool = :pool
             """
         ),
         {"pool": pool, "lo": max(lo_s, 0.0), "hi": hi_s},
