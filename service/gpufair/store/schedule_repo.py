@@ -53,23 +53,23 @@ def running_allocations(conn: Connection, pool: str) -> list[Allocation]:
     """What holds GPUs now: open runs as the batch system reported them, and bound decisions."""
     allocations: list[Allocation] = []
     runs: dict[str, list[Any]] = defaultdict(list)
-    specs: dict[str, dict[str, Any]] = {}
     for r in conn.execute(
         text(
-            "SELECT i.workload_uid, i.gpu_type, i.pods, extract(epoch FROM i.started_at)::float8 "
-            "AS started, w.spec FROM allocation_intervals i "
-            "JOIN workloads w ON w.uid = i.workload_uid "
+            "SELECT i.workload_uid, w.spec_digest, i.gpu_type, i.pods, "
+            "extract(epoch FROM i.started_at)::float8 AS started "
+            "FROM allocation_intervals i JOIN workloads w ON w.uid = i.workload_uid "
             "WHERE i.pool = :pool AND i.ended_at IS NULL ORDER BY i.workload_uid, i.gpu_type"
         ),
         {"pool": pool},
     ):
         runs[r.workload_uid].append(r)
-        specs[r.workload_uid] = r.spec
+    keys = [(uid, rows[0].spec_digest) for uid, rows in runs.items()]
+    specs = dict(zip(runs, SPECS.workloads(conn, keys), strict=True))
     for uid, rows in runs.items():
         pods = [p for r in rows for p in r.pods]
         allocations.append(
             Allocation(
-                workload=workload_from_json(specs[uid]),
+                workload=specs[uid],
                 bindings=_bindings(pods),
                 started_at_s=rows[0].started,
                 gpu_type=rows[0].gpu_type,
@@ -93,15 +93,44 @@ def running_allocations(conn: Connection, pool: str) -> list[Allocation]:
     return allocations
 
 
+class SpecCache:
+    """Parsed workload specs by (uid, spec digest). Parsing 25,000 JSON specs is most of what a
+    snapshot costs; a spec never changes under its digest, so an entry cannot go stale, and the
+    state of every workload is still read fresh each cycle. Bounded: past `limit` it starts over.
+    """
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._specs: dict[tuple[str, str], Workload] = {}
+
+    def workloads(self, conn: Connection, keys: Sequence[tuple[str, str]]) -> list[Workload]:
+        missing = [key[0] for key in keys if key not in self._specs]
+        if missing:
+            if len(self._specs) + len(missing) > self.limit:
+                self._specs = {}
+            for r in conn.execute(
+                text("SELECT uid, spec_digest, spec FROM workloads WHERE uid = ANY(:uids)"),
+                {"uids": missing},
+            ):
+                self._specs[(r.uid, r.spec_digest)] = workload_from_json(r.spec)
+        return [self._specs[key] for key in keys]
+
+
+SPECS = SpecCache()
+
+
 def pending_workloads(conn: Connection, pool: str) -> list[Workload]:
-    rows = conn.execute(
-        text(
-            "SELECT spec FROM workloads WHERE pool = :pool AND state = 'pending' "
-            "ORDER BY submit_time, uid"
-        ),
-        {"pool": pool},
-    )
-    return [workload_from_json(r.spec) for r in rows]
+    keys = [
+        (r.uid, r.spec_digest)
+        for r in conn.execute(
+            text(
+                "SELECT uid, spec_digest FROM workloads WHERE pool = :pool AND state = 'pending' "
+                "ORDER BY submit_time, uid"
+            ),
+            {"pool": pool},
+        )
+    ]
+    return SPECS.workloads(conn, keys)
 
 
 def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:
