@@ -48,6 +48,7 @@ from gpufair.domain.model import PodBinding, Workload
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
+    FitRejection,
     PodShape,
     PoolRoom,
     adequate_types,
@@ -57,7 +58,13 @@ from gpufair.domain.placement import (
     rejection_in,
 )
 from gpufair.domain.queuebook import QueueBook
-from gpufair.domain.reclaim import Selection, Victim, VictimBudget, select_victims
+from gpufair.domain.reclaim import (
+    Selection,
+    Victim,
+    VictimBudget,
+    VictimIndex,
+    select_victims,
+)
 from gpufair.domain.snapshot import (
     BindDecision,
     CycleResult,
@@ -135,6 +142,8 @@ class _Cycle:
         self.leaving_for: dict[str, list[Victim]] = {}
         self.queue_pending: dict[str, list[_Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
+        self.reclaim_index: dict[str, VictimIndex] = {}
+        self.rejections: dict[tuple[object, ...], FitRejection | None] = {}
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -192,6 +201,7 @@ class _Cycle:
                 gpus=gpus,
                 gpu_type=allocation.gpu_type,
                 uses=uses,
+                nodes=tuple(dict.fromkeys(use.node for use in uses)),
             )
             self.running[workload.uid] = _Running(
                 victim, workload.preemptible, workload.min_runtime_s
@@ -230,7 +240,7 @@ class _Cycle:
                     f"queue {workload.queue} is not a leaf queue of pool {self.pool.name}",
                 )
                 continue
-            rejection = rejection_in(workload, self.gpu_types, self.pool_room)
+            rejection = self._rejection(workload)
             if rejection is not None:
                 self._reason(workload, PendingCode.NEVER_FITS, rejection.message)
                 continue
@@ -254,6 +264,22 @@ class _Cycle:
             for position in range(len(items) - 1, -1, -1):
                 suffix[position] = min(suffix[position + 1], items[position].min_cu)
             self.suffix_min_cu[name] = suffix
+
+    def _rejection(self, workload: Workload) -> FitRejection | None:
+        """`never_fits` on the pool, memoised: pending work comes in few distinct shapes."""
+        key = (
+            workload.pods,
+            workload.min_pods,
+            workload.gpus_per_pod,
+            workload.allowed_gpu_types,
+            workload.min_gpu_memory_gib,
+            workload.cpu_millicores_per_pod,
+            workload.memory_mib_per_pod,
+            workload.topology,
+        )
+        if key not in self.rejections:
+            self.rejections[key] = rejection_in(workload, self.gpu_types, self.pool_room)
+        return self.rejections[key]
 
     def _reason(self, workload: Workload, code: PendingCode, message: str) -> None:
         self.reasons[workload.uid] = PendingReason(code, message)
@@ -480,10 +506,22 @@ class _Cycle:
         ]
         if not wanting or not (by_type or self.leaving_for):
             return
+        # Reclaim only shrinks a victim queue's surplus, and the reclaimers, within their share,
+        # never gain one: a victim too big for its queue's surplus now never becomes one.
+        self.reclaim_index = {
+            name: VictimIndex(
+                victim
+                for victim in found
+                if victim.cu <= self.books[victim.queue].surplus_cu() + EPS
+                and victim.gpus
+                <= self.books[victim.queue].gpus_above_type_guarantee(victim.gpu_type) + EPS
+            )
+            for name, found in by_type.items()
+        }
         for item in self._in_queue_order(wanting):
-            self._try_reclaim(item, by_type)
+            self._try_reclaim(item)
 
-    def _try_reclaim(self, item: _Pending, by_type: dict[str, list[Victim]]) -> bool:
+    def _try_reclaim(self, item: _Pending) -> bool:
         workload = item.workload
         book = item.book
         pods = workload.gang_min_pods  # never evict for more than the gang minimum
@@ -494,29 +532,30 @@ class _Cycle:
             key = (gpu_type, item.shape, pods, workload.topology)
             if not leaving and key in self.reclaim_failed:
                 continue
-            victims = [
-                victim
-                for victim in by_type.get(gpu_type, ())
-                if victim.uid not in self.evicted
-                and self.books[victim.queue].surplus_cu() >= victim.cu - EPS
-            ]
-            if not victims and not leaving:
-                self.reclaim_failed.add(key)
-                continue
+            index = self.reclaim_index.get(gpu_type) or VictimIndex(())
+            # Only queues above their floor give anything; the reclaimer, within its share,
+            # is below its own floor and so never a victim of itself.
             budget = VictimBudget(
-                {name: self.books[name].surplus_cu() for name in {v.queue for v in victims}},
                 {
-                    name: self.books[name].gpus_above_type_guarantee(gpu_type)
-                    for name in {v.queue for v in victims}
-                    if math.isfinite(self.books[name].gpus_above_type_guarantee(gpu_type))
+                    name: other.surplus_cu()
+                    for name, other in self.books.items()
+                    if other.surplus_cu() > EPS
+                },
+                {
+                    name: other.gpus_above_type_guarantee(gpu_type)
+                    for name, other in self.books.items()
+                    if gpu_type in other.deserved_gpus_by_type
                 },
             )
+            if not budget.cu_left and not leaving:
+                self.reclaim_failed.add(key)
+                continue
             selection = select_victims(
                 self.capacity,
                 self._ask(item, gpu_type, pods),
                 self.strategy,
                 Exclusion(self.held, owner=item.uid),
-                victims=victims,
+                index=index,
                 budget=budget,
                 already_leaving=[victim.uses for victim in leaving],
             )
@@ -578,6 +617,9 @@ class _Cycle:
             self.evicted.add(victim.uid)
             victim_book.remove(victim.cu, victim.gpus, victim.gpu_type, True)
             victim_book.evicted_cu += victim.cu
+            for index in self.reclaim_index.values():
+                index.remove(victim)
+                index.prune(victim.queue, victim_book.surplus_cu())
             self.evicts.append(
                 EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
             )
@@ -596,12 +638,15 @@ class _Cycle:
                 and now_s - victim.started_at_s >= running.min_runtime_s
             ):
                 own.setdefault(victim.queue, []).append(victim)
+        lowest = {name: min(v.priority_class for v in victims) for name, victims in own.items()}
         wanting = [
             item
             for name, items in self.queue_pending.items()
             if name in own
             for item in items
-            if not item.done and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
+            if not item.done
+            and item.workload.priority_class > lowest[name]  # someone to preempt at all
+            and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
         ]
         failed: set[tuple[object, ...]] = set()
         for item in self._in_queue_order(wanting):
@@ -624,15 +669,23 @@ class _Cycle:
             if self._pods_allowed(item, gpu_type, within_share=False) < pods:
                 continue
             victims = [victim for victim in lower if victim.gpu_type == gpu_type]
-            key = (
-                book.name,
-                workload.priority_class,
-                gpu_type,
-                item.shape,
-                pods,
-                workload.topology,
-            )
+            # A queue's work comes in falling priority class: a shape that found no victims at
+            # one class finds none at a lower one (fewer victims, less capacity).
+            key = (book.name, gpu_type, item.shape, pods, workload.topology)
             if not victims or key in failed:
+                continue
+            # Cheap necessary conditions before any search: enough GPUs could be freed, and the
+            # swap could keep the queue within its share or from growing.
+            needed_cu = pods * self._cu_per_pod(item, gpu_type)
+            most_cu = sum(victim.cu for victim in victims)
+            most_gpus = sum(victim.gpus for victim in victims)
+            free_gpus = self.capacity.free_whole_by_type.get(gpu_type, 0)
+            swap_ok = book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
+            if (
+                item.shape.gpus_per_pod >= 1.0
+                and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
+            ) or not (swap_ok or needed_cu <= most_cu + EPS):
+                failed.add(key)
                 continue
             leaving = self.leaving_for.get(item.uid, [])
             selection = select_victims(
@@ -640,14 +693,13 @@ class _Cycle:
                 self._ask(item, gpu_type, pods),
                 self.strategy,
                 Exclusion(self.held, owner=item.uid),
-                victims=victims,
+                index=VictimIndex(victims),
                 budget=VictimBudget({book.name: math.inf}, {}),
                 already_leaving=[victim.uses for victim in leaving],
             )
             if selection is None or not selection.victims:
                 failed.add(key)
                 continue
-            needed_cu = pods * self._cu_per_pod(item, gpu_type)
             freed_cu = selection.cu
             # A swap inside the queue: it must end within its share, or at least not grow.
             within = book.allocated_cu - freed_cu + needed_cu <= book.fair_share_cu + EPS

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
@@ -38,15 +38,15 @@ from gpufair.domain.placement import (
     Ask,
     Exclusion,
     fit_on,
+    nodes_with_room,
     place,
     pods_fit,
-    pods_fit_empty,
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Victim:
-    """A running workload that may be evicted, with what it holds."""
+    """A running workload that may be evicted, with what it holds (compared by identity)."""
 
     uid: str
     queue: str
@@ -57,6 +57,7 @@ class Victim:
     gpus: float
     gpu_type: str
     uses: tuple[PodUse, ...]
+    nodes: tuple[int, ...]  # distinct nodes of `uses`
 
     def preference(self) -> tuple[int, int, float, float, str]:
         """Evicted first: lowest tier, lowest priority class, most recent, smallest."""
@@ -85,6 +86,64 @@ class VictimBudget:
         return VictimBudget(self.cu_left, self.gpus_left)
 
 
+class VictimIndex:
+    """Candidate victims by node, each node's list in eviction-preference order. The cycle keeps
+    one per GPU type for the whole cycle and removes victims as it evicts them."""
+
+    def __init__(self, victims: Iterable[Victim]) -> None:
+        self.on_node: dict[int, list[Victim]] = {}
+        self.gpus_on_node: dict[int, float] = {}  # GPUs the node's victims hold on it
+        # Per node, the parts of a lower bound of any eviction option the node offers, whatever
+        # the budgets: lowest victim tier, cheapest CU per GPU, lowest priority class, latest
+        # start.
+        self.floor_on_node: dict[int, tuple[int, float, int, float]] = {}
+        self.by_queue: dict[str, list[Victim]] = {}
+        for victim in sorted(victims, key=Victim.preference):
+            for node in victim.nodes:
+                self.on_node.setdefault(node, []).append(victim)
+            self.by_queue.setdefault(victim.queue, []).append(victim)
+        for node in self.on_node:
+            self._refresh(node)
+
+    def prune(self, queue: str, max_cu: float) -> None:
+        """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink."""
+        for victim in [v for v in self.by_queue.get(queue, ()) if v.cu > max_cu + EPS]:
+            self.remove(victim)
+
+    def remove(self, victim: Victim) -> None:
+        queued = self.by_queue.get(victim.queue)
+        if queued is not None and victim in queued:
+            queued.remove(victim)
+        for node in victim.nodes:
+            found = self.on_node.get(node)
+            if found is not None and victim in found:
+                found.remove(victim)
+                self._refresh(node)
+
+    def _refresh(self, node: int) -> None:
+        victims = self.on_node[node]
+        if not victims:
+            del self.on_node[node]
+            del self.gpus_on_node[node]
+            del self.floor_on_node[node]
+            return
+        self.gpus_on_node[node] = sum(
+            use.gpu_amount * len(use.gpu_indices)
+            for victim in victims
+            for use in victim.uses
+            if use.node == node
+        )
+        self.floor_on_node[node] = (
+            victims[0].tier,
+            min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in victims),
+            min(victim.priority_class for victim in victims),
+            max(victim.started_at_s for victim in victims),
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.on_node)
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     victims: tuple[Victim, ...]
@@ -101,11 +160,11 @@ def select_victims(
     strategy: PlacementStrategy,
     exclusion: Exclusion,
     *,
-    victims: Sequence[Victim],
+    index: VictimIndex,
     budget: VictimBudget,
     already_leaving: Sequence[Sequence[PodUse]] = (),
 ) -> Selection | None:
-    """The least-cost victims whose eviction lets `ask` fit (exactly `ask.pods_min` pods).
+    """The least-cost victims from `index` whose eviction lets `ask` fit (`ask.pods_min` pods).
 
     `already_leaving`: capacity of workloads already evicted for this workload; it counts as
     free for the search. The capacity is left exactly as it was found.
@@ -117,11 +176,11 @@ def select_victims(
     try:
         best: Selection | None = None
         best_key: tuple[int, float] | None = None
-        for subset, constrained in _node_subsets(capacity, ask, exclusion):
+        for subset, constrained in _subsets(capacity, ask, exclusion, index):
             if not constrained and best is not None:
                 break  # a preferred topology falls back to the pool only when no domain works
             found = _search(
-                capacity, ask, strategy, exclusion, subset=subset, victims=victims, budget=budget
+                capacity, ask, strategy, exclusion, subset=subset, index=index, budget=budget
             )
             if found is None:
                 continue
@@ -133,25 +192,42 @@ def select_victims(
         capacity.restore(base)
 
 
-def _node_subsets(
-    capacity: Capacity, ask: Ask, exclusion: Exclusion
+def _subsets(
+    capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
 ) -> list[tuple[list[int], bool]]:
-    """Node sets to search, each flagged whether it is one topology domain."""
-    usable = [
-        index for index in capacity.by_type.get(ask.gpu_type, []) if not exclusion.blocks(index)
-    ]
+    """Node sets worth searching, each flagged whether it is one topology domain.
+
+    Only nodes with eligible victims or free room matter; a set is dropped at once when even
+    evicting every victim it holds could not free the GPUs the gang needs."""
+    relevant: dict[int, float] = {}  # node → GPUs free now plus GPUs its victims hold there
+    nodes = capacity.nodes
+    whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
+    for node in nodes_with_room(capacity, ask.shape, ask.gpu_type):
+        if not exclusion.blocks(node):
+            state = nodes[node]
+            relevant[node] = state.free_whole if whole_pods else state.free_gpus()
+    for node, held in index.gpus_on_node.items():
+        state = nodes[node]
+        if state.gpu_type == ask.gpu_type and not exclusion.blocks(node):
+            relevant[node] = (state.free_whole if whole_pods else state.free_gpus()) + held
+    needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
     topology = ask.topology
+    whole: list[tuple[list[int], bool]] = []
+    if sum(relevant.values()) >= needed_gpus - EPS:
+        whole = [(list(relevant), False)]
     if topology is None:
-        return [(usable, False)]
-    subsets: list[tuple[list[int], bool]] = []
-    for _, members in sorted(capacity.domains(topology.level).get(ask.gpu_type, {}).items()):
-        allowed = [index for index in members if not exclusion.blocks(index)]
-        room = sum(pods_fit_empty(capacity.nodes[index], ask.shape) for index in allowed)
-        if room >= ask.pods_min:
-            subsets.append((allowed, True))
-    if not topology.required:
-        subsets.append((usable, False))
-    return subsets
+        return whole
+    domains: dict[str, list[int]] = {}
+    for node in relevant:
+        value = capacity.nodes[node].labels.get(topology.level)
+        if value is not None:
+            domains.setdefault(value, []).append(node)
+    subsets = [
+        (members, True)
+        for _, members in sorted(domains.items())
+        if sum(relevant[node] for node in members) >= needed_gpus - EPS
+    ]
+    return subsets if topology.required else subsets + whole
 
 
 def _search(
@@ -161,18 +237,12 @@ def _search(
     exclusion: Exclusion,
     *,
     subset: list[int],
-    victims: Sequence[Victim],
+    index: VictimIndex,
     budget: VictimBudget,
 ) -> Selection | None:
-    in_subset = set(subset)
-    on_node: dict[int, list[Victim]] = {}
-    for victim in sorted(victims, key=Victim.preference):
-        for node in {use.node for use in victim.uses}:
-            if node in in_subset:
-                on_node.setdefault(node, []).append(victim)
     trial: Journal = {}
     try:
-        chosen = _greedy(capacity, ask, subset, on_node, budget=budget.copy(), trial=trial)
+        chosen = _greedy(capacity, ask, subset, index, budget=budget.copy(), trial=trial)
         if chosen is None:
             return None
         plan = place(capacity, ask, strategy, exclusion)
@@ -197,13 +267,20 @@ def _greedy(
     capacity: Capacity,
     ask: Ask,
     subset: list[int],
-    on_node: dict[int, list[Victim]],
+    index: VictimIndex,
     *,
     budget: VictimBudget,
     trial: Journal,
 ) -> list[Victim] | None:
     shape, pods = ask.shape, ask.pods_min
-    fits = {index: pods_fit(capacity.nodes[index], shape) for index in subset}
+    on_node = index.on_node
+    nodes = capacity.nodes
+    in_subset = set(subset)
+    # Pods that fit now, per node; only nodes with GPU room can have any (the index says which).
+    fits: dict[int, int] = dict.fromkeys(subset, 0)
+    for node in nodes_with_room(capacity, shape, ask.gpu_type):
+        if node in in_subset:
+            fits[node] = pods_fit(nodes[node], shape)
     total = sum(fits.values())
     released: set[str] = set()
     chosen: list[Victim] = []
@@ -244,19 +321,30 @@ def _greedy(
                 return key, prefix
         return None
 
-    heap: list[tuple[tuple[int, float, int, float, int], int]] = []
-    for node in on_node:
-        found = option(node)
-        if found is not None:
-            heap.append((found[0], node))
+    # Lazy evaluation: every node enters with a cheap lower bound of its score, component by
+    # component; only nodes that reach the top are simulated exactly. Exact scores are
+    # re-checked when popped, since an earlier pick may have spent a victim queue's budget or
+    # freed room on the node.
+    heap: list[tuple[tuple[int, float, int, float, int], bool, int]] = []
+    floors = index.floor_on_node
+    whole = shape.whole_gpus
+    for node in subset:
+        floor = floors.get(node)
+        if floor is None or whole > nodes[node].gpu_count:
+            continue
+        # One more pod needs at least `whole - free` more GPUs freed, each costing at least
+        # the node's cheapest CU per GPU (shared and GPU-less pods: no such bound).
+        missing = max(whole - nodes[node].free_whole, 0)
+        bound = (floor[0], floor[1] * missing, floor[2], -floor[3], node)
+        heap.append((bound, False, node))
     heapq.heapify(heap)
     while total < pods and heap:
-        key, node = heapq.heappop(heap)
+        key, exact, node = heapq.heappop(heap)
         found = option(node)
         if found is None:
             continue
-        if found[0] != key:
-            heapq.heappush(heap, (found[0], node))  # stale score: re-rank, decide later
+        if not exact or found[0] != key:
+            heapq.heappush(heap, (found[0], True, node))
             continue
         touched: set[int] = set()
         for victim in found[1]:
@@ -265,12 +353,12 @@ def _greedy(
             budget.spend(victim)
             chosen.append(victim)
             touched.update(use.node for use in victim.uses)
-        for index in touched:
-            if index in fits:
-                now = pods_fit(capacity.nodes[index], shape)
-                total += now - fits[index]
-                fits[index] = now
-                again = option(index)
+        for other in touched:
+            if other in fits:
+                now = pods_fit(nodes[other], shape)
+                total += now - fits[other]
+                fits[other] = now
+                again = option(other)
                 if again is not None:
-                    heapq.heappush(heap, (again[0], index))
+                    heapq.heappush(heap, (again[0], True, other))
     return chosen if total >= pods else None
