@@ -117,6 +117,7 @@ class _Cycle:
         self.pool = snapshot.pool
         self.strategy = snapshot.pool.placement
         self.gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}
+        self.weights = {name: gpu_type.compute_weight for name, gpu_type in self.gpu_types.items()}
         pool_nodes = [node for node in snapshot.nodes if node.pool == self.pool.name]
         ready = [node for node in pool_nodes if node.ready]
         self.capacity = Capacity(ready)
@@ -143,6 +144,9 @@ class _Cycle:
         self.queue_pending: dict[str, list[_Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
         self.reclaim_index: dict[str, VictimIndex] = {}
+        self.budgets: dict[str, VictimBudget] = {}
+        self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
+        self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
         self.rejections: dict[tuple[object, ...], FitRejection | None] = {}
 
     # -- set-up ---------------------------------------------------------------------------
@@ -175,8 +179,7 @@ class _Cycle:
         )
 
     def _weight(self, gpu_type: str) -> float:
-        found = self.gpu_types.get(gpu_type)
-        return found.compute_weight if found is not None else 0.0
+        return self.weights.get(gpu_type, 0.0)
 
     def _load_running(self) -> None:
         for allocation in self.snapshot.running:
@@ -301,7 +304,7 @@ class _Cycle:
     # -- binding and holding ---------------------------------------------------------------
 
     def _cu_per_pod(self, item: _Pending, gpu_type: str) -> float:
-        return item.workload.gpus_per_pod * self._weight(gpu_type)
+        return item.workload.gpus_per_pod * self.weights.get(gpu_type, 0.0)
 
     def _pods_allowed(self, item: _Pending, gpu_type: str, within_share: bool) -> int:
         allowed, _ = item.book.max_pods(
@@ -315,6 +318,7 @@ class _Cycle:
 
     def _bind(self, item: _Pending, gpu_type: str, plan: list[PodUse]) -> None:
         self.capacity.take(plan)
+        self.budgets.clear()
         shape = item.shape
         bindings = tuple(
             PodBinding(
@@ -345,6 +349,7 @@ class _Cycle:
     def _hold(self, item: _Pending, gpu_type: str, plan: list[PodUse]) -> None:
         """Hold the planned nodes for a workload that waits for evicted capacity."""
         nodes = sorted({use.node for use in plan})
+        self.budgets.clear()
         for index in nodes:
             self.held[index] = item.uid
         gpus = len(plan) * item.workload.gpus_per_pod
@@ -510,11 +515,14 @@ class _Cycle:
         # never gain one: a victim too big for its queue's surplus now never becomes one.
         self.reclaim_index = {
             name: VictimIndex(
-                victim
-                for victim in found
-                if victim.cu <= self.books[victim.queue].surplus_cu() + EPS
-                and victim.gpus
-                <= self.books[victim.queue].gpus_above_type_guarantee(victim.gpu_type) + EPS
+                (
+                    victim
+                    for victim in found
+                    if victim.cu <= self.books[victim.queue].surplus_cu() + EPS
+                    and victim.gpus
+                    <= self.books[victim.queue].gpus_above_type_guarantee(victim.gpu_type) + EPS
+                ),
+                self.capacity,
             )
             for name, found in by_type.items()
         }
@@ -532,21 +540,10 @@ class _Cycle:
             key = (gpu_type, item.shape, pods, workload.topology)
             if not leaving and key in self.reclaim_failed:
                 continue
-            index = self.reclaim_index.get(gpu_type) or VictimIndex(())
+            index = self.reclaim_index.get(gpu_type) or VictimIndex((), self.capacity)
             # Only queues above their floor give anything; the reclaimer, within its share,
             # is below its own floor and so never a victim of itself.
-            budget = VictimBudget(
-                {
-                    name: other.surplus_cu()
-                    for name, other in self.books.items()
-                    if other.surplus_cu() > EPS
-                },
-                {
-                    name: other.gpus_above_type_guarantee(gpu_type)
-                    for name, other in self.books.items()
-                    if gpu_type in other.deserved_gpus_by_type
-                },
-            )
+            budget = self._budget(gpu_type)
             if not budget.cu_left and not leaving:
                 self.reclaim_failed.add(key)
                 continue
@@ -569,6 +566,25 @@ class _Cycle:
             self._commit(item, gpu_type, selection, EvictReason.RECLAIM, bool(leaving))
             return True
         return False
+
+    def _budget(self, gpu_type: str) -> VictimBudget:
+        """What each queue may lose to reclaim now; kept until the next eviction changes it."""
+        found = self.budgets.get(gpu_type)
+        if found is None:
+            found = VictimBudget(
+                {
+                    name: other.surplus_cu()
+                    for name, other in self.books.items()
+                    if other.surplus_cu() > EPS
+                },
+                {
+                    name: other.gpus_above_type_guarantee(gpu_type)
+                    for name, other in self.books.items()
+                    if gpu_type in other.deserved_gpus_by_type
+                },
+            )
+            self.budgets[gpu_type] = found
+        return found
 
     def _no_ping_pong(self, book: QueueBook, gained_cu: float, selection: Selection) -> bool:
         """After the reclaim the reclaimer must not sit above any victim queue in ratio."""
@@ -620,6 +636,9 @@ class _Cycle:
             for index in self.reclaim_index.values():
                 index.remove(victim)
                 index.prune(victim.queue, victim_book.surplus_cu())
+            preempt_index = self.preempt_index.get((victim.queue, victim.gpu_type))
+            if preempt_index is not None:
+                preempt_index.remove(victim)
             self.evicts.append(
                 EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
             )
@@ -629,72 +648,80 @@ class _Cycle:
 
     def _preempt(self) -> None:
         now_s = self.snapshot.now_s
-        own: dict[str, list[Victim]] = {}
+        own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
         for running in self.running.values():
             victim = running.victim
             if (
                 running.preemptible
                 and victim.uid not in self.leaving
+                and victim.uid not in self.evicted
                 and now_s - victim.started_at_s >= running.min_runtime_s
             ):
-                own.setdefault(victim.queue, []).append(victim)
-        lowest = {name: min(v.priority_class for v in victims) for name, victims in own.items()}
+                own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
+        lowest: dict[str, int] = {}
+        for (name, _), victims in own.items():
+            found = min(victim.priority_class for victim in victims)
+            lowest[name] = min(lowest.get(name, found), found)
         wanting = [
             item
             for name, items in self.queue_pending.items()
-            if name in own
+            if name in lowest
             for item in items
             if not item.done
             and item.workload.priority_class > lowest[name]  # someone to preempt at all
             and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
         ]
+        self.preempt_own = own
         failed: set[tuple[object, ...]] = set()
         for item in self._in_queue_order(wanting):
-            self._try_preempt(item, own[item.book.name], failed)
+            self._try_preempt(item, failed)
 
-    def _try_preempt(
-        self, item: _Pending, own: list[Victim], failed: set[tuple[object, ...]]
-    ) -> bool:
+    def _try_preempt(self, item: _Pending, failed: set[tuple[object, ...]]) -> bool:
         workload = item.workload
         book = item.book
         pods = workload.gang_min_pods
-        lower = [
-            victim
-            for victim in own
-            if victim.priority_class < workload.priority_class and victim.uid not in self.evicted
-        ]
-        if not lower:
-            return False
+        below = workload.priority_class
         for gpu_type in item.types:
-            if self._pods_allowed(item, gpu_type, within_share=False) < pods:
-                continue
-            victims = [victim for victim in lower if victim.gpu_type == gpu_type]
             # A queue's work comes in falling priority class: a shape that found no victims at
             # one class finds none at a lower one (fewer victims, less capacity).
             key = (book.name, gpu_type, item.shape, pods, workload.topology)
+            victims = self.preempt_own.get((book.name, gpu_type))
             if not victims or key in failed:
+                continue
+            if self._pods_allowed(item, gpu_type, within_share=False) < pods:
                 continue
             # Cheap necessary conditions before any search: enough GPUs could be freed, and the
             # swap could keep the queue within its share or from growing.
             needed_cu = pods * self._cu_per_pod(item, gpu_type)
-            most_cu = sum(victim.cu for victim in victims)
-            most_gpus = sum(victim.gpus for victim in victims)
+            most_cu = most_gpus = 0.0
+            for victim in victims:
+                if victim.priority_class < below and victim.uid not in self.evicted:
+                    most_cu += victim.cu
+                    most_gpus += victim.gpus
             free_gpus = self.capacity.free_whole_by_type.get(gpu_type, 0)
             swap_ok = book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
             if (
-                item.shape.gpus_per_pod >= 1.0
-                and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
-            ) or not (swap_ok or needed_cu <= most_cu + EPS):
+                most_cu <= 0.0
+                or (
+                    item.shape.gpus_per_pod >= 1.0
+                    and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
+                )
+                or not (swap_ok or needed_cu <= most_cu + EPS)
+            ):
                 failed.add(key)
                 continue
+            index = self.preempt_index.get((book.name, gpu_type))
+            if index is None:
+                index = VictimIndex(victims, self.capacity)
+                self.preempt_index[(book.name, gpu_type)] = index
             leaving = self.leaving_for.get(item.uid, [])
             selection = select_victims(
                 self.capacity,
                 self._ask(item, gpu_type, pods),
                 self.strategy,
                 Exclusion(self.held, owner=item.uid),
-                index=VictimIndex(victims),
-                budget=VictimBudget({book.name: math.inf}, {}),
+                index=index,
+                budget=VictimBudget({book.name: math.inf}, {}, below_priority_class=below),
                 already_leaving=[victim.uses for victim in leaving],
             )
             if selection is None or not selection.victims:

@@ -27,9 +27,10 @@ cheapest outcome wins; a preferred topology falls back to the whole pool.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
@@ -66,13 +67,24 @@ class Victim:
 
 class VictimBudget:
     """How much each victim queue may still lose: CU above its floor, and GPUs above its
-    guarantee on the type being reclaimed."""
+    guarantee on the type being reclaimed; for preemption, only work of a priority class below
+    `below_priority_class` may go."""
 
-    def __init__(self, cu_left: Mapping[str, float], gpus_left: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        cu_left: Mapping[str, float],
+        gpus_left: Mapping[str, float],
+        below_priority_class: int | None = None,
+    ) -> None:
         self.cu_left = dict(cu_left)
         self.gpus_left = dict(gpus_left)
+        self.below_priority_class = below_priority_class
 
     def allows(self, victim: Victim, spent_cu: float = 0.0, spent_gpus: float = 0.0) -> bool:
+        if self.below_priority_class is not None and (
+            victim.priority_class >= self.below_priority_class
+        ):
+            return False
         cu_left = self.cu_left.get(victim.queue, 0.0) - spent_cu
         gpus_left = self.gpus_left.get(victim.queue, math.inf) - spent_gpus
         return victim.cu <= cu_left + EPS and victim.gpus <= gpus_left + EPS
@@ -83,27 +95,88 @@ class VictimBudget:
             self.gpus_left[victim.queue] -= sign * victim.gpus
 
     def copy(self) -> VictimBudget:
-        return VictimBudget(self.cu_left, self.gpus_left)
+        return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
+
+
+# A tier no victim has: a node where no GPU can ever be wholly freed.
+_NEVER = 1 << 30
+WalkKey = tuple[int, float, int, float, int]
 
 
 class VictimIndex:
-    """Candidate victims by node, each node's list in eviction-preference order. The cycle keeps
-    one per GPU type for the whole cycle and removes victims as it evicts them."""
+    """Candidate victims of one GPU type by node, each node's list in eviction-preference order.
+    The cycle keeps one per GPU type for the whole cycle and removes victims as it evicts them;
+    the index only ever shrinks, which keeps every bound below valid."""
 
-    def __init__(self, victims: Iterable[Victim]) -> None:
+    def __init__(self, victims: Iterable[Victim], capacity: Capacity) -> None:
+        self._capacity = capacity
         self.on_node: dict[int, list[Victim]] = {}
         self.gpus_on_node: dict[int, float] = {}  # GPUs the node's victims hold on it
         # Per node, the parts of a lower bound of any eviction option the node offers, whatever
-        # the budgets: lowest victim tier, cheapest CU per GPU, lowest priority class, latest
-        # start.
+        # the budgets: the first victim's tier, priority class and start, and the cheapest CU
+        # per GPU. Removing victims only raises a floor.
         self.floor_on_node: dict[int, tuple[int, float, int, float]] = {}
+        # Per node, the highest tier among the victims that must go, in preference order,
+        # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
+        self.whole_tier_on_node: dict[int, int] = {}
         self.by_queue: dict[str, list[Victim]] = {}
+        self.total_gpus = 0.0
+        self._domain_gpus: dict[str, dict[str, float]] = {}
         for victim in sorted(victims, key=Victim.preference):
             for node in victim.nodes:
                 self.on_node.setdefault(node, []).append(victim)
             self.by_queue.setdefault(victim.queue, []).append(victim)
+            self.total_gpus += victim.gpus
         for node in self.on_node:
             self._refresh(node)
+        # Nodes sorted by their floor as full nodes, kept current as floors change (bisect:
+        # the list moves in C), one list for whole-GPU pods and one for shared ones.
+        self._walks: dict[bool, list[WalkKey]] = {}
+        self._walk_key: dict[bool, dict[int, WalkKey]] = {}
+
+    def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
+        """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
+        -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
+        found = self._walks.get(whole_gpus)
+        if found is None:
+            keys = {node: self._walk_entry(node, whole_gpus) for node in self.floor_on_node}
+            found = sorted(keys.values())
+            self._walks[whole_gpus] = found
+            self._walk_key[whole_gpus] = keys
+        return found
+
+    def _walk_entry(self, node: int, whole_gpus: bool) -> WalkKey:
+        tier, cu_per_gpu, priority_class, started_at_s = self.floor(node, whole_gpus)
+        return (tier, cu_per_gpu, priority_class, -started_at_s, node)
+
+    def _rewalk(self, node: int) -> None:
+        for whole_gpus, order in self._walks.items():
+            keys = self._walk_key[whole_gpus]
+            old = keys.pop(node, None)
+            if old is not None:
+                del order[bisect.bisect_left(order, old)]
+            if node in self.floor_on_node:
+                new = self._walk_entry(node, whole_gpus)
+                keys[node] = new
+                bisect.insort(order, new)
+
+    def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
+        tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
+        if whole_gpus:
+            tier = self.whole_tier_on_node[node]
+        return (tier, cu_per_gpu, priority_class, started_at_s)
+
+    def domain_gpus(self, level: str) -> dict[str, float]:
+        """GPUs held by victims per value of topology label `level`."""
+        found = self._domain_gpus.get(level)
+        if found is None:
+            found = {}
+            for node, gpus in self.gpus_on_node.items():
+                value = self._capacity.nodes[node].labels.get(level)
+                if value is not None:
+                    found[value] = found.get(value, 0.0) + gpus
+            self._domain_gpus[level] = found
+        return found
 
     def prune(self, queue: str, max_cu: float) -> None:
         """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink."""
@@ -112,13 +185,23 @@ class VictimIndex:
 
     def remove(self, victim: Victim) -> None:
         queued = self.by_queue.get(victim.queue)
-        if queued is not None and victim in queued:
-            queued.remove(victim)
+        if queued is None or victim not in queued:
+            return
+        queued.remove(victim)
+        self.total_gpus -= victim.gpus
+        for use in victim.uses:
+            gpus = use.gpu_amount * len(use.gpu_indices)
+            labels = self._capacity.nodes[use.node].labels
+            for level, totals in self._domain_gpus.items():
+                value = labels.get(level)
+                if value is not None:
+                    totals[value] -= gpus
         for node in victim.nodes:
             found = self.on_node.get(node)
             if found is not None and victim in found:
                 found.remove(victim)
                 self._refresh(node)
+                self._rewalk(node)
 
     def _refresh(self, node: int) -> None:
         victims = self.on_node[node]
@@ -126,6 +209,7 @@ class VictimIndex:
             del self.on_node[node]
             del self.gpus_on_node[node]
             del self.floor_on_node[node]
+            del self.whole_tier_on_node[node]
             return
         self.gpus_on_node[node] = sum(
             use.gpu_amount * len(use.gpu_indices)
@@ -133,12 +217,29 @@ class VictimIndex:
             for use in victim.uses
             if use.node == node
         )
+        # Victims come in preference order, so any option's first victim is this one or one
+        # that sorts after it: its tier, class and start bound the option's key.
+        first = victims[0]
         self.floor_on_node[node] = (
-            victims[0].tier,
+            first.tier,
             min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in victims),
-            min(victim.priority_class for victim in victims),
-            max(victim.started_at_s for victim in victims),
+            first.priority_class,
+            first.started_at_s,
         )
+        used = self._capacity.nodes[node].gpu_used.copy()
+        whole_tier = _NEVER
+        if any(amount <= EPS for amount in used):
+            whole_tier = first.tier
+        for victim in victims:
+            if whole_tier != _NEVER:
+                break
+            for use in victim.uses:
+                if use.node == node:
+                    for gpu in use.gpu_indices:
+                        used[gpu] -= use.gpu_amount
+                        if used[gpu] <= EPS:
+                            whole_tier = victim.tier
+        self.whole_tier_on_node[node] = whole_tier
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
@@ -176,14 +277,18 @@ def select_victims(
     try:
         best: Selection | None = None
         best_key: tuple[int, float] | None = None
-        for subset, constrained in _subsets(capacity, ask, exclusion, index):
-            if not constrained and best is not None:
+        found_in_domains = 0
+        for subset in _subsets(capacity, ask, exclusion, index):
+            if subset is None and best is not None:
                 break  # a preferred topology falls back to the pool only when no domain works
+            if found_in_domains >= _DOMAINS_COMPARED:
+                break
             found = _search(
                 capacity, ask, strategy, exclusion, subset=subset, index=index, budget=budget
             )
             if found is None:
                 continue
+            found_in_domains += subset is not None
             key = (max((victim.tier for victim in found.victims), default=-(1 << 30)), found.cu)
             if best_key is None or key < best_key:
                 best, best_key = found, key
@@ -192,42 +297,47 @@ def select_victims(
         capacity.restore(base)
 
 
+# Domains whose search succeeded, compared for the cheapest before settling: a bound on the work
+# per reclaim in a pool of hundreds of domains. Domains are tried freest first.
+_DOMAINS_COMPARED = 3
+
+
 def _subsets(
     capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
-) -> list[tuple[list[int], bool]]:
-    """Node sets worth searching, each flagged whether it is one topology domain.
-
-    Only nodes with eligible victims or free room matter; a set is dropped at once when even
-    evicting every victim it holds could not free the GPUs the gang needs."""
-    relevant: dict[int, float] = {}  # node → GPUs free now plus GPUs its victims hold there
-    nodes = capacity.nodes
-    whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
-    for node in nodes_with_room(capacity, ask.shape, ask.gpu_type):
-        if not exclusion.blocks(node):
-            state = nodes[node]
-            relevant[node] = state.free_whole if whole_pods else state.free_gpus()
-    for node, held in index.gpus_on_node.items():
-        state = nodes[node]
-        if state.gpu_type == ask.gpu_type and not exclusion.blocks(node):
-            relevant[node] = (state.free_whole if whole_pods else state.free_gpus()) + held
+) -> list[list[int] | None]:
+    """Node sets worth searching: topology domains (lists of nodes), and None for the whole
+    type. A set is dropped at once when even evicting every victim in it could not free the
+    GPUs the gang needs."""
     needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
+    whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
+    nodes = capacity.nodes
+    free_by_node = {
+        node: nodes[node].free_whole if whole_pods else nodes[node].free_gpus()
+        for node in nodes_with_room(capacity, ask.shape, ask.gpu_type)
+        if not exclusion.blocks(node)
+    }
     topology = ask.topology
-    whole: list[tuple[list[int], bool]] = []
-    if sum(relevant.values()) >= needed_gpus - EPS:
-        whole = [(list(relevant), False)]
+    pool: list[list[int] | None] = []
+    if sum(free_by_node.values()) + index.total_gpus >= needed_gpus - EPS:
+        pool = [None]
     if topology is None:
-        return whole
-    domains: dict[str, list[int]] = {}
-    for node in relevant:
-        value = capacity.nodes[node].labels.get(topology.level)
+        return pool
+    free_by_domain: dict[str, float] = {}
+    for node, free in free_by_node.items():
+        value = nodes[node].labels.get(topology.level)
         if value is not None:
-            domains.setdefault(value, []).append(node)
-    subsets = [
-        (members, True)
-        for _, members in sorted(domains.items())
-        if sum(relevant[node] for node in members) >= needed_gpus - EPS
+            free_by_domain[value] = free_by_domain.get(value, 0.0) + free
+    victim_gpus = index.domain_gpus(topology.level)
+    domains = capacity.domains(topology.level).get(ask.gpu_type, {})
+    ranked = sorted(
+        (-free_by_domain.get(value, 0.0), value)
+        for value in domains
+        if free_by_domain.get(value, 0.0) + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
+    )
+    subsets: list[list[int] | None] = [
+        [node for node in domains[value] if not exclusion.blocks(node)] for _, value in ranked
     ]
-    return subsets if topology.required else subsets + whole
+    return subsets if topology.required else subsets + pool
 
 
 def _search(
@@ -236,13 +346,13 @@ def _search(
     strategy: PlacementStrategy,
     exclusion: Exclusion,
     *,
-    subset: list[int],
+    subset: list[int] | None,
     index: VictimIndex,
     budget: VictimBudget,
 ) -> Selection | None:
     trial: Journal = {}
     try:
-        chosen = _greedy(capacity, ask, subset, index, budget=budget.copy(), trial=trial)
+        chosen = _greedy(capacity, ask, subset, index, exclusion, budget=budget.copy(), trial=trial)
         if chosen is None:
             return None
         plan = place(capacity, ask, strategy, exclusion)
@@ -263,32 +373,45 @@ def _search(
         capacity.restore(trial)
 
 
+Key = tuple[int, float, int, float, int]
+_LOWER_BOUND, _EXACT, _WALK = 0, 1, 2
+
+
 def _greedy(
     capacity: Capacity,
     ask: Ask,
-    subset: list[int],
+    subset: list[int] | None,
     index: VictimIndex,
+    exclusion: Exclusion,
     *,
     budget: VictimBudget,
     trial: Journal,
 ) -> list[Victim] | None:
+    """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
+    `subset` (None: every node of the type). Releases them in the capacity under `trial`."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
+    floors = index.floor_on_node
     nodes = capacity.nodes
-    in_subset = set(subset)
-    # Pods that fit now, per node; only nodes with GPU room can have any (the index says which).
-    fits: dict[int, int] = dict.fromkeys(subset, 0)
+    members = None if subset is None else set(subset)
+
+    def usable(node: int) -> bool:
+        return (members is None or node in members) and not exclusion.blocks(node)
+
+    # Pods that fit now, per node: only nodes with GPU room can have any (the index says which).
+    fits: dict[int, int] = {}
     for node in nodes_with_room(capacity, shape, ask.gpu_type):
-        if node in in_subset:
+        if usable(node):
             fits[node] = pods_fit(nodes[node], shape)
     total = sum(fits.values())
     released: set[str] = set()
     chosen: list[Victim] = []
 
-    def option(node: int) -> tuple[tuple[int, float, int, float, int], list[Victim]] | None:
-        state = capacity.nodes[node]
+    def option(node: int) -> tuple[Key, list[Victim]] | None:
+        state = nodes[node]
         used = state.gpu_used.copy()
         cpu, memory = state.cpu_free, state.memory_free
+        now = fits.get(node, 0)
         spent_cu: dict[str, float] = {}
         spent_gpus: dict[str, float] = {}
         prefix: list[Victim] = []
@@ -309,42 +432,92 @@ def _greedy(
                     cpu += use.cpu_millicores
                     memory += use.memory_mib
             free_whole = sum(1 for amount in used if amount <= EPS)
-            gained = fit_on(used, free_whole, cpu, memory, shape) - fits[node]
+            gained = fit_on(used, free_whole, cpu, memory, shape) - now
             if gained > 0:
+                # Ties on tier and cost go to the option whose first victim is preferred
+                # (lower priority class, then most recent): the order victims are listed in.
                 key = (
                     max(v.tier for v in prefix),
                     cost / gained,
-                    max(v.priority_class for v in prefix),
-                    -max(v.started_at_s for v in prefix),
+                    prefix[0].priority_class,
+                    -prefix[0].started_at_s,
                     node,
                 )
                 return key, prefix
         return None
 
-    # Lazy evaluation: every node enters with a cheap lower bound of its score, component by
-    # component; only nodes that reach the top are simulated exactly. Exact scores are
-    # re-checked when popped, since an earlier pick may have spent a victim queue's budget or
-    # freed room on the node.
-    heap: list[tuple[tuple[int, float, int, float, int], bool, int]] = []
-    floors = index.floor_on_node
     whole = shape.whole_gpus
-    for node in subset:
-        floor = floors.get(node)
-        if floor is None or whole > nodes[node].gpu_count:
-            continue
-        # One more pod needs at least `whole - free` more GPUs freed, each costing at least
-        # the node's cheapest CU per GPU (shared and GPU-less pods: no such bound).
-        missing = max(whole - nodes[node].free_whole, 0)
-        bound = (floor[0], floor[1] * missing, floor[2], -floor[3], node)
-        heap.append((bound, False, node))
+    # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
+    per_pod = float(whole) if whole else shape.gpus_per_pod if shape.shares_gpu else 0.0
+    partial = capacity.partial_nodes(ask.gpu_type)
+
+    def missing(node: int) -> float:
+        """GPUs that must be freed on the node before one more pod can fit there."""
+        state = nodes[node]
+        if whole:
+            return float(max(whole - state.free_whole, 0))
+        if per_pod == 0.0:
+            return 0.0
+        room = max((1.0 - used for used in state.gpu_used), default=0.0)
+        return max(per_pod - room, 0.0)
+
+    def bound(node: int) -> Key | None:
+        """A lower bound of the node's option, component by component: one more pod needs
+        `missing(node)` GPUs freed, each costing at least the node's cheapest CU per GPU."""
+        if node not in floors or whole > nodes[node].gpu_count:
+            return None
+        gap = missing(node)
+        tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
+        if tier == _NEVER:
+            return None
+        return (tier, cu_per_gpu * gap, priority_class, -started_at_s, node)
+
+    # Lazy evaluation: nodes enter with a lower bound; only nodes that reach the top are
+    # simulated exactly, and an exact score is re-checked when popped, since an earlier pick may
+    # have spent a victim queue's budget or freed room on the node. Over the whole type, full
+    # nodes are walked in floor order (their bound is the floor times one pod's GPUs: the same
+    # order), so a reclaim reads few nodes however large the pool.
+    heap: list[tuple[Key, int, int]] = []
+    walk: Iterator[WalkKey] | None = None
+    if subset is None and per_pod > 0.0:
+        starts = set(fits)
+        for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1):
+            starts.update(capacity.bucket(ask.gpu_type, free))
+        if not whole:
+            starts.update(partial)
+        walk = (
+            entry
+            for entry in index.walk_order(whole > 0)
+            if nodes[entry[4]].free_whole == 0
+            and (whole or entry[4] not in partial)
+            and usable(entry[4])
+        )
+    else:
+        starts = set(subset) if subset is not None else set(floors) | set(fits)
+    for node in starts:
+        key = bound(node)
+        if key is not None and usable(node):
+            heap.append((key, _LOWER_BOUND, node))
     heapq.heapify(heap)
+
+    def advance() -> None:
+        if walk is not None:
+            for tier, cu_per_gpu, priority_class, late, node in walk:
+                if whole <= nodes[node].gpu_count and tier != _NEVER:
+                    key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
+                    heapq.heappush(heap, (key, _WALK, node))
+                    return
+
+    advance()
     while total < pods and heap:
-        key, exact, node = heapq.heappop(heap)
+        key, kind, node = heapq.heappop(heap)
+        if kind == _WALK:
+            advance()
         found = option(node)
         if found is None:
             continue
-        if not exact or found[0] != key:
-            heapq.heappush(heap, (found[0], True, node))
+        if kind != _EXACT or found[0] != key:
+            heapq.heappush(heap, (found[0], _EXACT, node))
             continue
         touched: set[int] = set()
         for victim in found[1]:
@@ -354,11 +527,12 @@ def _greedy(
             chosen.append(victim)
             touched.update(use.node for use in victim.uses)
         for other in touched:
-            if other in fits:
-                now = pods_fit(nodes[other], shape)
-                total += now - fits[other]
-                fits[other] = now
-                again = option(other)
-                if again is not None:
-                    heapq.heappush(heap, (again[0], True, other))
+            if not usable(other):
+                continue
+            now = pods_fit(nodes[other], shape)
+            total += now - fits.get(other, 0)
+            fits[other] = now
+            again = option(other)
+            if again is not None:
+                heapq.heappush(heap, (again[0], _EXACT, other))
     return chosen if total >= pods else None
