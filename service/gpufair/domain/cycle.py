@@ -85,23 +85,40 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     return _Cycle(snapshot).run()
 
 
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """What pending workloads of one signature share: fit, types, CU, memo key."""
+
+    rejection: FitRejection | None
+    shape: PodShape
+    types: tuple[str, ...]
+    cu_per_pod: tuple[float, ...]  # per entry of `types`
+    min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
+    memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+
+
 @dataclass(slots=True)
 class _Pending:
     workload: Workload
     book: QueueBook
-    shape: PodShape
-    types: tuple[str, ...]
-    min_cu: float
+    kind: _Kind
+    uid: str
+    order: tuple[int, float, str]
     code: PendingCode = PendingCode.OVER_FAIR_SHARE
     done: bool = False
     held_nodes: int = 0  # nodes reserved for it (message only)
 
     @property
-    def uid(self) -> str:
-        return self.workload.uid
+    def shape(self) -> PodShape:
+        return self.kind.shape
 
-    def order(self) -> tuple[int, float, str]:
-        return (-self.workload.priority_class, self.workload.submit_time_s, self.workload.uid)
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.kind.types
+
+    @property
+    def min_cu(self) -> float:
+        return self.kind.min_cu
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +164,7 @@ class _Cycle:
         self.budgets: dict[str, VictimBudget] = {}
         self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
         self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
-        self.rejections: dict[tuple[object, ...], FitRejection | None] = {}
+        self.kinds: dict[tuple[object, ...], _Kind] = {}
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -161,15 +178,21 @@ class _Cycle:
         self._preempt()
         self._reserve_for_long_waits()
         self._allocate(within_share=False)
+        # One reason per (code, queue, kind): the sentence depends on nothing else, and a
+        # busy pool has tens of thousands of pending workloads of few kinds.
+        shared: dict[tuple[PendingCode, str, int, int], PendingReason] = {}
         for items in self.queue_pending.values():
             for item in items:
-                if not item.done:
-                    self.reasons[item.uid] = PendingReason(
-                        item.code,
-                        pending_message(
-                            item.code, item.workload, item.book, item.min_cu, item.held_nodes
-                        ),
+                if item.done:
+                    continue
+                key = (item.code, item.book.name, id(item.kind), item.held_nodes)
+                reason = shared.get(key)
+                if reason is None:
+                    message = pending_message(
+                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
                     )
+                    reason = shared[key] = PendingReason(item.code, message)
+                self.reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
             evicts=tuple(self.evicts),
@@ -226,8 +249,6 @@ class _Cycle:
 
     def _load_pending(self) -> None:
         seen = set(self.running)
-        types_memo: dict[tuple[object, ...], tuple[str, ...]] = {}
-        present = tuple(self.capacity.by_type)
         for workload in self.snapshot.pending:
             if workload.uid in seen:
                 continue
@@ -243,34 +264,29 @@ class _Cycle:
                     f"queue {workload.queue} is not a leaf queue of pool {self.pool.name}",
                 )
                 continue
-            rejection = self._rejection(workload)
-            if rejection is not None:
-                self._reason(workload, PendingCode.NEVER_FITS, rejection.message)
+            kind = self._kind(workload)
+            if kind.rejection is not None:
+                self._reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
                 continue
-            key = (workload.allowed_gpu_types, workload.min_gpu_memory_gib, workload.gpus_per_pod)
-            types = types_memo.get(key)
-            if types is None:
-                types = adequate_types(workload, self.gpu_types, present)
-                types_memo[key] = types
-            if not types:
+            if not kind.types:
                 self._reason(
                     workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type"
                 )
                 continue
-            min_cu = workload.gang_min_pods * workload.gpus_per_pod * self._weight(types[0])
+            order = (-workload.priority_class, workload.submit_time_s, workload.uid)
             self.queue_pending.setdefault(workload.queue, []).append(
-                _Pending(workload, book, PodShape.of(workload), types, min_cu)
+                _Pending(workload, book, kind, workload.uid, order)
             )
         for name, items in self.queue_pending.items():
-            items.sort(key=_Pending.order)
+            items.sort(key=lambda item: item.order)
             suffix = [math.inf] * (len(items) + 1)
             for position in range(len(items) - 1, -1, -1):
-                suffix[position] = min(suffix[position + 1], items[position].min_cu)
+                suffix[position] = min(suffix[position + 1], items[position].kind.min_cu)
             self.suffix_min_cu[name] = suffix
 
-    def _rejection(self, workload: Workload) -> FitRejection | None:
-        """`never_fits` on the pool, memoised: pending work comes in few distinct shapes."""
-        key = (
+    def _kind(self, workload: Workload) -> _Kind:
+        """The shared facts of a workload's signature, memoised: pending work comes in few."""
+        signature = (
             workload.pods,
             workload.min_pods,
             workload.gpus_per_pod,
@@ -280,9 +296,30 @@ class _Cycle:
             workload.memory_mib_per_pod,
             workload.topology,
         )
-        if key not in self.rejections:
-            self.rejections[key] = rejection_in(workload, self.gpu_types, self.pool_room)
-        return self.rejections[key]
+        found = self.kinds.get(signature)
+        if found is None:
+            shape = PodShape.of(workload)
+            types = adequate_types(workload, self.gpu_types, tuple(self.capacity.by_type))
+            cu_per_pod = tuple(workload.gpus_per_pod * self._weight(name) for name in types)
+            min_cu = workload.gang_min_pods * cu_per_pod[0] if types else 0.0
+            topology = workload.topology
+            memo_key = (
+                shape.gpus_per_pod,
+                shape.cpu_millicores,
+                shape.memory_mib,
+                workload.gang_min_pods,
+                None if topology is None else (topology.level, topology.required),
+            )
+            found = _Kind(
+                rejection_in(workload, self.gpu_types, self.pool_room),
+                shape,
+                types,
+                cu_per_pod,
+                min_cu,
+                memo_key,
+            )
+            self.kinds[signature] = found
+        return found
 
     def _reason(self, workload: Workload, code: PendingCode, message: str) -> None:
         self.reasons[workload.uid] = PendingReason(code, message)
@@ -297,9 +334,7 @@ class _Cycle:
 
     def _in_queue_order(self, wanted: Iterable[_Pending]) -> list[_Pending]:
         """`wanted`, ordered by their queues' current order, then inside each queue."""
-        return sorted(
-            wanted, key=lambda item: (self._queue_key(item.book.name, 0)[:2], item.order())
-        )
+        return sorted(wanted, key=lambda item: (self._queue_key(item.book.name, 0)[:2], item.order))
 
     # -- binding and holding ---------------------------------------------------------------
 
@@ -457,22 +492,19 @@ class _Cycle:
 
     def _try_bind(self, item: _Pending, within_share: bool, exclusion: Exclusion) -> bool:
         workload = item.workload
+        kind = item.kind
         pods_min = workload.gang_min_pods
         capped: PendingCode | None = None
         no_room = False
-        for gpu_type in item.types:
+        for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
             allowed, code = item.book.max_pods(
-                self._cu_per_pod(item, gpu_type),
-                workload.gpus_per_pod,
-                gpu_type,
-                workload.preemptible,
-                within_share,
+                cu_per_pod, workload.gpus_per_pod, gpu_type, workload.preemptible, within_share
             )
             allowed = min(allowed, workload.pods)
             if allowed < pods_min:
                 capped = capped or code
                 continue
-            key = (within_share, gpu_type, item.shape, pods_min, workload.topology)
+            key = (within_share, gpu_type, kind.memo_key)
             if key in self.place_failed:
                 no_room = True
                 continue
@@ -537,7 +569,7 @@ class _Cycle:
         for gpu_type in item.types:
             if self._pods_allowed(item, gpu_type, within_share=True) < pods:
                 continue
-            key = (gpu_type, item.shape, pods, workload.topology)
+            key = (gpu_type, item.kind.memo_key)
             if not leaving and key in self.reclaim_failed:
                 continue
             index = self.reclaim_index.get(gpu_type) or VictimIndex((), self.capacity)
@@ -684,7 +716,7 @@ class _Cycle:
         for gpu_type in item.types:
             # A queue's work comes in falling priority class: a shape that found no victims at
             # one class finds none at a lower one (fewer victims, less capacity).
-            key = (book.name, gpu_type, item.shape, pods, workload.topology)
+            key = (book.name, gpu_type, item.kind.memo_key)
             victims = self.preempt_own.get((book.name, gpu_type))
             if not victims or key in failed:
                 continue
