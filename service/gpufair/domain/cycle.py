@@ -42,7 +42,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpufair.domain.capacity import EPS, Capacity, PodUse, binding_gpus, uses_of
+from gpufair.domain.capacity import (
+    EPS,
+    Capacity,
+    Journal,
+    PodUse,
+    binding_gpus,
+    uses_of,
+)
 from gpufair.domain.explain import pending_message
 from gpufair.domain.model import PodBinding, Workload
 from gpufair.domain.placement import (
@@ -435,7 +442,7 @@ class _Cycle:
                     break
             if bound:
                 continue
-            journal: dict[int, tuple[list[float], int, int]] = {}
+            journal = Journal()
             for victim in self.leaving_for[item.uid]:
                 self.capacity.release(victim.uses, journal)
             try:

@@ -193,6 +193,29 @@ def place(
     return _fill(capacity, ask, order, strategy, exclusion)
 
 
+def free_pods(capacity: Capacity, shape: PodShape, gpu_type: str, exclusion: Exclusion) -> int:
+    """How many pods of `shape` fit on the usable nodes of `gpu_type` now; memoised per
+    capacity state (reclaim asks this of unchanged states many times)."""
+    key = (
+        capacity.version,
+        gpu_type,
+        shape,
+        id(exclusion.held),
+        len(exclusion.held),
+        exclusion.owner,
+        exclusion.beyond_share and len(exclusion.gang_held),
+    )
+    found = capacity.memo.get(key)
+    if found is None:
+        found = sum(
+            pods_fit(capacity.nodes[node], shape)
+            for node in nodes_with_room(capacity, shape, gpu_type)
+            if not exclusion.blocks(node)
+        )
+        capacity.memo[key] = found
+    return found
+
+
 def nodes_with_room(capacity: Capacity, shape: PodShape, gpu_type: str) -> Iterator[int]:
     """Nodes of `gpu_type` that may have GPU room for a pod of `shape` (a superset for shared
     GPUs, read from the indexes, so a busy pool yields few)."""

@@ -39,6 +39,7 @@ from gpufair.domain.placement import (
     Ask,
     Exclusion,
     fit_on,
+    free_pods,
     nodes_with_room,
     place,
     pods_fit,
@@ -98,6 +99,8 @@ class VictimBudget:
         return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
 
 
+# Below this many victim nodes, scan them rather than the pool's free-room buckets.
+_FEW_NODES = 64
 # A tier no victim has: a node where no GPU can ever be wholly freed.
 _NEVER = 1 << 30
 WalkKey = tuple[int, float, int, float, int]
@@ -271,7 +274,7 @@ def select_victims(
     free for the search. The capacity is left exactly as it was found.
     """
     ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
-    base: Journal = {}
+    base = Journal()
     for uses in already_leaving:
         capacity.release(uses, base)
     try:
@@ -310,18 +313,22 @@ def _subsets(
     GPUs the gang needs."""
     needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
     whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
+    # An upper bound of the free GPUs (held nodes included): a cheap test for the pool.
+    free_gpus = float(capacity.free_whole_by_type.get(ask.gpu_type, 0))
+    if not whole_pods:
+        free_gpus += len(capacity.partial_nodes(ask.gpu_type))
+    topology = ask.topology
+    pool: list[list[int] | None] = []
+    if free_gpus + index.total_gpus >= needed_gpus - EPS:
+        pool = [None]
+    if topology is None:
+        return pool
     nodes = capacity.nodes
     free_by_node = {
         node: nodes[node].free_whole if whole_pods else nodes[node].free_gpus()
         for node in nodes_with_room(capacity, ask.shape, ask.gpu_type)
         if not exclusion.blocks(node)
     }
-    topology = ask.topology
-    pool: list[list[int] | None] = []
-    if sum(free_by_node.values()) + index.total_gpus >= needed_gpus - EPS:
-        pool = [None]
-    if topology is None:
-        return pool
     free_by_domain: dict[str, float] = {}
     for node, free in free_by_node.items():
         value = nodes[node].labels.get(topology.level)
@@ -350,7 +357,7 @@ def _search(
     index: VictimIndex,
     budget: VictimBudget,
 ) -> Selection | None:
-    trial: Journal = {}
+    trial = Journal()
     try:
         chosen = _greedy(capacity, ask, subset, index, exclusion, budget=budget.copy(), trial=trial)
         if chosen is None:
@@ -398,12 +405,21 @@ def _greedy(
     def usable(node: int) -> bool:
         return (members is None or node in members) and not exclusion.blocks(node)
 
-    # Pods that fit now, per node: only nodes with GPU room can have any (the index says which).
+    # Pods that fit now: the total from the memo, per node on first need (and always before
+    # the node changes, so every change is counted exactly once).
     fits: dict[int, int] = {}
-    for node in nodes_with_room(capacity, shape, ask.gpu_type):
-        if usable(node):
-            fits[node] = pods_fit(nodes[node], shape)
-    total = sum(fits.values())
+
+    def fit_now(node: int) -> int:
+        found = fits.get(node)
+        if found is None:
+            found = pods_fit(nodes[node], shape) if usable(node) else 0
+            fits[node] = found
+        return found
+
+    if subset is None:
+        total = free_pods(capacity, shape, ask.gpu_type, exclusion)
+    else:
+        total = sum(fit_now(node) for node in subset)
     released: set[str] = set()
     chosen: list[Victim] = []
 
@@ -411,7 +427,7 @@ def _greedy(
         state = nodes[node]
         used = state.gpu_used.copy()
         cpu, memory = state.cpu_free, state.memory_free
-        now = fits.get(node, 0)
+        now = fit_now(node)
         spent_cu: dict[str, float] = {}
         spent_gpus: dict[str, float] = {}
         prefix: list[Victim] = []
@@ -480,9 +496,14 @@ def _greedy(
     heap: list[tuple[Key, int, int]] = []
     walk: Iterator[WalkKey] | None = None
     if subset is None and per_pod > 0.0:
-        starts = set(fits)
-        for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1):
-            starts.update(capacity.bucket(ask.gpu_type, free))
+        # Nodes with some room and victims enter directly (their bound is below the walk's);
+        # read from whichever of the two sets is smaller.
+        if len(floors) <= _FEW_NODES:
+            starts = {node for node in floors if nodes[node].free_whole > 0}
+        else:
+            starts = set()
+            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1):
+                starts.update(capacity.bucket(ask.gpu_type, free))
         if not whole:
             starts.update(partial)
         walk = (
@@ -493,7 +514,7 @@ def _greedy(
             and usable(entry[4])
         )
     else:
-        starts = set(subset) if subset is not None else set(floors) | set(fits)
+        starts = set(subset) if subset is not None else set(floors)
     for node in starts:
         key = bound(node)
         if key is not None and usable(node):
@@ -521,6 +542,8 @@ def _greedy(
             continue
         touched: set[int] = set()
         for victim in found[1]:
+            for other in victim.nodes:
+                fit_now(other)  # before the node changes
             capacity.release(victim.uses, trial)
             released.add(victim.uid)
             budget.spend(victim)
@@ -530,7 +553,7 @@ def _greedy(
             if not usable(other):
                 continue
             now = pods_fit(nodes[other], shape)
-            total += now - fits.get(other, 0)
+            total += now - fits[other]
             fits[other] = now
             again = option(other)
             if again is not None:
