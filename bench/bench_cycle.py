@@ -21,6 +21,7 @@ import pstats
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle import run_cycle
@@ -37,7 +38,7 @@ from gpufair.domain.model import (
     Workload,
 )
 from gpufair.domain.placement import Ask, Exclusion, PodShape, adequate_types, place
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot
+from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictionInFlight
 
 POOL = "bench"
 GPU_TYPES = (
@@ -144,7 +145,8 @@ def build_snapshot(node_count: int, scrambled: bool = False, seed: int = 7) -> C
     """`scrambled=False`: running work drawn per queue in proportion to its fair share times a
     drift (0.7–1.3), a busy pool where some queues have drifted over or under their share.
     `scrambled=True`: running work drawn without regard to shares, so about half the queues
-    are far under their share and reclaim runs for hundreds of workloads in one cycle."""
+    are far under their share and reclaim runs for hundreds of workloads in one cycle. The
+    `next` mix of `main` is the cycle after a steady one (`next_snapshot`)."""
     rng = random.Random(seed)
     nodes = _nodes(node_count)
     by_name = {gpu_type.name: gpu_type for gpu_type in GPU_TYPES}
@@ -189,6 +191,25 @@ def build_snapshot(node_count: int, scrambled: bool = False, seed: int = 7) -> C
     )
 
 
+def next_snapshot(snapshot: CycleSnapshot, result: CycleResult) -> CycleSnapshot:
+    """The snapshot a minute later, as the batch system would report it: binds started,
+    evicted workloads still stopping (evictions in flight), nothing finished."""
+    pending = {w.uid: w for w in snapshot.pending}
+    started = [
+        Allocation(pending.pop(bind.workload_uid), bind.bindings, snapshot.now_s, bind.gpu_type)
+        for bind in result.binds
+    ]
+    return replace(
+        snapshot,
+        running=snapshot.running + tuple(started),
+        pending=tuple(pending.values()),
+        now_s=snapshot.now_s + 60.0,
+        evicting=tuple(
+            EvictionInFlight(evict.workload_uid, evict.beneficiary_uid) for evict in result.evicts
+        ),
+    )
+
+
 def _describe(snapshot: CycleSnapshot, result: CycleResult) -> str:
     gpus = sum(n.gpu_count for n in snapshot.nodes)
     busy = sum(
@@ -208,7 +229,9 @@ def _describe(snapshot: CycleSnapshot, result: CycleResult) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,4000", help="node counts, comma-separated")
-    parser.add_argument("--mix", default="steady,scrambled", help="steady and/or scrambled")
+    parser.add_argument(
+        "--mix", default="steady,next,scrambled", help="steady, next and/or scrambled"
+    )
     parser.add_argument("--repeats", type=int, default=0, help="runs per size (0: by size)")
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
     args = parser.parse_args()
@@ -218,6 +241,8 @@ def main() -> None:
     for mix in args.mix.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
             snapshot = build_snapshot(size, scrambled=mix == "scrambled")
+            if mix == "next":
+                snapshot = next_snapshot(snapshot, run_cycle(snapshot))
             repeats = args.repeats or (15 if size <= 100 else 9 if size <= 1000 else 5)
             result = run_cycle(snapshot)  # warm-up: imports, first-touch allocations
             times = []

@@ -31,8 +31,10 @@ number is needed before a type is chosen (the order's "can this queue still admi
 pending messages), the cheapest adequate type and the gang minimum are used: a lower bound.
 
 Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads only buckets that can
-hold a pod; a failed placement of a shape is remembered for the rest of the phase (capacity only
-shrinks within a cycle, so a failure stays a failure); a failed reclaim likewise.
+hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
+(capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim;
+facts shared by workloads of one signature (fit, adequate types, CU) and pending messages are
+computed once per signature; reclaim reads few nodes (see `reclaim`).
 """
 
 from __future__ import annotations
@@ -626,7 +628,11 @@ class _Cycle:
         return found
 
     def _no_ping_pong(self, book: QueueBook, gained_cu: float, selection: Selection) -> bool:
-        """After the reclaim the reclaimer must not sit above any victim queue in ratio."""
+        """After the reclaim the reclaimer must not sit above any victim queue in ratio.
+
+        The victim floor (max(deserved, fair share)) and the reclaimer's share check already
+        imply it when both shares are positive; it is checked on its own so the rule holds
+        whatever either of those becomes."""
         if book.fair_share_cu <= EPS:
             return False
         after = (book.allocated_cu + gained_cu) / book.fair_share_cu

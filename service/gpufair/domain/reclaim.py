@@ -8,21 +8,30 @@ answers: which of those, at least cost, make the workload fit — and nothing mo
 `VictimBudget` keeps each victim queue at or above its floor: reclaim never pushes a queue below
 max(deserved, fair share), nor below a per-type guarantee (`deserved_gpus_by_type`, DESIGN §3.5).
 
-The search, per GPU type (cheapest first, decided by the caller) and per topology domain:
+The search, per GPU type (cheapest first, decided by the caller) and per node set:
 
-1. Greedy by node. For every node, the cheapest *prefix* of its victims (lowest priority tier, then
-   lowest priority class, then most recently started) that lets one more pod fit is an option,
-   scored by (highest victim tier in it, CU evicted per pod gained). The best option is taken, its
-   victims are released from the capacity (everywhere they run), and options are re-scored lazily.
-   Scoring by tier first makes a high tier reclaim from the lowest tier first (P0 takes from P2
-   before P1); scoring by CU per pod picks the fewest CU.
+1. Greedy by node. For every node, the shortest *prefix* of its victims in preference order
+   (lowest priority tier, then lowest priority class, then most recently started) that lets one
+   more pod fit is an option, scored by (highest victim tier in it, CU evicted per pod gained,
+   then its first victim's class and start). The best option is taken, its victims are released
+   from the capacity (everywhere they run), and options are re-scored lazily. Scoring by tier
+   first makes a high tier reclaim from the lowest tier first (P0 takes from P2 before P1);
+   scoring by CU per pod picks the fewest CU.
 2. The workload is then placed for real on the capacity with those victims released.
 3. Pruning: victims are put back one at a time, last chosen first; any the placement does not need
    stays. The result is minimal: removing any one victim breaks the fit ("never evict more than
    needed").
 
-Domains are tried separately (a required topology must hold the gang in one domain) and the
-cheapest outcome wins; a preferred topology falls back to the whole pool.
+Node sets: the whole type, or with a topology constraint each domain that could hold the gang,
+freest first; the cheapest of the first three domains that work wins (a bound on the work in a
+pool of hundreds of domains), and a preferred topology falls back to the whole type.
+
+Speed: the greedy never scores every node. `VictimIndex` keeps, per node, a floor of any option's
+score (its first victim's tier, class and start, its cheapest CU per GPU, and the tier it takes
+to free one whole GPU), and a list of nodes sorted by floor that stays current as victims go.
+Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
+its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
+therefore reads a handful of nodes.
 """
 
 from __future__ import annotations
