@@ -1,4 +1,4 @@
-"""Small builders for cycle tests: a pool `main`, three GPU types, terse nodes/queues/workloads.
+"""Small builders for cycle tests: a pool `main`, four GPU types, terse nodes, queues, workloads.
 
 GPU types follow DESIGN §2: an A100-80GB is 10 CU, a V100-16GB 4 CU, an RTX 4090-24GB 2 CU.
 """

@@ -6,8 +6,10 @@ for one more cycle (passed back as an eviction in flight) and has stopped by the
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, replace
 
+import pytest
 from cycle_builders import (
     A100,
     GPU_TYPES,
@@ -268,7 +270,7 @@ def _check_holds_are_real(snap: CycleSnapshot, result: CycleResult) -> None:
         if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
             continue
         job = pending[reservation.workload_uid]
-        journal: Journal = {}
+        journal = Journal()
         for uid in victims_of.get(job.uid, []):
             allocation = running[uid]
             capacity.release(
@@ -287,3 +289,41 @@ def _check_holds_are_real(snap: CycleSnapshot, result: CycleResult) -> None:
         )
         assert place(capacity, ask, snap.pool.placement, Exclusion(others)) is not None
         capacity.restore(journal)
+
+
+def _busy_world(seed: int) -> World:
+    """A pool big enough for the search paths only large pools take (more than 64 nodes of a
+    type hold victims), filled in the first cycle and then re-divided between the queues."""
+    rng = random.Random(seed)
+    types = [A100, RTX4090]
+    nodes = [node(f"n{i}", types[i % 2], gpus=8, rack=f"r{i // 4}") for i in range(160)]
+    names = [f"q{i}" for i in range(6)]
+    queues = [queue(name, 40.0 * (i % 3), priority=i % 2) for i, name in enumerate(names)]
+    everything = {name: 2_000.0 for name in names}
+    shifted = {name: (4_000.0 if i == 0 else 5.0) for i, name in enumerate(names)}
+    arrivals: list[list[Workload]] = []
+    for cycle in range(3):
+        arrivals.append(
+            [
+                workload(
+                    f"w{cycle}-{i}",
+                    rng.choice(names),
+                    pods=rng.choice([1, 1, 1, 2, 4]),
+                    gpus=rng.choice([0.25, 0.5, 1.0, 1.0, 2.0, 4.0, 8.0]),
+                    submit_time_s=cycle * 1_000.0 + i,
+                    topology=rng.choice([None, None, TopologyConstraint("rack", True)]),
+                    priority_class=rng.randint(0, 2),
+                    preemptible=rng.random() > 0.1,
+                    cpu_millicores=rng.choice([0, 4_000]),
+                )
+                for i in range(600 if cycle == 0 else 200)
+            ]
+        )
+    return World(
+        nodes, queues, [everything, shifted, shifted], arrivals, PlacementStrategy.BINPACK, 500.0
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_cycle_invariants_hold_on_a_busy_pool(seed: int) -> None:
+    _simulate(_busy_world(seed))

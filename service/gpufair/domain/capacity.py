@@ -70,7 +70,14 @@ class NodeState:
         return sum(1.0 - used for used in self.gpu_used if used < 1.0 - EPS)
 
 
-Journal = dict[int, tuple[list[float], int, int]]
+class Journal:
+    """Prior states of the nodes a trial touched, and the capacity's version before it."""
+
+    __slots__ = ("nodes", "version")
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, tuple[list[float], int, int]] = {}
+        self.version: int | None = None
 
 
 class Capacity:
@@ -86,6 +93,12 @@ class Capacity:
         self._partial: dict[str, dict[int, None]] = {}
         self.free_whole_by_type: dict[str, int] = {}
         self._domains: dict[str, dict[str, dict[str, list[int]]]] = {}
+        # `version` names the current state: every change gets a fresh number, and `restore`
+        # gives back the number of the state it restores, so results computed on a state
+        # (`memo`) stay valid whenever that state comes back.
+        self.version = 0
+        self._next_version = 1
+        self.memo: dict[tuple[object, ...], int] = {}
         for node in nodes:
             if node.name in self.index_of:
                 continue  # a duplicate name would double-count one machine
@@ -129,20 +142,33 @@ class Capacity:
 
     def restore(self, journal: Journal) -> None:
         """Undo every change recorded in `journal` since it was empty."""
-        for index, (used, cpu_free, memory_free) in journal.items():
+        for index, (used, cpu_free, memory_free) in journal.nodes.items():
             state = self.nodes[index]
             state.gpu_used = used
             state.cpu_free = cpu_free
             state.memory_free = memory_free
             self._reindex(state)
-        journal.clear()
+        if journal.version is not None:
+            self.version = journal.version
+        journal.nodes.clear()
+        journal.version = None
 
     def _apply(self, uses: Sequence[PodUse], sign: int, journal: Journal | None) -> None:
+        if not uses:
+            return
+        if journal is not None and journal.version is None:
+            journal.version = self.version
+        self.version = self._next_version
+        self._next_version += 1
         touched: dict[int, NodeState] = {}
         for use in uses:
             state = self.nodes[use.node]
-            if journal is not None and use.node not in journal:
-                journal[use.node] = (state.gpu_used.copy(), state.cpu_free, state.memory_free)
+            if journal is not None and use.node not in journal.nodes:
+                journal.nodes[use.node] = (
+                    state.gpu_used.copy(),
+                    state.cpu_free,
+                    state.memory_free,
+                )
             amount = sign * use.gpu_amount
             used = state.gpu_used
             for gpu in use.gpu_indices:

@@ -31,8 +31,10 @@ number is needed before a type is chosen (the order's "can this queue still admi
 pending messages), the cheapest adequate type and the gang minimum are used: a lower bound.
 
 Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads only buckets that can
-hold a pod; a failed placement of a shape is remembered for the rest of the phase (capacity only
-shrinks within a cycle, so a failure stays a failure); a failed reclaim likewise.
+hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
+(capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim;
+facts shared by workloads of one signature (fit, adequate types, CU) and pending messages are
+computed once per signature; reclaim reads few nodes (see `reclaim`).
 """
 
 from __future__ import annotations
@@ -42,12 +44,20 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpufair.domain.capacity import EPS, Capacity, PodUse, binding_gpus, uses_of
+from gpufair.domain.capacity import (
+    EPS,
+    Capacity,
+    Journal,
+    PodUse,
+    binding_gpus,
+    uses_of,
+)
 from gpufair.domain.explain import pending_message
 from gpufair.domain.model import PodBinding, Workload
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
+    FitRejection,
     PodShape,
     PoolRoom,
     adequate_types,
@@ -57,7 +67,13 @@ from gpufair.domain.placement import (
     rejection_in,
 )
 from gpufair.domain.queuebook import QueueBook
-from gpufair.domain.reclaim import Selection, Victim, VictimBudget, select_victims
+from gpufair.domain.reclaim import (
+    Selection,
+    Victim,
+    VictimBudget,
+    VictimIndex,
+    select_victims,
+)
 from gpufair.domain.snapshot import (
     BindDecision,
     CycleResult,
@@ -78,23 +94,40 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     return _Cycle(snapshot).run()
 
 
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """What pending workloads of one signature share: fit, types, CU, memo key."""
+
+    rejection: FitRejection | None
+    shape: PodShape
+    types: tuple[str, ...]
+    cu_per_pod: tuple[float, ...]  # per entry of `types`
+    min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
+    memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+
+
 @dataclass(slots=True)
 class _Pending:
     workload: Workload
     book: QueueBook
-    shape: PodShape
-    types: tuple[str, ...]
-    min_cu: float
+    kind: _Kind
+    uid: str
+    order: tuple[int, float, str]
     code: PendingCode = PendingCode.OVER_FAIR_SHARE
     done: bool = False
     held_nodes: int = 0  # nodes reserved for it (message only)
 
     @property
-    def uid(self) -> str:
-        return self.workload.uid
+    def shape(self) -> PodShape:
+        return self.kind.shape
 
-    def order(self) -> tuple[int, float, str]:
-        return (-self.workload.priority_class, self.workload.submit_time_s, self.workload.uid)
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.kind.types
+
+    @property
+    def min_cu(self) -> float:
+        return self.kind.min_cu
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +143,7 @@ class _Cycle:
         self.pool = snapshot.pool
         self.strategy = snapshot.pool.placement
         self.gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}
+        self.weights = {name: gpu_type.compute_weight for name, gpu_type in self.gpu_types.items()}
         pool_nodes = [node for node in snapshot.nodes if node.pool == self.pool.name]
         ready = [node for node in pool_nodes if node.ready]
         self.capacity = Capacity(ready)
@@ -135,6 +169,11 @@ class _Cycle:
         self.leaving_for: dict[str, list[Victim]] = {}
         self.queue_pending: dict[str, list[_Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
+        self.reclaim_index: dict[str, VictimIndex] = {}
+        self.budgets: dict[str, VictimBudget] = {}
+        self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
+        self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
+        self.kinds: dict[tuple[object, ...], _Kind] = {}
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -148,15 +187,21 @@ class _Cycle:
         self._preempt()
         self._reserve_for_long_waits()
         self._allocate(within_share=False)
+        # One reason per (code, queue, kind): the sentence depends on nothing else, and a
+        # busy pool has tens of thousands of pending workloads of few kinds.
+        shared: dict[tuple[PendingCode, str, int, int], PendingReason] = {}
         for items in self.queue_pending.values():
             for item in items:
-                if not item.done:
-                    self.reasons[item.uid] = PendingReason(
-                        item.code,
-                        pending_message(
-                            item.code, item.workload, item.book, item.min_cu, item.held_nodes
-                        ),
+                if item.done:
+                    continue
+                key = (item.code, item.book.name, id(item.kind), item.held_nodes)
+                reason = shared.get(key)
+                if reason is None:
+                    message = pending_message(
+                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
                     )
+                    reason = shared[key] = PendingReason(item.code, message)
+                self.reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
             evicts=tuple(self.evicts),
@@ -166,8 +211,7 @@ class _Cycle:
         )
 
     def _weight(self, gpu_type: str) -> float:
-        found = self.gpu_types.get(gpu_type)
-        return found.compute_weight if found is not None else 0.0
+        return self.weights.get(gpu_type, 0.0)
 
     def _load_running(self) -> None:
         for allocation in self.snapshot.running:
@@ -192,6 +236,7 @@ class _Cycle:
                 gpus=gpus,
                 gpu_type=allocation.gpu_type,
                 uses=uses,
+                nodes=tuple(dict.fromkeys(use.node for use in uses)),
             )
             self.running[workload.uid] = _Running(
                 victim, workload.preemptible, workload.min_runtime_s
@@ -213,8 +258,6 @@ class _Cycle:
 
     def _load_pending(self) -> None:
         seen = set(self.running)
-        types_memo: dict[tuple[object, ...], tuple[str, ...]] = {}
-        present = tuple(self.capacity.by_type)
         for workload in self.snapshot.pending:
             if workload.uid in seen:
                 continue
@@ -230,30 +273,62 @@ class _Cycle:
                     f"queue {workload.queue} is not a leaf queue of pool {self.pool.name}",
                 )
                 continue
-            rejection = rejection_in(workload, self.gpu_types, self.pool_room)
-            if rejection is not None:
-                self._reason(workload, PendingCode.NEVER_FITS, rejection.message)
+            kind = self._kind(workload)
+            if kind.rejection is not None:
+                self._reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
                 continue
-            key = (workload.allowed_gpu_types, workload.min_gpu_memory_gib, workload.gpus_per_pod)
-            types = types_memo.get(key)
-            if types is None:
-                types = adequate_types(workload, self.gpu_types, present)
-                types_memo[key] = types
-            if not types:
+            if not kind.types:
                 self._reason(
                     workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type"
                 )
                 continue
-            min_cu = workload.gang_min_pods * workload.gpus_per_pod * self._weight(types[0])
+            order = (-workload.priority_class, workload.submit_time_s, workload.uid)
             self.queue_pending.setdefault(workload.queue, []).append(
-                _Pending(workload, book, PodShape.of(workload), types, min_cu)
+                _Pending(workload, book, kind, workload.uid, order)
             )
         for name, items in self.queue_pending.items():
-            items.sort(key=_Pending.order)
+            items.sort(key=lambda item: item.order)
             suffix = [math.inf] * (len(items) + 1)
             for position in range(len(items) - 1, -1, -1):
-                suffix[position] = min(suffix[position + 1], items[position].min_cu)
+                suffix[position] = min(suffix[position + 1], items[position].kind.min_cu)
             self.suffix_min_cu[name] = suffix
+
+    def _kind(self, workload: Workload) -> _Kind:
+        """The shared facts of a workload's signature, memoised: pending work comes in few."""
+        signature = (
+            workload.pods,
+            workload.min_pods,
+            workload.gpus_per_pod,
+            workload.allowed_gpu_types,
+            workload.min_gpu_memory_gib,
+            workload.cpu_millicores_per_pod,
+            workload.memory_mib_per_pod,
+            workload.topology,
+        )
+        found = self.kinds.get(signature)
+        if found is None:
+            shape = PodShape.of(workload)
+            types = adequate_types(workload, self.gpu_types, tuple(self.capacity.by_type))
+            cu_per_pod = tuple(workload.gpus_per_pod * self._weight(name) for name in types)
+            min_cu = workload.gang_min_pods * cu_per_pod[0] if types else 0.0
+            topology = workload.topology
+            memo_key = (
+                shape.gpus_per_pod,
+                shape.cpu_millicores,
+                shape.memory_mib,
+                workload.gang_min_pods,
+                None if topology is None else (topology.level, topology.required),
+            )
+            found = _Kind(
+                rejection_in(workload, self.gpu_types, self.pool_room),
+                shape,
+                types,
+                cu_per_pod,
+                min_cu,
+                memo_key,
+            )
+            self.kinds[signature] = found
+        return found
 
     def _reason(self, workload: Workload, code: PendingCode, message: str) -> None:
         self.reasons[workload.uid] = PendingReason(code, message)
@@ -268,14 +343,12 @@ class _Cycle:
 
     def _in_queue_order(self, wanted: Iterable[_Pending]) -> list[_Pending]:
         """`wanted`, ordered by their queues' current order, then inside each queue."""
-        return sorted(
-            wanted, key=lambda item: (self._queue_key(item.book.name, 0)[:2], item.order())
-        )
+        return sorted(wanted, key=lambda item: (self._queue_key(item.book.name, 0)[:2], item.order))
 
     # -- binding and holding ---------------------------------------------------------------
 
     def _cu_per_pod(self, item: _Pending, gpu_type: str) -> float:
-        return item.workload.gpus_per_pod * self._weight(gpu_type)
+        return item.workload.gpus_per_pod * self.weights.get(gpu_type, 0.0)
 
     def _pods_allowed(self, item: _Pending, gpu_type: str, within_share: bool) -> int:
         allowed, _ = item.book.max_pods(
@@ -289,6 +362,7 @@ class _Cycle:
 
     def _bind(self, item: _Pending, gpu_type: str, plan: list[PodUse]) -> None:
         self.capacity.take(plan)
+        self.budgets.clear()
         shape = item.shape
         bindings = tuple(
             PodBinding(
@@ -319,6 +393,7 @@ class _Cycle:
     def _hold(self, item: _Pending, gpu_type: str, plan: list[PodUse]) -> None:
         """Hold the planned nodes for a workload that waits for evicted capacity."""
         nodes = sorted({use.node for use in plan})
+        self.budgets.clear()
         for index in nodes:
             self.held[index] = item.uid
         gpus = len(plan) * item.workload.gpus_per_pod
@@ -369,7 +444,7 @@ class _Cycle:
                     break
             if bound:
                 continue
-            journal: dict[int, tuple[list[float], int, int]] = {}
+            journal = Journal()
             for victim in self.leaving_for[item.uid]:
                 self.capacity.release(victim.uses, journal)
             try:
@@ -426,22 +501,19 @@ class _Cycle:
 
     def _try_bind(self, item: _Pending, within_share: bool, exclusion: Exclusion) -> bool:
         workload = item.workload
+        kind = item.kind
         pods_min = workload.gang_min_pods
         capped: PendingCode | None = None
         no_room = False
-        for gpu_type in item.types:
+        for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
             allowed, code = item.book.max_pods(
-                self._cu_per_pod(item, gpu_type),
-                workload.gpus_per_pod,
-                gpu_type,
-                workload.preemptible,
-                within_share,
+                cu_per_pod, workload.gpus_per_pod, gpu_type, workload.preemptible, within_share
             )
             allowed = min(allowed, workload.pods)
             if allowed < pods_min:
                 capped = capped or code
                 continue
-            key = (within_share, gpu_type, item.shape, pods_min, workload.topology)
+            key = (within_share, gpu_type, kind.memo_key)
             if key in self.place_failed:
                 no_room = True
                 continue
@@ -480,10 +552,25 @@ class _Cycle:
         ]
         if not wanting or not (by_type or self.leaving_for):
             return
+        # Reclaim only shrinks a victim queue's surplus, and the reclaimers, within their share,
+        # never gain one: a victim too big for its queue's surplus now never becomes one.
+        self.reclaim_index = {
+            name: VictimIndex(
+                (
+                    victim
+                    for victim in found
+                    if victim.cu <= self.books[victim.queue].surplus_cu() + EPS
+                    and victim.gpus
+                    <= self.books[victim.queue].gpus_above_type_guarantee(victim.gpu_type) + EPS
+                ),
+                self.capacity,
+            )
+            for name, found in by_type.items()
+        }
         for item in self._in_queue_order(wanting):
-            self._try_reclaim(item, by_type)
+            self._try_reclaim(item)
 
-    def _try_reclaim(self, item: _Pending, by_type: dict[str, list[Victim]]) -> bool:
+    def _try_reclaim(self, item: _Pending) -> bool:
         workload = item.workload
         book = item.book
         pods = workload.gang_min_pods  # never evict for more than the gang minimum
@@ -491,32 +578,22 @@ class _Cycle:
         for gpu_type in item.types:
             if self._pods_allowed(item, gpu_type, within_share=True) < pods:
                 continue
-            key = (gpu_type, item.shape, pods, workload.topology)
+            key = (gpu_type, item.kind.memo_key)
             if not leaving and key in self.reclaim_failed:
                 continue
-            victims = [
-                victim
-                for victim in by_type.get(gpu_type, ())
-                if victim.uid not in self.evicted
-                and self.books[victim.queue].surplus_cu() >= victim.cu - EPS
-            ]
-            if not victims and not leaving:
+            index = self.reclaim_index.get(gpu_type) or VictimIndex((), self.capacity)
+            # Only queues above their floor give anything; the reclaimer, within its share,
+            # is below its own floor and so never a victim of itself.
+            budget = self._budget(gpu_type)
+            if not budget.cu_left and not leaving:
                 self.reclaim_failed.add(key)
                 continue
-            budget = VictimBudget(
-                {name: self.books[name].surplus_cu() for name in {v.queue for v in victims}},
-                {
-                    name: self.books[name].gpus_above_type_guarantee(gpu_type)
-                    for name in {v.queue for v in victims}
-                    if math.isfinite(self.books[name].gpus_above_type_guarantee(gpu_type))
-                },
-            )
             selection = select_victims(
                 self.capacity,
                 self._ask(item, gpu_type, pods),
                 self.strategy,
                 Exclusion(self.held, owner=item.uid),
-                victims=victims,
+                index=index,
                 budget=budget,
                 already_leaving=[victim.uses for victim in leaving],
             )
@@ -531,8 +608,31 @@ class _Cycle:
             return True
         return False
 
+    def _budget(self, gpu_type: str) -> VictimBudget:
+        """What each queue may lose to reclaim now; kept until the next eviction changes it."""
+        found = self.budgets.get(gpu_type)
+        if found is None:
+            found = VictimBudget(
+                {
+                    name: other.surplus_cu()
+                    for name, other in self.books.items()
+                    if other.surplus_cu() > EPS
+                },
+                {
+                    name: other.gpus_above_type_guarantee(gpu_type)
+                    for name, other in self.books.items()
+                    if gpu_type in other.deserved_gpus_by_type
+                },
+            )
+            self.budgets[gpu_type] = found
+        return found
+
     def _no_ping_pong(self, book: QueueBook, gained_cu: float, selection: Selection) -> bool:
-        """After the reclaim the reclaimer must not sit above any victim queue in ratio."""
+        """After the reclaim the reclaimer must not sit above any victim queue in ratio.
+
+        The victim floor (max(deserved, fair share)) and the reclaimer's share check already
+        imply it when both shares are positive; it is checked on its own so the rule holds
+        whatever either of those becomes."""
         if book.fair_share_cu <= EPS:
             return False
         after = (book.allocated_cu + gained_cu) / book.fair_share_cu
@@ -578,6 +678,12 @@ class _Cycle:
             self.evicted.add(victim.uid)
             victim_book.remove(victim.cu, victim.gpus, victim.gpu_type, True)
             victim_book.evicted_cu += victim.cu
+            for index in self.reclaim_index.values():
+                index.remove(victim)
+                index.prune(victim.queue, victim_book.surplus_cu())
+            preempt_index = self.preempt_index.get((victim.queue, victim.gpu_type))
+            if preempt_index is not None:
+                preempt_index.remove(victim)
             self.evicts.append(
                 EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
             )
@@ -587,67 +693,85 @@ class _Cycle:
 
     def _preempt(self) -> None:
         now_s = self.snapshot.now_s
-        own: dict[str, list[Victim]] = {}
+        own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
         for running in self.running.values():
             victim = running.victim
             if (
                 running.preemptible
                 and victim.uid not in self.leaving
+                and victim.uid not in self.evicted
                 and now_s - victim.started_at_s >= running.min_runtime_s
             ):
-                own.setdefault(victim.queue, []).append(victim)
+                own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
+        lowest: dict[str, int] = {}
+        for (name, _), victims in own.items():
+            found = min(victim.priority_class for victim in victims)
+            lowest[name] = min(lowest.get(name, found), found)
         wanting = [
             item
             for name, items in self.queue_pending.items()
-            if name in own
+            if name in lowest
             for item in items
-            if not item.done and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
+            if not item.done
+            and item.workload.priority_class > lowest[name]  # someone to preempt at all
+            and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
         ]
+        self.preempt_own = own
         failed: set[tuple[object, ...]] = set()
         for item in self._in_queue_order(wanting):
-            self._try_preempt(item, own[item.book.name], failed)
+            self._try_preempt(item, failed)
 
-    def _try_preempt(
-        self, item: _Pending, own: list[Victim], failed: set[tuple[object, ...]]
-    ) -> bool:
+    def _try_preempt(self, item: _Pending, failed: set[tuple[object, ...]]) -> bool:
         workload = item.workload
         book = item.book
         pods = workload.gang_min_pods
-        lower = [
-            victim
-            for victim in own
-            if victim.priority_class < workload.priority_class and victim.uid not in self.evicted
-        ]
-        if not lower:
-            return False
+        below = workload.priority_class
         for gpu_type in item.types:
-            if self._pods_allowed(item, gpu_type, within_share=False) < pods:
-                continue
-            victims = [victim for victim in lower if victim.gpu_type == gpu_type]
-            key = (
-                book.name,
-                workload.priority_class,
-                gpu_type,
-                item.shape,
-                pods,
-                workload.topology,
-            )
+            # A queue's work comes in falling priority class: a shape that found no victims at
+            # one class finds none at a lower one (fewer victims, less capacity).
+            key = (book.name, gpu_type, item.kind.memo_key)
+            victims = self.preempt_own.get((book.name, gpu_type))
             if not victims or key in failed:
                 continue
+            if self._pods_allowed(item, gpu_type, within_share=False) < pods:
+                continue
+            # Cheap necessary conditions before any search: enough GPUs could be freed, and the
+            # swap could keep the queue within its share or from growing.
+            needed_cu = pods * self._cu_per_pod(item, gpu_type)
+            most_cu = most_gpus = 0.0
+            for victim in victims:
+                if victim.priority_class < below and victim.uid not in self.evicted:
+                    most_cu += victim.cu
+                    most_gpus += victim.gpus
+            free_gpus = self.capacity.free_whole_by_type.get(gpu_type, 0)
+            swap_ok = book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
+            if (
+                most_cu <= 0.0
+                or (
+                    item.shape.gpus_per_pod >= 1.0
+                    and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
+                )
+                or not (swap_ok or needed_cu <= most_cu + EPS)
+            ):
+                failed.add(key)
+                continue
+            index = self.preempt_index.get((book.name, gpu_type))
+            if index is None:
+                index = VictimIndex(victims, self.capacity)
+                self.preempt_index[(book.name, gpu_type)] = index
             leaving = self.leaving_for.get(item.uid, [])
             selection = select_victims(
                 self.capacity,
                 self._ask(item, gpu_type, pods),
                 self.strategy,
                 Exclusion(self.held, owner=item.uid),
-                victims=victims,
-                budget=VictimBudget({book.name: math.inf}, {}),
+                index=index,
+                budget=VictimBudget({book.name: math.inf}, {}, below_priority_class=below),
                 already_leaving=[victim.uses for victim in leaving],
             )
             if selection is None or not selection.victims:
                 failed.add(key)
                 continue
-            needed_cu = pods * self._cu_per_pod(item, gpu_type)
             freed_cu = selection.cu
             # A swap inside the queue: it must end within its share, or at least not grow.
             within = book.allocated_cu - freed_cu + needed_cu <= book.fair_share_cu + EPS

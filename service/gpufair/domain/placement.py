@@ -193,6 +193,37 @@ def place(
     return _fill(capacity, ask, order, strategy, exclusion)
 
 
+def free_pods(capacity: Capacity, shape: PodShape, gpu_type: str, exclusion: Exclusion) -> int:
+    """How many pods of `shape` fit on the usable nodes of `gpu_type` now; memoised per
+    capacity state (reclaim asks this of unchanged states many times)."""
+    key = (
+        capacity.version,
+        gpu_type,
+        shape,
+        id(exclusion.held),
+        len(exclusion.held),
+        exclusion.owner,
+        exclusion.beyond_share and len(exclusion.gang_held),
+    )
+    found = capacity.memo.get(key)
+    if found is None:
+        found = sum(
+            pods_fit(capacity.nodes[node], shape)
+            for node in nodes_with_room(capacity, shape, gpu_type)
+            if not exclusion.blocks(node)
+        )
+        capacity.memo[key] = found
+    return found
+
+
+def nodes_with_room(capacity: Capacity, shape: PodShape, gpu_type: str) -> Iterator[int]:
+    """Nodes of `gpu_type` that may have GPU room for a pod of `shape` (a superset for shared
+    GPUs, read from the indexes, so a busy pool yields few)."""
+    if gpu_type not in capacity.by_type:
+        return iter(())
+    return _ordered_nodes(capacity, shape, gpu_type, PlacementStrategy.BINPACK)
+
+
 def _ordered_nodes(
     capacity: Capacity, shape: PodShape, gpu_type: str, strategy: PlacementStrategy
 ) -> Iterator[int]:
@@ -223,28 +254,30 @@ def _ordered_nodes(
 def _choose_domain(
     capacity: Capacity, ask: Ask, strategy: PlacementStrategy, exclusion: Exclusion
 ) -> list[int] | None:
-    shape, pods_min = ask.shape, ask.pods_min
+    """The nodes with room in the domain that holds the gang tightest (binpack) or loosest
+    (spread). Reads only nodes with room, from the indexes: a busy pool has few."""
     level = ask.topology.level if ask.topology is not None else ""
-    best: tuple[int, str] | None = None
-    best_members: list[int] = []
-    spread = strategy is PlacementStrategy.SPREAD
-    for value, members in capacity.domains(level).get(ask.gpu_type, {}).items():
-        room = sum(
-            pods_fit(capacity.nodes[index], shape)
-            for index in members
-            if not exclusion.blocks(index)
-        )
-        if room < pods_min:
+    room: dict[str, int] = {}
+    members: dict[str, list[int]] = {}
+    nodes = capacity.nodes
+    for index in _ordered_nodes(capacity, ask.shape, ask.gpu_type, strategy):
+        value = nodes[index].labels.get(level)
+        if value is None or exclusion.blocks(index):
             continue
-        key = (-room if spread else room, value)
-        if best is None or key < best:
-            best, best_members = key, members
-    if best is None:
+        fits = pods_fit(nodes[index], ask.shape)
+        if fits > 0:
+            room[value] = room.get(value, 0) + fits
+            members.setdefault(value, []).append(index)
+    spread = strategy is PlacementStrategy.SPREAD
+    fitting = [(-total if spread else total, value) for value, total in room.items()]
+    fitting = [key for key in fitting if room[key[1]] >= ask.pods_min]
+    if not fitting:
         return None
+    chosen = members[min(fitting)[1]]
     return sorted(
-        best_members,
+        chosen,
         key=lambda index: (
-            -capacity.nodes[index].free_gpus() if spread else capacity.nodes[index].free_gpus(),
+            -nodes[index].free_gpus() if spread else nodes[index].free_gpus(),
             index,
         ),
     )

@@ -21,6 +21,9 @@ from gpufair.domain.capacity import EPS
 from gpufair.domain.model import Queue
 from gpufair.domain.snapshot import PendingCode, QueueSummary
 
+# "No cap": more pods than any workload has.
+_NO_CAP = 1 << 30
+
 
 class QueueBook:
     __slots__ = (
@@ -98,35 +101,32 @@ class QueueBook:
         within_share: bool,
     ) -> tuple[int, PendingCode | None]:
         """The most pods of this size the queue may add on `gpu_type`, and the first rule that
-        caps it (None when nothing does)."""
-        best = math.inf
+        caps it (None when nothing does). Hot: called for every workload tried."""
+        best = _NO_CAP
         code: PendingCode | None = None
-
-        def cap(room: float, per_pod: float, rule: PendingCode) -> None:
-            nonlocal best, code
-            if per_pod <= EPS:
-                return
-            pods = math.floor((room + EPS) / per_pod)
+        if cu_per_pod > EPS and self.limit_cu is not None:
+            pods = math.floor((self.limit_cu - self.allocated_cu + EPS) / cu_per_pod)
             if pods < best:
-                best, code = pods, rule
-
-        if self.limit_cu is not None:
-            cap(self.limit_cu - self.allocated_cu, cu_per_pod, PendingCode.QUEUE_LIMIT)
-        type_limit = self.limit_gpus_by_type.get(gpu_type)
-        if type_limit is not None:
-            used = self.gpus_by_type.get(gpu_type, 0.0)
-            cap(type_limit - used, gpus_per_pod, PendingCode.QUEUE_LIMIT)
-        if not preemptible:
-            cap(
-                self.deserved_cu - self.nonpreemptible_cu,
-                cu_per_pod,
-                PendingCode.NON_PREEMPTIBLE_OVER_DESERVED,
-            )
-        if within_share or not preemptible:
-            cap(self.headroom_cu(), cu_per_pod, PendingCode.OVER_FAIR_SHARE)
-        if best == math.inf:
-            return 1 << 30, None
-        return max(int(best), 0), code
+                best, code = pods, PendingCode.QUEUE_LIMIT
+        if self.limit_gpus_by_type and gpus_per_pod > EPS:
+            type_limit = self.limit_gpus_by_type.get(gpu_type)
+            if type_limit is not None:
+                room = type_limit - self.gpus_by_type.get(gpu_type, 0.0)
+                pods = math.floor((room + EPS) / gpus_per_pod)
+                if pods < best:
+                    best, code = pods, PendingCode.QUEUE_LIMIT
+        if cu_per_pod > EPS:
+            if not preemptible:
+                room = self.deserved_cu - self.nonpreemptible_cu
+                pods = math.floor((room + EPS) / cu_per_pod)
+                if pods < best:
+                    best, code = pods, PendingCode.NON_PREEMPTIBLE_OVER_DESERVED
+            if within_share or not preemptible:
+                room = self.fair_share_cu - self.allocated_cu
+                pods = math.floor((room + EPS) / cu_per_pod)
+                if pods < best:
+                    best, code = pods, PendingCode.OVER_FAIR_SHARE
+        return max(best, 0), code
 
     def summary(self) -> QueueSummary:
         return QueueSummary(

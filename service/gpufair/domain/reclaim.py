@@ -8,28 +8,38 @@ answers: which of those, at least cost, make the workload fit — and nothing mo
 `VictimBudget` keeps each victim queue at or above its floor: reclaim never pushes a queue below
 max(deserved, fair share), nor below a per-type guarantee (`deserved_gpus_by_type`, DESIGN §3.5).
 
-The search, per GPU type (cheapest first, decided by the caller) and per topology domain:
+The search, per GPU type (cheapest first, decided by the caller) and per node set:
 
-1. Greedy by node. For every node, the cheapest *prefix* of its victims (lowest priority tier, then
-   lowest priority class, then most recently started) that lets one more pod fit is an option,
-   scored by (highest victim tier in it, CU evicted per pod gained). The best option is taken, its
-   victims are released from the capacity (everywhere they run), and options are re-scored lazily.
-   Scoring by tier first makes a high tier reclaim from the lowest tier first (P0 takes from P2
-   before P1); scoring by CU per pod picks the fewest CU.
+1. Greedy by node. For every node, the shortest *prefix* of its victims in preference order
+   (lowest priority tier, then lowest priority class, then most recently started) that lets one
+   more pod fit is an option, scored by (highest victim tier in it, CU evicted per pod gained,
+   then its first victim's class and start). The best option is taken, its victims are released
+   from the capacity (everywhere they run), and options are re-scored lazily. Scoring by tier
+   first makes a high tier reclaim from the lowest tier first (P0 takes from P2 before P1);
+   scoring by CU per pod picks the fewest CU.
 2. The workload is then placed for real on the capacity with those victims released.
 3. Pruning: victims are put back one at a time, last chosen first; any the placement does not need
    stays. The result is minimal: removing any one victim breaks the fit ("never evict more than
    needed").
 
-Domains are tried separately (a required topology must hold the gang in one domain) and the
-cheapest outcome wins; a preferred topology falls back to the whole pool.
+Node sets: the whole type, or with a topology constraint each domain that could hold the gang,
+freest first; the cheapest of the first three domains that work wins (a bound on the work in a
+pool of hundreds of domains), and a preferred topology falls back to the whole type.
+
+Speed: the greedy never scores every node. `VictimIndex` keeps, per node, a floor of any option's
+score (its first victim's tier, class and start, its cheapest CU per GPU, and the tier it takes
+to free one whole GPU), and a list of nodes sorted by floor that stays current as victims go.
+Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
+its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
+therefore reads a handful of nodes.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
@@ -38,15 +48,16 @@ from gpufair.domain.placement import (
     Ask,
     Exclusion,
     fit_on,
+    free_pods,
+    nodes_with_room,
     place,
     pods_fit,
-    pods_fit_empty,
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Victim:
-    """A running workload that may be evicted, with what it holds."""
+    """A running workload that may be evicted, with what it holds (compared by identity)."""
 
     uid: str
     queue: str
@@ -57,6 +68,7 @@ class Victim:
     gpus: float
     gpu_type: str
     uses: tuple[PodUse, ...]
+    nodes: tuple[int, ...]  # distinct nodes of `uses`
 
     def preference(self) -> tuple[int, int, float, float, str]:
         """Evicted first: lowest tier, lowest priority class, most recent, smallest."""
@@ -65,13 +77,24 @@ class Victim:
 
 class VictimBudget:
     """How much each victim queue may still lose: CU above its floor, and GPUs above its
-    guarantee on the type being reclaimed."""
+    guarantee on the type being reclaimed; for preemption, only work of a priority class below
+    `below_priority_class` may go."""
 
-    def __init__(self, cu_left: Mapping[str, float], gpus_left: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        cu_left: Mapping[str, float],
+        gpus_left: Mapping[str, float],
+        below_priority_class: int | None = None,
+    ) -> None:
         self.cu_left = dict(cu_left)
         self.gpus_left = dict(gpus_left)
+        self.below_priority_class = below_priority_class
 
     def allows(self, victim: Victim, spent_cu: float = 0.0, spent_gpus: float = 0.0) -> bool:
+        if self.below_priority_class is not None and (
+            victim.priority_class >= self.below_priority_class
+        ):
+            return False
         cu_left = self.cu_left.get(victim.queue, 0.0) - spent_cu
         gpus_left = self.gpus_left.get(victim.queue, math.inf) - spent_gpus
         return victim.cu <= cu_left + EPS and victim.gpus <= gpus_left + EPS
@@ -82,7 +105,156 @@ class VictimBudget:
             self.gpus_left[victim.queue] -= sign * victim.gpus
 
     def copy(self) -> VictimBudget:
-        return VictimBudget(self.cu_left, self.gpus_left)
+        return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
+
+
+# Below this many victim nodes, scan them rather than the pool's free-room buckets.
+_FEW_NODES = 64
+# A tier no victim has: a node where no GPU can ever be wholly freed.
+_NEVER = 1 << 30
+WalkKey = tuple[int, float, int, float, int]
+
+
+class VictimIndex:
+    """Candidate victims of one GPU type by node, each node's list in eviction-preference order.
+    The cycle keeps one per GPU type for the whole cycle and removes victims as it evicts them;
+    the index only ever shrinks, which keeps every bound below valid."""
+
+    def __init__(self, victims: Iterable[Victim], capacity: Capacity) -> None:
+        self._capacity = capacity
+        self.on_node: dict[int, list[Victim]] = {}
+        self.gpus_on_node: dict[int, float] = {}  # GPUs the node's victims hold on it
+        # Per node, the parts of a lower bound of any eviction option the node offers, whatever
+        # the budgets: the first victim's tier, priority class and start, and the cheapest CU
+        # per GPU. Removing victims only raises a floor.
+        self.floor_on_node: dict[int, tuple[int, float, int, float]] = {}
+        # Per node, the highest tier among the victims that must go, in preference order,
+        # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
+        self.whole_tier_on_node: dict[int, int] = {}
+        self.by_queue: dict[str, list[Victim]] = {}
+        self.total_gpus = 0.0
+        self._domain_gpus: dict[str, dict[str, float]] = {}
+        for victim in sorted(victims, key=Victim.preference):
+            for node in victim.nodes:
+                self.on_node.setdefault(node, []).append(victim)
+            self.by_queue.setdefault(victim.queue, []).append(victim)
+            self.total_gpus += victim.gpus
+        for node in self.on_node:
+            self._refresh(node)
+        # Nodes sorted by their floor as full nodes, kept current as floors change (bisect:
+        # the list moves in C), one list for whole-GPU pods and one for shared ones.
+        self._walks: dict[bool, list[WalkKey]] = {}
+        self._walk_key: dict[bool, dict[int, WalkKey]] = {}
+
+    def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
+        """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
+        -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
+        found = self._walks.get(whole_gpus)
+        if found is None:
+            keys = {node: self._walk_entry(node, whole_gpus) for node in self.floor_on_node}
+            found = sorted(keys.values())
+            self._walks[whole_gpus] = found
+            self._walk_key[whole_gpus] = keys
+        return found
+
+    def _walk_entry(self, node: int, whole_gpus: bool) -> WalkKey:
+        tier, cu_per_gpu, priority_class, started_at_s = self.floor(node, whole_gpus)
+        return (tier, cu_per_gpu, priority_class, -started_at_s, node)
+
+    def _rewalk(self, node: int) -> None:
+        for whole_gpus, order in self._walks.items():
+            keys = self._walk_key[whole_gpus]
+            old = keys.pop(node, None)
+            if old is not None:
+                del order[bisect.bisect_left(order, old)]
+            if node in self.floor_on_node:
+                new = self._walk_entry(node, whole_gpus)
+                keys[node] = new
+                bisect.insort(order, new)
+
+    def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
+        tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
+        if whole_gpus:
+            tier = self.whole_tier_on_node[node]
+        return (tier, cu_per_gpu, priority_class, started_at_s)
+
+    def domain_gpus(self, level: str) -> dict[str, float]:
+        """GPUs held by victims per value of topology label `level`."""
+        found = self._domain_gpus.get(level)
+        if found is None:
+            found = {}
+            for node, gpus in self.gpus_on_node.items():
+                value = self._capacity.nodes[node].labels.get(level)
+                if value is not None:
+                    found[value] = found.get(value, 0.0) + gpus
+            self._domain_gpus[level] = found
+        return found
+
+    def prune(self, queue: str, max_cu: float) -> None:
+        """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink."""
+        for victim in [v for v in self.by_queue.get(queue, ()) if v.cu > max_cu + EPS]:
+            self.remove(victim)
+
+    def remove(self, victim: Victim) -> None:
+        queued = self.by_queue.get(victim.queue)
+        if queued is None or victim not in queued:
+            return
+        queued.remove(victim)
+        self.total_gpus -= victim.gpus
+        for use in victim.uses:
+            gpus = use.gpu_amount * len(use.gpu_indices)
+            labels = self._capacity.nodes[use.node].labels
+            for level, totals in self._domain_gpus.items():
+                value = labels.get(level)
+                if value is not None:
+                    totals[value] -= gpus
+        for node in victim.nodes:
+            found = self.on_node.get(node)
+            if found is not None and victim in found:
+                found.remove(victim)
+                self._refresh(node)
+                self._rewalk(node)
+
+    def _refresh(self, node: int) -> None:
+        victims = self.on_node[node]
+        if not victims:
+            del self.on_node[node]
+            del self.gpus_on_node[node]
+            del self.floor_on_node[node]
+            del self.whole_tier_on_node[node]
+            return
+        self.gpus_on_node[node] = sum(
+            use.gpu_amount * len(use.gpu_indices)
+            for victim in victims
+            for use in victim.uses
+            if use.node == node
+        )
+        # Victims come in preference order, so any option's first victim is this one or one
+        # that sorts after it: its tier, class and start bound the option's key.
+        first = victims[0]
+        self.floor_on_node[node] = (
+            first.tier,
+            min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in victims),
+            first.priority_class,
+            first.started_at_s,
+        )
+        used = self._capacity.nodes[node].gpu_used.copy()
+        whole_tier = _NEVER
+        if any(amount <= EPS for amount in used):
+            whole_tier = first.tier
+        for victim in victims:
+            if whole_tier != _NEVER:
+                break
+            for use in victim.uses:
+                if use.node == node:
+                    for gpu in use.gpu_indices:
+                        used[gpu] -= use.gpu_amount
+                        if used[gpu] <= EPS:
+                            whole_tier = victim.tier
+        self.whole_tier_on_node[node] = whole_tier
+
+    def __bool__(self) -> bool:
+        return bool(self.on_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,30 +273,34 @@ def select_victims(
     strategy: PlacementStrategy,
     exclusion: Exclusion,
     *,
-    victims: Sequence[Victim],
+    index: VictimIndex,
     budget: VictimBudget,
     already_leaving: Sequence[Sequence[PodUse]] = (),
 ) -> Selection | None:
-    """The least-cost victims whose eviction lets `ask` fit (exactly `ask.pods_min` pods).
+    """The least-cost victims from `index` whose eviction lets `ask` fit (`ask.pods_min` pods).
 
     `already_leaving`: capacity of workloads already evicted for this workload; it counts as
     free for the search. The capacity is left exactly as it was found.
     """
     ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
-    base: Journal = {}
+    base = Journal()
     for uses in already_leaving:
         capacity.release(uses, base)
     try:
         best: Selection | None = None
         best_key: tuple[int, float] | None = None
-        for subset, constrained in _node_subsets(capacity, ask, exclusion):
-            if not constrained and best is not None:
+        found_in_domains = 0
+        for subset in _subsets(capacity, ask, exclusion, index):
+            if subset is None and best is not None:
                 break  # a preferred topology falls back to the pool only when no domain works
+            if found_in_domains >= _DOMAINS_COMPARED:
+                break
             found = _search(
-                capacity, ask, strategy, exclusion, subset=subset, victims=victims, budget=budget
+                capacity, ask, strategy, exclusion, subset=subset, index=index, budget=budget
             )
             if found is None:
                 continue
+            found_in_domains += subset is not None
             key = (max((victim.tier for victim in found.victims), default=-(1 << 30)), found.cu)
             if best_key is None or key < best_key:
                 best, best_key = found, key
@@ -133,25 +309,51 @@ def select_victims(
         capacity.restore(base)
 
 
-def _node_subsets(
-    capacity: Capacity, ask: Ask, exclusion: Exclusion
-) -> list[tuple[list[int], bool]]:
-    """Node sets to search, each flagged whether it is one topology domain."""
-    usable = [
-        index for index in capacity.by_type.get(ask.gpu_type, []) if not exclusion.blocks(index)
-    ]
+# Domains whose search succeeded, compared for the cheapest before settling: a bound on the work
+# per reclaim in a pool of hundreds of domains. Domains are tried freest first.
+_DOMAINS_COMPARED = 3
+
+
+def _subsets(
+    capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
+) -> list[list[int] | None]:
+    """Node sets worth searching: topology domains (lists of nodes), and None for the whole
+    type. A set is dropped at once when even evicting every victim in it could not free the
+    GPUs the gang needs."""
+    needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
+    whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
+    # An upper bound of the free GPUs (held nodes included): a cheap test for the pool.
+    free_gpus = float(capacity.free_whole_by_type.get(ask.gpu_type, 0))
+    if not whole_pods:
+        free_gpus += len(capacity.partial_nodes(ask.gpu_type))
     topology = ask.topology
+    pool: list[list[int] | None] = []
+    if free_gpus + index.total_gpus >= needed_gpus - EPS:
+        pool = [None]
     if topology is None:
-        return [(usable, False)]
-    subsets: list[tuple[list[int], bool]] = []
-    for _, members in sorted(capacity.domains(topology.level).get(ask.gpu_type, {}).items()):
-        allowed = [index for index in members if not exclusion.blocks(index)]
-        room = sum(pods_fit_empty(capacity.nodes[index], ask.shape) for index in allowed)
-        if room >= ask.pods_min:
-            subsets.append((allowed, True))
-    if not topology.required:
-        subsets.append((usable, False))
-    return subsets
+        return pool
+    nodes = capacity.nodes
+    free_by_node = {
+        node: nodes[node].free_whole if whole_pods else nodes[node].free_gpus()
+        for node in nodes_with_room(capacity, ask.shape, ask.gpu_type)
+        if not exclusion.blocks(node)
+    }
+    free_by_domain: dict[str, float] = {}
+    for node, free in free_by_node.items():
+        value = nodes[node].labels.get(topology.level)
+        if value is not None:
+            free_by_domain[value] = free_by_domain.get(value, 0.0) + free
+    victim_gpus = index.domain_gpus(topology.level)
+    domains = capacity.domains(topology.level).get(ask.gpu_type, {})
+    ranked = sorted(
+        (-free_by_domain.get(value, 0.0), value)
+        for value in domains
+        if free_by_domain.get(value, 0.0) + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
+    )
+    subsets: list[list[int] | None] = [
+        [node for node in domains[value] if not exclusion.blocks(node)] for _, value in ranked
+    ]
+    return subsets if topology.required else subsets + pool
 
 
 def _search(
@@ -160,19 +362,13 @@ def _search(
     strategy: PlacementStrategy,
     exclusion: Exclusion,
     *,
-    subset: list[int],
-    victims: Sequence[Victim],
+    subset: list[int] | None,
+    index: VictimIndex,
     budget: VictimBudget,
 ) -> Selection | None:
-    in_subset = set(subset)
-    on_node: dict[int, list[Victim]] = {}
-    for victim in sorted(victims, key=Victim.preference):
-        for node in {use.node for use in victim.uses}:
-            if node in in_subset:
-                on_node.setdefault(node, []).append(victim)
-    trial: Journal = {}
+    trial = Journal()
     try:
-        chosen = _greedy(capacity, ask, subset, on_node, budget=budget.copy(), trial=trial)
+        chosen = _greedy(capacity, ask, subset, index, exclusion, budget=budget.copy(), trial=trial)
         if chosen is None:
             return None
         plan = place(capacity, ask, strategy, exclusion)
@@ -193,25 +389,54 @@ def _search(
         capacity.restore(trial)
 
 
+Key = tuple[int, float, int, float, int]
+_LOWER_BOUND, _EXACT, _WALK = 0, 1, 2
+
+
 def _greedy(
     capacity: Capacity,
     ask: Ask,
-    subset: list[int],
-    on_node: dict[int, list[Victim]],
+    subset: list[int] | None,
+    index: VictimIndex,
+    exclusion: Exclusion,
     *,
     budget: VictimBudget,
     trial: Journal,
 ) -> list[Victim] | None:
+    """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
+    `subset` (None: every node of the type). Releases them in the capacity under `trial`."""
     shape, pods = ask.shape, ask.pods_min
-    fits = {index: pods_fit(capacity.nodes[index], shape) for index in subset}
-    total = sum(fits.values())
+    on_node = index.on_node
+    floors = index.floor_on_node
+    nodes = capacity.nodes
+    members = None if subset is None else set(subset)
+
+    def usable(node: int) -> bool:
+        return (members is None or node in members) and not exclusion.blocks(node)
+
+    # Pods that fit now: the total from the memo, per node on first need (and always before
+    # the node changes, so every change is counted exactly once).
+    fits: dict[int, int] = {}
+
+    def fit_now(node: int) -> int:
+        found = fits.get(node)
+        if found is None:
+            found = pods_fit(nodes[node], shape) if usable(node) else 0
+            fits[node] = found
+        return found
+
+    if subset is None:
+        total = free_pods(capacity, shape, ask.gpu_type, exclusion)
+    else:
+        total = sum(fit_now(node) for node in subset)
     released: set[str] = set()
     chosen: list[Victim] = []
 
-    def option(node: int) -> tuple[tuple[int, float, int, float, int], list[Victim]] | None:
-        state = capacity.nodes[node]
+    def option(node: int) -> tuple[Key, list[Victim]] | None:
+        state = nodes[node]
         used = state.gpu_used.copy()
         cpu, memory = state.cpu_free, state.memory_free
+        now = fit_now(node)
         spent_cu: dict[str, float] = {}
         spent_gpus: dict[str, float] = {}
         prefix: list[Victim] = []
@@ -232,45 +457,114 @@ def _greedy(
                     cpu += use.cpu_millicores
                     memory += use.memory_mib
             free_whole = sum(1 for amount in used if amount <= EPS)
-            gained = fit_on(used, free_whole, cpu, memory, shape) - fits[node]
+            gained = fit_on(used, free_whole, cpu, memory, shape) - now
             if gained > 0:
+                # Ties on tier and cost go to the option whose first victim is preferred
+                # (lower priority class, then most recent): the order victims are listed in.
                 key = (
                     max(v.tier for v in prefix),
                     cost / gained,
-                    max(v.priority_class for v in prefix),
-                    -max(v.started_at_s for v in prefix),
+                    prefix[0].priority_class,
+                    -prefix[0].started_at_s,
                     node,
                 )
                 return key, prefix
         return None
 
-    heap: list[tuple[tuple[int, float, int, float, int], int]] = []
-    for node in on_node:
-        found = option(node)
-        if found is not None:
-            heap.append((found[0], node))
+    whole = shape.whole_gpus
+    # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
+    per_pod = float(whole) if whole else shape.gpus_per_pod if shape.shares_gpu else 0.0
+    partial = capacity.partial_nodes(ask.gpu_type)
+
+    def missing(node: int) -> float:
+        """GPUs that must be freed on the node before one more pod can fit there."""
+        state = nodes[node]
+        if whole:
+            return float(max(whole - state.free_whole, 0))
+        if per_pod == 0.0:
+            return 0.0
+        room = max((1.0 - used for used in state.gpu_used), default=0.0)
+        return max(per_pod - room, 0.0)
+
+    def bound(node: int) -> Key | None:
+        """A lower bound of the node's option, component by component: one more pod needs
+        `missing(node)` GPUs freed, each costing at least the node's cheapest CU per GPU."""
+        if node not in floors or whole > nodes[node].gpu_count:
+            return None
+        gap = missing(node)
+        tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
+        if tier == _NEVER:
+            return None
+        return (tier, cu_per_gpu * gap, priority_class, -started_at_s, node)
+
+    # Lazy evaluation: nodes enter with a lower bound; only nodes that reach the top are
+    # simulated exactly, and an exact score is re-checked when popped, since an earlier pick may
+    # have spent a victim queue's budget or freed room on the node. Over the whole type, full
+    # nodes are walked in floor order (their bound is the floor times one pod's GPUs: the same
+    # order), so a reclaim reads few nodes however large the pool.
+    heap: list[tuple[Key, int, int]] = []
+    walk: Iterator[WalkKey] | None = None
+    if subset is None and per_pod > 0.0:
+        # Nodes with some room and victims enter directly (their bound is below the walk's);
+        # read from whichever of the two sets is smaller.
+        if len(floors) <= _FEW_NODES:
+            starts = {node for node in floors if nodes[node].free_whole > 0}
+        else:
+            starts = set()
+            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1):
+                starts.update(capacity.bucket(ask.gpu_type, free))
+        if not whole:
+            starts.update(partial)
+        walk = (
+            entry
+            for entry in index.walk_order(whole > 0)
+            if nodes[entry[4]].free_whole == 0
+            and (whole or entry[4] not in partial)
+            and usable(entry[4])
+        )
+    else:
+        starts = set(subset) if subset is not None else set(floors)
+    for node in starts:
+        key = bound(node)
+        if key is not None and usable(node):
+            heap.append((key, _LOWER_BOUND, node))
     heapq.heapify(heap)
+
+    def advance() -> None:
+        if walk is not None:
+            for tier, cu_per_gpu, priority_class, late, node in walk:
+                if whole <= nodes[node].gpu_count and tier != _NEVER:
+                    key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
+                    heapq.heappush(heap, (key, _WALK, node))
+                    return
+
+    advance()
     while total < pods and heap:
-        key, node = heapq.heappop(heap)
+        key, kind, node = heapq.heappop(heap)
+        if kind == _WALK:
+            advance()
         found = option(node)
         if found is None:
             continue
-        if found[0] != key:
-            heapq.heappush(heap, (found[0], node))  # stale score: re-rank, decide later
+        if kind != _EXACT or found[0] != key:
+            heapq.heappush(heap, (found[0], _EXACT, node))
             continue
         touched: set[int] = set()
         for victim in found[1]:
+            for other in victim.nodes:
+                fit_now(other)  # before the node changes
             capacity.release(victim.uses, trial)
             released.add(victim.uid)
             budget.spend(victim)
             chosen.append(victim)
             touched.update(use.node for use in victim.uses)
-        for index in touched:
-            if index in fits:
-                now = pods_fit(capacity.nodes[index], shape)
-                total += now - fits[index]
-                fits[index] = now
-                again = option(index)
-                if again is not None:
-                    heapq.heappush(heap, (again[0], index))
+        for other in touched:
+            if not usable(other):
+                continue
+            now = pods_fit(nodes[other], shape)
+            total += now - fits[other]
+            fits[other] = now
+            again = option(other)
+            if again is not None:
+                heapq.heappush(heap, (again[0], _EXACT, other))
     return chosen if total >= pods else None
