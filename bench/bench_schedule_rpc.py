@@ -34,15 +34,29 @@ def cluster(nodes: int) -> dict[str, object]:
         "gpu_types": [{"name": n, "memory_gib": m, "compute_weight": w} for n, m, w in TYPES],
         "pools": [{"name": "main"}],
         "nodes": [
-            {"name": f"n{i:04d}", "pool": "main", "gpu_type": TYPES[i % 3][0], "gpu_count": 8,
-             "cpu_millicores": 128000, "memory_mib": 1048576,
-             "labels": {"rack": f"r{i // 20}"}}
+            {
+                "name": f"n{i:04d}",
+                "pool": "main",
+                "gpu_type": TYPES[i % 3][0],
+                "gpu_count": 8,
+                "cpu_millicores": 128000,
+                "memory_mib": 1048576,
+                "labels": {"rack": f"r{i // 20}"},
+            }
             for i in range(nodes)
         ],
-        "queues": [{"name": f"d{d}", "quotas": [{"pool": "main", "deserved_cu": 50 * nodes / 20}]} for d in range(20)]
+        "queues": [
+            {"name": f"d{d}", "quotas": [{"pool": "main", "deserved_cu": 50 * nodes / 20}]}
+            for d in range(20)
+        ]
         + [
-            {"name": f"q{q}", "parent": f"d{q % 20}",
-             "quotas": [{"pool": "main", "deserved_cu": 5 * nodes / 200, "over_quota_weight": 1 + q % 4}]}
+            {
+                "name": f"q{q}",
+                "parent": f"d{q % 20}",
+                "quotas": [
+                    {"pool": "main", "deserved_cu": 5 * nodes / 200, "over_quota_weight": 1 + q % 4}
+                ],
+            }
             for q in range(200)
         ],
     }

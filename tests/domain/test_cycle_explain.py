@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from cycle_builders import A100, RTX4090, V100, node, queue, running, snapshot, workload
+
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.explain import explain
 from gpufair.domain.snapshot import PendingCode
