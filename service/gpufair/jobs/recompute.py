@@ -24,7 +24,7 @@ from gpufair.domain.fairshare import (
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.placement import adequate_types
 from gpufair.store import capacity_repo, config_repo, fairshare_repo, rollup_repo
-from gpufair.store.workload_repo import workload_from_json
+from gpufair.store.workload_repo import workloads_in_states
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +57,7 @@ def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str
     gpu_types = {t.name: t for t in config.gpu_types}
     present = {n.gpu_type for n in config.nodes if n.pool == pool.name and n.ready}
     pending: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in conn.execute(
-        text("SELECT spec FROM workloads WHERE pool = :pool AND state IN ('pending', 'bound')"),
-        {"pool": pool.name},
-    ):
-        workload = workload_from_json(r.spec)
+    for workload in workloads_in_states(conn, pool.name, ("pending", "bound")):
         types = adequate_types(workload, gpu_types, present)
         if types:
             pending[workload.queue][types[0]] += workload.total_gpus

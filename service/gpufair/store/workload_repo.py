@@ -168,3 +168,44 @@ def cancel(conn: Connection, uid: str) -> WorkloadState | None:
             )
         )
     return before
+
+
+class SpecCache:
+    """Parsed workload specs by (uid, spec digest). Parsing 25,000 JSON specs is most of what a
+    snapshot costs; a spec never changes under its digest, so an entry cannot go stale, and the
+    state of every workload is still read fresh each cycle. Bounded: past `limit` it starts over.
+    """
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._specs: dict[tuple[str, str], Workload] = {}
+
+    def workloads(self, conn: Connection, keys: Sequence[tuple[str, str]]) -> list[Workload]:
+        missing = [key[0] for key in keys if key not in self._specs]
+        if missing:
+            if len(self._specs) + len(missing) > self.limit:
+                self._specs = {}
+            for r in conn.execute(
+                text("SELECT uid, spec_digest, spec FROM workloads WHERE uid = ANY(:uids)"),
+                {"uids": missing},
+            ):
+                self._specs[(r.uid, r.spec_digest)] = workload_from_json(r.spec)
+        return [self._specs[key] for key in keys]
+
+
+SPECS = SpecCache()
+
+
+def workloads_in_states(conn: Connection, pool: str, states: Sequence[str]) -> list[Workload]:
+    """The pool's workloads in `states`, oldest submission first, specs from the cache."""
+    keys = [
+        (r.uid, r.spec_digest)
+        for r in conn.execute(
+            text(
+                "SELECT uid, spec_digest FROM workloads WHERE pool = :pool "
+                "AND state = ANY(:states) ORDER BY submit_time, uid"
+            ),
+            {"pool": pool, "states": list(states)},
+        )
+    ]
+    return SPECS.workloads(conn, keys)
