@@ -40,6 +40,8 @@ def _setup_logging(level: str) -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # One line per job tick at INFO would drown the service's own lines.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 # ---- serve / migrate -------------------------------------------------------------------------
