@@ -184,3 +184,13 @@ def test_client_option_mistakes_are_clear(monkeypatch: pytest.MonkeyPatch, tmp_p
         client_auth_kwargs(client_args(monkeypatch, "--tls-cert", "c.pem"))
     with pytest.raises(AuthSetupError, match=r"--tls-ca .*nope\.pem: no such file"):
         client_auth_kwargs(client_args(monkeypatch, "--tls-ca", str(tmp_path / "nope.pem")))
+
+
+def test_a_parser_without_auth_options_means_no_credentials() -> None:
+    assert client_auth_kwargs(argparse.Namespace(address="gpufair.internal:50051")) == {
+        "token": None,
+        "tls": False,
+        "tls_ca": None,
+        "tls_cert": None,
+        "tls_key": None,
+    }

@@ -176,13 +176,15 @@ def add_auth_client_options(p: argparse.ArgumentParser) -> None:
 
 
 def client_auth_kwargs(args: argparse.Namespace) -> ClientAuth:
-    """The credentials for GpufairClient, checked so that mistakes are one clear message."""
+    """The credentials for GpufairClient, checked so that mistakes are one clear message. A
+    parser without these options (a test's, say) means no credentials: the server refuses what
+    needs them, so nothing is opened by the omission."""
     auth = ClientAuth(
-        token=args.token or None,
-        tls=bool(args.tls),
-        tls_ca=args.tls_ca,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
+        token=getattr(args, "token", None) or None,
+        tls=bool(getattr(args, "tls", False)),
+        tls_ca=getattr(args, "tls_ca", None),
+        tls_cert=getattr(args, "tls_cert", None),
+        tls_key=getattr(args, "tls_key", None),
     )
     if (auth["tls_cert"] is None) != (auth["tls_key"] is None):
         raise AuthSetupError("--tls-cert and --tls-key go together")
