@@ -364,7 +364,7 @@ def test_unmapped_and_reply_streaming_rpcs_are_closed_even_to_admin() -> None:
 
     guarded = intercept("/gpufair.v1.Ledger/Watch")
     context = FakeContext(bearer(token.token))
-    with pytest.raises(Aborted):
+    with pytest.raises(Aborted, match="Watch is open to no role"):
         guarded.unary_stream(None, context)
     assert context.code == grpc.StatusCode.PERMISSION_DENIED
 

@@ -199,10 +199,14 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             if record is None:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid or revoked token")
             if record.role not in allowed:
-                may = ", ".join(sorted(r.value for r in allowed)) or "no role"
+                needs = (
+                    f"needs {', '.join(sorted(r.value for r in allowed))}"
+                    if allowed
+                    else "is open to no role"  # not in the table: closed until it is
+                )
                 context.abort(
                     grpc.StatusCode.PERMISSION_DENIED,
-                    f"token {record.name!r} has role {record.role.value}; {name} needs {may}",
+                    f"token {record.name!r} has role {record.role.value}; {name} {needs}",
                 )
 
         def decorate(behavior: Behavior) -> Behavior:
