@@ -3,6 +3,14 @@
     with GpufairClient("127.0.0.1:50051") as client:
         reply = client.apply_config(config, dry_run=True)
 
+    with GpufairClient("gpufair.example.internal:50051", token=token, tls_ca="ca.pem") as client:
+        ...
+
+Credentials: `token` is sent as `authorization: Bearer <token>` on every call. It travels only
+over TLS (`tls=True`, or any of `tls_ca`, `tls_cert`, `tls_key`; `tls_cert` and `tls_key` are the
+client's own certificate for mutual TLS) or over a loopback or Unix-socket connection, which gRPC's
+local credentials check: a token is never sent in the clear across a network.
+
 Retries are safe: mutating calls carry a request id, generated once per logical call and reused for
 every attempt, so the server applies them at most once.
 """
@@ -13,11 +21,13 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
 
+from gpufair.addresses import is_local_address, is_unix_socket
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -31,6 +41,55 @@ T = TypeVar("T")
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+def _read(path: str | Path | None) -> bytes | None:
+    return None if path is None else Path(path).read_bytes()
+
+
+def open_channel(
+    address: str,
+    *,
+    token: str | None = None,
+    tls: bool = False,
+    tls_ca: str | Path | None = None,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+) -> grpc.Channel:
+    """A channel to `address` with the given credentials (see the module's docstring)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("a client certificate needs its key: give both tls_cert and tls_key")
+    secure = tls or any(p is not None for p in (tls_ca, tls_cert, tls_key))
+    if not secure and token is None:
+        return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    if secure:
+        # Without a CA file, the system's trusted roots check the server.
+        channel_credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(tls_ca),
+            private_key=_read(tls_key),
+            certificate_chain=_read(tls_cert),
+        )
+    elif is_local_address(address):
+        # Local credentials let a token ride a plaintext connection, and gRPC checks that the
+        # connection really is local.
+        channel_credentials = grpc.local_channel_credentials(
+            grpc.LocalConnectionType.UDS
+            if is_unix_socket(address)
+            else grpc.LocalConnectionType.LOCAL_TCP
+        )
+    else:
+        raise ValueError(
+            f"refusing to send a token in the clear to {address}: use TLS (tls_ca=... or tls=True)"
+        )
+    if token is not None:
+        channel_credentials = grpc.composite_channel_credentials(
+            channel_credentials, grpc.access_token_call_credentials(token)
+        )
+    return grpc.secure_channel(address, channel_credentials, options=_CHANNEL_OPTIONS)
 
 
 class GpufairClient:
@@ -42,17 +101,18 @@ class GpufairClient:
         attempts: int = 4,
         backoff_s: float = 0.2,
         channel: grpc.Channel | None = None,
+        token: str | None = None,
+        tls: bool = False,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
-        self._channel = channel or grpc.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ],
+        self._channel = channel or open_channel(
+            address, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
         )
         self.cluster = cluster_pb2_grpc.ClusterAdminStub(self._channel)
         self.scheduler = scheduler_pb2_grpc.SchedulerStub(self._channel)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -56,11 +57,16 @@ def build_server(
     *,
     max_workers: int = 32,
     clock: Callable[[], float] = time.time,
+    interceptors_extra: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
-    """Start serving; `clock` is the one instant source of every servicer (tests pin it)."""
+    """Start serving; `clock` is the one instant source of every servicer (tests pin it).
+
+    `interceptors_extra` run between metrics (outside) and error mapping (inside), e.g. the
+    auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[MetricsInterceptor(), ErrorMappingInterceptor()],
+        interceptors=[MetricsInterceptor(), *interceptors_extra, ErrorMappingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -79,7 +85,10 @@ def build_server(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
 
-    port = server.add_insecure_port(address)
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
