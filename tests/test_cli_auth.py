@@ -6,12 +6,13 @@ import argparse
 import logging
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-from auth_serve_support import start
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serve_support import free_port
 from sqlalchemy import Engine
@@ -47,6 +48,26 @@ def test_reachable_addresses_need_tls_and_tokens(address: str) -> None:
     assert no_tokens is not None and "without tokens (--require-tokens)" in no_tokens
     neither = listen_problem(address, tls=False, tokens=False)
     assert neither is not None and "TLS (--tls-cert, --tls-key) or tokens" in neither
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`gpufair serve` itself, as an operator would start it."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpufair.cli",
+                "serve",
+                "--metrics-address",
+                "",
+                "--no-jobs",
+                *args,
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def test_split_address() -> None:

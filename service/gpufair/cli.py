@@ -15,6 +15,15 @@ from types import FrameType
 import grpc
 
 from gpufair import __version__
+from gpufair.cli_auth import (
+    AuthSetupError,
+    add_auth_client_options,
+    add_serve_auth_options,
+    add_token_commands,
+    check_listen,
+    client_auth_kwargs,
+    server_credentials,
+)
 from gpufair.cli_report import add_report_commands
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
@@ -50,18 +59,28 @@ def _setup_logging(level: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import prometheus_client
 
+    from gpufair.api.auth import auth_interceptor
     from gpufair.api.server import build_server
     from gpufair.jobs.retention import Retention
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
 
     _setup_logging(args.log_level)
+    check_listen(args)
+    credentials = server_credentials(args)
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
         log.info("database: %s", db.describe())
         migrate.upgrade(db.url)
         engine = database.make_engine(db.url)
-        running = build_server(engine, args.address, max_workers=args.workers)
+        auth = auth_interceptor(engine, args.require_tokens)
+        running = build_server(
+            engine,
+            args.address,
+            max_workers=args.workers,
+            interceptors_extra=[auth] if auth else [],
+            credentials=credentials,
+        )
         log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
         if args.metrics_address:
             host, _, port = args.metrics_address.rpartition(":")
@@ -124,7 +143,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> GpufairClient:
-    return GpufairClient(args.address, timeout_s=args.timeout_s)
+    return GpufairClient(args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args))
 
 
 def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
@@ -332,6 +351,7 @@ def _add_client_options(p: argparse.ArgumentParser) -> None:
         help=f"gpufair server (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})",
     )
     p.add_argument("--timeout-s", type=float, default=30.0, help="deadline per call")
+    add_auth_client_options(p)
 
 
 def _add_database_options(p: argparse.ArgumentParser) -> None:
@@ -368,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--event-retention-days", type=float, default=180.0)
     serve.add_argument("--rollup-retention-days", type=float, default=400.0)
+    add_serve_auth_options(serve)
     _add_database_options(serve)
     serve.set_defaults(func=cmd_serve)
 
@@ -375,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     mig.add_argument("--check", action="store_true", help="also check tables against migrations")
     _add_database_options(mig)
     mig.set_defaults(func=cmd_migrate)
+    add_token_commands(sub, _add_database_options)
 
     apply = sub.add_parser("apply", help="make the cluster config equal a YAML file")
     apply.add_argument("-f", "--file", required=True, help="cluster config YAML")
@@ -421,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (UserError, ConfigFileError) as exc:
+    except (UserError, ConfigFileError, AuthSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:

@@ -17,6 +17,7 @@ from typing import TypeAlias
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from gpufair.cli_auth import client_auth_kwargs
 from gpufair.client import GpufairClient
 from gpufair.render import table
 from gpufair.v1 import ledger_pb2
@@ -134,7 +135,9 @@ def budget_table(budgets: Sequence[ledger_pb2.BudgetRow]) -> str:
 
 
 def cmd_report_usage(args: argparse.Namespace) -> int:
-    with GpufairClient(args.address, timeout_s=args.timeout_s) as client:
+    with GpufairClient(
+        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
+    ) as client:
         reply = client.get_usage(
             pool=args.pool,
             queue=args.queue,
@@ -245,7 +248,9 @@ def fairshare_table(reply: ledger_pb2.GetFairShareResponse) -> str:
 
 
 def cmd_report_fairshare(args: argparse.Namespace) -> int:
-    with GpufairClient(args.address, timeout_s=args.timeout_s) as client:
+    with GpufairClient(
+        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
+    ) as client:
         reply = client.get_fair_share(args.pool)
     computed = _utc(reply.computed_at).strftime("%Y-%m-%d %H:%M:%S UTC")
     print(f"pool {reply.pool}: {reply.capacity_cu:g} CU, computed {computed}\n")
