@@ -61,6 +61,11 @@ def _is_database_outage(exc: BaseException) -> bool:
     return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
 
 
+def _is_bad_value(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", exc)
+    return isinstance(orig, psycopg.DataError) or isinstance(exc, psycopg.DataError)
+
+
 def _is_timeout(exc: BaseException) -> bool:
     orig = getattr(exc, "orig", exc)
     return isinstance(orig, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
@@ -80,6 +85,11 @@ def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) ->
         context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
     if isinstance(exc, DomainError):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if _is_bad_value(exc):
+        # What the caller sent cannot be stored as is (a NUL byte in a string, a number or an
+        # instant out of the database's range): the caller's to fix, and nothing was written.
+        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:300]
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"a value cannot be stored: {detail}")
     if _is_timeout(exc):
         context.abort(
             grpc.StatusCode.DEADLINE_EXCEEDED, "the database did not answer in time; retry"
