@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cycle_builders import node, queue, running, snapshot, workload
+
 from gpufair.domain.model import Allocation, Node, Queue, Workload
 from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight
 

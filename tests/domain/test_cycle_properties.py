@@ -21,6 +21,9 @@ from cycle_builders import (
     snapshot,
     workload,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gpufair.domain.capacity import EPS, Capacity, Journal, uses_of
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
@@ -39,8 +42,6 @@ from gpufair.domain.snapshot import (
     EvictReason,
     ReservationKind,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 TYPES_BY_NAME = {gpu_type.name: gpu_type for gpu_type in GPU_TYPES}
 

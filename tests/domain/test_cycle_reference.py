@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from cycle_builders import assert_no_oversubscription, bound_uids, evicted_uids
+from reference_case import GANG, reference_snapshot, running_work
+
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.explain import explain
 from gpufair.domain.snapshot import (
@@ -11,7 +13,6 @@ from gpufair.domain.snapshot import (
     PendingCode,
     ReservationKind,
 )
-from reference_case import GANG, reference_snapshot, running_work
 
 
 def test_classic_fair_share_keeps_gang_pending_with_a_clear_reason() -> None:

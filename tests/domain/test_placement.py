@@ -15,6 +15,7 @@ from cycle_builders import (
     snapshot,
     workload,
 )
+
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import never_fits

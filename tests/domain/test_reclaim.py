@@ -11,6 +11,7 @@ from cycle_builders import (
     snapshot,
     workload,
 )
+
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import Allocation
 from gpufair.domain.snapshot import (
