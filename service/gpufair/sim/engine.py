@@ -185,20 +185,39 @@ class _Pool:
         self.evictions = 0
         self.idle_parts: list[float] = []
         self.fragmented: list[float] = []
-        self.cheapest_memo: dict[tuple[object, ...], str | None] = {}
+        self.allocated_gpus_by_type: dict[str, float] = {}
+        self.types_memo: dict[tuple[object, ...], tuple[str, ...]] = {}
+        self.wanted_types: tuple[str, ...] | None = ()  # None: to be derived again
 
-    def has_waiting(self) -> bool:
-        return len(self.pending) > len(self.hopeless)
+    def adequate(self, workload: Workload) -> tuple[str, ...]:
+        """The pool's GPU types that serve `workload`, cheapest first (`placement`)."""
+        key = (workload.allowed_gpu_types, workload.min_gpu_memory_gib, workload.gpus_per_pod)
+        types = self.types_memo.get(key)
+        if types is None:
+            types = adequate_types(workload, self.types_by_name, self.present)
+            self.types_memo[key] = types
+        return types
 
     def cheapest_type(self, workload: Workload) -> str | None:
-        key = (workload.allowed_gpu_types, workload.min_gpu_memory_gib, workload.gpus_per_pod)
-        if key not in self.cheapest_memo:
-            types = adequate_types(workload, self.types_by_name, self.present)
-            self.cheapest_memo[key] = types[0] if types else None
-        return self.cheapest_memo[key]
+        types = self.adequate(workload)
+        return types[0] if types else None
 
-    def refresh_allocation(self, now_s: float, queue: str) -> None:
-        """Re-derive `queue`'s CU (and its ancestors') from what runs, after a start or stop."""
+    def idle_gpus_wanted(self) -> float:
+        """Free GPUs of the types some job waiting here could use (0 when none waits)."""
+        if self.wanted_types is None:
+            wanted: set[str] = set()
+            for uid, job in self.pending.items():
+                if uid not in self.hopeless:
+                    wanted.update(self.adequate(job.workload))
+            self.wanted_types = tuple(sorted(wanted))
+        return math.fsum(
+            self.capacity_gpus_by_type[t] - self.allocated_gpus_by_type.get(t, 0.0)
+            for t in self.wanted_types
+        )
+
+    def refresh_allocation(self, now_s: float, queue: str, gpu_type: str) -> None:
+        """Re-derive `queue`'s CU (and its ancestors') and the GPUs of `gpu_type` in use from
+        what runs, after a start or stop; fsum over the jobs, so no float residue builds up."""
         jobs = self.running_by_queue[queue]
         self.histories[queue].set(now_s, math.fsum(j.cu for j in jobs.values()))
         parent = self.tree.queues[queue].parent
@@ -206,7 +225,10 @@ class _Pool:
             total = math.fsum(self.histories[c].value for c in self.tree.children_of(parent))
             self.histories[parent].set(now_s, total)
             parent = self.tree.queues[parent].parent
-        self.gpu_history.set(now_s, math.fsum(j.gpus for j in self.running.values()))
+        self.allocated_gpus_by_type[gpu_type] = math.fsum(
+            j.gpus for j in self.running.values() if j.gpu_type == gpu_type
+        )
+        self.gpu_history.set(now_s, math.fsum(self.allocated_gpus_by_type.values()))
 
 
 class Simulation:
@@ -285,13 +307,14 @@ class Simulation:
         return self._result()
 
     def _advance(self, from_s: float, to_s: float) -> None:
-        """Integrate GPUs idle while work waited over [from_s, to_s): nothing changes inside."""
+        """Integrate GPUs idle while work that could use them waited, over [from_s, to_s):
+        nothing changes inside."""
         span_s = to_s - from_s
         if span_s <= 0.0:
             return
         for pool in self.pools.values():
-            if pool.has_waiting():
-                idle = pool.capacity_gpus - pool.gpu_history.value
+            if pool.pending:
+                idle = pool.idle_gpus_wanted()
                 if idle > 0.0:
                     pool.idle_parts.append(idle * span_s)
 
@@ -340,12 +363,14 @@ class Simulation:
         pool = self.pools[spec.workload.pool]
         pool.pending[spec.workload.uid] = job
         pool.dirty = True
+        pool.wanted_types = None
 
     def _start(
         self, pool: _Pool, uid: str, allocation: Allocation, cu: float, now_s: float
     ) -> None:
         job = pool.pending.pop(uid)
         pool.hopeless.discard(uid)
+        pool.wanted_types = None
         assert job.pending_since_s is not None
         job.wait_s += now_s - job.pending_since_s
         job.pending_since_s = None
@@ -359,7 +384,7 @@ class Simulation:
         heapq.heappush(self.completions, (now_s + job.remaining_s, self.sequence, uid, job.token))
         pool.running[uid] = job
         pool.running_by_queue[job.workload.queue][uid] = job
-        pool.refresh_allocation(now_s, job.workload.queue)
+        pool.refresh_allocation(now_s, job.workload.queue, job.gpu_type)
         if job.first_start_s is None:
             job.first_start_s = now_s
             generator = job.spec.generator
@@ -380,7 +405,7 @@ class Simulation:
         del pool.running_by_queue[job.workload.queue][uid]
         job.token += 1
         job.allocation = None
-        pool.refresh_allocation(now_s, job.workload.queue)
+        pool.refresh_allocation(now_s, job.workload.queue, job.gpu_type)
         pool.dirty = True
 
     def _evict(self, pool: _Pool, uid: str, now_s: float) -> None:
@@ -400,6 +425,7 @@ class Simulation:
                 return
         job.pending_since_s = now_s
         pool.pending[uid] = job
+        pool.wanted_types = None
 
     # -- fair shares --------------------------------------------------------------------------
 
@@ -478,6 +504,7 @@ class Simulation:
         result = run_cycle(snapshot)
         pool.cycles_run += 1
         pool.hopeless = {uid for uid, r in result.pending.items() if r.code in _HOPELESS}
+        pool.wanted_types = None
         for bind in result.binds:
             workload = pool.pending[bind.workload_uid].workload
             allocation = Allocation(workload, bind.bindings, now_s, bind.gpu_type)

@@ -18,8 +18,11 @@ Per queue (and pool), over the whole run [0, duration):
 Per pool:
 
 - **Utilisation** = ∫ allocated CU dt / (capacity CU · duration).
-- **GPU-hours idle while work was pending**: ∫ free GPUs dt over the instants when some job that
-  could run in the pool was waiting (jobs that can never fit are left out).
+- **GPU-hours idle while work was pending**: ∫ dt of the free GPUs of every type that some
+  waiting job could use (its allowed types with enough memory), while such a job waited. Idle GPUs
+  no waiting job could use do not count, nor do jobs that can never fit the pool. A gang that
+  waits for whole nodes while single GPUs sit free shows here: fragmentation and reservations
+  cost idle GPU-hours.
 - **Evictions per 100 GPU-hours** of allocation.
 - **Fragmented GPUs**: free GPU capacity on nodes partly in use (where a gang wanting whole
   nodes cannot go), averaged over the timeline samples, and its maximum.

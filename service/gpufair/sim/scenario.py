@@ -353,13 +353,12 @@ class _Builder:
     def build(self) -> Scenario:
         model = self.model
         cluster, yaml_nodes = self._cluster()
-        self.fail_if_any()
+        self.fail_if_any()  # without a cluster nothing else can be checked
         trace_jobs: tuple[JobSpec, ...] = ()
         if model.trace is not None:
             cluster, trace_jobs = self._trace(model.trace, cluster)
-            self.fail_if_any()
+            self.fail_if_any()  # an unreadable trace leaves no nodes or jobs to check
         self._validate_cluster(cluster, yaml_nodes)
-        self.fail_if_any()
         jobs = self._workloads(cluster) + trace_jobs
         duration_s = model.duration_s
         if duration_s is None:
