@@ -118,7 +118,7 @@ def test_outputs_do_not_depend_on_the_process(tmp_path: Path) -> None:
     """Two fresh interpreters with different hash seeds write the same CSV bytes."""
     scenario = write_scenario(tmp_path)
     code = (
-        "import sys; from pathlib import Path; from gpufair.sim.command import run_and_write;"
+        "import sys; from pathlib import Path; from gpufair.sim.run import run_and_write;"
         "from gpufair.sim.scenario import load_scenario;"
         "run_and_write(load_scenario(Path(sys.argv[1])), Path(sys.argv[2]), plots=False)"
     )

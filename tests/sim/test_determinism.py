@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sim_support import example_data, scenario_from
 
-from gpufair.sim.command import run_and_write
+from gpufair.sim.run import run_and_write
 from gpufair.sim.scenario import Scenario
 
 

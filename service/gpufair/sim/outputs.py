@@ -218,47 +218,51 @@ def write_run(result: SimResult, metrics: RunMetrics, out_dir: Path) -> None:
 # ---- the summary table ------------------------------------------------------------------------
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100.0 * value:.1f}"
+# Numbers go to the table as numbers (right-aligned by `render.table`), missing ones as "-".
+Cell = float | int | str
 
 
-def _hours(value_s: float | None) -> str:
-    return "-" if value_s is None else f"{value_s / HOUR_S:.2f}"
+def _pct(value: float | None) -> Cell:
+    return "-" if value is None else round(100.0 * value, 1)
 
 
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}"
+def _hours(value_s: float | None) -> Cell:
+    return "-" if value_s is None else round(value_s / HOUR_S, 2)
+
+
+def _round(value: float | None, digits: int) -> Cell:
+    return "-" if value is None else round(value, digits)
 
 
 def summary_table(runs: Sequence[tuple[str, RunMetrics]]) -> str:
     """One table of queues and one of pools; with several runs, a POLICY column sets them side by
-    side (rows of one queue together)."""
+    side (rows of one queue together). ERROR PP is the over-quota share minus the weight share,
+    in percentage points; waits are in hours; JAIN is the top-level group's index."""
     several = len(runs) > 1
     lead = ["POLICY"] if several else []
-    queue_rows = []
+    queue_rows: list[list[Cell]] = []
     keys = [(q.pool, q.queue) for q in runs[0][1].queues]
     for pool_name, queue_name in keys:
         for label, metrics in runs:
             for q in metrics.queues:
                 if (q.pool, q.queue) != (pool_name, queue_name):
                     continue
-                queue_rows.append(
-                    [label] * several
-                    + [
-                        q.pool,
-                        q.queue if q.parent is None else f"{q.parent}/{q.queue}",
-                        f"{q.deserved_cu:g}",
-                        _pct(q.weight_share),
-                        _pct(q.over_quota_share),
-                        _signed(q.share_error_pp),
-                        f"{q.over_quota_cu_hours:.0f}",
-                        _hours(q.wait_p50_s),
-                        _hours(q.wait_p99_s),
-                        _hours(q.wait_max_s),
-                        f"{q.jobs_started}/{q.jobs_submitted}",
-                        str(q.evictions),
-                    ]
-                )
+                row: list[Cell] = [label] * several
+                row += [
+                    q.pool,
+                    q.queue if q.parent is None else f"{q.parent}/{q.queue}",
+                    round(q.deserved_cu, 3),
+                    _pct(q.weight_share),
+                    _pct(q.over_quota_share),
+                    _round(q.share_error_pp, 1),
+                    round(q.over_quota_cu_hours),
+                    _hours(q.wait_p50_s),
+                    _hours(q.wait_p99_s),
+                    _hours(q.wait_max_s),
+                    f"{q.jobs_started}/{q.jobs_submitted}",
+                    q.evictions,
+                ]
+                queue_rows.append(row)
     queues = table(
         [
             *lead,
@@ -277,25 +281,23 @@ def summary_table(runs: Sequence[tuple[str, RunMetrics]]) -> str:
         ],
         queue_rows,
     )
-    pool_rows = []
+    pool_rows: list[list[Cell]] = []
     for pool_name in [p.pool for p in runs[0][1].pools]:
         for label, metrics in runs:
             for p in metrics.pools:
                 if p.pool != pool_name:
                     continue
-                jain = p.jain_index.get("")
-                pool_rows.append(
-                    [label] * several
-                    + [
-                        p.pool,
-                        f"{p.k:g}",
-                        _pct(p.utilisation),
-                        f"{p.idle_gpu_hours_while_pending:.1f}",
-                        f"{p.evictions_per_100_gpu_hours:.2f}",
-                        f"{p.fragmented_gpus_mean:.1f}",
-                        "-" if jain is None else f"{jain:.3f}",
-                    ]
-                )
+                pool_row: list[Cell] = [label] * several
+                pool_row += [
+                    p.pool,
+                    p.k,
+                    _pct(p.utilisation),
+                    round(p.idle_gpu_hours_while_pending, 1),
+                    round(p.evictions_per_100_gpu_hours, 2),
+                    round(p.fragmented_gpus_mean, 1),
+                    _round(p.jain_index.get(""), 3),
+                ]
+                pool_rows.append(pool_row)
     pools = table(
         [
             *lead,

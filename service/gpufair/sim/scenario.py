@@ -97,13 +97,13 @@ from gpufair.sim.trace import (
     DEFAULT_GPU_MODELS,
     NODES_FILE,
     PODS_FILE,
+    TRACE_DIR_ENV,
     GpuModel,
     TraceError,
     TraceOptions,
     read_trace,
 )
 
-TRACE_DIR_ENV = "GPUFAIR_TRACE_DIR"
 DEFAULT_TIMELINE_S = 600.0
 DEFAULT_CYCLE_S = 60.0
 TRACE_TAIL_S = 86_400.0  # a trace replay without duration_s runs this long past its last arrival

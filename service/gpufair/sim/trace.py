@@ -53,6 +53,7 @@ from pathlib import Path
 from gpufair.domain.model import GpuType, Node, Workload, frozen_map
 from gpufair.sim.jobspec import JobSpec
 
+TRACE_DIR_ENV = "GPUFAIR_TRACE_DIR"  # where the trace folder is, unless given otherwise
 NODES_FILE = "openb_node_list_gpu_node.csv"
 PODS_FILE = "openb_pod_list_gpuspec33.csv"
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
