@@ -10,7 +10,7 @@ Events, and what happens at one instant, in this order:
    service's periodic job does: `usage.usage_inputs` over the pool's simulated allocation history
    (exact integrals; one `history.QueueHistory` per queue, pruned to the window), demands from the
    jobs running and waiting (a waiting job counted on the cheapest GPU type that serves it, as
-   DESIGN §3 asks), and the previous effective weights for the dead band; then
+   `fairshare.QueueDemand` asks), and the previous effective weights for the dead band; then
    `fairshare.compute_fair_shares`.
 4. **Scheduling cycle**, every `cycle_s`, per pool: `cycle.run_cycle` on a snapshot of the pool.
    Binds start at once (the simulated batch system confirms instantly). Evicted jobs stop at
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufair.domain.cycle import run_cycle
@@ -634,9 +634,3 @@ def _sums(parts: dict[str, list[float]]) -> dict[str, float]:
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> SimResult:
     """Run `scenario` once (module docstring)."""
     return Simulation(scenario, progress).run()
-
-
-def queue_runs(result: SimResult) -> Iterable[tuple[PoolRun, QueueRun]]:
-    for pool in result.pools:
-        for queue in pool.queues:
-            yield pool, queue

@@ -53,7 +53,7 @@ import enum
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -634,8 +634,3 @@ def _topology(model: TopologyModel | None) -> TopologyConstraint | None:
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
     return Path(value) if value else None
-
-
-def policy_k(scenario: Scenario) -> Mapping[str, float]:
-    """Each pool's correction strength k, by pool name."""
-    return {pool.name: pool.policy.k for pool in scenario.cluster.pools}
