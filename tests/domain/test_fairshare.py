@@ -284,6 +284,24 @@ def test_dead_band_keeps_the_previous_weight_through_a_small_change() -> None:
     assert gpus(moved["a"]) == pytest.approx(100 * 0.99 / 1.99)
 
 
+def test_dead_band_lets_a_weight_fall_to_zero_so_the_whole_pool_can_go_to_the_other() -> None:
+    # b has held the whole pool for the whole window: U' = 1, P = 0. Its weight crept down in
+    # banded steps to 0.005; the dead band must not keep that sliver, or a's whole-pool gang
+    # (its fair share 159.2 of 160 CU) would wait for ever.
+    usage = UsageInputs(usage_cu_s={"b": 16 * 86400.0}, group_capacity_cu_s={None: 16 * 86400.0})
+    shares = divide(
+        [queue("a"), queue("b")],
+        {"a": wants(16), "b": wants(0, allocated=16)},
+        capacity_gpus=16,
+        policy=FairSharePolicy(dead_band=0.01),
+        usage=usage,
+        previous={"a": 0.995, "b": 0.005},
+    )
+    assert shares["b"].priority_weight == 0.0
+    assert shares["b"].effective_weight == 0.0
+    assert gpus(shares["a"]) == 16
+
+
 def test_group_without_capacity_history_has_no_usage_share() -> None:
     shares = divide(
         [queue("a"), queue("b")],

@@ -49,7 +49,10 @@ def stage_weights(
     Dead band (absolute, on the normalised weight): a queue whose new effective weight is within
     `dead_band` of its previous one keeps the previous value, so shares do not jitter between
     recomputes. Should that leave every weight at 0, the unbanded weights are used instead —
-    stability must never idle capacity.
+    stability must never idle capacity. A queue whose weight falls to 0 (P = 0: it is to give
+    way entirely) always moves: keeping a sliver of its old weight would keep the others a sliver
+    short for as long as its P stays pinned at 0, so a gang needing all they are due would wait
+    forever.
     """
     count = len(over_quota_weights)
     total_weight = math.fsum(over_quota_weights)
@@ -66,7 +69,7 @@ def stage_weights(
     else:
         unbanded = list(weight_shares)
     banded = [
-        previous if previous is not None and abs(new - previous) < dead_band else new
+        previous if previous is not None and new > 0.0 and abs(new - previous) < dead_band else new
         for new, previous in zip(unbanded, previous_effective_weights, strict=True)
     ]
     if not any(weight > 0.0 for weight in banded):
