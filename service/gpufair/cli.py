@@ -1,4 +1,5 @@
-"""The `gpufair` command: serve | migrate | apply | get | delete | explain | report."""
+"""The `gpufair` command: serve | migrate | apply | get | delete | explain | report | token |
+simulate."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from gpufair.cli_report import add_report_commands
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
 from gpufair.render import table
+from gpufair.sim.command import add_simulate_command
 from gpufair.v1 import cluster_pb2
 
 log = logging.getLogger("gpufair")
@@ -370,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpufair {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_simulate_command(sub)
 
     serve = sub.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--address", default="127.0.0.1:50051", help="listen address")

@@ -413,7 +413,7 @@ class _Builder:
             return ClusterConfig(), 0
         config, violations = config_from_proto(message)
         for violation in violations:
-            self._cluster_problem(violation.field, violation.description)
+            self._cluster_problem(violation.field_path, violation.message)
         nodes = data.get("nodes") if isinstance(data, dict) else None
         return config, len(nodes) if isinstance(nodes, list) else 0
 
@@ -425,12 +425,12 @@ class _Builder:
         if not cluster.pools:
             self._cluster_problem("pools", "a scenario needs at least one pool")
         for violation in validate_config(cluster):
-            steps = path_steps(violation.field)
+            steps = path_steps(violation.field_path)
             if steps[:1] == ["nodes"] and len(steps) > 1 and int(steps[1]) >= yaml_nodes:
                 node = cluster.nodes[int(steps[1])]
-                self.problem("trace", f"trace node {node.name}: {violation.description}")
+                self.problem("trace", f"trace node {node.name}: {violation.message}")
             else:
-                self._cluster_problem(violation.field, violation.description)
+                self._cluster_problem(violation.field_path, violation.message)
 
     def _trace(
         self, trace: TraceModel, cluster: ClusterConfig
@@ -528,10 +528,10 @@ class _Builder:
         for violation in workload_violations(workload, path):
             # The service's "a valid instant" rule is about wall-clock time; the simulated clock
             # starts at 0, and submit_s ≥ 0 is checked by the schema.
-            if violation.field.endswith(".submit_time"):
+            if violation.field_path.endswith(".submit_time"):
                 continue
-            field = violation.field.replace(".allowed_gpu_types", ".gpu_types")
-            self.problem(field, violation.description)
+            field = violation.field_path.replace(".allowed_gpu_types", ".gpu_types")
+            self.problem(field, violation.message)
 
     def _workloads(self, cluster: ClusterConfig) -> tuple[JobSpec, ...]:
         jobs = []
@@ -572,8 +572,8 @@ class _Builder:
             for value in item.gpus_per_pod.values or (1.0,):
                 probe = Workload(name, item.queue, pool or "-", 1, value, 1.0)
                 for violation in workload_violations(probe, path):
-                    if violation.field.endswith(".gpus_per_pod"):
-                        self.problem(violation.field, violation.description)
+                    if violation.field_path.endswith(".gpus_per_pod"):
+                        self.problem(violation.field_path, violation.message)
             if item.gpus_per_pod.kind not in ("constant", "choice"):
                 self.problem(f"{path}.gpus_per_pod", "must be a number or a choice")
             stop_s = min(item.stop_s or math.inf, duration_s)
