@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -17,7 +20,7 @@ from gpufair.jobs.recompute import pool_of, recompute_pool
 from gpufair.metrics import observe_events
 from gpufair.store import config_repo, fairshare_repo, ledger_repo
 from gpufair.store.fairshare_repo import StoredShare
-from gpufair.store.ledger_repo import EventOutcome, EventStatus
+from gpufair.store.ledger_repo import EventStatus, Outcomes
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
 from gpufair.v1 import ledger_pb2 as pb
 
@@ -30,11 +33,36 @@ _STATUS = {
 }
 
 
-def _results(outcomes: list[EventOutcome]) -> list[pb.EventResult]:
-    return [
-        pb.EventResult(event_id=o.event_id, status=_STATUS[o.status], error=o.error)
-        for o in outcomes
-    ]
+@dataclass(slots=True)
+class _Message:
+    """One request on its way through ingestion."""
+
+    converted: list[LedgerEvent | tuple[str, str]]
+    now_s: float
+    batch: ledger_repo.PreparedBatch
+    outcomes: Outcomes | None = None
+
+
+def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
+    """Append the message's outcomes to `reply` and count them in the metrics."""
+    outcomes = message.outcomes
+    if outcomes is None:
+        raise RuntimeError("a message is reported only once written")
+    statuses = outcomes.final()
+    add, errors, stored = reply.results.add, outcomes.errors, EventStatus.STORED
+    lags: list[float] = []
+    for i, (item, event_id, status) in enumerate(
+        zip(message.converted, outcomes.event_ids, statuses, strict=True)
+    ):
+        if status is stored:
+            add(event_id=event_id, status=pb.EVENT_STATUS_STORED)
+            if isinstance(item, LedgerEvent):
+                lags.append(message.now_s - item.occurred_at_s)
+        elif i in errors:
+            add(event_id=event_id, status=_STATUS[status], error=errors[i])
+        else:
+            add(event_id=event_id, status=_STATUS[status])
+    observe_events(lags, Counter(s.value for s in statuses))
 
 
 def share_to_proto(s: StoredShare) -> fairshare_pb2.QueueShare:
@@ -69,7 +97,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self.engine = engine
         self.clock = clock
 
-    def _ingest(self, request: pb.ReportEventsRequest, field: str) -> list[pb.EventResult]:
+    def _prepare(self, request: pb.ReportEventsRequest, field: str) -> _Message:
+        """The part of ingesting a message that needs no database."""
         if len(request.events) > MAX_EVENTS_PER_BATCH:
             raise InvalidInput(
                 [Violation(field, f"at most {MAX_EVENTS_PER_BATCH} events per message")]
@@ -79,35 +108,56 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             event = event_from_proto(msg)
             converted.append((msg.event_id, event) if isinstance(event, str) else event)
         now_s = self.clock()
+        return _Message(converted, now_s, ledger_repo.prepare(converted, now_s))
+
+    def _write(self, message: _Message, expect_duplicates: bool = False) -> _Message:
         with self.engine.connect() as conn:
-            outcomes = ledger_repo.ingest(conn, converted, now_s)
+            message.outcomes = ledger_repo.write(
+                conn, message.batch, expect_duplicates=expect_duplicates
+            )
             conn.commit()  # acknowledged only once this returns
-        stored = {o.event_id for o in outcomes if o.status is EventStatus.STORED}
-        observe_events(
-            now_s,
-            [
-                e.occurred_at_s
-                for e in converted
-                if isinstance(e, LedgerEvent) and e.event_id in stored
-            ],
-            [o.status.value for o in outcomes],
-        )
-        return _results(outcomes)
+        return message
 
     def ReportEvents(
         self, request: pb.ReportEventsRequest, context: grpc.ServicerContext
     ) -> pb.ReportEventsResponse:
-        return pb.ReportEventsResponse(results=self._ingest(request, "events"))
+        reply = pb.ReportEventsResponse()
+        _report(reply, self._write(self._prepare(request, "events")))
+        return reply
 
     def StreamEvents(
         self, request_iterator: Iterator[pb.ReportEventsRequest], context: grpc.ServicerContext
     ) -> pb.ReportEventsResponse:
         """Each message is committed as it arrives; the reply lists every event's outcome. If the
         stream breaks, what was committed stays, and a client resending everything is safe:
-        stored events come back as duplicates."""
+        stored events come back as duplicates.
+
+        Messages are written one after the other, each in its own transaction, and a message's
+        transaction starts only after the previous one committed (its events may be the starts
+        the next message's stops pair with). What overlaps is the Python work: while a writer
+        thread has message N in the database (psycopg releases the GIL while it waits), this
+        thread converts and checks message N+1, then reports the outcomes of N.
+        """
         reply = pb.ReportEventsResponse()
-        for n, request in enumerate(request_iterator):
-            reply.results.extend(self._ingest(request, f"messages[{n}].events"))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufair-ingest") as writer:
+            # On an error, leaving the block waits for the write in flight: a message handed
+            # to the writer is committed or failed before the call ends, as without overlap.
+            in_flight: Future[_Message] | None = None
+            for n, request in enumerate(request_iterator):
+                message = self._prepare(request, f"messages[{n}].events")
+                previous = in_flight.result() if in_flight is not None else None
+                # A client resending a stream that broke sends what is stored already: once a
+                # message had duplicates, expect more rather than try a COPY bound to fail.
+                replaying = (
+                    previous is not None
+                    and previous.outcomes is not None
+                    and EventStatus.DUPLICATE in previous.outcomes.statuses
+                )
+                in_flight = writer.submit(self._write, message, replaying)
+                if previous is not None:
+                    _report(reply, previous)
+            if in_flight is not None:
+                _report(reply, in_flight.result())
         return reply
 
     def GetFairShare(

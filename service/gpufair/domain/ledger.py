@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -184,6 +185,21 @@ class WorkloadRef:
     pool: str
 
 
+# The form PostgreSQL prints and most clients send: recognised without building a UUID object.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def canonical_event_id(event_id: str) -> str | None:
+    """The event id in PostgreSQL's text form (lowercase, hyphenated), or None if it is not a
+    UUID. Replays are recognised by this form, so `{...}` or upper case is the same event."""
+    if _CANONICAL_UUID.match(event_id):
+        return event_id
+    try:
+        return str(uuid.UUID(event_id))
+    except ValueError:
+        return None
+
+
 def event_problem(
     event: LedgerEvent,
     *,
@@ -193,19 +209,34 @@ def event_problem(
 ) -> str | None:
     """Why `event` cannot be stored, or None. Checks only the event itself and the config;
     ordering against other events of the workload is `stop_before_start`."""
-    try:
-        uuid.UUID(event.event_id)
-    except ValueError:
+    return static_problem(event, now_s=now_s) or context_problem(
+        event, workload=workload, nodes=nodes
+    )
+
+
+def static_problem(event: LedgerEvent, *, now_s: float) -> str | None:
+    """The first checks of `event_problem`: those that need nothing but the event and the clock,
+    so ingestion can make them before it has a database connection."""
+    if canonical_event_id(event.event_id) is None:
         return f"event_id {event.event_id[:80]!r} is not a UUID"
-    if not math.isfinite(event.occurred_at_s) or event.occurred_at_s <= 0:
+    at = event.occurred_at_s
+    if not math.isfinite(at) or at <= 0:
         return "occurred_at is missing"
-    if event.occurred_at_s > now_s + MAX_FUTURE_SKEW_S:
-        ahead = event.occurred_at_s - now_s
+    if at > now_s + MAX_FUTURE_SKEW_S:
+        ahead = at - now_s
         return f"occurred_at is {ahead:.0f} s in the future (more than {MAX_FUTURE_SKEW_S:.0f} s of clock skew)"
-    if event.occurred_at_s < now_s - MAX_AGE_S:
+    if at < now_s - MAX_AGE_S:
         return f"occurred_at is more than {MAX_AGE_S / 86400:.0f} days in the past"
     if event.kind is EventKind.STALE:
         return "stale events are written by gpufair itself"
+    return None
+
+
+def context_problem(
+    event: LedgerEvent, *, workload: WorkloadRef | None, nodes: Mapping[str, Node]
+) -> str | None:
+    """The rest of `event_problem`, for an event that passed `static_problem`: what depends on
+    the workload and the nodes."""
     if event.kind is EventKind.NODE_CAPACITY:
         if event.node not in nodes:
             return f"unknown node {event.node[:80]!r}"
