@@ -104,7 +104,7 @@ _COPY_TRAILER = b"\xff\xff"
 _ROW_HEAD = struct.Struct(">hi16si")  # 6 fields; uuid; length of workload_uid (-1: NULL)
 _ROW_TIME = struct.Struct(">iqi")  # timestamptz; length of the jsonb that follows
 _KIND_FIELD = {k: struct.pack(">i", len(k.value)) + k.value.encode() for k in EventKind}
-_DIGEST_FIELD_START = struct.pack(">i", 64)
+_LENGTH = struct.Struct(">i")
 _JSONB_VERSION = b"\x01"
 
 
@@ -118,6 +118,7 @@ def copy_row(
         head = _ROW_HEAD.pack(6, 16, id_bytes, len(uid)) + uid
     else:
         head = _ROW_HEAD.pack(6, 16, id_bytes, -1)
+    digest_bytes = digest.encode()
     return b"".join(
         (
             head,
@@ -125,8 +126,8 @@ def copy_row(
             _ROW_TIME.pack(8, _pg_internal_micros(epoch_s), len(payload) + 1),
             _JSONB_VERSION,
             payload,
-            _DIGEST_FIELD_START,
-            digest.encode(),
+            _LENGTH.pack(len(digest_bytes)),
+            digest_bytes,
         )
     )
 
