@@ -258,6 +258,10 @@ def _read_context(pg: psycopg.Connection[Any], candidates: Sequence[Candidate]) 
         pg.cursor() as types,
     ):
         with pg.pipeline():
+            # Lookups per workload can look costly to a planner whose statistics are behind
+            # the table, and JIT-compiling them took longer than running them; the setting
+            # ends with the transaction.
+            pg.execute("SET LOCAL jit = off")
             w.execute(_WORKLOADS_SQL, (text_array(uids),))
             n.execute(runs_repo.NODES_SQL, (text_array(node_names),))
             if run_uids:

@@ -29,16 +29,23 @@ from gpufair.domain.ledger import (
 )
 from gpufair.domain.model import GpuType, Node
 
-# Every run event of the workloads (heartbeats carry nothing runs are made of).
+# Every run event of the workloads (heartbeats carry nothing runs are made of), and their
+# intervals. Written as a lookup per workload (OFFSET 0 keeps the planner from turning it back
+# into a join) so that the per-workload index is used whatever the statistics say:
+# `workload_uid = ANY(...)` on a table that had grown since it was last analyzed was planned as a
+# scan of the whole table, in every batch.
 RUN_EVENTS_SQL = (
-    "SELECT event_id::text, workload_uid, kind, extract(epoch FROM occurred_at)::float8, "
-    "payload->'pods' FROM ledger_events "
-    "WHERE workload_uid = ANY(%s::text[]) AND kind <> 'heartbeat'"
+    "SELECT e.event_id::text, e.workload_uid, e.kind, "
+    "extract(epoch FROM e.occurred_at)::float8, e.payload->'pods' "
+    "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
+    "SELECT * FROM ledger_events WHERE workload_uid = u.uid AND kind <> 'heartbeat' OFFSET 0) AS e"
 )
 INTERVALS_SQL = (
-    "SELECT id, workload_uid, start_event_id::text, gpu_type, pool, gpus, cu, "
-    "extract(epoch FROM started_at)::float8, extract(epoch FROM ended_at)::float8, "
-    "queue, end_kind, pods FROM allocation_intervals WHERE workload_uid = ANY(%s::text[])"
+    "SELECT i.id, i.workload_uid, i.start_event_id::text, i.gpu_type, i.pool, i.gpus, i.cu, "
+    "extract(epoch FROM i.started_at)::float8, extract(epoch FROM i.ended_at)::float8, "
+    "i.queue, i.end_kind, i.pods "
+    "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
+    "SELECT * FROM allocation_intervals WHERE workload_uid = u.uid OFFSET 0) AS i"
 )
 NODES_SQL = "SELECT name, pool, gpu_type, gpu_count FROM nodes WHERE name = ANY(%s::text[])"
 GPU_TYPES_SQL = "SELECT name, memory_gib, compute_weight FROM gpu_types"
