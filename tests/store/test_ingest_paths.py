@@ -4,6 +4,8 @@ arrived in (to the microsecond PostgreSQL keeps), and intervals that do not chan
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -163,3 +165,23 @@ def test_intervals_that_do_not_change_are_not_rewritten(conn: Connection) -> Non
         )
     ).one()
     assert (state, alive) == ("finished", NOW - 200)
+
+
+def test_concurrent_batches_of_one_workload_see_each_other(conn: Connection, db: Engine) -> None:
+    assert statuses(conn, [start("w0", NOW - 600)]) == [STORED]  # holds w0 until it commits
+    outcome: list[EventStatus] = []
+
+    def other_stream() -> None:
+        with db.connect() as other:
+            outcome.extend(statuses(other, [stop("w0", NOW - 60)]))
+            other.commit()
+
+    stopping = threading.Thread(target=other_stream)
+    stopping.start()
+    time.sleep(0.5)
+    assert stopping.is_alive()  # waiting for the start's transaction
+    conn.commit()
+    stopping.join(timeout=20)
+    assert outcome == [STORED]
+    [(_, _, started, ended, _)] = intervals(conn, "w0")
+    assert (started, ended) == (NOW - 600, pytest.approx(NOW - 60))

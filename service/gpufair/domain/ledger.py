@@ -22,6 +22,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufair.domain.model import GpuType, Node
 
@@ -66,8 +67,10 @@ class EventPod:
         return len(self.gpu_indices) * self.gpu_fraction
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEvent:
+class LedgerEvent(NamedTuple):
+    """One reported fact. A named tuple rather than a frozen dataclass: ingestion makes one or two
+    per event, tens of thousands a second, and a tuple is several times cheaper to build."""
+
     event_id: str
     kind: EventKind
     occurred_at_s: float
@@ -109,24 +112,24 @@ def _order(event: LedgerEvent) -> tuple[float, int, str]:
 def derive_runs(events: Iterable[LedgerEvent]) -> list[Run]:
     """A workload's runs from its start and stop events, in any arrival order."""
     runs: list[Run] = []
-    open_run: Run | None = None
+    opened: LedgerEvent | None = None  # the start of the open run
     for event in sorted((e for e in events if e.kind in RUN_KINDS), key=_order):
         if event.kind is EventKind.STARTED:
-            if open_run is None:
-                open_run = Run(event.event_id, event.occurred_at_s, event.pods)
-        elif open_run is not None:
+            if opened is None:
+                opened = event
+        elif opened is not None:
             runs.append(
                 Run(
-                    open_run.start_event_id,
-                    open_run.started_at_s,
-                    open_run.pods,
+                    opened.event_id,
+                    opened.occurred_at_s,
+                    opened.pods,
                     event.occurred_at_s,
                     event.kind,
                 )
             )
-            open_run = None
-    if open_run is not None:
-        runs.append(open_run)
+            opened = None
+    if opened is not None:
+        runs.append(Run(opened.event_id, opened.occurred_at_s, opened.pods))
     return runs
 
 
@@ -150,12 +153,17 @@ def interval_rows(
     system ran one that did, each type is counted at its own weight)."""
     rows: list[IntervalRow] = []
     for run in runs:
-        by_type: dict[str, list[EventPod]] = defaultdict(list)
-        for pod in run.pods:
-            node = nodes.get(pod.node)
-            by_type[node.gpu_type if node else ""].append(pod)
-        for type_name, pods in sorted(by_type.items()):
-            gpus = math.fsum(p.gpus for p in pods)
+        types = {node.gpu_type if (node := nodes.get(p.node)) else "" for p in run.pods}
+        if len(types) == 1:  # as it should be; grouping and sorting change nothing then
+            groups: Iterable[tuple[str, Sequence[EventPod]]] = [(types.pop(), run.pods)]
+        else:
+            by_type: dict[str, list[EventPod]] = defaultdict(list)
+            for pod in run.pods:
+                node = nodes.get(pod.node)
+                by_type[node.gpu_type if node else ""].append(pod)
+            groups = sorted(by_type.items())
+        for type_name, pods in groups:
+            gpus = math.fsum(p.gpus for p in pods) if len(pods) > 1 else float(pods[0].gpus)
             weight = gpu_types[type_name].compute_weight if type_name in gpu_types else 0.0
             rows.append(
                 IntervalRow(
@@ -219,6 +227,11 @@ def static_problem(event: LedgerEvent, *, now_s: float) -> str | None:
     so ingestion can make them before it has a database connection."""
     if canonical_event_id(event.event_id) is None:
         return f"event_id {event.event_id[:80]!r} is not a UUID"
+    return static_problem_of_uuid(event, now_s=now_s)
+
+
+def static_problem_of_uuid(event: LedgerEvent, *, now_s: float) -> str | None:
+    """`static_problem` of an event whose id the caller found to be a UUID already."""
     at = event.occurred_at_s
     if not math.isfinite(at) or at <= 0:
         return "occurred_at is missing"

@@ -32,6 +32,7 @@ from gpufair.domain.ledger import (
     context_problem,
     event_problem,
     static_problem,
+    static_problem_of_uuid,
     stop_before_start,
 )
 from gpufair.domain.model import GpuType, Node
@@ -110,6 +111,10 @@ _WORKLOADS_SQL = (
     "SELECT w.uid, w.queue, w.pool, w.state FROM workloads w "
     "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[])"
 )
+# Runs are derived from what the batch reads; two transactions deriving the runs of one workload
+# at once would each miss the other's events. Locking the workloads first (in one order, so that
+# two batches cannot deadlock) makes the second wait, then read what the first committed.
+_LOCK_SQL = "SELECT uid FROM workloads WHERE uid = ANY(%s::text[]) ORDER BY uid FOR NO KEY UPDATE"
 _KNOWN_SQL = (
     "SELECT event_id::text, payload_digest FROM ledger_events WHERE event_id = ANY(%s::uuid[])"
 )
@@ -127,7 +132,8 @@ _WORKLOAD_UPDATE_SQL = """
                                  ELSE GREATEST(w.last_heartbeat_at, to_timestamp(r.at)) END,
         state = COALESCE(r.state, w.state),
         state_changed_at = CASE WHEN r.state IS NULL THEN w.state_changed_at ELSE now() END
-    FROM jsonb_to_recordset(%s::jsonb) AS r(uid text, at float8, state text)
+    FROM (SELECT d->>0 AS uid, (d->>1)::float8 AS at, d->>2 AS state
+          FROM jsonb_array_elements(%s::jsonb) AS d) AS r
     WHERE w.uid = r.uid
 """
 _SAVEPOINT = "gpufair_ingest_copy"
@@ -171,11 +177,14 @@ def prepare(
             continue
         first_seen[key or item.event_id] = digest
         # The sweeper's own events skip the checks meant for reports (see `_validate`); still,
-        # only a UUID can be stored, and `static_problem` says so first.
-        if key is None or not (internal and item.kind is stale):
-            problem = static_problem(item, now_s=now_s)
-            if problem or key is None:
-                outcomes.reject(i, problem or "")
+        # only a UUID can be stored.
+        if key is None:
+            outcomes.reject(i, static_problem(item, now_s=now_s) or "")
+            continue
+        if not (internal and item.kind is stale):
+            problem = static_problem_of_uuid(item, now_s=now_s)
+            if problem:
+                outcomes.reject(i, problem)
                 continue
         uid, kind, at = item.workload_uid, item.kind, item.occurred_at_s
         read_back = (
@@ -262,6 +271,8 @@ def _read_context(pg: psycopg.Connection[Any], candidates: Sequence[Candidate]) 
             # the table, and JIT-compiling them took longer than running them; the setting
             # ends with the transaction.
             pg.execute("SET LOCAL jit = off")
+            if run_uids:
+                pg.execute(_LOCK_SQL, (text_array(run_uids),))
             w.execute(_WORKLOADS_SQL, (text_array(uids),))
             n.execute(runs_repo.NODES_SQL, (text_array(node_names),))
             if run_uids:
@@ -430,10 +441,7 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan) -> None:
     with pg.pipeline(), pg.cursor() as cur:
         cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
         if touched:
-            doc = [
-                {"uid": u, "at": alive.get(u), "state": s.value if (s := states.get(u)) else None}
-                for u in touched
-            ]
+            doc = [(u, alive.get(u), s.value if (s := states.get(u)) else None) for u in touched]
             cur.execute(_WORKLOAD_UPDATE_SQL, (json.dumps(doc),))
         runs_repo.queue_writes(cur, plan.change)
 
