@@ -3,8 +3,8 @@
 A batch goes in two steps. `prepare` needs no database: conversion results, canonical payloads,
 digests, duplicates within the batch and every check that depends only on the event and the
 clock. `write` does the rest in the caller's transaction, in a constant number of round trips
-whatever the batch size: one pipelined read of everything the batch needs (workloads, nodes, ids
-already stored, the earlier run events and intervals of the workloads it touches), one COPY of
+whatever the batch size: one pipelined read of everything the batch needs (its workloads, locked;
+nodes; the earlier run events and intervals of the workloads whose runs it changes), one COPY of
 the new events, and one pipelined set of writes. The caller commits, and only then acknowledges.
 A stream can therefore prepare its next message while the previous one is in the database.
 """
@@ -107,14 +107,15 @@ class PreparedBatch:
     candidates: list[Candidate]
 
 
+# The batch's workloads, locked. Runs are derived from what the batch reads, and two
+# transactions deriving one workload's runs at once would each miss the other's events: the lock
+# makes the second wait, then read what the first committed. Every workload the batch will update
+# is locked here, in one order, so that two batches cannot deadlock on them.
 _WORKLOADS_SQL = (
     "SELECT w.uid, w.queue, w.pool, w.state FROM workloads w "
-    "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[])"
+    "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[]) "
+    "ORDER BY w.uid FOR NO KEY UPDATE OF w"
 )
-# Runs are derived from what the batch reads; two transactions deriving the runs of one workload
-# at once would each miss the other's events. Locking the workloads first (in one order, so that
-# two batches cannot deadlock) makes the second wait, then read what the first committed.
-_LOCK_SQL = "SELECT uid FROM workloads WHERE uid = ANY(%s::text[]) ORDER BY uid FOR NO KEY UPDATE"
 _KNOWN_SQL = (
     "SELECT event_id::text, payload_digest FROM ledger_events WHERE event_id = ANY(%s::uuid[])"
 )
@@ -271,8 +272,6 @@ def _read_context(pg: psycopg.Connection[Any], candidates: Sequence[Candidate]) 
             # the table, and JIT-compiling them took longer than running them; the setting
             # ends with the transaction.
             pg.execute("SET LOCAL jit = off")
-            if run_uids:
-                pg.execute(_LOCK_SQL, (text_array(run_uids),))
             w.execute(_WORKLOADS_SQL, (text_array(uids),))
             n.execute(runs_repo.NODES_SQL, (text_array(node_names),))
             if run_uids:
@@ -438,7 +437,7 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan) -> None:
     version per workload for both its heartbeat and its state)."""
     alive, states = plan.alive, plan.change.states
     touched = sorted(alive.keys() | states.keys())
-    with pg.pipeline(), pg.cursor() as cur:
+    with pg.cursor() as cur, pg.pipeline():
         cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
         if touched:
             doc = [(u, alive.get(u), s.value if (s := states.get(u)) else None) for u in touched]
