@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -225,24 +225,35 @@ class _Plan:
     node_events: list[LedgerEvent]
 
 
-def write(conn: Connection, batch: PreparedBatch, *, expect_duplicates: bool = False) -> Outcomes:
+def write(
+    conn: Connection,
+    batch: PreparedBatch,
+    *,
+    expect_duplicates: bool = False,
+    meanwhile: Callable[[], None] = lambda: None,
+) -> Outcomes:
     """Store a prepared batch in `conn`'s transaction; one outcome per item, in order.
 
     New events go in by COPY, which a single id already stored makes fail; the batch is then
     inserted again with ON CONFLICT. A caller that expects replays (a client resending what it
-    is not sure landed) says so with `expect_duplicates` and the COPY is not tried."""
+    is not sure landed) says so with `expect_duplicates` and the COPY is not tried.
+
+    `meanwhile` is called once, while the database applies the batch's last writes (or at the
+    end if there are none): work of the caller's that needs no database, done while it waits."""
     outcomes = batch.outcomes
-    if batch.candidates:
-        pg = _driver(conn)
-        ctx = _read_context(pg, batch.candidates)
-        keep = _validate(batch, ctx)
-        if expect_duplicates:
-            plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
-        else:
-            plan = _copy(pg, keep, ctx, outcomes)
-        _send_writes(pg, plan)
-        if plan.node_events:
-            _apply_node_capacity(conn, plan.node_events)
+    if not batch.candidates:
+        meanwhile()
+        return outcomes
+    pg = _driver(conn)
+    ctx = _read_context(pg, batch.candidates)
+    keep = _validate(batch, ctx)
+    if expect_duplicates:
+        plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
+    else:
+        plan = _copy(pg, keep, ctx, outcomes)
+    _send_writes(pg, plan, meanwhile)
+    if plan.node_events:
+        _apply_node_capacity(conn, plan.node_events)
     return outcomes
 
 
@@ -432,9 +443,10 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     return _Plan(alive, change, node_events)
 
 
-def _send_writes(pg: psycopg.Connection[Any], plan: _Plan) -> None:
+def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, meanwhile: Callable[[], None]) -> None:
     """All writes of the plan in one round trip, the workloads in one statement (one new row
-    version per workload for both its heartbeat and its state)."""
+    version per workload for both its heartbeat and its state). In a pipeline each statement
+    goes out as it is issued, so the server is at work when `meanwhile` runs."""
     alive, states = plan.alive, plan.change.states
     touched = sorted(alive.keys() | states.keys())
     with pg.cursor() as cur, pg.pipeline():
@@ -443,6 +455,7 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan) -> None:
             doc = [(u, alive.get(u), s.value if (s := states.get(u)) else None) for u in touched]
             cur.execute(_WORKLOAD_UPDATE_SQL, (json.dumps(doc),))
         runs_repo.queue_writes(cur, plan.change)
+        meanwhile()
 
 
 def _apply_node_capacity(conn: Connection, events: Iterable[LedgerEvent]) -> None:
