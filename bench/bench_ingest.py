@@ -28,7 +28,7 @@ from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import Workload
 from gpufair.store import migrate, workload_repo
 from gpufair.store.database import make_engine
-from gpufair.store.ledger_repo import payload_json
+from gpufair.store.event_codec import payload_json
 from gpufair.store.scratch import scratch_database, test_server
 from gpufair.v1 import ledger_pb2
 

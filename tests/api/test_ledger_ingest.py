@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import grpc
 import pytest
 from ledger_support import (
     DUPLICATE,
@@ -208,3 +209,64 @@ def test_submit_is_idempotent_by_uid(ready: GpufairClient) -> None:
     request.workloads[0].uid = "w2"
     [result] = ready.scheduler.SubmitWorkloads(request, timeout=10).results
     assert not result.accepted and result.error == "unknown queue 'nobody'"
+
+
+def test_stream_messages_are_written_in_order(ready: GpufairClient, db: Engine) -> None:
+    for uid in ("o-1", "o-2"):
+        submit(ready, uid)
+    messages = [
+        [event(STARTED, "o-1", T0, [("a1", [0], 1.0)])],
+        [event(STOPPED, "o-1", T0 + 100), event(STARTED, "o-2", T0 + 50, [("a1", [1], 1.0)])],
+        # Pairs only with what the message before stored: this stop is earlier than that start.
+        [event(STOPPED, "o-2", T0 + 10), event(HEARTBEAT, "o-2", T0 + 60)],
+    ]
+    reply = ready.ledger.StreamEvents(
+        iter(ledger_pb2.ReportEventsRequest(events=m) for m in messages), timeout=20
+    )
+    assert [r.status for r in reply.results] == [STORED, STORED, STORED, REJECTED, STORED]
+    assert reply.results[3].error == "stopped before the workload started"
+    assert [(r[4], r[5]) for r in intervals(db, "o-1")] == [
+        (pytest.approx(T0 + 100, abs=1e-5), "stopped")
+    ]
+    assert state(db, "o-1") == "finished" and state(db, "o-2") == "running"
+
+
+def test_stream_error_keeps_what_earlier_messages_stored(
+    ready: GpufairClient, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpufair.api.ledger.MAX_EVENTS_PER_BATCH", 2)
+    submit(ready, "e-1")
+    messages = [
+        [event(STARTED, "e-1", T0, [("a1", [0], 1.0)])],
+        [event(HEARTBEAT, "e-1", T0 + k) for k in range(1, 4)],
+    ]
+    with pytest.raises(grpc.RpcError) as failed:
+        ready.ledger.StreamEvents(
+            iter(ledger_pb2.ReportEventsRequest(events=m) for m in messages), timeout=20
+        )
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "messages[1].events" in str(failed.value.details())
+    assert len(intervals(db, "e-1")) == 1 and state(db, "e-1") == "running"
+
+
+def test_resent_stream_is_all_duplicates_and_changes_nothing(
+    ready: GpufairClient, db: Engine
+) -> None:
+    for i in range(3):
+        submit(ready, f"r-{i}")
+    messages = [
+        ledger_pb2.ReportEventsRequest(
+            events=[
+                event(STARTED, f"r-{i}", T0 + i, [("a2", [i], 1.0)]),
+                event(HEARTBEAT, f"r-{i}", T0 + i + 30),
+                event(STOPPED, f"r-{i}", T0 + i + 60),
+            ]
+        )
+        for i in range(3)
+    ]
+    first = ready.ledger.StreamEvents(iter(messages), timeout=20)
+    assert [r.status for r in first.results] == [STORED] * 9
+    before = [intervals(db, f"r-{i}") for i in range(3)]
+    again = ready.ledger.StreamEvents(iter(messages), timeout=20)
+    assert [r.status for r in again.results] == [DUPLICATE] * 9
+    assert [intervals(db, f"r-{i}") for i in range(3)] == before

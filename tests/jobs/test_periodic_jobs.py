@@ -21,6 +21,7 @@ from gpufair.jobs import claims
 from gpufair.jobs.retention import Retention, apply_retention
 from gpufair.jobs.runner import JobSettings, PeriodicJobs
 from gpufair.jobs.sweeper import sweep
+from gpufair.metrics import observe_events
 from gpufair.store import ledger_repo, workload_repo
 from gpufair.store.database import Database, normalise_url
 from gpufair.store.scratch import scratch_database
@@ -168,3 +169,27 @@ def test_rpc_metrics_count_calls_by_status(cluster: GpufairClient) -> None:
     before = REGISTRY.get_sample_value("gpufair_rpcs_total", labels) or 0.0
     cluster.get_config()
     assert REGISTRY.get_sample_value("gpufair_rpcs_total", labels) == before + 1
+
+
+def test_ingest_metrics_count_events_and_their_lag() -> None:
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    lag, events = "gpufair_ingest_lag_seconds", "gpufair_events_total"
+    before = {
+        "le_1": sample(f"{lag}_bucket", le="1.0"),
+        "le_60": sample(f"{lag}_bucket", le="60.0"),
+        "inf": sample(f"{lag}_bucket", le="+Inf"),
+        "count": sample(f"{lag}_count"),
+        "sum": sample(f"{lag}_sum"),
+        "stored": sample(events, status="stored"),
+        "rejected": sample(events, status="rejected"),
+    }
+    observe_events([0.5, 1.0, 30.0, 1e6, -2.0], {"stored": 5, "rejected": 2})
+    assert sample(f"{lag}_bucket", le="1.0") == before["le_1"] + 3  # 0.5, 1.0 and -2 as 0
+    assert sample(f"{lag}_bucket", le="60.0") == before["le_60"] + 4
+    assert sample(f"{lag}_bucket", le="+Inf") == before["inf"] + 5
+    assert sample(f"{lag}_count") == before["count"] + 5
+    assert sample(f"{lag}_sum") == pytest.approx(before["sum"] + 0.5 + 1.0 + 30.0 + 1e6)
+    assert sample(events, status="stored") == before["stored"] + 5
+    assert sample(events, status="rejected") == before["rejected"] + 2

@@ -20,16 +20,20 @@ def event_from_proto(msg: pb.LedgerEvent) -> LedgerEvent | str:
     kind = _KINDS.get(msg.kind)
     if kind is None:
         return f"unknown event kind {msg.kind}"
+    # An unset occurred_at reads as zero seconds: the same 0.0 as asking HasField first.
     at = msg.occurred_at
+    pods = msg.pods
     return LedgerEvent(
-        event_id=msg.event_id,
-        kind=kind,
-        occurred_at_s=at.seconds + at.nanos / 1e9 if msg.HasField("occurred_at") else 0.0,
-        workload_uid=msg.workload_uid,
-        pods=tuple(
+        msg.event_id,
+        kind,
+        at.seconds + at.nanos / 1e9,
+        msg.workload_uid,
+        tuple(
             EventPod(p.node, tuple(p.gpu_indices), p.gpu_fraction if p.gpu_fraction else 1.0)
-            for p in msg.pods
-        ),
-        node=msg.node,
-        gpu_count=msg.gpu_count,
+            for p in pods
+        )
+        if pods
+        else (),
+        msg.node,
+        msg.gpu_count,
     )

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufair.domain.model import GpuType, Node
 
@@ -65,8 +67,10 @@ class EventPod:
         return len(self.gpu_indices) * self.gpu_fraction
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEvent:
+class LedgerEvent(NamedTuple):
+    """One reported fact. A named tuple rather than a frozen dataclass: ingestion makes one or two
+    per event, tens of thousands a second, and a tuple is several times cheaper to build."""
+
     event_id: str
     kind: EventKind
     occurred_at_s: float
@@ -108,24 +112,24 @@ def _order(event: LedgerEvent) -> tuple[float, int, str]:
 def derive_runs(events: Iterable[LedgerEvent]) -> list[Run]:
     """A workload's runs from its start and stop events, in any arrival order."""
     runs: list[Run] = []
-    open_run: Run | None = None
+    opened: LedgerEvent | None = None  # the start of the open run
     for event in sorted((e for e in events if e.kind in RUN_KINDS), key=_order):
         if event.kind is EventKind.STARTED:
-            if open_run is None:
-                open_run = Run(event.event_id, event.occurred_at_s, event.pods)
-        elif open_run is not None:
+            if opened is None:
+                opened = event
+        elif opened is not None:
             runs.append(
                 Run(
-                    open_run.start_event_id,
-                    open_run.started_at_s,
-                    open_run.pods,
+                    opened.event_id,
+                    opened.occurred_at_s,
+                    opened.pods,
                     event.occurred_at_s,
                     event.kind,
                 )
             )
-            open_run = None
-    if open_run is not None:
-        runs.append(open_run)
+            opened = None
+    if opened is not None:
+        runs.append(Run(opened.event_id, opened.occurred_at_s, opened.pods))
     return runs
 
 
@@ -149,12 +153,17 @@ def interval_rows(
     system ran one that did, each type is counted at its own weight)."""
     rows: list[IntervalRow] = []
     for run in runs:
-        by_type: dict[str, list[EventPod]] = defaultdict(list)
-        for pod in run.pods:
-            node = nodes.get(pod.node)
-            by_type[node.gpu_type if node else ""].append(pod)
-        for type_name, pods in sorted(by_type.items()):
-            gpus = math.fsum(p.gpus for p in pods)
+        types = {node.gpu_type if (node := nodes.get(p.node)) else "" for p in run.pods}
+        if len(types) == 1:  # as it should be; grouping and sorting change nothing then
+            groups: Iterable[tuple[str, Sequence[EventPod]]] = [(types.pop(), run.pods)]
+        else:
+            by_type: dict[str, list[EventPod]] = defaultdict(list)
+            for pod in run.pods:
+                node = nodes.get(pod.node)
+                by_type[node.gpu_type if node else ""].append(pod)
+            groups = sorted(by_type.items())
+        for type_name, pods in groups:
+            gpus = math.fsum(p.gpus for p in pods) if len(pods) > 1 else float(pods[0].gpus)
             weight = gpu_types[type_name].compute_weight if type_name in gpu_types else 0.0
             rows.append(
                 IntervalRow(
@@ -184,6 +193,21 @@ class WorkloadRef:
     pool: str
 
 
+# The form PostgreSQL prints and most clients send: recognised without building a UUID object.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def canonical_event_id(event_id: str) -> str | None:
+    """The event id in PostgreSQL's text form (lowercase, hyphenated), or None if it is not a
+    UUID. Replays are recognised by this form, so `{...}` or upper case is the same event."""
+    if _CANONICAL_UUID.match(event_id):
+        return event_id
+    try:
+        return str(uuid.UUID(event_id))
+    except ValueError:
+        return None
+
+
 def event_problem(
     event: LedgerEvent,
     *,
@@ -193,19 +217,39 @@ def event_problem(
 ) -> str | None:
     """Why `event` cannot be stored, or None. Checks only the event itself and the config;
     ordering against other events of the workload is `stop_before_start`."""
-    try:
-        uuid.UUID(event.event_id)
-    except ValueError:
+    return static_problem(event, now_s=now_s) or context_problem(
+        event, workload=workload, nodes=nodes
+    )
+
+
+def static_problem(event: LedgerEvent, *, now_s: float) -> str | None:
+    """The first checks of `event_problem`: those that need nothing but the event and the clock,
+    so ingestion can make them before it has a database connection."""
+    if canonical_event_id(event.event_id) is None:
         return f"event_id {event.event_id[:80]!r} is not a UUID"
-    if not math.isfinite(event.occurred_at_s) or event.occurred_at_s <= 0:
+    return static_problem_of_uuid(event, now_s=now_s)
+
+
+def static_problem_of_uuid(event: LedgerEvent, *, now_s: float) -> str | None:
+    """`static_problem` of an event whose id the caller found to be a UUID already."""
+    at = event.occurred_at_s
+    if not math.isfinite(at) or at <= 0:
         return "occurred_at is missing"
-    if event.occurred_at_s > now_s + MAX_FUTURE_SKEW_S:
-        ahead = event.occurred_at_s - now_s
+    if at > now_s + MAX_FUTURE_SKEW_S:
+        ahead = at - now_s
         return f"occurred_at is {ahead:.0f} s in the future (more than {MAX_FUTURE_SKEW_S:.0f} s of clock skew)"
-    if event.occurred_at_s < now_s - MAX_AGE_S:
+    if at < now_s - MAX_AGE_S:
         return f"occurred_at is more than {MAX_AGE_S / 86400:.0f} days in the past"
     if event.kind is EventKind.STALE:
         return "stale events are written by gpufair itself"
+    return None
+
+
+def context_problem(
+    event: LedgerEvent, *, workload: WorkloadRef | None, nodes: Mapping[str, Node]
+) -> str | None:
+    """The rest of `event_problem`, for an event that passed `static_problem`: what depends on
+    the workload and the nodes."""
     if event.kind is EventKind.NODE_CAPACITY:
         if event.node not in nodes:
             return f"unknown node {event.node[:80]!r}"

@@ -1,39 +1,51 @@
-"""Event ingestion: validate, store idempotently, and rebuild what ran from the stored events.
+"""Event ingestion: validate, store idempotently, and bring what ran up to date with the events.
 
-One call handles one batch in the caller's transaction, with a constant number of round trips
-whatever the batch size (rows travel as one JSON document each way), so a large batch costs
-little more than its rows. The caller commits, and only then acknowledges.
+A batch goes in two steps. `prepare` needs no database: conversion results, canonical payloads,
+digests, duplicates within the batch and every check that depends only on the event and the
+clock. `write` does the rest in the caller's transaction, in a constant number of round trips
+whatever the batch size: one pipelined read of everything the batch needs (its workloads, locked;
+nodes; the earlier run events and intervals of the workloads whose runs it changes), one COPY of
+the new events, and one pipelined set of writes. The caller commits, and only then acknowledges.
+A stream can therefore prepare its next message while the previous one is in the database.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
-import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, select, text
+import psycopg
+from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import (
     END_KINDS,
+    RUN_KINDS,
     EventKind,
-    EventPod,
     LedgerEvent,
     WorkloadRef,
     WorkloadState,
-    derive_runs,
+    canonical_event_id,
+    context_problem,
     event_problem,
-    interval_rows,
-    state_after,
+    static_problem,
+    static_problem_of_uuid,
     stop_before_start,
 )
 from gpufair.domain.model import GpuType, Node
-from gpufair.store import capacity_repo
-from gpufair.store import tables as t
+from gpufair.store import capacity_repo, runs_repo
+from gpufair.store.event_codec import (
+    COPY_EVENTS_SQL,
+    copy_row,
+    copy_stream,
+    payload_digest,
+    payload_json,
+    stored_epoch_s,
+    text_array,
+)
 
 
 class EventStatus(enum.StrEnum):
@@ -49,76 +61,83 @@ class EventOutcome:
     error: str = ""
 
 
-def payload_json(event: LedgerEvent) -> str:
-    """The canonical payload: what a replay of the same event_id must repeat exactly."""
-    return json.dumps(
-        {
-            "kind": event.kind.value,
-            "occurred_at_s": event.occurred_at_s,
-            "workload_uid": event.workload_uid,
-            "pods": [
-                {"node": p.node, "gpu_indices": list(p.gpu_indices), "gpu_fraction": p.gpu_fraction}
-                for p in event.pods
-            ],
-            "node": event.node,
-            "gpu_count": event.gpu_count,
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+REUSED = "event_id reused with a different payload"
 
 
-def _digest(payload: str) -> str:
-    return hashlib.sha256(payload.encode()).hexdigest()
+class Outcomes:
+    """The outcome of each item of a batch, as a status per item and the reasons of the rejected
+    ones: an object per event would cost more (to make and to garbage-collect) than it says."""
+
+    __slots__ = ("errors", "event_ids", "statuses")
+
+    def __init__(self, event_ids: list[str]) -> None:
+        self.event_ids = event_ids
+        self.statuses: list[EventStatus | None] = [None] * len(event_ids)
+        self.errors: dict[int, str] = {}
+
+    def reject(self, index: int, error: str) -> None:
+        self.statuses[index] = EventStatus.REJECTED
+        self.errors[index] = error
+
+    def final(self) -> list[EventStatus]:
+        """The statuses, once every item has one."""
+        if None in self.statuses:
+            raise RuntimeError("an item of the batch was left without an outcome")
+        return cast("list[EventStatus]", self.statuses)
+
+    def as_list(self) -> list[EventOutcome]:
+        return [
+            EventOutcome(event_id, status, self.errors.get(i, ""))
+            for i, (event_id, status) in enumerate(zip(self.event_ids, self.final(), strict=True))
+        ]
 
 
-def _nodes(conn: Connection, names: Iterable[str]) -> dict[str, Node]:
-    wanted = list(set(names))
-    if not wanted:
-        return {}
-    rows = conn.execute(
-        select(t.nodes.c.name, t.nodes.c.pool, t.nodes.c.gpu_type, t.nodes.c.gpu_count).where(
-            t.nodes.c.name.in_(wanted)
-        )
-    )
-    return {r.name: Node(r.name, r.pool, r.gpu_type, r.gpu_count, 0, 0) for r in rows}
+# An event that passed the checks `prepare` can make: (index in the batch, event as received,
+# canonical id, payload, digest, its COPY row, and for run events the event as it will read back
+# from the database: PostgreSQL's id text and microsecond instant, so that runs come out the same
+# whichever batch an event arrived in).
+Candidate = tuple[int, LedgerEvent, str, bytes, str, bytes, LedgerEvent | None]
 
 
-def _gpu_types(conn: Connection) -> dict[str, GpuType]:
-    rows = conn.execute(
-        select(t.gpu_types.c.name, t.gpu_types.c.memory_gib, t.gpu_types.c.compute_weight)
-    )
-    return {r.name: GpuType(r.name, r.memory_gib, r.compute_weight) for r in rows}
+@dataclass(slots=True)
+class PreparedBatch:
+    now_s: float
+    internal: bool
+    outcomes: Outcomes
+    candidates: list[Candidate]
 
 
-def _workloads(
-    conn: Connection, uids: Iterable[str]
-) -> dict[str, tuple[WorkloadRef, WorkloadState]]:
-    wanted = list(set(uids))
-    if not wanted:
-        return {}
-    rows = conn.execute(
-        text(
-            "SELECT w.uid, w.queue, w.pool, w.state FROM workloads w "
-            "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(:uids)"
-        ),
-        {"uids": wanted},
-    )
-    return {r.uid: (WorkloadRef(r.uid, r.queue, r.pool), WorkloadState(r.state)) for r in rows}
-
-
-def _earliest_starts(conn: Connection, uids: Sequence[str]) -> dict[str, float]:
-    if not uids:
-        return {}
-    rows = conn.execute(
-        text(
-            "SELECT workload_uid, extract(epoch FROM min(occurred_at))::float8 AS at "
-            "FROM ledger_events WHERE kind = 'started' AND workload_uid = ANY(:uids) "
-            "GROUP BY workload_uid"
-        ),
-        {"uids": list(uids)},
-    )
-    return {r.workload_uid: r.at for r in rows}
+# The batch's workloads, locked. Runs are derived from what the batch reads, and two
+# transactions deriving one workload's runs at once would each miss the other's events: the lock
+# makes the second wait, then read what the first committed. Every workload the batch will update
+# is locked here, in one order, so that two batches cannot deadlock on them.
+_WORKLOADS_SQL = (
+    "SELECT w.uid, w.queue, w.pool, w.state FROM workloads w "
+    "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[]) "
+    "ORDER BY w.uid FOR NO KEY UPDATE OF w"
+)
+_KNOWN_SQL = (
+    "SELECT event_id::text, payload_digest FROM ledger_events WHERE event_id = ANY(%s::uuid[])"
+)
+_INSERT_SQL = """
+    INSERT INTO ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest)
+    SELECT r.id::uuid, r.uid, r.kind, to_timestamp(r.at), r.payload::jsonb, r.digest
+    FROM jsonb_to_recordset(%s::jsonb)
+         AS r(id text, uid text, kind text, at float8, payload text, digest text)
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id::text
+"""
+_WORKLOAD_UPDATE_SQL = """
+    UPDATE workloads w SET
+        last_heartbeat_at = CASE WHEN r.at IS NULL THEN w.last_heartbeat_at
+                                 ELSE GREATEST(w.last_heartbeat_at, to_timestamp(r.at)) END,
+        state = COALESCE(r.state, w.state),
+        state_changed_at = CASE WHEN r.state IS NULL THEN w.state_changed_at ELSE now() END
+    FROM (SELECT d->>0 AS uid, (d->>1)::float8 AS at, d->>2 AS state
+          FROM jsonb_array_elements(%s::jsonb) AS d) AS r
+    WHERE w.uid = r.uid
+"""
+_SAVEPOINT = "gpufair_ingest_copy"
 
 
 def ingest(
@@ -131,313 +150,315 @@ def ingest(
     """Store a batch of events. Items that could not even be converted come as (event_id, error).
     Returns one outcome per item, in order. `internal` admits the kinds only gpufair writes
     (`stale`, from the sweeper)."""
-    outcomes: list[EventOutcome | None] = [None] * len(events)
-    candidates: list[tuple[int, LedgerEvent, str, str]] = []  # (index, event, payload, digest)
-    first_seen: dict[str, str] = {}  # event_id -> digest, within this batch
-    for i, item in enumerate(events):
-        if isinstance(item, tuple):
-            outcomes[i] = EventOutcome(item[0], EventStatus.REJECTED, item[1])
-            continue
-        payload = payload_json(item)
-        digest = _digest(payload)
-        seen = first_seen.get(item.event_id)
-        if seen is not None:
-            outcomes[i] = (
-                EventOutcome(item.event_id, EventStatus.DUPLICATE)
-                if seen == digest
-                else EventOutcome(
-                    item.event_id, EventStatus.REJECTED, "event_id reused with a different payload"
-                )
-            )
-            continue
-        first_seen[item.event_id] = digest
-        candidates.append((i, item, payload, digest))
+    return write(conn, prepare(events, now_s, internal=internal)).as_list()
 
-    workloads = _workloads(conn, (e.workload_uid for _, e, _, _ in candidates if e.workload_uid))
-    node_names = [p.node for _, e, _, _ in candidates for p in e.pods]
-    node_names += [e.node for _, e, _, _ in candidates if e.node]
-    nodes = _nodes(conn, node_names)
-    valid: list[tuple[int, LedgerEvent, str, str]] = []
-    for i, event, payload, digest in candidates:
-        ref = workloads.get(event.workload_uid)
-        problem = (
-            None
-            if internal and event.kind is EventKind.STALE and ref is not None
-            else event_problem(event, now_s=now_s, workload=ref[0] if ref else None, nodes=nodes)
+
+def prepare(
+    events: Sequence[LedgerEvent | tuple[str, str]], now_s: float, *, internal: bool = False
+) -> PreparedBatch:
+    """Everything about a batch that needs no database."""
+    outcomes = Outcomes([e.event_id if isinstance(e, LedgerEvent) else e[0] for e in events])
+    statuses = outcomes.statuses
+    candidates: list[Candidate] = []
+    first_seen: dict[str, str] = {}  # canonical event_id -> digest, within this batch
+    stale, run_kinds = EventKind.STALE, RUN_KINDS
+    for i, item in enumerate(events):
+        if not isinstance(item, LedgerEvent):
+            outcomes.reject(i, item[1])
+            continue
+        payload = payload_json(item).encode()
+        digest = payload_digest(payload)
+        key = canonical_event_id(item.event_id)
+        seen = first_seen.get(key or item.event_id)
+        if seen is not None:
+            if seen == digest:
+                statuses[i] = EventStatus.DUPLICATE
+            else:
+                outcomes.reject(i, REUSED)
+            continue
+        first_seen[key or item.event_id] = digest
+        # The sweeper's own events skip the checks meant for reports (see `_validate`); still,
+        # only a UUID can be stored.
+        if key is None:
+            outcomes.reject(i, static_problem(item, now_s=now_s) or "")
+            continue
+        if not (internal and item.kind is stale):
+            problem = static_problem_of_uuid(item, now_s=now_s)
+            if problem:
+                outcomes.reject(i, problem)
+                continue
+        uid, kind, at = item.workload_uid, item.kind, item.occurred_at_s
+        read_back = (
+            LedgerEvent(key, kind, stored_epoch_s(at), uid, item.pods)
+            if kind in run_kinds
+            else None
         )
-        if problem:
-            outcomes[i] = EventOutcome(event.event_id, EventStatus.REJECTED, problem)
+        row = copy_row(key, uid, kind, at, payload, digest)
+        candidates.append((i, item, key, payload, digest, row, read_back))
+    return PreparedBatch(now_s, internal, outcomes, candidates)
+
+
+def _driver(conn: Connection) -> psycopg.Connection[Any]:
+    """The psycopg connection under `conn`, inside the transaction `conn` will commit."""
+    if not conn.in_transaction():
+        conn.begin()
+    return cast("psycopg.Connection[Any]", conn.connection.driver_connection)
+
+
+@dataclass(slots=True)
+class _Context:
+    """What the batch needs to know from the database, read before it writes anything."""
+
+    workloads: dict[str, tuple[WorkloadRef, WorkloadState]]
+    nodes: dict[str, Node]
+    run_events: dict[str, list[LedgerEvent]]  # of the batch's workloads, stored before it
+    intervals: list[runs_repo.IntervalRecord]  # of the same workloads
+    gpu_types: dict[str, GpuType]
+
+
+@dataclass(slots=True)
+class _Plan:
+    """The writes that follow from the stored events."""
+
+    alive: dict[str, float]  # workload -> latest started or heartbeat instant
+    change: runs_repo.RunsChange
+    node_events: list[LedgerEvent]
+
+
+def write(
+    conn: Connection,
+    batch: PreparedBatch,
+    *,
+    expect_duplicates: bool = False,
+    meanwhile: Callable[[], None] = lambda: None,
+) -> Outcomes:
+    """Store a prepared batch in `conn`'s transaction; one outcome per item, in order.
+
+    New events go in by COPY, which a single id already stored makes fail; the batch is then
+    inserted again with ON CONFLICT. A caller that expects replays (a client resending what it
+    is not sure landed) says so with `expect_duplicates` and the COPY is not tried.
+
+    `meanwhile` is called once, while the database applies the batch's last writes (or at the
+    end if there are none): work of the caller's that needs no database, done while it waits."""
+    outcomes = batch.outcomes
+    if not batch.candidates:
+        meanwhile()
+        return outcomes
+    pg = _driver(conn)
+    ctx = _read_context(pg, batch.candidates)
+    keep = _validate(batch, ctx)
+    if expect_duplicates:
+        plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
+    else:
+        plan = _copy(pg, keep, ctx, outcomes)
+    _send_writes(pg, plan, meanwhile)
+    if plan.node_events:
+        _apply_node_capacity(conn, plan.node_events)
+    return outcomes
+
+
+def _read_context(pg: psycopg.Connection[Any], candidates: Sequence[Candidate]) -> _Context:
+    uids: set[str] = set()
+    run_uids: set[str] = set()
+    node_names: set[str] = set()
+    for c in candidates:
+        e = c[1]
+        if e.workload_uid:
+            uids.add(e.workload_uid)
+            if e.kind in RUN_KINDS:
+                run_uids.add(e.workload_uid)
+        if e.node:
+            node_names.add(e.node)
+        for p in e.pods:
+            node_names.add(p.node)
+    with (
+        pg.cursor() as w,
+        pg.cursor() as n,
+        pg.cursor() as runs,
+        pg.cursor() as intervals,
+        pg.cursor() as types,
+    ):
+        with pg.pipeline():
+            # Lookups per workload can look costly to a planner whose statistics are behind
+            # the table, and JIT-compiling them took longer than running them; the setting
+            # ends with the transaction.
+            pg.execute("SET LOCAL jit = off")
+            w.execute(_WORKLOADS_SQL, (text_array(uids),))
+            n.execute(runs_repo.NODES_SQL, (text_array(node_names),))
+            if run_uids:
+                runs.execute(runs_repo.RUN_EVENTS_SQL, (text_array(run_uids),))
+                intervals.execute(runs_repo.INTERVALS_SQL, (text_array(run_uids),))
+                types.execute(runs_repo.GPU_TYPES_SQL)
+            # Set here, where it costs no round trip, for the COPY that may need to fall back.
+            pg.execute(f"SAVEPOINT {_SAVEPOINT}")
+        ctx = _Context(
+            {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in w.fetchall()},
+            runs_repo.nodes_from_rows(n.fetchall()),
+            {},
+            [],
+            {},
+        )
+        if run_uids:
+            ctx.run_events = runs_repo.run_events_from_rows(runs.fetchall())
+            ctx.intervals = runs_repo.intervals_from_rows(intervals.fetchall())
+            ctx.gpu_types = {r[0]: GpuType(r[0], r[1], r[2]) for r in types.fetchall()}
+    # Runs are re-derived with their pods: earlier starts may name nodes this batch does not.
+    missing = {p.node for evs in ctx.run_events.values() for e in evs for p in e.pods}
+    missing -= ctx.nodes.keys()
+    if missing:
+        rows = pg.execute(runs_repo.NODES_SQL, (text_array(missing),)).fetchall()
+        ctx.nodes.update(runs_repo.nodes_from_rows(rows))
+    return ctx
+
+
+def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
+    """The checks that need the workloads and nodes; rejects what fails them, returns the rest."""
+    outcomes, workloads, nodes = batch.outcomes, ctx.workloads, ctx.nodes
+    valid: list[Candidate] = []
+    for c in batch.candidates:
+        event = c[1]
+        ref = workloads.get(event.workload_uid)
+        if batch.internal and event.kind is EventKind.STALE:
+            problem = (
+                None
+                if ref is not None
+                else event_problem(event, now_s=batch.now_s, workload=None, nodes=nodes)
+            )
         else:
-            valid.append((i, event, payload, digest))
+            problem = context_problem(event, workload=ref[0] if ref else None, nodes=nodes)
+        if problem:
+            outcomes.reject(c[0], problem)
+        else:
+            valid.append(c)
 
     # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
-    stop_uids = sorted({e.workload_uid for _, e, _, _ in valid if e.kind in END_KINDS})
-    earliest = _earliest_starts(conn, stop_uids)
-    for _, e, _, _ in valid:
+    earliest: dict[str, float] = {}
+    for uid, events in ctx.run_events.items():
+        starts = [e.occurred_at_s for e in events if e.kind is EventKind.STARTED]
+        if starts:
+            earliest[uid] = min(starts)
+    for c in valid:
+        e = c[1]
         if e.kind is EventKind.STARTED:
             earliest[e.workload_uid] = min(
                 earliest.get(e.workload_uid, e.occurred_at_s), e.occurred_at_s
             )
-    keep: list[tuple[int, LedgerEvent, str, str]] = []
-    for i, event, payload, digest in valid:
-        problem = stop_before_start(event, earliest.get(event.workload_uid))
-        if problem:
-            outcomes[i] = EventOutcome(event.event_id, EventStatus.REJECTED, problem)
-        else:
-            keep.append((i, event, payload, digest))
-
-    stored = _insert(conn, keep)
-    _classify_conflicts(conn, keep, stored, outcomes)
-    stored_events = [e for _, e, _, _ in keep if e.event_id in stored]
-    _apply_stored(conn, stored_events, {uid: ref for uid, ref in workloads.items()}, now_s)
-    return [o for o in outcomes if o is not None]
-
-
-def _insert(conn: Connection, rows: Sequence[tuple[int, LedgerEvent, str, str]]) -> set[str]:
-    if not rows:
-        return set()
-    doc = json.dumps(
-        [
-            {
-                "id": e.event_id,
-                "uid": e.workload_uid or None,
-                "kind": e.kind.value,
-                "at": e.occurred_at_s,
-                "payload": payload,
-                "digest": digest,
-            }
-            for _, e, payload, digest in rows
-        ]
-    )
-    result = conn.execute(
-        text(
-            """
-            INSERT INTO ledger_events
-                (event_id, workload_uid, kind, occurred_at, payload, payload_digest)
-            SELECT r.id::uuid, r.uid, r.kind, to_timestamp(r.at), r.payload::jsonb, r.digest
-            FROM jsonb_to_recordset(CAST(:doc AS jsonb))
-                 AS r(id text, uid text, kind text, at float8, payload text, digest text)
-            ON CONFLICT (event_id) DO NOTHING
-            RETURNING event_id::text
-            """
-        ),
-        {"doc": doc},
-    )
-    return {r[0] for r in result}
-
-
-def _classify_conflicts(
-    conn: Connection,
-    rows: Sequence[tuple[int, LedgerEvent, str, str]],
-    stored: set[str],
-    outcomes: list[EventOutcome | None],
-) -> None:
-    conflicting = [e.event_id for _, e, _, _ in rows if e.event_id not in stored]
-    known: dict[str, str] = {}
-    if conflicting:
-        known = dict(
-            conn.execute(
-                text(
-                    "SELECT event_id::text, payload_digest FROM ledger_events "
-                    "WHERE event_id = ANY(CAST(:ids AS uuid[]))"
-                ),
-                {"ids": conflicting},
-            ).all()
+    keep: list[Candidate] = []
+    for c in valid:
+        e = c[1]
+        problem = (
+            stop_before_start(e, earliest.get(e.workload_uid)) if e.kind in END_KINDS else None
         )
-    for i, event, _, digest in rows:
-        if event.event_id in stored:
-            outcomes[i] = EventOutcome(event.event_id, EventStatus.STORED)
-        elif known.get(event.event_id) == digest:
-            outcomes[i] = EventOutcome(event.event_id, EventStatus.DUPLICATE)
+        if problem:
+            outcomes.reject(c[0], problem)
         else:
-            outcomes[i] = EventOutcome(
-                event.event_id, EventStatus.REJECTED, "event_id reused with a different payload"
-            )
+            keep.append(c)
+    return keep
 
 
-def _apply_stored(
-    conn: Connection,
-    stored: Sequence[LedgerEvent],
-    workloads: dict[str, tuple[WorkloadRef, WorkloadState]],
-    now_s: float,
-) -> None:
-    """Bring heartbeats, runs, workload states and capacity up to date with newly stored events."""
+def _copy(
+    pg: psycopg.Connection[Any],
+    events: Sequence[Candidate],
+    ctx: _Context,
+    outcomes: Outcomes,
+) -> _Plan:
+    """COPY `events` in, in the savepoint `_read_context` set; if one of them is stored already
+    (a replay, or another transaction storing it meanwhile), roll back to the savepoint and
+    insert them with ON CONFLICT instead."""
+    if not events or pg.info.encoding != "utf-8":
+        return _plan(_insert_careful(pg, events, outcomes), ctx)
+    try:
+        with pg.cursor() as cur, cur.copy(COPY_EVENTS_SQL) as copy:
+            copy.write(copy_stream(c[5] for c in events))
+            # The server is still working through the rows: plan the writes meanwhile, as if
+            # all of them get stored.
+            plan = _plan(events, ctx)
+    except psycopg.errors.UniqueViolation:
+        pg.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        return _plan(_insert_careful(pg, events, outcomes), ctx)
+    statuses, stored = outcomes.statuses, EventStatus.STORED
+    for c in events:
+        statuses[c[0]] = stored
+    return plan
+
+
+def _insert_careful(
+    pg: psycopg.Connection[Any], fresh: Sequence[Candidate], outcomes: Outcomes
+) -> list[Candidate]:
+    """Insert what is not stored yet, and tell replays from reused ids; returns those stored."""
+    if not fresh:
+        return []
+    doc = [
+        {
+            "id": key,
+            "uid": e.workload_uid or None,
+            "kind": e.kind.value,
+            "at": e.occurred_at_s,
+            "payload": payload.decode(),
+            "digest": digest,
+        }
+        for _, e, key, payload, digest, _, _ in fresh
+    ]
+    with pg.cursor() as cur:
+        stored = {r[0] for r in cur.execute(_INSERT_SQL, (json.dumps(doc),))}
+        lost = [c[2] for c in fresh if c[2] not in stored]
+        known: dict[str, str] = (
+            dict(cur.execute(_KNOWN_SQL, ("{" + ",".join(lost) + "}",)).fetchall()) if lost else {}
+        )
+    kept: list[Candidate] = []
+    for c in fresh:
+        i, _, key, _, digest, _, _ = c
+        if key in stored:
+            outcomes.statuses[i] = EventStatus.STORED
+            kept.append(c)
+        elif known.get(key) == digest:
+            outcomes.statuses[i] = EventStatus.DUPLICATE
+        else:
+            outcomes.reject(i, REUSED)
+    return kept
+
+
+def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
+    """Heartbeats, runs and workload states as the newly `stored` events make them."""
     alive: dict[str, float] = {}
-    rebuild: set[str] = set()
+    new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
     node_events: list[LedgerEvent] = []
-    for e in stored:
-        if e.kind is EventKind.NODE_CAPACITY:
+    heartbeat, started = EventKind.HEARTBEAT, EventKind.STARTED
+    for c in stored:
+        e, read_back = c[1], c[6]
+        kind = e.kind
+        if kind is EventKind.NODE_CAPACITY:
             node_events.append(e)
             continue
-        if e.kind in (EventKind.HEARTBEAT, EventKind.STARTED):
+        if kind is heartbeat or kind is started:
             alive[e.workload_uid] = max(alive.get(e.workload_uid, 0.0), e.occurred_at_s)
-        if e.kind is not EventKind.HEARTBEAT:
-            rebuild.add(e.workload_uid)
-    if alive:
-        conn.execute(
-            text(
-                """
-                UPDATE workloads w SET last_heartbeat_at =
-                    GREATEST(w.last_heartbeat_at, to_timestamp(r.at))
-                FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(uid text, at float8)
-                WHERE w.uid = r.uid
-                """
-            ),
-            {"doc": json.dumps([{"uid": u, "at": at} for u, at in alive.items()])},
-        )
+        if read_back is not None:
+            new_run_events[e.workload_uid].append(read_back)
+
+    change = runs_repo.RunsChange()
+    rebuild = {u: ctx.workloads[u] for u in sorted(new_run_events) if u in ctx.workloads}
     if rebuild:
-        rebuild_runs(conn, sorted(rebuild), {u: workloads[u] for u in rebuild if u in workloads})
-    if node_events:
-        _apply_node_capacity(conn, node_events, now_s)
+        events = {u: ctx.run_events.get(u, []) + new_run_events[u] for u in rebuild}
+        change = runs_repo.plan_runs(rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types)
+    return _Plan(alive, change, node_events)
 
 
-def load_run_events(conn: Connection, uids: Sequence[str]) -> dict[str, list[LedgerEvent]]:
-    rows = conn.execute(
-        text(
-            "SELECT event_id::text AS event_id, workload_uid, kind, "
-            "extract(epoch FROM occurred_at)::float8 AS at, payload "
-            "FROM ledger_events WHERE workload_uid = ANY(:uids) AND kind <> 'heartbeat'"
-        ),
-        {"uids": list(uids)},
-    )
-    by_uid: dict[str, list[LedgerEvent]] = defaultdict(list)
-    for r in rows:
-        pods = tuple(
-            EventPod(p["node"], tuple(p["gpu_indices"]), p["gpu_fraction"])
-            for p in r.payload.get("pods", ())
-        )
-        by_uid[r.workload_uid].append(
-            LedgerEvent(r.event_id, EventKind(r.kind), r.at, r.workload_uid, pods)
-        )
-    return by_uid
+def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, meanwhile: Callable[[], None]) -> None:
+    """All writes of the plan in one round trip, the workloads in one statement (one new row
+    version per workload for both its heartbeat and its state). In a pipeline each statement
+    goes out as it is issued, so the server is at work when `meanwhile` runs."""
+    alive, states = plan.alive, plan.change.states
+    touched = sorted(alive.keys() | states.keys())
+    with pg.cursor() as cur, pg.pipeline():
+        cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+        if touched:
+            doc = [(u, alive.get(u), s.value if (s := states.get(u)) else None) for u in touched]
+            cur.execute(_WORKLOAD_UPDATE_SQL, (json.dumps(doc),))
+        runs_repo.queue_writes(cur, plan.change)
+        meanwhile()
 
 
-def rebuild_runs(
-    conn: Connection, uids: Sequence[str], workloads: dict[str, tuple[WorkloadRef, WorkloadState]]
-) -> None:
-    """Replace the allocation intervals and states of `uids` with those their events imply."""
-    events = load_run_events(conn, uids)
-    node_names = {p.node for evs in events.values() for e in evs for p in e.pods}
-    nodes = _nodes(conn, node_names)
-    gpu_types = _gpu_types(conn)
-    interval_docs: list[dict[str, Any]] = []
-    state_docs: list[dict[str, Any]] = []
-    for uid in uids:
-        if uid not in workloads:
-            continue
-        ref, state = workloads[uid]
-        runs = derive_runs(events.get(uid, ()))
-        for row in interval_rows(runs, nodes, gpu_types):
-            interval_docs.append(
-                {
-                    "uid": uid,
-                    "start_id": row.start_event_id,
-                    "queue": ref.queue,
-                    "pool": ref.pool,
-                    "gpu_type": row.gpu_type,
-                    "gpus": row.gpus,
-                    "cu": row.cu,
-                    "started": row.started_at_s,
-                    "ended": row.ended_at_s,
-                    "end_kind": row.end_kind.value if row.end_kind else None,
-                    "pods": [
-                        {
-                            "node": p.node,
-                            "gpu_indices": list(p.gpu_indices),
-                            "gpu_fraction": p.gpu_fraction,
-                        }
-                        for p in row.pods
-                    ],
-                }
-            )
-        new_state = state_after(runs, state)
-        if new_state is not state:
-            state_docs.append({"uid": uid, "state": new_state.value})
-    previous = conn.execute(
-        text(
-            "DELETE FROM allocation_intervals WHERE workload_uid = ANY(:uids) "
-            "RETURNING pool, start_event_id::text, gpu_type, gpus, cu, "
-            "extract(epoch FROM started_at)::float8, extract(epoch FROM ended_at)::float8"
-        ),
-        {"uids": list(uids)},
-    ).all()
-    _mark_dirty(conn, previous, interval_docs)
-    if interval_docs:
-        conn.execute(
-            text(
-                """
-                INSERT INTO allocation_intervals
-                    (workload_uid, start_event_id, queue, pool, gpu_type, gpus, cu,
-                     started_at, ended_at, end_kind, pods)
-                SELECT r.uid, r.start_id::uuid, r.queue, r.pool, r.gpu_type, r.gpus, r.cu,
-                       to_timestamp(r.started), to_timestamp(r.ended), r.end_kind, r.pods
-                FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(
-                    uid text, start_id text, queue text, pool text, gpu_type text, gpus float8,
-                    cu float8, started float8, ended float8, end_kind text, pods jsonb)
-                """
-            ),
-            {"doc": json.dumps(interval_docs)},
-        )
-    if state_docs:
-        conn.execute(
-            text(
-                """
-                UPDATE workloads w SET state = r.state, state_changed_at = now()
-                FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(uid text, state text)
-                WHERE w.uid = r.uid
-                """
-            ),
-            {"doc": json.dumps(state_docs)},
-        )
-
-
-def _mark_dirty(
-    conn: Connection, previous: Sequence[Any], current: Sequence[dict[str, Any]]
-) -> None:
-    """Move each pool's rollup watermark back to the earliest instant whose usage changed.
-
-    An interval that only got an end (a stop of a running job) changes usage from that end on,
-    not from its start: long runs do not force long re-rollups.
-    """
-
-    def at(t: float | None) -> float | None:
-        return None if t is None else round(t, 6)  # timestamptz keeps microseconds
-
-    old = {(r[1], r[2]): (r[0], r[3], r[4], at(r[5]), at(r[6])) for r in previous}
-    new = {
-        (d["start_id"], d["gpu_type"]): (
-            d["pool"],
-            d["gpus"],
-            d["cu"],
-            at(d["started"]),
-            at(d["ended"]),
-        )
-        for d in current
-    }
-    earliest: dict[str, float] = {}
-    for key in old.keys() | new.keys():
-        before, after = old.get(key), new.get(key)
-        if before == after:
-            continue
-        if before is not None and after is not None and before[:4] == after[:4]:
-            changed_from = min(e if e is not None else math.inf for e in (before[4], after[4]))
-        else:
-            changed_from = min(x[3] for x in (before, after) if x is not None and x[3] is not None)
-        pool = after[0] if after is not None else before[0]  # type: ignore[index]
-        earliest[pool] = min(earliest.get(pool, math.inf), changed_from)
-    for pool, at_s in earliest.items():
-        if math.isfinite(at_s):
-            conn.execute(
-                text(
-                    "UPDATE rollup_watermarks SET dirty_from = "
-                    "LEAST(COALESCE(dirty_from, 'infinity'::timestamptz), to_timestamp(:at)) "
-                    "WHERE pool = :pool AND rolled_up_to > to_timestamp(:at)"
-                ),
-                {"pool": pool, "at": at_s},
-            )
-
-
-def _apply_node_capacity(conn: Connection, events: Sequence[LedgerEvent], now_s: float) -> None:
+def _apply_node_capacity(conn: Connection, events: Iterable[LedgerEvent]) -> None:
     for e in sorted(events, key=lambda ev: ev.occurred_at_s):
         conn.execute(
             text(

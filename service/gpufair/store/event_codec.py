@@ -1,0 +1,147 @@
+"""How an event is written down: its canonical payload, the digest replays are recognised by, and
+its instant exactly as PostgreSQL stores it.
+
+The payload and digest of every event already in a ledger are fixed: a replay of a stored event
+must produce the same bytes, so `payload_json` reproduces `json.dumps(..., sort_keys=True)`
+byte for byte (and falls back to it for anything but the plain types the API produces).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from json.encoder import encode_basestring_ascii as _quote  # what json.dumps uses for str
+
+from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
+
+_KIND_JSON = {kind: _quote(kind.value) for kind in EventKind}
+# PostgreSQL counts timestamps in microseconds from 2000-01-01 (946684800 s after the Unix epoch).
+_PG_EPOCH_S = 946_684_800
+
+
+def reference_payload_json(event: LedgerEvent) -> str:
+    """The canonical payload as first defined; `payload_json` is a faster rendering of it."""
+    return json.dumps(
+        {
+            "kind": event.kind.value,
+            "occurred_at_s": event.occurred_at_s,
+            "workload_uid": event.workload_uid,
+            "pods": [
+                {"node": p.node, "gpu_indices": list(p.gpu_indices), "gpu_fraction": p.gpu_fraction}
+                for p in event.pods
+            ],
+            "node": event.node,
+            "gpu_count": event.gpu_count,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def _pods_json(pods: Sequence[EventPod]) -> str | None:
+    parts = []
+    for p in pods:
+        fraction = p.gpu_fraction
+        if type(fraction) is not float or not math.isfinite(fraction):
+            return None
+        if any(type(g) is not int for g in p.gpu_indices):
+            return None
+        indices = ",".join(map(str, p.gpu_indices))
+        parts.append(
+            f'{{"gpu_fraction":{fraction!r},"gpu_indices":[{indices}],"node":{_quote(p.node)}}}'
+        )
+    return ",".join(parts)
+
+
+def payload_json(event: LedgerEvent) -> str:
+    """The canonical payload: what a replay of the same event_id must repeat exactly.
+
+    Keys in sorted order, no spaces, ASCII-escaped strings and `repr` of floats are what
+    json.dumps writes; numbers of another type, or NaN and infinities, go through json.dumps."""
+    at, count = event.occurred_at_s, event.gpu_count
+    if type(at) is not float or not math.isfinite(at) or type(count) is not int:
+        return reference_payload_json(event)
+    pods = _pods_json(event.pods) if event.pods else ""
+    if pods is None:
+        return reference_payload_json(event)
+    return (
+        f'{{"gpu_count":{count},"kind":{_KIND_JSON[event.kind]},"node":{_quote(event.node)},'
+        f'"occurred_at_s":{at!r},"pods":[{pods}],"workload_uid":{_quote(event.workload_uid)}}}'
+    )
+
+
+def payload_digest(payload: bytes) -> str:
+    """What a stored event's `payload_digest` holds: SHA-256 of the UTF-8 payload, in hex."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _pg_internal_micros(epoch_s: float) -> int:
+    """`to_timestamp(epoch_s)` as PostgreSQL keeps it, in microseconds since 2000-01-01: it shifts
+    to its own epoch in float8, then rounds half to even (rint), as Python's round does."""
+    return round((epoch_s - _PG_EPOCH_S) * 1e6)
+
+
+def stored_epoch_s(epoch_s: float) -> float:
+    """What `extract(epoch FROM occurred_at)::float8` reads back for an event stored with
+    `epoch_s`: the exact decimal of its microsecond, correctly rounded (as integer division in
+    Python is)."""
+    return (_pg_internal_micros(epoch_s) + _PG_EPOCH_S * 1_000_000) / 1_000_000
+
+
+# New events go in by COPY in PostgreSQL's binary format: text COPY would have the server parse a
+# timestamp and a UUID per row and the client format them, where in binary both are fixed-width
+# integers; and rows are encoded directly, without psycopg's general row adapter. Text travels
+# as UTF-8, so this needs a UTF-8 client encoding.
+COPY_EVENTS_SQL = (
+    "COPY ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest) "
+    "FROM STDIN (FORMAT BINARY)"
+)
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, no flags, no extension
+_COPY_TRAILER = b"\xff\xff"
+_ROW_HEAD = struct.Struct(">hi16si")  # 6 fields; uuid; length of workload_uid (-1: NULL)
+_ROW_TIME = struct.Struct(">iqi")  # timestamptz; length of the jsonb that follows
+_KIND_FIELD = {k: struct.pack(">i", len(k.value)) + k.value.encode() for k in EventKind}
+_LENGTH = struct.Struct(">i")
+_JSONB_VERSION = b"\x01"
+
+
+def copy_row(
+    event_id: str, workload_uid: str, kind: EventKind, epoch_s: float, payload: bytes, digest: str
+) -> bytes:
+    """One row of COPY_EVENTS_SQL: `event_id` canonical, `workload_uid` "" for NULL."""
+    id_bytes = bytes.fromhex(event_id.replace("-", ""))
+    if workload_uid:
+        uid = workload_uid.encode()
+        head = _ROW_HEAD.pack(6, 16, id_bytes, len(uid)) + uid
+    else:
+        head = _ROW_HEAD.pack(6, 16, id_bytes, -1)
+    digest_bytes = digest.encode()
+    return b"".join(
+        (
+            head,
+            _KIND_FIELD[kind],
+            _ROW_TIME.pack(8, _pg_internal_micros(epoch_s), len(payload) + 1),
+            _JSONB_VERSION,
+            payload,
+            _LENGTH.pack(len(digest_bytes)),
+            digest_bytes,
+        )
+    )
+
+
+def copy_stream(rows: Iterable[bytes]) -> bytes:
+    return b"".join((_COPY_HEADER, *rows, _COPY_TRAILER))
+
+
+def text_array(values: Iterable[str]) -> str:
+    """A text[] literal. Every element is quoted, so only backslash and double quote need
+    escaping; psycopg's list adapter inspects each element with regular expressions, which
+    costs more than the query it feeds when a batch names thousands of ids."""
+    return (
+        "{"
+        + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+        + "}"
+    )

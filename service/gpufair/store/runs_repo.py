@@ -1,0 +1,224 @@
+"""What ran, kept in step with the ledger: allocation intervals and workload states derived from a
+workload's run events (DESIGN §5), and the rollup watermarks moved back where usage changed.
+
+Ingestion hands over, per affected workload, every run event it has: those stored before the
+batch (read before the insert) and those the batch stored. Only intervals that come out different
+are rewritten, so a stop that closes a run rewrites one row, not the workload's history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import psycopg
+
+from gpufair.domain.ledger import (
+    EventKind,
+    EventPod,
+    LedgerEvent,
+    WorkloadRef,
+    WorkloadState,
+    derive_runs,
+    interval_rows,
+    state_after,
+)
+from gpufair.domain.model import GpuType, Node
+
+# Every run event of the workloads (heartbeats carry nothing runs are made of), and their
+# intervals. Written as a lookup per workload (OFFSET 0 keeps the planner from turning it back
+# into a join) so that the per-workload index is used whatever the statistics say:
+# `workload_uid = ANY(...)` on a table that had grown since it was last analyzed was planned as a
+# scan of the whole table, in every batch.
+RUN_EVENTS_SQL = (
+    "SELECT e.event_id::text, e.workload_uid, e.kind, "
+    "extract(epoch FROM e.occurred_at)::float8, e.payload->'pods' "
+    "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
+    "SELECT * FROM ledger_events WHERE workload_uid = u.uid AND kind <> 'heartbeat' OFFSET 0) AS e"
+)
+INTERVALS_SQL = (
+    "SELECT i.id, i.workload_uid, i.start_event_id::text, i.gpu_type, i.pool, i.gpus, i.cu, "
+    "extract(epoch FROM i.started_at)::float8, extract(epoch FROM i.ended_at)::float8, "
+    "i.queue, i.end_kind, i.pods "
+    "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
+    "SELECT * FROM allocation_intervals WHERE workload_uid = u.uid OFFSET 0) AS i"
+)
+NODES_SQL = "SELECT name, pool, gpu_type, gpu_count FROM nodes WHERE name = ANY(%s::text[])"
+GPU_TYPES_SQL = "SELECT name, memory_gib, compute_weight FROM gpu_types"
+
+_DELETE_SQL = "DELETE FROM allocation_intervals WHERE id = ANY(%s::int8[])"
+# Rows travel as one JSON array of arrays (field order of IntervalRecord after `id`): cheaper to
+# encode than objects, and one statement whatever their number.
+_INSERT_SQL = """
+    INSERT INTO allocation_intervals
+        (workload_uid, start_event_id, gpu_type, pool, gpus, cu,
+         started_at, ended_at, queue, end_kind, pods)
+    SELECT r->>0, (r->>1)::uuid, r->>2, r->>3, (r->>4)::float8, (r->>5)::float8,
+           to_timestamp((r->>6)::float8), to_timestamp((r->>7)::float8), r->>8, r->>9, r->10
+    FROM jsonb_array_elements(%s::jsonb) AS r
+"""
+_DIRTY_SQL = (
+    "UPDATE rollup_watermarks SET dirty_from = "
+    "LEAST(COALESCE(dirty_from, 'infinity'::timestamptz), to_timestamp(%(at)s)) "
+    "WHERE pool = %(pool)s AND rolled_up_to > to_timestamp(%(at)s)"
+)
+
+
+class IntervalRecord(NamedTuple):
+    """An allocation interval as stored (a row of INTERVALS_SQL, `id` 0 until written)."""
+
+    id: int
+    workload_uid: str
+    start_event_id: str
+    gpu_type: str
+    pool: str
+    gpus: float
+    cu: float
+    started_at_s: float
+    ended_at_s: float | None
+    queue: str
+    end_kind: str | None
+    pods: list[dict[str, Any]]
+
+    def same_content(self, other: IntervalRecord) -> bool:
+        """All but the id. Times compare exactly: both are `extract(epoch ...)` of a microsecond."""
+        return self[1:] == other[1:]
+
+    def usage(self) -> tuple[str, float, float, float, float | None]:
+        """What usage depends on (rounded as timestamptz keeps it)."""
+        end = None if self.ended_at_s is None else round(self.ended_at_s, 6)
+        return (self.pool, self.gpus, self.cu, round(self.started_at_s, 6), end)
+
+
+def nodes_from_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, Node]:
+    return {r[0]: Node(r[0], r[1], r[2], r[3], 0, 0) for r in rows}
+
+
+def intervals_from_rows(rows: Iterable[tuple[Any, ...]]) -> list[IntervalRecord]:
+    return [IntervalRecord(*r) for r in rows]
+
+
+def run_events_from_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, list[LedgerEvent]]:
+    by_uid: dict[str, list[LedgerEvent]] = defaultdict(list)
+    for event_id, uid, kind, at, pods in rows:
+        by_uid[uid].append(
+            LedgerEvent(
+                event_id,
+                EventKind(kind),
+                at,
+                uid,
+                tuple(
+                    EventPod(p["node"], tuple(p["gpu_indices"]), p["gpu_fraction"])
+                    for p in pods or ()
+                ),
+            )
+        )
+    return by_uid
+
+
+@dataclass
+class RunsChange:
+    """The writes that bring intervals, states and watermarks in line with the events."""
+
+    delete_ids: list[int] = field(default_factory=list)
+    insert: list[IntervalRecord] = field(default_factory=list)
+    states: dict[str, WorkloadState] = field(default_factory=dict)
+    dirty_from: dict[str, float] = field(default_factory=dict)  # pool -> epoch s
+
+
+def plan_runs(
+    workloads: Mapping[str, tuple[WorkloadRef, WorkloadState]],
+    events: Mapping[str, Sequence[LedgerEvent]],
+    current: Iterable[IntervalRecord],
+    nodes: Mapping[str, Node],
+    gpu_types: Mapping[str, GpuType],
+) -> RunsChange:
+    """Derive the runs of each workload in `workloads` from all of its run `events`, and compare
+    with its `current` intervals: rows that stay as they are are not written again."""
+    change = RunsChange()
+    previous = [r for r in current if r.workload_uid in workloads]
+    derived: list[IntervalRecord] = []
+    for uid, (ref, state) in workloads.items():
+        runs = derive_runs(events.get(uid, ()))
+        for r in interval_rows(runs, nodes, gpu_types):
+            pods = [
+                {"node": p.node, "gpu_indices": list(p.gpu_indices), "gpu_fraction": p.gpu_fraction}
+                for p in r.pods
+            ]
+            end_kind = r.end_kind.value if r.end_kind else None
+            derived.append(
+                IntervalRecord(
+                    0,
+                    uid,
+                    r.start_event_id,
+                    r.gpu_type,
+                    ref.pool,
+                    r.gpus,
+                    r.cu,
+                    r.started_at_s,
+                    r.ended_at_s,
+                    ref.queue,
+                    end_kind,
+                    pods,
+                )
+            )
+        new_state = state_after(runs, state)
+        if new_state is not state:
+            change.states[uid] = new_state
+
+    if not previous:  # new workloads, typically: everything is new
+        change.insert = derived
+        change.dirty_from = _dirty_from(previous, derived)
+        return change
+    unmatched: dict[tuple[str, str], list[IntervalRecord]] = defaultdict(list)
+    for old in previous:
+        unmatched[(old.start_event_id, old.gpu_type)].append(old)
+    for new in derived:
+        same = unmatched.get((new.start_event_id, new.gpu_type), [])
+        kept = next((old for old in same if old.same_content(new)), None)
+        if kept is None:
+            change.insert.append(new)
+        else:
+            same.remove(kept)
+    change.delete_ids = [old.id for rows in unmatched.values() for old in rows]
+    change.dirty_from = _dirty_from(previous, derived)
+    return change
+
+
+def _dirty_from(
+    previous: Sequence[IntervalRecord], current: Sequence[IntervalRecord]
+) -> dict[str, float]:
+    """The earliest instant per pool whose usage changed.
+
+    An interval that only got an end (a stop of a running job) changes usage from that end on,
+    not from its start: long runs do not force long re-rollups.
+    """
+    old = {(r.start_event_id, r.gpu_type): r.usage() for r in previous}
+    new = {(r.start_event_id, r.gpu_type): r.usage() for r in current}
+    earliest: dict[str, float] = {}
+    for key in old.keys() | new.keys():
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if before is not None and after is not None and before[:4] == after[:4]:
+            changed_from = min(e if e is not None else math.inf for e in (before[4], after[4]))
+        else:
+            changed_from = min(x[3] for x in (before, after) if x is not None)
+        pool = after[0] if after is not None else before[0]  # type: ignore[index]
+        earliest[pool] = min(earliest.get(pool, math.inf), changed_from)
+    return {pool: at_s for pool, at_s in earliest.items() if math.isfinite(at_s)}
+
+
+def queue_writes(cur: psycopg.Cursor[Any], change: RunsChange) -> None:
+    """Send the interval and watermark writes of `change` (state changes travel with the
+    workload update of the ingest, one row version per workload)."""
+    if change.delete_ids:
+        cur.execute(_DELETE_SQL, ("{" + ",".join(map(str, change.delete_ids)) + "}",))
+    if change.insert:
+        cur.execute(_INSERT_SQL, (json.dumps([r[1:] for r in change.insert]),))
+    for pool, at_s in change.dirty_from.items():
+        cur.execute(_DIRTY_SQL, {"pool": pool, "at": at_s})

@@ -1,0 +1,187 @@
+"""The ingest paths on PostgreSQL: COPY and its fallback give the outcomes a careful insert gives,
+ids are one event in any UUID spelling, runs come out the same whichever batches their events
+arrived in (to the microsecond PostgreSQL keeps), and intervals that do not change stay put."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+from gpufair.domain.config_diff import diff_configs
+from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
+from gpufair.domain.model import (
+    ClusterConfig,
+    GpuType,
+    Node,
+    NodePool,
+    Queue,
+    QueueQuota,
+    Workload,
+    frozen_map,
+)
+from gpufair.store import config_repo, ledger_repo, workload_repo
+from gpufair.store.ledger_repo import EventStatus
+
+NOW = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+STORED, DUPLICATE, REJECTED = EventStatus.STORED, EventStatus.DUPLICATE, EventStatus.REJECTED
+
+
+@pytest.fixture
+def conn(db: Engine) -> Iterator[Connection]:
+    config = ClusterConfig(
+        gpu_types=(GpuType("a100", 80, 10),),
+        pools=(NodePool("p"),),
+        nodes=(
+            Node("a0", "p", "a100", 8, 64000, 512000),
+            Node("a1", "p", "a100", 8, 64000, 512000),
+        ),
+        queues=(Queue("q", None, frozen_map({"p": QueueQuota("p", deserved_cu=10)})),),
+    )
+    with db.connect() as connection:
+        changes = diff_configs(config_repo.load_config(connection), config)
+        config_repo.apply_changes(connection, config, changes)
+        config_repo.record_version(connection, changes)
+        workload_repo.submit(
+            connection, [Workload(f"w{i}", "q", "p", 1, 1, NOW - 86400) for i in range(4)]
+        )
+        connection.commit()
+        yield connection
+        connection.rollback()
+
+
+def start(uid: str, at: float, gpu: int = 0, event_id: str | None = None) -> LedgerEvent:
+    return LedgerEvent(
+        event_id or str(uuid.uuid4()), EventKind.STARTED, at, uid, (EventPod("a0", (gpu,)),)
+    )
+
+
+def stop(uid: str, at: float) -> LedgerEvent:
+    return LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, at, uid)
+
+
+def statuses(conn: Connection, events: list[LedgerEvent], **kwargs: bool) -> list[EventStatus]:
+    batch = ledger_repo.prepare(events, NOW)
+    return ledger_repo.write(conn, batch, **kwargs).final()
+
+
+def intervals(conn: Connection, uid: str) -> list[tuple[object, ...]]:
+    return [
+        tuple(r)
+        for r in conn.execute(
+            text(
+                "SELECT id, start_event_id::text, extract(epoch FROM started_at)::float8, "
+                "extract(epoch FROM ended_at)::float8, pods FROM allocation_intervals "
+                "WHERE workload_uid = :uid ORDER BY started_at"
+            ),
+            {"uid": uid},
+        )
+    ]
+
+
+@pytest.mark.parametrize("careful", [False, True])
+def test_replays_among_new_events_get_the_outcomes_of_a_careful_insert(
+    conn: Connection, careful: bool
+) -> None:
+    first, second = start("w0", NOW - 600), start("w1", NOW - 600)
+    assert statuses(conn, [first, second]) == [STORED, STORED]
+    forged = start("w1", NOW - 500, gpu=3, event_id=second.event_id)
+    batch = [stop("w0", NOW - 60), first, forged, start("w2", NOW - 30)]
+    assert statuses(conn, batch, expect_duplicates=careful) == [
+        STORED,
+        DUPLICATE,
+        REJECTED,
+        STORED,
+    ]
+    assert [r[3] for r in intervals(conn, "w0")] == [pytest.approx(NOW - 60)]
+    assert [r[1] for r in intervals(conn, "w1")] == [second.event_id]
+    assert len(intervals(conn, "w2")) == 1
+    count = conn.execute(text("SELECT count(*) FROM ledger_events")).scalar_one()
+    assert count == 4
+
+
+def test_an_id_another_transaction_stored_meanwhile_is_a_duplicate(
+    conn: Connection, db: Engine
+) -> None:
+    racing = start("w0", NOW - 600)
+    batch = ledger_repo.prepare([racing, start("w1", NOW - 600)], NOW)
+    with db.connect() as other:
+        assert [o.status for o in ledger_repo.ingest(other, [racing], NOW)] == [STORED]
+        other.commit()
+    assert ledger_repo.write(conn, batch).final() == [DUPLICATE, STORED]
+    assert len(intervals(conn, "w0")) == len(intervals(conn, "w1")) == 1
+
+
+def test_an_id_is_one_event_in_any_uuid_spelling(conn: Connection) -> None:
+    canonical = str(uuid.uuid4())
+    event = start("w0", NOW - 600, event_id=canonical.upper())
+    assert statuses(conn, [event]) == [STORED]
+    assert [r[1] for r in intervals(conn, "w0")] == [canonical]
+    for spelling in (canonical, "{" + canonical + "}", "urn:uuid:" + canonical):
+        assert statuses(conn, [start("w0", NOW - 600, event_id=spelling)]) == [DUPLICATE]
+    outcome = ledger_repo.ingest(conn, [start("w0", NOW - 500, event_id=canonical)], NOW)
+    assert outcome[0].error == "event_id reused with a different payload"
+
+
+def test_runs_do_not_depend_on_how_events_were_batched(conn: Connection) -> None:
+    # Two starts 0.24 microseconds apart: PostgreSQL keeps both at the same microsecond, so
+    # they tie, and the smaller id opens the run, as when the runs are read back from the
+    # table. Compared as received, the later one would have looked first.
+    for n, order in enumerate(["together", "later first", "earlier first"]):
+        uid = f"w{n}"
+        later_id = f"0000000{n}-0000-4000-8000-000000000000"
+        later = start(uid, NOW - 600 + 2**-22, gpu=1, event_id=later_id)
+        earlier = start(uid, NOW - 600, gpu=2, event_id=f"fffffff{n}-0000-4000-8000-000000000000")
+        batches = {
+            "together": [[later, earlier]],
+            "later first": [[later], [earlier]],
+            "earlier first": [[earlier], [later]],
+        }[order]
+        for batch in batches:
+            assert statuses(conn, batch) == [STORED] * len(batch)
+        [(_, start_id, started, ended, pods)] = intervals(conn, uid)
+        assert start_id == later_id, order
+        assert pods == [{"node": "a0", "gpu_indices": [1], "gpu_fraction": 1.0}]
+        assert started == NOW - 600 and ended is None
+
+
+def test_intervals_that_do_not_change_are_not_rewritten(conn: Connection) -> None:
+    assert statuses(conn, [start("w0", NOW - 600)]) == [STORED]
+    [before] = intervals(conn, "w0")
+    heartbeat = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, NOW - 300, "w0")
+    assert statuses(conn, [heartbeat, start("w0", NOW - 200, gpu=5)]) == [STORED, STORED]
+    assert intervals(conn, "w0") == [before]  # a start while running changes nothing
+    assert statuses(conn, [stop("w0", NOW - 100)]) == [STORED]
+    [after] = intervals(conn, "w0")
+    assert after[1:3] == before[1:3] and after[3] == pytest.approx(NOW - 100)
+    state, alive = conn.execute(
+        text(
+            "SELECT state, extract(epoch FROM last_heartbeat_at)::float8 FROM workloads "
+            "WHERE uid = 'w0'"
+        )
+    ).one()
+    assert (state, alive) == ("finished", NOW - 200)
+
+
+def test_concurrent_batches_of_one_workload_see_each_other(conn: Connection, db: Engine) -> None:
+    assert statuses(conn, [start("w0", NOW - 600)]) == [STORED]  # holds w0 until it commits
+    outcome: list[EventStatus] = []
+
+    def other_stream() -> None:
+        with db.connect() as other:
+            outcome.extend(statuses(other, [stop("w0", NOW - 60)]))
+            other.commit()
+
+    stopping = threading.Thread(target=other_stream)
+    stopping.start()
+    time.sleep(0.5)
+    assert stopping.is_alive()  # waiting for the start's transaction
+    conn.commit()
+    stopping.join(timeout=20)
+    assert outcome == [STORED]
+    [(_, _, started, ended, _)] = intervals(conn, "w0")
+    assert (started, ended) == (NOW - 600, pytest.approx(NOW - 60))
