@@ -75,7 +75,13 @@ ledger_events = Table(
         name="kind_known",
     ),
     Index("ix_ledger_events_workload", "workload_uid", "occurred_at"),
-    Index("ix_ledger_events_received_at", "received_at"),
+    # Deriving a workload's runs reads its start and stop events only; without this a week-long
+    # job's lookup would also read its thousands of heartbeats.
+    Index(
+        "ix_ledger_events_workload_runs",
+        "workload_uid",
+        postgresql_where=text("kind <> 'heartbeat'"),
+    ),
 )
 
 # What ran: one row per workload run and GPU type, derived from the workload's events and rebuilt
