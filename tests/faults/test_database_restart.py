@@ -3,7 +3,8 @@ INTERNAL), gpufair recovers by itself without a restart, periodic jobs resume, a
 it acknowledged is stored exactly once after the client resends everything.
 
 The test owns its PostgreSQL: an embedded server in a temporary directory, stopped and started
-through its own handle (never a shared server)."""
+through its own handle (never a shared server), from a helper process (own_postgres.py says
+why)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from pathlib import Path
 import grpc
 import pytest
 from fault_support import FORBIDDEN, cluster, run_events, serve_env, status_of, workloads
+from own_postgres import OwnPostgres
 from serve_support import ServeProcess
 from sqlalchemy import Engine, create_engine, text
 
 from gpufair.client import GpufairClient
 from gpufair.store import migrate
-from gpufair.store.database import Database, start_embedded
 from gpufair.v1 import ledger_pb2
 
 NODES = 4
@@ -32,12 +33,12 @@ PER_BATCH = 5  # workloads per ReportEvents call, three events each
 
 
 @pytest.fixture
-def own_postgres() -> Iterator[Database]:
+def own_postgres() -> Iterator[OwnPostgres]:
     # Not under pytest's tmp_path: the embedded server runs as another user when tests run as
     # root, and any pytest session starting meanwhile resets the permissions of pytest's base
     # directory, which would cut the server off from its own data.
     with tempfile.TemporaryDirectory(prefix="gpufair-restart-") as tmp:
-        database = start_embedded(Path(tmp) / "pgdata")
+        database = OwnPostgres(Path(tmp) / "pgdata")
         try:
             yield database
         finally:
@@ -93,7 +94,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         time.sleep(0.02)
 
 
-def test_postgres_restart_under_traffic(own_postgres: Database, tmp_path: Path) -> None:
+def test_postgres_restart_under_traffic(own_postgres: OwnPostgres, tmp_path: Path) -> None:
     url = own_postgres.url
     migrate.upgrade(url)
     args = ["--database-url", url, "--grace-s", "1", "--job-tick-s", "0.5"]
@@ -107,10 +108,8 @@ def test_postgres_restart_under_traffic(own_postgres: Database, tmp_path: Path) 
         sender.thread.start()
         wait_until(lambda: len(sender.ok_at) >= 10, 30, "traffic before the outage")
 
-        handle = own_postgres.embedded
-        assert handle is not None
         stopped_at = time.monotonic()
-        handle.stop()
+        own_postgres.stop()
         # Reads during the outage are UNAVAILABLE too, with the message that says to retry.
         with GpufairClient(server.address, attempts=1, timeout_s=5) as c:
             for call in ("GetConfig", "GetFairShare"):
@@ -130,7 +129,7 @@ def test_postgres_restart_under_traffic(own_postgres: Database, tmp_path: Path) 
             30,
             "calls failing during the outage",
         )
-        handle.start()
+        own_postgres.start()
         restarted_at = time.monotonic()
         restarted_wall = datetime.now(UTC)
         # No restart of gpufair: the same process serves again once the database is back.
