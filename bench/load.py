@@ -324,24 +324,31 @@ def check_database(url: str, acknowledged: int) -> dict[str, Any]:
             events = conn.execute(text("SELECT count(*) FROM ledger_events")).scalar_one()
             holders = conn.execute(
                 text(
-                    "SELECT binding FROM workloads WHERE pool = 'main' AND state = 'bound' "
-                    "UNION ALL SELECT jsonb_build_object('pods', pods) FROM allocation_intervals "
-                    "WHERE pool = 'main' AND ended_at IS NULL"
+                    "SELECT uid, 'bound' AS how, binding->'pods' AS pods, "
+                    "(binding->>'cycle_id')::bigint AS cycle FROM workloads "
+                    "WHERE pool = 'main' AND state = 'bound' UNION ALL "
+                    "SELECT i.workload_uid, 'running', i.pods, (w.binding->>'cycle_id')::bigint "
+                    "FROM allocation_intervals i JOIN workloads w ON w.uid = i.workload_uid "
+                    "WHERE i.pool = 'main' AND i.ended_at IS NULL"
                 )
-            ).scalars()
+            ).all()
             use: dict[tuple[str, int], float] = defaultdict(float)
-            for binding in holders:
-                for pod in binding["pods"]:
+            held_by: dict[tuple[str, int], list[str]] = defaultdict(list)
+            for uid, how, pods, cycle in holders:
+                for pod in pods:
                     for index in pod["gpu_indices"]:
                         use[(pod["node"], index)] += pod["gpu_fraction"]
+                        held_by[(pod["node"], index)].append(f"{uid} {how}, bound by cycle {cycle}")
             cycles = conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one()
     finally:
         engine.dispose()
+    twice = sorted(gpu for gpu, used in use.items() if used > 1 + 1e-9)
     return {
         "events_stored": events,
         "events_acknowledged": acknowledged,
         "schedule_cycles": cycles,
         "max_use_of_one_gpu": max(use.values(), default=0.0),
+        "gpus_held_twice": {f"{n}/{i}": held_by[(n, i)] for n, i in twice[:5]},
     }
 
 
