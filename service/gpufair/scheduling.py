@@ -65,14 +65,15 @@ def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[Cycl
     schedule_repo.release_expired_binds(conn, pool.name, now_s)
     shares, computed_at_s = fair_shares(conn, config, pool, now_s)
     leaves = set(leaf_queues(config))
+    running, pending = schedule_repo.holding_and_pending(conn, pool.name)
     snapshot = CycleSnapshot(
         pool=pool,
         nodes=tuple(n for n in config.nodes if n.pool == pool.name),
         gpu_types=config.gpu_types,
         queues=tuple(q for q in config.queues if q.name in leaves),
         fair_share_cu={q: shares.get(q, 0.0) for q in leaves},
-        running=tuple(schedule_repo.running_allocations(conn, pool.name)),
-        pending=tuple(schedule_repo.pending_workloads(conn, pool.name)),
+        running=tuple(running),
+        pending=tuple(pending),
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
     )

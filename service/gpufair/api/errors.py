@@ -2,8 +2,9 @@
 
 A caller's mistake is never UNKNOWN or INTERNAL: bad input is INVALID_ARGUMENT with one field
 violation per problem (google.rpc.BadRequest), unknown names NOT_FOUND, a database that cannot be
-reached UNAVAILABLE (retry later; nothing was acknowledged). Only a bug in gpufair is INTERNAL, with
-a reference to the server log line that has the traceback.
+reached UNAVAILABLE (retry later; nothing was acknowledged), a statement cancelled by its timeout
+or by the call's deadline DEADLINE_EXCEEDED. Only a bug in gpufair is INTERNAL, with a reference
+to the server log line that has the traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gpufair.domain.errors import (
     NotFound,
     Violation,
 )
+from gpufair.store.deadline import DeadlineExceeded
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ def _is_bad_value(exc: BaseException) -> bool:
 
 
 def _is_timeout(exc: BaseException) -> bool:
+    """A statement or lock timeout, or the call's deadline reached (store/deadline.py)."""
+    if isinstance(exc, DeadlineExceeded):
+        return True
     orig = getattr(exc, "orig", exc)
     return isinstance(orig, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
 

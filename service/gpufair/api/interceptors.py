@@ -1,4 +1,5 @@
-"""Server interceptors: error mapping and metrics, around every unary-reply handler."""
+"""Server interceptors: metrics, the call's deadline and error mapping, around every unary-reply
+handler."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import grpc
 
 from gpufair.api.errors import abort_for
 from gpufair.metrics import RPC_SECONDS, RPCS
+from gpufair.store.deadline import call_deadline
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
 
@@ -58,6 +60,26 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     raise  # unreachable: abort_for always raises
 
             return guarded
+
+        return _rewrap(continuation(details), decorate)
+
+
+class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Hands the call's deadline to the database layer for as long as the handler runs, so its
+    transactions get a statement timeout no longer than the caller waits (store/deadline.py).
+    Placed outside the auth interceptor, whose token lookup is database work too."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        def decorate(behavior: Behavior) -> Behavior:
+            def bounded(request: Any, context: grpc.ServicerContext) -> Any:
+                with call_deadline(context.time_remaining()):
+                    return behavior(request, context)
+
+            return bounded
 
         return _rewrap(continuation(details), decorate)
 

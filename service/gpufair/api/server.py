@@ -16,7 +16,11 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import Engine
 
 from gpufair.api.cluster_admin import ClusterAdminServicer
-from gpufair.api.interceptors import ErrorMappingInterceptor, MetricsInterceptor
+from gpufair.api.interceptors import (
+    DeadlineInterceptor,
+    ErrorMappingInterceptor,
+    MetricsInterceptor,
+)
 from gpufair.api.ledger import LedgerServicer
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.v1 import (
@@ -62,11 +66,16 @@ def build_server(
 ) -> RunningServer:
     """Start serving; `clock` is the one instant source of every servicer (tests pin it).
 
-    `interceptors_extra` run between metrics (outside) and error mapping (inside), e.g. the
-    auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
+    `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
+    (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[MetricsInterceptor(), *interceptors_extra, ErrorMappingInterceptor()],
+        interceptors=[
+            MetricsInterceptor(),
+            DeadlineInterceptor(),
+            *interceptors_extra,
+            ErrorMappingInterceptor(),
+        ],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -12,6 +12,8 @@ import platformdirs
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from gpufair.store import deadline
+
 log = logging.getLogger(__name__)
 
 DATABASE_URL_ENV = "GPUFAIR_DATABASE_URL"
@@ -74,7 +76,8 @@ def resolve(url: str | None = None, data_dir: Path | None = None) -> Database:
 
 def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30_000) -> Engine:
     """An engine whose pool survives a database restart (pre-ping) and whose statements cannot
-    hang forever (statement and lock timeouts on every new connection)."""
+    hang forever (statement and lock timeouts on every new connection). Within a gRPC call, a
+    transaction's statement timeout is cut to the call's remaining deadline (`deadline`)."""
     engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,
@@ -93,4 +96,5 @@ def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30
             cur.execute("SET idle_in_transaction_session_timeout = 60000")
         dbapi_conn.commit()
 
+    deadline.install(engine, int(statement_timeout_ms))
     return engine

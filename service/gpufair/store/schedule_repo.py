@@ -20,7 +20,7 @@ from sqlalchemy import Connection, text
 
 from gpufair.domain.model import Allocation, PodBinding, Workload
 from gpufair.domain.snapshot import CycleResult, EvictionInFlight
-from gpufair.store.workload_repo import SPECS, workload_from_json, workloads_in_states
+from gpufair.store.workload_repo import SPECS
 
 DEFAULT_BIND_TIMEOUT_S = 300.0
 
@@ -49,52 +49,64 @@ def _bindings(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
     )
 
 
-def running_allocations(conn: Connection, pool: str) -> list[Allocation]:
-    """What holds GPUs now: open runs as the batch system reported them, and bound decisions."""
-    allocations: list[Allocation] = []
+def holding_and_pending(conn: Connection, pool: str) -> tuple[list[Allocation], list[Workload]]:
+    """What holds GPUs now (open runs as the batch system reported them, and bound decisions)
+    and what waits, oldest submission first.
+
+    One statement, so one snapshot even under READ COMMITTED: a `started` event may commit while
+    a cycle reads (ingest does not wait for the pool lock), and its workload moves from bound (or
+    pending) to running. Read by separate statements, it could be missed by both, its GPUs looking
+    free to the cycle, which bound other work onto them (seen under load). Here it is seen once,
+    in one state or the other."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT 0 AS part, i.workload_uid AS uid, w.spec_digest, i.gpu_type, i.pods,
+                   extract(epoch FROM i.started_at)::float8 AS since,
+                   NULL::timestamptz AS submit_time
+            FROM allocation_intervals i JOIN workloads w ON w.uid = i.workload_uid
+            WHERE i.pool = :pool AND i.ended_at IS NULL
+            UNION ALL
+            SELECT 1, uid, spec_digest, binding->>'gpu_type', binding->'pods',
+                   extract(epoch FROM bound_at)::float8, NULL
+            FROM workloads WHERE pool = :pool AND state = 'bound'
+            UNION ALL
+            SELECT 2, uid, spec_digest, NULL, NULL, NULL, submit_time
+            FROM workloads WHERE pool = :pool AND state = 'pending'
+            ORDER BY part, submit_time, uid, gpu_type
+            """
+        ),
+        {"pool": pool},
+    ).all()
     runs: dict[str, list[Any]] = defaultdict(list)
-    for r in conn.execute(
-        text(
-            "SELECT i.workload_uid, w.spec_digest, i.gpu_type, i.pods, "
-            "extract(epoch FROM i.started_at)::float8 AS started "
-            "FROM allocation_intervals i JOIN workloads w ON w.uid = i.workload_uid "
-            "WHERE i.pool = :pool AND i.ended_at IS NULL ORDER BY i.workload_uid, i.gpu_type"
-        ),
-        {"pool": pool},
-    ):
-        runs[r.workload_uid].append(r)
-    keys = [(uid, rows[0].spec_digest) for uid, rows in runs.items()]
-    specs = dict(zip(runs, SPECS.workloads(conn, keys), strict=True))
-    for uid, rows in runs.items():
-        pods = [p for r in rows for p in r.pods]
-        allocations.append(
-            Allocation(
-                workload=specs[uid],
-                bindings=_bindings(pods),
-                started_at_s=rows[0].started,
-                gpu_type=rows[0].gpu_type,
-            )
+    for r in rows:
+        if r.part == 0:
+            runs[r.uid].append(r)
+    bound = [r for r in rows if r.part == 1]
+    waiting = [r for r in rows if r.part == 2]
+    keys = [(uid, group[0].spec_digest) for uid, group in runs.items()]
+    keys += [(r.uid, r.spec_digest) for r in (*bound, *waiting)]
+    specs = SPECS.workloads(conn, keys)
+    run_specs, bound_specs = specs[: len(runs)], specs[len(runs) : len(runs) + len(bound)]
+    allocations = [
+        Allocation(
+            workload=spec,
+            bindings=_bindings([p for r in group for p in r.pods]),
+            started_at_s=group[0].since,
+            gpu_type=group[0].gpu_type,
         )
-    for r in conn.execute(
-        text(
-            "SELECT spec, binding, extract(epoch FROM bound_at)::float8 AS bound "
-            "FROM workloads WHERE pool = :pool AND state = 'bound'"
-        ),
-        {"pool": pool},
-    ):
-        allocations.append(
-            Allocation(
-                workload=workload_from_json(r.spec),
-                bindings=_bindings(r.binding["pods"]),
-                started_at_s=r.bound,
-                gpu_type=r.binding["gpu_type"],
-            )
+        for spec, group in zip(run_specs, runs.values(), strict=True)
+    ]
+    allocations += [
+        Allocation(
+            workload=spec,
+            bindings=_bindings(r.pods),
+            started_at_s=r.since,
+            gpu_type=r.gpu_type,
         )
-    return allocations
-
-
-def pending_workloads(conn: Connection, pool: str) -> list[Workload]:
-    return workloads_in_states(conn, pool, ("pending",))
+        for spec, r in zip(bound_specs, bound, strict=True)
+    ]
+    return allocations, specs[len(runs) + len(bound) :]
 
 
 def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:

@@ -181,16 +181,20 @@ class SpecCache:
         self._specs: dict[tuple[str, str], Workload] = {}
 
     def workloads(self, conn: Connection, keys: Sequence[tuple[str, str]]) -> list[Workload]:
-        missing = [key[0] for key in keys if key not in self._specs]
+        # RPC threads share the cache: this call fills and reads one dict of its own choosing, so
+        # another call starting over meanwhile cannot take the entries it just loaded.
+        specs = self._specs
+        missing = [key[0] for key in keys if key not in specs]
         if missing:
-            if len(self._specs) + len(missing) > self.limit:
-                self._specs = {}
+            if len(specs) + len(missing) > self.limit:
+                specs = {}
             for r in conn.execute(
                 text("SELECT uid, spec_digest, spec FROM workloads WHERE uid = ANY(:uids)"),
                 {"uids": missing},
             ):
-                self._specs[(r.uid, r.spec_digest)] = workload_from_json(r.spec)
-        return [self._specs[key] for key in keys]
+                specs[(r.uid, r.spec_digest)] = workload_from_json(r.spec)
+            self._specs = specs
+        return [specs[key] for key in keys]
 
 
 SPECS = SpecCache()

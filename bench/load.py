@@ -1,0 +1,482 @@
+"""Load: concurrent clients mixing GetFairShare, ReportEvents and Schedule against `gpufair serve`.
+
+    python bench/load.py [--clients 200] [--seconds 60]
+
+`gpufair serve` runs as a child process with its default settings (32 RPC threads, periodic jobs
+on) on a scratch database, loopback only. The cluster has two pools of 8-GPU nodes: `main`
+(60 nodes), with a backlog of 3,000 waiting workloads that `Schedule` places, and `batch` (four
+GPUs per client), whose workloads the clients run by reporting events. Each client has its own channel (its own TCP connection)
+and calls one RPC after another without pause, choosing each call by weight:
+
+- GetFairShare of either pool;
+- ReportEvents: what a batch system reports: `started` for the binds its last Schedule gave it
+  (with the pods gpufair chose), `stopped` for those that ran their few seconds, and for its own
+  `batch` workloads a new `started`, `heartbeat`s for the others and a `stopped` for the oldest;
+- Schedule of `main`.
+
+Every event is valid, so every one must be stored: a rejected event counts as an error, as does
+any failed call, and any error fails the run (exit status 1). The server's resident memory is
+read from /proc/<pid>/status every second; the run fails if it grows by 10 % or more over the
+second half. Afterwards the database is checked: every acknowledged event stored, no GPU of
+`main` held twice.
+
+The clients are asyncio tasks of one process (grpc.aio), so that 200 of them cost one thread.
+On a small machine they share its cores with the server and PostgreSQL; the CPU time each used
+is printed, to show whether the clients or the server were the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import create_engine, text
+
+from gpufair.client import GpufairClient
+from gpufair.config_file import parse_config
+from gpufair.store.database import normalise_url
+from gpufair.store.scratch import scratch_database, test_server
+from gpufair.v1 import ledger_pb2, ledger_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+NODES = 60
+BACKLOG = 3000  # waiting workloads of `main`
+OWN_WORKLOADS = 50  # `batch` workloads per client, reused (as new runs) once all have run
+OWN_SLOTS = 4  # GPUs of `batch` each client runs on at once
+MAIN_RUN_S = (3.0, 10.0)  # how long a workload placed by Schedule runs
+RPCS = ("GetFairShare", "ReportEvents", "Schedule")
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+QUEUES = (("llm", 0.4), ("vision", 0.3), ("speech", 0.2), ("robotics", 0.1))
+
+
+def batch_nodes(clients: int) -> int:
+    """Enough 8-GPU nodes that no two clients ever report a run on the same GPU."""
+    return max(1, -(-clients * OWN_SLOTS // 8))
+
+
+def cluster(clients: int) -> Any:
+    nodes = {"main": NODES, "batch": batch_nodes(clients)}
+    return parse_config(
+        {
+            "gpu_types": [{"name": "a100", "memory_gib": 80, "compute_weight": 1}],
+            "pools": [{"name": p} for p in nodes],
+            "nodes": [
+                {
+                    "name": f"{p}-n{i:03d}",
+                    "pool": p,
+                    "gpu_type": "a100",
+                    "gpu_count": 8,
+                    "cpu_millicores": 128000,
+                    "memory_mib": 1048576,
+                }
+                for p, count in nodes.items()
+                for i in range(count)
+            ],
+            "queues": [
+                {
+                    "name": q,
+                    "quotas": [{"pool": p, "deserved_cu": 8 * n * s} for p, n in nodes.items()],
+                }
+                for q, s in QUEUES
+            ],
+        }
+    )
+
+
+def backlog() -> list[scheduler_pb2.Workload]:
+    rng = random.Random(7)
+    return [
+        scheduler_pb2.Workload(
+            uid=f"m{i}",
+            queue=QUEUES[i % 4][0],
+            pool="main",
+            pods=rng.choice([1, 1, 1, 2]),
+            gpus_per_pod=rng.choice([1, 1, 2, 4, 8]),
+            cpu_millicores_per_pod=8000,
+            memory_mib_per_pod=65536,
+        )
+        for i in range(BACKLOG)
+    ]
+
+
+def own_workloads(clients: int) -> list[scheduler_pb2.Workload]:
+    return [
+        scheduler_pb2.Workload(
+            uid=f"b{c}-{k}", queue=QUEUES[c % 4][0], pool="batch", pods=1, gpus_per_pod=1
+        )
+        for c in range(clients)
+        for k in range(OWN_WORKLOADS)
+    ]
+
+
+def event(
+    kind: ledger_pb2.EventKind.ValueType, uid: str, at_s: float, pods: Any = ()
+) -> ledger_pb2.LedgerEvent:
+    msg = ledger_pb2.LedgerEvent(event_id=str(uuid.uuid4()), workload_uid=uid, kind=kind)
+    msg.occurred_at.FromNanoseconds(round(at_s * 1e9))
+    for p in pods:
+        msg.pods.add(node=p.node, gpu_indices=p.gpu_indices, gpu_fraction=p.gpu_fraction)
+    return msg
+
+
+@dataclass
+class OwnPod:
+    node: str
+    gpu_indices: list[int]
+    gpu_fraction: float = 1.0
+
+
+@dataclass
+class Stats:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    acknowledged: int = 0
+    binds: int = 0
+
+
+class Client:
+    """One batch system: its channel, its workloads, what it has running."""
+
+    def __init__(self, index: int, address: str, weights: list[float], stats: Stats) -> None:
+        self.index = index
+        self.weights = weights
+        self.stats = stats
+        self.rng = random.Random(index)
+        # A subchannel pool of its own gives the channel its own TCP connection.
+        self.channel = grpc.aio.insecure_channel(
+            address, options=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        self.ledger = ledger_pb2_grpc.LedgerStub(self.channel)
+        self.scheduler = scheduler_pb2_grpc.SchedulerStub(self.channel)
+        self.fresh: deque[str] = deque(f"b{index}-{k}" for k in range(OWN_WORKLOADS))
+        self.running: deque[tuple[str, int]] = deque()  # own workloads and their GPU slot
+        self.free_slots = list(range(OWN_SLOTS))
+        self.to_start: list[scheduler_pb2.BindDecision] = []
+        self.main_running: list[tuple[str, float]] = []  # uid, when it finishes
+
+    def own_pod(self, slot: int) -> OwnPod:
+        gpu = self.index * OWN_SLOTS + slot  # the client's own GPUs of `batch`
+        return OwnPod(f"batch-n{gpu // 8:03d}", [gpu % 8])
+
+    def report(self) -> list[ledger_pb2.LedgerEvent]:
+        now = time.time()
+        events = []
+        for bind in self.to_start:
+            events.append(event(ledger_pb2.EVENT_KIND_STARTED, bind.uid, now, bind.pods))
+            self.main_running.append((bind.uid, now + self.rng.uniform(*MAIN_RUN_S)))
+        self.to_start = []
+        done = [uid for uid, end in self.main_running if end <= now]
+        self.main_running = [(uid, end) for uid, end in self.main_running if end > now]
+        events += [event(ledger_pb2.EVENT_KIND_STOPPED, uid, now) for uid in done]
+        if not self.free_slots:
+            uid, slot = self.running.popleft()
+            events.append(event(ledger_pb2.EVENT_KIND_STOPPED, uid, now))
+            self.fresh.append(uid)  # runs again later, as a new run of the same workload
+            self.free_slots.append(slot)
+        events += [event(ledger_pb2.EVENT_KIND_HEARTBEAT, uid, now) for uid, _ in self.running]
+        uid, slot = self.fresh.popleft(), self.free_slots.pop()
+        events.append(event(ledger_pb2.EVENT_KIND_STARTED, uid, now, [self.own_pod(slot)]))
+        self.running.append((uid, slot))
+        return events
+
+    async def call(self, rpc: str) -> None:
+        if rpc == "GetFairShare":
+            pool = self.rng.choice(("main", "batch"))
+            await self.ledger.GetFairShare(ledger_pb2.GetFairShareRequest(pool=pool), timeout=30)
+        elif rpc == "ReportEvents":
+            request = ledger_pb2.ReportEventsRequest(events=self.report())
+            ack = await self.ledger.ReportEvents(request, timeout=30)
+            for r in ack.results:
+                if r.status == ledger_pb2.EVENT_STATUS_STORED:
+                    self.stats.acknowledged += 1
+                else:
+                    self.stats.errors[f"ReportEvents event {r.status}: {r.error}"] += 1
+        else:
+            cycle = await self.scheduler.Schedule(
+                scheduler_pb2.ScheduleRequest(pool="main", request_id=str(uuid.uuid4())),
+                timeout=30,
+            )
+            self.to_start += cycle.binds
+            self.stats.binds += len(cycle.binds)
+
+    async def run(self, until: float, budget: list[int]) -> None:
+        while time.monotonic() < until and budget[0] > 0:
+            budget[0] -= 1
+            rpc = self.rng.choices(RPCS, self.weights)[0]
+            start = time.perf_counter()
+            try:
+                await self.call(rpc)
+            except grpc.aio.AioRpcError as exc:
+                self.stats.errors[f"{rpc} {exc.code().name}: {exc.details()}"] += 1
+                continue
+            self.stats.latencies[rpc].append(time.perf_counter() - start)
+        await self.channel.close(None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
+
+
+def sample_rss(pid: int, stop: threading.Event, samples: list[tuple[float, int]]) -> None:
+    start = time.monotonic()
+    while not stop.is_set():
+        samples.append((time.monotonic() - start, read_rss_kib(pid)))
+        stop.wait(1.0)
+
+
+def wait_serving(address: str, proc: subprocess.Popen[bytes]) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for _ in range(600):
+            if proc.poll() is not None:
+                raise RuntimeError("gpufair serve exited during start-up")
+            try:
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError("gpufair serve is not serving")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def drive(
+    address: str, clients: int, seconds: float, weights: list[float], max_calls: int
+) -> Stats:
+    stats = Stats()
+    budget = [max_calls]
+    until = time.monotonic() + seconds
+    pool = [Client(i, address, weights, stats) for i in range(clients)]
+    await asyncio.gather(*(c.run(until, budget) for c in pool))
+    return stats
+
+
+def backend_cpu_s(url: str) -> dict[int, float] | None:
+    """CPU time so far of each PostgreSQL backend serving `url`'s database, when they run on
+    this machine (their /proc entries are readable); None otherwise."""
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            pids = conn.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                )
+            ).scalars()
+            return {pid: cpu_seconds(pid) for pid in pids}
+    except OSError:
+        return None
+    finally:
+        engine.dispose()
+
+
+def backends_used(before: dict[int, float] | None, after: dict[int, float] | None) -> float | None:
+    """CPU the backends alive at the end used during the run: a lower bound, as backends that
+    ended meanwhile (the pool closes its overflow connections) are not counted."""
+    if before is None or after is None:
+        return None
+    return round(sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()), 1)
+
+
+def check_database(url: str, acknowledged: int) -> dict[str, Any]:
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            events = conn.execute(text("SELECT count(*) FROM ledger_events")).scalar_one()
+            holders = conn.execute(
+                text(
+                    "SELECT uid, 'bound' AS how, binding->'pods' AS pods, "
+                    "(binding->>'cycle_id')::bigint AS cycle FROM workloads "
+                    "WHERE pool = 'main' AND state = 'bound' UNION ALL "
+                    "SELECT i.workload_uid, 'running', i.pods, (w.binding->>'cycle_id')::bigint "
+                    "FROM allocation_intervals i JOIN workloads w ON w.uid = i.workload_uid "
+                    "WHERE i.pool = 'main' AND i.ended_at IS NULL"
+                )
+            ).all()
+            use: dict[tuple[str, int], float] = defaultdict(float)
+            held_by: dict[tuple[str, int], list[str]] = defaultdict(list)
+            for uid, how, pods, cycle in holders:
+                for pod in pods:
+                    for index in pod["gpu_indices"]:
+                        use[(pod["node"], index)] += pod["gpu_fraction"]
+                        held_by[(pod["node"], index)].append(f"{uid} {how}, bound by cycle {cycle}")
+            cycles = conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one()
+    finally:
+        engine.dispose()
+    twice = sorted(gpu for gpu, used in use.items() if used > 1 + 1e-9)
+    return {
+        "events_stored": events,
+        "events_acknowledged": acknowledged,
+        "schedule_cycles": cycles,
+        "max_use_of_one_gpu": max(use.values(), default=0.0),
+        "gpus_held_twice": {f"{n}/{i}": held_by[(n, i)] for n, i in twice[:5]},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--mix",
+        default="50,45,5",
+        help="weights of GetFairShare, ReportEvents, Schedule (default 50,45,5)",
+    )
+    parser.add_argument("--max-calls", type=int, default=2_000_000, help="stop after this many")
+    args = parser.parse_args()
+    weights = [float(w) for w in args.mix.split(",")]
+    env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+
+    with (
+        test_server() as server,
+        scratch_database(server.url, prefix="gpufair_bench") as url,
+        tempfile.TemporaryFile() as log,
+    ):
+        address = f"127.0.0.1:{free_port()}"
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gpufair.cli", "serve", "--address", address),
+                *("--database-url", url, "--metrics-address", "", "--grace-s", "5"),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_serving(address, proc)
+            with GpufairClient(address, timeout_s=120) as c:
+                c.apply_config(cluster(args.clients))
+                c.submit_workloads(backlog())
+                mine = own_workloads(args.clients)
+                for i in range(0, len(mine), 5000):
+                    c.submit_workloads(mine[i : i + 5000])
+                c.get_fair_share("main")
+                c.get_fair_share("batch")
+
+            samples: list[tuple[float, int]] = []
+            stop = threading.Event()
+            sampler = threading.Thread(target=sample_rss, args=(proc.pid, stop, samples))
+            load_before = os.getloadavg()
+            server_cpu_0 = cpu_seconds(proc.pid)
+            backends_0 = backend_cpu_s(url)
+            own_0 = resource.getrusage(resource.RUSAGE_SELF)
+            sampler.start()
+            started = time.monotonic()
+            stats = asyncio.run(drive(address, args.clients, args.seconds, weights, args.max_calls))
+            elapsed = time.monotonic() - started
+            stop.set()
+            sampler.join()
+            own_1 = resource.getrusage(resource.RUSAGE_SELF)
+            server_cpu = cpu_seconds(proc.pid) - server_cpu_0
+            backends_1 = backend_cpu_s(url)
+            load_after = os.getloadavg()
+            alive = proc.poll() is None
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            exit_code = proc.wait(timeout=60)
+        log.seek(0)
+        internal = log.read().decode(errors="replace").count("internal error")
+        database = check_database(url, stats.acknowledged)
+
+    half = [rss for t, rss in samples if t >= elapsed / 2]
+    growth = (max(half) - half[0]) / half[0]
+    calls = {rpc: len(stats.latencies[rpc]) for rpc in RPCS}
+    client_cpu = own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime
+    result = {
+        "clients": args.clients,
+        "seconds": round(elapsed, 1),
+        "mix": dict(zip(RPCS, weights, strict=True)),
+        "calls": sum(calls.values()),
+        "throughput_per_s": round(sum(calls.values()) / elapsed, 1),
+        "per_rpc": {
+            rpc: {
+                "calls": calls[rpc],
+                "per_s": round(calls[rpc] / elapsed, 1),
+                "p50_ms": round(1000 * statistics.median(stats.latencies[rpc]), 1),
+                "p99_ms": round(1000 * percentile(stats.latencies[rpc], 0.99), 1),
+            }
+            for rpc in RPCS
+            if stats.latencies[rpc]
+        },
+        "errors": dict(stats.errors),
+        "binds": stats.binds,
+        "rss_mib": {
+            "start": round(samples[0][1] / 1024, 1),
+            "half": round(half[0] / 1024, 1),
+            "max_second_half": round(max(half) / 1024, 1),
+            "end": round(samples[-1][1] / 1024, 1),
+            "growth_second_half_pct": round(100 * growth, 2),
+        },
+        "cpu_s": {
+            "server": round(server_cpu, 1),
+            "clients": round(client_cpu, 1),
+            "client_ms_per_call": round(1000 * client_cpu / max(1, sum(calls.values())), 2),
+            "postgres_backends_at_least": backends_used(backends_0, backends_1),
+            "available": round(elapsed * (os.cpu_count() or 1), 1),
+            "load_average_before": round(load_before[0], 2),
+            "load_average_after": round(load_after[0], 2),
+        },
+        "server_alive_after": alive,
+        "server_exit_code": exit_code,
+        "internal_errors_logged": internal,
+        "database": database,
+    }
+    print(json.dumps(result, indent=2))
+    failed = [
+        reason
+        for reason, bad in (
+            ("errors", bool(stats.errors)),
+            ("memory grew 10 % or more over the second half", growth >= 0.10),
+            ("server died", not alive or exit_code != 0),
+            ("events stored != acknowledged", database["events_stored"] != stats.acknowledged),
+            ("a GPU of main held twice", database["max_use_of_one_gpu"] > 1 + 1e-9),
+        )
+        if bad
+    ]
+    if failed:
+        print("FAILED: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
