@@ -231,3 +231,29 @@ def test_explain_says_why_a_workload_waits(gpufair: GpufairClient) -> None:
             scheduler_pb2.ExplainWorkloadRequest(uid="nobody"), timeout=10
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_workload_cancelled_during_the_cycle_is_not_reported_placed(
+    gpufair: GpufairClient, db: Engine, clock: Clock
+) -> None:
+    from gpufair import scheduling
+    from gpufair.api.convert_schedule import without_binds
+    from gpufair.store import schedule_repo
+
+    gpufair.apply_config(load_config_file(EXAMPLE))
+    submit(gpufair, workload("kept", "llm", 4), workload("gone", "vision", 4))
+    with db.connect() as conn:
+        decided = scheduling.decide(conn, "default", clock.now_s)
+        assert {b.workload_uid for b in decided.result.binds} == {"kept", "gone"}
+        # What a concurrent CancelWorkload commits between the snapshot and the writes.
+        conn.execute(text("UPDATE workloads SET state = 'cancelled' WHERE uid = 'gone'"))
+        _, skipped = schedule_repo.record_cycle(
+            conn, "default", decided.result, b"", clock.now_s, 300.0
+        )
+        result = without_binds(decided.result, skipped)
+        states = dict(conn.execute(text("SELECT uid, state FROM workloads")).all())
+        conn.rollback()
+    assert skipped == {"gone"}
+    assert [b.workload_uid for b in result.binds] == ["kept"]
+    assert result.pending["gone"].code.value == "changed_during_cycle"
+    assert states == {"kept": "bound", "gone": "cancelled"}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpufair.api.convert_workload import bindings_to_proto
 from gpufair.domain.explain import Explanation
-from gpufair.domain.snapshot import CycleResult, EvictReason
+from gpufair.domain.snapshot import CycleResult, EvictReason, PendingCode, PendingReason
 from gpufair.v1 import scheduler_pb2 as pb
 
 _EVICT = {
@@ -67,4 +69,20 @@ def explanation_to_proto(e: Explanation, state: str) -> pb.ExplainWorkloadRespon
         filters=[pb.FilterCount(filter=name, nodes_failed=count) for name, count in filters],
         needs_cu=e.needed_cu,
         queue_may_take_cu=e.queue_may_take_cu,
+    )
+
+
+def without_binds(result: CycleResult, uids: frozenset[str]) -> CycleResult:
+    """`result` with the binds of `uids` turned back into pending work: their workloads changed
+    (cancelled, or started by the batch system) while the cycle ran, so nothing was stored."""
+    if not uids:
+        return result
+    pending = dict(result.pending)
+    for uid in uids:
+        pending[uid] = PendingReason(
+            PendingCode.CHANGED_DURING_CYCLE,
+            "the workload changed (cancelled or started) while the cycle ran; not placed",
+        )
+    return dataclasses.replace(
+        result, binds=tuple(b for b in result.binds if b.workload_uid not in uids), pending=pending
     )

@@ -9,7 +9,7 @@ import grpc
 from sqlalchemy import Connection, Engine
 
 from gpufair import scheduling
-from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto
+from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
 from gpufair.api.ledger import share_to_proto
@@ -134,7 +134,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if request.dry_run:
                 return result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
             draft = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
-            cycle_id = schedule_repo.record_cycle(
+            cycle_id, skipped = schedule_repo.record_cycle(
                 conn,
                 request.pool,
                 decided.result,
@@ -142,7 +142,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 now_s,
                 self.bind_timeout_s,
             )
-            return result_to_proto(request.pool, decided.result, now_s, cycle_id)
+            result = without_binds(decided.result, skipped)
+            reply = result_to_proto(request.pool, result, now_s, cycle_id)
+            if skipped:
+                schedule_repo.replace_reply(
+                    conn, cycle_id, reply.SerializeToString(), len(reply.binds)
+                )
+            return reply
 
         # The pool lock is taken before the replay check, so a concurrent first attempt of the
         # same request id cannot slip in between; `decide` takes it again, a no-op then.

@@ -82,6 +82,8 @@ class PendingCode(enum.StrEnum):
     NEVER_FITS = "never_fits"  # the pool could not hold it even empty
     UNKNOWN_QUEUE = "unknown_queue"
     OTHER_POOL = "other_pool"
+    # Set by the service, not the cycle: the workload stopped being pending while it was decided.
+    CHANGED_DURING_CYCLE = "changed_during_cycle"
 
 
 class EvictReason(enum.StrEnum):

@@ -133,7 +133,10 @@ def record_cycle(
     reply: bytes,
     now_s: float,
     bind_timeout_s: float,
-) -> int:
+) -> tuple[int, frozenset[str]]:
+    """Store the cycle and its decisions; returns its id and the binds that could not be
+    written because their workload stopped being pending while the cycle ran (cancelled, or
+    started by the batch system on its own): those must not be reported as placed."""
     cycle_id = int(
         conn.execute(
             text(
@@ -150,43 +153,48 @@ def record_cycle(
             },
         ).scalar_one()
     )
+    written: set[str] = set()
     if result.binds:
-        conn.execute(
-            text(
-                """
+        written = {
+            row[0]
+            for row in conn.execute(
+                text(
+                    """
                 UPDATE workloads w SET state = 'bound', binding = r.binding,
                     bound_at = to_timestamp(:now), bind_expires_at = to_timestamp(:expires),
                     state_changed_at = now()
                 FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(uid text, binding jsonb)
                 WHERE w.uid = r.uid AND w.state = 'pending'
+                RETURNING w.uid
                 """
-            ),
-            {
-                "now": now_s,
-                "expires": now_s + bind_timeout_s,
-                "doc": json.dumps(
-                    [
-                        {
-                            "uid": b.workload_uid,
-                            "binding": {
-                                "gpu_type": b.gpu_type,
-                                "cycle_id": cycle_id,
-                                "pods": [
-                                    {
-                                        "pod_index": p.pod_index,
-                                        "node": p.node,
-                                        "gpu_indices": list(p.gpu_indices),
-                                        "gpu_fraction": p.gpu_fraction,
-                                    }
-                                    for p in b.bindings
-                                ],
-                            },
-                        }
-                        for b in result.binds
-                    ]
                 ),
-            },
-        )
+                {
+                    "now": now_s,
+                    "expires": now_s + bind_timeout_s,
+                    "doc": json.dumps(
+                        [
+                            {
+                                "uid": b.workload_uid,
+                                "binding": {
+                                    "gpu_type": b.gpu_type,
+                                    "cycle_id": cycle_id,
+                                    "pods": [
+                                        {
+                                            "pod_index": p.pod_index,
+                                            "node": p.node,
+                                            "gpu_indices": list(p.gpu_indices),
+                                            "gpu_fraction": p.gpu_fraction,
+                                        }
+                                        for p in b.bindings
+                                    ],
+                                },
+                            }
+                            for b in result.binds
+                        ]
+                    ),
+                },
+            )
+        }
     if result.evicts:
         conn.execute(
             text(
@@ -215,4 +223,12 @@ def record_cycle(
                 ),
             },
         )
-    return cycle_id
+    skipped = frozenset(b.workload_uid for b in result.binds) - written
+    return cycle_id, skipped
+
+
+def replace_reply(conn: Connection, cycle_id: int, reply: bytes, binds: int) -> None:
+    conn.execute(
+        text("UPDATE schedule_cycles SET reply = :reply, binds = :binds WHERE id = :id"),
+        {"reply": reply, "binds": binds, "id": cycle_id},
+    )
