@@ -235,10 +235,7 @@ def main() -> None:
                 "events": args.events // EVENTS_PER_WORKLOAD * EVENTS_PER_WORKLOAD,
                 "batch": args.batch,
                 "rounds": len(rounds),
-                **{
-                    f"median_{key}": statistics.median(r[key] for r in rounds)
-                    for key in rounds[0]
-                },
+                **{f"median_{key}": statistics.median(r[key] for r in rounds) for key in rounds[0]},
                 "targets": {"grpc_stream_events_per_s": 20000, "ratio_grpc_to_copy": 0.5},
             },
             indent=2,

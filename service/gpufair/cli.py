@@ -63,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gpufair.api.auth import auth_interceptor
     from gpufair.api.server import build_server
+    from gpufair.gc_tuning import tune_for_serving
     from gpufair.jobs.retention import Retention
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
@@ -84,6 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             credentials=credentials,
         )
         log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
+        tune_for_serving()
         if args.metrics_address:
             host, _, port = args.metrics_address.rpartition(":")
             prometheus_client.start_http_server(int(port), addr=host or "127.0.0.1")
