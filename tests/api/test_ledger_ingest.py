@@ -270,3 +270,62 @@ def test_resent_stream_is_all_duplicates_and_changes_nothing(
     again = ready.ledger.StreamEvents(iter(messages), timeout=20)
     assert [r.status for r in again.results] == [DUPLICATE] * 9
     assert [intervals(db, f"r-{i}") for i in range(3)] == before
+
+
+def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
+    ready: GpufairClient, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every next message is made to be there when asked for, so each message's conversion
+    happens while the one before is in the database; outcomes still come in message order."""
+    from gpufair.api import ledger as ledger_api
+    from gpufair.api.prefetch import Prefetch
+    from gpufair.store import ledger_repo
+
+    take = Prefetch.take
+    monkeypatch.setattr(Prefetch, "take", lambda self, wait: take(self, wait=True))
+    log: list[str] = []
+    convert, write = ledger_api.LedgerServicer._convert, ledger_repo.write
+
+    def logged_convert(self: object, request: ledger_pb2.ReportEventsRequest, field: str) -> object:
+        log.append(f"convert {request.events[0].workload_uid}")
+        return convert(self, request, field)  # type: ignore[arg-type]
+
+    def logged_write(*args: object, **kwargs: object) -> object:
+        log.append("write")
+        outcomes = write(*args, **kwargs)  # type: ignore[arg-type]
+        log.append("written")
+        return outcomes
+
+    monkeypatch.setattr(ledger_api.LedgerServicer, "_convert", logged_convert)
+    monkeypatch.setattr(ledger_repo, "write", logged_write)
+    for i in range(4):
+        submit(ready, f"p-{i}")
+    replayed = event(HEARTBEAT, "p-1", T0 + 30)
+    messages = [
+        [event(STARTED, f"p-{i}", T0 + i, [("a1", [i], 1.0)]), event(STOPPED, f"p-{i}", T0 + 90)]
+        for i in range(4)
+    ]
+    messages[1] += [replayed, replayed, event(STOPPED, "p-1", T0 - 10)]
+    reply = ready.ledger.StreamEvents(
+        iter(ledger_pb2.ReportEventsRequest(events=m) for m in messages), timeout=20
+    )
+
+    assert [r.status for r in reply.results] == [
+        *[STORED, STORED],
+        *[STORED, STORED, STORED, DUPLICATE, REJECTED],
+        *[STORED, STORED] * 2,
+    ]
+    assert reply.results[6].error == "stopped before the workload started"
+    assert [r.event_id for r in reply.results] == [e.event_id for m in messages for e in m]
+    assert log == [
+        "convert p-0",
+        *["write", "convert p-1", "written"],
+        *["write", "convert p-2", "written"],
+        *["write", "convert p-3", "written"],
+        *["write", "written"],
+    ]
+    assert all(
+        [(r[4], r[5]) for r in intervals(db, f"p-{i}")]
+        == [(pytest.approx(T0 + 90, abs=1e-5), "stopped")]
+        for i in range(4)
+    )

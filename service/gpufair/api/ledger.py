@@ -6,7 +6,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import grpc
@@ -34,11 +33,14 @@ _STATUS = {
 }
 
 
+Converted = LedgerEvent | tuple[str, str]
+
+
 @dataclass(slots=True)
 class _Message:
     """One request on its way through ingestion."""
 
-    converted: list[LedgerEvent | tuple[str, str]]
+    converted: list[Converted]
     now_s: float
     batch: ledger_repo.PreparedBatch
     outcomes: Outcomes | None = None
@@ -93,21 +95,96 @@ def _seconds(ts: Any, default: float) -> float:
     return float(ts.seconds + ts.nanos / 1e9)
 
 
+class _Ahead:
+    """A stream's work while message N is in the database (see `LedgerServicer.StreamEvents`):
+    the outcomes of message N-1, committed already, go into the reply, and message N+1 is taken
+    if it has arrived, converted, then prepared. What goes wrong with N+1 is kept, and raised by
+    `following` once N is committed."""
+
+    def __init__(
+        self,
+        servicer: LedgerServicer,
+        inbox: Prefetch[pb.ReportEventsRequest],
+        n: int,
+        reply: pb.ReportEventsResponse,
+        previous: _Message | None,
+    ) -> None:
+        self._servicer, self._inbox, self._n = servicer, inbox, n
+        self._reply, self._previous = reply, previous
+        self._taken = False
+        self._request: pb.ReportEventsRequest | None = None
+        self._converted: list[Converted] | None = None
+        self._message: _Message | None = None
+        self._error: Exception | None = None
+
+    def report_previous(self) -> None:
+        if self._previous is not None:
+            _report(self._reply, self._previous)
+            self._previous = None
+
+    def reading(self) -> None:
+        self.report_previous()
+
+    def copying(self) -> None:
+        try:
+            self._take()
+            self._convert()
+        except Exception as error:
+            self._error = error
+
+    def writing(self) -> None:
+        try:
+            self._take()
+            self._convert()
+            if self._converted is not None and self._message is None:
+                self._message = self._servicer._prepare(self._converted)
+        except Exception as error:
+            self._error = error
+
+    def following(self) -> _Message | None:
+        """Message N+1 prepared (waiting for it if need be), or None once the stream ended."""
+        if self._error is not None:
+            raise self._error  # about message N+1, now that the ones before are committed
+        if self._message is not None:
+            return self._message
+        if not self._taken:
+            return self._servicer._next_message(self._inbox, self._n)
+        self._convert()
+        if self._converted is None:
+            return None  # the stream ended
+        return self._servicer._prepare(self._converted)
+
+    def _take(self) -> None:
+        if not self._taken:
+            request = self._inbox.take(wait=False)
+            if request is not Pending.NOT_YET:
+                self._taken, self._request = True, request
+
+    def _convert(self) -> None:
+        if self._request is not None and self._converted is None:
+            self._converted = self._servicer._convert(self._request, f"messages[{self._n}].events")
+
+
 class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.clock = clock
 
-    def _prepare(self, request: pb.ReportEventsRequest, field: str) -> _Message:
-        """The part of ingesting a message that needs no database."""
+    def _convert(self, request: pb.ReportEventsRequest, field: str) -> list[Converted]:
+        """The request's events as domain events, or (event_id, why not) for those that cannot
+        be one."""
         if len(request.events) > MAX_EVENTS_PER_BATCH:
             raise InvalidInputError(
                 [Violation(field, f"at most {MAX_EVENTS_PER_BATCH} events per message")]
             )
-        converted: list[LedgerEvent | tuple[str, str]] = []
+        converted: list[Converted] = []
         for msg in request.events:
             event = event_from_proto(msg)
             converted.append((msg.event_id, event) if isinstance(event, str) else event)
+        return converted
+
+    def _prepare(self, converted: list[Converted]) -> _Message:
+        """The part of ingesting a message that needs no database."""
         now_s = self.clock()
         return _Message(converted, now_s, ledger_repo.prepare(converted, now_s))
 
@@ -115,19 +192,23 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self,
         message: _Message,
         expect_duplicates: bool = False,
-        meanwhile: Callable[[], None] = lambda: None,
+        overlap: ledger_repo.Overlap | None = None,
     ) -> None:
         with self.engine.connect() as conn:
             message.outcomes = ledger_repo.write(
-                conn, message.batch, expect_duplicates=expect_duplicates, meanwhile=meanwhile
+                conn,
+                message.batch,
+                expect_duplicates=expect_duplicates,
+                overlap=overlap,
+                commit=True,
             )
-            conn.commit()  # acknowledged only once this returns
+            conn.commit()  # what `write` left to commit, if anything; acknowledged only after
 
     def ReportEvents(
         self, request: pb.ReportEventsRequest, context: grpc.ServicerContext
     ) -> pb.ReportEventsResponse:
         reply = pb.ReportEventsResponse()
-        message = self._prepare(request, "events")
+        message = self._prepare(self._convert(request, "events"))
         self._write(message)
         _report(reply, message)
         return reply
@@ -142,29 +223,30 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         Messages are written one after the other, each in its own transaction, and a message's
         transaction starts only after the previous one committed (its events may be the starts
         the next message's stops pair with). What overlaps is work without the database: while
-        the server applies message N's writes, the next message, if it has arrived, is
-        converted and checked. One thread does both, so the two do not contend for the GIL (a
-        writer thread beside this one was measured: no faster).
+        the database reads for message N, the outcomes of N-1 go into the reply; while it takes
+        N's COPY, message N+1, if it has arrived, is converted; while it applies N's writes and
+        commits, N+1 is checked and encoded. One thread does all of it, so the parts do not
+        contend for the GIL (a writer thread beside this one was measured: no faster).
         """
         reply = pb.ReportEventsResponse()
         inbox: Prefetch[pb.ReportEventsRequest] = Prefetch(request_iterator)
         try:
             message = self._next_message(inbox, 0)
-            n, replaying = 0, False
+            n, replaying, unreported = 0, False, None
             while message is not None:
-                ahead: list[_Message | Exception | None] = []
-                self._write(message, replaying, partial(self._prepare_if_here, inbox, n + 1, ahead))
-                _report(reply, message)
+                ahead = _Ahead(self, inbox, n + 1, reply, unreported)
+                self._write(message, replaying, ahead)
+                ahead.report_previous()
+                unreported = message
                 # A client resending a stream that broke sends what is stored already: once a
                 # message had duplicates, expect more rather than try a COPY bound to fail.
                 replaying = message.outcomes is not None and (
                     EventStatus.DUPLICATE in message.outcomes.statuses
                 )
                 n += 1
-                following = ahead[0] if ahead else self._next_message(inbox, n)
-                if isinstance(following, Exception):
-                    raise following  # about message n, now that the ones before are committed
-                message = following
+                message = ahead.following()
+            if unreported is not None:
+                _report(reply, unreported)
         finally:
             inbox.close()
         return reply
@@ -173,23 +255,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         request = inbox.take(wait=True)
         if request is None or request is Pending.NOT_YET:
             return None
-        return self._prepare(request, f"messages[{n}].events")
-
-    def _prepare_if_here(
-        self,
-        inbox: Prefetch[pb.ReportEventsRequest],
-        n: int,
-        ahead: list[_Message | Exception | None],
-    ) -> None:
-        """Prepare message n if it has arrived, into `ahead`; what goes wrong is kept for later."""
-        try:
-            request = inbox.take(wait=False)
-            if request is not Pending.NOT_YET:
-                ahead.append(
-                    None if request is None else self._prepare(request, f"messages[{n}].events")
-                )
-        except Exception as error:
-            ahead.append(error)
+        return self._prepare(self._convert(request, f"messages[{n}].events"))
 
     def GetFairShare(
         self, request: pb.GetFairShareRequest, context: grpc.ServicerContext

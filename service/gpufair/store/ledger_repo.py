@@ -5,8 +5,9 @@ digests, duplicates within the batch and every check that depends only on the ev
 clock. `write` does the rest in the caller's transaction, in a constant number of round trips
 whatever the batch size: one pipelined read of everything the batch needs (its workloads, locked;
 nodes; the earlier run events and intervals of the workloads whose runs it changes), one COPY of
-the new events, and one pipelined set of writes. The caller commits, and only then acknowledges.
-A stream can therefore prepare its next message while the previous one is in the database.
+the new events, and one pipelined set of writes, which can end with the commit. Only then does
+the caller acknowledge. While the database works on each of the three, the caller can do work of
+its own (`Overlap`): a stream prepares its next message, and reports the one before.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import enum
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import psycopg
 from sqlalchemy import Connection, text
@@ -97,6 +98,30 @@ class Outcomes:
 # from the database: PostgreSQL's id text and microsecond instant, so that runs come out the same
 # whichever batch an event arrived in).
 Candidate = tuple[int, LedgerEvent, str, bytes, str, bytes, LedgerEvent | None]
+
+
+class Overlap(Protocol):
+    """Work of the caller's that needs no database, done while `write` waits for it: on the reads,
+    on the COPY, and on the writes. Each is called at most once, in that order, from the thread
+    that called `write`; what was not called (a batch with nothing to store, a replay), the caller
+    does after `write` returns. They must not touch the connection."""
+
+    def reading(self) -> None: ...
+
+    def copying(self) -> None: ...
+
+    def writing(self) -> None: ...
+
+
+class NoOverlap:
+    def reading(self) -> None:
+        pass
+
+    def copying(self) -> None:
+        pass
+
+    def writing(self) -> None:
+        pass
 
 
 @dataclass(slots=True)
@@ -230,7 +255,8 @@ def write(
     batch: PreparedBatch,
     *,
     expect_duplicates: bool = False,
-    meanwhile: Callable[[], None] = lambda: None,
+    overlap: Overlap | None = None,
+    commit: bool = False,
 ) -> Outcomes:
     """Store a prepared batch in `conn`'s transaction; one outcome per item, in order.
 
@@ -238,26 +264,30 @@ def write(
     inserted again with ON CONFLICT. A caller that expects replays (a client resending what it
     is not sure landed) says so with `expect_duplicates` and the COPY is not tried.
 
-    `meanwhile` is called once, while the database applies the batch's last writes (or at the
-    end if there are none): work of the caller's that needs no database, done while it waits."""
+    With `commit`, the transaction is committed with the last writes, in the same round trip (a
+    batch that changes node capacity leaves the commit to the caller, who commits anyway: a
+    commit with no transaction open does nothing). The outcomes hold only once it is committed.
+    """
     outcomes = batch.outcomes
     if not batch.candidates:
-        meanwhile()
         return outcomes
+    hooks = overlap or NoOverlap()
     pg = _driver(conn)
-    ctx = _read_context(pg, batch.candidates)
+    ctx = _read_context(pg, batch.candidates, hooks)
     keep = _validate(batch, ctx)
     if expect_duplicates:
         plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
     else:
-        plan = _copy(pg, keep, ctx, outcomes)
-    _send_writes(pg, plan, meanwhile)
+        plan = _copy(pg, keep, ctx, outcomes, hooks)
+    _send_writes(pg, plan, hooks, commit=commit and not plan.node_events)
     if plan.node_events:
         _apply_node_capacity(conn, plan.node_events)
     return outcomes
 
 
-def _read_context(pg: psycopg.Connection[Any], candidates: Sequence[Candidate]) -> _Context:
+def _read_context(
+    pg: psycopg.Connection[Any], candidates: Sequence[Candidate], hooks: Overlap
+) -> _Context:
     uids: set[str] = set()
     run_uids: set[str] = set()
     node_names: set[str] = set()
@@ -291,6 +321,7 @@ def _read_context(pg: psycopg.Connection[Any], candidates: Sequence[Candidate]) 
                 types.execute(runs_repo.GPU_TYPES_SQL)
             # Set here, where it costs no round trip, for the COPY that may need to fall back.
             pg.execute(f"SAVEPOINT {_SAVEPOINT}")
+            hooks.reading()
         ctx = _Context(
             {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in w.fetchall()},
             runs_repo.nodes_from_rows(n.fetchall()),
@@ -361,6 +392,7 @@ def _copy(
     events: Sequence[Candidate],
     ctx: _Context,
     outcomes: Outcomes,
+    hooks: Overlap,
 ) -> _Plan:
     """COPY `events` in, in the savepoint `_read_context` set; if one of them is stored already
     (a replay, or another transaction storing it meanwhile), roll back to the savepoint and
@@ -371,8 +403,9 @@ def _copy(
         with pg.cursor() as cur, cur.copy(COPY_EVENTS_SQL) as copy:
             copy.write(copy_stream(c[5] for c in events))
             # The server is still working through the rows: plan the writes meanwhile, as if
-            # all of them get stored.
+            # all of them get stored, and let the caller do its own work.
             plan = _plan(events, ctx)
+            hooks.copying()
     except psycopg.errors.UniqueViolation:
         pg.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
         return _plan(_insert_careful(pg, events, outcomes), ctx)
@@ -443,10 +476,11 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     return _Plan(alive, change, node_events)
 
 
-def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, meanwhile: Callable[[], None]) -> None:
+def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:
     """All writes of the plan in one round trip, the workloads in one statement (one new row
-    version per workload for both its heartbeat and its state). In a pipeline each statement
-    goes out as it is issued, so the server is at work when `meanwhile` runs."""
+    version per workload for both its heartbeat and its state), and the commit if asked. In a
+    pipeline each statement goes out as it is issued, so the server is at work while the
+    caller's `writing` runs."""
     alive, states = plan.alive, plan.change.states
     touched = sorted(alive.keys() | states.keys())
     with pg.cursor() as cur, pg.pipeline():
@@ -455,7 +489,9 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, meanwhile: Callable[[
             doc = [(u, alive.get(u), s.value if (s := states.get(u)) else None) for u in touched]
             cur.execute(_WORKLOAD_UPDATE_SQL, (json.dumps(doc),))
         runs_repo.queue_writes(cur, plan.change)
-        meanwhile()
+        if commit:
+            cur.execute("COMMIT")
+        hooks.writing()
 
 
 def _apply_node_capacity(conn: Connection, events: Iterable[LedgerEvent]) -> None:
