@@ -4,6 +4,7 @@ every bad event refused with its reason while the good ones in the batch land.""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 import grpc
 import pytest
@@ -234,7 +235,7 @@ def test_stream_messages_are_written_in_order(ready: GpufairClient, db: Engine) 
 def test_stream_error_keeps_what_earlier_messages_stored(
     ready: GpufairClient, db: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gpufair.api.ledger.MAX_EVENTS_PER_BATCH", 2)
+    monkeypatch.setattr("gpufair.api.ingest.MAX_EVENTS_PER_BATCH", 2)
     submit(ready, "e-1")
     messages = [
         [event(STARTED, "e-1", T0, [("a1", [0], 1.0)])],
@@ -277,18 +278,19 @@ def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
 ) -> None:
     """Every next message is made to be there when asked for, so each message's conversion
     happens while the one before is in the database; outcomes still come in message order."""
-    from gpufair.api import ledger as ledger_api
+    from gpufair.api.ingest import Ingest
     from gpufair.api.prefetch import Prefetch
     from gpufair.store import ledger_repo
 
     take = Prefetch.take
     monkeypatch.setattr(Prefetch, "take", lambda self, wait: take(self, wait=True))
     log: list[str] = []
-    convert, write = ledger_api.LedgerServicer._convert, ledger_repo.write
+    convert, write = Ingest.convert, ledger_repo.write
 
-    def logged_convert(self: object, request: ledger_pb2.ReportEventsRequest, field: str) -> object:
-        log.append(f"convert {request.events[0].workload_uid}")
-        return convert(self, request, field)  # type: ignore[arg-type]
+    def logged_convert(events: Iterable[ledger_pb2.LedgerEvent], *rest: object) -> None:
+        events = list(events)
+        log.extend(f"convert {e.workload_uid}" for e in events)
+        convert(events, *rest)  # type: ignore[arg-type]
 
     def logged_write(*args: object, **kwargs: object) -> object:
         log.append("write")
@@ -296,7 +298,7 @@ def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
         log.append("written")
         return outcomes
 
-    monkeypatch.setattr(ledger_api.LedgerServicer, "_convert", logged_convert)
+    monkeypatch.setattr(Ingest, "convert", staticmethod(logged_convert))
     monkeypatch.setattr(ledger_repo, "write", logged_write)
     for i in range(4):
         submit(ready, f"p-{i}")
@@ -318,10 +320,10 @@ def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
     assert reply.results[6].error == "stopped before the workload started"
     assert [r.event_id for r in reply.results] == [e.event_id for m in messages for e in m]
     assert log == [
-        "convert p-0",
-        *["write", "convert p-1", "written"],
-        *["write", "convert p-2", "written"],
-        *["write", "convert p-3", "written"],
+        *["convert p-0"] * 2,
+        *["write", *["convert p-1"] * 5, "written"],
+        *["write", *["convert p-2"] * 2, "written"],
+        *["write", *["convert p-3"] * 2, "written"],
         *["write", "written"],
     ]
     assert all(
@@ -329,3 +331,29 @@ def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
         == [(pytest.approx(T0 + 90, abs=1e-5), "stopped")]
         for i in range(4)
     )
+
+
+def test_heartbeats_need_their_workload_and_a_missing_one_is_not_remembered(
+    ready: GpufairClient, db: Engine
+) -> None:
+    submit(ready, "hb-1")
+    assert [r.status for r in report(ready, event(STARTED, "hb-1", T0, [("a1", [0], 1.0)]))] == [
+        STORED
+    ]
+    for _ in range(2):  # the second time, hb-1 is known to the server and not looked up
+        results = report(ready, event(HEARTBEAT, "hb-1", T0 + 30), event(HEARTBEAT, "ghost", T0))
+        assert [(r.status, r.error) for r in results] == [
+            (STORED, ""),
+            (REJECTED, "unknown workload 'ghost'"),
+        ]
+    submit(ready, "ghost")
+    [result] = report(ready, event(HEARTBEAT, "ghost", T0 + 60))
+    assert result.status == STORED
+    with db.connect() as conn:
+        beats = conn.execute(
+            text(
+                "SELECT workload_uid, count(*) FROM ledger_events WHERE kind = 'heartbeat' "
+                "GROUP BY workload_uid ORDER BY workload_uid"
+            )
+        ).all()
+    assert [tuple(b) for b in beats] == [("ghost", 1), ("hb-1", 2)]

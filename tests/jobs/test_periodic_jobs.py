@@ -132,16 +132,30 @@ def test_retention_keeps_what_runs_need(cluster: GpufairClient, db: Engine) -> N
             started("done", old),
             LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 3600, "done"),
             started("running", old, "gpu-02"),
+            LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 9 * 86400, "running"),
             LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 8 * 86400, "running"),
         ]
         ledger_repo.ingest(conn, events, now)
         deleted = apply_retention(conn, now, Retention(events_days=180, heartbeats_days=7))
         kinds = conn.execute(
-            text("SELECT workload_uid, kind FROM ledger_events ORDER BY workload_uid, kind")
+            text(
+                "SELECT workload_uid, kind, extract(epoch FROM occurred_at)::float8 "
+                "FROM ledger_events ORDER BY workload_uid, kind"
+            )
         ).all()
+        # The latest heartbeat stays, however old: the sweeper closes the run there.
+        assert sweep(conn, now, stale_after_s=600) == 1
+        ended = conn.execute(
+            text(
+                "SELECT extract(epoch FROM ended_at)::float8 FROM allocation_intervals "
+                "WHERE workload_uid = 'running'"
+            )
+        ).scalar_one()
         conn.commit()
     assert deleted["events"] == 2 and deleted["heartbeats"] == 1
-    assert [tuple(k) for k in kinds] == [("running", "started")]
+    assert [k[:2] for k in kinds] == [("running", "heartbeat"), ("running", "started")]
+    assert kinds[0][2] == pytest.approx(now - 8 * 86400, abs=1e-3)
+    assert ended == pytest.approx(now - 8 * 86400, abs=1e-3)
 
 
 def test_recompute_job_updates_metrics(cluster: GpufairClient, db: Engine) -> None:

@@ -158,13 +158,35 @@ def test_intervals_that_do_not_change_are_not_rewritten(conn: Connection) -> Non
     assert statuses(conn, [stop("w0", NOW - 100)]) == [STORED]
     [after] = intervals(conn, "w0")
     assert after[1:3] == before[1:3] and after[3] == pytest.approx(NOW - 100)
-    state, alive = conn.execute(
-        text(
-            "SELECT state, extract(epoch FROM last_heartbeat_at)::float8 FROM workloads "
-            "WHERE uid = 'w0'"
+    state = conn.execute(text("SELECT state FROM workloads WHERE uid = 'w0'")).scalar_one()
+    assert state == "finished"
+
+
+def test_a_heartbeat_writes_its_event_and_nothing_else(conn: Connection) -> None:
+    assert statuses(conn, [start("w0", NOW - 600)]) == [STORED]
+    conn.commit()
+
+    def versions() -> tuple[object, ...]:
+        """Row versions of the workload and its interval: xmin changes with every write."""
+        return tuple(
+            conn.execute(
+                text(
+                    "SELECT (SELECT xmin::text FROM workloads WHERE uid = 'w0'), "
+                    "(SELECT array_agg(xmin::text) FROM allocation_intervals "
+                    "WHERE workload_uid = 'w0')"
+                )
+            ).one()
         )
-    ).one()
-    assert (state, alive) == ("finished", NOW - 200)
+
+    before = versions()
+    beats = [LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, NOW - s, "w0") for s in (300, 200)]
+    assert statuses(conn, beats) == [STORED, STORED]
+    conn.commit()
+    assert versions() == before
+    stored = conn.execute(
+        text("SELECT count(*) FROM ledger_events WHERE workload_uid = 'w0' AND kind = 'heartbeat'")
+    ).scalar_one()
+    assert stored == 2
 
 
 def test_concurrent_batches_of_one_workload_see_each_other(conn: Connection, db: Engine) -> None:

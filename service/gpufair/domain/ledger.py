@@ -256,13 +256,20 @@ def context_problem(
         if not 0 <= event.gpu_count <= nodes[event.node].gpu_count:
             return f"gpu_count must be between 0 and the node's {nodes[event.node].gpu_count} GPUs"
         return None
+    problem = sign_of_life_problem(event, known=workload is not None)
+    if problem or workload is None or event.kind is not EventKind.STARTED:
+        return problem
+    return _pods_problem(event.pods, workload, nodes)
+
+
+def sign_of_life_problem(event: LedgerEvent, *, known: bool) -> str | None:
+    """`context_problem` of an event that needs nothing of its workload but that it exists
+    (a heartbeat; the first checks of every workload event)."""
     if not event.workload_uid:
         return "workload_uid is required"
-    if workload is None:
+    if not known:
         return f"unknown workload {event.workload_uid[:80]!r}"
-    if event.kind is EventKind.STARTED:
-        return _pods_problem(event.pods, workload, nodes)
-    if event.pods:
+    if event.pods and event.kind is not EventKind.STARTED:
         return f"pods belong on started events, not {event.kind.value}"
     return None
 

@@ -2,7 +2,8 @@
 
 Raw events are what runs are derived from, so an event goes only when its whole workload is done
 with: the workload finished or was cancelled, and its latest event is older than the cutoff.
-Heartbeats matter only as the latest sign of life (kept on the workload row) and go sooner.
+Heartbeats matter only as the latest sign of life, which the sweeper reads, and go sooner: all
+but each workload's latest one.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
 
     run(
         "heartbeats",
-        "DELETE FROM ledger_events WHERE kind = 'heartbeat' AND occurred_at < to_timestamp(:cutoff)",
+        """
+        DELETE FROM ledger_events e
+        WHERE e.kind = 'heartbeat' AND e.occurred_at < to_timestamp(:cutoff)
+          AND EXISTS (
+              SELECT 1 FROM ledger_events newer
+              WHERE newer.workload_uid = e.workload_uid AND newer.kind = 'heartbeat'
+                AND newer.occurred_at > e.occurred_at)
+        """,
         keep.heartbeats_days,
     )
     run(

@@ -1,9 +1,10 @@
 """Closes runs whose heartbeats stopped: the batch system lost track, or its reports are lost.
 
 A run open longer than `stale_after_s` past its workload's last sign of life (its start or its
-latest heartbeat) is closed at that last sign of life by a `stale` event. The event's id is derived
-from the run's start event, so sweeping twice writes it once; a real stop that arrives later and
-is earlier than the stale instant still wins, since runs are re-derived from all events.
+latest heartbeat, read from the ledger: ingesting a heartbeat writes nothing but the event) is
+closed at that last sign of life by a `stale` event. The event's id is derived from the run's
+start event, so sweeping twice writes it once; a real stop that arrives later and is earlier than
+the stale instant still wins, since runs are re-derived from all events.
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ def sweep(conn: Connection, now_s: float, stale_after_s: float = DEFAULT_STALE_A
             SELECT DISTINCT ON (i.start_event_id) i.workload_uid,
                    i.start_event_id::text AS start_id,
                    extract(epoch FROM GREATEST(i.started_at,
-                       COALESCE(w.last_heartbeat_at, i.started_at)))::float8 AS alive_at
-            FROM allocation_intervals i JOIN workloads w ON w.uid = i.workload_uid
+                       COALESCE(beat.at, i.started_at)))::float8 AS alive_at
+            FROM allocation_intervals i
+            CROSS JOIN LATERAL (
+                SELECT max(e.occurred_at) AS at FROM ledger_events e
+                WHERE e.workload_uid = i.workload_uid AND e.kind = 'heartbeat'
+            ) AS beat
             WHERE i.ended_at IS NULL
-              AND GREATEST(i.started_at, COALESCE(w.last_heartbeat_at, i.started_at))
-                  < to_timestamp(:cutoff)
+              AND GREATEST(i.started_at, COALESCE(beat.at, i.started_at)) < to_timestamp(:cutoff)
             ORDER BY i.start_event_id
             """
         ),

@@ -32,6 +32,7 @@ from gpufair.domain.ledger import (
     canonical_event_id,
     context_problem,
     event_problem,
+    sign_of_life_problem,
     static_problem,
     static_problem_of_uuid,
     stop_before_start,
@@ -47,6 +48,7 @@ from gpufair.store.event_codec import (
     stored_epoch_s,
     text_array,
 )
+from gpufair.store.known_workloads import KnownWorkloads
 
 
 class EventStatus(enum.StrEnum):
@@ -102,13 +104,16 @@ Candidate = tuple[int, LedgerEvent, str, bytes, str, bytes, LedgerEvent | None]
 
 class Overlap(Protocol):
     """Work of the caller's that needs no database, done while `write` waits for it: on the reads,
-    on the COPY, and on the writes. Each is called at most once, in that order, from the thread
-    that called `write`; what was not called (a batch with nothing to store, a replay), the caller
-    does after `write` returns. They must not touch the connection."""
+    on the COPY, and on the writes; and `copied`, a mark of when the COPY was done. Each is called
+    at most once, in that order, from the thread that called `write`; what was not called (a
+    batch with nothing to store, a replay), the caller does after `write` returns. They must not
+    touch the connection."""
 
     def reading(self) -> None: ...
 
     def copying(self) -> None: ...
+
+    def copied(self) -> None: ...
 
     def writing(self) -> None: ...
 
@@ -118,6 +123,9 @@ class NoOverlap:
         pass
 
     def copying(self) -> None:
+        pass
+
+    def copied(self) -> None:
         pass
 
     def writing(self) -> None:
@@ -132,14 +140,23 @@ class PreparedBatch:
     candidates: list[Candidate]
 
 
-# The batch's workloads, locked. Runs are derived from what the batch reads, and two
-# transactions deriving one workload's runs at once would each miss the other's events: the lock
-# makes the second wait, then read what the first committed. Every workload the batch will update
-# is locked here, in one order, so that two batches cannot deadlock on them.
-_WORKLOADS_SQL = (
+# The workloads whose runs the batch derives, locked. Runs are derived from what the batch reads,
+# and two transactions deriving one workload's runs at once would each miss the other's events:
+# the lock makes the second wait, then read what the first committed. Every workload the batch
+# may update is locked here, in one order, so that two batches cannot deadlock on them.
+_RUN_WORKLOADS_SQL = (
     "SELECT w.uid, w.queue, w.pool, w.state FROM workloads w "
     "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[]) "
     "ORDER BY w.uid FOR NO KEY UPDATE OF w"
+)
+# Of the batch's other workloads (those with heartbeats only, not known to exist already), the
+# ones that do not exist: a heartbeat needs nothing more of its workload and writes nothing but
+# itself, so they are looked up without a lock, one index probe each, and a batch of thousands of
+# heartbeats reads back nothing when all is well.
+_MISSING_WORKLOADS_SQL = (
+    "SELECT u.uid FROM unnest(%s::text[]) AS u(uid) LEFT JOIN LATERAL ("
+    "SELECT true AS found FROM workloads w WHERE w.uid = u.uid OFFSET 0) AS w ON true "
+    "WHERE w.found IS NULL"
 )
 _KNOWN_SQL = (
     "SELECT event_id::text, payload_digest FROM ledger_events WHERE event_id = ANY(%s::uuid[])"
@@ -152,14 +169,9 @@ _INSERT_SQL = """
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id::text
 """
-_WORKLOAD_UPDATE_SQL = """
-    UPDATE workloads w SET
-        last_heartbeat_at = CASE WHEN r.at IS NULL THEN w.last_heartbeat_at
-                                 ELSE GREATEST(w.last_heartbeat_at, to_timestamp(r.at)) END,
-        state = COALESCE(r.state, w.state),
-        state_changed_at = CASE WHEN r.state IS NULL THEN w.state_changed_at ELSE now() END
-    FROM (SELECT d->>0 AS uid, (d->>1)::float8 AS at, d->>2 AS state
-          FROM jsonb_array_elements(%s::jsonb) AS d) AS r
+_STATE_UPDATE_SQL = """
+    UPDATE workloads w SET state = r.state, state_changed_at = now()
+    FROM unnest(%s::text[], %s::text[]) AS r(uid, state)
     WHERE w.uid = r.uid
 """
 _SAVEPOINT = "gpufair_ingest_copy"
@@ -182,45 +194,68 @@ def prepare(
     events: Sequence[LedgerEvent | tuple[str, str]], now_s: float, *, internal: bool = False
 ) -> PreparedBatch:
     """Everything about a batch that needs no database."""
-    outcomes = Outcomes([e.event_id if isinstance(e, LedgerEvent) else e[0] for e in events])
-    statuses = outcomes.statuses
-    candidates: list[Candidate] = []
-    first_seen: dict[str, str] = {}  # canonical event_id -> digest, within this batch
-    stale, run_kinds = EventKind.STALE, RUN_KINDS
-    for i, item in enumerate(events):
-        if not isinstance(item, LedgerEvent):
-            outcomes.reject(i, item[1])
-            continue
-        payload = payload_json(item).encode()
-        digest = payload_digest(payload)
-        key = canonical_event_id(item.event_id)
-        seen = first_seen.get(key or item.event_id)
-        if seen is not None:
-            if seen == digest:
-                statuses[i] = EventStatus.DUPLICATE
-            else:
-                outcomes.reject(i, REUSED)
-            continue
-        first_seen[key or item.event_id] = digest
-        # The sweeper's own events skip the checks meant for reports (see `_validate`); still,
-        # only a UUID can be stored.
-        if key is None:
-            outcomes.reject(i, static_problem(item, now_s=now_s) or "")
-            continue
-        if not (internal and item.kind is stale):
-            problem = static_problem_of_uuid(item, now_s=now_s)
-            if problem:
-                outcomes.reject(i, problem)
+    preparation = Preparation(now_s, internal=internal)
+    preparation.add(events)
+    return preparation.batch()
+
+
+class Preparation:
+    """`prepare`, a part of the batch at a time, so that a stream can spread the work on its
+    next message over the waits of the one in the database."""
+
+    def __init__(self, now_s: float, *, internal: bool = False) -> None:
+        self.now_s = now_s
+        self._internal = internal
+        self._outcomes = Outcomes([])
+        self._candidates: list[Candidate] = []
+        self._first_seen: dict[str, str] = {}  # canonical event_id -> digest, within the batch
+
+    def add(self, events: Iterable[LedgerEvent | tuple[str, str]]) -> None:
+        """Prepare the next items of the batch, in order."""
+        outcomes, candidates, first_seen = self._outcomes, self._candidates, self._first_seen
+        event_ids, statuses = outcomes.event_ids, outcomes.statuses
+        now_s, internal = self.now_s, self._internal
+        stale, run_kinds = EventKind.STALE, RUN_KINDS
+        for item in events:
+            i = len(event_ids)
+            statuses.append(None)
+            if not isinstance(item, LedgerEvent):
+                event_ids.append(item[0])
+                outcomes.reject(i, item[1])
                 continue
-        uid, kind, at = item.workload_uid, item.kind, item.occurred_at_s
-        read_back = (
-            LedgerEvent(key, kind, stored_epoch_s(at), uid, item.pods)
-            if kind in run_kinds
-            else None
-        )
-        row = copy_row(key, uid, kind, at, payload, digest)
-        candidates.append((i, item, key, payload, digest, row, read_back))
-    return PreparedBatch(now_s, internal, outcomes, candidates)
+            event_ids.append(item.event_id)
+            payload = payload_json(item).encode()
+            digest = payload_digest(payload)
+            key = canonical_event_id(item.event_id)
+            seen = first_seen.get(key or item.event_id)
+            if seen is not None:
+                if seen == digest:
+                    statuses[i] = EventStatus.DUPLICATE
+                else:
+                    outcomes.reject(i, REUSED)
+                continue
+            first_seen[key or item.event_id] = digest
+            # The sweeper's own events skip the checks meant for reports (see `_validate`);
+            # still, only a UUID can be stored.
+            if key is None:
+                outcomes.reject(i, static_problem(item, now_s=now_s) or "")
+                continue
+            if not (internal and item.kind is stale):
+                problem = static_problem_of_uuid(item, now_s=now_s)
+                if problem:
+                    outcomes.reject(i, problem)
+                    continue
+            uid, kind, at = item.workload_uid, item.kind, item.occurred_at_s
+            read_back = (
+                LedgerEvent(key, kind, stored_epoch_s(at), uid, item.pods)
+                if kind in run_kinds
+                else None
+            )
+            row = copy_row(key, uid, kind, at, payload, digest)
+            candidates.append((i, item, key, payload, digest, row, read_back))
+
+    def batch(self) -> PreparedBatch:
+        return PreparedBatch(self.now_s, self._internal, self._outcomes, self._candidates)
 
 
 def _driver(conn: Connection) -> psycopg.Connection[Any]:
@@ -234,7 +269,8 @@ def _driver(conn: Connection) -> psycopg.Connection[Any]:
 class _Context:
     """What the batch needs to know from the database, read before it writes anything."""
 
-    workloads: dict[str, tuple[WorkloadRef, WorkloadState]]
+    workloads: dict[str, tuple[WorkloadRef, WorkloadState]]  # those with run events, locked
+    missing: set[str]  # of the batch's other workloads, those that do not exist
     nodes: dict[str, Node]
     run_events: dict[str, list[LedgerEvent]]  # of the batch's workloads, stored before it
     intervals: list[runs_repo.IntervalRecord]  # of the same workloads
@@ -245,7 +281,6 @@ class _Context:
 class _Plan:
     """The writes that follow from the stored events."""
 
-    alive: dict[str, float]  # workload -> latest started or heartbeat instant
     change: runs_repo.RunsChange
     node_events: list[LedgerEvent]
 
@@ -257,6 +292,7 @@ def write(
     expect_duplicates: bool = False,
     overlap: Overlap | None = None,
     commit: bool = False,
+    known: KnownWorkloads | None = None,
 ) -> Outcomes:
     """Store a prepared batch in `conn`'s transaction; one outcome per item, in order.
 
@@ -267,13 +303,18 @@ def write(
     With `commit`, the transaction is committed with the last writes, in the same round trip (a
     batch that changes node capacity leaves the commit to the caller, who commits anyway: a
     commit with no transaction open does nothing). The outcomes hold only once it is committed.
+
+    `known` holds workloads seen to exist: heartbeats of those are not looked up, and those
+    looked up are added to it.
     """
     outcomes = batch.outcomes
     if not batch.candidates:
         return outcomes
     hooks = overlap or NoOverlap()
     pg = _driver(conn)
-    ctx = _read_context(pg, batch.candidates, hooks)
+    ctx = _read_context(
+        pg, batch.candidates, hooks, known if known is not None else KnownWorkloads(0)
+    )
     keep = _validate(batch, ctx)
     if expect_duplicates:
         plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
@@ -286,7 +327,10 @@ def write(
 
 
 def _read_context(
-    pg: psycopg.Connection[Any], candidates: Sequence[Candidate], hooks: Overlap
+    pg: psycopg.Connection[Any],
+    candidates: Sequence[Candidate],
+    hooks: Overlap,
+    known: KnownWorkloads,
 ) -> _Context:
     uids: set[str] = set()
     run_uids: set[str] = set()
@@ -301,8 +345,10 @@ def _read_context(
             node_names.add(e.node)
         for p in e.pods:
             node_names.add(p.node)
+    others = {u for u in uids - run_uids if u not in known}
     with (
         pg.cursor() as w,
+        pg.cursor() as other,
         pg.cursor() as n,
         pg.cursor() as runs,
         pg.cursor() as intervals,
@@ -313,7 +359,9 @@ def _read_context(
             # the table, and JIT-compiling them took longer than running them; the setting
             # ends with the transaction.
             pg.execute("SET LOCAL jit = off")
-            w.execute(_WORKLOADS_SQL, (text_array(uids),))
+            w.execute(_RUN_WORKLOADS_SQL, (text_array(sorted(run_uids)),))
+            if others:
+                other.execute(_MISSING_WORKLOADS_SQL, (text_array(others),))
             n.execute(runs_repo.NODES_SQL, (text_array(node_names),))
             if run_uids:
                 runs.execute(runs_repo.RUN_EVENTS_SQL, (text_array(run_uids),))
@@ -324,11 +372,13 @@ def _read_context(
             hooks.reading()
         ctx = _Context(
             {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in w.fetchall()},
+            {r[0] for r in other.fetchall()} if others else set(),
             runs_repo.nodes_from_rows(n.fetchall()),
             {},
             [],
             {},
         )
+        known.add(ctx.workloads.keys() | (others - ctx.missing))
         if run_uids:
             ctx.run_events = runs_repo.run_events_from_rows(runs.fetchall())
             ctx.intervals = runs_repo.intervals_from_rows(intervals.fetchall())
@@ -344,10 +394,18 @@ def _read_context(
 
 def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     """The checks that need the workloads and nodes; rejects what fails them, returns the rest."""
-    outcomes, workloads, nodes = batch.outcomes, ctx.workloads, ctx.nodes
+    outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
+    heartbeat = EventKind.HEARTBEAT
     valid: list[Candidate] = []
     for c in batch.candidates:
         event = c[1]
+        if event.kind is heartbeat and event.workload_uid not in workloads:
+            problem = sign_of_life_problem(event, known=event.workload_uid not in missing)
+            if problem:
+                outcomes.reject(c[0], problem)
+            else:
+                valid.append(c)
+            continue
         ref = workloads.get(event.workload_uid)
         if batch.internal and event.kind is EventKind.STALE:
             problem = (
@@ -409,6 +467,7 @@ def _copy(
     except psycopg.errors.UniqueViolation:
         pg.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
         return _plan(_insert_careful(pg, events, outcomes), ctx)
+    hooks.copied()
     statuses, stored = outcomes.statuses, EventStatus.STORED
     for c in events:
         statuses[c[0]] = stored
@@ -452,42 +511,38 @@ def _insert_careful(
 
 
 def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
-    """Heartbeats, runs and workload states as the newly `stored` events make them."""
-    alive: dict[str, float] = {}
+    """Runs and workload states as the newly `stored` events make them. A heartbeat changes
+    neither: it is only kept, as a sign of life the sweeper reads back."""
     new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
     node_events: list[LedgerEvent] = []
-    heartbeat, started = EventKind.HEARTBEAT, EventKind.STARTED
     for c in stored:
         e, read_back = c[1], c[6]
-        kind = e.kind
-        if kind is EventKind.NODE_CAPACITY:
-            node_events.append(e)
-            continue
-        if kind is heartbeat or kind is started:
-            alive[e.workload_uid] = max(alive.get(e.workload_uid, 0.0), e.occurred_at_s)
         if read_back is not None:
             new_run_events[e.workload_uid].append(read_back)
+        elif e.kind is EventKind.NODE_CAPACITY:
+            node_events.append(e)
 
     change = runs_repo.RunsChange()
     rebuild = {u: ctx.workloads[u] for u in sorted(new_run_events) if u in ctx.workloads}
     if rebuild:
         events = {u: ctx.run_events.get(u, []) + new_run_events[u] for u in rebuild}
         change = runs_repo.plan_runs(rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types)
-    return _Plan(alive, change, node_events)
+    return _Plan(change, node_events)
 
 
 def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:
-    """All writes of the plan in one round trip, the workloads in one statement (one new row
-    version per workload for both its heartbeat and its state), and the commit if asked. In a
-    pipeline each statement goes out as it is issued, so the server is at work while the
-    caller's `writing` runs."""
-    alive, states = plan.alive, plan.change.states
-    touched = sorted(alive.keys() | states.keys())
+    """All writes of the plan in one round trip, and the commit if asked. In a pipeline each
+    statement goes out as it is issued, so the server is at work while the caller's `writing`
+    runs."""
+    states = plan.change.states
     with pg.cursor() as cur, pg.pipeline():
         cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-        if touched:
-            doc = [(u, alive.get(u), s.value if (s := states.get(u)) else None) for u in touched]
-            cur.execute(_WORKLOAD_UPDATE_SQL, (json.dumps(doc),))
+        if states:
+            uids = sorted(states)
+            cur.execute(
+                _STATE_UPDATE_SQL,
+                (text_array(uids), "{" + ",".join(states[u].value for u in uids) + "}"),
+            )
         runs_repo.queue_writes(cur, plan.change)
         if commit:
             cur.execute("COMMIT")

@@ -47,8 +47,6 @@ workloads = Table(
     Column("binding", JSONB, nullable=True),
     Column("bound_at", TZ, nullable=True),
     Column("bind_expires_at", TZ, nullable=True),
-    # The latest sign of life (started or heartbeat); the sweeper closes runs when it gets old.
-    Column("last_heartbeat_at", TZ, nullable=True),
     Column("created_at", TZ, nullable=False, server_default=_now),
     CheckConstraint(
         "state IN ('pending', 'bound', 'running', 'finished', 'cancelled')", name="state_known"
@@ -99,7 +97,6 @@ allocation_intervals = Table(
     Column("cu", Double, nullable=False),
     Column("started_at", TZ, nullable=False),
     Column("ended_at", TZ, nullable=True),  # NULL while running
-    Column("last_heartbeat_at", TZ, nullable=True),
     Column("end_kind", Text, nullable=True),  # stopped, preempted, failed, stale
     Column("pods", JSONB, nullable=False),  # [{"node", "gpu_indices", "gpu_fraction"}]
     CheckConstraint("gpus >= 0 AND cu >= 0", name="amounts_non_negative"),

@@ -1,0 +1,279 @@
+"""Ledger.ReportEvents and Ledger.StreamEvents: events from protobuf to committed, and the reply.
+
+A stream is written one message after the other, each in its own transaction, and a message's
+transaction starts only after the previous one committed (its events may be the starts the next
+message's stops pair with). What overlaps is work without the database. While the database reads
+for message N, the outcomes of N-1 go into the reply; while it takes N's COPY, and while it
+applies N's writes and commits, message N+1, if it has arrived, is converted and prepared. One
+thread does all of it, so the parts do not contend for the GIL (a writer thread beside this one
+was measured: no faster).
+
+How much of N+1 to prepare during N's COPY, and how much during its writes, depends on the
+events: a message of new runs has many writes, a message of heartbeats nearly none. The split is
+balanced as the stream goes (`_Split`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from gpufair.api.convert_ledger import event_from_proto
+from gpufair.api.prefetch import Pending, Prefetch
+from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.ledger import LedgerEvent
+from gpufair.metrics import observe_events
+from gpufair.store import ledger_repo
+from gpufair.store.known_workloads import KnownWorkloads
+from gpufair.store.ledger_repo import EventStatus, Outcomes
+from gpufair.v1 import ledger_pb2 as pb
+
+MAX_EVENTS_PER_BATCH = 50_000
+_STATUS = {
+    EventStatus.STORED: pb.EVENT_STATUS_STORED,
+    EventStatus.DUPLICATE: pb.EVENT_STATUS_DUPLICATE,
+    EventStatus.REJECTED: pb.EVENT_STATUS_REJECTED,
+}
+
+Converted = LedgerEvent | tuple[str, str]
+
+
+@dataclass(slots=True)
+class _Message:
+    """One request on its way through ingestion."""
+
+    converted: list[Converted]
+    now_s: float
+    batch: ledger_repo.PreparedBatch
+    outcomes: Outcomes | None = None
+
+
+def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
+    """Append the message's outcomes to `reply` and count them in the metrics."""
+    outcomes = message.outcomes
+    if outcomes is None:
+        raise RuntimeError("a message is reported only once written")
+    statuses = outcomes.final()
+    add, errors, stored = reply.results.add, outcomes.errors, EventStatus.STORED
+    lags: list[float] = []
+    for i, (item, event_id, status) in enumerate(
+        zip(message.converted, outcomes.event_ids, statuses, strict=True)
+    ):
+        if status is stored:
+            add(event_id=event_id, status=pb.EVENT_STATUS_STORED)
+            if isinstance(item, LedgerEvent):
+                lags.append(message.now_s - item.occurred_at_s)
+        elif i in errors:
+            add(event_id=event_id, status=_STATUS[status], error=errors[i])
+        else:
+            add(event_id=event_id, status=_STATUS[status])
+    observe_events(lags, Counter(s.value for s in statuses))
+
+
+class _Split:
+    """The share of message N+1 prepared while the database takes N's COPY; the rest is prepared
+    while it applies N's writes. After each message the share moves a step toward the side where
+    the thread waited longer for the database, so that it waits as little as it can in both."""
+
+    STEP = 0.05
+
+    def __init__(self, share: float = 0.5) -> None:
+        self.share = share
+
+    def update(self, copy_wait_s: float, writes_wait_s: float) -> None:
+        if copy_wait_s > writes_wait_s:
+            self.share = min(1.0, self.share + self.STEP)
+        elif writes_wait_s > copy_wait_s:
+            self.share = max(0.0, self.share - self.STEP)
+
+
+class Ingest:
+    """Ingestion for one server: its engine, clock and the workloads it has seen to exist."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.known = KnownWorkloads()
+
+    def unary(self, request: pb.ReportEventsRequest) -> pb.ReportEventsResponse:
+        reply = pb.ReportEventsResponse()
+        message = self.prepare(request, "events")
+        self.write(message)
+        _report(reply, message)
+        return reply
+
+    def stream(self, requests: Iterator[pb.ReportEventsRequest]) -> pb.ReportEventsResponse:
+        """Each message is committed as it arrives; the reply lists every event's outcome. If the
+        stream breaks, what was committed stays, and a client resending everything is safe:
+        stored events come back as duplicates."""
+        reply = pb.ReportEventsResponse()
+        inbox: Prefetch[pb.ReportEventsRequest] = Prefetch(requests)
+        split = _Split()
+        try:
+            message = self.next_message(inbox, 0)
+            n, replaying, unreported = 0, False, None
+            while message is not None:
+                ahead = _Ahead(self, inbox, n + 1, reply, unreported, split.share)
+                self.write(message, replaying, ahead)
+                ahead.written()
+                if ahead.waits is not None:
+                    split.update(*ahead.waits)
+                ahead.report_previous()
+                unreported = message
+                # A client resending a stream that broke sends what is stored already: once a
+                # message had duplicates, expect more rather than try a COPY bound to fail.
+                replaying = message.outcomes is not None and (
+                    EventStatus.DUPLICATE in message.outcomes.statuses
+                )
+                n += 1
+                message = ahead.following()
+            if unreported is not None:
+                _report(reply, unreported)
+        finally:
+            inbox.close()
+        return reply
+
+    def start(self, request: pb.ReportEventsRequest, field: str) -> ledger_repo.Preparation:
+        if len(request.events) > MAX_EVENTS_PER_BATCH:
+            raise InvalidInputError(
+                [Violation(field, f"at most {MAX_EVENTS_PER_BATCH} events per message")]
+            )
+        return ledger_repo.Preparation(self.clock())
+
+    @staticmethod
+    def convert(
+        events: Iterable[pb.LedgerEvent],
+        converted: list[Converted],
+        preparation: ledger_repo.Preparation,
+    ) -> None:
+        """Append `events` as domain events, or (event_id, why not) for those that cannot be
+        one, to `converted`, and prepare them."""
+        part: list[Converted] = []
+        for msg in events:
+            event = event_from_proto(msg)
+            part.append((msg.event_id, event) if isinstance(event, str) else event)
+        converted.extend(part)
+        preparation.add(part)
+
+    def prepare(self, request: pb.ReportEventsRequest, field: str) -> _Message:
+        """The part of ingesting a message that needs no database."""
+        preparation = self.start(request, field)
+        converted: list[Converted] = []
+        self.convert(request.events, converted, preparation)
+        return _Message(converted, preparation.now_s, preparation.batch())
+
+    def next_message(self, inbox: Prefetch[pb.ReportEventsRequest], n: int) -> _Message | None:
+        request = inbox.take(wait=True)
+        if request is None or request is Pending.NOT_YET:
+            return None
+        return self.prepare(request, f"messages[{n}].events")
+
+    def write(
+        self,
+        message: _Message,
+        expect_duplicates: bool = False,
+        overlap: ledger_repo.Overlap | None = None,
+    ) -> None:
+        with self.engine.connect() as conn:
+            message.outcomes = ledger_repo.write(
+                conn,
+                message.batch,
+                expect_duplicates=expect_duplicates,
+                overlap=overlap,
+                commit=True,
+                known=self.known,
+            )
+            conn.commit()  # what `write` left to commit, if anything; acknowledged only after
+
+
+class _Ahead:
+    """A stream's work while message N is in the database: the outcomes of message N-1,
+    committed already, go into the reply, and message N+1, if it has arrived, is converted and
+    prepared: `share` of it during N's COPY, the rest during N's writes. What goes wrong with
+    N+1 is kept, and raised by `following` once N is committed. It also times how long the
+    thread waited for the database after each of the two, for `_Split`."""
+
+    def __init__(
+        self,
+        ingest: Ingest,
+        inbox: Prefetch[pb.ReportEventsRequest],
+        n: int,
+        reply: pb.ReportEventsResponse,
+        previous: _Message | None,
+        share: float,
+    ) -> None:
+        self._ingest, self._inbox, self._n = ingest, inbox, n
+        self._reply, self._previous, self._share = reply, previous, share
+        self._taken = False
+        self._request: pb.ReportEventsRequest | None = None
+        self._converted: list[Converted] = []
+        self._preparation: ledger_repo.Preparation | None = None
+        self._error: Exception | None = None
+        self._marks: dict[str, float] = {}
+        self.waits: tuple[float, float] | None = None  # (after the COPY's share, after the rest)
+
+    def report_previous(self) -> None:
+        if self._previous is not None:
+            _report(self._reply, self._previous)
+            self._previous = None
+
+    def reading(self) -> None:
+        self.report_previous()
+
+    def copying(self) -> None:
+        self._advance(self._share)
+        self._marks["copying"] = time.perf_counter()
+
+    def copied(self) -> None:
+        self._marks["copied"] = time.perf_counter()
+
+    def writing(self) -> None:
+        self._advance(1.0)
+        self._marks["writing"] = time.perf_counter()
+
+    def written(self) -> None:
+        marks = self._marks
+        if marks.keys() >= {"copying", "copied", "writing"}:
+            self.waits = (
+                marks["copied"] - marks["copying"],
+                time.perf_counter() - marks["writing"],
+            )
+
+    def following(self) -> _Message | None:
+        """Message N+1 prepared (waiting for it if need be), or None once the stream ended."""
+        if self._error is not None:
+            raise self._error  # about message N+1, now that the ones before are committed
+        if not self._taken:
+            return self._ingest.next_message(self._inbox, self._n)
+        if self._request is None:
+            return None  # the stream ended
+        self._advance(1.0)
+        if self._error is not None:
+            raise self._error
+        if self._preparation is None:
+            raise RuntimeError("a message taken was left unprepared")
+        return _Message(self._converted, self._preparation.now_s, self._preparation.batch())
+
+    def _advance(self, share: float) -> None:
+        """Convert and prepare message N+1 up to `share` of its events, if it has arrived."""
+        try:
+            if not self._taken:
+                request = self._inbox.take(wait=False)
+                if request is Pending.NOT_YET:
+                    return
+                self._taken, self._request = True, request
+            if self._request is None:
+                return
+            if self._preparation is None:
+                self._preparation = self._ingest.start(self._request, f"messages[{self._n}].events")
+            events = self._request.events
+            done, upto = len(self._converted), math.ceil(len(events) * share)
+            if upto > done:
+                self._ingest.convert(events[done:upto], self._converted, self._preparation)
+        except Exception as error:
+            self._error = error
