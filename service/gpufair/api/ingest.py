@@ -1,27 +1,26 @@
 """Ledger.ReportEvents and Ledger.StreamEvents: events from protobuf to committed, and the reply.
 
-A stream is written one message after the other, each in its own transaction, and a message's
-transaction starts only after the previous one committed (its events may be the starts the next
-message's stops pair with). What overlaps is work without the database. While the database reads
-for message N, the outcomes of N-1 go into the reply; while it takes N's COPY, and while it
-applies N's writes and commits, message N+1, if it has arrived, is converted and prepared. One
-thread does all of it, so the parts do not contend for the GIL (a writer thread beside this one
-was measured: no faster).
+A stream is written one message after the other on one connection, and committed in groups of
+messages; a message's reads come after the previous message's writes, in the same transaction or
+after its commit, so it sees them (its stops may pair with the starts before it). What overlaps is
+work without the database. While the database reads for message N, the outcomes of N-1 go into
+the reply; while it takes N's COPY, and while it applies N's writes, message N+1, if it has
+arrived, is converted and prepared. One thread does all of it, so the parts do not contend for
+the GIL (a writer thread beside this one was measured: no faster).
 
 How much of N+1 to prepare during N's COPY, and how much during its writes, depends on the
 events: a message of new runs has many writes, a message of heartbeats nearly none. The split is
 balanced as the stream goes (`_Split`).
 """
-
 from __future__ import annotations
 
 import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from gpufair.api.convert_ledger import event_from_proto
 from gpufair.api.prefetch import Pending, Prefetch
@@ -34,6 +33,9 @@ from gpufair.store.ledger_repo import EventStatus, Outcomes
 from gpufair.v1 import ledger_pb2 as pb
 
 MAX_EVENTS_PER_BATCH = 50_000
+# A stream commits once this many events, or this long, have been written since its last commit.
+GROUP_EVENTS = 10_000
+GROUP_S = 0.25
 _STATUS = {
     EventStatus.STORED: pb.EVENT_STATUS_STORED,
     EventStatus.DUPLICATE: pb.EVENT_STATUS_DUPLICATE,
@@ -53,8 +55,20 @@ class _Message:
     outcomes: Outcomes | None = None
 
 
-def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
-    """Append the message's outcomes to `reply` and count them in the metrics."""
+@dataclass(slots=True)
+class _Counts:
+    """What the metrics count of messages written, until they are committed."""
+
+    lags: list[float] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+
+    def observe(self) -> None:
+        observe_events(self.lags, self.statuses)
+        self.lags, self.statuses = [], Counter()
+
+
+def _report(reply: pb.ReportEventsResponse, message: _Message, counts: _Counts) -> None:
+    """Append the message's outcomes to `reply`, and to `counts` for the metrics."""
     outcomes = message.outcomes
     if outcomes is None:
         raise RuntimeError("a message is reported only once written")
@@ -72,7 +86,8 @@ def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
             add(event_id=event_id, status=_STATUS[status], error=errors[i])
         else:
             add(event_id=event_id, status=_STATUS[status])
-    observe_events(lags, Counter(s.value for s in statuses))
+    counts.lags += lags
+    counts.statuses.update(s.value for s in statuses)
 
 
 class _Split:
@@ -101,39 +116,65 @@ class Ingest:
         self.known = KnownWorkloads()
 
     def unary(self, request: pb.ReportEventsRequest) -> pb.ReportEventsResponse:
-        reply = pb.ReportEventsResponse()
+        reply, counts = pb.ReportEventsResponse(), _Counts()
         message = self.prepare(request, "events")
         self.write(message)
-        _report(reply, message)
+        _report(reply, message, counts)
+        counts.observe()
         return reply
 
     def stream(self, requests: Iterator[pb.ReportEventsRequest]) -> pb.ReportEventsResponse:
-        """Each message is committed as it arrives; the reply lists every event's outcome. If the
-        stream breaks, what was committed stays, and a client resending everything is safe:
+        """The reply lists every event's outcome, once all of them are committed. Messages are
+        committed in groups (`GROUP_EVENTS`, `GROUP_S`, or whenever the next message has not
+        arrived yet): a commit waits for the disk, and one per small message would bound the
+        rate. If the stream breaks, what was committed stays (and what was written before a
+        message found at fault is committed first), and a client resending everything is safe:
         stored events come back as duplicates."""
-        reply = pb.ReportEventsResponse()
+        reply, counts = pb.ReportEventsResponse(), _Counts()
         inbox: Prefetch[pb.ReportEventsRequest] = Prefetch(requests)
         split = _Split()
         try:
             message = self.next_message(inbox, 0)
-            n, replaying, unreported = 0, False, None
-            while message is not None:
-                ahead = _Ahead(self, inbox, n + 1, reply, unreported, split.share)
-                self.write(message, replaying, ahead)
-                ahead.written()
-                if ahead.waits is not None:
-                    split.update(*ahead.waits)
-                ahead.report_previous()
-                unreported = message
-                # A client resending a stream that broke sends what is stored already: once a
-                # message had duplicates, expect more rather than try a COPY bound to fail.
-                replaying = message.outcomes is not None and (
-                    EventStatus.DUPLICATE in message.outcomes.statuses
-                )
-                n += 1
-                message = ahead.following()
+            if message is None:
+                return reply
+            # One connection for the whole stream: a checkout per message would cost a round
+            # trip (the pool's liveness check) each time.
+            with self.engine.connect() as conn:
+                n, replaying, unreported = 0, False, None
+                group_events, group_start = 0, time.monotonic()
+                while message is not None:
+                    ahead = _Ahead(self, inbox, n + 1, reply, unreported, split.share, counts)
+                    self.write_in(conn, message, replaying, ahead, commit=False)
+                    ahead.written()
+                    if ahead.waits is not None:
+                        split.update(*ahead.waits)
+                    ahead.report_previous()
+                    unreported = message
+                    # A client resending a stream that broke sends what is stored already: once
+                    # a message had duplicates, expect more rather than try a COPY bound to fail.
+                    replaying = message.outcomes is not None and (
+                        EventStatus.DUPLICATE in message.outcomes.statuses
+                    )
+                    n += 1
+                    group_events += len(message.converted)
+                    if (
+                        group_events >= GROUP_EVENTS
+                        or time.monotonic() - group_start >= GROUP_S
+                        or not ahead.has_next()
+                    ):
+                        conn.commit()
+                        counts.observe()
+                        group_events, group_start = 0, time.monotonic()
+                    try:
+                        message = ahead.following()
+                    except Exception:
+                        conn.commit()  # the messages before the one at fault are whole
+                        counts.observe()
+                        raise
+                conn.commit()
             if unreported is not None:
-                _report(reply, unreported)
+                _report(reply, unreported, counts)
+            counts.observe()
         finally:
             inbox.close()
         return reply
@@ -173,27 +214,35 @@ class Ingest:
             return None
         return self.prepare(request, f"messages[{n}].events")
 
-    def write(
+    def write(self, message: _Message) -> None:
+        """Write and commit `message` in a transaction of its own."""
+        with self.engine.connect() as conn:
+            self.write_in(conn, message, commit=True)
+            conn.commit()  # what `write` left to commit, if anything; acknowledged only after
+
+    def write_in(
         self,
+        conn: Connection,
         message: _Message,
         expect_duplicates: bool = False,
         overlap: ledger_repo.Overlap | None = None,
+        *,
+        commit: bool,
     ) -> None:
-        with self.engine.connect() as conn:
-            message.outcomes = ledger_repo.write(
-                conn,
-                message.batch,
-                expect_duplicates=expect_duplicates,
-                overlap=overlap,
-                commit=True,
-                known=self.known,
-            )
-            conn.commit()  # what `write` left to commit, if anything; acknowledged only after
+        """Write `message` in `conn`'s transaction, and with `commit` commit it."""
+        message.outcomes = ledger_repo.write(
+            conn,
+            message.batch,
+            expect_duplicates=expect_duplicates,
+            overlap=overlap,
+            commit=commit,
+            known=self.known,
+        )
 
 
 class _Ahead:
-    """A stream's work while message N is in the database: the outcomes of message N-1,
-    committed already, go into the reply, and message N+1, if it has arrived, is converted and
+    """A stream's work while message N is in the database: the outcomes of message N-1, written
+    already, go into the reply, and message N+1, if it has arrived, is converted and
     prepared: `share` of it during N's COPY, the rest during N's writes. What goes wrong with
     N+1 is kept, and raised by `following` once N is committed. It also times how long the
     thread waited for the database after each of the two, for `_Split`."""
@@ -206,9 +255,11 @@ class _Ahead:
         reply: pb.ReportEventsResponse,
         previous: _Message | None,
         share: float,
+        counts: _Counts,
     ) -> None:
         self._ingest, self._inbox, self._n = ingest, inbox, n
         self._reply, self._previous, self._share = reply, previous, share
+        self._counts = counts
         self._taken = False
         self._request: pb.ReportEventsRequest | None = None
         self._converted: list[Converted] = []
@@ -219,8 +270,12 @@ class _Ahead:
 
     def report_previous(self) -> None:
         if self._previous is not None:
-            _report(self._reply, self._previous)
+            _report(self._reply, self._previous, self._counts)
             self._previous = None
+
+    def has_next(self) -> bool:
+        """Whether message N+1 has arrived (as far as the last look found)."""
+        return self._request is not None
 
     def reading(self) -> None:
         self.report_previous()
