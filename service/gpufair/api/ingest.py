@@ -12,6 +12,7 @@ How much of N+1 to prepare during N's COPY, and how much during its writes, depe
 events: a message of new runs has many writes, a message of heartbeats nearly none. The split is
 balanced as the stream goes (`_Split`).
 """
+
 from __future__ import annotations
 
 import math
