@@ -27,10 +27,13 @@ def sweep(conn: Connection, now_s: float, stale_after_s: float = DEFAULT_STALE_A
                    extract(epoch FROM GREATEST(i.started_at,
                        COALESCE(beat.at, i.started_at)))::float8 AS alive_at
             FROM allocation_intervals i
-            CROSS JOIN LATERAL (
-                SELECT max(e.occurred_at) AS at FROM ledger_events e
+            LEFT JOIN LATERAL (
+                -- The latest only: read backwards along the workload's events, not all of a
+                -- long run's heartbeats.
+                SELECT e.occurred_at AS at FROM ledger_events e
                 WHERE e.workload_uid = i.workload_uid AND e.kind = 'heartbeat'
-            ) AS beat
+                ORDER BY e.occurred_at DESC LIMIT 1
+            ) AS beat ON true
             WHERE i.ended_at IS NULL
               AND GREATEST(i.started_at, COALESCE(beat.at, i.started_at)) < to_timestamp(:cutoff)
             ORDER BY i.start_event_id
