@@ -402,3 +402,23 @@ def test_stream_commits_messages_in_groups(
     assert [r.status for r in reply.results] == [STORED] * 10
     # Before each commit, the rows of the groups before it are visible to others, not its own.
     assert committed == [0, 4, 8]
+
+
+def test_a_nul_character_refuses_its_event_only(ready: GpufairClient, db: Engine) -> None:
+    """PostgreSQL stores no NUL in text: such an event is refused with its reason, the rest of
+    its batch lands."""
+    submit(ready, "nul-ok")
+    results = report(
+        ready,
+        event(STARTED, "nul-ok", T0, [("a1", [0], 1.0)]),
+        event(HEARTBEAT, "nul\x00", T0),
+        event(STARTED, "nul-ok", T0 + 1, [("a1\x00", [0], 1.0)]),
+        event(HEARTBEAT, "nul-ok", T0 + 30),
+    )
+    assert [(r.status, r.error) for r in results] == [
+        (STORED, ""),
+        (REJECTED, "workload_uid contains a NUL character"),
+        (REJECTED, "pods[0]: node contains a NUL character"),
+        (STORED, ""),
+    ]
+    assert len(intervals(db, "nul-ok")) == 1

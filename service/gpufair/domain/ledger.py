@@ -242,6 +242,15 @@ def static_problem_of_uuid(event: LedgerEvent, *, now_s: float) -> str | None:
         return f"occurred_at is more than {MAX_AGE_S / 86400:.0f} days in the past"
     if event.kind is EventKind.STALE:
         return "stale events are written by gpufair itself"
+    # PostgreSQL can store no NUL character in text, nor as \u0000 in JSON: caught here, the
+    # event is refused alone instead of failing its whole batch.
+    if "\x00" in event.workload_uid:
+        return "workload_uid contains a NUL character"
+    if "\x00" in event.node:
+        return "node contains a NUL character"
+    for i, pod in enumerate(event.pods):
+        if "\x00" in pod.node:
+            return f"pods[{i}]: node contains a NUL character"
     return None
 
 
