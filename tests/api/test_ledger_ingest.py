@@ -359,51 +359,6 @@ def test_heartbeats_need_their_workload_and_a_missing_one_is_not_remembered(
     assert [tuple(b) for b in beats] == [("ghost", 1), ("hb-1", 2)]
 
 
-def test_stream_commits_messages_in_groups(
-    ready: GpufairClient, db: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With every next message there when asked for, a stream of five messages of two events
-    commits every four events: after the second message, the fourth, and the last."""
-    import psycopg
-
-    from gpufair.api.prefetch import Prefetch
-
-    take = Prefetch.take
-    monkeypatch.setattr(Prefetch, "take", lambda self, wait: take(self, wait=True))
-    monkeypatch.setattr("gpufair.api.ingest.GROUP_EVENTS", 4)
-    monkeypatch.setattr("gpufair.api.ingest.GROUP_S", 3600.0)
-    for i in range(5):
-        submit(ready, f"g-{i}")
-    committed: list[int] = []  # events visible to others, at each commit that ends a transaction
-    commit = psycopg.Connection.commit
-    watcher = psycopg.connect(
-        db.url.set(drivername="postgresql").render_as_string(False), autocommit=True
-    )
-
-    def counted_commit(self: psycopg.Connection[object]) -> None:
-        if (
-            self is not watcher
-            and self.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-        ):
-            row = watcher.execute("SELECT count(*) FROM ledger_events").fetchone()
-            committed.append(row[0] if row else -1)
-        commit(self)
-
-    messages = [
-        [event(STARTED, f"g-{i}", T0, [("a1", [i], 1.0)]), event(HEARTBEAT, f"g-{i}", T0 + 30)]
-        for i in range(5)
-    ]
-    monkeypatch.setattr(psycopg.Connection, "commit", counted_commit)
-    reply = ready.ledger.StreamEvents(
-        iter(ledger_pb2.ReportEventsRequest(events=m) for m in messages), timeout=20
-    )
-    monkeypatch.setattr(psycopg.Connection, "commit", commit)
-    watcher.close()
-    assert [r.status for r in reply.results] == [STORED] * 10
-    # Before each commit, the rows of the groups before it are visible to others, not its own.
-    assert committed == [0, 4, 8]
-
-
 def test_a_nul_character_refuses_its_event_only(ready: GpufairClient, db: Engine) -> None:
     """PostgreSQL stores no NUL in text: such an event is refused with its reason, the rest of
     its batch lands."""

@@ -1,9 +1,8 @@
 """Ledger.ReportEvents and Ledger.StreamEvents: events from protobuf to committed, and the reply.
 
-A stream is written one message after the other on one connection, and committed in groups of
-messages; a message's reads come after the previous message's writes, in the same transaction or
-after its commit, so it sees them (its stops may pair with the starts before it). What overlaps is
-work without the database. While the database reads for message N, the outcomes of N-1 go into
+A stream is written one message after the other on one connection, each message in its own
+transaction, which starts only after the previous one committed (its stops may pair with the
+starts before it). What overlaps is work without the database. While the database reads for message N, the outcomes of N-1 go into
 the reply; while it takes N's COPY, and while it applies N's writes, message N+1, if it has
 arrived, is converted and prepared. One thread does all of it, so the parts do not contend for
 the GIL (a writer thread beside this one was measured: no faster).
@@ -19,7 +18,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
 
@@ -34,9 +33,6 @@ from gpufair.store.ledger_repo import EventStatus, Outcomes
 from gpufair.v1 import ledger_pb2 as pb
 
 MAX_EVENTS_PER_BATCH = 50_000
-# A stream commits once this many events, or this long, have been written since its last commit.
-GROUP_EVENTS = 10_000
-GROUP_S = 0.25
 _STATUS = {
     EventStatus.STORED: pb.EVENT_STATUS_STORED,
     EventStatus.DUPLICATE: pb.EVENT_STATUS_DUPLICATE,
@@ -56,20 +52,8 @@ class _Message:
     outcomes: Outcomes | None = None
 
 
-@dataclass(slots=True)
-class _Counts:
-    """What the metrics count of messages written, until they are committed."""
-
-    lags: list[float] = field(default_factory=list)
-    statuses: Counter[str] = field(default_factory=Counter)
-
-    def observe(self) -> None:
-        observe_events(self.lags, self.statuses)
-        self.lags, self.statuses = [], Counter()
-
-
-def _report(reply: pb.ReportEventsResponse, message: _Message, counts: _Counts) -> None:
-    """Append the message's outcomes to `reply`, and to `counts` for the metrics."""
+def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
+    """Append the outcomes of a committed message to `reply`, and count them in the metrics."""
     outcomes = message.outcomes
     if outcomes is None:
         raise RuntimeError("a message is reported only once written")
@@ -87,8 +71,7 @@ def _report(reply: pb.ReportEventsResponse, message: _Message, counts: _Counts) 
             add(event_id=event_id, status=_STATUS[status], error=errors[i])
         else:
             add(event_id=event_id, status=_STATUS[status])
-    counts.lags += lags
-    counts.statuses.update(s.value for s in statuses)
+    observe_events(lags, Counter(s.value for s in statuses))
 
 
 class _Split:
@@ -117,21 +100,22 @@ class Ingest:
         self.known = KnownWorkloads()
 
     def unary(self, request: pb.ReportEventsRequest) -> pb.ReportEventsResponse:
-        reply, counts = pb.ReportEventsResponse(), _Counts()
+        reply = pb.ReportEventsResponse()
         message = self.prepare(request, "events")
         self.write(message)
-        _report(reply, message, counts)
-        counts.observe()
+        _report(reply, message)
         return reply
 
     def stream(self, requests: Iterator[pb.ReportEventsRequest]) -> pb.ReportEventsResponse:
-        """The reply lists every event's outcome, once all of them are committed. Messages are
-        committed in groups (`GROUP_EVENTS`, `GROUP_S`, or whenever the next message has not
-        arrived yet): a commit waits for the disk, and one per small message would bound the
-        rate. If the stream breaks, what was committed stays (and what was written before a
-        message found at fault is committed first), and a client resending everything is safe:
-        stored events come back as duplicates."""
-        reply, counts = pb.ReportEventsResponse(), _Counts()
+        """Each message is committed as it is written; the reply lists every event's outcome. If
+        the stream breaks, what was committed stays, and a client resending everything is safe:
+        stored events come back as duplicates.
+
+        A message's commit goes with its last writes, in one round trip. Committing several
+        messages together was measured no faster (the commit overlaps the preparation of the
+        next message already), and a transaction that kept one message's row locks while
+        taking the next one's could deadlock with another stream's."""
+        reply = pb.ReportEventsResponse()
         inbox: Prefetch[pb.ReportEventsRequest] = Prefetch(requests)
         split = _Split()
         try:
@@ -142,10 +126,9 @@ class Ingest:
             # trip (the pool's liveness check) each time.
             with self.engine.connect() as conn:
                 n, replaying, unreported = 0, False, None
-                group_events, group_start = 0, time.monotonic()
                 while message is not None:
-                    ahead = _Ahead(self, inbox, n + 1, reply, unreported, split.share, counts)
-                    self.write_in(conn, message, replaying, ahead, commit=False)
+                    ahead = _Ahead(self, inbox, n + 1, reply, unreported, split.share)
+                    self.write_in(conn, message, replaying, ahead)
                     ahead.written()
                     if ahead.waits is not None:
                         split.update(*ahead.waits)
@@ -157,25 +140,9 @@ class Ingest:
                         EventStatus.DUPLICATE in message.outcomes.statuses
                     )
                     n += 1
-                    group_events += len(message.converted)
-                    if (
-                        group_events >= GROUP_EVENTS
-                        or time.monotonic() - group_start >= GROUP_S
-                        or not ahead.has_next()
-                    ):
-                        conn.commit()
-                        counts.observe()
-                        group_events, group_start = 0, time.monotonic()
-                    try:
-                        message = ahead.following()
-                    except Exception:
-                        conn.commit()  # the messages before the one at fault are whole
-                        counts.observe()
-                        raise
-                conn.commit()
+                    message = ahead.following()
             if unreported is not None:
-                _report(reply, unreported, counts)
-            counts.observe()
+                _report(reply, unreported)
         finally:
             inbox.close()
         return reply
@@ -218,8 +185,7 @@ class Ingest:
     def write(self, message: _Message) -> None:
         """Write and commit `message` in a transaction of its own."""
         with self.engine.connect() as conn:
-            self.write_in(conn, message, commit=True)
-            conn.commit()  # what `write` left to commit, if anything; acknowledged only after
+            self.write_in(conn, message)
 
     def write_in(
         self,
@@ -227,23 +193,22 @@ class Ingest:
         message: _Message,
         expect_duplicates: bool = False,
         overlap: ledger_repo.Overlap | None = None,
-        *,
-        commit: bool,
     ) -> None:
-        """Write `message` in `conn`'s transaction, and with `commit` commit it."""
+        """Write and commit `message` in a transaction of its own on `conn`."""
         message.outcomes = ledger_repo.write(
             conn,
             message.batch,
             expect_duplicates=expect_duplicates,
             overlap=overlap,
-            commit=commit,
+            commit=True,
             known=self.known,
         )
+        conn.commit()  # what `write` left to commit, if anything; acknowledged only after
 
 
 class _Ahead:
-    """A stream's work while message N is in the database: the outcomes of message N-1, written
-    already, go into the reply, and message N+1, if it has arrived, is converted and
+    """A stream's work while message N is in the database: the outcomes of message N-1,
+    committed already, go into the reply, and message N+1, if it has arrived, is converted and
     prepared: `share` of it during N's COPY, the rest during N's writes. What goes wrong with
     N+1 is kept, and raised by `following` once N is committed. It also times how long the
     thread waited for the database after each of the two, for `_Split`."""
@@ -256,11 +221,9 @@ class _Ahead:
         reply: pb.ReportEventsResponse,
         previous: _Message | None,
         share: float,
-        counts: _Counts,
     ) -> None:
         self._ingest, self._inbox, self._n = ingest, inbox, n
         self._reply, self._previous, self._share = reply, previous, share
-        self._counts = counts
         self._taken = False
         self._request: pb.ReportEventsRequest | None = None
         self._converted: list[Converted] = []
@@ -271,12 +234,8 @@ class _Ahead:
 
     def report_previous(self) -> None:
         if self._previous is not None:
-            _report(self._reply, self._previous, self._counts)
+            _report(self._reply, self._previous)
             self._previous = None
-
-    def has_next(self) -> bool:
-        """Whether message N+1 has arrived (as far as the last look found)."""
-        return self._request is not None
 
     def reading(self) -> None:
         self.report_previous()
