@@ -207,3 +207,54 @@ def test_concurrent_batches_of_one_workload_see_each_other(conn: Connection, db:
     assert outcome == [STORED]
     [(_, _, started, ended, _)] = intervals(conn, "w0")
     assert (started, ended) == (NOW - 600, pytest.approx(NOW - 60))
+
+
+def _race(db: Engine, batches: dict[str, list[LedgerEvent]]) -> dict[str, object]:
+    """Write each batch from a thread of its own, all at once; per batch, its outcomes by
+    event id, or what it raised."""
+    results: dict[str, object] = {}
+    ready = threading.Barrier(len(batches))
+
+    def report(name: str, batch: list[LedgerEvent]) -> None:
+        try:
+            with db.connect() as own:
+                prepared = ledger_repo.prepare(batch, NOW)
+                ready.wait()
+                outcomes = ledger_repo.write(own, prepared, commit=True)
+                own.commit()
+                results[name] = dict(zip(outcomes.event_ids, outcomes.final(), strict=True))
+        except Exception as error:
+            results[name] = error
+
+    threads = [threading.Thread(target=report, args=item) for item in batches.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+def test_concurrent_batches_of_the_same_new_events_in_opposite_orders(
+    conn: Connection, db: Engine
+) -> None:
+    """Two reporters sending the same events at once, in opposite orders: each event is stored
+    once, the other copy is a duplicate, and neither batch fails (inserting in one order, each
+    waits for the other instead of deadlocking; before, the first attempt deadlocked)."""
+    for attempt in range(5):
+        events = [
+            LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, NOW - 3000 + i * 0.001, "w0")
+            for i in range(3000)
+        ]
+        results = _race(db, {"forward": events, "backward": events[::-1]})
+        forward, backward = results["forward"], results["backward"]
+        assert isinstance(forward, dict), f"attempt {attempt}: {forward!r}"
+        assert isinstance(backward, dict), f"attempt {attempt}: {backward!r}"
+        assert all(
+            {forward[e.event_id], backward[e.event_id]} == {STORED, DUPLICATE} for e in events
+        )
+        stored = conn.execute(
+            text("SELECT count(*) FROM ledger_events WHERE event_id = ANY(:ids)"),
+            {"ids": [e.event_id for e in events]},
+        ).scalar_one()
+        conn.commit()
+        assert stored == 3000

@@ -17,6 +17,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol, cast
 
 import psycopg
@@ -175,6 +176,7 @@ _STATE_UPDATE_SQL = """
     WHERE w.uid = r.uid
 """
 _SAVEPOINT = "gpufair_ingest_copy"
+_BY_ID = itemgetter(2)  # a candidate's canonical event id
 
 
 def ingest(
@@ -458,12 +460,16 @@ def _copy(
 ) -> _Plan:
     """COPY `events` in, in the savepoint `_read_context` set; if one of them is stored already
     (a replay, or another transaction storing it meanwhile), roll back to the savepoint and
-    insert them with ON CONFLICT instead."""
+    insert them with ON CONFLICT instead.
+
+    Rows go in in event id order. Two transactions inserting the same new ids wait for each
+    other's at the first id they share; in opposite orders each could hold an id the other
+    waits for (measured: a deadlock on the first try with 3,000 shared ids)."""
     if not events or pg.info.encoding != "utf-8":
         return _plan(_insert_careful(pg, events, outcomes), ctx)
     try:
         with pg.cursor() as cur, cur.copy(COPY_EVENTS_SQL) as copy:
-            copy.write(copy_stream(c[5] for c in events))
+            copy.write(copy_stream(c[5] for c in sorted(events, key=_BY_ID)))
             # The server is still working through the rows: plan the writes meanwhile, as if
             # all of them get stored, and let the caller do its own work.
             plan = _plan(events, ctx)
@@ -493,7 +499,7 @@ def _insert_careful(
             "payload": payload.decode(),
             "digest": digest,
         }
-        for _, e, key, payload, digest, _, _ in fresh
+        for _, e, key, payload, digest, _, _ in sorted(fresh, key=_BY_ID)  # as in `_copy`
     ]
     with pg.cursor() as cur:
         stored = {r[0] for r in cur.execute(_INSERT_SQL, (json.dumps(doc),))}
