@@ -153,9 +153,43 @@ def test_retention_keeps_what_runs_need(cluster: GpufairClient, db: Engine) -> N
         ).scalar_one()
         conn.commit()
     assert deleted["events"] == 2 and deleted["heartbeats"] == 1
+    assert deleted["workloads_purged"] == 1
     assert [k[:2] for k in kinds] == [("running", "heartbeat"), ("running", "started")]
     assert kinds[0][2] == pytest.approx(now - 8 * 86400, abs=1e-3)
     assert ended == pytest.approx(now - 8 * 86400, abs=1e-3)
+
+
+def test_a_late_run_event_of_a_purged_workload_is_refused(
+    cluster: GpufairClient, db: Engine
+) -> None:
+    """Once retention removed a workload's events, its runs stay as they are: a late stop would
+    otherwise rebuild them from itself alone, and the run it ended would vanish."""
+    now = time.time()
+    old = now - 200 * 86400
+    with db.connect() as conn:
+        workload_repo.submit(conn, [Workload("done", "llm", "default", 1, 1, old)])
+        stop = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 3600, "done")
+        ledger_repo.ingest(conn, [started("done", old), stop], now)
+        apply_retention(conn, now, Retention(events_days=180))
+
+        def runs() -> list[tuple[float, float]]:
+            rows = conn.execute(
+                text(
+                    "SELECT extract(epoch FROM started_at)::float8, "
+                    "extract(epoch FROM ended_at)::float8 FROM allocation_intervals "
+                    "WHERE workload_uid = 'done'"
+                )
+            ).all()
+            return [(r[0], r[1]) for r in rows]
+
+        before = runs()
+        late = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 7200, "done")
+        [outcome] = ledger_repo.ingest(conn, [late], now)
+        after = runs()
+        conn.commit()
+    assert len(before) == 1 and before[0][1] == pytest.approx(old + 3600, abs=1e-3)
+    assert (outcome.status, outcome.error) == (ledger_repo.EventStatus.REJECTED, ledger_repo.PURGED)
+    assert after == before
 
 
 def test_recompute_job_updates_metrics(cluster: GpufairClient, db: Engine) -> None:

@@ -43,18 +43,30 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         """,
         keep.heartbeats_days,
     )
-    run(
-        "events",
-        """
-        DELETE FROM ledger_events e USING workloads w
-        WHERE e.workload_uid = w.uid AND w.state IN ('finished', 'cancelled')
-          AND NOT EXISTS (
-              SELECT 1 FROM ledger_events newer
-              WHERE newer.workload_uid = e.workload_uid
-                AND newer.occurred_at >= to_timestamp(:cutoff))
-        """,
-        keep.events_days,
-    )
+    # A workload's events go all together, and the workload is marked: its runs stay as they
+    # are, and a late run event for it is refused (`ledger_repo`).
+    events = conn.execute(
+        text(
+            """
+            WITH purged AS (
+                DELETE FROM ledger_events e USING workloads w
+                WHERE e.workload_uid = w.uid AND w.state IN ('finished', 'cancelled')
+                  AND NOT EXISTS (
+                      SELECT 1 FROM ledger_events newer
+                      WHERE newer.workload_uid = e.workload_uid
+                        AND newer.occurred_at >= to_timestamp(:cutoff))
+                RETURNING e.workload_uid),
+            marked AS (
+                UPDATE workloads w SET events_purged_at = now()
+                FROM (SELECT DISTINCT workload_uid FROM purged) AS p
+                WHERE w.uid = p.workload_uid
+                RETURNING 1)
+            SELECT (SELECT count(*) FROM purged), (SELECT count(*) FROM marked)
+            """
+        ),
+        {"cutoff": now_s - keep.events_days * day},
+    ).one()
+    deleted["events"], deleted["workloads_purged"] = int(events[0]), int(events[1])
     run(
         "node_events",
         "DELETE FROM ledger_events WHERE kind = 'node_capacity' "

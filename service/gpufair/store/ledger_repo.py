@@ -66,6 +66,7 @@ class EventOutcome:
 
 
 REUSED = "event_id reused with a different payload"
+PURGED = "the workload's events were removed by retention: its runs can no longer change"
 
 
 class Outcomes:
@@ -146,7 +147,7 @@ class PreparedBatch:
 # the lock makes the second wait, then read what the first committed. Every workload the batch
 # may update is locked here, in one order, so that two batches cannot deadlock on them.
 _RUN_WORKLOADS_SQL = (
-    "SELECT w.uid, w.queue, w.pool, w.state FROM workloads w "
+    "SELECT w.uid, w.queue, w.pool, w.state, w.events_purged_at IS NOT NULL FROM workloads w "
     "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[]) "
     "ORDER BY w.uid FOR NO KEY UPDATE OF w"
 )
@@ -272,6 +273,7 @@ class _Context:
     """What the batch needs to know from the database, read before it writes anything."""
 
     workloads: dict[str, tuple[WorkloadRef, WorkloadState]]  # those with run events, locked
+    purged: set[str]  # of those, the ones whose events retention removed
     missing: set[str]  # of the batch's other workloads, those that do not exist
     nodes: dict[str, Node]
     run_events: dict[str, list[LedgerEvent]]  # of the batch's workloads, stored before it
@@ -376,8 +378,10 @@ def _read_context(
             # Set here, where it costs no round trip, for the COPY that may need to fall back.
             pg.execute(f"SAVEPOINT {_SAVEPOINT}")
             hooks.reading()
+        rows = w.fetchall()
         ctx = _Context(
-            {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in w.fetchall()},
+            {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in rows},
+            {r[0] for r in rows if r[4]},
             {r[0] for r in other.fetchall()} if others else set(),
             runs_repo.nodes_from_rows(n.fetchall()),
             {},
@@ -421,6 +425,8 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
             )
         else:
             problem = context_problem(event, workload=ref[0] if ref else None, nodes=nodes)
+        if not problem and event.workload_uid in ctx.purged:
+            problem = PURGED
         if problem:
             outcomes.reject(c[0], problem)
         else:

@@ -48,6 +48,9 @@ workloads = Table(
     Column("bound_at", TZ, nullable=True),
     Column("bind_expires_at", TZ, nullable=True),
     Column("created_at", TZ, nullable=False, server_default=_now),
+    # Set when retention removed the workload's events: its runs can no longer be derived again,
+    # so a late run event for it is refused rather than rebuilding them from itself alone.
+    Column("events_purged_at", TZ, nullable=True),
     CheckConstraint(
         "state IN ('pending', 'bound', 'running', 'finished', 'cancelled')", name="state_known"
     ),
