@@ -58,19 +58,27 @@ def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
     if outcomes is None:
         raise RuntimeError("a message is reported only once written")
     statuses = outcomes.final()
-    add, errors, stored = reply.results.add, outcomes.errors, EventStatus.STORED
+    # add() and then the fields: keyword arguments cost the protobuf runtime twice as much.
+    add, errors, stored, as_stored = (
+        reply.results.add,
+        outcomes.errors,
+        EventStatus.STORED,
+        pb.EVENT_STATUS_STORED,
+    )
     lags: list[float] = []
     for i, (item, event_id, status) in enumerate(
         zip(message.converted, outcomes.event_ids, statuses, strict=True)
     ):
+        result = add()
+        result.event_id = event_id
         if status is stored:
-            add(event_id=event_id, status=pb.EVENT_STATUS_STORED)
+            result.status = as_stored
             if isinstance(item, LedgerEvent):
                 lags.append(message.now_s - item.occurred_at_s)
-        elif i in errors:
-            add(event_id=event_id, status=_STATUS[status], error=errors[i])
         else:
-            add(event_id=event_id, status=_STATUS[status])
+            result.status = _STATUS[status]
+            if i in errors:
+                result.error = errors[i]
     observe_events(lags, Counter(s.value for s in statuses))
 
 
