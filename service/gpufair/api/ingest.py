@@ -2,9 +2,9 @@
 
 A stream is written one message after the other on one connection, each message in its own
 transaction, which starts only after the previous one committed (its stops may pair with the
-starts before it). What overlaps is work without the database. While the database reads for message N, the outcomes of N-1 go into
-the reply; while it takes N's COPY, and while it applies N's writes, message N+1, if it has
-arrived, is converted and prepared. One thread does all of it, so the parts do not contend for
+starts before it). What overlaps is work without the database. While the database reads for
+message N, the outcomes of N-1 go into the reply; while it takes N's COPY, and while it applies
+N's writes, message N+1, if it has arrived, is converted and prepared. One thread does all of it, so the parts do not contend for
 the GIL (a writer thread beside this one was measured: no faster).
 
 How much of N+1 to prepare during N's COPY, and how much during its writes, depends on the
@@ -59,12 +59,8 @@ def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
         raise RuntimeError("a message is reported only once written")
     statuses = outcomes.final()
     # add() and then the fields: keyword arguments cost the protobuf runtime twice as much.
-    add, errors, stored, as_stored = (
-        reply.results.add,
-        outcomes.errors,
-        EventStatus.STORED,
-        pb.EVENT_STATUS_STORED,
-    )
+    add, errors = reply.results.add, outcomes.errors
+    stored, as_stored = EventStatus.STORED, pb.EVENT_STATUS_STORED
     lags: list[float] = []
     for i, (item, event_id, status) in enumerate(
         zip(message.converted, outcomes.event_ids, statuses, strict=True)
