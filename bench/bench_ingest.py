@@ -27,8 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import socket
+import math
 import statistics
 import subprocess
 import sys
@@ -36,8 +35,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-import grpc
 import psycopg
+from server_process import backend_cpu_s, backends_used, cpu_seconds, free_port, wait_serving
 from sqlalchemy.engine import make_url
 
 from gpufair.client import GpufairClient
@@ -52,7 +51,6 @@ from gpufair.v1 import ledger_pb2
 
 NODES = 64
 EVENTS_PER_WORKLOAD = 5  # started, 3 heartbeats, stopped
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def cluster() -> dict[str, object]:
@@ -172,29 +170,10 @@ def copy_rate(url: str, events: list[LedgerEvent]) -> float:
     return len(events) / elapsed
 
 
-def cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "gpufair.cli", "serve", "--no-jobs"]
     command += ["--address", f"127.0.0.1:{port}", "--database-url", url, "--log-level", "warning"]
     return subprocess.Popen(command)
-
-
-def wait_ready(address: str, timeout_s: float = 60.0) -> None:
-    with grpc.insecure_channel(address) as channel:
-        grpc.channel_ready_future(channel).result(timeout=timeout_s)
 
 
 def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
@@ -210,7 +189,7 @@ def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
         process = start_server(url, port)
         engine = make_engine(url)
         try:
-            wait_ready(f"127.0.0.1:{port}")
+            wait_serving(f"127.0.0.1:{port}", process)
             with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
                 client.apply_config(parse_config(cluster()))
                 with engine.connect() as conn:
@@ -228,22 +207,15 @@ def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
                 copy_eps = copy_rate(url, events)
                 requests = messages(events, batch)
 
-                with psycopg.connect(libpq_url(url), autocommit=True) as watch:
-                    backends = [
-                        r[0]
-                        for r in watch.execute(
-                            "SELECT pid FROM pg_stat_activity "
-                            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                        )
-                    ]
-                    pg_before = {pid: cpu_s(pid) for pid in backends}
-                    server_before, client_before = cpu_s(process.pid), time.process_time()
-                    start = time.perf_counter()
-                    reply = client.ledger.StreamEvents(iter(requests), timeout=900)
-                    grpc_s = time.perf_counter() - start
-                    server_cpu = cpu_s(process.pid) - server_before
-                    client_cpu = time.process_time() - client_before
-                    pg_cpu = sum(cpu_s(pid) - pg_before[pid] for pid in backends)
+                pg_before = backend_cpu_s(url)
+                server_before, client_before = cpu_seconds(process.pid), time.process_time()
+                start = time.perf_counter()
+                reply = client.ledger.StreamEvents(iter(requests), timeout=900)
+                grpc_s = time.perf_counter() - start
+                server_cpu = cpu_seconds(process.pid) - server_before
+                client_cpu = time.process_time() - client_before
+                used = backends_used(pg_before, backend_cpu_s(url))
+                pg_cpu = math.nan if used is None else used  # backends not on this machine
                 stored = sum(1 for r in reply.results if r.status == ledger_pb2.EVENT_STATUS_STORED)
                 assert stored == len(events), f"only {stored} of {len(events)} stored"
         finally:

@@ -34,7 +34,6 @@ import os
 import random
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from server_process import backend_cpu_s, backends_used, cpu_seconds, free_port, wait_serving
 from sqlalchemy import create_engine, text
 
 from gpufair.client import GpufairClient
@@ -63,7 +62,6 @@ OWN_WORKLOADS = 50  # `batch` workloads per client, reused (as new runs) once al
 OWN_SLOTS = 4  # GPUs of `batch` each client runs on at once
 MAIN_RUN_S = (3.0, 10.0)  # how long a workload placed by Schedule runs
 RPCS = ("GetFairShare", "ReportEvents", "Schedule")
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 QUEUES = (("llm", 0.4), ("vision", 0.3), ("speech", 0.2), ("robotics", 0.1))
@@ -233,12 +231,6 @@ class Client:
         await self.channel.close(None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def read_rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -246,32 +238,11 @@ def read_rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
-
-
 def sample_rss(pid: int, stop: threading.Event, samples: list[tuple[float, int]]) -> None:
     start = time.monotonic()
     while not stop.is_set():
         samples.append((time.monotonic() - start, read_rss_kib(pid)))
         stop.wait(1.0)
-
-
-def wait_serving(address: str, proc: subprocess.Popen[bytes]) -> None:
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise RuntimeError("gpufair serve exited during start-up")
-            try:
-                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError("gpufair serve is not serving")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -290,31 +261,8 @@ async def drive(
     return stats
 
 
-def backend_cpu_s(url: str) -> dict[int, float] | None:
-    """CPU time so far of each PostgreSQL backend serving `url`'s database, when they run on
-    this machine (their /proc entries are readable); None otherwise."""
-    engine = create_engine(normalise_url(url))
-    try:
-        with engine.connect() as conn:
-            pids = conn.execute(
-                text(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND pid <> pg_backend_pid()"
-                )
-            ).scalars()
-            return {pid: cpu_seconds(pid) for pid in pids}
-    except OSError:
-        return None
-    finally:
-        engine.dispose()
-
-
-def backends_used(before: dict[int, float] | None, after: dict[int, float] | None) -> float | None:
-    """CPU the backends alive at the end used during the run: a lower bound, as backends that
-    ended meanwhile (the pool closes its overflow connections) are not counted."""
-    if before is None or after is None:
-        return None
-    return round(sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()), 1)
+def round_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
 
 
 def check_database(url: str, acknowledged: int) -> dict[str, Any]:
@@ -450,7 +398,7 @@ def main() -> int:
             "server": round(server_cpu, 1),
             "clients": round(client_cpu, 1),
             "client_ms_per_call": round(1000 * client_cpu / max(1, sum(calls.values())), 2),
-            "postgres_backends_at_least": backends_used(backends_0, backends_1),
+            "postgres_backends_at_least": round_or_none(backends_used(backends_0, backends_1)),
             "available": round(elapsed * (os.cpu_count() or 1), 1),
             "load_average_before": round(load_before[0], 2),
             "load_average_after": round(load_after[0], 2),
