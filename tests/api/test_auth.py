@@ -323,7 +323,7 @@ def test_auth_is_off_unless_required(engine: Engine) -> None:
 
 
 class Aborted(Exception):
-    pass
+    """What the fake context raises where gRPC would end the call."""
 
 
 class FakeContext:

@@ -210,7 +210,7 @@ class Ingest:
         conn.commit()  # what `write` left to commit, if anything; acknowledged only after
 
 
-class _Ahead:
+class _Ahead(ledger_repo.Overlap):
     """A stream's work while message N is in the database: the outcomes of message N-1,
     committed already, go into the reply, and message N+1, if it has arrived, is converted and
     prepared: `share` of it during N's COPY, the rest during N's writes. What goes wrong with

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import psycopg
 from sqlalchemy import Connection, text
@@ -104,34 +104,23 @@ class Outcomes:
 Candidate = tuple[int, LedgerEvent, str, bytes, str, bytes, LedgerEvent | None]
 
 
-class Overlap(Protocol):
-    """Work of the caller's that needs no database, done while `write` waits for it: on the reads,
-    on the COPY, and on the writes; and `copied`, a mark of when the COPY was done. Each is called
-    at most once, in that order, from the thread that called `write`; what was not called (a
-    batch with nothing to store, a replay), the caller does after `write` returns. They must not
-    touch the connection."""
+class Overlap:
+    """Work of the caller's that needs no database, done while `write` waits for it. Each hook
+    is called at most once, in the order below, from the thread that called `write`; what was
+    not called (a batch with nothing to store, a replay), the caller does after `write` returns.
+    They must not touch the connection. This base does nothing; a stream overrides them."""
 
-    def reading(self) -> None: ...
-
-    def copying(self) -> None: ...
-
-    def copied(self) -> None: ...
-
-    def writing(self) -> None: ...
-
-
-class NoOverlap:
     def reading(self) -> None:
-        pass
+        """While the database reads what the batch needs."""
 
     def copying(self) -> None:
-        pass
+        """While the database takes the batch's COPY."""
 
     def copied(self) -> None:
-        pass
+        """The COPY is done (a mark in time, for a caller that measures its waits)."""
 
     def writing(self) -> None:
-        pass
+        """While the database applies the batch's writes (and the commit)."""
 
 
 @dataclass(slots=True)
@@ -314,7 +303,7 @@ def write(
     outcomes = batch.outcomes
     if not batch.candidates:
         return outcomes
-    hooks = overlap or NoOverlap()
+    hooks = overlap or Overlap()
     pg = _driver(conn)
     ctx = _read_context(
         pg, batch.candidates, hooks, known if known is not None else KnownWorkloads(0)
