@@ -184,11 +184,15 @@ def test_a_late_run_event_of_a_purged_workload_is_refused(
 
         before = runs()
         late = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 7200, "done")
-        [outcome] = ledger_repo.ingest(conn, [late], now)
+        beat = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, old + 7000, "done")
+        outcomes = ledger_repo.ingest(conn, [late, beat], now)
         after = runs()
         conn.commit()
     assert len(before) == 1 and before[0][1] == pytest.approx(old + 3600, abs=1e-3)
-    assert (outcome.status, outcome.error) == (ledger_repo.EventStatus.REJECTED, ledger_repo.PURGED)
+    assert [(o.status, o.error) for o in outcomes] == [
+        (ledger_repo.EventStatus.REJECTED, ledger_repo.PURGED),
+        (ledger_repo.EventStatus.STORED, ""),  # a heartbeat changes no run
+    ]
     assert after == before
 
 

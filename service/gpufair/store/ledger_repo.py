@@ -414,8 +414,8 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
             )
         else:
             problem = context_problem(event, workload=ref[0] if ref else None, nodes=nodes)
-        if not problem and event.workload_uid in ctx.purged:
-            problem = PURGED
+        if not problem and event.kind in RUN_KINDS and event.workload_uid in ctx.purged:
+            problem = PURGED  # a heartbeat changes no run: it is stored, as it would be alone
         if problem:
             outcomes.reject(c[0], problem)
         else:
@@ -546,7 +546,7 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, co
             uids = sorted(states)
             cur.execute(
                 _STATE_UPDATE_SQL,
-                (text_array(uids), "{" + ",".join(states[u].value for u in uids) + "}"),
+                (text_array(uids), text_array(states[u].value for u in uids)),
             )
         runs_repo.queue_writes(cur, plan.change)
         if commit:
