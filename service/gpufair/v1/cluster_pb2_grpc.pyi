@@ -44,6 +44,10 @@ class ClusterAdminStub:
     """The stored state."""
     DeleteObjects: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.DeleteObjectsRequest, _cluster_pb2.DeleteObjectsResponse]
     """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION)."""
+    UpsertNodes: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.UpsertNodesRequest, _cluster_pb2.UpsertNodesResponse]
+    """Create or update nodes (and prune a pool's missing ones) without touching other kinds."""
+    SetNodesReady: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.SetNodesReadyRequest, _cluster_pb2.SetNodesReadyResponse]
+    """Drain or undrain nodes."""
 
 @_typing.type_check_only
 class ClusterAdminAsyncStub(ClusterAdminStub):
@@ -58,6 +62,10 @@ class ClusterAdminAsyncStub(ClusterAdminStub):
     """The stored state."""
     DeleteObjects: _aio.UnaryUnaryMultiCallable[_cluster_pb2.DeleteObjectsRequest, _cluster_pb2.DeleteObjectsResponse]  # type: ignore[assignment]
     """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION)."""
+    UpsertNodes: _aio.UnaryUnaryMultiCallable[_cluster_pb2.UpsertNodesRequest, _cluster_pb2.UpsertNodesResponse]  # type: ignore[assignment]
+    """Create or update nodes (and prune a pool's missing ones) without touching other kinds."""
+    SetNodesReady: _aio.UnaryUnaryMultiCallable[_cluster_pb2.SetNodesReadyRequest, _cluster_pb2.SetNodesReadyResponse]  # type: ignore[assignment]
+    """Drain or undrain nodes."""
 
 class ClusterAdminServicer(metaclass=_abc_1.ABCMeta):
     """Declarative cluster configuration."""
@@ -87,5 +95,21 @@ class ClusterAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.DeleteObjectsResponse, _abc.Awaitable[_cluster_pb2.DeleteObjectsResponse]]:
         """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION)."""
+
+    @_abc_1.abstractmethod
+    def UpsertNodes(
+        self,
+        request: _cluster_pb2.UpsertNodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.UpsertNodesResponse, _abc.Awaitable[_cluster_pb2.UpsertNodesResponse]]:
+        """Create or update nodes (and prune a pool's missing ones) without touching other kinds."""
+
+    @_abc_1.abstractmethod
+    def SetNodesReady(
+        self,
+        request: _cluster_pb2.SetNodesReadyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.SetNodesReadyResponse, _abc.Awaitable[_cluster_pb2.SetNodesReadyResponse]]:
+        """Drain or undrain nodes."""
 
 def add_ClusterAdminServicer_to_server(servicer: ClusterAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
