@@ -13,22 +13,21 @@ from gpufair.api.convert_cluster import (
     config_to_proto,
     map_violations,
 )
-from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
-from gpufair.domain.config_diff import KINDS, diff_configs, objects_by_kind
+from gpufair.api.idempotent import run_mutation
+from gpufair.domain.config_diff import diff_configs, objects_by_kind
 from gpufair.domain.config_rules import config_warnings, validate_config
 from gpufair.domain.errors import FailedPrecondition, InvalidInputError, NotFound, Violation
+from gpufair.domain.limits import MAX_OBJECTS
 from gpufair.domain.model import ClusterConfig
+from gpufair.domain.request_rules import (
+    kind_violations,
+    kinds_violations,
+    object_names_violations,
+    request_id_violations,
+)
 from gpufair.store import capacity_repo, config_repo, locks
 from gpufair.v1 import cluster_pb2 as pb
 from gpufair.v1 import cluster_pb2_grpc
-
-MAX_OBJECTS = 100_000
-
-
-def _check_request_id(request_id: str) -> list[Violation]:
-    if len(request_id) > MAX_REQUEST_ID_LEN:
-        return [Violation("request_id", f"longer than {MAX_REQUEST_ID_LEN} characters")]
-    return []
 
 
 def _without(config: ClusterConfig, kind: str, names: set[str]) -> ClusterConfig:
@@ -76,7 +75,8 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     ) -> pb.ApplyConfigResponse:
         desired, conversion_problems = config_from_proto(request.config)
         violations = map_violations(conversion_problems, "config.")
-        violations += _check_request_id(request.request_id)
+        violations += request_id_violations(request.request_id)
+        violations += kinds_violations("kinds", request.kinds)
         total = sum(
             len(x)
             for x in (
@@ -132,11 +132,9 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     def DeleteObjects(
         self, request: pb.DeleteObjectsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteObjectsResponse:
-        violations = _check_request_id(request.request_id)
-        if request.kind not in KINDS:
-            violations.append(Violation("kind", f"must be one of {', '.join(KINDS)}"))
-        if not request.names:
-            violations.append(Violation("names", "name at least one object"))
+        violations = request_id_violations(request.request_id)
+        violations += kind_violations("kind", request.kind)
+        violations += object_names_violations("names", request.kind, request.names)
         if violations:
             raise InvalidInputError(violations)
         names = set(request.names)

@@ -27,22 +27,29 @@ from gpufair.domain.errors import (
     NotFound,
     Violation,
 )
+from gpufair.domain.limits import MAX_MESSAGE_CHARS, capped, shorten
 from gpufair.store.deadline import DeadlineExceeded
 
 log = logging.getLogger(__name__)
 
 
 def bad_request_status(message: str, violations: tuple[Violation, ...]) -> status_pb2.Status:
+    """INVALID_ARGUMENT with the violations as google.rpc.BadRequest, capped (domain/limits.py):
+    the status travels in the trailing metadata, whose size gRPC limits (a client sees only
+    RESOURCE_EXHAUSTED beyond about 8 KiB), so a thousand violations become twenty and one
+    "and N more" entry, and no entry quotes much of the input."""
     details = error_details_pb2.BadRequest(
         field_violations=[
             error_details_pb2.BadRequest.FieldViolation(field=v.field_path, description=v.message)
-            for v in violations
+            for v in capped(violations)
         ]
     )
     packed = any_pb2.Any()
     packed.Pack(details)
     return status_pb2.Status(
-        code=code_pb2.INVALID_ARGUMENT, message=message[:4000], details=[packed]
+        code=code_pb2.INVALID_ARGUMENT,
+        message=shorten(message, MAX_MESSAGE_CHARS),
+        details=[packed],
     )
 
 
@@ -82,14 +89,15 @@ def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) ->
         context.abort_with_status(
             rpc_status.to_status(bad_request_status(str(exc), exc.violations))
         )
+    message = shorten(str(exc), MAX_MESSAGE_CHARS)
     if isinstance(exc, NotFound):
-        context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        context.abort(grpc.StatusCode.NOT_FOUND, message)
     if isinstance(exc, FailedPrecondition):
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
     if isinstance(exc, Conflict):
-        context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+        context.abort(grpc.StatusCode.ALREADY_EXISTS, message)
     if isinstance(exc, DomainError):
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
     if _is_bad_value(exc):
         # What the caller sent cannot be stored as is (a NUL byte in a string, a number or an
         # instant out of the database's range): the caller's to fix, and nothing was written.

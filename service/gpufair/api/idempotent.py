@@ -15,8 +15,6 @@ from gpufair.store.idempotency import request_digest, store_reply, stored_reply
 
 R = TypeVar("R", bound=Message)
 
-MAX_REQUEST_ID_LEN = 200
-
 
 def run_mutation(
     engine: Engine,

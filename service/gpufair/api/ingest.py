@@ -26,13 +26,13 @@ from gpufair.api.convert_ledger import event_from_proto
 from gpufair.api.prefetch import Pending, Prefetch
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.ledger import LedgerEvent
+from gpufair.domain.limits import MAX_EVENTS_PER_BATCH
 from gpufair.metrics import observe_events
 from gpufair.store import ledger_repo
 from gpufair.store.known_workloads import KnownWorkloads
 from gpufair.store.ledger_repo import EventStatus, Outcomes
 from gpufair.v1 import ledger_pb2 as pb
 
-MAX_EVENTS_PER_BATCH = 50_000
 _STATUS = {
     EventStatus.STORED: pb.EVENT_STATUS_STORED,
     EventStatus.DUPLICATE: pb.EVENT_STATUS_DUPLICATE,

@@ -1,15 +1,24 @@
 """Server interceptors: metrics, the call's deadline and error mapping, around every unary-reply
-handler."""
+handler.
+
+Bytes that are not a valid request message do not reach grpc's own error path (INTERNAL
+"Exception deserializing request", before any interceptor could count it): the error-mapping
+interceptor installs a deserializer that turns them into a `MalformedRequest`, and its handler
+answers that with INVALID_ARGUMENT naming the field `request` (or `messages[n]` of a stream), so
+the call is counted in the metrics like every other refused one.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
 from gpufair.api.errors import abort_for
+from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.limits import shorten
 from gpufair.metrics import RPC_SECONDS, RPCS
 from gpufair.store.deadline import call_deadline
 
@@ -39,8 +48,40 @@ def _rewrap(handler: Any, decorate: Callable[[Behavior], Behavior]) -> Any:
     return handler
 
 
+class MalformedRequest:
+    """What a request message deserializes to when its bytes are not a valid message."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def violation(self, field: str, method: str) -> Violation:
+        detail = shorten(str(self.error) or self.error.__class__.__name__, 120)
+        return Violation(field, f"not a valid {method} request message ({detail})")
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # any decoding failure is the sender's
+            return MalformedRequest(exc)
+
+    return deserialize
+
+
+def _checked_stream(requests: Iterator[Any], method: str) -> Iterator[Any]:
+    for n, request in enumerate(requests):
+        if isinstance(request, MalformedRequest):
+            raise InvalidInputError([request.violation(f"messages[{n}]", method)])
+        yield request
+
+
 class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """No exception leaves a handler as UNKNOWN: each gets the status `abort_for` gives it."""
+    """No exception leaves a handler as UNKNOWN: each gets the status `abort_for` gives it, and
+    malformed request bytes are INVALID_ARGUMENT (module docstring)."""
 
     def intercept_service(
         self,
@@ -48,10 +89,15 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         details: grpc.HandlerCallDetails,
     ) -> Any:
         method = details.method
+        short = method.rsplit("/", 1)[-1]
 
         def decorate(behavior: Behavior) -> Behavior:
             def guarded(request: Any, context: grpc.ServicerContext) -> Any:
                 try:
+                    if isinstance(request, MalformedRequest):
+                        raise InvalidInputError([request.violation("request", short)])
+                    if isinstance(request, Iterator):
+                        request = _checked_stream(request, short)
                     return behavior(request, context)
                 except Exception as exc:
                     if _aborted(context) is not None:  # the servicer aborted on purpose
@@ -61,7 +107,22 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
             return guarded
 
-        return _rewrap(continuation(details), decorate)
+        handler = _rewrap(continuation(details), decorate)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                handler.unary_unary,
+                request_deserializer=_tolerant(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                handler.stream_unary,
+                request_deserializer=_tolerant(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        return handler
 
 
 class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]

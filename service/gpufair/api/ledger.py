@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from gpufair.api.ingest import Ingest
 from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
+from gpufair.domain.request_rules import name_violations, time_range_violations
 from gpufair.jobs.recompute import pool_of, recompute_pool
 from gpufair.store import config_repo, fairshare_repo
 from gpufair.store.fairshare_repo import StoredShare
@@ -43,6 +44,10 @@ def share_to_proto(s: StoredShare) -> fairshare_pb2.QueueShare:
     return msg
 
 
+def _fields(ts: Any) -> tuple[int, int]:
+    return int(ts.seconds), int(ts.nanos)
+
+
 def _seconds(ts: Any, default: float) -> float:
     if ts.seconds == 0 and ts.nanos == 0:
         return default
@@ -70,8 +75,9 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: pb.GetFairShareRequest, context: grpc.ServicerContext
     ) -> pb.GetFairShareResponse:
         """The latest recompute of the pool; the first call for a pool computes it."""
-        if not request.pool:
-            raise InvalidInputError([Violation("pool", "is required")])
+        violations = name_violations("pool", request.pool)
+        if violations:
+            raise InvalidInputError(violations)
         with self.engine.connect() as conn:
             run = fairshare_repo.latest_run(conn, request.pool)
             if run is None:
@@ -92,8 +98,14 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     def GetFairShareHistory(
         self, request: pb.GetFairShareHistoryRequest, context: grpc.ServicerContext
     ) -> pb.GetFairShareHistoryResponse:
-        if not request.pool:
-            raise InvalidInputError([Violation("pool", "is required")])
+        violations = name_violations("pool", request.pool)
+        violations += name_violations("queue", request.queue, required=False)
+        violations += time_range_violations(
+            _fields(request.since) if request.HasField("since") else None,
+            _fields(request.until) if request.HasField("until") else None,
+        )
+        if violations:
+            raise InvalidInputError(violations)
         now_s = self.clock()
         since_s = _seconds(request.since, now_s - 86400.0)
         until_s = _seconds(request.until, now_s)

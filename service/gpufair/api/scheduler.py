@@ -11,17 +11,17 @@ from sqlalchemy import Connection, Engine
 from gpufair import scheduling
 from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
 from gpufair.api.convert_workload import workload_from_proto
-from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
+from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
+from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
+from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
 from gpufair.domain.workload_rules import submit_problems, workload_violations
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
 from gpufair.v1 import scheduler_pb2_grpc
-
-MAX_WORKLOADS_PER_BATCH = 10_000
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
@@ -39,11 +39,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self, request: pb.SubmitWorkloadsRequest, context: grpc.ServicerContext
     ) -> pb.SubmitWorkloadsResponse:
         now_s = self.clock()
-        violations: list[Violation] = []
-        if len(request.request_id) > MAX_REQUEST_ID_LEN:
-            violations.append(
-                Violation("request_id", f"longer than {MAX_REQUEST_ID_LEN} characters")
-            )
+        violations = request_id_violations(request.request_id)
         if len(request.workloads) > MAX_WORKLOADS_PER_BATCH:
             violations.append(Violation("workloads", f"at most {MAX_WORKLOADS_PER_BATCH} per call"))
         if violations:
@@ -93,8 +89,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def CancelWorkload(
         self, request: pb.CancelWorkloadRequest, context: grpc.ServicerContext
     ) -> pb.CancelWorkloadResponse:
-        if not request.uid:
-            raise InvalidInputError([Violation("uid", "is required")])
+        violations = uid_violations("uid", request.uid)
+        violations += request_id_violations(request.request_id)
+        if violations:
+            raise InvalidInputError(violations)
 
         def work(conn: Connection) -> pb.CancelWorkloadResponse:
             before = workload_repo.cancel(conn, request.uid)
@@ -118,13 +116,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def Schedule(
         self, request: pb.ScheduleRequest, context: grpc.ServicerContext
     ) -> pb.ScheduleResponse:
-        violations = []
-        if not request.pool:
-            violations.append(Violation("pool", "is required"))
-        if len(request.request_id) > MAX_REQUEST_ID_LEN:
-            violations.append(
-                Violation("request_id", f"longer than {MAX_REQUEST_ID_LEN} characters")
-            )
+        violations = name_violations("pool", request.pool)
+        violations += request_id_violations(request.request_id)
         if violations:
             raise InvalidInputError(violations)
         now_s = self.clock()
@@ -166,8 +159,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def ExplainWorkload(
         self, request: pb.ExplainWorkloadRequest, context: grpc.ServicerContext
     ) -> pb.ExplainWorkloadResponse:
-        if not request.uid:
-            raise InvalidInputError([Violation("uid", "is required")])
+        violations = uid_violations("uid", request.uid)
+        if violations:
+            raise InvalidInputError(violations)
         now_s = self.clock()
         with self.engine.connect() as conn:
             found = workload_repo.get(conn, request.uid)

@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Engine
 
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
+from gpufair.domain.request_rules import name_violations, time_range_violations
 from gpufair.store import report_repo
 from gpufair.store.report_repo import BudgetRecord, Period, UsageRecord
 from gpufair.v1 import ledger_pb2 as pb
@@ -86,10 +87,17 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
         violations.append(
             Violation("period", f"unknown period {request.period}; use day, week or month")
         )
-    since = _instant(request.since, "since", violations) if request.HasField("since") else None
-    until = _instant(request.until, "until", violations) if request.HasField("until") else None
-    if since is not None and until is not None and since >= until:
-        violations.append(Violation("until", "must be after since"))
+    violations += name_violations("pool", request.pool, required=False)
+    violations += name_violations("queue", request.queue, required=False)
+    range_violations = time_range_violations(
+        (request.since.seconds, request.since.nanos) if request.HasField("since") else None,
+        (request.until.seconds, request.until.nanos) if request.HasField("until") else None,
+    )
+    violations += range_violations
+    since = until = None
+    if not range_violations:
+        since = _instant(request.since, "since", violations) if request.HasField("since") else None
+        until = _instant(request.until, "until", violations) if request.HasField("until") else None
     if violations or period is None:
         raise InvalidInputError(violations)
 

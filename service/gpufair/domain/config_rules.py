@@ -1,7 +1,8 @@
 """What makes a declared cluster valid, and what is merely worth a warning.
 
 Every problem is reported at once with the path of the field in the request, so that an operator
-fixes a broken config in one round trip instead of one error at a time.
+fixes a broken config in one round trip instead of one error at a time. The ranges and lengths
+are those of `domain/limits.py` (the proto comments state them).
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import math
 import re
 from collections import defaultdict
 
+from gpufair.domain import limits
 from gpufair.domain.errors import Violation
+from gpufair.domain.limits import echo, number_violations, text_violations
 from gpufair.domain.model import (
     ClusterConfig,
+    FairSharePolicy,
     Node,
     NodePool,
     Queue,
@@ -24,9 +28,6 @@ from gpufair.domain.policy import queue_structure_violations, validate_policy
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
-MAX_LABEL_VALUE_LEN = 253
-MAX_QUEUE_DEPTH = 16
-MAX_GPUS_PER_NODE = 1024
 
 
 def _finite(value: float) -> bool:
@@ -40,26 +41,14 @@ def _check_name(path: str, name: str, pattern: re.Pattern[str] = NAME_RE) -> lis
         return [
             Violation(
                 path,
-                f"{name[:80]!r} is not a valid name: use lowercase letters, digits, '.', '_' "
-                "and '-', starting and ending with a letter or digit, at most 63 characters"
+                f"{echo(name)} is not a valid name: use lowercase letters, digits, '.', '_' "
+                f"and '-', starting and ending with a letter or digit, at most {limits.MAX_NAME_LEN} "
+                "characters"
                 if pattern is NAME_RE
-                else f"{name[:80]!r} is not a valid node name",
+                else f"{echo(name)} is not a valid node name: letters, digits, '.', '_' and '-', "
+                f"at most {limits.MAX_NODE_NAME_LEN} characters",
             )
         ]
-    return []
-
-
-def _non_negative(path: str, value: float) -> list[Violation]:
-    if not _finite(value):
-        return [Violation(path, f"must be a finite number, got {value}")]
-    if value < 0:
-        return [Violation(path, f"must be >= 0, got {value}")]
-    return []
-
-
-def _positive(path: str, value: float) -> list[Violation]:
-    if not _finite(value) or value <= 0:
-        return [Violation(path, f"must be a finite number > 0, got {value}")]
     return []
 
 
@@ -68,7 +57,7 @@ def _duplicates(kind: str, names: list[str]) -> list[Violation]:
     violations = []
     for i, name in enumerate(names):
         if name and name in seen:
-            violations.append(Violation(f"{kind}[{i}].name", f"duplicate name {name!r}"))
+            violations.append(Violation(f"{kind}[{i}].name", f"duplicate name {echo(name)}"))
         seen.add(name)
     return violations
 
@@ -80,19 +69,42 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     pool_names = [p.name for p in config.pools]
     violations += _duplicates("gpu_types", type_names)
     violations += _duplicates("pools", pool_names)
-    violations += _duplicates("nodes", [n.name for n in config.nodes])
 
     for i, gpu in enumerate(config.gpu_types):
         path = f"gpu_types[{i}]"
         violations += _check_name(f"{path}.name", gpu.name)
-        violations += _positive(f"{path}.memory_gib", gpu.memory_gib)
-        violations += _positive(f"{path}.compute_weight", gpu.compute_weight)
+        violations += number_violations(
+            f"{path}.memory_gib",
+            gpu.memory_gib,
+            limits.MIN_GPU_MEMORY_GIB,
+            limits.MAX_GPU_MEMORY_GIB,
+        )
+        violations += number_violations(
+            f"{path}.compute_weight",
+            gpu.compute_weight,
+            limits.MIN_COMPUTE_WEIGHT,
+            limits.MAX_COMPUTE_WEIGHT,
+        )
+        if len(gpu.partition_profiles) > limits.MAX_PARTITION_PROFILES:
+            violations.append(
+                Violation(
+                    f"{path}.partition_profiles",
+                    f"more than {limits.MAX_PARTITION_PROFILES} profiles",
+                )
+            )
+            continue
         for j, profile in enumerate(gpu.partition_profiles):
             ppath = f"{path}.partition_profiles[{j}]"
             violations += _check_name(f"{ppath}.name", profile.name)
-            if not _finite(profile.gpu_fraction) or not 0 < profile.gpu_fraction <= 1:
-                violations.append(Violation(f"{ppath}.gpu_fraction", "must be in (0, 1]"))
-            violations += _positive(f"{ppath}.memory_gib", profile.memory_gib)
+            violations += number_violations(
+                f"{ppath}.gpu_fraction", profile.gpu_fraction, limits.MIN_GPU_FRACTION, 1.0
+            )
+            violations += number_violations(
+                f"{ppath}.memory_gib",
+                profile.memory_gib,
+                limits.MIN_GPU_MEMORY_GIB,
+                limits.MAX_GPU_MEMORY_GIB,
+            )
             if _finite(profile.memory_gib) and profile.memory_gib > gpu.memory_gib:
                 violations.append(
                     Violation(f"{ppath}.memory_gib", "exceeds the memory of the whole GPU")
@@ -102,8 +114,7 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
         violations += _validate_pool(f"pools[{i}]", pool)
 
     known_types, known_pools = set(type_names), set(pool_names)
-    for i, node in enumerate(config.nodes):
-        violations += _validate_node(f"nodes[{i}]", node, known_types, known_pools)
+    violations += validate_nodes(config.nodes, known_types, known_pools)
 
     violations += _validate_queues(config.queues, known_types, known_pools)
 
@@ -112,10 +123,12 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     for i, budget in enumerate(config.budgets):
         path = f"budgets[{i}]"
         if budget.queue not in known_queues:
-            violations.append(Violation(f"{path}.queue", f"unknown queue {budget.queue!r}"))
+            violations.append(Violation(f"{path}.queue", f"unknown queue {echo(budget.queue)}"))
         if budget.pool is not None and budget.pool not in known_pools:
-            violations.append(Violation(f"{path}.pool", f"unknown pool {budget.pool!r}"))
-        violations += _positive(f"{path}.cu_hours", budget.cu_hours)
+            violations.append(Violation(f"{path}.pool", f"unknown pool {echo(budget.pool)}"))
+        violations += number_violations(
+            f"{path}.cu_hours", budget.cu_hours, 0.0, limits.MAX_BUDGET_CU_HOURS, lo_open=True
+        )
         key = (budget.queue, budget.period.value, budget.pool or "")
         if key in seen_budgets:
             violations.append(Violation(path, "duplicate budget for this queue, period and pool"))
@@ -123,34 +136,83 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     return violations
 
 
+def _policy_range_violations(policy: FairSharePolicy) -> list[Violation]:
+    """The limits of `domain/limits.py` on a policy's numbers, beyond what `validate_policy`
+    (shared with the engine, which must still read a policy stored before the limits) checks."""
+    out = number_violations("k", policy.k, 0.0, limits.MAX_K)
+    for name, value in (
+        ("window_s", policy.window_s),
+        ("half_life_s", policy.half_life_s),
+        ("recompute_interval_s", policy.recompute_interval_s),
+    ):
+        if value is not None:
+            out += number_violations(name, value, limits.MIN_DURATION_S, limits.MAX_DURATION_S)
+    out += number_violations(
+        "window_anchor_unix_s", policy.window_anchor_s, limits.MIN_UNIX_S, limits.MAX_UNIX_S
+    )
+    return out
+
+
 def _validate_pool(path: str, pool: NodePool) -> list[Violation]:
     violations = _check_name(f"{path}.name", pool.name)
-    violations += [
-        Violation(f"{path}.policy.{v.field_path}", v.message) for v in validate_policy(pool.policy)
+    policy_violations = validate_policy(pool.policy)
+    named = {v.field_path for v in policy_violations}
+    if "window_anchor_s" in named:
+        named.add("window_anchor_unix_s")
+    policy_violations += [
+        v for v in _policy_range_violations(pool.policy) if v.field_path not in named
     ]
+    violations += [Violation(f"{path}.policy.{v.field_path}", v.message) for v in policy_violations]
     after = pool.gang_reservation_after_s
     if after is not None:
-        violations += _non_negative(f"{path}.gang_reservation_after_s", after)
+        violations += number_violations(
+            f"{path}.gang_reservation_after_s", after, 0.0, limits.MAX_DURATION_S
+        )
     return violations
 
 
 def _validate_node(path: str, node: Node, types: set[str], pools: set[str]) -> list[Violation]:
     violations = _check_name(f"{path}.name", node.name, NODE_NAME_RE)
     if node.pool not in pools:
-        violations.append(Violation(f"{path}.pool", f"unknown pool {node.pool!r}"))
+        violations.append(Violation(f"{path}.pool", f"unknown pool {echo(node.pool)}"))
     if node.gpu_type not in types:
-        violations.append(Violation(f"{path}.gpu_type", f"unknown GPU type {node.gpu_type!r}"))
-    if not 0 <= node.gpu_count <= MAX_GPUS_PER_NODE:
+        violations.append(Violation(f"{path}.gpu_type", f"unknown GPU type {echo(node.gpu_type)}"))
+    violations += number_violations(
+        f"{path}.gpu_count", node.gpu_count, 0, limits.MAX_GPUS_PER_NODE
+    )
+    violations += number_violations(
+        f"{path}.cpu_millicores", node.cpu_millicores, 0, limits.MAX_CPU_MILLICORES
+    )
+    violations += number_violations(f"{path}.memory_mib", node.memory_mib, 0, limits.MAX_MEMORY_MIB)
+    if len(node.labels) > limits.MAX_LABELS_PER_NODE:
         violations.append(
-            Violation(f"{path}.gpu_count", f"must be between 0 and {MAX_GPUS_PER_NODE}")
+            Violation(f"{path}.labels", f"more than {limits.MAX_LABELS_PER_NODE} labels")
         )
-    violations += _non_negative(f"{path}.cpu_millicores", node.cpu_millicores)
-    violations += _non_negative(f"{path}.memory_mib", node.memory_mib)
+        return violations
     for key, value in node.labels.items():
+        key_path = f"{path}.labels[{key[:80]}]"
         if not LABEL_KEY_RE.match(key):
-            violations.append(Violation(f"{path}.labels[{key[:80]}]", "invalid label key"))
-        if len(value) > MAX_LABEL_VALUE_LEN:
-            violations.append(Violation(f"{path}.labels[{key[:80]}]", "label value too long"))
+            violations.append(
+                Violation(
+                    key_path,
+                    f"invalid label key: letters, digits, '.', '_', '/' and '-', at most "
+                    f"{limits.MAX_LABEL_KEY_LEN} characters",
+                )
+            )
+        violations += text_violations(key_path, value, limits.MAX_LABEL_VALUE_LEN)
+    return violations
+
+
+def validate_nodes(
+    nodes: tuple[Node, ...], types: set[str], pools: set[str], prefix: str = "nodes"
+) -> list[Violation]:
+    """Nodes on their own, as in ApplyConfig (also for UpsertNodes): at most
+    MAX_NODES_PER_UPSERT, unique names, each valid against the declared `types` and `pools`."""
+    if len(nodes) > limits.MAX_NODES_PER_UPSERT:
+        return [Violation(prefix, f"more than {limits.MAX_NODES_PER_UPSERT} nodes ({len(nodes)})")]
+    violations = _duplicates(prefix, [n.name for n in nodes])
+    for i, node in enumerate(nodes):
+        violations += _validate_node(f"{prefix}[{i}]", node, types, pools)
     return violations
 
 
@@ -174,11 +236,13 @@ def _validate_quota(
 ) -> list[Violation]:
     violations: list[Violation] = []
     if pool_name not in pools:
-        violations.append(Violation(f"{path}.pool", f"unknown pool {pool_name!r}"))
-    violations += _non_negative(f"{path}.deserved_cu", quota.deserved_cu)
-    violations += _non_negative(f"{path}.over_quota_weight", quota.over_quota_weight)
+        violations.append(Violation(f"{path}.pool", f"unknown pool {echo(pool_name)}"))
+    violations += number_violations(f"{path}.deserved_cu", quota.deserved_cu, 0.0, limits.MAX_CU)
+    violations += number_violations(
+        f"{path}.over_quota_weight", quota.over_quota_weight, 0.0, limits.MAX_OVER_QUOTA_WEIGHT
+    )
     if quota.limit_cu is not None:
-        violations += _non_negative(f"{path}.limit_cu", quota.limit_cu)
+        violations += number_violations(f"{path}.limit_cu", quota.limit_cu, 0.0, limits.MAX_CU)
         if (
             _finite(quota.limit_cu)
             and _finite(quota.deserved_cu)
@@ -193,17 +257,24 @@ def _validate_quota(
         ("deserved_gpus_by_type", quota.deserved_gpus_by_type),
         ("limit_gpus_by_type", quota.limit_gpus_by_type),
     ):
+        if len(per_type) > limits.MAX_GPU_TYPES_PER_MAP:
+            violations.append(
+                Violation(
+                    f"{path}.{field_name}", f"more than {limits.MAX_GPU_TYPES_PER_MAP} entries"
+                )
+            )
+            continue
         for type_name, gpus in per_type.items():
-            key_path = f"{path}.{field_name}[{type_name}]"
+            key_path = f"{path}.{field_name}[{type_name[:80]}]"
             if type_name not in types:
-                violations.append(Violation(key_path, f"unknown GPU type {type_name!r}"))
-            violations += _non_negative(key_path, gpus)
+                violations.append(Violation(key_path, f"unknown GPU type {echo(type_name)}"))
+            violations += number_violations(key_path, gpus, 0.0, limits.MAX_GPUS)
     for type_name, limit in quota.limit_gpus_by_type.items():
         deserved = quota.deserved_gpus_by_type.get(type_name, 0.0)
         if _finite(limit) and _finite(deserved) and limit < deserved:
             violations.append(
                 Violation(
-                    f"{path}.limit_gpus_by_type[{type_name}]",
+                    f"{path}.limit_gpus_by_type[{type_name[:80]}]",
                     "is below deserved_gpus_by_type: the guarantee could never hold",
                 )
             )
@@ -211,20 +282,30 @@ def _validate_quota(
 
 
 def _depth_violations(queues: tuple[Queue, ...]) -> list[Violation]:
-    """Trees deeper than MAX_QUEUE_DEPTH; cycles are `queue_structure_violations`' to report."""
+    """Queues deeper than MAX_QUEUE_DEPTH levels below a top-level queue; cycles and unknown
+    parents are `queue_structure_violations`' to report. Linear in the number of queues."""
     parent_of = {q.name: q.parent for q in queues}
-    violations = []
-    for i, queue in enumerate(queues):
-        depth, current, seen = 0, queue.parent, {queue.name}
-        while current is not None and current in parent_of and current not in seen:
-            seen.add(current)
-            depth += 1
-            current = parent_of[current]
-        if depth >= MAX_QUEUE_DEPTH:
-            violations.append(
-                Violation(f"queues[{i}].parent", f"queue tree deeper than {MAX_QUEUE_DEPTH} levels")
-            )
-    return violations
+    depth_of: dict[str, int] = {}
+    for queue in queues:
+        chain: list[str] = []
+        current: str | None = queue.name
+        on_chain: set[str] = set()
+        while current is not None and current not in depth_of and current not in on_chain:
+            chain.append(current)
+            on_chain.add(current)
+            current = parent_of.get(current)
+        above = -1 if current is None else depth_of.get(current, 0)
+        for name in reversed(chain):
+            above += 1
+            depth_of[name] = above
+    return [
+        Violation(
+            f"queues[{i}].parent",
+            f"queue tree deeper than {limits.MAX_QUEUE_DEPTH} levels ({depth_of[q.name] + 1})",
+        )
+        for i, q in enumerate(queues)
+        if depth_of.get(q.name, 0) >= limits.MAX_QUEUE_DEPTH
+    ]
 
 
 def config_warnings(config: ClusterConfig) -> list[str]:

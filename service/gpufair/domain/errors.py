@@ -22,17 +22,22 @@ class InvalidInputError(DomainError, ValueError):
     """Input that fails validation; every problem is listed, nothing was written."""
 
     def __init__(self, violations: Iterable[Violation]) -> None:
+        from gpufair.domain.limits import summary  # limits imports Violation from here
+
         self.violations = tuple(violations)
-        summary = "; ".join(f"{v.field_path}: {v.message}" for v in self.violations[:5])
-        more = len(self.violations) - 5
-        super().__init__(summary + (f"; and {more} more" if more > 0 else ""))
+        super().__init__(summary(self.violations))
 
 
 class NotFound(DomainError):
+    """An object named in a request does not exist; the message quotes at most a short prefix
+    of the name (a megabyte of name must not come back as a megabyte of status)."""
+
     def __init__(self, kind: str, name: str) -> None:
+        from gpufair.domain.limits import echo
+
         self.kind = kind
         self.name = name
-        super().__init__(f"{kind} {name!r} not found")
+        super().__init__(f"{kind} {echo(name)} not found")
 
 
 class FailedPrecondition(DomainError):

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gpufair.domain import limits
 from gpufair.domain.model import GpuType, Node
 
 
@@ -242,16 +243,31 @@ def static_problem_of_uuid(event: LedgerEvent, *, now_s: float) -> str | None:
         return f"occurred_at is more than {MAX_AGE_S / 86400:.0f} days in the past"
     if event.kind is EventKind.STALE:
         return "stale events are written by gpufair itself"
-    # PostgreSQL can store no NUL character in text, nor as \u0000 in JSON: caught here, the
-    # event is refused alone instead of failing its whole batch.
-    if "\x00" in event.workload_uid:
-        return "workload_uid contains a NUL character"
-    if "\x00" in event.node:
-        return "node contains a NUL character"
+    # PostgreSQL can store no NUL character in text, nor as \u0000 in JSON: caught here (with
+    # the other control characters and over-long strings, domain/limits.py), the event is
+    # refused alone instead of failing its whole batch.
+    if event.workload_uid:
+        problem = _text_problem("workload_uid", event.workload_uid, limits.MAX_UID_LEN)
+        if problem:
+            return problem
+    if event.node:
+        problem = _text_problem("node", event.node, limits.MAX_NODE_NAME_LEN)
+        if problem:
+            return problem
+    if len(event.pods) > limits.MAX_PODS:
+        return f"pods: more than {limits.MAX_PODS}"
     for i, pod in enumerate(event.pods):
-        if "\x00" in pod.node:
-            return f"pods[{i}]: node contains a NUL character"
+        problem = _text_problem(f"pods[{i}].node", pod.node, limits.MAX_NODE_NAME_LEN)
+        if problem:
+            return problem
+        if len(pod.gpu_indices) > limits.MAX_GPUS_PER_NODE:
+            return f"pods[{i}].gpu_indices: more than {limits.MAX_GPUS_PER_NODE}"
     return None
+
+
+def _text_problem(path: str, value: str, max_len: int) -> str | None:
+    found = limits.text_violations(path, value, max_len)
+    return f"{found[0].field_path} {found[0].message}" if found else None
 
 
 def context_problem(

@@ -262,12 +262,14 @@ def queue_structure_violations(queues: Sequence[Queue]) -> list[Violation]:
     index_by_name: dict[str, int] = {}
     for index, queue in enumerate(queues):
         if queue.name in index_by_name:
-            out.append(Violation(f"[{index}].name", f"duplicate queue name {queue.name!r}"))
+            out.append(Violation(f"[{index}].name", f"duplicate queue name {queue.name[:80]!r}"))
         else:
             index_by_name[queue.name] = index
     for index, queue in enumerate(queues):
         if queue.parent is not None and queue.parent not in index_by_name:
-            out.append(Violation(f"[{index}].parent", f"unknown parent queue {queue.parent!r}"))
+            out.append(
+                Violation(f"[{index}].parent", f"unknown parent queue {queue.parent[:80]!r}")
+            )
     # Follow each parent chain once; a chain that comes back to a queue still on the current
     # path is a cycle. Every queue on it is reported, so a user sees the whole loop.
     parent_of = {q.name: q.parent for q in queues}
@@ -281,9 +283,10 @@ def queue_structure_violations(queues: Sequence[Queue]) -> list[Violation]:
             name = parent_of[name]
         if name is not None and state.get(name) == 1:
             cycle = path[path.index(name) :]
-            loop = " → ".join([*cycle, name])
+            shown = cycle if len(cycle) <= 8 else [*cycle[:4], f"… {len(cycle) - 5} more …"]
+            message = f"queue tree has a cycle: {' → '.join([*shown, name])}"  # built once
             out.extend(
-                Violation(f"[{index}].parent", f"queue tree has a cycle: {loop}")
+                Violation(f"[{index}].parent", message)
                 for index in sorted(index_by_name[member] for member in cycle)
             )
         for member in path:

@@ -2,40 +2,43 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 
+from gpufair.domain import limits
 from gpufair.domain.errors import Violation
+from gpufair.domain.limits import (
+    instant_violations,
+    number_violations,
+    text_violations,
+    texts_violations,
+)
 from gpufair.domain.model import ClusterConfig, Node, Workload
 from gpufair.domain.placement import never_fits
 
 UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,252}$")
-MAX_PODS = 100_000
-MAX_GPUS_PER_POD = 64
-
-
-def _finite_non_negative(path: str, value: float) -> list[Violation]:
-    if not math.isfinite(value) or value < 0:
-        return [Violation(path, f"must be a finite number >= 0, got {value}")]
-    return []
 
 
 def workload_violations(w: Workload, path: str) -> list[Violation]:
-    """Problems with one workload's own fields; paths are prefixed with `path`."""
+    """Problems with one workload's own fields; paths are prefixed with `path`. Ranges and
+    lengths are those of `domain/limits.py`."""
     v: list[Violation] = []
     if not UID_RE.match(w.uid):
-        v.append(Violation(f"{path}.uid", "must be 1-253 characters: letters, digits, . _ : / @ -"))
-    if not w.queue:
-        v.append(Violation(f"{path}.queue", "is required"))
-    if not w.pool:
-        v.append(Violation(f"{path}.pool", "is required"))
-    if not 1 <= w.pods <= MAX_PODS:
-        v.append(Violation(f"{path}.pods", f"must be between 1 and {MAX_PODS}"))
-    if not math.isfinite(w.gpus_per_pod) or not 0 < w.gpus_per_pod <= MAX_GPUS_PER_POD:
-        v.append(Violation(f"{path}.gpus_per_pod", f"must be in (0, {MAX_GPUS_PER_POD}]"))
-    elif w.gpus_per_pod > 1 and w.gpus_per_pod != int(w.gpus_per_pod):
+        v.append(
+            Violation(
+                f"{path}.uid",
+                f"must be 1-{limits.MAX_UID_LEN} characters: letters, digits, . _ : / @ -",
+            )
+        )
+    v += text_violations(f"{path}.queue", w.queue, limits.MAX_NAME_LEN, required=True)
+    v += text_violations(f"{path}.pool", w.pool, limits.MAX_NAME_LEN, required=True)
+    v += number_violations(f"{path}.pods", w.pods, 1, limits.MAX_PODS)
+    gpus = number_violations(
+        f"{path}.gpus_per_pod", w.gpus_per_pod, limits.MIN_GPU_FRACTION, limits.MAX_GPUS_PER_POD
+    )
+    v += gpus
+    if not gpus and w.gpus_per_pod > 1 and w.gpus_per_pod != int(w.gpus_per_pod):
         v.append(
             Violation(
                 f"{path}.gpus_per_pod", "above 1 it must be whole GPUs; fractions share one GPU"
@@ -43,15 +46,29 @@ def workload_violations(w: Workload, path: str) -> list[Violation]:
         )
     if w.min_pods is not None and not 1 <= w.min_pods <= w.pods:
         v.append(Violation(f"{path}.min_pods", "must be between 1 and pods"))
-    v += _finite_non_negative(f"{path}.min_gpu_memory_gib", w.min_gpu_memory_gib)
-    v += _finite_non_negative(f"{path}.cpu_millicores_per_pod", w.cpu_millicores_per_pod)
-    v += _finite_non_negative(f"{path}.memory_mib_per_pod", w.memory_mib_per_pod)
-    v += _finite_non_negative(f"{path}.min_runtime_s", w.min_runtime_s)
-    if not math.isfinite(w.submit_time_s) or w.submit_time_s <= 0:
-        v.append(Violation(f"{path}.submit_time", "must be a valid instant"))
-    if w.topology is not None and not w.topology.level:
-        v.append(Violation(f"{path}.topology.level", "is required when a topology is given"))
-    if len(set(w.allowed_gpu_types)) != len(w.allowed_gpu_types):
+    v += number_violations(
+        f"{path}.min_gpu_memory_gib", w.min_gpu_memory_gib, 0.0, limits.MAX_GPU_MEMORY_GIB
+    )
+    v += number_violations(
+        f"{path}.cpu_millicores_per_pod", w.cpu_millicores_per_pod, 0, limits.MAX_CPU_MILLICORES
+    )
+    v += number_violations(
+        f"{path}.memory_mib_per_pod", w.memory_mib_per_pod, 0, limits.MAX_MEMORY_MIB
+    )
+    v += number_violations(f"{path}.min_runtime_s", w.min_runtime_s, 0.0, limits.MAX_DURATION_S)
+    v += instant_violations(f"{path}.submit_time", w.submit_time_s)
+    if w.topology is not None:
+        v += text_violations(
+            f"{path}.topology.level", w.topology.level, limits.MAX_LABEL_KEY_LEN, required=True
+        )
+    types = texts_violations(
+        f"{path}.allowed_gpu_types",
+        w.allowed_gpu_types,
+        limits.MAX_ALLOWED_GPU_TYPES,
+        limits.MAX_NAME_LEN,
+    )
+    v += types
+    if not types and len(set(w.allowed_gpu_types)) != len(w.allowed_gpu_types):
         v.append(Violation(f"{path}.allowed_gpu_types", "lists a type twice"))
     return v
 
@@ -67,9 +84,9 @@ def submit_problems(config: ClusterConfig, batch: Sequence[Workload]) -> dict[st
     problems: dict[str, str] = {}
     for w in batch:
         if w.pool not in pools:
-            problems[w.uid] = f"unknown pool {w.pool!r}"
+            problems[w.uid] = f"unknown pool {limits.echo(w.pool)}"
         elif w.queue not in queues:
-            problems[w.uid] = f"unknown queue {w.queue!r}"
+            problems[w.uid] = f"unknown queue {limits.echo(w.queue)}"
         elif w.queue in parents:
             problems[w.uid] = f"queue {w.queue!r} has child queues; submit to a leaf queue"
         else:
