@@ -59,7 +59,7 @@ def test_broken_file_prints_every_violation(
     code, _, err = run(capsys, "apply", "-f", str(broken), "--address", f"127.0.0.1:{server.port}")
     assert code == 1
     assert "INVALID_ARGUMENT" in err
-    assert "  - config.gpu_types[0].compute_weight: must be a finite number > 0, got 0.0" in err
+    assert "  - config.gpu_types[0].compute_weight: must be in [0.001, 10000], got 0" in err
     assert "  - config.nodes[0].pool: unknown pool 'other'" in err
     assert "Traceback" not in err
 

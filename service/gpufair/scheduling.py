@@ -25,6 +25,15 @@ class Decided:
     snapshot: CycleSnapshot
     result: CycleResult
     fair_share_computed_at_s: float
+    # From a recompute made for this cycle: stored history skipped as not finite.
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Shares:
+    by_leaf: dict[str, float]
+    computed_at_s: float
+    warnings: tuple[str, ...] = ()
 
 
 def leaf_queues(config: ClusterConfig) -> tuple[str, ...]:
@@ -32,9 +41,7 @@ def leaf_queues(config: ClusterConfig) -> tuple[str, ...]:
     return tuple(q.name for q in config.queues if q.name not in parents)
 
 
-def fair_shares(
-    conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float
-) -> tuple[dict[str, float], float]:
+def fair_shares(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> Shares:
     """Leaf fair shares from the latest recompute, recomputed first when it is older than the
     pool's interval or predates a change of the pool's workloads (a new submission must not wait
     a whole interval to count as demand)."""
@@ -54,16 +61,22 @@ def fair_shares(
     if stale:
         done = recompute_pool(conn, pool.name, now_s)
         shares = {name: s.fair_share_cu for name, s in done.result.shares.items()}
-        return shares, now_s
+        return Shares(shares, now_s, done.warnings)
     assert run is not None
-    return {s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s
+    return Shares({s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s)
 
 
 def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, float]:
+    snapshot, shares = _snapshot(conn, pool_name, now_s)
+    return snapshot, shares.computed_at_s
+
+
+def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, Shares]:
     config = config_repo.load_config(conn)
     pool = pool_of(config, pool_name)
     schedule_repo.release_expired_binds(conn, pool.name, now_s)
-    shares, computed_at_s = fair_shares(conn, config, pool, now_s)
+    computed = fair_shares(conn, config, pool, now_s)
+    shares = computed.by_leaf
     leaves = set(leaf_queues(config))
     running, pending = schedule_repo.holding_and_pending(conn, pool.name)
     snapshot = CycleSnapshot(
@@ -77,15 +90,15 @@ def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[Cycl
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
     )
-    return snapshot, computed_at_s
+    return snapshot, computed
 
 
 def decide(conn: Connection, pool_name: str, now_s: float) -> Decided:
     """Lock the pool for this transaction, read the snapshot and run the cycle. The caller
     records the decisions (or rolls back for a dry run) in the same transaction."""
     locks.xact_lock(conn, locks.pool_key(pool_name))
-    snapshot, computed_at_s = build_snapshot(conn, pool_name, now_s)
-    return Decided(snapshot, run_cycle(snapshot), computed_at_s)
+    snapshot, shares = _snapshot(conn, pool_name, now_s)
+    return Decided(snapshot, run_cycle(snapshot), shares.computed_at_s, shares.warnings)
 
 
 def explain_pending(conn: Connection, pool_name: str, uid: str, now_s: float) -> Explanation:

@@ -372,8 +372,8 @@ def test_a_nul_character_refuses_its_event_only(ready: GpufairClient, db: Engine
     )
     assert [(r.status, r.error) for r in results] == [
         (STORED, ""),
-        (REJECTED, "workload_uid contains a NUL character"),
-        (REJECTED, "pods[0]: node contains a NUL character"),
+        (REJECTED, "workload_uid contains a NUL character (U+0000)"),
+        (REJECTED, "pods[0].node contains a NUL character (U+0000)"),
         (STORED, ""),
     ]
     assert len(intervals(db, "nul-ok")) == 1

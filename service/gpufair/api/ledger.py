@@ -14,7 +14,7 @@ from gpufair.api.ingest import Ingest
 from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.request_rules import name_violations, time_range_violations
-from gpufair.jobs.recompute import pool_of, recompute_pool
+from gpufair.jobs.recompute import history_warnings, pool_of, recompute_pool
 from gpufair.store import config_repo, fairshare_repo
 from gpufair.store.fairshare_repo import StoredShare
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
@@ -82,15 +82,21 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             run = fairshare_repo.latest_run(conn, request.pool)
             if run is None:
                 pool_of(config_repo.load_config(conn), request.pool)  # NOT_FOUND if unknown
-                recompute_pool(conn, request.pool, self.clock())
+                warnings = recompute_pool(conn, request.pool, self.clock()).warnings
                 conn.commit()
                 run = fairshare_repo.latest_run(conn, request.pool)
+            else:
+                config = config_repo.load_config(conn)
+                pools = [p for p in config.pools if p.name == request.pool]
+                warnings = tuple(history_warnings(conn, pools[0], self.clock()) if pools else ())
+                conn.rollback()
         if run is None:
             raise NotFound("fair share of pool", request.pool)
         reply = pb.GetFairShareResponse(
             pool=run.pool,
             capacity_cu=run.capacity_cu,
             queues=[share_to_proto(s) for s in run.shares],
+            warnings=warnings,
         )
         reply.computed_at.FromNanoseconds(round(run.computed_at_s * 1e9))
         return reply

@@ -125,8 +125,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         def work(conn: Connection) -> pb.ScheduleResponse:
             decided = scheduling.decide(conn, request.pool, now_s)
             if request.dry_run:
-                return result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+                dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+                dry.warnings.extend(decided.warnings)
+                return dry
             draft = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+            draft.warnings.extend(decided.warnings)
             cycle_id, skipped = schedule_repo.record_cycle(
                 conn,
                 request.pool,
@@ -137,6 +140,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             )
             result = without_binds(decided.result, skipped)
             reply = result_to_proto(request.pool, result, now_s, cycle_id)
+            reply.warnings.extend(decided.warnings)
             if skipped:
                 schedule_repo.replace_reply(
                     conn, cycle_id, reply.SerializeToString(), len(reply.binds)

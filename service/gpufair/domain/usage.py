@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.model import FairSharePolicy, GpuType, Queue, UsageBasis, WindowKind, frozen_map
@@ -39,6 +39,7 @@ class Segment:
 
 Timeline: TypeAlias = Sequence[Segment]
 Piece: TypeAlias = tuple[float, float, float]  # (start_s, end_s, value): one constant stretch
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,32 @@ class UsageInputs:
 
     usage_cu_s: Mapping[str, float] = field(default_factory=frozen_map)
     group_capacity_cu_s: Mapping[str | None, float] = field(default_factory=frozen_map)
+
+
+def _finite_entries(name: str, entries: Mapping[K, float], dropped: list[str]) -> dict[K, float]:
+    kept: dict[K, float] = {}
+    for key, value in entries.items():
+        if math.isfinite(value) and value >= 0.0:
+            kept[key] = value
+        else:
+            dropped.append(f"{name}[{key!r}] = {value!r}")
+    return kept
+
+
+def finite_usage(usage: UsageInputs) -> tuple[UsageInputs, list[str]]:
+    """`usage` without the entries that are not finite numbers >= 0, and what was dropped, in
+    words. The engine refuses such input outright; history stored before the input limits may
+    still hold it, and must not make the pool unschedulable: a dropped entry counts as no
+    history (U' = 0 for that queue or group)."""
+    dropped: list[str] = []
+    usage_cu_s = _finite_entries("usage_cu_s", usage.usage_cu_s, dropped)
+    capacity = _finite_entries("group_capacity_cu_s", usage.group_capacity_cu_s, dropped)
+    if not dropped:
+        return usage, []
+    cleaned = UsageInputs(
+        usage_cu_s=frozen_map(usage_cu_s), group_capacity_cu_s=frozen_map(capacity)
+    )
+    return cleaned, [f"decayed usage not finite, treated as no history: {', '.join(dropped)}"]
 
 
 def window_bounds(now_s: float, policy: FairSharePolicy) -> tuple[float, float]:

@@ -9,6 +9,7 @@ with the number of events in the ledger.
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -23,7 +24,8 @@ from gpufair.domain.fairshare import (
 )
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.placement import adequate_types
-from gpufair.store import capacity_repo, config_repo, fairshare_repo, rollup_repo
+from gpufair.domain.usage import finite_usage, window_bounds
+from gpufair.store import capacity_repo, config_repo, data_checks, fairshare_repo, rollup_repo
 from gpufair.store.workload_repo import workloads_in_states
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ class Recomputed:
     result: FairShareResult
     run_id: int
     computed_at_s: float
+    # Stored history that is not finite and was skipped (store/data_checks.py); also logged.
+    warnings: tuple[str, ...] = ()
 
 
 def pool_of(config: ClusterConfig, name: str) -> NodePool:
@@ -79,7 +83,10 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
     config = config_repo.load_config(conn)
     pool = pool_of(config, pool_name)
     rollup_repo.rollup_pool(conn, config, pool, now_s)
-    usage = rollup_repo.decayed_usage(conn, config, pool, now_s)
+    usage, dropped = finite_usage(rollup_repo.decayed_usage(conn, config, pool, now_s))
+    warnings = [*history_warnings(conn, pool, now_s), *dropped]
+    for warning in warnings:
+        log.warning("recompute of pool %s: %s", pool.name, warning)
     previous = fairshare_repo.latest_run(conn, pool.name)
     capacity = capacity_repo.capacity_now(conn).get(pool.name, (0.0, {}))
     result = compute_fair_shares(
@@ -92,9 +99,21 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
             demands=demands(conn, config, pool),
             usage=usage,
             previous_effective_weights=(
-                {s.queue: s.effective_weight for s in previous.shares} if previous else {}
+                {
+                    s.queue: s.effective_weight
+                    for s in previous.shares
+                    if math.isfinite(s.effective_weight) and s.effective_weight >= 0.0
+                }
+                if previous
+                else {}
             ),
         )
     )
     run_id = fairshare_repo.store_run(conn, result, now_s, config_repo.config_version(conn))
-    return Recomputed(result, run_id, now_s)
+    return Recomputed(result, run_id, now_s, tuple(warnings))
+
+
+def history_warnings(conn: Connection, pool: NodePool, now_s: float) -> list[str]:
+    """What of the pool's stored history in its usage window is not finite (and skipped)."""
+    since_s = window_bounds(now_s, pool.policy)[0]
+    return data_checks.nonfinite_history(conn, pool.name, since_s if math.isfinite(since_s) else 0)

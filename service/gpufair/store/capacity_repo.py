@@ -8,6 +8,7 @@ that changes: by a config apply or by a node capacity event.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -67,7 +68,10 @@ def record_if_changed(conn: Connection, at_s: float, source: str) -> int:
 
 
 def capacity_timeline(conn: Connection, pool: str, until_s: float) -> list[Segment]:
-    """The pool's CU capacity as segments up to `until_s` (the last one open to it)."""
+    """The pool's CU capacity as segments up to `until_s` (the last one open to it). A row whose
+    capacity is not finite (from a GPU type's absurd weight stored before the input limits) is
+    no capacity at all: it would make every fair share of the pool fail for as long as it stays
+    in the window (store/data_checks.py says so in the replies)."""
     rows = conn.execute(
         select(pool_capacity_changes.c.changed_at, pool_capacity_changes.c.capacity_cu)
         .where(pool_capacity_changes.c.pool == pool)
@@ -77,7 +81,7 @@ def capacity_timeline(conn: Connection, pool: str, until_s: float) -> list[Segme
     for i, row in enumerate(rows):
         start = row.changed_at.timestamp()
         end = rows[i + 1].changed_at.timestamp() if i + 1 < len(rows) else until_s
-        if end > start and row.capacity_cu > 0:
+        if end > start and 0 < row.capacity_cu < math.inf:
             segments.append(Segment(start, end, row.capacity_cu))
     return segments
 

@@ -60,7 +60,10 @@ def _watermark(conn: Connection, pool: str) -> Watermark | None:
 
 
 def intervals_between(conn: Connection, pool: str, lo_s: float, hi_s: float) -> list[TypedInterval]:
-    """Allocation intervals of `pool` overlapping [lo_s, hi_s); open ones end at +inf."""
+    """Allocation intervals of `pool` overlapping [lo_s, hi_s); open ones end at +inf. Rows whose
+    GPUs or CU are not finite (stored under a GPU type's absurd weight before the input limits)
+    are left out: they would make every fair share of the pool fail (store/data_checks.py says
+    so in the replies)."""
     rows = conn.execute(
         text(
             """
@@ -70,6 +73,7 @@ def intervals_between(conn: Connection, pool: str, lo_s: float, hi_s: float) -> 
             WHERE tstzrange(started_at, ended_at, '[)')
                   && tstzrange(to_timestamp(:lo), to_timestamp(:hi), '[)')
               AND pool = :pool
+              AND gpus < 'Infinity'::float8 AND cu < 'Infinity'::float8
             """
         ),
         {"pool": pool, "lo": max(lo_s, 0.0), "hi": hi_s},

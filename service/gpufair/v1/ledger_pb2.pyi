@@ -276,12 +276,19 @@ class GetFairShareResponse(_message.Message):
     COMPUTED_AT_FIELD_NUMBER: _builtins.int
     CAPACITY_CU_FIELD_NUMBER: _builtins.int
     QUEUES_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     capacity_cu: _builtins.float
     @_builtins.property
     def computed_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def queues(self) -> _containers.RepeatedCompositeFieldContainer[_fairshare_pb2.QueueShare]: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Worth a look: e.g. stored history of the pool that is not finite (written before the input
+        limits), skipped as no capacity or no usage until it leaves the usage window.
+        """
+
     def __init__(
         self,
         *,
@@ -289,10 +296,11 @@ class GetFairShareResponse(_message.Message):
         computed_at: _timestamp_pb2.Timestamp | None = ...,
         capacity_cu: _builtins.float = ...,
         queues: _abc.Iterable[_fairshare_pb2.QueueShare] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["computed_at", b"computed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_cu", b"capacity_cu", "computed_at", b"computed_at", "pool", b"pool", "queues", b"queues"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_cu", b"capacity_cu", "computed_at", b"computed_at", "pool", b"pool", "queues", b"queues", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

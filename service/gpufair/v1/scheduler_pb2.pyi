@@ -427,6 +427,7 @@ class ScheduleResponse(_message.Message):
     PENDING_FIELD_NUMBER: _builtins.int
     DECIDED_AT_FIELD_NUMBER: _builtins.int
     CYCLE_ID_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     cycle_id: _builtins.int
     @_builtins.property
@@ -437,6 +438,12 @@ class ScheduleResponse(_message.Message):
     def pending(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingWorkload]: ...
     @_builtins.property
     def decided_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Decided nonetheless, but worth a look: e.g. stored history that is not finite (written
+        before the input limits) was skipped by the fair-share recompute this cycle made.
+        """
+
     def __init__(
         self,
         *,
@@ -446,10 +453,11 @@ class ScheduleResponse(_message.Message):
         pending: _abc.Iterable[Global___PendingWorkload] | None = ...,
         decided_at: _timestamp_pb2.Timestamp | None = ...,
         cycle_id: _builtins.int = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decided_at", b"decided_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["binds", b"binds", "cycle_id", b"cycle_id", "decided_at", b"decided_at", "evicts", b"evicts", "pending", b"pending", "pool", b"pool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binds", b"binds", "cycle_id", b"cycle_id", "decided_at", b"decided_at", "evicts", b"evicts", "pending", b"pending", "pool", b"pool", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
