@@ -105,18 +105,32 @@ def parse_config(data: Any, source: str = "config") -> cluster_pb2.ClusterConfig
 
 
 def load_config_file(path: Path) -> cluster_pb2.ClusterConfig:
+    """The file's ClusterConfig; any file that cannot be one (unreadable, not UTF-8, not YAML,
+    nested too deeply, fields of the wrong shape) is one ConfigFileError naming the file."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigFileError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigFileError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}, "
+            f"line {line}); save the file as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigFileError(f"{path}: not valid YAML: nested too deeply") from None
     try:
         return parse_config(data, str(path))
     except ConfigFileError as exc:
         raise ConfigFileError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigFileError(f"{path}: nested too deeply for a cluster config") from None
 
 
 def message_to_yaml(msg: Message) -> str:

@@ -88,7 +88,8 @@ def echo(value: object) -> str:
     text = repr(value)
     if len(text) <= MAX_ECHO_CHARS:
         return text
-    return f"{text[: MAX_ECHO_CHARS - 1]}… ({len(text)} characters)"
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[: MAX_ECHO_CHARS - 1]}… ({length} characters)"
 
 
 def shorten(text: str, limit: int) -> str:
