@@ -2,8 +2,14 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# buf, for the API contract's lint and breaking-change check, from npm into .tools/ (ignored).
+BUF_VERSION := 1.75.0
+BUF := .tools/node_modules/.bin/buf
+BUF_STAMP := .tools/.buf-$(BUF_VERSION)
+# The last release: `make proto-check` refuses changes to the proto that would break its clients.
+PROTO_RELEASE ?= v0.1.0
 
-.PHONY: run test lint check-generated proto clean
+.PHONY: run test lint check-generated proto proto-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +35,18 @@ lint: $(VENV)/.installed
 	$(BIN)/python scripts/gen_proto.py --check
 	$(BIN)/python scripts/check_migrations.py
 
+$(BUF_STAMP):
+	npm install --no-save --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+	touch $@
+
+## Lint the API contract (proto/buf.yaml) and check it against the last release.
+proto-check: $(BUF_STAMP)
+	cd proto && ../$(BUF) lint
+	$(BUF) breaking proto --against '.git#ref=$(PROTO_RELEASE),subdir=proto'
+
 ## Regenerate the Python code of the API contract after editing proto/.
 proto: $(VENV)/.installed
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
