@@ -4,6 +4,12 @@ isort:skip_file
 The declared cluster: GPU types, node pools with their fair-share policy, nodes, the queue tree
 and budgets. Compute units (CU): one GPU of type t is `compute_weight` CU of t; quotas, shares,
 usage and budgets are in CU. Times are in seconds unless a field says otherwise.
+
+Input limits (service/gpufair/domain/limits.py holds the same numbers): every number is finite
+and within the range its comment gives; names are at most 63 characters, node names and label
+values 253, label keys 63, and no string holds NUL or another control character. A config
+holds at most 100,000 objects, the queue tree at most 16 levels. Anything outside is
+INVALID_ARGUMENT naming the field; an error lists at most 20 violations plus "and N more".
 """
 
 from collections import abc as _abc
@@ -168,9 +174,9 @@ class PartitionProfile(_message.Message):
     name: _builtins.str
     """e.g. "1g.10gb" """
     gpu_fraction: _builtins.float
-    """share of one GPU, in (0, 1]"""
+    """share of one GPU, in [0.001, 1]"""
     memory_gib: _builtins.float
-    """GPU memory of the slice"""
+    """GPU memory of the slice, in [0.001, 65536], at most the GPU's"""
     def __init__(
         self,
         *,
@@ -199,11 +205,13 @@ class GpuType(_message.Message):
     name: _builtins.str
     """e.g. "a100-80gb": lowercase, [a-z0-9._-]"""
     memory_gib: _builtins.float
-    """memory of one GPU, > 0"""
+    """memory of one GPU, in [0.001, 65536]"""
     compute_weight: _builtins.float
-    """CU per GPU, > 0 (A100 10, V100 4, RTX 4090 2)"""
+    """CU per GPU, in [0.001, 10000] (A100 10, V100 4)"""
     @_builtins.property
-    def partition_profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProfile]: ...
+    def partition_profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProfile]:
+        """at most 64"""
+
     def __init__(
         self,
         *,
@@ -239,19 +247,21 @@ class FairSharePolicy(_message.Message):
     DEAD_BAND_FIELD_NUMBER: _builtins.int
     window_kind: Global___WindowKind.ValueType
     window_s: _builtins.float
-    """window length or tumbling period; default 604800 (7 d)"""
+    """Durations below are in [0.001, 3162240000] (100 years).
+    window length or tumbling period; default 604800 (7 d)
+    """
     window_anchor_unix_s: _builtins.float
-    """tumbling: an instant on a period boundary; default 0"""
+    """tumbling: an instant on a period boundary (1970-9999); default 0"""
     half_life_s: _builtins.float
     """decay half-life; unset = no decay inside the window"""
     k: _builtins.float
-    """correction strength >= 0; default 1.0; 0 = classic"""
+    """correction strength in [0, 1000]; default 1.0; 0 = classic"""
     usage_basis: Global___UsageBasis.ValueType
     recompute_interval_s: _builtins.float
     """how often effective weights are recomputed; default 60"""
     rounding: Global___Rounding.ValueType
     dead_band: _builtins.float
-    """ignore effective-weight changes below this; default 0.01"""
+    """ignore effective-weight changes below this, in [0, 1); default 0.01"""
     def __init__(
         self,
         *,
@@ -307,7 +317,7 @@ class NodePool(_message.Message):
     name: _builtins.str
     placement: Global___PlacementStrategy.ValueType
     gang_reservation_after_s: _builtins.float
-    """A gang pending longer than this gets a reservation; default 600; 0 disables."""
+    """A gang pending longer than this gets a reservation; default 600; 0 disables; at most 100 years."""
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
     def __init__(
@@ -361,21 +371,24 @@ class Node(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     READY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """[A-Za-z0-9._-], at most 253 characters"""
     pool: _builtins.str
     """a declared NodePool"""
     gpu_type: _builtins.str
     """a declared GpuType"""
     gpu_count: _builtins.int
-    """>= 0"""
+    """in [0, 1024]"""
     cpu_millicores: _builtins.int
-    """>= 0"""
+    """in [0, 1e9]"""
     memory_mib: _builtins.int
-    """host memory, >= 0"""
+    """host memory, in [0, 1e12]"""
     ready: _builtins.bool
     """default true"""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """topology labels, e.g. rack, nvlink-domain, ib-fabric"""
+        """Topology labels, e.g. rack, nvlink-domain, ib-fabric: at most 64; keys [A-Za-z0-9._/-] of at
+        most 63 characters, values of at most 253 without control characters.
+        """
 
     def __init__(
         self,
@@ -454,20 +467,20 @@ class QueueQuota(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     deserved_cu: _builtins.float
-    """guaranteed quota in CU, >= 0"""
+    """guaranteed quota in CU, in [0, 1e9]"""
     over_quota_weight: _builtins.float
-    """share of the over-quota pool; default 1, >= 0"""
+    """share of the over-quota pool; default 1, in [0, 1e6]"""
     limit_cu: _builtins.float
-    """hard cap in CU; unset = unlimited"""
+    """hard cap in CU, in [0, 1e9]; unset = unlimited"""
     priority: _builtins.int
     """tier: higher is served first"""
     @_builtins.property
     def deserved_gpus_by_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
-        """guaranteed GPUs of a type (GPU type name -> GPUs)"""
+        """Guaranteed GPUs of a type (GPU type name -> GPUs in [0, 1e7]); at most 256 entries."""
 
     @_builtins.property
     def limit_gpus_by_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
-        """hard cap in GPUs of a type"""
+        """hard cap in GPUs of a type, as deserved_gpus_by_type"""
 
     def __init__(
         self,
@@ -539,7 +552,7 @@ class Budget(_message.Message):
     queue: _builtins.str
     period: Global___BudgetPeriod.ValueType
     cu_hours: _builtins.float
-    """> 0"""
+    """in (0, 1e12]"""
     pool: _builtins.str
     """empty = all pools"""
     def __init__(
@@ -672,7 +685,7 @@ class ApplyConfigRequest(_message.Message):
     dry_run: _builtins.bool
     """validate and diff, write nothing"""
     request_id: _builtins.str
-    """idempotency key: a replay returns the stored reply"""
+    """idempotency key: a replay returns the stored reply; at most 200 characters"""
     expected_version: _builtins.int
     """Optimistic concurrency: when set, the apply goes through only if the stored config_version
     is this one; otherwise FAILED_PRECONDITION naming the current version, and nothing is written.
@@ -801,7 +814,7 @@ class DeleteObjectsRequest(_message.Message):
     """as in ApplyConfigRequest"""
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """all must exist"""
+        """all must exist; 1 to 100,000"""
 
     def __init__(
         self,
@@ -847,6 +860,7 @@ class UpsertNodesRequest(_message.Message):
     def prune_pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Nodes of these pools that are absent from `nodes` are deleted, under the rules of
         DeleteObjects (refused while bound or running work uses them). Empty = delete nothing.
+        at most 1,000 pool names
         """
 
     def __init__(
@@ -917,7 +931,7 @@ class SetNodesReadyRequest(_message.Message):
     """as in ApplyConfigRequest"""
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """all must exist (NOT_FOUND names the first that does not)"""
+        """All must exist (NOT_FOUND names the first that does not); 1 to 100,000 node names."""
 
     def __init__(
         self,

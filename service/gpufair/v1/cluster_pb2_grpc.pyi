@@ -4,6 +4,12 @@ isort:skip_file
 The declared cluster: GPU types, node pools with their fair-share policy, nodes, the queue tree
 and budgets. Compute units (CU): one GPU of type t is `compute_weight` CU of t; quotas, shares,
 usage and budgets are in CU. Times are in seconds unless a field says otherwise.
+
+Input limits (service/gpufair/domain/limits.py holds the same numbers): every number is finite
+and within the range its comment gives; names are at most 63 characters, node names and label
+values 253, label keys 63, and no string holds NUL or another control character. A config
+holds at most 100,000 objects, the queue tree at most 16 levels. Anything outside is
+INVALID_ARGUMENT naming the field; an error lists at most 20 violations plus "and N more".
 """
 
 from collections import abc as _abc

@@ -3,6 +3,10 @@
 isort:skip_file
 Workloads and placement decisions. gpufair decides; the batch system binds, runs and reports
 what actually ran through the Ledger service.
+
+Input limits (service/gpufair/domain/limits.py): numbers finite and in the ranges the comments
+give; strings without NUL or other control characters; instants in the years 1970-9999.
+Anything outside is INVALID_ARGUMENT naming the field.
 """
 
 from collections import abc as _abc
@@ -51,7 +55,7 @@ class TopologyConstraint(_message.Message):
     LEVEL_FIELD_NUMBER: _builtins.int
     REQUIRED_FIELD_NUMBER: _builtins.int
     level: _builtins.str
-    """a node label key, e.g. "nvlink-domain" or "rack" """
+    """a node label key, e.g. "nvlink-domain" or "rack"; at most 63 characters"""
     required: _builtins.bool
     """true: the gang must fit in one domain; false: preferred"""
     def __init__(
@@ -90,36 +94,38 @@ class Workload(_message.Message):
     MIN_RUNTIME_S_FIELD_NUMBER: _builtins.int
     SUBMIT_TIME_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
-    """stable id from the batch system, unique"""
+    """stable id from the batch system, unique; [A-Za-z0-9._:/@-], at most 253"""
     queue: _builtins.str
     """a leaf queue"""
     pool: _builtins.str
     """a node pool"""
     pods: _builtins.int
-    """>= 1"""
+    """in [1, 100000]"""
     gpus_per_pod: _builtins.float
-    """> 0; below 1 shares one GPU, otherwise whole GPUs"""
+    """in [0.001, 64]; below 1 shares one GPU, otherwise whole GPUs"""
     min_pods: _builtins.int
-    """gang minimum; unset = all pods"""
+    """gang minimum, in [1, pods]; unset = all pods"""
     min_gpu_memory_gib: _builtins.float
-    """per GPU (or per share for fractions)"""
+    """per GPU (or per share for fractions), in [0, 65536]"""
     cpu_millicores_per_pod: _builtins.int
+    """in [0, 1e9]"""
     memory_mib_per_pod: _builtins.int
+    """in [0, 1e12]"""
     priority_class: _builtins.int
     """inside one queue, higher first"""
     preemptible: _builtins.bool
     """default true"""
     min_runtime_s: _builtins.float
-    """may not be reclaimed before running this long"""
+    """may not be reclaimed before running this long; in [0, 100 years]"""
     @_builtins.property
     def allowed_gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """empty = any"""
+        """empty = any; at most 64, each once"""
 
     @_builtins.property
     def topology(self) -> Global___TopologyConstraint: ...
     @_builtins.property
     def submit_time(self) -> _timestamp_pb2.Timestamp:
-        """default: when gpufair received it"""
+        """default: when gpufair received it; 1970-9999"""
 
     def __init__(
         self,
@@ -164,7 +170,7 @@ class SubmitWorkloadsRequest(_message.Message):
     request_id: _builtins.str
     @_builtins.property
     def workloads(self) -> _containers.RepeatedCompositeFieldContainer[Global___Workload]:
-        """a batch; a known uid with the same content is a no-op"""
+        """a batch of at most 10,000; a known uid with the same content is a no-op"""
 
     def __init__(
         self,
@@ -561,13 +567,13 @@ class ListWorkloadsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
-    """empty = every pool"""
+    """empty = every pool; at most 63 characters"""
     queue: _builtins.str
-    """empty = every queue"""
+    """empty = every queue; at most 63 characters"""
     page_size: _builtins.int
     """1..10,000; 0 = 1,000"""
     page_token: _builtins.str
-    """next_page_token of the previous page; empty = the first page"""
+    """next_page_token of the previous page; empty = the first page; at most 253"""
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"pending", "bound", "running", "finished", "cancelled"; empty = pending, bound and running."""

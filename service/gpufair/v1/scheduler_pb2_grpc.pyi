@@ -3,6 +3,10 @@
 isort:skip_file
 Workloads and placement decisions. gpufair decides; the batch system binds, runs and reports
 what actually ran through the Ledger service.
+
+Input limits (service/gpufair/domain/limits.py): numbers finite and in the ranges the comments
+give; strings without NUL or other control characters; instants in the years 1970-9999.
+Anything outside is INVALID_ARGUMENT naming the field.
 """
 
 from collections import abc as _abc
