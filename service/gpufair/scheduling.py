@@ -16,6 +16,7 @@ from gpufair.domain.cycle import run_cycle
 from gpufair.domain.explain import Explanation, explain
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot
+from gpufair.domain.stored_limits import within_limits
 from gpufair.jobs.recompute import pool_of, recompute_pool
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo
 
@@ -72,7 +73,9 @@ def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[Cycl
 
 
 def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, Shares]:
-    config = config_repo.load_config(conn)
+    """The cycle's input; the stored config is read within the input limits (a value stored
+    before them is clamped, and said so in the warnings of a recompute)."""
+    config = within_limits(config_repo.load_config(conn))[0]
     pool = pool_of(config, pool_name)
     schedule_repo.release_expired_binds(conn, pool.name, now_s)
     computed = fair_shares(conn, config, pool, now_s)

@@ -95,3 +95,78 @@ def test_an_infinite_capacity_once_stored_leaves_the_pool_schedulable(
         {"alpha": 40.0, "beta": 40.0}
     )
     assert any("not finite" in w for w in share.warnings), share.warnings
+
+
+@pytest.mark.parametrize(
+    ("stored", "warning"),
+    [
+        (
+            "UPDATE gpu_types SET compute_weight = 1e308",
+            "stored gpu type 'a100' compute_weight = 1e+308 is outside [0.001, 10000]; "
+            "read as 10000 until corrected",
+        ),
+        (
+            "UPDATE queue_quotas SET deserved_cu = 1e308, limit_cu = NULL",
+            "stored queue 'alpha' quota in 'default' deserved_cu = 1e+308 is outside [0, 1e+09]; "
+            "read as 1e+09 until corrected",
+        ),
+        (
+            "UPDATE queue_quotas SET over_quota_weight = 1e308",
+            "stored queue 'alpha' quota in 'default' over_quota_weight = 1e+308 is outside "
+            "[0, 1e+06]; read as 1e+06 until corrected",
+        ),
+        (
+            "UPDATE node_pools SET window_s = 1e308",
+            "stored pool 'default' window_s = 1e+308 is outside [0.001, 3.16224e+08]; "
+            "read as 3.16224e+08 until corrected",
+        ),
+        (
+            "UPDATE node_pools SET k = 1e308",
+            "stored pool 'default' k = 1e+308 is outside [0, 1000]; read as 1000 until corrected",
+        ),
+        (
+            "UPDATE node_pools SET half_life_s = 1e-300",
+            "stored pool 'default' half_life_s = 1e-300 is outside [0.001, 3.16224e+08]; "
+            "read as 0.001 until corrected",
+        ),
+    ],
+)
+def test_a_config_number_stored_before_the_limits_is_read_within_them(
+    gpufair: GpufairClient, db: Engine, stored: str, warning: str
+) -> None:
+    """Values an earlier version accepted (finite, but absurd): the pool schedules, explains
+    and answers GetFairShare, with the clamped reading in the warnings; GetConfig shows what
+    is stored, so the operator can correct it."""
+    config = cluster(10.0)
+    config.pools[0].policy.half_life_s = 3600.0
+    gpufair.apply_config(config)
+    gpufair.submit_workloads(
+        [scheduler_pb2.Workload(uid="a1", queue="alpha", pool="default", pods=1, gpus_per_pod=4)]
+    )
+    with db.begin() as conn:
+        conn.execute(text(stored))
+
+    decided = gpufair.schedule("default")
+    assert [b.uid for b in decided.binds] == ["a1"]
+    assert warning in decided.warnings
+    share = gpufair.get_fair_share("default")
+    assert share.capacity_cu == pytest.approx(
+        8 * (10_000.0 if "compute_weight" in stored else 10.0)
+    )
+    assert warning in share.warnings
+    gpufair.submit_workloads(
+        [scheduler_pb2.Workload(uid="b1", queue="beta", pool="default", pods=1, gpus_per_pod=8)]
+    )
+    assert gpufair.explain("b1").state == "pending"
+    stored_value = gpufair.get_config().config
+    assert (
+        1e308
+        in (
+            stored_value.gpu_types[0].compute_weight,
+            stored_value.queues[0].quotas[0].deserved_cu,
+            stored_value.queues[0].quotas[0].over_quota_weight,
+            stored_value.pools[0].policy.window_s,
+            stored_value.pools[0].policy.k,
+        )
+        or stored_value.pools[0].policy.half_life_s == 1e-300
+    )

@@ -14,6 +14,7 @@ from gpufair.api.ingest import Ingest
 from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.request_rules import name_violations, time_range_violations
+from gpufair.domain.stored_limits import within_limits
 from gpufair.jobs.recompute import history_warnings, pool_of, recompute_pool
 from gpufair.store import config_repo, fairshare_repo
 from gpufair.store.fairshare_repo import StoredShare
@@ -86,9 +87,12 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
                 conn.commit()
                 run = fairshare_repo.latest_run(conn, request.pool)
             else:
-                config = config_repo.load_config(conn)
+                config, clamped = within_limits(config_repo.load_config(conn))
                 pools = [p for p in config.pools if p.name == request.pool]
-                warnings = tuple(history_warnings(conn, pools[0], self.clock()) if pools else ())
+                warnings = (
+                    *clamped,
+                    *(history_warnings(conn, pools[0], self.clock()) if pools else ()),
+                )
                 conn.rollback()
         if run is None:
             raise NotFound("fair share of pool", request.pool)

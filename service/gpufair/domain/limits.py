@@ -25,9 +25,9 @@ MIN_UNIX_S = 0
 MAX_UNIX_S = 253_402_300_799
 
 # Durations (windows, half-lives, intervals, runtimes): positive ones at least a millisecond,
-# all at most 100 years.
+# all at most 10 years.
 MIN_DURATION_S = 0.001
-MAX_DURATION_S = 100 * 366 * 86_400.0
+MAX_DURATION_S = 10 * 366 * 86_400.0
 
 # GPU types and their slices.
 MIN_COMPUTE_WEIGHT = 0.001  # CU per GPU

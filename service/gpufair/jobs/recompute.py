@@ -24,6 +24,7 @@ from gpufair.domain.fairshare import (
 )
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.placement import adequate_types
+from gpufair.domain.stored_limits import within_limits
 from gpufair.domain.usage import finite_usage, window_bounds
 from gpufair.store import capacity_repo, config_repo, data_checks, fairshare_repo, rollup_repo
 from gpufair.store.workload_repo import workloads_in_states
@@ -80,11 +81,11 @@ def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str
 def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed:
     """Roll up, compute and store one pool's fair shares as of `now_s`, in the caller's
     transaction."""
-    config = config_repo.load_config(conn)
+    config, clamped = within_limits(config_repo.load_config(conn))
     pool = pool_of(config, pool_name)
     rollup_repo.rollup_pool(conn, config, pool, now_s)
     usage, dropped = finite_usage(rollup_repo.decayed_usage(conn, config, pool, now_s))
-    warnings = [*history_warnings(conn, pool, now_s), *dropped]
+    warnings = [*clamped, *history_warnings(conn, pool, now_s), *dropped]
     for warning in warnings:
         log.warning("recompute of pool %s: %s", pool.name, warning)
     previous = fairshare_repo.latest_run(conn, pool.name)

@@ -25,6 +25,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
+from gpufair.domain.stored_limits import within_limits
 from gpufair.jobs import claims
 from gpufair.jobs.recompute import recompute_pool
 from gpufair.jobs.retention import Retention, apply_retention
@@ -81,7 +82,7 @@ class PeriodicJobs:
         now_s = self.clock()
         try:
             with self.engine.connect() as conn:
-                pools = config_repo.load_config(conn).pools
+                pools = within_limits(config_repo.load_config(conn))[0].pools
         except Exception:
             log.warning("periodic jobs: database unavailable, retrying next tick", exc_info=True)
             return
@@ -126,7 +127,7 @@ class PeriodicJobs:
     def _rollup(self, now_s: float) -> str:
         written = 0
         with self.engine.connect() as conn:
-            config = config_repo.load_config(conn)
+            config = within_limits(config_repo.load_config(conn))[0]
             for pool in config.pools:
                 written += rollup_repo.rollup_pool(conn, config, pool, now_s)
             conn.commit()

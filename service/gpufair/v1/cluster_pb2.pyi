@@ -247,7 +247,7 @@ class FairSharePolicy(_message.Message):
     DEAD_BAND_FIELD_NUMBER: _builtins.int
     window_kind: Global___WindowKind.ValueType
     window_s: _builtins.float
-    """Durations below are in [0.001, 3162240000] (100 years).
+    """Durations below are in [0.001, 316224000] (10 years).
     window length or tumbling period; default 604800 (7 d)
     """
     window_anchor_unix_s: _builtins.float
@@ -317,7 +317,7 @@ class NodePool(_message.Message):
     name: _builtins.str
     placement: Global___PlacementStrategy.ValueType
     gang_reservation_after_s: _builtins.float
-    """A gang pending longer than this gets a reservation; default 600; 0 disables; at most 100 years."""
+    """A gang pending longer than this gets a reservation; default 600; 0 disables; at most 10 years."""
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
     def __init__(

@@ -116,7 +116,7 @@ class Workload(_message.Message):
     preemptible: _builtins.bool
     """default true"""
     min_runtime_s: _builtins.float
-    """may not be reclaimed before running this long; in [0, 100 years]"""
+    """may not be reclaimed before running this long; in [0, 10 years]"""
     @_builtins.property
     def allowed_gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty = any; at most 64, each once"""
