@@ -101,19 +101,7 @@ def config_from_proto(msg: pb.ClusterConfig) -> tuple[ClusterConfig, list[Violat
         for g in msg.gpu_types
     )
     pools = tuple(_pool_from_proto(p, f"pools[{i}]", c) for i, p in enumerate(msg.pools))
-    nodes = tuple(
-        Node(
-            name=n.name,
-            pool=n.pool,
-            gpu_type=n.gpu_type,
-            gpu_count=n.gpu_count,
-            cpu_millicores=n.cpu_millicores,
-            memory_mib=n.memory_mib,
-            labels=frozen_map(dict(n.labels)),
-            ready=n.ready if n.HasField("ready") else True,
-        )
-        for n in msg.nodes
-    )
+    nodes = tuple(node_from_proto(n) for n in msg.nodes)
     queues = tuple(_queue_from_proto(q, f"queues[{i}]", c) for i, q in enumerate(msg.queues))
     budgets = tuple(
         Budget(
@@ -125,6 +113,21 @@ def config_from_proto(msg: pb.ClusterConfig) -> tuple[ClusterConfig, list[Violat
         for i, b in enumerate(msg.budgets)
     )
     return ClusterConfig(gpu_types, pools, nodes, queues, budgets), c.violations
+
+
+def node_from_proto(n: pb.Node) -> Node:
+    """One node with its defaults (ready unless said otherwise); `config_rules.validate_nodes`
+    checks a batch of them as ApplyConfig does (UpsertNodes takes the same)."""
+    return Node(
+        name=n.name,
+        pool=n.pool,
+        gpu_type=n.gpu_type,
+        gpu_count=n.gpu_count,
+        cpu_millicores=n.cpu_millicores,
+        memory_mib=n.memory_mib,
+        labels=frozen_map(dict(n.labels)),
+        ready=n.ready if n.HasField("ready") else True,
+    )
 
 
 def _opt(msg: Any, name: str, default: Any) -> Any:
