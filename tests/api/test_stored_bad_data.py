@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +19,7 @@ from sqlalchemy import Engine, text
 from gpufair.api.server import build_server
 from gpufair.client import GpufairClient
 from gpufair.store import capacity_repo
-from gpufair.v1 import cluster_pb2, scheduler_pb2
+from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 HOUR = 3600.0
 
@@ -149,6 +150,14 @@ def test_a_config_number_stored_before_the_limits_is_read_within_them(
     decided = gpufair.schedule("default")
     assert [b.uid for b in decided.binds] == ["a1"]
     assert warning in decided.warnings
+    started = ledger_pb2.LedgerEvent(
+        event_id=str(uuid.uuid4()), workload_uid="a1", kind=ledger_pb2.EVENT_KIND_STARTED
+    )
+    started.occurred_at.FromNanoseconds(time.time_ns())
+    for pod in decided.binds[0].pods:
+        started.pods.add(node=pod.node, gpu_indices=list(pod.gpu_indices), gpu_fraction=1.0)
+    reported = gpufair.report_events([started])
+    assert [r.status for r in reported.results] == [ledger_pb2.EVENT_STATUS_STORED]
     share = gpufair.get_fair_share("default")
     assert share.capacity_cu == pytest.approx(
         8 * (10_000.0 if "compute_weight" in stored else 10.0)

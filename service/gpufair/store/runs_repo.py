@@ -27,6 +27,7 @@ from gpufair.domain.ledger import (
     interval_rows,
     state_after,
 )
+from gpufair.domain.limits import MAX_COMPUTE_WEIGHT
 from gpufair.domain.model import GpuType, Node
 
 # Every run event of the workloads (heartbeats carry nothing runs are made of), and their
@@ -48,7 +49,11 @@ INTERVALS_SQL = (
     "SELECT * FROM allocation_intervals WHERE workload_uid = u.uid OFFSET 0) AS i"
 )
 NODES_SQL = "SELECT name, pool, gpu_type, gpu_count FROM nodes WHERE name = ANY(%s::text[])"
-GPU_TYPES_SQL = "SELECT name, memory_gib, compute_weight FROM gpu_types"
+# A weight stored before the input limits is read within them (domain/stored_limits.py): a run's
+# CU must be finite, or its whole batch could not be stored.
+GPU_TYPES_SQL = (
+    f"SELECT name, memory_gib, LEAST(compute_weight, {MAX_COMPUTE_WEIGHT}::float8) FROM gpu_types"
+)
 
 _DELETE_SQL = "DELETE FROM allocation_intervals WHERE id = ANY(%s::int8[])"
 # Rows travel as one JSON array of arrays (field order of IntervalRecord after `id`): cheaper to
