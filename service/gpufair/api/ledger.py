@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from gpufair.api.ingest import Ingest
 from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
-from gpufair.jobs.recompute import pool_of, recompute_pool
+from gpufair.services.recompute import recompute_pool
 from gpufair.store import config_repo, fairshare_repo
 from gpufair.store.fairshare_repo import StoredShare
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
@@ -75,7 +75,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         with self.engine.connect() as conn:
             run = fairshare_repo.latest_run(conn, request.pool)
             if run is None:
-                pool_of(config_repo.load_config(conn), request.pool)  # NOT_FOUND if unknown
+                config_repo.load_config(conn).pool(request.pool)  # NOT_FOUND if unknown
                 recompute_pool(conn, request.pool, self.clock())
                 conn.commit()
                 run = fairshare_repo.latest_run(conn, request.pool)

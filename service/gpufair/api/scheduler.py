@@ -8,7 +8,6 @@ from collections.abc import Callable
 import grpc
 from sqlalchemy import Connection, Engine
 
-from gpufair import scheduling
 from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
@@ -16,6 +15,7 @@ from gpufair.api.ledger import share_to_proto
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.workload_rules import submit_problems, workload_violations
+from gpufair.services import schedule
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
@@ -130,7 +130,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         now_s = self.clock()
 
         def work(conn: Connection) -> pb.ScheduleResponse:
-            decided = scheduling.decide(conn, request.pool, now_s)
+            decided = schedule.decide(conn, request.pool, now_s)
             if request.dry_run:
                 return result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
             draft = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
@@ -176,7 +176,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             workload, state = found
             share = fairshare_repo.latest_run(conn, workload.pool)
             if state is WorkloadState.PENDING:
-                explanation = scheduling.explain_pending(conn, workload.pool, workload.uid, now_s)
+                explanation = schedule.explain_pending(conn, workload.pool, workload.uid, now_s)
                 reply = explanation_to_proto(explanation, state.value)
                 share = fairshare_repo.latest_run(conn, workload.pool)
             else:

@@ -1,0 +1,77 @@
+"""Recompute a pool's effective weights and fair shares from the ledger, and keep them as history.
+
+Demand per leaf queue follows `domain.demand`: what runs now (open allocation intervals, per GPU
+type) plus what waits (pending and bound workloads, on the cheapest GPU type that serves them, as
+placement would choose). Usage comes from the rollups plus the window's edges, so the cost does
+not grow with the number of events in the ledger.
+
+Runs in the caller's transaction and takes no lock of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from gpufair.domain.demand import queue_demands
+from gpufair.domain.fairshare import (
+    FairShareInput,
+    FairShareResult,
+    QueueDemand,
+    compute_fair_shares,
+)
+from gpufair.domain.model import ClusterConfig, NodePool, Workload
+from gpufair.domain.placement import adequate_types
+from gpufair.store import capacity_repo, config_repo, fairshare_repo, rollup_repo, workload_repo
+
+
+@dataclass(frozen=True, slots=True)
+class Recomputed:
+    result: FairShareResult
+    run_id: int
+    computed_at_s: float
+
+
+def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str, QueueDemand]:
+    """Each leaf queue's demand in `pool` now (`domain.demand`)."""
+    gpu_types = {t.name: t for t in config.gpu_types}
+    present = {n.gpu_type for n in config.nodes if n.pool == pool.name and n.ready}
+
+    def cheapest(workload: Workload) -> str | None:
+        types = adequate_types(workload, gpu_types, present)
+        return types[0] if types else None
+
+    return queue_demands(
+        (q.name for q in config.leaf_queues()),
+        workload_repo.held_gpus(conn, pool.name),
+        workload_repo.workloads_in_states(conn, pool.name, ("pending", "bound")),
+        cheapest,
+    )
+
+
+def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed:
+    """Roll up, compute and store one pool's fair shares as of `now_s`, in the caller's
+    transaction. `NotFound` for an unknown pool."""
+    config = config_repo.load_config(conn)
+    pool = config.pool(pool_name)
+    rollup_repo.rollup_pool(conn, config, pool, now_s)
+    usage = rollup_repo.decayed_usage(conn, config, pool, now_s)
+    previous = fairshare_repo.latest_run(conn, pool.name)
+    capacity = capacity_repo.capacity_now(conn).get(pool.name, (0.0, {}))
+    result = compute_fair_shares(
+        FairShareInput(
+            pool=pool.name,
+            policy=pool.policy,
+            gpu_types={t.name: t for t in config.gpu_types},
+            capacity_gpus_by_type=capacity[1],
+            queues=config.queues,
+            demands=demands(conn, config, pool),
+            usage=usage,
+            previous_effective_weights=(
+                {s.queue: s.effective_weight for s in previous.shares} if previous else {}
+            ),
+        )
+    )
+    run_id = fairshare_repo.store_run(conn, result, now_s, config_repo.config_version(conn))
+    return Recomputed(result, run_id, now_s)
