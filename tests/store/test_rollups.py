@@ -4,6 +4,7 @@ intervals, replays in any order give identical rollups, and late events re-roll 
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -212,3 +213,49 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
     rollup_repo.rollup_pool(conn, config, pool, NOW)
     used = conn.execute(text("SELECT sum(cu_seconds) FROM usage_hourly")).scalar_one()
     assert used == pytest.approx(20 * 10 * HOUR, rel=1e-9)
+
+
+def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
+    """The periodic rollup, recomputes and Schedule calls may roll one pool up at the same time:
+    each round starts 4 writers together on buckets none has written; none may fail, and the
+    buckets are those one writer alone makes."""
+
+    config = make_config(POLICIES["sliding-2d-halflife-6h"])
+    pool = config.pools[0]
+    with db.begin() as conn:
+        install(conn, config, NOW - 2 * 86400)
+        workloads, events = random_history(random.Random(11), 120, 1.5 * 86400)
+        workload_repo.submit(conn, workloads)
+        ingest_pipeline.ingest(conn, events, NOW)
+    with db.begin() as conn:
+        rollup_repo.rollup_pool(conn, config, pool, NOW)
+        alone = snapshot(conn)
+    assert len(alone) > 100
+
+    errors: list[BaseException] = []
+    written: list[int] = []
+    for _ in range(5):
+        with db.begin() as conn:  # forget every bucket: the next writers all start from scratch
+            conn.execute(text("DELETE FROM rollup_watermarks"))
+            conn.execute(text("DELETE FROM fairness_hourly"))
+            conn.execute(text("DELETE FROM usage_hourly"))
+        barrier = threading.Barrier(4)
+
+        def writer(barrier: threading.Barrier = barrier) -> None:
+            try:
+                with db.begin() as conn:
+                    barrier.wait(timeout=10)
+                    written.append(rollup_repo.rollup_pool(conn, config, pool, NOW))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == []
+        with db.connect() as conn:
+            assert snapshot(conn) == alone
+    # In each round exactly one writer did the work; the other three found it done.
+    assert sorted(written) == [0] * 15 + [2 * 24] * 5

@@ -30,7 +30,7 @@ from gpufair.domain.rollup import (
     type_usage,
 )
 from gpufair.domain.usage import Segment, UsageInputs, window_bounds
-from gpufair.store import capacity_repo, config_repo
+from gpufair.store import capacity_repo, config_repo, locks
 
 ROOT = ""  # the queue column of a pool's root row (the group of top-level queues)
 
@@ -87,7 +87,14 @@ def _leaf_timelines(
 
 
 def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> int:
-    """Bring the pool's rollups up to the last complete hour; returns the buckets written."""
+    """Bring the pool's rollups up to the last complete hour; returns the buckets written.
+
+    Serialised per pool (`locks.rollup_key`, for the rest of the caller's transaction): the
+    periodic rollup, a recompute and a `Schedule` may all roll one pool up at once, and two
+    writers of the same buckets would collide on their keys. The watermark is read after the lock,
+    so the second of two finds the work done and writes nothing.
+    """
+    locks.xact_lock(conn, locks.rollup_key(pool.name))
     version = config_repo.config_version(conn)
     policy = pool.policy
     target_s = floor_hour(now_s)
