@@ -24,7 +24,7 @@ from sqlalchemy import Engine, text
 from gpufair.api.convert_cluster import config_from_proto
 from gpufair.config_file import parse_config
 from gpufair.domain.config_diff import diff_configs
-from gpufair.jobs.recompute import pool_of, recompute_pool
+from gpufair.services.recompute import recompute_pool
 from gpufair.store import capacity_repo, config_repo, migrate, rollup_repo
 from gpufair.store.database import make_engine
 from gpufair.store.scratch import scratch_database, test_server
@@ -173,7 +173,7 @@ def prepare(url: str, events: int, now_s: float) -> tuple[Engine, dict[str, floa
     start = time.perf_counter()
     with engine.connect() as conn:
         config = config_repo.load_config(conn)
-        rollup_repo.rollup_pool(conn, config, pool_of(config, "main"), now_s)
+        rollup_repo.rollup_pool(conn, config, config.pool("main"), now_s)
         conn.commit()
     return engine, {
         "events": events,

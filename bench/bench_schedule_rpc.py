@@ -19,12 +19,12 @@ import time
 
 from sqlalchemy import Engine, text
 
-from gpufair import scheduling
 from gpufair.api.server import build_server
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
 from gpufair.domain.cycle import run_cycle
-from gpufair.jobs.recompute import recompute_pool
+from gpufair.services import schedule
+from gpufair.services.recompute import recompute_pool
 from gpufair.store import migrate
 from gpufair.store.database import make_engine
 from gpufair.store.scratch import scratch_database, test_server
@@ -149,7 +149,7 @@ def main() -> None:
                     conn.commit()
                 client.schedule("main", dry_run=True)  # warm caches
                 with engine.connect() as conn:
-                    snapshot, _ = scheduling.build_snapshot(conn, "main", time.time())
+                    snapshot, _ = schedule.build_snapshot(conn, "main", time.time())
                     conn.rollback()
                 rpc, cycle, binds = [], [], 0
                 for _ in range(args.repeat):

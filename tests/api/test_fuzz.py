@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+import sqlalchemy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
 from gpufair.api.server import SERVICE_NAMES, build_server
 from gpufair.client import GpufairClient, field_violations
+from gpufair.store.schema import metadata
 from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
@@ -58,12 +60,17 @@ settings_fuzz = settings(
 
 @pytest.fixture(scope="module")
 def fuzz_client(engine: Engine) -> Iterator[GpufairClient]:
+    """A server of its own for the module; what the fuzzing stored is emptied afterwards, so the
+    tests that follow start from an empty database as they expect."""
     running = build_server(engine, "127.0.0.1:0", max_workers=4)
     try:
         with GpufairClient(f"127.0.0.1:{running.port}", attempts=1, timeout_s=30) as c:
             yield c
     finally:
         running.stop(0.5)
+        names = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
 
 
 def expect_clear_status(call: object) -> None:

@@ -280,12 +280,12 @@ def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
     happens while the one before is in the database; outcomes still come in message order."""
     from gpufair.api.ingest import Ingest
     from gpufair.api.prefetch import Prefetch
-    from gpufair.store import ledger_repo
+    from gpufair.store import ingest_pipeline
 
     take = Prefetch.take
     monkeypatch.setattr(Prefetch, "take", lambda self, wait: take(self, wait=True))
     log: list[str] = []
-    convert, write = Ingest.convert, ledger_repo.write
+    convert, write = Ingest.convert, ingest_pipeline.write
 
     def logged_convert(events: Iterable[ledger_pb2.LedgerEvent], *rest: object) -> None:
         events = list(events)
@@ -299,7 +299,7 @@ def test_stream_prepares_the_next_message_during_the_writes_and_keeps_order(
         return outcomes
 
     monkeypatch.setattr(Ingest, "convert", staticmethod(logged_convert))
-    monkeypatch.setattr(ledger_repo, "write", logged_write)
+    monkeypatch.setattr(ingest_pipeline, "write", logged_write)
     for i in range(4):
         submit(ready, f"p-{i}")
     replayed = event(HEARTBEAT, "p-1", T0 + 30)

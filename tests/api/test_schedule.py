@@ -236,14 +236,14 @@ def test_explain_says_why_a_workload_waits(gpufair: GpufairClient) -> None:
 def test_a_workload_cancelled_during_the_cycle_is_not_reported_placed(
     gpufair: GpufairClient, db: Engine, clock: Clock
 ) -> None:
-    from gpufair import scheduling
     from gpufair.api.convert_schedule import without_binds
+    from gpufair.services import schedule as schedule_service
     from gpufair.store import schedule_repo
 
     gpufair.apply_config(load_config_file(EXAMPLE))
     submit(gpufair, workload("kept", "llm", 4), workload("gone", "vision", 4))
     with db.connect() as conn:
-        decided = scheduling.decide(conn, "default", clock.now_s)
+        decided = schedule_service.decide(conn, "default", clock.now_s)
         assert {b.workload_uid for b in decided.result.binds} == {"kept", "gone"}
         # What a concurrent CancelWorkload commits between the snapshot and the writes.
         conn.execute(text("UPDATE workloads SET state = 'cancelled' WHERE uid = 'gone'"))

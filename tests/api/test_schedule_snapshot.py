@@ -18,7 +18,7 @@ from sqlalchemy import Engine, event, text
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
-from gpufair.store import ledger_repo
+from gpufair.store import ingest_pipeline
 from gpufair.v1 import scheduler_pb2
 
 CLUSTER = {
@@ -52,7 +52,7 @@ def start_during_next_cycle(db: Engine) -> Iterator[dict[str, Any]]:
         if "extract(epoch FROM bound_at)" in statement and "event" in armed:
             started = armed.pop("event")
             with db.connect() as other:
-                ledger_repo.ingest(other, [started], time.time())
+                ingest_pipeline.ingest(other, [started], time.time())
                 other.commit()
             armed["fired"] = True
 

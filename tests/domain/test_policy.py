@@ -50,8 +50,8 @@ def test_default_policy_is_valid() -> None:
         ({"dead_band": 1.0}, "dead_band", "< 1"),
         ({"dead_band": -0.1}, "dead_band", "≥ 0"),
         (
-            {"window_kind": WindowKind.TUMBLING, "window_anchor_s": math.nan},
-            "window_anchor_s",
+            {"window_kind": WindowKind.TUMBLING, "window_anchor_unix_s": math.nan},
+            "window_anchor_unix_s",
             "finite",
         ),
     ],

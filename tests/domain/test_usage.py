@@ -37,8 +37,8 @@ def _window(now_s: float, policy: FairSharePolicy) -> tuple[float, float]:
     if policy.window_kind == WindowKind.SLIDING:
         return now_s - policy.window_s, now_s
     if policy.window_kind == WindowKind.TUMBLING:
-        periods = math.floor((now_s - policy.window_anchor_s) / policy.window_s)
-        return policy.window_anchor_s + periods * policy.window_s, now_s
+        periods = math.floor((now_s - policy.window_anchor_unix_s) / policy.window_s)
+        return policy.window_anchor_unix_s + periods * policy.window_s, now_s
     return -math.inf, now_s
 
 
@@ -99,7 +99,7 @@ def policies(draw: st.DrawFn) -> FairSharePolicy:
     return FairSharePolicy(
         window_kind=kind,
         window_s=window_s,
-        window_anchor_s=draw(instants),
+        window_anchor_unix_s=draw(instants),
         half_life_s=half_life_s,
     )
 
@@ -135,7 +135,7 @@ def test_intervals_crossing_window_edges_count_only_inside(
     kind: WindowKind, half_life_s: float | None
 ) -> None:
     policy = FairSharePolicy(
-        window_kind=kind, window_s=86400.0, window_anchor_s=3600.0, half_life_s=half_life_s
+        window_kind=kind, window_s=86400.0, window_anchor_unix_s=3600.0, half_life_s=half_life_s
     )
     now_s = 10 * 86400.0 + 7200.0
     segments = [
@@ -172,7 +172,7 @@ def test_segment_ending_before_it_starts_is_rejected() -> None:
 
 def test_tumbling_window_restarts_at_each_boundary() -> None:
     policy = FairSharePolicy(
-        window_kind=WindowKind.TUMBLING, window_s=100.0, window_anchor_s=1000.0
+        window_kind=WindowKind.TUMBLING, window_s=100.0, window_anchor_unix_s=1000.0
     )
     assert window_bounds(1250.0, policy) == (1200.0, 1250.0)
     assert window_bounds(1300.0, policy) == (1300.0, 1300.0)  # a boundary: nothing yet
@@ -253,7 +253,7 @@ def test_usage_inputs_equal_numerical_integration_of_their_definition(
     policy = FairSharePolicy(
         window_kind=policy.window_kind,
         window_s=policy.window_s,
-        window_anchor_s=policy.window_anchor_s,
+        window_anchor_unix_s=policy.window_anchor_unix_s,
         half_life_s=policy.half_life_s,
         usage_basis=basis,
     )

@@ -22,7 +22,7 @@ from gpufair.jobs.retention import Retention, apply_retention
 from gpufair.jobs.runner import JobSettings, PeriodicJobs
 from gpufair.jobs.sweeper import sweep
 from gpufair.metrics import observe_events
-from gpufair.store import ledger_repo, workload_repo
+from gpufair.store import ingest_pipeline, workload_repo
 from gpufair.store.database import Database, normalise_url
 from gpufair.store.scratch import scratch_database
 
@@ -98,7 +98,7 @@ def test_sweeper_closes_silent_runs_at_their_last_heartbeat(
         workload_repo.submit(conn, [Workload("alive", "llm", "default", 1, 1, now - 7200)])
         beat = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 3000, "quiet")
         fresh = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 10, "alive")
-        ledger_repo.ingest(
+        ingest_pipeline.ingest(
             conn,
             [started("quiet", now - 7200), beat, started("alive", now - 7200, "gpu-02"), fresh],
             now,
@@ -135,7 +135,7 @@ def test_retention_keeps_what_runs_need(cluster: GpufairClient, db: Engine) -> N
             LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 9 * 86400, "running"),
             LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, now - 8 * 86400, "running"),
         ]
-        ledger_repo.ingest(conn, events, now)
+        ingest_pipeline.ingest(conn, events, now)
         deleted = apply_retention(conn, now, Retention(events_days=180, heartbeats_days=7))
         kinds = conn.execute(
             text(
@@ -169,7 +169,7 @@ def test_a_late_run_event_of_a_purged_workload_is_refused(
     with db.connect() as conn:
         workload_repo.submit(conn, [Workload("done", "llm", "default", 1, 1, old)])
         stop = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 3600, "done")
-        ledger_repo.ingest(conn, [started("done", old), stop], now)
+        ingest_pipeline.ingest(conn, [started("done", old), stop], now)
         apply_retention(conn, now, Retention(events_days=180))
 
         def runs() -> list[tuple[float, float]]:
@@ -185,13 +185,13 @@ def test_a_late_run_event_of_a_purged_workload_is_refused(
         before = runs()
         late = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, old + 7200, "done")
         beat = LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, old + 7000, "done")
-        outcomes = ledger_repo.ingest(conn, [late, beat], now)
+        outcomes = ingest_pipeline.ingest(conn, [late, beat], now)
         after = runs()
         conn.commit()
     assert len(before) == 1 and before[0][1] == pytest.approx(old + 3600, abs=1e-3)
     assert [(o.status, o.error) for o in outcomes] == [
-        (ledger_repo.EventStatus.REJECTED, ledger_repo.PURGED),
-        (ledger_repo.EventStatus.STORED, ""),  # a heartbeat changes no run
+        (ingest_pipeline.EventStatus.REJECTED, ingest_pipeline.PURGED),
+        (ingest_pipeline.EventStatus.STORED, ""),  # a heartbeat changes no run
     ]
     assert after == before
 
@@ -200,7 +200,7 @@ def test_recompute_job_updates_metrics(cluster: GpufairClient, db: Engine) -> No
     now = time.time()
     with db.connect() as conn:
         workload_repo.submit(conn, [Workload("inference", "llm", "default", 1, 1, now - 60)])
-        ledger_repo.ingest(conn, [started("inference", now - 60)], now)
+        ingest_pipeline.ingest(conn, [started("inference", now - 60)], now)
         conn.commit()
     jobs = PeriodicJobs(db, JobSettings(), clock=lambda: now, replica="test")
     jobs.tick()

@@ -17,8 +17,8 @@ from gpufair.config_file import load_config_file
 from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import ClusterConfig, Workload
-from gpufair.jobs.recompute import recompute_pool
-from gpufair.store import capacity_repo, config_repo, ledger_repo, workload_repo
+from gpufair.services.recompute import recompute_pool
+from gpufair.store import capacity_repo, config_repo, ingest_pipeline, workload_repo
 from gpufair.v1 import ledger_pb2
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "llm-vs-vision.yaml"
@@ -63,8 +63,8 @@ def build_history(conn: Connection, config: ClusterConfig, now_s: float) -> None
         "vision-more", "vision", "default", pods=30, gpus_per_pod=1, submit_time_s=now_s - 3600
     )
     workload_repo.submit(conn, [inference, vision, gang, more_vision])
-    outcomes = ledger_repo.ingest(conn, [start_inference, start_vision], now_s)
-    assert [o.status for o in outcomes] == [ledger_repo.EventStatus.STORED] * 2
+    outcomes = ingest_pipeline.ingest(conn, [start_inference, start_vision], now_s)
+    assert [o.status for o in outcomes] == [ingest_pipeline.EventStatus.STORED] * 2
 
 
 @pytest.mark.parametrize(("k", "llm_share", "vision_share"), [(1.0, 70.0, 30.0), (0.0, 55.0, 45.0)])

@@ -24,8 +24,8 @@ from gpufair.domain.model import (
     Workload,
     frozen_map,
 )
-from gpufair.store import config_repo, ledger_repo, workload_repo
-from gpufair.store.ledger_repo import EventStatus
+from gpufair.store import config_repo, ingest_pipeline, workload_repo
+from gpufair.store.ingest_pipeline import EventStatus
 
 NOW = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
 STORED, DUPLICATE, REJECTED = EventStatus.STORED, EventStatus.DUPLICATE, EventStatus.REJECTED
@@ -65,8 +65,8 @@ def stop(uid: str, at: float) -> LedgerEvent:
 
 
 def statuses(conn: Connection, events: list[LedgerEvent], **kwargs: bool) -> list[EventStatus]:
-    batch = ledger_repo.prepare(events, NOW)
-    return ledger_repo.write(conn, batch, **kwargs).final()
+    batch = ingest_pipeline.prepare(events, NOW)
+    return ingest_pipeline.write(conn, batch, **kwargs).final()
 
 
 def intervals(conn: Connection, uid: str) -> list[tuple[object, ...]]:
@@ -108,11 +108,11 @@ def test_an_id_another_transaction_stored_meanwhile_is_a_duplicate(
     conn: Connection, db: Engine
 ) -> None:
     racing = start("w0", NOW - 600)
-    batch = ledger_repo.prepare([racing, start("w1", NOW - 600)], NOW)
+    batch = ingest_pipeline.prepare([racing, start("w1", NOW - 600)], NOW)
     with db.connect() as other:
-        assert [o.status for o in ledger_repo.ingest(other, [racing], NOW)] == [STORED]
+        assert [o.status for o in ingest_pipeline.ingest(other, [racing], NOW)] == [STORED]
         other.commit()
-    assert ledger_repo.write(conn, batch).final() == [DUPLICATE, STORED]
+    assert ingest_pipeline.write(conn, batch).final() == [DUPLICATE, STORED]
     assert len(intervals(conn, "w0")) == len(intervals(conn, "w1")) == 1
 
 
@@ -123,7 +123,7 @@ def test_an_id_is_one_event_in_any_uuid_spelling(conn: Connection) -> None:
     assert [r[1] for r in intervals(conn, "w0")] == [canonical]
     for spelling in (canonical, "{" + canonical + "}", "urn:uuid:" + canonical):
         assert statuses(conn, [start("w0", NOW - 600, event_id=spelling)]) == [DUPLICATE]
-    outcome = ledger_repo.ingest(conn, [start("w0", NOW - 500, event_id=canonical)], NOW)
+    outcome = ingest_pipeline.ingest(conn, [start("w0", NOW - 500, event_id=canonical)], NOW)
     assert outcome[0].error == "event_id reused with a different payload"
 
 
@@ -218,9 +218,9 @@ def _race(db: Engine, batches: dict[str, list[LedgerEvent]]) -> dict[str, object
     def report(name: str, batch: list[LedgerEvent]) -> None:
         try:
             with db.connect() as own:
-                prepared = ledger_repo.prepare(batch, NOW)
+                prepared = ingest_pipeline.prepare(batch, NOW)
                 ready.wait()
-                outcomes = ledger_repo.write(own, prepared, commit=True)
+                outcomes = ingest_pipeline.write(own, prepared, commit=True)
                 own.commit()
                 results[name] = dict(zip(outcomes.event_ids, outcomes.final(), strict=True))
         except Exception as error:

@@ -4,6 +4,7 @@ intervals, replays in any order give identical rollups, and late events re-roll 
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -26,7 +27,7 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.domain.usage import UsageInputs
-from gpufair.store import capacity_repo, config_repo, ledger_repo, rollup_repo, workload_repo
+from gpufair.store import capacity_repo, config_repo, ingest_pipeline, rollup_repo, workload_repo
 
 NOW = 1_767_225_600.0 + 1234.5  # 2026-01-01 00:20:34.5 UTC: mid-hour on purpose
 HOUR = 3600.0
@@ -106,7 +107,10 @@ POLICIES = {
     "sliding-2d-halflife-6h": FairSharePolicy(window_s=2 * 86400, half_life_s=6 * HOUR),
     "sliding-1d-no-decay": FairSharePolicy(window_s=86400),
     "tumbling-1d": FairSharePolicy(
-        window_kind=WindowKind.TUMBLING, window_s=86400, window_anchor_s=0, half_life_s=12 * HOUR
+        window_kind=WindowKind.TUMBLING,
+        window_s=86400,
+        window_anchor_unix_s=0,
+        half_life_s=12 * HOUR,
     ),
     "all-history-halflife-1d": FairSharePolicy(window_kind=WindowKind.NONE, half_life_s=86400),
 }
@@ -118,8 +122,8 @@ def test_usage_from_rollups_equals_exact_integral(conn: Connection, name: str) -
     install(conn, config, NOW - 4 * 86400)
     workloads, events = random_history(random.Random(7), 300, 3 * 86400)
     workload_repo.submit(conn, workloads)
-    outcomes = ledger_repo.ingest(conn, events, NOW)
-    assert {o.status for o in outcomes} == {ledger_repo.EventStatus.STORED}
+    outcomes = ingest_pipeline.ingest(conn, events, NOW)
+    assert {o.status for o in outcomes} == {ingest_pipeline.EventStatus.STORED}
     pool = config.pools[0]
     written = rollup_repo.rollup_pool(conn, config, pool, NOW)
     assert written == 4 * 24  # every hour since the first run, up to the last complete one
@@ -167,10 +171,10 @@ def test_replaying_10000_events_shuffled_gives_identical_rollups(conn: Connectio
         shuffled = events[:]
         random.Random(order).shuffle(shuffled)
         for i in range(0, len(shuffled), 2500):
-            ledger_repo.ingest(conn, shuffled[i : i + 2500], NOW)
+            ingest_pipeline.ingest(conn, shuffled[i : i + 2500], NOW)
         if order == 1:  # a replay of everything on top changes nothing
-            replay = ledger_repo.ingest(conn, events, NOW)
-            assert {o.status for o in replay} == {ledger_repo.EventStatus.DUPLICATE}
+            replay = ingest_pipeline.ingest(conn, events, NOW)
+            assert {o.status for o in replay} == {ingest_pipeline.EventStatus.DUPLICATE}
         rollup_repo.rollup_pool(conn, config, pool, NOW)
         usage = rollup_repo.decayed_usage(conn, config, pool, NOW)
         results.append((snapshot(conn), usage))
@@ -194,14 +198,14 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
     start = LedgerEvent(
         str(uuid.uuid4()), EventKind.STARTED, NOW - 20 * HOUR, "long", (EventPod("a0", (0, 1)),)
     )
-    ledger_repo.ingest(conn, [start], NOW)
+    ingest_pipeline.ingest(conn, [start], NOW)
     rollup_repo.rollup_pool(conn, config, pool, NOW)
     # Open run: 2 A100 = 20 CU for 20 h, minus deserved 50 -> no over-quota usage; 20 CU x 20 h total.
     used = conn.execute(text("SELECT sum(cu_seconds) FROM usage_hourly")).scalar_one()
     assert used == pytest.approx(20 * 20 * HOUR - 20 * (NOW % HOUR), rel=1e-9)
 
     stop = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 10 * HOUR, "long")
-    ledger_repo.ingest(conn, [stop], NOW)
+    ingest_pipeline.ingest(conn, [stop], NOW)
     dirty = conn.execute(
         text("SELECT extract(epoch FROM dirty_from) FROM rollup_watermarks")
     ).scalar_one()
@@ -209,3 +213,49 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
     rollup_repo.rollup_pool(conn, config, pool, NOW)
     used = conn.execute(text("SELECT sum(cu_seconds) FROM usage_hourly")).scalar_one()
     assert used == pytest.approx(20 * 10 * HOUR, rel=1e-9)
+
+
+def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
+    """The periodic rollup, recomputes and Schedule calls may roll one pool up at the same time:
+    each round starts 4 writers together on buckets none has written; none may fail, and the
+    buckets are those one writer alone makes."""
+
+    config = make_config(POLICIES["sliding-2d-halflife-6h"])
+    pool = config.pools[0]
+    with db.begin() as conn:
+        install(conn, config, NOW - 2 * 86400)
+        workloads, events = random_history(random.Random(11), 120, 1.5 * 86400)
+        workload_repo.submit(conn, workloads)
+        ingest_pipeline.ingest(conn, events, NOW)
+    with db.begin() as conn:
+        rollup_repo.rollup_pool(conn, config, pool, NOW)
+        alone = snapshot(conn)
+    assert len(alone) > 100
+
+    errors: list[BaseException] = []
+    written: list[int] = []
+    for _ in range(5):
+        with db.begin() as conn:  # forget every bucket: the next writers all start from scratch
+            conn.execute(text("DELETE FROM rollup_watermarks"))
+            conn.execute(text("DELETE FROM fairness_hourly"))
+            conn.execute(text("DELETE FROM usage_hourly"))
+        barrier = threading.Barrier(4)
+
+        def writer(barrier: threading.Barrier = barrier) -> None:
+            try:
+                with db.begin() as conn:
+                    barrier.wait(timeout=10)
+                    written.append(rollup_repo.rollup_pool(conn, config, pool, NOW))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == []
+        with db.connect() as conn:
+            assert snapshot(conn) == alone
+    # In each round exactly one writer did the work; the other three found it done.
+    assert sorted(written) == [0] * 15 + [2 * 24] * 5

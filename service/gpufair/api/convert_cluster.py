@@ -8,7 +8,9 @@ domain rules in `config_rules` then check the values themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
+
+from google.protobuf.message import Message
 
 from gpufair.domain.config_diff import ChangeAction, ConfigChange
 from gpufair.domain.errors import Violation
@@ -130,8 +132,13 @@ def node_from_proto(n: pb.Node) -> Node:
     )
 
 
-def _opt(msg: Any, name: str, default: Any) -> Any:
-    return getattr(msg, name) if msg.HasField(name) else default
+@overload
+def _opt(msg: Message, name: str, default: float) -> float: ...
+@overload
+def _opt(msg: Message, name: str, default: float | None) -> float | None: ...
+def _opt(msg: Message, name: str, default: float | None) -> float | None:
+    """An optional number field of `msg`, or `default` when the field is unset."""
+    return float(getattr(msg, name)) if msg.HasField(name) else default
 
 
 def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
@@ -140,7 +147,7 @@ def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
     policy = FairSharePolicy(
         window_kind=c.enum(_WINDOW, pol.window_kind, f"{path}.policy.window_kind", d.window_kind),
         window_s=_opt(pol, "window_s", d.window_s),
-        window_anchor_s=_opt(pol, "window_anchor_unix_s", d.window_anchor_s),
+        window_anchor_unix_s=_opt(pol, "window_anchor_unix_s", d.window_anchor_unix_s),
         half_life_s=_opt(pol, "half_life_s", None),
         k=_opt(pol, "k", d.k),
         usage_basis=c.enum(_BASIS, pol.usage_basis, f"{path}.policy.usage_basis", d.usage_basis),
@@ -198,7 +205,7 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
         policy = pb.FairSharePolicy(
             window_kind=window[pol.window_kind],
             window_s=pol.window_s,
-            window_anchor_unix_s=pol.window_anchor_s,
+            window_anchor_unix_s=pol.window_anchor_unix_s,
             k=pol.k,
             usage_basis=basis[pol.usage_basis],
             recompute_interval_s=pol.recompute_interval_s,

@@ -28,9 +28,9 @@ from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.ledger import LedgerEvent
 from gpufair.domain.limits import MAX_EVENTS_PER_BATCH
 from gpufair.metrics import observe_events
-from gpufair.store import ledger_repo
+from gpufair.store import ingest_pipeline
+from gpufair.store.ingest_pipeline import EventStatus, Outcomes
 from gpufair.store.known_workloads import KnownWorkloads
-from gpufair.store.ledger_repo import EventStatus, Outcomes
 from gpufair.v1 import ledger_pb2 as pb
 
 _STATUS = {
@@ -48,7 +48,7 @@ class _Message:
 
     converted: list[Converted]
     now_s: float
-    batch: ledger_repo.PreparedBatch
+    batch: ingest_pipeline.PreparedBatch
     outcomes: Outcomes | None = None
 
 
@@ -151,18 +151,18 @@ class Ingest:
             inbox.close()
         return reply
 
-    def start(self, request: pb.ReportEventsRequest, field: str) -> ledger_repo.Preparation:
+    def start(self, request: pb.ReportEventsRequest, field: str) -> ingest_pipeline.Preparation:
         if len(request.events) > MAX_EVENTS_PER_BATCH:
             raise InvalidInputError(
                 [Violation(field, f"at most {MAX_EVENTS_PER_BATCH} events per message")]
             )
-        return ledger_repo.Preparation(self.clock())
+        return ingest_pipeline.Preparation(self.clock())
 
     @staticmethod
     def convert(
         events: Iterable[pb.LedgerEvent],
         converted: list[Converted],
-        preparation: ledger_repo.Preparation,
+        preparation: ingest_pipeline.Preparation,
     ) -> None:
         """Append `events` as domain events, or (event_id, why not) for those that cannot be
         one, to `converted`, and prepare them."""
@@ -196,10 +196,10 @@ class Ingest:
         conn: Connection,
         message: _Message,
         expect_duplicates: bool = False,
-        overlap: ledger_repo.Overlap | None = None,
+        overlap: ingest_pipeline.Overlap | None = None,
     ) -> None:
         """Write and commit `message` in a transaction of its own on `conn`."""
-        message.outcomes = ledger_repo.write(
+        message.outcomes = ingest_pipeline.write(
             conn,
             message.batch,
             expect_duplicates=expect_duplicates,
@@ -210,7 +210,7 @@ class Ingest:
         conn.commit()  # what `write` left to commit, if anything; acknowledged only after
 
 
-class _Ahead(ledger_repo.Overlap):
+class _Ahead(ingest_pipeline.Overlap):
     """A stream's work while message N is in the database: the outcomes of message N-1,
     committed already, go into the reply, and message N+1, if it has arrived, is converted and
     prepared: `share` of it during N's COPY, the rest during N's writes. What goes wrong with
@@ -231,7 +231,7 @@ class _Ahead(ledger_repo.Overlap):
         self._taken = False
         self._request: pb.ReportEventsRequest | None = None
         self._converted: list[Converted] = []
-        self._preparation: ledger_repo.Preparation | None = None
+        self._preparation: ingest_pipeline.Preparation | None = None
         self._error: Exception | None = None
         self._marks: dict[str, float] = {}
         self.waits: tuple[float, float] | None = None  # (after the COPY's share, after the rest)

@@ -15,7 +15,7 @@ from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.request_rules import name_violations, time_range_violations
 from gpufair.domain.stored_limits import within_limits
-from gpufair.jobs.recompute import history_warnings, pool_of, recompute_pool
+from gpufair.services.recompute import history_warnings, recompute_pool
 from gpufair.store import config_repo, fairshare_repo
 from gpufair.store.fairshare_repo import StoredShare
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
@@ -82,7 +82,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         with self.engine.connect() as conn:
             run = fairshare_repo.latest_run(conn, request.pool)
             if run is None:
-                pool_of(config_repo.load_config(conn), request.pool)  # NOT_FOUND if unknown
+                config_repo.load_config(conn).pool(request.pool)  # NOT_FOUND if unknown
                 warnings = recompute_pool(conn, request.pool, self.clock()).warnings
                 conn.commit()
                 run = fairshare_repo.latest_run(conn, request.pool)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 import grpc
 from sqlalchemy import Connection, Engine
 
-from gpufair import scheduling
 from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.idempotent import run_mutation
@@ -18,6 +17,7 @@ from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
 from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
 from gpufair.domain.workload_rules import submit_problems, workload_violations
+from gpufair.services import schedule
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
@@ -123,7 +123,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         now_s = self.clock()
 
         def work(conn: Connection) -> pb.ScheduleResponse:
-            decided = scheduling.decide(conn, request.pool, now_s)
+            decided = schedule.decide(conn, request.pool, now_s)
             if request.dry_run:
                 dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
                 dry.warnings.extend(decided.warnings)
@@ -174,7 +174,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             workload, state = found
             share = fairshare_repo.latest_run(conn, workload.pool)
             if state is WorkloadState.PENDING:
-                explanation = scheduling.explain_pending(conn, workload.pool, workload.uid, now_s)
+                explanation = schedule.explain_pending(conn, workload.pool, workload.uid, now_s)
                 reply = explanation_to_proto(explanation, state.value)
                 share = fairshare_repo.latest_run(conn, workload.pool)
             else:

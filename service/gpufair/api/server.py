@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -104,9 +103,3 @@ def build_server(
     for name in (*SERVICE_NAMES, ""):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server=server, port=port, health=health_servicer)
-
-
-def wait_for_signal(running: RunningServer, stop_event: threading.Event, grace_s: float) -> None:
-    stop_event.wait()
-    log.info("shutting down: NOT_SERVING, %.0f s grace for in-flight calls", grace_s)
-    running.stop(grace_s)

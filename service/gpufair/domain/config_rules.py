@@ -148,7 +148,7 @@ def _policy_range_violations(policy: FairSharePolicy) -> list[Violation]:
         if value is not None:
             out += number_violations(name, value, limits.MIN_DURATION_S, limits.MAX_DURATION_S)
     out += number_violations(
-        "window_anchor_unix_s", policy.window_anchor_s, limits.MIN_UNIX_S, limits.MAX_UNIX_S
+        "window_anchor_unix_s", policy.window_anchor_unix_s, limits.MIN_UNIX_S, limits.MAX_UNIX_S
     )
     return out
 
@@ -157,8 +157,6 @@ def _validate_pool(path: str, pool: NodePool) -> list[Violation]:
     violations = _check_name(f"{path}.name", pool.name)
     policy_violations = validate_policy(pool.policy)
     named = {v.field_path for v in policy_violations}
-    if "window_anchor_s" in named:
-        named.add("window_anchor_unix_s")
     policy_violations += [
         v for v in _policy_range_violations(pool.policy) if v.field_path not in named
     ]

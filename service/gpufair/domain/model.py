@@ -11,10 +11,12 @@ Memory is GiB for GPU memory and MiB for host memory; CPU is millicores.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
+
+from gpufair.domain.errors import NotFound
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -75,7 +77,7 @@ class FairSharePolicy:
 
     window_kind: WindowKind = WindowKind.SLIDING
     window_s: float = DEFAULT_WINDOW_S  # sliding length, or tumbling period
-    window_anchor_s: float = 0.0  # tumbling only: an instant on a period boundary
+    window_anchor_unix_s: float = 0.0  # tumbling only: an instant on a period boundary
     half_life_s: float | None = None  # None: no decay inside the window
     k: float = 1.0  # correction strength; 0 = classic fair share
     usage_basis: UsageBasis = UsageBasis.OVER_QUOTA
@@ -158,6 +160,26 @@ class ClusterConfig:
     nodes: tuple[Node, ...] = ()
     queues: tuple[Queue, ...] = ()
     budgets: tuple[Budget, ...] = ()
+
+    def pool(self, name: str) -> NodePool:
+        """The pool called `name`; `NotFound` when there is none."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise NotFound("pool", name)
+
+    def leaf_queues(self) -> tuple[Queue, ...]:
+        """The queues that receive workloads: those no other queue names as its parent, in the
+        order of `queues`."""
+        return leaf_queues(self.queues)
+
+
+def leaf_queues(queues: Iterable[Queue]) -> tuple[Queue, ...]:
+    """The queues of `queues` that are nobody's parent, in their given order: the one
+    definition of a leaf (the tree in `domain/tree.py` agrees; it also checks the structure)."""
+    queue_list = tuple(queues)
+    parents = {q.parent for q in queue_list if q.parent}
+    return tuple(q for q in queue_list if q.name not in parents)
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,9 +101,12 @@ def validate_policy(policy: FairSharePolicy) -> list[Violation]:
                     f"must be ≥ half_life_s ({policy.half_life_s} s), got {policy.window_s} s",
                 )
             )
-    if policy.window_kind == WindowKind.TUMBLING and not _finite(policy.window_anchor_s):
+    if policy.window_kind == WindowKind.TUMBLING and not _finite(policy.window_anchor_unix_s):
         out.append(
-            Violation("window_anchor_s", f"must be a finite number, got {policy.window_anchor_s!r}")
+            Violation(
+                "window_anchor_unix_s",
+                f"must be a finite number, got {policy.window_anchor_unix_s!r}",
+            )
         )
     _check_positive("", "recompute_interval_s", policy.recompute_interval_s, out)
     if _check_non_negative("", "dead_band", policy.dead_band, out) and policy.dead_band >= 1:

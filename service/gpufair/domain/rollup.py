@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpufair.domain.model import FairSharePolicy, GpuType, Queue, WindowKind
-from gpufair.domain.usage import Segment, Timeline, UsageInputs, usage_inputs
+from gpufair.domain.usage import Segment, Timeline, UsageInputs, keyed_step_pieces, usage_inputs
 
 HOUR_S = 3600.0
 
@@ -153,7 +153,8 @@ def type_usage(
             gpu_s[iv.gpu_type] += iv.gpus * (iv.end_s - iv.start_s)
             cu_s[iv.gpu_type] += iv.cu * (iv.end_s - iv.start_s)
         deserved = deserved_cu.get(queue, 0.0)
-        for start, end, cu_by_type in _constant_stretches(items):
+        stretches = keyed_step_pieces((iv.start_s, iv.end_s, iv.gpu_type, iv.cu) for iv in items)
+        for start, end, cu_by_type in stretches:
             total = math.fsum(cu_by_type.values())
             over = max(0.0, total - deserved)
             if over > 0 and total > 0:
@@ -161,32 +162,3 @@ def type_usage(
                     over_s[gpu_type] += over * cu / total * (end - start)
         rows += [TypeUsage(queue, t, gpu_s[t], cu_s[t], over_s.get(t, 0.0)) for t in sorted(gpu_s)]
     return rows
-
-
-def _constant_stretches(
-    items: Sequence[TypedInterval],
-) -> list[tuple[float, float, dict[str, float]]]:
-    """The stretches over which CU per GPU type is constant, with those CU."""
-    changes: list[tuple[float, str, float, int]] = []
-    for iv in items:
-        changes.append((iv.start_s, iv.gpu_type, iv.cu, 1))
-        changes.append((iv.end_s, iv.gpu_type, -iv.cu, -1))
-    changes.sort(key=lambda c: c[0])
-    level: dict[str, float] = defaultdict(float)
-    active: dict[str, int] = defaultdict(int)
-    out: list[tuple[float, float, dict[str, float]]] = []
-    i = 0
-    while i < len(changes):
-        at = changes[i][0]
-        while i < len(changes) and changes[i][0] == at:
-            _, gpu_type, delta, opens = changes[i]
-            level[gpu_type] += delta
-            active[gpu_type] += opens
-            if active[gpu_type] == 0:
-                level[gpu_type] = 0.0  # no float dust once nothing of the type runs
-            i += 1
-        if i < len(changes):
-            current = {t: v for t, v in level.items() if active[t] > 0}
-            if current:
-                out.append((at, changes[i][0], current))
-    return out

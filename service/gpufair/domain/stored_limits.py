@@ -103,9 +103,9 @@ def _pool(p: NodePool, clamp: _Clamp) -> NodePool:
     policy = dataclasses.replace(
         pol,
         window_s=clamp(f"{where} window_s", pol.window_s, lo, hi),
-        window_anchor_s=clamp(
+        window_anchor_unix_s=clamp(
             f"{where} window_anchor_unix_s",
-            pol.window_anchor_s,
+            pol.window_anchor_unix_s,
             limits.MIN_UNIX_S,
             limits.MAX_UNIX_S,
         ),

@@ -38,8 +38,9 @@ class Segment:
 
 
 Timeline: TypeAlias = Sequence[Segment]
-Piece: TypeAlias = tuple[float, float, float]  # (start_s, end_s, value): one constant stretch
 K = TypeVar("K")
+
+Piece: TypeAlias = tuple[float, float, float]  # (start_s, end_s, value): one constant stretch
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ def finite_usage(usage: UsageInputs) -> tuple[UsageInputs, list[str]]:
 def window_bounds(now_s: float, policy: FairSharePolicy) -> tuple[float, float]:
     """The stretch of history that counts at `now_s`, as (lo_s, hi_s) with hi_s = now_s.
 
-    Sliding: the last `window_s`. Tumbling: from the latest boundary `window_anchor_s + n ·
+    Sliding: the last `window_s`. Tumbling: from the latest boundary `window_anchor_unix_s + n ·
     window_s` at or before now, so usage restarts at each boundary. None: all history
     (lo_s = -inf), which only stays finite with a half-life or finite timelines.
     """
@@ -92,7 +93,7 @@ def window_bounds(now_s: float, policy: FairSharePolicy) -> tuple[float, float]:
         return now_s - policy.window_s, now_s
     if policy.window_kind == WindowKind.TUMBLING:
         # Python's float modulo is non-negative for a positive period, also before the anchor.
-        elapsed_s = (now_s - policy.window_anchor_s) % policy.window_s
+        elapsed_s = (now_s - policy.window_anchor_unix_s) % policy.window_s
         return now_s - elapsed_s, now_s
     return -math.inf, now_s
 
@@ -140,6 +141,43 @@ def decayed_integral(timeline: Timeline, now_s: float, policy: FairSharePolicy) 
     return _clipped_integral(((s.start_s, s.end_s, s.value) for s in timeline), now_s, policy)
 
 
+def keyed_step_pieces(
+    segments: Iterable[tuple[float, float, K, float]],
+) -> list[tuple[float, float, dict[K, float]]]:
+    """Overlapping (start_s, end_s, key, value) stretches merged, per key, into the stretches
+    over which every key's sum is constant: the one sweep line of the domain.
+
+    Each stretch carries the sum of each key that has a segment covering it (keys with none are
+    left out, stretches with no key at all dropped). A key whose last segment has ended is 0
+    exactly: adding and removing the same values leaves float dust.
+    """
+    events: list[tuple[float, K, float, int]] = []
+    for start_s, end_s, key, value in segments:
+        events.append((start_s, key, value, 1))
+        events.append((end_s, key, -value, -1))
+    events.sort(key=lambda event: event[0])
+    level: dict[K, float] = {}
+    active: dict[K, int] = {}
+    pieces: list[tuple[float, float, dict[K, float]]] = []
+    index = 0
+    while index < len(events):
+        at_s = events[index][0]
+        while index < len(events) and events[index][0] == at_s:
+            _, key, delta, opens = events[index]
+            level[key] = level.get(key, 0.0) + delta
+            active[key] = active.get(key, 0) + opens
+            index += 1
+        current: dict[K, float] = {}
+        for key, count in active.items():
+            if count == 0:
+                level[key] = 0.0
+            else:
+                current[key] = level[key]
+        if current and index < len(events):
+            pieces.append((at_s, events[index][0], current))
+    return pieces
+
+
 def step_pieces(segments: Iterable[Piece], lo_s: float, hi_s: float) -> list[Piece]:
     """Overlapping (start_s, end_s, value) stretches merged into the constant pieces of their sum.
 
@@ -147,30 +185,12 @@ def step_pieces(segments: Iterable[Piece], lo_s: float, hi_s: float) -> list[Pie
     non-linear function of the sum — max(0, allocation - deserved) — must be applied to: applying
     it per input segment would be wrong whenever segments overlap.
     """
-    events: list[tuple[float, float, int]] = []
-    for start_s, end_s, value in segments:
-        clipped_start_s = max(start_s, lo_s)
-        clipped_end_s = min(end_s, hi_s)
-        if clipped_start_s < clipped_end_s and value != 0.0:
-            events.append((clipped_start_s, value, 1))
-            events.append((clipped_end_s, -value, -1))
-    events.sort(key=lambda event: event[0])
-    pieces: list[Piece] = []
-    level = 0.0
-    active = 0
-    index = 0
-    while index < len(events):
-        at_s = events[index][0]
-        while index < len(events) and events[index][0] == at_s:
-            level += events[index][1]
-            active += events[index][2]
-            index += 1
-        if active == 0:
-            # Adding and removing the same values leaves float dust; an empty instant is 0 exactly.
-            level = 0.0
-        elif index < len(events):
-            pieces.append((at_s, events[index][0], level))
-    return pieces
+    clipped = [
+        (max(start_s, lo_s), min(end_s, hi_s), None, value)
+        for start_s, end_s, value in segments
+        if max(start_s, lo_s) < min(end_s, hi_s) and value != 0.0
+    ]
+    return [(start_s, end_s, sums[None]) for start_s, end_s, sums in keyed_step_pieces(clipped)]
 
 
 def _over(pieces: Iterable[Piece], threshold: float) -> list[Piece]:

@@ -44,7 +44,7 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         keep.heartbeats_days,
     )
     # A workload's events go all together, and the workload is marked: its runs stay as they
-    # are, and a late run event for it is refused (`ledger_repo`).
+    # are, and a late run event for it is refused (`ingest_pipeline`).
     events = conn.execute(
         text(
             """

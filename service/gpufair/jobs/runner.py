@@ -27,10 +27,10 @@ from sqlalchemy import Engine
 
 from gpufair.domain.stored_limits import within_limits
 from gpufair.jobs import claims
-from gpufair.jobs.recompute import recompute_pool
 from gpufair.jobs.retention import Retention, apply_retention
 from gpufair.jobs.sweeper import DEFAULT_STALE_AFTER_S, sweep
 from gpufair.metrics import observe_fair_shares
+from gpufair.services.recompute import recompute_pool
 from gpufair.store import config_repo, rollup_repo
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import EventKind, LedgerEvent, stale_event_id
-from gpufair.store import ledger_repo
+from gpufair.store import ingest_pipeline
 
 DEFAULT_STALE_AFTER_S = 600.0
 
@@ -46,5 +46,5 @@ def sweep(conn: Connection, now_s: float, stale_after_s: float = DEFAULT_STALE_A
         for r in rows
     ]
     if events:
-        ledger_repo.ingest(conn, events, now_s, internal=True)
+        ingest_pipeline.ingest(conn, events, now_s, internal=True)
     return len(events)

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.demand import queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
     FairShareResult,
@@ -168,7 +169,7 @@ class _Pool:
         self.present = tuple(t for t in capacity if capacity[t] > 0)
         self.queues: tuple[Queue, ...] = cluster.queues
         self.tree = QueueTree.build(cluster.queues)
-        self.leaves = tuple(q for q in cluster.queues if self.tree.is_leaf(q.name))
+        self.leaves = cluster.leaf_queues()
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
         self.gpu_history = QueueHistory()
         self.pending: dict[str, JobRecord] = {}
@@ -468,22 +469,12 @@ class Simulation:
         pool.competed.update(name for name, s in result.shares.items() if s.competes_over_quota)
 
     def _demands(self, pool: _Pool) -> dict[str, QueueDemand]:
-        allocated: dict[str, dict[str, list[float]]] = {q.name: {} for q in pool.leaves}
-        pending: dict[str, dict[str, list[float]]] = {q.name: {} for q in pool.leaves}
-        for job in pool.running.values():
-            by_type = allocated[job.workload.queue]
-            by_type.setdefault(job.gpu_type, []).append(job.gpus)
-        for uid, job in pool.pending.items():
-            if uid in pool.hopeless:
-                continue
-            gpu_type = pool.cheapest_type(job.workload)
-            if gpu_type is not None:
-                by_type = pending[job.workload.queue]
-                by_type.setdefault(gpu_type, []).append(job.workload.total_gpus)
-        return {
-            q.name: QueueDemand(_sums(allocated[q.name]), _sums(pending[q.name]))
-            for q in pool.leaves
-        }
+        return queue_demands(
+            (q.name for q in pool.leaves),
+            ((j.workload.queue, j.gpu_type, j.gpus) for j in pool.running.values()),
+            (j.workload for uid, j in pool.pending.items() if uid not in pool.hopeless),
+            pool.cheapest_type,
+        )
 
     # -- the cycle ----------------------------------------------------------------------------
 
@@ -625,10 +616,6 @@ class Simulation:
             )
         jobs = sorted(self.jobs.values(), key=lambda j: (j.workload.submit_time_s, j.workload.uid))
         return SimResult(self.scenario, tuple(pools), tuple(jobs), tuple(self.timeline))
-
-
-def _sums(parts: dict[str, list[float]]) -> dict[str, float]:
-    return {key: math.fsum(values) for key, values in sorted(parts.items())}
 
 
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> SimResult:

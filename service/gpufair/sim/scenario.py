@@ -502,8 +502,7 @@ class _Builder:
 
     def _job_context(self, cluster: ClusterConfig) -> tuple[set[str], set[str], set[str]]:
         pools = {p.name for p in cluster.pools}
-        parents = {q.parent for q in cluster.queues if q.parent}
-        leaves = {q.name for q in cluster.queues if q.name not in parents}
+        leaves = {q.name for q in cluster.leaf_queues()}
         return pools, leaves, {t.name for t in cluster.gpu_types}
 
     def _check_job_fields(self, path: str, fields: _JobFields, cluster: ClusterConfig) -> str:

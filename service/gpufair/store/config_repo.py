@@ -231,7 +231,7 @@ def _pool_row(pool: NodePool) -> dict[str, Any]:
         "name": pool.name,
         "window_kind": p.window_kind.value,
         "window_s": p.window_s,
-        "window_anchor_s": p.window_anchor_s,
+        "window_anchor_s": p.window_anchor_unix_s,
         "half_life_s": p.half_life_s,
         "k": p.k,
         "usage_basis": p.usage_basis.value,
@@ -249,7 +249,7 @@ def _pool_from_row(r: Any) -> NodePool:
         policy=FairSharePolicy(
             window_kind=WindowKind(r.window_kind),
             window_s=r.window_s,
-            window_anchor_s=r.window_anchor_s,
+            window_anchor_unix_s=r.window_anchor_s,
             half_life_s=r.half_life_s,
             k=r.k,
             usage_basis=UsageBasis(r.usage_basis),

@@ -22,11 +22,22 @@ MIGRATIONS = (_NAMESPACE << 32) | 1  # Alembic upgrade: replicas starting togeth
 CONFIG = (_NAMESPACE << 32) | 2  # ApplyConfig / DeleteObjects: one change set at a time
 
 
-def pool_key(pool: str) -> int:
-    """The key that serialises scheduling of one node pool across replicas."""
-    digest = int.from_bytes(hashlib.sha256(pool.encode()).digest()[:4], "big")
+def _named_key(name: str) -> int:
+    digest = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
     key = (_NAMESPACE << 32) | (digest | 0x80000000)  # high bit set: never equal to a fixed key
     return key - (1 << 64) if key >= 1 << 63 else key
+
+
+def pool_key(pool: str) -> int:
+    """The key that serialises scheduling of one node pool across replicas."""
+    return _named_key(pool)
+
+
+def rollup_key(pool: str) -> int:
+    """The key that serialises rewriting one pool's hourly rollups. Taken after the pool's
+    scheduling key where both are taken (`Schedule` recomputes under it), never before, so the
+    two cannot deadlock."""
+    return _named_key(f"rollup\0{pool}")
 
 
 def xact_lock(conn: Connection, key: int) -> None:

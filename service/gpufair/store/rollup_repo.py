@@ -29,9 +29,8 @@ from gpufair.domain.rollup import (
     range_usage,
     type_usage,
 )
-from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, UsageInputs, window_bounds
-from gpufair.store import capacity_repo, config_repo
+from gpufair.store import capacity_repo, config_repo, locks
 
 ROOT = ""  # the queue column of a pool's root row (the group of top-level queues)
 
@@ -92,7 +91,14 @@ def _leaf_timelines(
 
 
 def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> int:
-    """Bring the pool's rollups up to the last complete hour; returns the buckets written."""
+    """Bring the pool's rollups up to the last complete hour; returns the buckets written.
+
+    Serialised per pool (`locks.rollup_key`, for the rest of the caller's transaction): the
+    periodic rollup, a recompute and a `Schedule` may all roll one pool up at once, and two
+    writers of the same buckets would collide on their keys. The watermark is read after the lock,
+    so the second of two finds the work done and writes nothing.
+    """
+    locks.xact_lock(conn, locks.rollup_key(pool.name))
     version = config_repo.config_version(conn)
     policy = pool.policy
     target_s = floor_hour(now_s)
@@ -149,8 +155,7 @@ def _write_buckets(
     end_s: float,
     now_s: float,
 ) -> None:
-    tree = QueueTree.build(config.queues)
-    leaves = {q for q in tree.queues if tree.is_leaf(q)}
+    leaves = {q.name for q in config.leaf_queues()}
     gpu_types = {t.name: t for t in config.gpu_types}
     weights = {t.name: t.compute_weight for t in config.gpu_types}
     deserved = {q.name: deserved_cu_with_types(q.quota(pool.name), weights) for q in config.queues}
@@ -182,7 +187,7 @@ def _write_buckets(
             capacity=cap,
             bucket_start_s=b,
         )
-        for queue in tree.queues:
+        for queue in (q.name for q in config.queues):
             usage = moments.usage_cu_s.get(queue, 0.0)
             group = moments.group_capacity_cu_s.get(queue, 0.0)
             if usage or group:
@@ -254,6 +259,11 @@ def decayed_usage(
 
     With the window [lo, now): whole buckets cover [A, B) with A = ceil_hour(lo) and B = the
     watermark; [lo, A) and [B, now) come from the intervals themselves.
+
+    Each bucket's moment is carried to `now` by the weight of `domain.rollup` (2^(-(now - e)/h)
+    for a bucket ending at e), applied here in SQL so that one row per queue comes back instead of
+    one per queue and bucket. That weight is the only decay written outside `domain/`; the test
+    `test_usage_from_rollups_equals_exact_integral` holds this sum to the domain's exact integral.
     """
     policy = pool.policy
     mark = _watermark(conn, pool.name)
@@ -274,7 +284,8 @@ def decayed_usage(
                 SELECT queue, usage_moment, group_capacity_moment,
                        CASE WHEN CAST(:h AS float8) IS NULL THEN 1.0
                             ELSE power(2.0, -(CAST(:now AS float8)
-                                 - extract(epoch FROM bucket_start)::float8 - 3600.0)
+                                 - extract(epoch FROM bucket_start)::float8
+                                 - CAST(:bucket_s AS float8))
                                  / CAST(:h AS float8)) END AS w
                 FROM fairness_hourly
                 WHERE pool = :pool AND bucket_start < to_timestamp(:b)
@@ -286,6 +297,7 @@ def decayed_usage(
         {
             "pool": pool.name,
             "h": policy.half_life_s,
+            "bucket_s": HOUR_S,
             "now": now_s,
             "a": a_s if math.isfinite(a_s) else None,
             "b": b_s,
@@ -308,8 +320,7 @@ def decayed_usage(
 def _edge(
     conn: Connection, config: ClusterConfig, pool: NodePool, lo_s: float, hi_s: float, now_s: float
 ) -> UsageInputs:
-    tree = QueueTree.build(config.queues)
-    leaves = {q for q in tree.queues if tree.is_leaf(q)}
+    leaves = {q.name for q in config.leaf_queues()}
     items = intervals_between(conn, pool.name, lo_s, hi_s)
     return range_usage(
         pool=pool.name,

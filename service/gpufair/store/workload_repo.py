@@ -213,3 +213,31 @@ def workloads_in_states(conn: Connection, pool: str, states: Sequence[str]) -> l
         )
     ]
     return SPECS.workloads(conn, keys)
+
+
+def last_change_s(conn: Connection, pool: str) -> float | None:
+    """When a workload of `pool` was last submitted or changed state (POSIX seconds); None when
+    the pool has none."""
+    value = conn.execute(
+        text(
+            "SELECT extract(epoch FROM max(GREATEST(created_at, state_changed_at)))::float8 "
+            "FROM workloads WHERE pool = :pool"
+        ),
+        {"pool": pool},
+    ).scalar_one()
+    return None if value is None else float(value)
+
+
+def held_gpus(conn: Connection, pool: str) -> list[tuple[str, str, float]]:
+    """(queue, GPU type, GPUs) of what runs in `pool` now: its open allocation intervals."""
+    return [
+        (r.queue, r.gpu_type, float(r.gpus))
+        for r in conn.execute(
+            text(
+                "SELECT queue, gpu_type, sum(gpus) AS gpus FROM allocation_intervals "
+                "WHERE pool = :pool AND ended_at IS NULL GROUP BY queue, gpu_type "
+                "ORDER BY queue, gpu_type"
+            ),
+            {"pool": pool},
+        )
+    ]

@@ -17,8 +17,9 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
-from typing import Any, cast
+from functools import partial
+from operator import attrgetter
+from typing import Any, NamedTuple, cast
 
 import psycopg
 from sqlalchemy import Connection, text
@@ -97,11 +98,22 @@ class Outcomes:
         ]
 
 
-# An event that passed the checks `prepare` can make: (index in the batch, event as received,
-# canonical id, payload, digest, its COPY row, and for run events the event as it will read back
-# from the database: PostgreSQL's id text and microsecond instant, so that runs come out the same
-# whichever batch an event arrived in).
-Candidate = tuple[int, LedgerEvent, str, bytes, str, bytes, LedgerEvent | None]
+class Candidate(NamedTuple):
+    """An event that passed the checks `prepare` can make."""
+
+    position: int  # its place in the batch
+    event: LedgerEvent  # as received
+    event_id: str  # canonical id
+    payload: bytes
+    digest: str
+    copy_row: bytes  # its row of the COPY
+    # Run events: the event as it will read back from the database (PostgreSQL's id text and
+    # microsecond instant), so that runs come out the same whichever batch an event arrived in.
+    read_back: LedgerEvent | None
+
+
+# Made from a tuple by the C constructor: the hot path pays no Python call per event for the names.
+_candidate = partial(tuple.__new__, Candidate)
 
 
 class Overlap:
@@ -166,7 +178,7 @@ _STATE_UPDATE_SQL = """
     WHERE w.uid = r.uid
 """
 _SAVEPOINT = "gpufair_ingest_copy"
-_BY_ID = itemgetter(2)  # a candidate's canonical event id
+_BY_ID = attrgetter("event_id")
 
 
 def ingest(
@@ -244,7 +256,7 @@ class Preparation:
                 else None
             )
             row = copy_row(key, uid, kind, at, payload, digest)
-            candidates.append((i, item, key, payload, digest, row, read_back))
+            candidates.append(_candidate((i, item, key, payload, digest, row, read_back)))
 
     def batch(self) -> PreparedBatch:
         return PreparedBatch(self.now_s, self._internal, self._outcomes, self._candidates)
@@ -329,7 +341,7 @@ def _read_context(
     run_uids: set[str] = set()
     node_names: set[str] = set()
     for c in candidates:
-        e = c[1]
+        e = c.event
         if e.workload_uid:
             uids.add(e.workload_uid)
             if e.kind in RUN_KINDS:
@@ -397,11 +409,11 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     heartbeat = EventKind.HEARTBEAT
     valid: list[Candidate] = []
     for c in batch.candidates:
-        event = c[1]
+        event = c.event
         if event.kind is heartbeat and event.workload_uid not in workloads:
             problem = sign_of_life_problem(event, known=event.workload_uid not in missing)
             if problem:
-                outcomes.reject(c[0], problem)
+                outcomes.reject(c.position, problem)
             else:
                 valid.append(c)
             continue
@@ -417,7 +429,7 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
         if not problem and event.kind in RUN_KINDS and event.workload_uid in ctx.purged:
             problem = PURGED  # a heartbeat changes no run: it is stored, as it would be alone
         if problem:
-            outcomes.reject(c[0], problem)
+            outcomes.reject(c.position, problem)
         else:
             valid.append(c)
 
@@ -428,19 +440,19 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
         if starts:
             earliest[uid] = min(starts)
     for c in valid:
-        e = c[1]
+        e = c.event
         if e.kind is EventKind.STARTED:
             earliest[e.workload_uid] = min(
                 earliest.get(e.workload_uid, e.occurred_at_s), e.occurred_at_s
             )
     keep: list[Candidate] = []
     for c in valid:
-        e = c[1]
+        e = c.event
         problem = (
             stop_before_start(e, earliest.get(e.workload_uid)) if e.kind in END_KINDS else None
         )
         if problem:
-            outcomes.reject(c[0], problem)
+            outcomes.reject(c.position, problem)
         else:
             keep.append(c)
     return keep
@@ -464,7 +476,7 @@ def _copy(
         return _plan(_insert_careful(pg, events, outcomes), ctx)
     try:
         with pg.cursor() as cur, cur.copy(COPY_EVENTS_SQL) as copy:
-            copy.write(copy_stream(c[5] for c in sorted(events, key=_BY_ID)))
+            copy.write(copy_stream(c.copy_row for c in sorted(events, key=_BY_ID)))
             # The server is still working through the rows: plan the writes meanwhile, as if
             # all of them get stored, and let the caller do its own work.
             plan = _plan(events, ctx)
@@ -475,7 +487,7 @@ def _copy(
     hooks.copied()
     statuses, stored = outcomes.statuses, EventStatus.STORED
     for c in events:
-        statuses[c[0]] = stored
+        statuses[c.position] = stored
     return plan
 
 
@@ -498,7 +510,7 @@ def _insert_careful(
     ]
     with pg.cursor() as cur:
         stored = {r[0] for r in cur.execute(_INSERT_SQL, (json.dumps(doc),))}
-        lost = [c[2] for c in fresh if c[2] not in stored]
+        lost = [c.event_id for c in fresh if c.event_id not in stored]
         known: dict[str, str] = (
             dict(cur.execute(_KNOWN_SQL, ("{" + ",".join(lost) + "}",)).fetchall()) if lost else {}
         )
@@ -521,7 +533,7 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
     node_events: list[LedgerEvent] = []
     for c in stored:
-        e, read_back = c[1], c[6]
+        e, read_back = c.event, c.read_back
         if read_back is not None:
             new_run_events[e.workload_uid].append(read_back)
         elif e.kind is EventKind.NODE_CAPACITY:

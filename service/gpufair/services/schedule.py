@@ -10,23 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.explain import Explanation, explain
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot
 from gpufair.domain.stored_limits import within_limits
-from gpufair.jobs.recompute import pool_of, recompute_pool
-from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo
+from gpufair.services.recompute import recompute_pool
+from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
 
 
 @dataclass(frozen=True, slots=True)
 class Decided:
     snapshot: CycleSnapshot
     result: CycleResult
-    fair_share_computed_at_s: float
-    # From a recompute made for this cycle: stored history skipped as not finite.
+    # From a recompute made for this cycle: stored values read within the limits, stored
+    # history skipped as not finite.
     warnings: tuple[str, ...] = ()
 
 
@@ -37,23 +37,12 @@ class Shares:
     warnings: tuple[str, ...] = ()
 
 
-def leaf_queues(config: ClusterConfig) -> tuple[str, ...]:
-    parents = {q.parent for q in config.queues if q.parent}
-    return tuple(q.name for q in config.queues if q.name not in parents)
-
-
 def fair_shares(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> Shares:
     """Leaf fair shares from the latest recompute, recomputed first when it is older than the
     pool's interval or predates a change of the pool's workloads (a new submission must not wait
     a whole interval to count as demand)."""
     run = fairshare_repo.latest_run(conn, pool.name)
-    changed_at = conn.execute(
-        text(
-            "SELECT extract(epoch FROM max(GREATEST(created_at, state_changed_at)))::float8 "
-            "FROM workloads WHERE pool = :pool"
-        ),
-        {"pool": pool.name},
-    ).scalar_one()
+    changed_at = workload_repo.last_change_s(conn, pool.name)
     stale = (
         run is None
         or now_s - run.computed_at_s >= pool.policy.recompute_interval_s
@@ -76,11 +65,11 @@ def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnap
     """The cycle's input; the stored config is read within the input limits (a value stored
     before them is clamped, and said so in the warnings of a recompute)."""
     config = within_limits(config_repo.load_config(conn))[0]
-    pool = pool_of(config, pool_name)
+    pool = config.pool(pool_name)
     schedule_repo.release_expired_binds(conn, pool.name, now_s)
     computed = fair_shares(conn, config, pool, now_s)
     shares = computed.by_leaf
-    leaves = set(leaf_queues(config))
+    leaves = {q.name for q in config.leaf_queues()}
     running, pending = schedule_repo.holding_and_pending(conn, pool.name)
     snapshot = CycleSnapshot(
         pool=pool,
@@ -101,7 +90,7 @@ def decide(conn: Connection, pool_name: str, now_s: float) -> Decided:
     records the decisions (or rolls back for a dry run) in the same transaction."""
     locks.xact_lock(conn, locks.pool_key(pool_name))
     snapshot, shares = _snapshot(conn, pool_name, now_s)
-    return Decided(snapshot, run_cycle(snapshot), shares.computed_at_s, shares.warnings)
+    return Decided(snapshot, run_cycle(snapshot), shares.warnings)
 
 
 def explain_pending(conn: Connection, pool_name: str, uid: str, now_s: float) -> Explanation:

@@ -1,33 +1,40 @@
 """Recompute a pool's effective weights and fair shares from the ledger, and keep them as history.
 
-Demand per leaf queue = what runs now (open allocation intervals, per GPU type) + what waits
-(pending and bound workloads, counted on the cheapest GPU type that serves them, as placement
-would choose). Usage comes from the rollups plus the window's edges, so the cost does not grow
-with the number of events in the ledger.
+Demand per leaf queue follows `domain.demand`: what runs now (open allocation intervals, per GPU
+type) plus what waits (pending and bound workloads, on the cheapest GPU type that serves them, as
+placement would choose). Usage comes from the rollups plus the window's edges, so the cost does
+not grow with the number of events in the ledger.
+
+Runs in the caller's transaction and takes no lock of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from gpufair.domain.errors import NotFound
+from gpufair.domain.demand import queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
     FairShareResult,
     QueueDemand,
     compute_fair_shares,
 )
-from gpufair.domain.model import ClusterConfig, NodePool
+from gpufair.domain.model import ClusterConfig, NodePool, Workload
 from gpufair.domain.placement import adequate_types
 from gpufair.domain.stored_limits import within_limits
 from gpufair.domain.usage import finite_usage, window_bounds
-from gpufair.store import capacity_repo, config_repo, data_checks, fairshare_repo, rollup_repo
-from gpufair.store.workload_repo import workloads_in_states
+from gpufair.store import (
+    capacity_repo,
+    config_repo,
+    data_checks,
+    fairshare_repo,
+    rollup_repo,
+    workload_repo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,48 +48,29 @@ class Recomputed:
     warnings: tuple[str, ...] = ()
 
 
-def pool_of(config: ClusterConfig, name: str) -> NodePool:
-    for pool in config.pools:
-        if pool.name == name:
-            return pool
-    raise NotFound("pool", name)
-
-
 def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str, QueueDemand]:
-    allocated: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in conn.execute(
-        text(
-            "SELECT queue, gpu_type, sum(gpus) AS gpus FROM allocation_intervals "
-            "WHERE pool = :pool AND ended_at IS NULL GROUP BY queue, gpu_type"
-        ),
-        {"pool": pool.name},
-    ):
-        allocated[r.queue][r.gpu_type] += float(r.gpus)
-
+    """Each leaf queue's demand in `pool` now (`domain.demand`)."""
     gpu_types = {t.name: t for t in config.gpu_types}
     present = {n.gpu_type for n in config.nodes if n.pool == pool.name and n.ready}
-    pending: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for workload in workloads_in_states(conn, pool.name, ("pending", "bound")):
-        types = adequate_types(workload, gpu_types, present)
-        if types:
-            pending[workload.queue][types[0]] += workload.total_gpus
 
-    leaves = {q.name for q in config.queues} - {q.parent for q in config.queues if q.parent}
-    return {
-        queue: QueueDemand(
-            allocated_gpus_by_type=dict(allocated.get(queue, {})),
-            pending_gpus_by_type=dict(pending.get(queue, {})),
-        )
-        for queue in sorted(leaves)
-        if queue in allocated or queue in pending
-    }
+    def cheapest(workload: Workload) -> str | None:
+        types = adequate_types(workload, gpu_types, present)
+        return types[0] if types else None
+
+    return queue_demands(
+        (q.name for q in config.leaf_queues()),
+        workload_repo.held_gpus(conn, pool.name),
+        workload_repo.workloads_in_states(conn, pool.name, ("pending", "bound")),
+        cheapest,
+    )
 
 
 def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed:
     """Roll up, compute and store one pool's fair shares as of `now_s`, in the caller's
-    transaction."""
+    transaction. `NotFound` for an unknown pool. The stored config is read within the input
+    limits and stored history that is not finite is skipped; `warnings` says what was."""
     config, clamped = within_limits(config_repo.load_config(conn))
-    pool = pool_of(config, pool_name)
+    pool = config.pool(pool_name)
     rollup_repo.rollup_pool(conn, config, pool, now_s)
     usage, dropped = finite_usage(rollup_repo.decayed_usage(conn, config, pool, now_s))
     warnings = [*clamped, *history_warnings(conn, pool, now_s), *dropped]
