@@ -246,22 +246,27 @@ def static_problem_of_uuid(event: LedgerEvent, *, now_s: float) -> str | None:
     # PostgreSQL can store no NUL character in text, nor as \u0000 in JSON: caught here (with
     # the other control characters and over-long strings, domain/limits.py), the event is
     # refused alone instead of failing its whole batch.
-    if event.workload_uid:
-        problem = _text_problem("workload_uid", event.workload_uid, limits.MAX_UID_LEN)
+    # Each string is looked at once in C (length, isprintable); only a suspect one is examined.
+    uid, node = event.workload_uid, event.node
+    if len(uid) > limits.MAX_UID_LEN or not uid.isprintable():
+        problem = _text_problem("workload_uid", uid, limits.MAX_UID_LEN)
         if problem:
             return problem
-    if event.node:
-        problem = _text_problem("node", event.node, limits.MAX_NODE_NAME_LEN)
+    if len(node) > limits.MAX_NODE_NAME_LEN or not node.isprintable():
+        problem = _text_problem("node", node, limits.MAX_NODE_NAME_LEN)
         if problem:
             return problem
-    if len(event.pods) > limits.MAX_PODS:
+    pods = event.pods
+    if len(pods) > limits.MAX_PODS:
         return f"pods: more than {limits.MAX_PODS}"
-    for i, pod in enumerate(event.pods):
-        problem = _text_problem(f"pods[{i}].node", pod.node, limits.MAX_NODE_NAME_LEN)
-        if problem:
-            return problem
+    for pod in pods:
+        name = pod.node
+        if len(name) > limits.MAX_NODE_NAME_LEN or not name.isprintable():
+            problem = _text_problem(f"pods[{pods.index(pod)}].node", name, limits.MAX_NODE_NAME_LEN)
+            if problem:
+                return problem
         if len(pod.gpu_indices) > limits.MAX_GPUS_PER_NODE:
-            return f"pods[{i}].gpu_indices: more than {limits.MAX_GPUS_PER_NODE}"
+            return f"pods[{pods.index(pod)}].gpu_indices: more than {limits.MAX_GPUS_PER_NODE}"
     return None
 
 
