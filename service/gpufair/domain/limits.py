@@ -129,6 +129,9 @@ def number_violations(
     path: str, value: float, lo: float, hi: float, *, lo_open: bool = False
 ) -> list[Violation]:
     """A finite number in [lo, hi] (or (lo, hi] with `lo_open`)."""
+    kind = type(value)
+    if (kind is float or kind is int) and lo <= value <= hi and not (lo_open and value == lo):
+        return []  # the common case (NaN and infinities fail the comparisons)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return [Violation(path, f"must be a finite number, got {echo(value)}")]
     if value < lo or (lo_open and value == lo) or value > hi:
