@@ -97,12 +97,19 @@ def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) ->
     if isinstance(exc, Conflict):
         context.abort(grpc.StatusCode.ALREADY_EXISTS, message)
     if isinstance(exc, DomainError):
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        context.abort_with_status(
+            rpc_status.to_status(bad_request_status(message, (Violation("request", message),)))
+        )
     if _is_bad_value(exc):
-        # What the caller sent cannot be stored as is (a NUL byte in a string, a number or an
-        # instant out of the database's range): the caller's to fix, and nothing was written.
+        # What the caller sent cannot be stored as is (a number or an instant out of the
+        # database's range): the caller's to fix, and nothing was written. The input limits
+        # (domain/limits.py) should have caught it with the field named: a limit is missing.
         detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:300]
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"a value cannot be stored: {detail}")
+        log.warning("%s: a value passed the input limits but not the database: %s", method, detail)
+        refused = f"a value cannot be stored: {detail}"
+        context.abort_with_status(
+            rpc_status.to_status(bad_request_status(refused, (Violation("request", refused),)))
+        )
     if _is_timeout(exc):
         context.abort(
             grpc.StatusCode.DEADLINE_EXCEEDED, "the database did not answer in time; retry"
