@@ -117,14 +117,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info(
             "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
         )
-        running.stop(args.grace_s)
+        if not running.stop(args.grace_s):
+            log.warning("gRPC calls did not finish within the grace period; exiting without them")
         if jobs is not None:
             jobs.stop()
         engine.dispose()
         log.info("stopped")
     finally:
         db.close()
-    return 0
+    # Everything of ours is closed. Exit now rather than let the interpreter join threads that
+    # grpc may leave behind (seen after a malformed stream message): shutdown stays bounded.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
