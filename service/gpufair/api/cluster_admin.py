@@ -96,8 +96,8 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
                 raise FailedPrecondition(
                     f"this apply would delete all {deleted} stored objects of "
                     f"{'its kinds' if request.kinds else 'the config'} "
-                    f"({', '.join(k for k in KINDS if k in scope)}) and keep none; "
-                    "set confirm_delete_all if that is meant; nothing was changed"
+                    f"({', '.join(k for k in KINDS if k in scope)}) and keep none: "
+                    "set confirm_delete_all if that is meant. Nothing was changed."
                 )
             version = write(conn, final, changes, dry_run=request.dry_run)
             return pb.ApplyConfigResponse(
