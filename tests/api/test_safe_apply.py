@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+from sqlalchemy import Engine, text
 
 from gpufair.client import GpufairClient, field_violations
 from gpufair.config_file import parse_config
@@ -251,3 +252,45 @@ def test_dry_run_and_real_apply_refuse_the_same_things(client: GpufairClient) ->
         real = refusal(lambda: client.apply_config(config, **kw))  # noqa: B023
         assert dry == real and dry[0] != grpc.StatusCode.OK
     assert snapshot(client) == before
+
+
+def test_bound_work_and_evictions_in_flight_block_deletion(
+    client: GpufairClient, db: Engine
+) -> None:
+    client.apply_config(with_budget())
+    start(client, "job-1", "a1")
+    submit(client, "placed", queue="vision", pods=1, gpus=8)
+    reply = client.schedule("main")
+    assert [(b.uid, [p.node for p in b.pods]) for b in reply.binds] == [("placed", ["a2"])]
+    code, details = refusal(lambda: client.delete_objects("node", ["a2"]))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert details == (
+        "cannot delete node a2. In use: bound workload placed uses node a2. Nothing was changed."
+    )
+    code, details = refusal(lambda: client.delete_objects("gpu_type", ["a100"], dry_run=True))
+    assert "bound workload placed uses gpu_type a100" in details
+    assert "running workload job-1 uses gpu_type a100" in details
+    assert "node a1 uses gpu_type a100" in details
+
+    # A cycle evicted job-1 (llm) for `claimant` (a new queue): the claimant's queue must stay.
+    config = with_budget()
+    config.queues.add(name="claims")
+    client.apply_config(config)
+    submit(client, "claimant", queue="claims")
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO evictions (victim_uid, beneficiary_uid, pool, reason, cycle_id) "
+                "VALUES ('job-1', 'claimant', 'main', 'reclaim', 1)"
+            )
+        )
+    code, details = refusal(lambda: client.apply_config(with_budget()))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert details == (
+        "cannot delete queue claims. In use: workload claimant, awaiting the eviction of job-1, "
+        "uses queue claims. Nothing was changed."
+    )
+    # Once the victim has stopped, nothing awaits it: the queue may go.
+    assert report(client, event(STOPPED, "job-1", time.time() - 30))[0].status == STORED
+    removed = client.apply_config(with_budget())
+    assert [(c.kind, c.name) for c in removed.changes] == [("queue", "claims")]
