@@ -666,24 +666,49 @@ class ApplyConfigRequest(_message.Message):
     CONFIG_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    CONFIRM_DELETE_ALL_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
-    """validate and diff, write nothing"""
+    """Validate and diff, write nothing: the same checks and refusals as the real apply."""
     request_id: _builtins.str
     """idempotency key: a replay returns the stored reply"""
+    expected_version: _builtins.int
+    """Optimistic concurrency: when set, the apply goes through only if the stored config_version
+    is this one; otherwise FAILED_PRECONDITION naming the current version, and nothing is written.
+    """
+    confirm_delete_all: _builtins.bool
+    """An apply that would leave no object of its scope where some are stored (an empty config) is
+    refused with FAILED_PRECONDITION unless this is true. Deletions still follow the rules of
+    DeleteObjects either way.
+    """
     @_builtins.property
     def config(self) -> Global___ClusterConfig: ...
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Scope: the kinds this apply owns ("gpu_type", "pool", "node", "queue", "budget"). Objects of
+        other kinds are neither compared nor deleted, and the config must leave them out
+        (INVALID_ARGUMENT otherwise); references to them are checked against the stored ones.
+        Empty = every kind: the whole config.
+        """
+
     def __init__(
         self,
         *,
         config: Global___ClusterConfig | None = ...,
         dry_run: _builtins.bool = ...,
         request_id: _builtins.str = ...,
+        kinds: _abc.Iterable[_builtins.str] | None = ...,
+        expected_version: _builtins.int | None = ...,
+        confirm_delete_all: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "config", b"config", "expected_version", b"expected_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dry_run", b"dry_run", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "config", b"config", "confirm_delete_all", b"confirm_delete_all", "dry_run", b"dry_run", "expected_version", b"expected_version", "kinds", b"kinds", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
+    _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_version) -> _WhichOneofReturnType__expected_version | None: ...
 
 Global___ApplyConfigRequest: _TypeAlias = ApplyConfigRequest  # noqa: Y015
 
@@ -769,10 +794,13 @@ class DeleteObjectsRequest(_message.Message):
     NAMES_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """"gpu_type", "pool", "node", "queue" or "budget" """
     dry_run: _builtins.bool
     request_id: _builtins.str
+    expected_version: _builtins.int
+    """as in ApplyConfigRequest"""
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """all must exist"""
@@ -784,14 +812,163 @@ class DeleteObjectsRequest(_message.Message):
         names: _abc.Iterable[_builtins.str] | None = ...,
         dry_run: _builtins.bool = ...,
         request_id: _builtins.str = ...,
+        expected_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "dry_run", b"dry_run", "expected_version", b"expected_version", "kind", b"kind", "names", b"names", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
+    _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_version) -> _WhichOneofReturnType__expected_version | None: ...
+
+Global___DeleteObjectsRequest: _TypeAlias = DeleteObjectsRequest  # noqa: Y015
+
+@_typing.final
+class UpsertNodesRequest(_message.Message):
+    """Create or update nodes without owning the rest of the config: the API of a node-sync
+    controller (e.g. the Slurm bridge). Each node's pool and GPU type must already be declared.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    PRUNE_POOLS_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    dry_run: _builtins.bool
+    request_id: _builtins.str
+    expected_version: _builtins.int
+    """as in ApplyConfigRequest"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]:
+        """At most 100,000; names unique in the request. A node sent without `ready` keeps its stored
+        flag (a new one is ready), so syncing hardware does not undo a drain.
+        """
+
+    @_builtins.property
+    def prune_pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes of these pools that are absent from `nodes` are deleted, under the rules of
+        DeleteObjects (refused while bound or running work uses them). Empty = delete nothing.
+        """
+
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[Global___Node] | None = ...,
+        prune_pools: _abc.Iterable[_builtins.str] | None = ...,
+        dry_run: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+        expected_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "dry_run", b"dry_run", "expected_version", b"expected_version", "nodes", b"nodes", "prune_pools", b"prune_pools", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
+    _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_version) -> _WhichOneofReturnType__expected_version | None: ...
+
+Global___UpsertNodesRequest: _TypeAlias = UpsertNodesRequest  # noqa: Y015
+
+@_typing.final
+class UpsertNodesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGES_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    applied: _builtins.bool
+    """false for dry runs"""
+    config_version: _builtins.int
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigChange]:
+        """empty when every node is already as given"""
+
+    def __init__(
+        self,
+        *,
+        changes: _abc.Iterable[Global___ConfigChange] | None = ...,
+        applied: _builtins.bool = ...,
+        config_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "kind", b"kind", "names", b"names", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "changes", b"changes", "config_version", b"config_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___DeleteObjectsRequest: _TypeAlias = DeleteObjectsRequest  # noqa: Y015
+Global___UpsertNodesResponse: _TypeAlias = UpsertNodesResponse  # noqa: Y015
+
+@_typing.final
+class SetNodesReadyRequest(_message.Message):
+    """Mark nodes ready or not ready (drain): a not-ready node takes no new work; what runs on it
+    keeps running until the batch system reports it stopped.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMES_FIELD_NUMBER: _builtins.int
+    READY_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    ready: _builtins.bool
+    dry_run: _builtins.bool
+    request_id: _builtins.str
+    expected_version: _builtins.int
+    """as in ApplyConfigRequest"""
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """all must exist (NOT_FOUND names the first that does not)"""
+
+    def __init__(
+        self,
+        *,
+        names: _abc.Iterable[_builtins.str] | None = ...,
+        ready: _builtins.bool = ...,
+        dry_run: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+        expected_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "dry_run", b"dry_run", "expected_version", b"expected_version", "names", b"names", "ready", b"ready", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
+    _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_version) -> _WhichOneofReturnType__expected_version | None: ...
+
+Global___SetNodesReadyRequest: _TypeAlias = SetNodesReadyRequest  # noqa: Y015
+
+@_typing.final
+class SetNodesReadyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGES_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    applied: _builtins.bool
+    config_version: _builtins.int
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigChange]:
+        """only the nodes whose flag changed"""
+
+    def __init__(
+        self,
+        *,
+        changes: _abc.Iterable[Global___ConfigChange] | None = ...,
+        applied: _builtins.bool = ...,
+        config_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "changes", b"changes", "config_version", b"config_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetNodesReadyResponse: _TypeAlias = SetNodesReadyResponse  # noqa: Y015
 
 @_typing.final
 class DeleteObjectsResponse(_message.Message):

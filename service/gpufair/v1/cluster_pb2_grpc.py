@@ -50,6 +50,16 @@ class ClusterAdminStub:
                 request_serializer=gpufair_dot_v1_dot_cluster__pb2.DeleteObjectsRequest.SerializeToString,
                 response_deserializer=gpufair_dot_v1_dot_cluster__pb2.DeleteObjectsResponse.FromString,
                 _registered_method=True)
+        self.UpsertNodes = channel.unary_unary(
+                '/gpufair.v1.ClusterAdmin/UpsertNodes',
+                request_serializer=gpufair_dot_v1_dot_cluster__pb2.UpsertNodesRequest.SerializeToString,
+                response_deserializer=gpufair_dot_v1_dot_cluster__pb2.UpsertNodesResponse.FromString,
+                _registered_method=True)
+        self.SetNodesReady = channel.unary_unary(
+                '/gpufair.v1.ClusterAdmin/SetNodesReady',
+                request_serializer=gpufair_dot_v1_dot_cluster__pb2.SetNodesReadyRequest.SerializeToString,
+                response_deserializer=gpufair_dot_v1_dot_cluster__pb2.SetNodesReadyResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterAdminServicer:
@@ -57,7 +67,8 @@ class ClusterAdminServicer:
     """
 
     def ApplyConfig(self, request, context):
-        """Make the stored state equal `config`: objects absent from it are deleted. Idempotent.
+        """Make the stored state equal `config` (within `kinds`): objects absent from it are deleted,
+        under the rules of DeleteObjects (FAILED_PRECONDITION naming what blocks them). Idempotent.
         INVALID_ARGUMENT with one field violation per problem; nothing is written then.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -72,7 +83,22 @@ class ClusterAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteObjects(self, request, context):
-        """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION).
+        """Delete named objects of one kind; what still refers to them must go first, and bound or
+        running work (or an eviction in flight) must not use them (else FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpsertNodes(self, request, context):
+        """Create or update nodes (and prune a pool's missing ones) without touching other kinds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNodesReady(self, request, context):
+        """Drain or undrain nodes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,6 +121,16 @@ def add_ClusterAdminServicer_to_server(servicer, server):
                     servicer.DeleteObjects,
                     request_deserializer=gpufair_dot_v1_dot_cluster__pb2.DeleteObjectsRequest.FromString,
                     response_serializer=gpufair_dot_v1_dot_cluster__pb2.DeleteObjectsResponse.SerializeToString,
+            ),
+            'UpsertNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertNodes,
+                    request_deserializer=gpufair_dot_v1_dot_cluster__pb2.UpsertNodesRequest.FromString,
+                    response_serializer=gpufair_dot_v1_dot_cluster__pb2.UpsertNodesResponse.SerializeToString,
+            ),
+            'SetNodesReady': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNodesReady,
+                    request_deserializer=gpufair_dot_v1_dot_cluster__pb2.SetNodesReadyRequest.FromString,
+                    response_serializer=gpufair_dot_v1_dot_cluster__pb2.SetNodesReadyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +215,60 @@ class ClusterAdmin:
             '/gpufair.v1.ClusterAdmin/DeleteObjects',
             gpufair_dot_v1_dot_cluster__pb2.DeleteObjectsRequest.SerializeToString,
             gpufair_dot_v1_dot_cluster__pb2.DeleteObjectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufair.v1.ClusterAdmin/UpsertNodes',
+            gpufair_dot_v1_dot_cluster__pb2.UpsertNodesRequest.SerializeToString,
+            gpufair_dot_v1_dot_cluster__pb2.UpsertNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNodesReady(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufair.v1.ClusterAdmin/SetNodesReady',
+            gpufair_dot_v1_dot_cluster__pb2.SetNodesReadyRequest.SerializeToString,
+            gpufair_dot_v1_dot_cluster__pb2.SetNodesReadyResponse.FromString,
             options,
             channel_credentials,
             insecure,

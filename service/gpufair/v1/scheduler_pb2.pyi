@@ -542,3 +542,129 @@ class ExplainWorkloadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExplainWorkloadResponse: _TypeAlias = ExplainWorkloadResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkloadsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOL_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    pool: _builtins.str
+    """empty = every pool"""
+    queue: _builtins.str
+    """empty = every queue"""
+    page_size: _builtins.int
+    """1..10,000; 0 = 1,000"""
+    page_token: _builtins.str
+    """next_page_token of the previous page, with the same pool, queue and states; empty = the
+    first page. Anything else is INVALID_ARGUMENT (field page_token).
+    """
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"pending", "bound", "running", "finished", "cancelled"; empty = pending, bound and running."""
+
+    def __init__(
+        self,
+        *,
+        pool: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        states: _abc.Iterable[_builtins.str] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "pool", b"pool", "queue", b"queue", "states", b"states"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkloadsRequest: _TypeAlias = ListWorkloadsRequest  # noqa: Y015
+
+@_typing.final
+class WorkloadStatus(_message.Message):
+    """One workload as gpufair sees it now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    QUEUE_POSITION_FIELD_NUMBER: _builtins.int
+    PODS_FIELD_NUMBER: _builtins.int
+    GPU_TYPE_FIELD_NUMBER: _builtins.int
+    STATE_CHANGED_AT_FIELD_NUMBER: _builtins.int
+    EVICTING_FIELD_NUMBER: _builtins.int
+    state: _builtins.str
+    """"pending", "bound", "running", "finished" or "cancelled" """
+    reason_code: _builtins.str
+    """Pending: the reason code of the pool's last Schedule cycle ("" before any cycle saw it);
+    bound: "bound"; running: "running"; else "".
+    """
+    message: _builtins.str
+    """for people, from the same cycle"""
+    queue_position: _builtins.int
+    """Pending: 1-based place among its queue's pending workloads in the cycle's order (priority
+    class, highest first; then submit time; then uid); 0 otherwise.
+    """
+    gpu_type: _builtins.str
+    """Bound or running: the GPU type of its pods (comma-separated if its runs span several)."""
+    evicting: _builtins.bool
+    """an evict decision for it is in flight (awaiting its stop)"""
+    @_builtins.property
+    def workload(self) -> Global___Workload: ...
+    @_builtins.property
+    def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodBinding]:
+        """bound: where gpufair placed it; running: where it runs"""
+
+    @_builtins.property
+    def state_changed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        workload: Global___Workload | None = ...,
+        state: _builtins.str = ...,
+        reason_code: _builtins.str = ...,
+        message: _builtins.str = ...,
+        queue_position: _builtins.int = ...,
+        pods: _abc.Iterable[Global___PodBinding] | None = ...,
+        gpu_type: _builtins.str = ...,
+        state_changed_at: _timestamp_pb2.Timestamp | None = ...,
+        evicting: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state_changed_at", b"state_changed_at", "workload", b"workload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evicting", b"evicting", "gpu_type", b"gpu_type", "message", b"message", "pods", b"pods", "queue_position", b"queue_position", "reason_code", b"reason_code", "state", b"state", "state_changed_at", b"state_changed_at", "workload", b"workload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadStatus: _TypeAlias = WorkloadStatus  # noqa: Y015
+
+@_typing.final
+class ListWorkloadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOADS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """empty on the last page"""
+    @_builtins.property
+    def workloads(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadStatus]:
+        """ordered by pool, queue, queue_position, uid"""
+
+    def __init__(
+        self,
+        *,
+        workloads: _abc.Iterable[Global___WorkloadStatus] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "workloads", b"workloads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkloadsResponse: _TypeAlias = ListWorkloadsResponse  # noqa: Y015

@@ -55,6 +55,11 @@ class SchedulerStub:
                 request_serializer=gpufair_dot_v1_dot_scheduler__pb2.ExplainWorkloadRequest.SerializeToString,
                 response_deserializer=gpufair_dot_v1_dot_scheduler__pb2.ExplainWorkloadResponse.FromString,
                 _registered_method=True)
+        self.ListWorkloads = channel.unary_unary(
+                '/gpufair.v1.Scheduler/ListWorkloads',
+                request_serializer=gpufair_dot_v1_dot_scheduler__pb2.ListWorkloadsRequest.SerializeToString,
+                response_deserializer=gpufair_dot_v1_dot_scheduler__pb2.ListWorkloadsResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -86,6 +91,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkloads(self, request, context):
+        """What gpufair holds, with each pending workload's reason and place in its queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +120,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ExplainWorkload,
                     request_deserializer=gpufair_dot_v1_dot_scheduler__pb2.ExplainWorkloadRequest.FromString,
                     response_serializer=gpufair_dot_v1_dot_scheduler__pb2.ExplainWorkloadResponse.SerializeToString,
+            ),
+            'ListWorkloads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkloads,
+                    request_deserializer=gpufair_dot_v1_dot_scheduler__pb2.ListWorkloadsRequest.FromString,
+                    response_serializer=gpufair_dot_v1_dot_scheduler__pb2.ListWorkloadsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +236,33 @@ class Scheduler:
             '/gpufair.v1.Scheduler/ExplainWorkload',
             gpufair_dot_v1_dot_scheduler__pb2.ExplainWorkloadRequest.SerializeToString,
             gpufair_dot_v1_dot_scheduler__pb2.ExplainWorkloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkloads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpufair.v1.Scheduler/ListWorkloads',
+            gpufair_dot_v1_dot_scheduler__pb2.ListWorkloadsRequest.SerializeToString,
+            gpufair_dot_v1_dot_scheduler__pb2.ListWorkloadsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,8 @@ class SchedulerStub:
     Schedule: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ScheduleRequest, _scheduler_pb2.ScheduleResponse]
     """One cycle (allocate, reclaim, preempt) for a pool; serialised per pool across replicas."""
     ExplainWorkload: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ExplainWorkloadRequest, _scheduler_pb2.ExplainWorkloadResponse]
+    ListWorkloads: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListWorkloadsRequest, _scheduler_pb2.ListWorkloadsResponse]
+    """What gpufair holds, with each pending workload's reason and place in its queue."""
 
 @_typing.type_check_only
 class SchedulerAsyncStub(SchedulerStub):
@@ -51,6 +53,8 @@ class SchedulerAsyncStub(SchedulerStub):
     Schedule: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ScheduleRequest, _scheduler_pb2.ScheduleResponse]  # type: ignore[assignment]
     """One cycle (allocate, reclaim, preempt) for a pool; serialised per pool across replicas."""
     ExplainWorkload: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ExplainWorkloadRequest, _scheduler_pb2.ExplainWorkloadResponse]  # type: ignore[assignment]
+    ListWorkloads: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListWorkloadsRequest, _scheduler_pb2.ListWorkloadsResponse]  # type: ignore[assignment]
+    """What gpufair holds, with each pending workload's reason and place in its queue."""
 
 class SchedulerServicer(metaclass=_abc_1.ABCMeta):
     """Where to place work."""
@@ -83,5 +87,13 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduler_pb2.ExplainWorkloadRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.ExplainWorkloadResponse, _abc.Awaitable[_scheduler_pb2.ExplainWorkloadResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListWorkloads(
+        self,
+        request: _scheduler_pb2.ListWorkloadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ListWorkloadsResponse, _abc.Awaitable[_scheduler_pb2.ListWorkloadsResponse]]:
+        """What gpufair holds, with each pending workload's reason and place in its queue."""
 
 def add_SchedulerServicer_to_server(servicer: SchedulerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
