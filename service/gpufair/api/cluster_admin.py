@@ -13,6 +13,9 @@ are stored, as an empty config (or a message that decodes as one) asks, needs
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import grpc
 from sqlalchemy import Connection, Engine
 
@@ -63,8 +66,9 @@ def _count(config: ClusterConfig) -> int:
 
 
 class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
+        self.clock = clock
 
     def ApplyConfig(
         self, request: pb.ApplyConfigRequest, context: grpc.ServicerContext
@@ -100,7 +104,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
                     f"({', '.join(k for k in KINDS if k in scope)}) and keep none: "
                     "set confirm_delete_all if that is meant. Nothing was changed."
                 )
-            version = write(conn, final, changes, dry_run=request.dry_run)
+            version = write(conn, final, changes, dry_run=request.dry_run, now_s=self.clock())
             return pb.ApplyConfigResponse(
                 changes=changes_to_proto(changes),
                 warnings=config_warnings(final),
@@ -148,7 +152,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
                 raise NotFound(request.kind, missing[0][:200])
             final = _without(stored, request.kind, names)
             changes = diff_configs(stored, final)
-            version = write(conn, final, changes, dry_run=request.dry_run)
+            version = write(conn, final, changes, dry_run=request.dry_run, now_s=self.clock())
             return pb.DeleteObjectsResponse(
                 changes=changes_to_proto(changes),
                 applied=not request.dry_run,
@@ -181,7 +185,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
             dry_run=request.dry_run,
             lock_key=locks.CONFIG,
             reply_type=pb.UpsertNodesResponse,
-            work=lambda conn: node_admin.upsert_nodes(conn, request),
+            work=lambda conn: node_admin.upsert_nodes(conn, request, self.clock()),
         )
 
     def SetNodesReady(
@@ -199,5 +203,5 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
             dry_run=request.dry_run,
             lock_key=locks.CONFIG,
             reply_type=pb.SetNodesReadyResponse,
-            work=lambda conn: node_admin.set_nodes_ready(conn, request),
+            work=lambda conn: node_admin.set_nodes_ready(conn, request, self.clock()),
         )

@@ -8,7 +8,6 @@ rolled back: it refuses exactly what the real call would, and leaves nothing beh
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, text
@@ -67,6 +66,7 @@ def write(
     changes: Sequence[ConfigChange],
     *,
     dry_run: bool,
+    now_s: float,
 ) -> int:
     """Make `changes` (the diff from the stored config to `final`) once the deletion rules
     allow them; returns the config version after them (for a dry run: the current one)."""
@@ -76,7 +76,7 @@ def write(
         return version
     config_repo.apply_changes(conn, final, changes)
     new_version = config_repo.record_version(conn, changes)
-    capacity_repo.record_if_changed(conn, time.time(), "config")
+    capacity_repo.record_if_changed(conn, now_s, "config")
     if dry_run:
         # What the commit would check, checked now; the caller's transaction is rolled back.
         conn.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))

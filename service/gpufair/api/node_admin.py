@@ -28,7 +28,9 @@ from gpufair.store import config_repo
 from gpufair.v1 import cluster_pb2 as pb
 
 
-def upsert_nodes(conn: Connection, request: pb.UpsertNodesRequest) -> pb.UpsertNodesResponse:
+def upsert_nodes(
+    conn: Connection, request: pb.UpsertNodesRequest, now_s: float
+) -> pb.UpsertNodesResponse:
     stored = config_repo.load_config(conn)
     check_version(conn, request)
     sent, problems = config_from_proto(pb.ClusterConfig(nodes=request.nodes))
@@ -56,13 +58,15 @@ def upsert_nodes(conn: Connection, request: pb.UpsertNodesRequest) -> pb.UpsertN
         stored, nodes=tuple(sorted([*kept, *listed.values()], key=lambda n: n.name))
     )
     changes = diff_configs(stored, final)
-    version = write(conn, final, changes, dry_run=request.dry_run)
+    version = write(conn, final, changes, dry_run=request.dry_run, now_s=now_s)
     return pb.UpsertNodesResponse(
         changes=changes_to_proto(changes), applied=not request.dry_run, config_version=version
     )
 
 
-def set_nodes_ready(conn: Connection, request: pb.SetNodesReadyRequest) -> pb.SetNodesReadyResponse:
+def set_nodes_ready(
+    conn: Connection, request: pb.SetNodesReadyRequest, now_s: float
+) -> pb.SetNodesReadyResponse:
     stored = config_repo.load_config(conn)
     check_version(conn, request)
     known = {n.name for n in stored.nodes}
@@ -78,7 +82,7 @@ def set_nodes_ready(conn: Connection, request: pb.SetNodesReadyRequest) -> pb.Se
         ),
     )
     changes = diff_configs(stored, final)
-    version = write(conn, final, changes, dry_run=request.dry_run)
+    version = write(conn, final, changes, dry_run=request.dry_run, now_s=now_s)
     return pb.SetNodesReadyResponse(
         changes=changes_to_proto(changes), applied=not request.dry_run, config_version=version
     )

@@ -89,7 +89,7 @@ def build_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine), server)
+    cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine, clock), server)
     scheduler = SchedulerServicer(engine, clock)
     ledger = LedgerServicer(engine, clock)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
