@@ -25,7 +25,7 @@ run: $(VENV)/.installed
 
 ## Install and run the tests.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 ## Lint, format check, types, generated code and migrations.
 lint: $(VENV)/.installed

@@ -90,7 +90,7 @@ def observe_fair_shares(result: FairShareResult) -> None:
         labels = (result.pool, share.queue)
         FAIR_SHARE.labels(*labels).set(share.fair_share_cu)
         ALLOCATED.labels(*labels).set(share.allocated_cu)
-        DECAYED_USAGE.labels(*labels).set(share.usage_cu_s)
+        DECAYED_USAGE.labels(*labels).set(share.decayed_usage_cu_s)
         EFFECTIVE_WEIGHT.labels(*labels).set(share.effective_weight)
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sqlalchemy import Engine, text
 
+from gpufair.api.server import build_server
 from gpufair.client import GpufairClient, field_violations
 from gpufair.config_file import load_config_file, parse_config
 from gpufair.v1 import cluster_pb2 as pb
@@ -219,3 +221,25 @@ def test_deleting_a_parent_queue_with_children_is_refused(client: GpufairClient)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     client.delete_objects("queue", ["dept", "team-a", "team-b"])
     assert client.get_config().config.queues == []
+
+
+def test_config_changes_are_stamped_by_the_servers_clock(db: Engine) -> None:
+    """ClusterAdmin reads the instant from the clock it is given, like the other services: the
+    pool's capacity history starts when the (pinned) clock says the config was applied."""
+    pinned_s = 1_767_225_600.0  # 2026-01-01 00:00 UTC
+    running = build_server(db, "127.0.0.1:0", max_workers=2, clock=lambda: pinned_s)
+    try:
+        with GpufairClient(f"127.0.0.1:{running.port}", attempts=1) as c:
+            c.apply_config(small_config())
+            c.upsert_nodes([pb.Node(name="n3", pool="main", gpu_type="a100-80gb", gpu_count=8)])
+    finally:
+        running.stop(1.0)
+    with db.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT extract(epoch FROM changed_at)::float8, capacity_cu "
+                "FROM pool_capacity_changes WHERE pool = 'main'"
+            )
+        ).all()
+    # Both changes at the pinned instant: the upsert's 80 CU more replaced the first row.
+    assert [tuple(r) for r in rows] == [(pinned_s, 8 * 10 + 4 * 2 + 8 * 10)]

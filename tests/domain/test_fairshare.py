@@ -329,7 +329,7 @@ def test_explain_record_carries_every_number_of_the_division() -> None:
     assert a.guaranteed_cu == 100
     assert a.fair_share_cu == pytest.approx(100 + 800 * 1.25 / 1.75)
     assert a.over_quota_share_cu == pytest.approx(800 * 1.25 / 1.75)
-    assert (a.usage_cu_s, a.group_capacity_cu_s) == (200.0, 800.0)
+    assert (a.decayed_usage_cu_s, a.group_capacity_cu_s) == (200.0, 800.0)
     assert a.fair_share_gpus_by_type == pytest.approx({"a100": a.fair_share_cu / 10})
     assert a.allocated_gpus_by_type == {"a100": 40}
     assert a.demand_gpus_by_type == {"a100": 100}

@@ -16,11 +16,7 @@ from gpufair.domain.limits import (
     text_violations,
 )
 from gpufair.domain.model import ClusterConfig, Node, Queue, frozen_map
-from gpufair.domain.request_rules import (
-    list_workloads_violations,
-    set_nodes_ready_violations,
-    upsert_nodes_request_violations,
-)
+from gpufair.domain.request_rules import object_names_violations, prune_pools_violations
 from gpufair.domain.usage import UsageInputs, finite_usage
 
 
@@ -82,7 +78,7 @@ def test_depth_check_is_linear_in_the_number_of_queues() -> None:
     assert too_deep[0] == Violation("queues[16].parent", "queue tree deeper than 16 levels (17)")
 
 
-def test_validators_for_the_node_and_listing_rpcs() -> None:
+def test_validators_for_the_node_rpcs() -> None:
     nodes = (
         Node("n1", "main", "a100", 8, 64_000, 512_000, labels=frozen_map({"rack": "r\x00"})),
         Node("n1", "ghost", "a100", 2000, 64_000, 512_000),
@@ -93,20 +89,16 @@ def test_validators_for_the_node_and_listing_rpcs() -> None:
         Violation("nodes[1].pool", "unknown pool 'ghost'"),
         Violation("nodes[1].gpu_count", "must be in [0, 1024], got 2000"),
     ]
-    assert upsert_nodes_request_violations(["main", ""], "r" * 201) == [
+    assert prune_pools_violations(["main", "", "p" * 64]) == [
         Violation("prune_pools[1]", "is required"),
-        Violation("request_id", "longer than 200 characters (201)"),
+        Violation("prune_pools[2]", "longer than 63 characters (64)"),
     ]
-    assert set_nodes_ready_violations([], "") == [Violation("names", "name at least one object")]
-    assert list_workloads_violations("main", "", ["pending", "asleep", "pending"], 10_001, "") == [
-        Violation(
-            "states[1]",
-            "must be one of pending, bound, running, finished, cancelled, got 'asleep'",
-        ),
-        Violation("states[2]", "'pending' listed twice"),
-        Violation("page_size", "must be between 0 and 10000"),
+    assert object_names_violations("names", "node", []) == [
+        Violation("names", "name at least one node")
     ]
-    assert list_workloads_violations("", "", [], 0, "") == []
+    assert object_names_violations("names", "node", ["n1", "n\x002"]) == [
+        Violation("names[1]", "contains a NUL character (U+0000)")
+    ]
 
 
 def test_usage_that_is_not_finite_counts_as_no_history() -> None:

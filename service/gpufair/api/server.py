@@ -40,6 +40,8 @@ SERVICE_NAMES = (
 )
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_GRACE_S = 10.0
+# How long past the grace period `stop` waits for grpc to finish cancelling calls.
+SHUTDOWN_MARGIN_S = 5.0
 
 
 @dataclass
@@ -48,10 +50,16 @@ class RunningServer:
     port: int
     health: health.HealthServicer
 
-    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
-        """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls."""
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
+        """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
+        still running after `grace_s` are cancelled.
+
+        Bounded: returns False when grpc has not finished within `grace_s + SHUTDOWN_MARGIN_S`.
+        That happens: after a client stream sent a message grpc could not deserialize, grpc's
+        shutdown was seen never to complete. Nothing acknowledged depends on it (a reply is sent
+        only after its commit), so the process exits anyway (`gpufair serve`)."""
         self.health.enter_graceful_shutdown()
-        self.server.stop(grace_s).wait()
+        return self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
 
 
 def build_server(
@@ -81,7 +89,7 @@ def build_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine), server)
+    cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine, clock), server)
     scheduler = SchedulerServicer(engine, clock)
     ledger = LedgerServicer(engine, clock)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)

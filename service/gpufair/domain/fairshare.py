@@ -122,7 +122,7 @@ class QueueShare:
     guaranteed_cu: float  # phase 1: min(deserved, allowed demand), shrunk only under scarcity
     competes_over_quota: bool
     weight_share: float  # W'
-    usage_cu_s: float  # decayed usage numerator
+    decayed_usage_cu_s: float  # decayed usage numerator
     group_capacity_cu_s: float  # decayed capacity denominator of the queue's sibling group
     usage_share: float  # U'
     priority_weight: float  # P = max(0, W' + k (W' - U'))
@@ -541,7 +541,7 @@ def _explain(
         guaranteed_cu=state.guaranteed_cu,
         competes_over_quota=state.competes,
         weight_share=state.weight_share,
-        usage_cu_s=usage.usage_cu_s.get(state.name, 0.0),
+        decayed_usage_cu_s=usage.usage_cu_s.get(state.name, 0.0),
         group_capacity_cu_s=usage.group_capacity_cu_s.get(state.parent, 0.0),
         usage_share=state.usage_share,
         priority_weight=state.priority_weight,

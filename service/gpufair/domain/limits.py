@@ -60,7 +60,7 @@ MAX_NODE_NAME_LEN = 253
 MAX_UID_LEN = 253  # workload uids
 MAX_LABEL_KEY_LEN = 63
 MAX_LABEL_VALUE_LEN = 253
-MAX_TEXT_LEN = 253  # any other short string: a topology level, a kind, a state, a page token
+MAX_TEXT_LEN = 253  # any other short string: a topology level, a kind, a state
 MAX_REQUEST_ID_LEN = 200
 
 # Lists and trees.
@@ -72,6 +72,7 @@ MAX_EVENTS_PER_BATCH = 50_000
 MAX_QUEUE_DEPTH = 16
 MAX_PAGE_SIZE = 10_000
 DEFAULT_PAGE_SIZE = 1_000
+MAX_PAGE_TOKEN_LEN = 2_048  # tokens are issued by gpufair: a sort key and a digest, encoded
 
 # Error output.
 MAX_VIOLATIONS_SHOWN = 20

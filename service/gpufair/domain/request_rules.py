@@ -1,5 +1,6 @@
 """The fields of requests that are not objects of the config or workloads: request ids, names
-that look something up, kinds, states, pages, time ranges. Each function returns every violation
+that look something up, kinds, node names, pools to prune, time ranges. (Scopes of kinds:
+`config_scope.kinds_violations`; ListWorkloads' states and pages: `api/workload_listing.py`.) Each function returns every violation
 with its field path; the limits are those of `domain/limits.py`.
 
 A name that looks something up is checked before the lookup, so a NUL byte or a megabyte of name
@@ -14,8 +15,6 @@ from gpufair.domain import limits
 from gpufair.domain.config_diff import KINDS
 from gpufair.domain.errors import Violation
 from gpufair.domain.limits import text_violations, texts_violations, timestamp_violations
-
-WORKLOAD_STATES = ("pending", "bound", "running", "finished", "cancelled")
 
 
 def request_id_violations(request_id: str, path: str = "request_id") -> list[Violation]:
@@ -36,7 +35,7 @@ def object_names_violations(path: str, kind: str, names: Sequence[str]) -> list[
     """Names of config objects of `kind` (DeleteObjects, SetNodesReady): at least one, at most
     MAX_OBJECTS, each a bounded string without control characters."""
     if not names:
-        return [Violation(path, "name at least one object")]
+        return [Violation(path, f"name at least one {'node' if kind == 'node' else 'object'}")]
     max_len = {
         "node": limits.MAX_NODE_NAME_LEN,
         "budget": 2 * limits.MAX_NAME_LEN + 8,  # "queue/period/pool"
@@ -50,55 +49,9 @@ def kind_violations(path: str, kind: str) -> list[Violation]:
     return []
 
 
-def kinds_violations(path: str, kinds: Sequence[str]) -> list[Violation]:
-    """A scope of kinds (ApplyConfigRequest.kinds): known kinds, each once."""
-    if len(kinds) > len(KINDS):
-        return [Violation(path, f"at most {len(KINDS)} kinds")]
-    out: list[Violation] = []
-    for i, kind in enumerate(kinds):
-        out += kind_violations(f"{path}[{i}]", kind)
-        if kind in kinds[:i]:
-            out.append(Violation(f"{path}[{i}]", f"{kind!r} listed twice"))
-    return out
-
-
-def upsert_nodes_request_violations(prune_pools: Sequence[str], request_id: str) -> list[Violation]:
-    """UpsertNodesRequest's fields besides the nodes (those: `config_rules.validate_nodes`)."""
-    return [
-        *texts_violations("prune_pools", prune_pools, limits.MAX_PRUNE_POOLS, limits.MAX_NAME_LEN),
-        *request_id_violations(request_id),
-    ]
-
-
-def set_nodes_ready_violations(names: Sequence[str], request_id: str) -> list[Violation]:
-    """SetNodesReadyRequest: node names and the request id."""
-    return [*object_names_violations("names", "node", names), *request_id_violations(request_id)]
-
-
-def list_workloads_violations(
-    pool: str, queue: str, states: Sequence[str], page_size: int, page_token: str
-) -> list[Violation]:
-    """ListWorkloadsRequest: optional pool and queue names, known states each once, a page size
-    of 0 (the default) to MAX_PAGE_SIZE, and a bounded page token."""
-    out = name_violations("pool", pool, required=False)
-    out += name_violations("queue", queue, required=False)
-    if len(states) > len(WORKLOAD_STATES):
-        out.append(Violation("states", f"at most {len(WORKLOAD_STATES)} states"))
-    else:
-        for i, state in enumerate(states):
-            if state not in WORKLOAD_STATES:
-                out.append(
-                    Violation(
-                        f"states[{i}]",
-                        f"must be one of {', '.join(WORKLOAD_STATES)}, got {limits.echo(state)}",
-                    )
-                )
-            elif state in states[:i]:
-                out.append(Violation(f"states[{i}]", f"{state!r} listed twice"))
-    if not 0 <= page_size <= limits.MAX_PAGE_SIZE:
-        out.append(Violation("page_size", f"must be between 0 and {limits.MAX_PAGE_SIZE}"))
-    out += text_violations("page_token", page_token, limits.MAX_TEXT_LEN)
-    return out
+def prune_pools_violations(prune_pools: Sequence[str]) -> list[Violation]:
+    """UpsertNodesRequest.prune_pools: at most MAX_PRUNE_POOLS pool names."""
+    return texts_violations("prune_pools", prune_pools, limits.MAX_PRUNE_POOLS, limits.MAX_NAME_LEN)
 
 
 def time_range_violations(

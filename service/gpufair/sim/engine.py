@@ -541,7 +541,7 @@ class Simulation:
                         fair_share_cu=share.fair_share_cu if share else 0.0,
                         effective_weight=share.effective_weight if share else 0.0,
                         usage_share=share.usage_share if share else 0.0,
-                        usage_cu_s=share.usage_cu_s if share else 0.0,
+                        usage_cu_s=share.decayed_usage_cu_s if share else 0.0,
                     )
                 )
             pool.fragmented.append(self._fragmented_gpus(pool))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Connection, text
+from sqlalchemy.dialects import postgresql
 
 from gpufair.domain.fairshare import FairShareResult
+from gpufair.store.ledger_tables import fair_share_history
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,10 @@ class StoredRun:
     shares: tuple[StoredShare, ...]
 
 
+def _jsonable(value: object) -> object:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
 def store_run(
     conn: Connection, result: FairShareResult, computed_at_s: float, config_version: int
 ) -> int:
@@ -60,41 +66,16 @@ def store_run(
         ).scalar_one()
     )
     rows = [
-        {
-            "queue": s.queue,
-            "parent": s.parent,
-            "priority": s.priority,
-            "deserved_cu": s.deserved_cu,
-            "demand_cu": s.demand_cu,
-            "limit_cu": s.limit_cu,
-            "allocated_cu": s.allocated_cu,
-            "weight_share": s.weight_share,
-            "usage_share": s.usage_share,
-            "priority_weight": s.priority_weight,
-            "effective_weight": s.effective_weight,
-            "fair_share_cu": s.fair_share_cu,
-            "decayed_usage_cu_s": s.usage_cu_s,
-            "by_type": dict(s.fair_share_gpus_by_type),
-        }
-        for s in result.shares.values()
+        {name: _jsonable(getattr(share, name)) for name in _STORED}
+        for share in result.shares.values()
     ]
     if rows:
         conn.execute(
             text(
-                """
-                INSERT INTO fair_share_history
-                    (run_id, queue, pool, computed_at, parent, priority, deserved_cu, demand_cu,
-                     limit_cu, allocated_cu, weight_share, usage_share, priority_weight,
-                     effective_weight, fair_share_cu, decayed_usage_cu_s, fair_share_gpus_by_type)
-                SELECT :run, r.queue, :pool, to_timestamp(:at), r.parent, r.priority,
-                       r.deserved_cu, r.demand_cu, r.limit_cu, r.allocated_cu, r.weight_share,
-                       r.usage_share, r.priority_weight, r.effective_weight, r.fair_share_cu,
-                       r.decayed_usage_cu_s, r.by_type
-                FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(
-                    queue text, parent text, priority int, deserved_cu float8, demand_cu float8,
-                    limit_cu float8, allocated_cu float8, weight_share float8,
-                    usage_share float8, priority_weight float8, effective_weight float8,
-                    fair_share_cu float8, decayed_usage_cu_s float8, by_type jsonb)
+                f"""
+                INSERT INTO fair_share_history (run_id, pool, computed_at, {", ".join(_STORED)})
+                SELECT :run, :pool, to_timestamp(:at), {", ".join(f"r.{c}" for c in _STORED)}
+                FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r({_RECORD_TYPES})
                 """
             ),
             {"run": run_id, "pool": result.pool, "at": computed_at_s, "doc": json.dumps(rows)},
@@ -102,31 +83,19 @@ def store_run(
     return run_id
 
 
-_SHARE_COLUMNS = (
-    "extract(epoch FROM computed_at)::float8 AS at, queue, parent, priority, deserved_cu, "
-    "demand_cu, limit_cu, allocated_cu, weight_share, usage_share, priority_weight, "
-    "effective_weight, fair_share_cu, decayed_usage_cu_s, fair_share_gpus_by_type"
+# The stored record's columns, in StoredShare's order after its instant: written from the domain's
+# QueueShare (same names) and read back into StoredShare, so a column is named in one place.
+_STORED = tuple(f.name for f in fields(StoredShare))[1:]
+_PG = postgresql.dialect()  # type: ignore[no-untyped-call]
+# The record type jsonb_to_recordset reads the rows as: each column's type from the table.
+_RECORD_TYPES = ", ".join(
+    f"{c} {fair_share_history.c[c].type.compile(dialect=_PG)}" for c in _STORED
 )
+_SHARE_COLUMNS = f"extract(epoch FROM computed_at)::float8 AS at, {', '.join(_STORED)}"
 
 
 def _share(r: Any) -> StoredShare:
-    return StoredShare(
-        r.at,
-        r.queue,
-        r.parent,
-        r.priority,
-        r.deserved_cu,
-        r.demand_cu,
-        r.limit_cu,
-        r.allocated_cu,
-        r.weight_share,
-        r.usage_share,
-        r.priority_weight,
-        r.effective_weight,
-        r.fair_share_cu,
-        r.decayed_usage_cu_s,
-        dict(r.fair_share_gpus_by_type),
-    )
+    return StoredShare(r.at, *(getattr(r, c) for c in _STORED))
 
 
 def latest_run(conn: Connection, pool: str) -> StoredRun | None:
