@@ -207,3 +207,32 @@ def test_far_timestamps_in_reads_are_invalid_argument(client: GpufairClient) -> 
         "since": "must be an instant between 1970-01-01 and 9999-12-31 (UTC)",
         "until.nanos": "must be in [0, 999999999]",
     }
+
+
+def test_the_node_and_listing_rpcs_keep_the_same_limits(client: GpufairClient) -> None:
+    client.apply_config(small_cluster())
+    node = cluster_pb2.Node(
+        name="n2", pool="main", gpu_type="a100", gpu_count=8, labels={"rack": "r\x002"}
+    )
+    for dry_run in (True, False):
+        error = refused(lambda dry=dry_run: client.upsert_nodes([node], dry_run=dry))
+        assert fields_of(error) == {"nodes[0].labels[rack]": "contains a NUL character (U+0000)"}
+    huge = cluster_pb2.Node(name="n3", pool="main", gpu_type="a100", gpu_count=8)
+    huge.cpu_millicores = 2**63 - 1
+    assert fields_of(refused(lambda: client.upsert_nodes([huge]))) == {
+        "nodes[0].cpu_millicores": "must be in [0, 1e+09], got 9.22337e+18"
+    }
+    assert fields_of(refused(lambda: client.upsert_nodes([], prune_pools=["m\x00"]))) == {
+        "prune_pools[0]": "contains a NUL character (U+0000)"
+    }
+    assert fields_of(refused(lambda: client.set_nodes_ready(["n1", "x" * MB], False))) == {
+        "names[1]": f"longer than 253 characters ({MB})"
+    }
+    assert fields_of(refused(lambda: client.list_workloads(pool="main\x00"))) == {
+        "pool": "contains a NUL character (U+0000)"
+    }
+    token = scheduler_pb2.ListWorkloadsRequest(page_token="t" * MB)
+    assert fields_of(refused(lambda: client.scheduler.ListWorkloads(token))) == {
+        "page_token": "longer than 2048 characters"
+    }
+    assert client.get_config().config.nodes[0].labels["rack"] == "r1"
