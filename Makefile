@@ -7,7 +7,8 @@ BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The last release: `make proto-check` refuses changes to the proto that would break its clients.
-PROTO_RELEASE ?= v0.1.0
+# The commit tagged v0.1.0, named by its hash: a tag does not always travel with a clone of main.
+PROTO_RELEASE ?= 892a6e9356473fc474a746c98714bc9353d62ccb
 
 .PHONY: run test lint check-generated proto proto-check clean
 
