@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from tls_support import write_pki
 
 from gpufair.addresses import is_local_address, split_address
-from gpufair.cli_auth import (
+from gpufair.cli.auth import (
     AuthSetupError,
     add_auth_client_options,
     check_listen,

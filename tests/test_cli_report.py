@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from gpufair.api.server import RunningServer
 from gpufair.cli import main
-from gpufair.cli_report import add_report_commands, parse_by
+from gpufair.cli.report import add_report_commands, parse_by
 from gpufair.client import GpufairClient
 from gpufair.config_file import load_config_file
 

@@ -8,8 +8,8 @@ import argparse
 import pytest
 from sqlalchemy import Engine
 
-from gpufair.cli import _add_database_options
-from gpufair.cli_auth import AuthSetupError, add_token_commands
+from gpufair.cli.auth import AuthSetupError, add_token_commands
+from gpufair.cli.main import _add_database_options
 from gpufair.store import token_repo
 from gpufair.tokens import Role
 

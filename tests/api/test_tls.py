@@ -15,7 +15,7 @@ from tls_support import Pki, write_pki
 
 from gpufair.api.auth import auth_interceptor
 from gpufair.api.server import build_server
-from gpufair.cli_auth import AuthSetupError, server_credentials
+from gpufair.cli.auth import AuthSetupError, server_credentials
 from gpufair.client import GpufairClient
 from gpufair.store import token_repo
 from gpufair.tokens import Role

@@ -18,7 +18,7 @@ once (it was never cached). A cache miss also sets the token's `last_used_at` wh
 than a minute old (store/token_repo.py).
 
 Auth is off unless the server is started with tokens required (`auth_interceptor(engine,
-required=True)`): the quick start on 127.0.0.1 needs no token. `gpufair.cli_auth.check_listen`
+required=True)`): the quick start on 127.0.0.1 needs no token. `gpufair.cli.auth.check_listen`
 refuses to serve a non-loopback address that way.
 
 The interceptor sits inside MetricsInterceptor (refused calls are counted with their status) and

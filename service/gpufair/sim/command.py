@@ -1,6 +1,6 @@
 """`gpufair simulate SCENARIO.yaml --out DIR [--compare] [--seed N] [--trace-dir DIR]`.
 
-`add_simulate_command(subparsers)` adds the command to the `gpufair` parser (cli.py calls it).
+`add_simulate_command(subparsers)` adds the command to the `gpufair` parser (cli/main.py calls it).
 A run writes into DIR what `outputs` and `plots` describe and prints the summary table. With
 `--compare`, each policy's files go to DIR/classic and DIR/time-based, and DIR gets the overlaid
 plots, one summary table of both (summary.txt) and a summary.json holding both runs.

@@ -18,7 +18,7 @@ import grpc
 from google.protobuf import json_format
 
 from gpufair import __version__
-from gpufair.cli_auth import (
+from gpufair.cli.auth import (
     AuthSetupError,
     add_auth_client_options,
     add_serve_auth_options,
@@ -27,7 +27,7 @@ from gpufair.cli_auth import (
     client_auth_kwargs,
     server_credentials,
 )
-from gpufair.cli_report import add_report_commands
+from gpufair.cli.report import add_report_commands
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
 from gpufair.domain.config_diff import KINDS

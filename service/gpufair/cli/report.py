@@ -5,7 +5,7 @@
 
     gpufair report fairshare --pool main
 
-Registered by cli.py through `add_report_commands`.
+Registered by cli/main.py through `add_report_commands`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TypeAlias
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpufair.cli_auth import client_auth_kwargs
+from gpufair.cli.auth import client_auth_kwargs
 from gpufair.client import GpufairClient
 from gpufair.render import table
 from gpufair.v1 import ledger_pb2
