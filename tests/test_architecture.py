@@ -121,3 +121,26 @@ def test_the_rules_catch_an_upward_import(tmp_path: Path) -> None:
     found = [_target(m)[0] for m in _imports(bad) if m.startswith("gpufair.")]
     assert found == ["api", "jobs"]
     assert not {"api", "jobs"} & ALLOWED["store"]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_sql_is_written_only_in_the_store(path: Path) -> None:
+    """Outside `store/` nobody composes SQL: no `text`, `select`, `insert`, `update` or `delete`
+    from SQLAlchemy, and no `.execute(` call."""
+    if _part_of(path) == "store":
+        return
+    tree = ast.parse(path.read_text(), str(path))
+    composed = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy")
+        for alias in node.names
+    } & {"text", "select", "insert", "update", "delete"}
+    executes = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "execute"
+    ]
+    assert (composed, executes) == (set(), [])

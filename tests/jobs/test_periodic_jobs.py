@@ -17,13 +17,13 @@ from gpufair.client import GpufairClient
 from gpufair.config_file import load_config_file
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import Workload
-from gpufair.jobs import claims
-from gpufair.jobs.retention import Retention, apply_retention
 from gpufair.jobs.runner import JobSettings, PeriodicJobs
-from gpufair.jobs.sweeper import sweep
 from gpufair.metrics import observe_events
+from gpufair.services.sweep import sweep
+from gpufair.store import claims_repo as claims
 from gpufair.store import ingest_pipeline, workload_repo
 from gpufair.store.database import Database, normalise_url
+from gpufair.store.retention_repo import Retention, apply_retention
 from gpufair.store.scratch import scratch_database
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "llm-vs-vision.yaml"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from gpufair.domain.config_diff import ConfigChange
 from gpufair.domain.errors import FailedPrecondition, Violation
@@ -75,6 +75,6 @@ def write(
     capacity_repo.record_if_changed(conn, now_s, "config")
     if dry_run:
         # What the commit would check, checked now; the caller's transaction is rolled back.
-        conn.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))
+        config_repo.check_constraints_now(conn)
         return version
     return new_version

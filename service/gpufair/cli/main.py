@@ -67,9 +67,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpufair.api.auth import auth_interceptor
     from gpufair.api.server import build_server
     from gpufair.gc_tuning import tune_for_serving
-    from gpufair.jobs.retention import Retention
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
+    from gpufair.store.retention_repo import Retention
 
     _setup_logging(args.log_level)
     check_listen(args)

@@ -26,12 +26,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
 from gpufair.domain.stored_limits import within_limits
-from gpufair.jobs import claims
-from gpufair.jobs.retention import Retention, apply_retention
-from gpufair.jobs.sweeper import DEFAULT_STALE_AFTER_S, sweep
 from gpufair.metrics import observe_fair_shares
 from gpufair.services.recompute import recompute_pool
+from gpufair.services.sweep import DEFAULT_STALE_AFTER_S, sweep
+from gpufair.store import claims_repo as claims
 from gpufair.store import config_repo, rollup_repo
+from gpufair.store.retention_repo import Retention, apply_retention
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, tuple_
+from sqlalchemy import Connection, delete, func, insert, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from gpufair.domain.config_diff import ChangeAction, ConfigChange, budget_key
@@ -273,3 +273,9 @@ def _change_json(change: ConfigChange) -> dict[str, Any]:
         "action": change.action.value,
         "fields": [{"field": f.field, "before": f.before, "after": f.after} for f in change.fields],
     }
+
+
+def check_constraints_now(conn: Connection) -> None:
+    """Check the deferred foreign keys now rather than at commit: what a dry run, rolled back
+    afterwards, must still be refused for."""
+    conn.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import psycopg
+from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import (
     EventKind,
@@ -227,3 +228,36 @@ def queue_writes(cur: psycopg.Cursor[Any], change: RunsChange) -> None:
         cur.execute(_INSERT_SQL, (json.dumps([r[1:] for r in change.insert]),))
     for pool, at_s in change.dirty_from.items():
         cur.execute(_DIRTY_SQL, {"pool": pool, "at": at_s})
+
+
+class SilentRun(NamedTuple):
+    workload_uid: str
+    start_id: str  # the run's start event
+    alive_at_s: float  # its last sign of life: the start, or the latest heartbeat after it
+
+
+def silent_runs(conn: Connection, cutoff_s: float) -> list[SilentRun]:
+    """Open runs whose last sign of life is before `cutoff_s` (the sweeper closes them)."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT ON (i.start_event_id) i.workload_uid,
+                   i.start_event_id::text AS start_id,
+                   extract(epoch FROM GREATEST(i.started_at,
+                       COALESCE(beat.at, i.started_at)))::float8 AS alive_at_s
+            FROM allocation_intervals i
+            LEFT JOIN LATERAL (
+                -- The latest only: read backwards along the workload's events, not all of a
+                -- long run's heartbeats.
+                SELECT e.occurred_at AS at FROM ledger_events e
+                WHERE e.workload_uid = i.workload_uid AND e.kind = 'heartbeat'
+                ORDER BY e.occurred_at DESC LIMIT 1
+            ) AS beat ON true
+            WHERE i.ended_at IS NULL
+              AND GREATEST(i.started_at, COALESCE(beat.at, i.started_at)) < to_timestamp(:cutoff)
+            ORDER BY i.start_event_id
+            """
+        ),
+        {"cutoff": cutoff_s},
+    ).all()
+    return [SilentRun(r.workload_uid, r.start_id, r.alive_at_s) for r in rows]
