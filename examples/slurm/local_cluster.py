@@ -6,7 +6,8 @@ It writes `slurm.conf` and `gres.conf` into a folder, makes fake GPU character d
 (`mknod`, major 195 as NVIDIA's), and starts `slurmctld` and one `slurmd` per node, each under
 `setsid` in the foreground (`-D`), so it needs root and Slurm's daemons (Debian: `slurmctld slurmd
 slurm-client`). The nodes: two with 8 A100 80GB (`a100-0`, `a100-1`) and two with 8 RTX 4090 24GB
-(`rtx-0`, `rtx-1`), in partitions `a100`, `rtx` and `gpu` (all four). Authentication is off
+(`rtx-0`, `rtx-1`); node features name the type and the GPU memory
+(`gpumem40`: at least 40 GiB); in partitions `a100`, `rtx` and `gpu` (all four). Authentication is off
 (`auth/none`): loopback only, for tests.
 
 Settings the bridge relies on: `batch_sched_delay=0` (a released job starts within a second),
@@ -31,12 +32,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# (node name, GPU type as Slurm spells it, GPUs, CPUs, memory MiB)
-NODES: tuple[tuple[str, str, int, int, int], ...] = (
-    ("a100-0", "a100", 8, 64, 512000),
-    ("a100-1", "a100", 8, 64, 512000),
-    ("rtx-0", "rtx4090", 8, 32, 128000),
-    ("rtx-1", "rtx4090", 8, 32, 128000),
+# (node name, GPU type as Slurm spells it, GPUs, CPUs, memory MiB, features)
+NODES: tuple[tuple[str, str, int, int, int, str], ...] = (
+    ("a100-0", "a100", 8, 64, 512000, "a100,gpumem40,gpumem80"),
+    ("a100-1", "a100", 8, 64, 512000, "a100,gpumem40,gpumem80"),
+    ("rtx-0", "rtx4090", 8, 32, 128000, "rtx4090"),
+    ("rtx-1", "rtx4090", 8, 32, 128000, "rtx4090"),
 )
 PARTITIONS = {"a100": "a100-0,a100-1", "rtx": "rtx-0,rtx-1", "gpu": "a100-0,a100-1,rtx-0,rtx-1"}
 DAEMONS = ("slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "sbatch")
@@ -88,10 +89,11 @@ def _slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int]) -> str:
         "KillWait=2",
         "Waittime=0",
     ]
-    for name, gpu_type, gpus, cpus, memory_mib in NODES:
+    for name, gpu_type, gpus, cpus, memory_mib, features in NODES:
         lines.append(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={node_ports[name]} "
-            f"CPUs={cpus} RealMemory={memory_mib} Gres=gpu:{gpu_type}:{gpus} State=UNKNOWN"
+            f"CPUs={cpus} RealMemory={memory_mib} Gres=gpu:{gpu_type}:{gpus} "
+            f"Features={features} State=UNKNOWN"
         )
     for partition, nodes in PARTITIONS.items():
         lines.append(
