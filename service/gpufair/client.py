@@ -151,23 +151,87 @@ class GpufairClient:
         return str(uuid.uuid4())
 
     def apply_config(
-        self, config: cluster_pb2.ClusterConfig, *, dry_run: bool = False, request_id: str = ""
+        self,
+        config: cluster_pb2.ClusterConfig,
+        *,
+        dry_run: bool = False,
+        request_id: str = "",
+        kinds: Sequence[str] = (),
+        expected_version: int | None = None,
+        confirm_delete_all: bool = False,
     ) -> cluster_pb2.ApplyConfigResponse:
+        """Make the stored config equal `config` within `kinds` (all kinds when empty); with
+        `expected_version`, only if nobody changed the config since that version."""
         request = cluster_pb2.ApplyConfigRequest(
-            config=config, dry_run=dry_run, request_id=request_id or self.new_request_id()
+            config=config,
+            dry_run=dry_run,
+            request_id=request_id or self.new_request_id(),
+            kinds=kinds,
+            confirm_delete_all=confirm_delete_all,
         )
+        if expected_version is not None:
+            request.expected_version = expected_version
         return self.call(self.cluster.ApplyConfig, request)
 
     def get_config(self) -> cluster_pb2.GetConfigResponse:
         return self.call(self.cluster.GetConfig, cluster_pb2.GetConfigRequest())
 
     def delete_objects(
-        self, kind: str, names: list[str], *, dry_run: bool = False, request_id: str = ""
+        self,
+        kind: str,
+        names: list[str],
+        *,
+        dry_run: bool = False,
+        request_id: str = "",
+        expected_version: int | None = None,
     ) -> cluster_pb2.DeleteObjectsResponse:
         request = cluster_pb2.DeleteObjectsRequest(
             kind=kind, names=names, dry_run=dry_run, request_id=request_id or self.new_request_id()
         )
+        if expected_version is not None:
+            request.expected_version = expected_version
         return self.call(self.cluster.DeleteObjects, request)
+
+    def upsert_nodes(
+        self,
+        nodes: Sequence[cluster_pb2.Node],
+        *,
+        prune_pools: Sequence[str] = (),
+        dry_run: bool = False,
+        expected_version: int | None = None,
+        request_id: str = "",
+    ) -> cluster_pb2.UpsertNodesResponse:
+        """Create or update `nodes` (a node without `ready` keeps its stored flag); the nodes of
+        `prune_pools` left out of `nodes` are deleted, unless work uses them."""
+        request = cluster_pb2.UpsertNodesRequest(
+            nodes=nodes,
+            prune_pools=prune_pools,
+            dry_run=dry_run,
+            request_id=request_id or self.new_request_id(),
+        )
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return self.call(self.cluster.UpsertNodes, request)
+
+    def set_nodes_ready(
+        self,
+        names: Sequence[str],
+        ready: bool,
+        *,
+        dry_run: bool = False,
+        expected_version: int | None = None,
+        request_id: str = "",
+    ) -> cluster_pb2.SetNodesReadyResponse:
+        """Drain (`ready=False`) or undrain nodes: a node that is not ready takes no new work."""
+        request = cluster_pb2.SetNodesReadyRequest(
+            names=names,
+            ready=ready,
+            dry_run=dry_run,
+            request_id=request_id or self.new_request_id(),
+        )
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return self.call(self.cluster.SetNodesReady, request)
 
     def get_fair_share(self, pool: str) -> ledger_pb2.GetFairShareResponse:
         return self.call(self.ledger.GetFairShare, ledger_pb2.GetFairShareRequest(pool=pool))
@@ -223,6 +287,30 @@ class GpufairClient:
         return self.call(
             self.scheduler.ExplainWorkload, scheduler_pb2.ExplainWorkloadRequest(uid=uid)
         )
+
+    def list_workloads(
+        self,
+        *,
+        pool: str = "",
+        queue: str = "",
+        states: Sequence[str] = (),
+        page_size: int = 0,
+    ) -> list[scheduler_pb2.WorkloadStatus]:
+        """Every workload matching the filters (default states: pending, bound, running), all
+        pages followed, in the server's order: pool, queue, place in the queue, uid."""
+        found: list[scheduler_pb2.WorkloadStatus] = []
+        token = ""
+        while True:
+            reply = self.call(
+                self.scheduler.ListWorkloads,
+                scheduler_pb2.ListWorkloadsRequest(
+                    pool=pool, queue=queue, states=states, page_size=page_size, page_token=token
+                ),
+            )
+            found += reply.workloads
+            token = reply.next_page_token
+            if not token:
+                return found
 
     # ---- Ledger ----------------------------------------------------------------------------
 

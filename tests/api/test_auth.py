@@ -138,6 +138,7 @@ def test_admin_is_allowed_everything_and_reporter_only_reads() -> None:
         "GetFairShareHistory",
         "GetUsage",
         "ExplainWorkload",
+        "ListWorkloads",
     }
     scheduler = {
         path.rsplit("/", 1)[1] for path, roles in RPC_ROLES.items() if Role.SCHEDULER in roles
@@ -148,6 +149,8 @@ def test_admin_is_allowed_everything_and_reporter_only_reads() -> None:
         "Schedule",
         "ReportEvents",
         "StreamEvents",
+        "UpsertNodes",
+        "SetNodesReady",
     }
 
 

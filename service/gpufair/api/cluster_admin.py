@@ -1,34 +1,44 @@
-"""ClusterAdmin: declarative apply of the cluster config, reading it back, deleting objects."""
+"""ClusterAdmin: declarative apply of the cluster config, reading it back, deleting objects, and
+the node RPCs of controllers (api/node_admin.py).
+
+ApplyConfig makes the stored config equal the one sent, within its `kinds` (all by default):
+the config it compares with is the caller's objects of those kinds plus the stored ones of the
+others (domain/config_scope.py), so references across the boundary are checked against what is
+stored. Every mutation here shares api/config_write.py: `expected_version`, the deletion rules of
+store/deletion_guard.py (an apply deletes only what DeleteObjects would), and dry runs that take
+exactly the path of the real call. An apply that would delete every object of its scope, as an
+empty config (or a message that decodes as one) asks, needs `confirm_delete_all`.
+"""
 
 from __future__ import annotations
-
-import time
 
 import grpc
 from sqlalchemy import Connection, Engine
 
+from gpufair.api import node_admin
+from gpufair.api.config_write import MAX_OBJECTS, check_version, request_violations, write
 from gpufair.api.convert_cluster import (
     changes_to_proto,
     config_from_proto,
     config_to_proto,
     map_violations,
 )
-from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
-from gpufair.domain.config_diff import KINDS, diff_configs, objects_by_kind
+from gpufair.api.idempotent import run_mutation
+from gpufair.domain.config_diff import KINDS, ChangeAction, diff_configs, objects_by_kind
 from gpufair.domain.config_rules import config_warnings, validate_config
+from gpufair.domain.config_scope import (
+    deletes_whole_scope,
+    in_scope,
+    kinds_violations,
+    out_of_scope_objects,
+    scope_of,
+    scoped,
+)
 from gpufair.domain.errors import FailedPrecondition, InvalidInputError, NotFound, Violation
 from gpufair.domain.model import ClusterConfig
-from gpufair.store import capacity_repo, config_repo, locks
+from gpufair.store import config_repo, locks
 from gpufair.v1 import cluster_pb2 as pb
 from gpufair.v1 import cluster_pb2_grpc
-
-MAX_OBJECTS = 100_000
-
-
-def _check_request_id(request_id: str) -> list[Violation]:
-    if len(request_id) > MAX_REQUEST_ID_LEN:
-        return [Violation("request_id", f"longer than {MAX_REQUEST_ID_LEN} characters")]
-    return []
 
 
 def _without(config: ClusterConfig, kind: str, names: set[str]) -> ClusterConfig:
@@ -44,27 +54,11 @@ def _without(config: ClusterConfig, kind: str, names: set[str]) -> ClusterConfig
     )
 
 
-def _dangling_references(config: ClusterConfig, kind: str, names: set[str]) -> list[str]:
-    """What would still point at the objects being deleted."""
-    refs: list[str] = []
-    if kind == "gpu_type":
-        refs += [f"node {n.name}" for n in config.nodes if n.gpu_type in names]
-        refs += [
-            f"queue {q.name}"
-            for q in config.queues
-            for quota in q.quotas.values()
-            if names & (quota.deserved_gpus_by_type.keys() | quota.limit_gpus_by_type.keys())
-        ]
-    elif kind == "pool":
-        refs += [f"node {n.name}" for n in config.nodes if n.pool in names]
-        refs += [f"queue {q.name}" for q in config.queues if names & q.quotas.keys()]
-        refs += [f"budget of {b.queue}" for b in config.budgets if b.pool in names]
-    elif kind == "queue":
-        refs += [
-            f"queue {q.name}" for q in config.queues if q.parent in names and q.name not in names
-        ]
-        refs += [f"budget of {b.queue}" for b in config.budgets if b.queue in names]
-    return refs
+def _count(config: ClusterConfig) -> int:
+    return sum(
+        len(x)
+        for x in (config.gpu_types, config.pools, config.nodes, config.queues, config.budgets)
+    )
 
 
 class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
@@ -76,36 +70,39 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     ) -> pb.ApplyConfigResponse:
         desired, conversion_problems = config_from_proto(request.config)
         violations = map_violations(conversion_problems, "config.")
-        violations += _check_request_id(request.request_id)
-        total = sum(
-            len(x)
-            for x in (
-                desired.gpu_types,
-                desired.pools,
-                desired.nodes,
-                desired.queues,
-                desired.budgets,
-            )
-        )
-        if total > MAX_OBJECTS:
+        violations += request_violations(request)
+        violations += kinds_violations(request.kinds)
+        if _count(desired) > MAX_OBJECTS:
             violations.append(Violation("config", f"more than {MAX_OBJECTS} objects"))
-        else:
-            violations += map_violations(validate_config(desired), "config.")
         if violations:
             raise InvalidInputError(violations)
-        warnings = config_warnings(desired)
+        scope = scope_of(request.kinds)
+        outside = map_violations(out_of_scope_objects(desired, scope), "config.")
+        if outside:
+            raise InvalidInputError(outside)
 
         def work(conn: Connection) -> pb.ApplyConfigResponse:
             stored = config_repo.load_config(conn)
-            changes = diff_configs(stored, desired)
-            version = config_repo.config_version(conn)
-            if changes and not request.dry_run:
-                config_repo.apply_changes(conn, desired, changes)
-                version = config_repo.record_version(conn, changes)
-                capacity_repo.record_if_changed(conn, time.time(), "config")
+            check_version(conn, request)
+            final = scoped(stored, desired, scope)
+            problems = in_scope(validate_config(final), scope)
+            if problems:
+                raise InvalidInputError(map_violations(problems, "config."))
+            changes = diff_configs(stored, final)
+            if not request.confirm_delete_all and deletes_whole_scope(stored, changes, scope):
+                deleted = sum(
+                    1 for c in changes if c.kind in scope and c.action is ChangeAction.DELETE
+                )
+                raise FailedPrecondition(
+                    f"this apply would delete all {deleted} stored objects of "
+                    f"{'its kinds' if request.kinds else 'the config'} "
+                    f"({', '.join(k for k in KINDS if k in scope)}) and keep none; "
+                    "set confirm_delete_all if that is meant; nothing was changed"
+                )
+            version = write(conn, final, changes, dry_run=request.dry_run)
             return pb.ApplyConfigResponse(
                 changes=changes_to_proto(changes),
-                warnings=warnings,
+                warnings=config_warnings(final),
                 applied=not request.dry_run,
                 config_version=version,
             )
@@ -132,7 +129,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     def DeleteObjects(
         self, request: pb.DeleteObjectsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteObjectsResponse:
-        violations = _check_request_id(request.request_id)
+        violations = request_violations(request)
         if request.kind not in KINDS:
             violations.append(Violation("kind", f"must be one of {', '.join(KINDS)}"))
         if not request.names:
@@ -143,24 +140,14 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
 
         def work(conn: Connection) -> pb.DeleteObjectsResponse:
             stored = config_repo.load_config(conn)
+            check_version(conn, request)
             existing = objects_by_kind(stored)[request.kind]
             missing = sorted(names - existing.keys())
             if missing:
-                raise NotFound(request.kind, missing[0])
-            dangling = _dangling_references(stored, request.kind, names)
-            if dangling:
-                shown = ", ".join(dangling[:10])
-                raise FailedPrecondition(
-                    f"cannot delete {request.kind} {', '.join(sorted(names))}: still used by {shown}"
-                    + (f" and {len(dangling) - 10} more" if len(dangling) > 10 else "")
-                )
-            desired = _without(stored, request.kind, names)
-            changes = diff_configs(stored, desired)
-            version = config_repo.config_version(conn)
-            if not request.dry_run:
-                config_repo.apply_changes(conn, desired, changes)
-                version = config_repo.record_version(conn, changes)
-                capacity_repo.record_if_changed(conn, time.time(), "config")
+                raise NotFound(request.kind, missing[0][:200])
+            final = _without(stored, request.kind, names)
+            changes = diff_configs(stored, final)
+            version = write(conn, final, changes, dry_run=request.dry_run)
             return pb.DeleteObjectsResponse(
                 changes=changes_to_proto(changes),
                 applied=not request.dry_run,
@@ -176,4 +163,40 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
             lock_key=locks.CONFIG,
             reply_type=pb.DeleteObjectsResponse,
             work=work,
+        )
+
+    def UpsertNodes(
+        self, request: pb.UpsertNodesRequest, context: grpc.ServicerContext
+    ) -> pb.UpsertNodesResponse:
+        violations = request_violations(request)
+        violations += node_admin.upsert_violations(request, MAX_OBJECTS)
+        if violations:
+            raise InvalidInputError(violations)
+        return run_mutation(
+            self.engine,
+            method="UpsertNodes",
+            request=request,
+            request_id=request.request_id,
+            dry_run=request.dry_run,
+            lock_key=locks.CONFIG,
+            reply_type=pb.UpsertNodesResponse,
+            work=lambda conn: node_admin.upsert_nodes(conn, request),
+        )
+
+    def SetNodesReady(
+        self, request: pb.SetNodesReadyRequest, context: grpc.ServicerContext
+    ) -> pb.SetNodesReadyResponse:
+        violations = request_violations(request)
+        violations += node_admin.set_ready_violations(request, MAX_OBJECTS)
+        if violations:
+            raise InvalidInputError(violations)
+        return run_mutation(
+            self.engine,
+            method="SetNodesReady",
+            request=request,
+            request_id=request.request_id,
+            dry_run=request.dry_run,
+            lock_key=locks.CONFIG,
+            reply_type=pb.SetNodesReadyResponse,
+            work=lambda conn: node_admin.set_nodes_ready(conn, request),
         )

@@ -13,6 +13,7 @@ from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, 
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.idempotent import MAX_REQUEST_ID_LEN, run_mutation
 from gpufair.api.ledger import share_to_proto
+from gpufair.api.workload_listing import list_workloads
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.workload_rules import submit_problems, workload_violations
@@ -188,6 +189,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             for record in share.shares:
                 if record.queue == workload.queue:
                     reply.queue_share.CopyFrom(share_to_proto(record))
+        return reply
+
+    def ListWorkloads(
+        self, request: pb.ListWorkloadsRequest, context: grpc.ServicerContext
+    ) -> pb.ListWorkloadsResponse:
+        with self.engine.connect() as conn:
+            reply = list_workloads(conn, request)
+            conn.rollback()  # listing writes nothing
         return reply
 
 

@@ -1,0 +1,105 @@
+"""The one check every config deletion passes, whichever RPC asks for it (ApplyConfig,
+DeleteObjects, UpsertNodes' prune).
+
+A deletion is refused (FAILED_PRECONDITION, nothing written) when
+- an object that remains still refers to a deleted one (a node to its pool, a budget to its
+  queue...): `config_scope.dangling_references`;
+- work uses it now: a bound or running workload of a deleted pool or queue, a bound decision or an
+  open run on a deleted node or GPU type, or an eviction in flight whose beneficiary is of a
+  deleted pool or queue (its capacity is being freed for it). Such work must finish, be cancelled
+  or stop first: otherwise its `stopped` event would name objects that no longer exist and the
+  cycle would hold GPUs nobody can see.
+
+Pending workloads do not block: a pending workload of a deleted queue simply waits (explain says
+why) until its queue exists again or it is cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sqlalchemy import Connection, text
+
+from gpufair.domain.config_diff import ConfigChange
+from gpufair.domain.config_scope import MAX_SHOWN, capped, dangling_references, deletions
+from gpufair.domain.errors import FailedPrecondition
+from gpufair.domain.model import ClusterConfig
+
+
+def work_using(conn: Connection, gone: Mapping[str, set[str]]) -> list[str]:
+    """What active work uses the objects in `gone`, as "<work> uses <kind> <name>" lines (at most
+    MAX_SHOWN + 1 per kind of use: enough to refuse and to say "and more")."""
+    pools = sorted(gone.get("pool", set()))
+    queues = sorted(gone.get("queue", set()))
+    nodes = sorted(gone.get("node", set()))
+    types = sorted(gone.get("gpu_type", set()))
+    lines: list[str] = []
+    limit = MAX_SHOWN + 1
+    if pools or queues:
+        for r in conn.execute(
+            text(
+                "SELECT uid, state, pool, queue, pool = ANY(:pools) AS by_pool FROM workloads "
+                "WHERE state IN ('bound', 'running') AND (pool = ANY(:pools) OR queue = ANY(:queues)) "
+                "ORDER BY uid LIMIT :limit"
+            ),
+            {"pools": pools, "queues": queues, "limit": limit},
+        ):
+            what = f"pool {r.pool}" if r.by_pool else f"queue {r.queue}"
+            lines.append(f"{r.state} workload {r.uid} uses {what}")
+        for r in conn.execute(
+            text(
+                "SELECT e.victim_uid, b.uid AS beneficiary, b.pool, b.queue, "
+                "b.pool = ANY(:pools) AS by_pool "
+                "FROM evictions e JOIN workloads v ON v.uid = e.victim_uid "
+                "JOIN workloads b ON b.uid = e.beneficiary_uid "
+                "WHERE v.state IN ('bound', 'running') "
+                "AND (b.pool = ANY(:pools) OR b.queue = ANY(:queues)) "
+                "ORDER BY e.victim_uid LIMIT :limit"
+            ),
+            {"pools": pools, "queues": queues, "limit": limit},
+        ):
+            what = f"pool {r.pool}" if r.by_pool else f"queue {r.queue}"
+            lines.append(
+                f"workload {r.beneficiary}, awaiting the eviction of {r.victim_uid}, uses {what}"
+            )
+    if nodes or types:
+        for r in conn.execute(
+            text(
+                """
+                SELECT DISTINCT uid, state, gpu_type, node FROM (
+                    SELECT w.uid, 'bound' AS state, w.binding->>'gpu_type' AS gpu_type,
+                           p->>'node' AS node
+                    FROM workloads w, jsonb_array_elements(w.binding->'pods') p
+                    WHERE w.state = 'bound'
+                    UNION ALL
+                    SELECT i.workload_uid, 'running', i.gpu_type, p->>'node'
+                    FROM allocation_intervals i, jsonb_array_elements(i.pods) p
+                    WHERE i.ended_at IS NULL
+                ) used
+                WHERE node = ANY(:nodes) OR gpu_type = ANY(:types)
+                ORDER BY uid, node LIMIT :limit
+                """
+            ),
+            {"nodes": nodes, "types": types, "limit": limit},
+        ):
+            what = f"node {r.node}" if r.node in gone.get("node", ()) else f"gpu_type {r.gpu_type}"
+            lines.append(f"{r.state} workload {r.uid} uses {what}")
+    return lines
+
+
+def refuse_unsafe_deletions(
+    conn: Connection, final: ClusterConfig, changes: Sequence[ConfigChange]
+) -> None:
+    """Raise FailedPrecondition naming what blocks the deletions in `changes`, if anything does;
+    `final` is the config as it would be once they are made."""
+    gone = deletions(changes)
+    if not gone:
+        return
+    blockers = dangling_references(final, gone) + work_using(conn, gone)
+    if blockers:
+        names = ", ".join(
+            f"{kind} {', '.join(sorted(names)[:MAX_SHOWN])}"
+            + (f" (and {len(names) - MAX_SHOWN} more)" if len(names) > MAX_SHOWN else "")
+            for kind, names in sorted(gone.items())
+        )
+        raise FailedPrecondition(f"cannot delete {names}: {capped(blockers)}; nothing was changed")
