@@ -326,7 +326,15 @@ class GpufairClient:
         """Send batches over one StreamEvents call (each committed as it arrives); results in
         the order of all events sent. Safe to retry as is (events are idempotent)."""
         requests = [ledger_pb2.ReportEventsRequest(events=batch) for batch in batches]
-        return self.call(self.ledger.StreamEvents, requests)
+
+        def send(
+            messages: list[ledger_pb2.ReportEventsRequest], timeout: float
+        ) -> ledger_pb2.ReportEventsResponse:
+            return self.ledger.StreamEvents(
+                iter(messages), timeout=timeout
+            )  # a fresh stream per attempt
+
+        return self.call(send, requests)
 
 
 def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:

@@ -82,13 +82,15 @@ def test_drained_node_is_not_ready_in_gpufair(slurm: Any, client: GpufairClient)
         bridge.cycle()
         ready = {n.name: n.ready for n in client.get_config().config.nodes}
         assert ready == {"a100-0": True, "a100-1": True, "rtx-0": True, "rtx-1": False}
-        # A 2-node RTX job has only one ready RTX node: gpufair leaves it pending.
-        job = sbatch(slurm, account="acct-a", nodes=2, gres="gpu:1", constraint="rtx4090")
+        # A job of 2 whole RTX nodes has only one ready RTX node: gpufair leaves it pending.
+        job = sbatch(slurm, account="acct-a", nodes=2, gres="gpu:8", constraint="rtx4090")
         bridge.cycle()
         bridge.cycle()
         assert squeue(slurm)[job]["job_state"] == "PENDING"
         assert client.explain(f"slurm-{job}").state == "pending"
     finally:
         slurm.run("scontrol", "update", "NodeName=rtx-1", "State=RESUME")
-    bridge.cycle()
-    assert all(n.ready for n in client.get_config().config.nodes)
+    # Resumed: Slurm reports it "not responding" for a moment, then idle; then it is ready again.
+    cycle_until(
+        bridge, lambda: all(n.ready for n in client.get_config().config.nodes), max_cycles=5
+    )
