@@ -51,7 +51,7 @@ def bridge_config(**overrides: Any) -> BridgeConfig:
 
 
 def cluster_config(
-    pool: str, *, k: float = 1.0, window_s: float = 3600.0
+    pool: str, *, k: float = 1.0, window_s: float = 3600.0, dead_band: float = 0.01
 ) -> cluster_pb2.ClusterConfig:
     """GPU types, one pool and two equal queues with no deserved quota; the nodes come from the
     bridge."""
@@ -61,6 +61,7 @@ def cluster_config(
         k=k,
         recompute_interval_s=1,
         rounding=cluster_pb2.ROUNDING_WHOLE_GPUS,
+        dead_band=dead_band,
     )
     return cluster_pb2.ClusterConfig(
         gpu_types=[

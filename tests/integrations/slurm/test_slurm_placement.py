@@ -67,8 +67,11 @@ def test_big_memory_job_lands_on_a100_and_small_job_on_cheaper_rtx(
     slurm.run("scancel", str(small))
     cycle_until(
         bridge,
-        lambda: not any(
-            w.workload.uid == f"slurm-{small}" for w in client.list_workloads(states=["running"])
+        lambda: (
+            not any(
+                w.workload.uid == f"slurm-{small}"
+                for w in client.list_workloads(states=["running"])
+            )
         ),
         max_cycles=5,
     )

@@ -124,7 +124,8 @@ def parse_job(raw: dict[str, Any]) -> SlurmJob:
         partition=str(raw.get("partition") or ""),
         account=str(raw.get("account") or ""),
         qos=str(raw.get("qos") or ""),
-        priority=_int(raw.get("priority")),
+        # Not through _int: a released job's priority is a large unsigned 32-bit number.
+        priority=int(raw.get("priority") or 0),
         nice=int(raw.get("nice") or 0),
         node_count=_int(raw.get("node_count")),
         max_nodes=_int(raw.get("max_nodes")),
