@@ -7,7 +7,8 @@ acct-a) keeps it full with 1-GPU jobs and has 4 more waiting; team-b (acct-b) su
 - k = 0: shares follow W': 80 CU each. The gang needs 160 > 80: it waits, nothing is requeued.
 - k = 1, once team-a's usage fills the 10 s window: U' = (1, 0), P = W' + k(W' - U') = (0, 1), so
   team-b's fair share is all 160 CU. gpufair reclaims team-a's 16 jobs (Slurm requeues them held),
-  and the gang runs on both A100 nodes within a few cycles.
+  and the gang runs on both A100 nodes within a few cycles. The bridge dies right after the
+  requeues, before reporting them; a fresh bridge reports each with the time stamped in the job.
 
 The window is short so that history builds in seconds; then a one-second gap between the evictions
 and the gang's bind already moves U' (team-a's usage stops): to 0.9 of the 10 s window, which would
@@ -19,8 +20,10 @@ window would do by itself.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from slurm_support import (
     bridge_config,
     cluster_config,
@@ -29,9 +32,13 @@ from slurm_support import (
     sbatch,
     squeue,
 )
+from sqlalchemy import Engine, text
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import CycleReport
+from gpufair.integrations.slurm import events
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.slurmctl import SlurmCtl
+from gpufair.v1 import ledger_pb2
 
 WINDOW_S = 10.0
 DEAD_BAND = 0.25
@@ -39,7 +46,7 @@ OWNED_KINDS = ["gpu_type", "pool", "queue"]  # the bridge owns the nodes
 
 
 def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
-    slurm: Any, client: GpufairClient
+    slurm: Any, client: GpufairClient, db: Engine
 ) -> None:
     client.apply_config(cluster_config("a100", k=0, window_s=WINDOW_S, dead_band=DEAD_BAND))
     bridge = make_bridge(client, bridge_config(partitions={"a100": "a100"}))
@@ -83,22 +90,34 @@ def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
     client.apply_config(
         cluster_config("a100", k=1, window_s=WINDOW_S, dead_band=DEAD_BAND), kinds=OWNED_KINDS
     )
-    reports.clear()
+    # The bridge requeues team-a's jobs and dies before it reports it (as if killed there).
+    crashing = CrashBeforeEvents(bridge.config, client, SlurmCtl())
+    crash_cycles = 0
+    while True:
+        crash_cycles += 1
+        assert crash_cycles <= 3, "no evictions"
+        try:
+            crashing.cycle()
+        except SimulatedCrash:
+            break
+        time.sleep(1.0)
+    # Slurm has requeued them; gpufair still counts them running, evicting.
+    assert [j for j in ran if squeue(slurm)[j]["restart_cnt"] == 1] == ran
+    evicting = {w.workload.uid for w in client.list_workloads(states=["running"]) if w.evicting}
+    assert evicting == {f"slurm-{j}" for j in ran}
+
+    # A bridge started afresh reports the requeues and places the gang.
+    restarted = make_bridge(client, bridge.config)
     cycles = cycle_until(
-        bridge,
-        lambda: squeue(slurm)[gang]["job_state"] == "RUNNING",
-        max_cycles=8,
-        reports=reports,
+        restarted, lambda: squeue(slurm)[gang]["job_state"] == "RUNNING", max_cycles=8
     )
-    # Evict (requeue held) in one cycle, bind the gang in the next, see it running in the third.
-    assert cycles <= 4
-    requeued = sorted(uid for r in reports for uid in r.requeued)
-    assert requeued == sorted(f"slurm-{j}" for j in ran)
+    # Evict in one cycle; report and bind in the next; see the gang running after that.
+    assert crash_cycles + cycles <= 4
     jobs = squeue(slurm)
     assert jobs[gang]["nodes"] == "a100-[0-1]"
     assert jobs[gang]["restart_cnt"] == 0
-    for uid in requeued:
-        job = jobs[int(uid.removeprefix("slurm-"))]
+    for job_id in ran:
+        job = jobs[job_id]
         assert (job["job_state"], job["priority"], job["restart_cnt"]) == ("PENDING", 0, 1)
     shares = {q.queue: q for q in client.get_fair_share("a100").queues}
     assert round(shares["team-b"].fair_share_cu) == 160
@@ -107,8 +126,33 @@ def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
     assert 0.75 < shares["team-a"].usage_share < 1
     assert (shares["team-a"].effective_weight, shares["team-b"].effective_weight) == (0, 1)
 
-    # The ledger: each requeued job has one closed run ended by preemption, the gang one open run.
-    bridge.cycle()
+    # The ledger: each requeued job's run ended by preemption at the instant the bridge stamped
+    # into its Comment just before requeueing it; the gang runs on both A100 nodes.
+    with db.connect() as conn:
+        runs = conn.execute(
+            text(
+                "SELECT workload_uid, extract(epoch FROM ended_at)::float8, end_kind "
+                "FROM allocation_intervals WHERE queue = 'team-a' ORDER BY workload_uid"
+            )
+        ).all()
+    assert sorted(r[0] for r in runs) == sorted(f"slurm-{j}" for j in ran)
+    for uid, ended_s, end_kind in runs:
+        stamp_s = events.stamped_requeue_s(jobs[int(uid.removeprefix("slurm-"))]["comment"], 0)
+        assert end_kind == "preempted" and stamp_s is not None
+        assert ended_s == pytest.approx(stamp_s, abs=1e-3)
+    restarted.cycle()
     gang_status = {w.workload.uid: w for w in client.list_workloads(states=["running"])}
     assert set(gang_status) == {f"slurm-{gang}"}
     assert sorted(p.node for p in gang_status[f"slurm-{gang}"].pods) == ["a100-0", "a100-1"]
+
+
+class SimulatedCrash(Exception):
+    pass
+
+
+class CrashBeforeEvents(Bridge):
+    """A bridge that dies after its Slurm commands and before it sends what they did."""
+
+    def _send(self, batch: Sequence[ledger_pb2.LedgerEvent], report: CycleReport) -> None:
+        if batch:
+            raise SimulatedCrash

@@ -32,9 +32,9 @@ GPUS = [8, 4, 2, 1] * 4  # 60 GPUs of work: about twice the cluster
 
 def start_bridge(config: Path, address: str, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
+        argv = [sys.executable, "-m", "gpufair.cli", "slurm-bridge", "--config", str(config)]
         return subprocess.Popen(
-            [sys.executable, "-m", "gpufair.cli", "slurm-bridge", "--config", str(config)]
-            + ["--address", address],
+            [*argv, "--address", address],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -56,6 +56,8 @@ def test_bridge_killed_and_restarted_mid_run_repeats_and_loses_nothing(
     released_at: dict[int, float] = {}
     running_at: dict[int, float] = {}
     restarted = False
+    at_kill: list[str] = []
+    at_restart: list[str] = []
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
@@ -78,7 +80,9 @@ def test_bridge_killed_and_restarted_mid_run_repeats_and_loses_nothing(
             if not restarted and "COMPLETED" in states:
                 os.kill(bridge.pid, signal.SIGKILL)
                 bridge.wait()
+                at_kill = states
                 time.sleep(3)  # jobs end and nobody watches
+                at_restart = [squeue(slurm)[j]["job_state"] for j in jobs]
                 bridge = start_bridge(config, client.address, log)
                 restarted = True
             finished = client.list_workloads(states=["finished"])
@@ -91,6 +95,13 @@ def test_bridge_killed_and_restarted_mid_run_repeats_and_loses_nothing(
         bridge.send_signal(signal.SIGTERM)
         bridge.wait(timeout=10)
 
+    # Killed mid-run: jobs were running and waiting, and some ended while no bridge ran.
+    assert at_kill.count("RUNNING") >= 3 and at_kill.count("PENDING") >= 3, at_kill
+    ended_unwatched = [
+        j for j, before, after in zip(jobs, at_kill, at_restart, strict=True)
+        if before == "RUNNING" and after == "COMPLETED"
+    ]  # fmt: skip
+    assert ended_unwatched, (at_kill, at_restart)
     seen = squeue(slurm)
     assert [seen[j]["job_state"] for j in jobs] == ["COMPLETED"] * len(jobs)
     assert [seen[j]["restart_cnt"] for j in jobs] == [0] * len(jobs)

@@ -28,7 +28,7 @@ def test_gpu_hours_of_slurm_jobs_appear_in_report_views_and_cli(
     bridge = make_bridge(client, bridge_config())
     bridge.cycle()
     a100_gang = sbatch(slurm, account="acct-a", nodes=2, gres="gpu:a100:8", seconds=7)
-    rtx_job = sbatch(slurm, account="acct-b", gres="gpu:rtx4090:4", seconds=4)
+    rtx_job = sbatch(slurm, account="acct-b", nodes=2, gres="gpu:rtx4090:8", seconds=5)
     jobs = (a100_gang, rtx_job)
 
     def all_finished_in_gpufair() -> bool:
@@ -39,7 +39,7 @@ def test_gpu_hours_of_slurm_jobs_appear_in_report_views_and_cli(
     slurm_jobs = squeue(slurm)
     assert all(slurm_jobs[j]["job_state"] == "COMPLETED" for j in jobs)
     seconds = {j: slurm_jobs[j]["end_time"] - slurm_jobs[j]["start_time"] for j in jobs}
-    assert seconds[a100_gang] >= 7 and seconds[rtx_job] >= 4
+    assert seconds[a100_gang] >= 7 and seconds[rtx_job] >= 5
 
     # The ledger's runs are Slurm's own start and end times.
     with db.connect() as conn:
@@ -63,7 +63,7 @@ def test_gpu_hours_of_slurm_jobs_appear_in_report_views_and_cli(
                 f"slurm-{rtx_job}",
                 float(slurm_jobs[rtx_job]["start_time"]),
                 float(slurm_jobs[rtx_job]["end_time"]),
-                4.0,
+                16.0,
                 "rtx4090-24gb",
                 "stopped",
             ),
@@ -85,9 +85,11 @@ def test_gpu_hours_of_slurm_jobs_appear_in_report_views_and_cli(
         ).all()
     expected = {
         ("team-a", "a100-80gb"): (16 * seconds[a100_gang] / 3600, 160 * seconds[a100_gang] / 3600),
-        ("team-b", "rtx4090-24gb"): (4 * seconds[rtx_job] / 3600, 8 * seconds[rtx_job] / 3600),
+        ("team-b", "rtx4090-24gb"): (16 * seconds[rtx_job] / 3600, 32 * seconds[rtx_job] / 3600),
     }
-    assert {(r[0], r[1]): (float(r[2]), float(r[3])) for r in rows} == pytest.approx(expected)
+    assert [(r[0], r[1]) for r in rows] == list(expected)
+    for row in rows:
+        assert (float(row[2]), float(row[3])) == pytest.approx(expected[row[0], row[1]])
 
     # The same numbers through `gpufair report usage` (two decimals).
     address = client.address
