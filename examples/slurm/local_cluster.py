@@ -43,10 +43,14 @@ PARTITIONS = {"a100": "a100-0,a100-1", "rtx": "rtx-0,rtx-1", "gpu": "a100-0,a100
 DAEMONS = ("slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "sbatch")
 
 
+def program(name: str) -> str | None:
+    """A Slurm program's path: on PATH, or in /usr/sbin where Debian puts the daemons."""
+    return shutil.which(name, path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin")
+
+
 def missing_commands() -> list[str]:
-    """The Slurm programs this harness needs that are not on PATH (or in /usr/sbin)."""
-    path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin"
-    return [name for name in DAEMONS if shutil.which(name, path=path) is None]
+    """The Slurm programs this harness needs that are not installed."""
+    return [name for name in DAEMONS if program(name) is None]
 
 
 def free_port() -> int:
@@ -154,9 +158,10 @@ class LocalSlurm:
     def start(self, timeout_s: float = 60.0) -> None:
         """Write the files, start the daemons, and wait until a first job can be placed."""
         self.write_files()
-        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        slurmctld, slurmd = program("slurmctld") or "slurmctld", program("slurmd") or "slurmd"
+        self._spawn("slurmctld", [slurmctld, "-D", "-i", "-f", str(self.conf)])
         for name, *_ in NODES:
-            self._spawn(f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f", str(self.conf)])
+            self._spawn(f"slurmd-{name}", [slurmd, "-D", "-N", name, "-f", str(self.conf)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive()

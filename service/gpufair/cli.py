@@ -164,7 +164,8 @@ def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
 def cmd_apply(args: argparse.Namespace) -> int:
     config = load_config_file(Path(args.file))
     with _client(args) as client:
-        reply = client.apply_config(config, dry_run=args.dry_run)
+        kinds = [k.strip().replace("-", "_") for k in args.kinds.split(",") if k.strip()]
+        reply = client.apply_config(config, dry_run=args.dry_run, kinds=kinds)
     _print_changes(reply.changes)
     for warning in reply.warnings:
         print(f"warning: {warning}")
@@ -407,6 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     apply = sub.add_parser("apply", help="make the cluster config equal a YAML file")
     apply.add_argument("-f", "--file", required=True, help="cluster config YAML")
     apply.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
+    apply.add_argument(
+        "--kinds",
+        default="",
+        help="only these kinds, comma-separated (gpu-type,pool,node,queue,budget); default all",
+    )
     _add_client_options(apply)
     apply.set_defaults(func=cmd_apply)
 

@@ -197,3 +197,14 @@ def test_event_ids_and_payloads_are_derived_again_after_a_restart() -> None:
     beat = events.heartbeat("slurm-42", 0, started_s=1796136514, now_s=1796136700, period_s=60)
     assert beat.occurred_at.seconds == 1796136660
     assert beat == events.heartbeat("slurm-42", 0, 1796136514, 1796136719, 60)
+
+
+def test_slurm_bridge_command_refuses_a_bad_mapping_file_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpufair.cli import main
+
+    path = tmp_path / "bridge.yaml"
+    path.write_text("partitions: {gpu: main}\n")
+    assert main(["slurm-bridge", "--config", str(path), "--once"]) == 2
+    assert "gpu_types: required" in capsys.readouterr().err

@@ -4,9 +4,13 @@ Comment."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
 from slurm_support import (
+    BRIDGE_YAML,
+    ROOT,
     bridge_config,
     cluster_config,
     cycle_until,
@@ -15,15 +19,22 @@ from slurm_support import (
     squeue,
 )
 
+from gpufair.cli import main
 from gpufair.client import GpufairClient
+from gpufair.integrations.slurm.config import load_config
 
 
 def test_big_memory_job_lands_on_a100_and_small_job_on_cheaper_rtx(
     slurm: Any, client: GpufairClient
 ) -> None:
-    client.apply_config(cluster_config("gpu"))
-    bridge = make_bridge(client, bridge_config())
+    # The example files: gpufair's side (no nodes) applied by the CLI, and the mapping file.
+    example = ROOT / "examples" / "slurm"
+    apply = ["apply", "-f", str(example / "cluster.yaml"), "--address", client.address]
+    assert main([*apply, "--kinds", "gpu-type,pool,queue"]) == 0
+    bridge = make_bridge(client, load_config(example / "bridge.yaml"))
     bridge.cycle()
+    # Applied again once the bridge made the nodes: the file does not own them, they stay.
+    assert main([*apply, "--kinds", "gpu-type,pool,queue"]) == 0
     nodes = {n.name: n for n in client.get_config().config.nodes}
     assert sorted(nodes) == ["a100-0", "a100-1", "rtx-0", "rtx-1"]
     assert {n.gpu_type for n in nodes.values()} == {"a100-80gb", "rtx4090-24gb"}
@@ -77,7 +88,9 @@ def test_big_memory_job_lands_on_a100_and_small_job_on_cheaper_rtx(
     )
 
 
-def test_drained_node_is_not_ready_in_gpufair(slurm: Any, client: GpufairClient) -> None:
+def test_drained_node_is_not_ready_in_gpufair(
+    slurm: Any, client: GpufairClient, tmp_path: Path
+) -> None:
     client.apply_config(cluster_config("gpu"))
     bridge = make_bridge(client, bridge_config())
     slurm.run("scontrol", "update", "NodeName=rtx-1", "State=DRAIN", "Reason=test")
@@ -93,6 +106,12 @@ def test_drained_node_is_not_ready_in_gpufair(slurm: Any, client: GpufairClient)
         assert client.explain(f"slurm-{job}").state == "pending"
     finally:
         slurm.run("scontrol", "update", "NodeName=rtx-1", "State=RESUME")
+    # One cycle of the command, as a site would run it from cron or by hand.
+    config = tmp_path / "bridge.yaml"
+    config.write_text(yaml.safe_dump(BRIDGE_YAML))
+    assert (
+        main(["slurm-bridge", "--config", str(config), "--once", "--address", client.address]) == 0
+    )
     # Resumed: Slurm reports it "not responding" for a moment, then idle; then it is ready again.
     cycle_until(
         bridge, lambda: all(n.ready for n in client.get_config().config.nodes), max_cycles=5
