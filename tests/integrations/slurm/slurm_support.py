@@ -85,9 +85,11 @@ def sbatch(
     gres: str = "gpu:1",
     seconds: float = 5,
     constraint: str = "",
+    hold: bool = True,
 ) -> int:
-    """Submit a held `sleep` job; its id."""
-    args = ["sbatch", "--parsable", "--hold", "-p", partition, "-A", account, f"-N{nodes}"]
+    """Submit a `sleep` job, held unless told; its id."""
+    args = ["sbatch", "--parsable", *(["--hold"] if hold else [])]
+    args += ["-p", partition, "-A", account, f"-N{nodes}"]
     args += [f"--gres={gres}", "-o", "/dev/null", "--wrap", f"sleep {seconds}"]
     if constraint:
         args.append(f"--constraint={constraint}")

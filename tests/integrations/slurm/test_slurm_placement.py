@@ -112,6 +112,16 @@ def test_drained_node_is_not_ready_in_gpufair(
     assert (
         main(["slurm-bridge", "--config", str(config), "--once", "--address", client.address]) == 0
     )
+    # A job submitted without a hold may start before the bridge holds it: gpufair counts it.
+    unheld = sbatch(slurm, account="acct-b", gres="gpu:1", seconds=30, hold=False)
+    cycle_until(
+        bridge,
+        lambda: (
+            squeue(slurm)[unheld]["job_state"] == "RUNNING"
+            and client.explain(f"slurm-{unheld}").state == "running"
+        ),
+        max_cycles=6,
+    )
     # Resumed: Slurm reports it "not responding" for a moment, then idle; then it is ready again.
     cycle_until(
         bridge, lambda: all(n.ready for n in client.get_config().config.nodes), max_cycles=5

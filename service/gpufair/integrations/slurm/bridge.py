@@ -21,6 +21,7 @@ A cycle:
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
    | running | running, evicting | stamp Comment, `requeuehold`, `preempted` |
    | running | running | a heartbeat per `heartbeat_s` |
+   | running | unknown | map and submit (Slurm started it itself): the start follows |
    | ended | running | `stopped` (completed, cancelled) or `failed`, at Slurm's end time |
    | ended | pending/bound | a run Slurm shows: `started` + its end; none: `CancelWorkload` |
 
@@ -189,11 +190,11 @@ class Bridge:
             elif state == "running" and status is not None and status.evicting:
                 self._requeue(job, uid, out, report)
             elif state == "running":
-                now_s = self.clock()
-                if now_s - job.start_time >= self.config.heartbeat_s:
-                    out.append(
-                        events.heartbeat(uid, run, job.start_time, now_s, self.config.heartbeat_s)
-                    )
+                self._heartbeat(job, uid, out)
+            elif state is None:
+                # Started by Slurm itself (submitted without a hold): gpufair learns of it, and
+                # the next cycle reports the start, so its GPUs are counted.
+                self._map(job, uid, to_submit, report)
             return
         # Ended.
         kind = _END_KINDS.get(job.state, ledger_pb2.EVENT_KIND_FAILED)
@@ -206,6 +207,14 @@ class Bridge:
             else:
                 self.client.cancel_workload(uid)
                 report.cancelled.append(uid)
+
+    def _heartbeat(self, job: SlurmJob, uid: str, out: list[ledger_pb2.LedgerEvent]) -> None:
+        """One heartbeat per period of a running job, sent in the period's first cycles only
+        (a resend is a harmless duplicate; a missed one only delays the stale sweeper's view)."""
+        now_s, period_s = self.clock(), self.config.heartbeat_s
+        if now_s - job.start_time < period_s or now_s % period_s >= 2 * self.config.cycle_s:
+            return
+        out.append(events.heartbeat(uid, job.restart_count, job.start_time, now_s, period_s))
 
     def _started(
         self, job: SlurmJob, uid: str, status: scheduler_pb2.WorkloadStatus | None
