@@ -1,6 +1,6 @@
 """A real Slurm cluster on one machine, with fake GPUs: for trying the bridge and for its tests.
 
-    python examples/slurm/local_cluster.py --dir ./slurm-local      # start; Ctrl-C stops it
+    python examples/slurm/local_cluster.py --dir ./slurm-local   # start; Ctrl-C or SIGTERM stops it
 
 It writes `slurm.conf` and `gres.conf` into a folder, makes fake GPU character devices there
 (`mknod`, major 195 as NVIDIA's), and starts `slurmctld` and one `slurmd` per node, each under
@@ -214,7 +214,11 @@ class LocalSlurm:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """Stop the daemons by the pids recorded at start: SIGTERM, then SIGKILL."""
+        """Cancel every job (so no job step outlives the daemons), then stop the daemons by the
+        pids recorded at start: SIGTERM, then SIGKILL."""
+        if "slurmctld" in self.pids:
+            with contextlib.suppress(subprocess.SubprocessError, OSError, ValueError, KeyError):
+                self.cancel_all()
         for pid in self.pids.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -241,9 +245,14 @@ def main() -> None:
     parser.add_argument("--dir", required=True, help="folder for the config, state and logs")
     args = parser.parse_args()
     cluster = LocalSlurm(Path(args.dir).resolve())
-    cluster.start()
-    print(f"Slurm is up. In another shell:\n  export SLURM_CONF={cluster.conf}\n  sinfo")
+
+    def stop_on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_signal)
     try:
+        cluster.start()
+        print(f"Slurm is up. In another shell:\n  export SLURM_CONF={cluster.conf}\n  sinfo")
         signal.pause()
     except KeyboardInterrupt:
         pass
