@@ -1,5 +1,5 @@
-"""The `gpufair` command: serve | migrate | apply | get | delete | explain | report | token |
-simulate."""
+"""The `gpufair` command: serve | migrate | apply | get (config, workloads) | delete | explain |
+report | token | simulate."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
 import grpc
+from google.protobuf import json_format
 
 from gpufair import __version__
 from gpufair.cli_auth import (
@@ -28,10 +30,11 @@ from gpufair.cli_auth import (
 from gpufair.cli_report import add_report_commands
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
+from gpufair.domain.config_diff import KINDS
 from gpufair.integrations.slurm.command import add_slurm_bridge_command
 from gpufair.render import table
 from gpufair.sim.command import add_simulate_command
-from gpufair.v1 import cluster_pb2
+from gpufair.v1 import cluster_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair")
 
@@ -161,11 +164,38 @@ def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
             print(f"         {f.field}: {f.before or '(unset)'} -> {f.after or '(unset)'}")
 
 
+def _kinds(value: str) -> list[str]:
+    """`--kinds queue,budget` (gpu-type or gpu_type alike)."""
+    kinds = [k.strip().replace("-", "_") for k in value.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'nothing'}: name kinds among {', '.join(KINDS)}"
+        )
+    return kinds
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
     config = load_config_file(Path(args.file))
     with _client(args) as client:
-        kinds = [k.strip().replace("-", "_") for k in args.kinds.split(",") if k.strip()]
-        reply = client.apply_config(config, dry_run=args.dry_run, kinds=kinds)
+        try:
+            reply = client.apply_config(
+                config,
+                dry_run=args.dry_run,
+                kinds=args.kinds or (),
+                expected_version=args.expected_version,
+                confirm_delete_all=args.confirm_delete_all,
+            )
+        except grpc.RpcError as exc:
+            details = exc.details() if isinstance(exc, grpc.Call) else ""
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            if code == grpc.StatusCode.FAILED_PRECONDITION and (details or "").startswith(
+                "config version is"
+            ):
+                # Someone else applied first: one line, the caller decides what to do.
+                print(f"error: conflict: {details}", file=sys.stderr)
+                return 1
+            raise
     _print_changes(reply.changes)
     for warning in reply.warnings:
         print(f"warning: {warning}")
@@ -301,6 +331,49 @@ def cmd_get_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _age(seconds: float) -> str:
+    """A duration as people read it at a glance: 45s, 12m, 3h, 5d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(0, int(seconds))}s"
+
+
+def cmd_get_workloads(args: argparse.Namespace) -> int:
+    states = [s for value in args.state or () for s in value.split(",") if s]
+    with _client(args) as client:
+        found = client.list_workloads(pool=args.pool, queue=args.queue, states=states)
+    if args.output in ("yaml", "json"):
+        listing = scheduler_pb2.ListWorkloadsResponse(workloads=found)
+        if args.output == "yaml":
+            print(message_to_yaml(listing), end="")
+        else:
+            print(json_format.MessageToJson(listing, preserving_proto_field_name=True))
+        return 0
+    now = time.time()
+    print(
+        table(
+            ["UID", "QUEUE", "POOL", "STATE", "REASON", "POSITION", "GPUS", "AGE"],
+            [
+                (
+                    w.workload.uid,
+                    w.workload.queue,
+                    w.workload.pool,
+                    w.state + (" (evicting)" if w.evicting else ""),
+                    w.reason_code or "-",
+                    w.queue_position or "-",
+                    w.workload.pods * w.workload.gpus_per_pod,
+                    _age(now - w.workload.submit_time.ToNanoseconds() / 1e9),
+                )
+                for w in found
+            ],
+        )
+    )
+    if not found:
+        print("no workloads")
+    return 0
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     with _client(args) as client:
         reply = client.explain(args.uid)
@@ -410,8 +483,22 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
     apply.add_argument(
         "--kinds",
-        default="",
-        help="only these kinds, comma-separated (gpu-type,pool,node,queue,budget); default all",
+        type=_kinds,
+        default=None,
+        help="own only these kinds (comma list of gpu-type, pool, node, queue, budget): "
+        "objects of other kinds are left as stored",
+    )
+    apply.add_argument(
+        "--expected-version",
+        type=int,
+        default=None,
+        metavar="N",
+        help="apply only if the stored config version is N (else a conflict, exit 1)",
+    )
+    apply.add_argument(
+        "--confirm-delete-all",
+        action="store_true",
+        help="allow an apply that deletes every object of its kinds (an empty file)",
     )
     _add_client_options(apply)
     apply.set_defaults(func=cmd_apply)
@@ -422,6 +509,20 @@ def build_parser() -> argparse.ArgumentParser:
     get_config.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     _add_client_options(get_config)
     get_config.set_defaults(func=cmd_get_config)
+    get_workloads = get_sub.add_parser(
+        "workloads", help="workloads with their state, reason and place in their queue"
+    )
+    get_workloads.add_argument("--pool", default="", help="only this pool")
+    get_workloads.add_argument("--queue", default="", help="only this queue")
+    get_workloads.add_argument(
+        "--state",
+        action="append",
+        help="pending, bound, running, finished, cancelled (repeat or comma list; "
+        "default pending, bound, running)",
+    )
+    get_workloads.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table")
+    _add_client_options(get_workloads)
+    get_workloads.set_defaults(func=cmd_get_workloads)
 
     add_report_commands(sub, _add_client_options)
 

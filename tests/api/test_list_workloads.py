@@ -3,6 +3,9 @@ the pods of running work, evictions in flight, and paging."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import time
 
 import grpc
@@ -163,9 +166,19 @@ def test_pages_follow_each_other_to_the_same_listing(
     assert len(exact.workloads) == 7 and exact.next_page_token == ""
 
 
+def forged_token(uid: str) -> str:
+    """A token made up by a caller, in the server's format and with the right filter digest, but
+    a key no listing could have served."""
+    digest = hashlib.sha256(json.dumps(["", "", ["bound", "pending", "running"]]).encode())
+    doc = {"k": ["main", "llm", 1, 0, 0, uid], "f": digest.hexdigest()[:16]}
+    return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode()
+
+
 def test_bad_requests_name_their_field(client: GpufairClient) -> None:
     first = client.scheduler.ListWorkloads(spb.ListWorkloadsRequest(page_size=1), timeout=20)
     assert first.next_page_token == ""  # nothing stored: one empty page
+    forged = spb.ListWorkloadsRequest(page_token=forged_token("zzz"))
+    assert list(client.scheduler.ListWorkloads(forged, timeout=20).workloads) == []
     cases = [
         (spb.ListWorkloadsRequest(page_size=-1), "page_size"),
         (spb.ListWorkloadsRequest(page_size=10_001), "page_size"),
@@ -173,6 +186,7 @@ def test_bad_requests_name_their_field(client: GpufairClient) -> None:
         (spb.ListWorkloadsRequest(page_token="not-a-token"), "page_token"),
         (spb.ListWorkloadsRequest(page_token="e30"), "page_token"),  # "{}"
         (spb.ListWorkloadsRequest(pool="a\x00b"), "pool"),
+        (spb.ListWorkloadsRequest(page_token=forged_token("a\x00b")), "page_token"),
     ]
     for request, field in cases:
         with pytest.raises(grpc.RpcError) as err:

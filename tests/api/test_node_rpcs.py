@@ -134,7 +134,7 @@ def test_prune_refuses_a_node_running_work(client: GpufairClient) -> None:
         client.upsert_nodes([node("a1")], prune_pools=["main"])
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert err.value.details() == (
-        "cannot delete node a2, r1: running workload job-1 uses node a2; nothing was changed"
+        "cannot delete node a2, r1. In use: running workload job-1 uses node a2. Nothing was changed."
     )
     assert sorted(stored_nodes(client)) == ["a1", "a2", "r1"]
 

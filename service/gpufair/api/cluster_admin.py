@@ -6,8 +6,9 @@ the config it compares with is the caller's objects of those kinds plus the stor
 others (domain/config_scope.py), so references across the boundary are checked against what is
 stored. Every mutation here shares api/config_write.py: `expected_version`, the deletion rules of
 store/deletion_guard.py (an apply deletes only what DeleteObjects would), and dry runs that take
-exactly the path of the real call. An apply that would delete every object of its scope, as an
-empty config (or a message that decodes as one) asks, needs `confirm_delete_all`.
+exactly the path of the real call. An apply that would leave no object of its scope where some
+are stored, as an empty config (or a message that decodes as one) asks, needs
+`confirm_delete_all`.
 """
 
 from __future__ import annotations
@@ -89,15 +90,15 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
             if problems:
                 raise InvalidInputError(map_violations(problems, "config."))
             changes = diff_configs(stored, final)
-            if not request.confirm_delete_all and deletes_whole_scope(stored, changes, scope):
+            if not request.confirm_delete_all and deletes_whole_scope(stored, final, scope):
                 deleted = sum(
                     1 for c in changes if c.kind in scope and c.action is ChangeAction.DELETE
                 )
                 raise FailedPrecondition(
                     f"this apply would delete all {deleted} stored objects of "
                     f"{'its kinds' if request.kinds else 'the config'} "
-                    f"({', '.join(k for k in KINDS if k in scope)}) and keep none; "
-                    "set confirm_delete_all if that is meant; nothing was changed"
+                    f"({', '.join(k for k in KINDS if k in scope)}) and keep none: "
+                    "set confirm_delete_all if that is meant. Nothing was changed."
                 )
             version = write(conn, final, changes, dry_run=request.dry_run)
             return pb.ApplyConfigResponse(

@@ -56,7 +56,7 @@ def check_version(conn: Connection, request: Mutation) -> int:
     if expected is not None and expected != current:
         raise FailedPrecondition(
             f"config version is {current}, not the expected {expected}: the config changed "
-            "since it was read; nothing was changed (read it again and retry)"
+            "since it was read. Nothing was changed: read it again and retry."
         )
     return current
 

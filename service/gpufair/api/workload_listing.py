@@ -56,7 +56,9 @@ def _decode_token(token: str, filters: str) -> PageKey | None:
         key = PageKey(pool, queue, pending, neg_priority, submit_us, uid)
     except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
-    types_ok = all(isinstance(v, str) for v in (key.pool, key.queue, key.uid)) and all(
+    types_ok = all(
+        isinstance(v, str) and "\x00" not in v for v in (key.pool, key.queue, key.uid)
+    ) and all(
         isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**63
         for v in (key.pending, key.neg_priority, key.submit_us)
     )

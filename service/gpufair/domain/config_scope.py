@@ -94,14 +94,13 @@ def deletions(changes: Iterable[ConfigChange]) -> dict[str, set[str]]:
 
 
 def deletes_whole_scope(
-    stored: ClusterConfig, changes: Sequence[ConfigChange], scope: Collection[str]
+    stored: ClusterConfig, final: ClusterConfig, scope: Collection[str]
 ) -> bool:
-    """Whether `changes` delete every stored object of the kinds in `scope` (and there was one):
-    what an empty config, or one that decoded as empty, asks for."""
-    stored_objects = objects_by_kind(stored)
-    total = sum(len(stored_objects[k]) for k in scope)
-    deleted = sum(1 for c in changes if c.action is ChangeAction.DELETE and c.kind in scope)
-    return total > 0 and deleted == total
+    """Whether an apply leaves no object of the kinds in `scope` where some are stored: what an
+    empty config, or a message that decodes as one, asks for. Replacing every object by new ones
+    is not this: the config sent still declares something."""
+    before, after = objects_by_kind(stored), objects_by_kind(final)
+    return any(before[k] for k in scope) and not any(after[k] for k in scope)
 
 
 def dangling_references(final: ClusterConfig, gone: Mapping[str, set[str]]) -> list[str]:

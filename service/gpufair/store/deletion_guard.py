@@ -97,9 +97,11 @@ def refuse_unsafe_deletions(
         return
     blockers = dangling_references(final, gone) + work_using(conn, gone)
     if blockers:
-        names = ", ".join(
+        names = "; ".join(
             f"{kind} {', '.join(sorted(names)[:MAX_SHOWN])}"
-            + (f" (and {len(names) - MAX_SHOWN} more)" if len(names) > MAX_SHOWN else "")
+            + (f" and {len(names) - MAX_SHOWN} more" if len(names) > MAX_SHOWN else "")
             for kind, names in sorted(gone.items())
         )
-        raise FailedPrecondition(f"cannot delete {names}: {capped(blockers)}; nothing was changed")
+        raise FailedPrecondition(
+            f"cannot delete {names}. In use: {capped(blockers)}. Nothing was changed."
+        )

@@ -670,7 +670,7 @@ class ApplyConfigRequest(_message.Message):
     EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
     CONFIRM_DELETE_ALL_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
-    """validate and diff, write nothing"""
+    """Validate and diff, write nothing: the same checks and refusals as the real apply."""
     request_id: _builtins.str
     """idempotency key: a replay returns the stored reply"""
     expected_version: _builtins.int
@@ -678,16 +678,18 @@ class ApplyConfigRequest(_message.Message):
     is this one; otherwise FAILED_PRECONDITION naming the current version, and nothing is written.
     """
     confirm_delete_all: _builtins.bool
-    """An apply that would delete every object of its scope (an empty config) is refused with
-    FAILED_PRECONDITION unless this is true.
+    """An apply that would leave no object of its scope where some are stored (an empty config) is
+    refused with FAILED_PRECONDITION unless this is true. Deletions still follow the rules of
+    DeleteObjects either way.
     """
     @_builtins.property
     def config(self) -> Global___ClusterConfig: ...
     @_builtins.property
     def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Scope: the kinds this apply owns ("gpu_type", "pool", "node", "queue", "budget"). Objects of
-        other kinds are neither compared nor deleted, and the config may leave them out (references
-        to them are checked against the stored ones). Empty = every kind: the whole config.
+        other kinds are neither compared nor deleted, and the config must leave them out
+        (INVALID_ARGUMENT otherwise); references to them are checked against the stored ones.
+        Empty = every kind: the whole config.
         """
 
     def __init__(
@@ -841,7 +843,9 @@ class UpsertNodesRequest(_message.Message):
     """as in ApplyConfigRequest"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]:
-        """at most 100,000; names unique in the request"""
+        """At most 100,000; names unique in the request. A node sent without `ready` keeps its stored
+        flag (a new one is ready), so syncing hardware does not undo a drain.
+        """
 
     @_builtins.property
     def prune_pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

@@ -67,7 +67,8 @@ class ClusterAdminServicer:
     """
 
     def ApplyConfig(self, request, context):
-        """Make the stored state equal `config`: objects absent from it are deleted. Idempotent.
+        """Make the stored state equal `config` (within `kinds`): objects absent from it are deleted,
+        under the rules of DeleteObjects (FAILED_PRECONDITION naming what blocks them). Idempotent.
         INVALID_ARGUMENT with one field violation per problem; nothing is written then.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -82,7 +83,8 @@ class ClusterAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteObjects(self, request, context):
-        """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION).
+        """Delete named objects of one kind; what still refers to them must go first, and bound or
+        running work (or an eviction in flight) must not use them (else FAILED_PRECONDITION).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

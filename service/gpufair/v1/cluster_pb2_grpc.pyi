@@ -37,13 +37,16 @@ class ClusterAdminStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ClusterAdminAsyncStub: ...
     ApplyConfig: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ApplyConfigRequest, _cluster_pb2.ApplyConfigResponse]
-    """Make the stored state equal `config`: objects absent from it are deleted. Idempotent.
+    """Make the stored state equal `config` (within `kinds`): objects absent from it are deleted,
+    under the rules of DeleteObjects (FAILED_PRECONDITION naming what blocks them). Idempotent.
     INVALID_ARGUMENT with one field violation per problem; nothing is written then.
     """
     GetConfig: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetConfigRequest, _cluster_pb2.GetConfigResponse]
     """The stored state."""
     DeleteObjects: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.DeleteObjectsRequest, _cluster_pb2.DeleteObjectsResponse]
-    """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION)."""
+    """Delete named objects of one kind; what still refers to them must go first, and bound or
+    running work (or an eviction in flight) must not use them (else FAILED_PRECONDITION).
+    """
     UpsertNodes: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.UpsertNodesRequest, _cluster_pb2.UpsertNodesResponse]
     """Create or update nodes (and prune a pool's missing ones) without touching other kinds."""
     SetNodesReady: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.SetNodesReadyRequest, _cluster_pb2.SetNodesReadyResponse]
@@ -55,13 +58,16 @@ class ClusterAdminAsyncStub(ClusterAdminStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ApplyConfig: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ApplyConfigRequest, _cluster_pb2.ApplyConfigResponse]  # type: ignore[assignment]
-    """Make the stored state equal `config`: objects absent from it are deleted. Idempotent.
+    """Make the stored state equal `config` (within `kinds`): objects absent from it are deleted,
+    under the rules of DeleteObjects (FAILED_PRECONDITION naming what blocks them). Idempotent.
     INVALID_ARGUMENT with one field violation per problem; nothing is written then.
     """
     GetConfig: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetConfigRequest, _cluster_pb2.GetConfigResponse]  # type: ignore[assignment]
     """The stored state."""
     DeleteObjects: _aio.UnaryUnaryMultiCallable[_cluster_pb2.DeleteObjectsRequest, _cluster_pb2.DeleteObjectsResponse]  # type: ignore[assignment]
-    """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION)."""
+    """Delete named objects of one kind; what still refers to them must go first, and bound or
+    running work (or an eviction in flight) must not use them (else FAILED_PRECONDITION).
+    """
     UpsertNodes: _aio.UnaryUnaryMultiCallable[_cluster_pb2.UpsertNodesRequest, _cluster_pb2.UpsertNodesResponse]  # type: ignore[assignment]
     """Create or update nodes (and prune a pool's missing ones) without touching other kinds."""
     SetNodesReady: _aio.UnaryUnaryMultiCallable[_cluster_pb2.SetNodesReadyRequest, _cluster_pb2.SetNodesReadyResponse]  # type: ignore[assignment]
@@ -76,7 +82,8 @@ class ClusterAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.ApplyConfigRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.ApplyConfigResponse, _abc.Awaitable[_cluster_pb2.ApplyConfigResponse]]:
-        """Make the stored state equal `config`: objects absent from it are deleted. Idempotent.
+        """Make the stored state equal `config` (within `kinds`): objects absent from it are deleted,
+        under the rules of DeleteObjects (FAILED_PRECONDITION naming what blocks them). Idempotent.
         INVALID_ARGUMENT with one field violation per problem; nothing is written then.
         """
 
@@ -94,7 +101,9 @@ class ClusterAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.DeleteObjectsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.DeleteObjectsResponse, _abc.Awaitable[_cluster_pb2.DeleteObjectsResponse]]:
-        """Delete named objects of one kind; what still refers to them must go first (FAILED_PRECONDITION)."""
+        """Delete named objects of one kind; what still refers to them must go first, and bound or
+        running work (or an eviction in flight) must not use them (else FAILED_PRECONDITION).
+        """
 
     @_abc_1.abstractmethod
     def UpsertNodes(

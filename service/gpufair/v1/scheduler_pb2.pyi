@@ -559,7 +559,9 @@ class ListWorkloadsRequest(_message.Message):
     page_size: _builtins.int
     """1..10,000; 0 = 1,000"""
     page_token: _builtins.str
-    """next_page_token of the previous page; empty = the first page"""
+    """next_page_token of the previous page, with the same pool, queue and states; empty = the
+    first page. Anything else is INVALID_ARGUMENT (field page_token).
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"pending", "bound", "running", "finished", "cancelled"; empty = pending, bound and running."""
@@ -605,9 +607,11 @@ class WorkloadStatus(_message.Message):
     message: _builtins.str
     """for people, from the same cycle"""
     queue_position: _builtins.int
-    """Pending: 1-based place in its queue's order (priority class, then submit time); 0 otherwise."""
+    """Pending: 1-based place among its queue's pending workloads in the cycle's order (priority
+    class, highest first; then submit time; then uid); 0 otherwise.
+    """
     gpu_type: _builtins.str
-    """bound or running: the GPU type of its pods"""
+    """Bound or running: the GPU type of its pods (comma-separated if its runs span several)."""
     evicting: _builtins.bool
     """an evict decision for it is in flight (awaiting its stop)"""
     @_builtins.property
