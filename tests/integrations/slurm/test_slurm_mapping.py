@@ -153,6 +153,7 @@ def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:
             "GPU type 'a100' contradicts the constraint",
         ),
         ({"is_array": True}, "job arrays are not supported; submit one job per task"),
+        ({"partition": "gpu,debug"}, "submitted to several partitions (gpu,debug); name one"),
     ],
 )
 def test_unmappable_jobs_say_why(changes: dict[str, Any], reason: str) -> None:
@@ -197,6 +198,20 @@ def test_event_ids_and_payloads_are_derived_again_after_a_restart() -> None:
     beat = events.heartbeat("slurm-42", 0, started_s=1796136514, now_s=1796136700, period_s=60)
     assert beat.occurred_at.seconds == 1796136660
     assert beat == events.heartbeat("slurm-42", 0, 1796136514, 1796136719, 60)
+
+
+@pytest.mark.parametrize(
+    ("now_s", "due"),
+    [
+        (1000.0 + 30, False),  # within the run's first minute
+        (1020.0 + 60, True),  # 1080 = 18 x 60: a period's first cycle
+        (1089.0, True),  # its second cycle (5 s cycles)
+        (1090.0, False),  # later in the period: already sent
+        (1140.0, True),  # the next period
+    ],
+)
+def test_heartbeat_is_due_once_per_period_after_the_first(now_s: float, due: bool) -> None:
+    assert events.heartbeat_due(1000.0, now_s, period_s=60, cycle_s=5) is due
 
 
 def test_slurm_bridge_command_refuses_a_bad_mapping_file_with_exit_code_2(

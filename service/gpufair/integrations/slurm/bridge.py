@@ -97,7 +97,7 @@ class Bridge:
     def cycle(self) -> CycleReport:
         report = CycleReport()
         self._sync_nodes(report)
-        jobs = {j.job_id: j for j in self.slurm.jobs() if j.partition in self.config.partitions}
+        jobs = {j.job_id: j for j in self.slurm.jobs() if self._mapped(j)}
         statuses = self._workloads()
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
@@ -123,6 +123,10 @@ class Bridge:
                     self._place(bound, bind.uid, bind.pods, report)
             self._send(decided, report)
         return report
+
+    def _mapped(self, job: SlurmJob) -> bool:
+        """A job of a mapped partition (or submitted to several, one of them mapped)."""
+        return any(p in self.config.partitions for p in job.partition.split(","))
 
     def _workloads(self) -> dict[str, scheduler_pb2.WorkloadStatus]:
         found: dict[str, scheduler_pb2.WorkloadStatus] = {}
@@ -209,12 +213,9 @@ class Bridge:
                 report.cancelled.append(uid)
 
     def _heartbeat(self, job: SlurmJob, uid: str, out: list[ledger_pb2.LedgerEvent]) -> None:
-        """One heartbeat per period of a running job, sent in the period's first cycles only
-        (a resend is a harmless duplicate; a missed one only delays the stale sweeper's view)."""
         now_s, period_s = self.clock(), self.config.heartbeat_s
-        if now_s - job.start_time < period_s or now_s % period_s >= 2 * self.config.cycle_s:
-            return
-        out.append(events.heartbeat(uid, job.restart_count, job.start_time, now_s, period_s))
+        if events.heartbeat_due(job.start_time, now_s, period_s, self.config.cycle_s):
+            out.append(events.heartbeat(uid, job.restart_count, job.start_time, now_s, period_s))
 
     def _started(
         self, job: SlurmJob, uid: str, status: scheduler_pb2.WorkloadStatus | None
@@ -313,7 +314,7 @@ class Bridge:
     ) -> None:
         """Requeue a running job held; its run ends at the time stamped into its Comment first,
         so a restarted bridge reports the same end."""
-        at_s = self.clock()
+        at_s = round(self.clock(), 3)  # the stamp's resolution: the resent event's time is equal
         try:
             self.slurm.set_comment(job.job_id, events.requeue_stamp(job.restart_count, at_s))
             self.slurm.requeue_hold(job.job_id)

@@ -30,7 +30,9 @@ def event_id(uid: str, run: int, what: str) -> str:
 
 def _event(uid: str, run: int, what: str, kind: Kind, at_s: float) -> ledger_pb2.LedgerEvent:
     event = ledger_pb2.LedgerEvent(event_id=event_id(uid, run, what), workload_uid=uid, kind=kind)
-    event.occurred_at.FromNanoseconds(round(at_s * 1e9))
+    # Whole microseconds (PostgreSQL's resolution): a time parsed back from a Comment stamp
+    # gives the very same timestamp, so the resent event's payload is identical.
+    event.occurred_at.FromMicroseconds(round(at_s * 1e6))
     return event
 
 
@@ -69,6 +71,13 @@ def heartbeat(
     bucket = int(now_s // period_s)
     at_s = max(float(started_s), bucket * period_s)
     return _event(uid, run, f"heartbeat-{bucket}", ledger_pb2.EVENT_KIND_HEARTBEAT, at_s)
+
+
+def heartbeat_due(started_s: float, now_s: float, period_s: float, cycle_s: float) -> bool:
+    """Whether a cycle at `now_s` sends a running job's heartbeat: after its first period, and
+    only in each period's first two cycles (a resend is a duplicate; a missed one only delays the
+    stale sweeper's view by a period)."""
+    return now_s - started_s >= period_s and now_s % period_s < 2 * cycle_s
 
 
 def requeue_stamp(run: int, at_s: float) -> str:

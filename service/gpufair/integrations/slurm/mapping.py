@@ -18,7 +18,7 @@ A job becomes a `Workload` whose pods are its nodes:
 | submit time | `submit_time` |
 
 Anything else that changes where a job may run (node ranges, `--gpus-per-task`, arrays, `&` in
-constraints, unknown GPU types or features) makes the job unmappable: it stays held, and the
+constraints, unknown GPU types or features, several partitions) makes the job unmappable: it stays held, and the
 reason is written to its Comment.
 """
 
@@ -128,6 +128,8 @@ def _constraint(config: BridgeConfig, features: str) -> tuple[set[str], float, s
 
 def map_job(config: BridgeConfig, job: SlurmJob) -> scheduler_pb2.Workload | Unmappable:
     """The workload for a job of a mapped partition, or why there is none."""
+    if job.partition not in config.partitions:
+        return Unmappable(f"submitted to several partitions ({job.partition}); name one")
     pool = config.partitions[job.partition]
     if job.is_array:
         return Unmappable("job arrays are not supported; submit one job per task")
