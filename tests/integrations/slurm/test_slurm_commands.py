@@ -1,6 +1,7 @@
-"""The Slurm commands the bridge issues and their order, with the command runner recording instead
-of running (no Slurm needed): a failed pin is never followed by a release, and a requeue is
-stamped into the job's Comment before it happens."""
+"""The Slurm commands the bridge issues and their order, and its table of (Slurm state, gpufair
+state) -> action, with the command runner recording instead of running (no Slurm needed): a failed
+pin is never followed by a release, a requeue is stamped into the job's Comment before it happens,
+and a restarted bridge picks up every half-done step from what Slurm and gpufair show."""
 
 from __future__ import annotations
 
@@ -110,3 +111,106 @@ def replace_node(pod: Any, node: str) -> scheduler_pb2.PodBinding:
     copy.CopyFrom(pod)
     copy.node = node
     return copy
+
+
+def status(state: str, *, evicting: bool = False) -> scheduler_pb2.WorkloadStatus:
+    return scheduler_pb2.WorkloadStatus(
+        workload=scheduler_pb2.Workload(uid="slurm-42"), state=state, pods=PODS, evicting=evicting
+    )
+
+
+def reconcile(
+    job: Any, state: scheduler_pb2.WorkloadStatus | None, slurm: RecordingSlurm
+) -> tuple[list[ledger_pb2.LedgerEvent], list[Any], CycleReport]:
+    out: list[ledger_pb2.LedgerEvent] = []
+    to_submit: list[Any] = []
+    report = CycleReport()
+    bridge(slurm)._reconcile(job, state, out, to_submit, report)
+    return out, to_submit, report
+
+
+def test_restarted_bridge_pins_a_bound_job_still_held() -> None:
+    slurm = RecordingSlurm()
+    out, to_submit, _ = reconcile(parse_job(RAW_JOB), status("bound"), slurm)
+    assert [c[1] for c in slurm.commands] == ["update", "release"]
+    assert out == [] and to_submit == []
+
+
+def test_released_job_waiting_to_start_is_left_alone_and_an_unbound_one_is_held_back() -> None:
+    released = replace(parse_job(RAW_JOB), priority=4294901742)
+    slurm = RecordingSlurm()
+    reconcile(released, status("bound"), slurm)
+    assert slurm.commands == []
+    reconcile(released, status("pending"), slurm)
+    assert slurm.commands == [["scontrol", "hold", "42"]]
+
+
+def test_requeue_whose_report_was_lost_is_reported_at_its_stamp() -> None:
+    requeued = replace(
+        parse_job(RAW_JOB), restart_count=1, comment=events.requeue_stamp(0, 1796136510.5)
+    )
+    slurm = RecordingSlurm()
+    out, _, _ = reconcile(requeued, status("running", evicting=True), slurm)
+    assert slurm.commands == []
+    assert out == [events.ended("slurm-42", 0, 1796136510.5, ledger_pb2.EVENT_KIND_PREEMPTED)]
+
+
+def test_evicted_job_still_running_is_requeued() -> None:
+    running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, start_time=1796136500)
+    slurm = RecordingSlurm()
+    out, _, report = reconcile(running, status("running", evicting=True), slurm)
+    assert [c[1] for c in slurm.commands] == ["update", "requeuehold"]
+    assert report.requeued == ["slurm-42"] and len(out) == 1
+
+
+def test_start_is_reported_with_slurms_time_nodes_and_gpu_indices() -> None:
+    running = replace(
+        parse_job(RAW_JOB),
+        state="RUNNING",
+        priority=1,
+        start_time=1796136500,
+        nodes=("a100-0", "a100-1"),
+        gpu_indices=((0, 1, 2, 3), (4, 5, 6, 7)),
+    )
+    out, _, _ = reconcile(running, status("bound"), RecordingSlurm())
+    assert out == [
+        events.started(
+            "slurm-42", 0, 1796136500, ["a100-0", "a100-1"], [[0, 1, 2, 3], [4, 5, 6, 7]]
+        )
+    ]
+
+
+def test_end_is_reported_at_slurms_end_time_with_its_kind() -> None:
+    ended = {
+        "COMPLETED": ledger_pb2.EVENT_KIND_STOPPED,
+        "CANCELLED": ledger_pb2.EVENT_KIND_STOPPED,
+        "TIMEOUT": ledger_pb2.EVENT_KIND_FAILED,
+        "NODE_FAIL": ledger_pb2.EVENT_KIND_FAILED,
+    }
+    for state, kind in ended.items():
+        job = replace(parse_job(RAW_JOB), state=state, start_time=1796136500, end_time=1796136530)
+        out, _, _ = reconcile(job, status("running"), RecordingSlurm())
+        assert out == [events.ended("slurm-42", 0, 1796136530, kind)], state
+
+
+def test_unknown_held_job_is_mapped_for_submission_and_an_unmappable_one_says_why() -> None:
+    slurm = RecordingSlurm()
+    _, to_submit, _ = reconcile(parse_job(RAW_JOB), None, slurm)
+    assert [w.uid for _, w in to_submit] == ["slurm-42"]
+    lost = replace(parse_job(RAW_JOB), account="finance")
+    _, to_submit, report = reconcile(lost, None, slurm)
+    assert to_submit == [] and report.unmappable == {
+        "slurm-42": "account 'finance' maps to no gpufair queue"
+    }
+    assert slurm.commands == [
+        [
+            "scontrol",
+            "update",
+            "JobId=42",
+            "Comment=gpufair: not scheduled: account 'finance' maps to no gpufair queue",
+        ]
+    ]
+    # Written once: the next cycle sees the Comment already says so.
+    again = RecordingSlurm()
+    reconcile(replace(lost, comment=slurm.commands[0][3].removeprefix("Comment=")), None, again)
+    assert again.commands == []
