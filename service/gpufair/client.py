@@ -320,6 +320,22 @@ class GpufairClient:
         """Report a batch; safe to retry as is (events are idempotent by event_id)."""
         return self.call(self.ledger.ReportEvents, ledger_pb2.ReportEventsRequest(events=events))
 
+    def stream_events(
+        self, batches: Sequence[Sequence[ledger_pb2.LedgerEvent]]
+    ) -> ledger_pb2.ReportEventsResponse:
+        """Send batches over one StreamEvents call (each committed as it arrives); results in
+        the order of all events sent. Safe to retry as is (events are idempotent)."""
+        requests = [ledger_pb2.ReportEventsRequest(events=batch) for batch in batches]
+
+        def send(
+            messages: list[ledger_pb2.ReportEventsRequest], timeout: float
+        ) -> ledger_pb2.ReportEventsResponse:
+            return self.ledger.StreamEvents(
+                iter(messages), timeout=timeout
+            )  # a fresh stream per attempt
+
+        return self.call(send, requests)
+
 
 def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
     """The (field, description) pairs of an INVALID_ARGUMENT error, if it carries any."""

@@ -31,6 +31,7 @@ from gpufair.cli.report import add_report_commands
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
 from gpufair.domain.config_diff import KINDS
+from gpufair.integrations.slurm.command import add_slurm_bridge_command
 from gpufair.render import table
 from gpufair.sim.command import add_simulate_command
 from gpufair.v1 import cluster_pb2, scheduler_pb2
@@ -542,6 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--dry-run", action="store_true")
     _add_client_options(delete)
     delete.set_defaults(func=cmd_delete)
+
+    add_slurm_bridge_command(sub, _add_client_options)
     return parser
 
 

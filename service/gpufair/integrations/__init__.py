@@ -1,0 +1,1 @@
+"""Bridges between gpufair and batch systems; each uses only gpufair's gRPC client."""

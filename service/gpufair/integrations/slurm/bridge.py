@@ -1,0 +1,335 @@
+"""One cycle of the Slurm bridge: Slurm's state in, gpufair's decisions out.
+
+Stateless: everything a cycle needs is read again from Slurm (`squeue`, `sinfo`: job state, held
+flag, Comment, restart count, times, GPU indices) and from gpufair (`ListWorkloads`: each
+workload's state, binding and `evicting` flag), so a bridge killed at any point and started again
+carries on where the two systems say things stand. The in-memory caches only avoid repeating
+writes that would change nothing.
+
+A cycle:
+
+1. **Nodes.** The nodes of mapped partitions are upserted into their pools (pruning the pools'
+   nodes Slurm no longer has); drained, down or failing nodes are not ready.
+2. **Jobs in, what ran in.** For each job of a mapped partition, by (Slurm state, gpufair state):
+
+   | Slurm | gpufair | the bridge |
+   |---|---|---|
+   | pending, held | unknown | map and submit; unmappable or refused: the reason into Comment |
+   | pending, held | bound | pin to the bound nodes, then release (a restart re-pins) |
+   | pending (requeued) | running | `preempted` for the run that ended |
+   | pending, not held | not bound | hold it back: gpufair decides where it runs |
+   | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
+   | running | running, evicting | stamp Comment, `requeuehold`, `preempted` |
+   | running | running | a heartbeat per `heartbeat_s` |
+   | running | unknown | map and submit (Slurm started it itself): the start follows |
+   | ended | running | `stopped` (completed, cancelled) or `failed`, at Slurm's end time |
+   | ended | pending/bound | a run Slurm shows: `started` + its end; none: `CancelWorkload` |
+
+3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
+   never followed by a release), an evict requeues it held (step 2's row, at once).
+
+Events go in one `StreamEvents` call per step, so gpufair knows what stopped before it decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from gpufair.client import GpufairClient
+from gpufair.integrations.slurm import events
+from gpufair.integrations.slurm.config import BridgeConfig
+from gpufair.integrations.slurm.mapping import Unmappable, job_id_of, map_job, map_node
+from gpufair.integrations.slurm.records import SlurmJob
+from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
+from gpufair.v1 import ledger_pb2, scheduler_pb2
+
+log = logging.getLogger("gpufair.slurm_bridge")
+
+RUNNING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
+_END_KINDS = {
+    "COMPLETED": ledger_pb2.EVENT_KIND_STOPPED,
+    "CANCELLED": ledger_pb2.EVENT_KIND_STOPPED,
+    "PREEMPTED": ledger_pb2.EVENT_KIND_PREEMPTED,
+}
+UNSCHEDULED = "gpufair: not scheduled: "
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did, for logs and tests."""
+
+    submitted: list[str] = field(default_factory=list)
+    unmappable: dict[str, str] = field(default_factory=dict)
+    placed: dict[str, list[str]] = field(default_factory=dict)  # uid -> nodes
+    requeued: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    events: dict[str, int] = field(default_factory=dict)  # status name -> count
+    errors: list[str] = field(default_factory=list)
+
+    def busy(self) -> bool:
+        return any(
+            (self.submitted, self.unmappable, self.placed, self.requeued, self.cancelled)
+        ) or bool(self.errors or self.events.get("STORED"))
+
+
+class Bridge:
+    def __init__(
+        self,
+        config: BridgeConfig,
+        client: GpufairClient,
+        slurm: SlurmCtl,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.slurm = slurm
+        self.clock = clock
+        self._sent_nodes: bytes | None = None
+
+    # ---- the cycle -----------------------------------------------------------------------
+
+    def cycle(self) -> CycleReport:
+        report = CycleReport()
+        self._sync_nodes(report)
+        jobs = {j.job_id: j for j in self.slurm.jobs() if self._mapped(j)}
+        statuses = self._workloads()
+        pending_events: list[ledger_pb2.LedgerEvent] = []
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
+        for job in jobs.values():
+            uid = f"{self.config.uid_prefix}{job.job_id}"
+            try:
+                self._reconcile(job, statuses.get(uid), pending_events, to_submit, report)
+            except SlurmCommandError as exc:
+                report.errors.append(f"{uid}: {exc}")
+        self._cancel_vanished(jobs, statuses, report)
+        self._submit(to_submit, report)
+        self._send(pending_events, report)
+        for pool in self.config.pools:
+            decided: list[ledger_pb2.LedgerEvent] = []
+            reply = self.client.schedule(pool)
+            for evict in reply.evicts:
+                victim = self._job_of(evict.uid, jobs)
+                if victim is not None and victim.state in RUNNING_STATES:
+                    self._requeue(victim, evict.uid, decided, report)
+            for bind in reply.binds:
+                bound = self._job_of(bind.uid, jobs)
+                if bound is not None:
+                    self._place(bound, bind.uid, bind.pods, report)
+            self._send(decided, report)
+        return report
+
+    def _mapped(self, job: SlurmJob) -> bool:
+        """A job of a mapped partition (or submitted to several, one of them mapped)."""
+        return any(p in self.config.partitions for p in job.partition.split(","))
+
+    def _workloads(self) -> dict[str, scheduler_pb2.WorkloadStatus]:
+        found: dict[str, scheduler_pb2.WorkloadStatus] = {}
+        for pool in self.config.pools:
+            for status in self.client.list_workloads(pool=pool):
+                if job_id_of(self.config, status.workload.uid) is not None:
+                    found[status.workload.uid] = status
+        return found
+
+    def _job_of(self, uid: str, jobs: dict[int, SlurmJob]) -> SlurmJob | None:
+        job_id = job_id_of(self.config, uid)
+        return None if job_id is None else jobs.get(job_id)
+
+    # ---- nodes ---------------------------------------------------------------------------
+
+    def _sync_nodes(self, report: CycleReport) -> None:
+        mapped = [n for n in (map_node(self.config, s) for s in self.slurm.nodes()) if n]
+        mapped.sort(key=lambda n: n.name)
+        key = b"".join(n.SerializeToString(deterministic=True) for n in mapped)
+        if key == self._sent_nodes:
+            return
+        try:
+            self.client.upsert_nodes(mapped, prune_pools=self.config.pools)
+        except grpc.RpcError as exc:
+            if not isinstance(exc, grpc.Call) or exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            # A node gone from Slurm still has work in gpufair: update the rest, prune later.
+            report.errors.append(f"nodes: not pruned yet: {exc.details()}")
+            self.client.upsert_nodes(mapped)
+            return
+        self._sent_nodes = key
+
+    # ---- jobs ----------------------------------------------------------------------------
+
+    def _reconcile(
+        self,
+        job: SlurmJob,
+        status: scheduler_pb2.WorkloadStatus | None,
+        out: list[ledger_pb2.LedgerEvent],
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
+        report: CycleReport,
+    ) -> None:
+        uid = f"{self.config.uid_prefix}{job.job_id}"
+        state = status.state if status is not None else None
+        if job.state == "PENDING":
+            if state == "running" and job.restart_count > 0:
+                # Requeued (by this bridge or anyone): the previous run ended.
+                run = job.restart_count - 1
+                at_s = events.stamped_requeue_s(job.comment, run) or self.clock()
+                out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
+                return
+            if not job.held:
+                if state == "bound":
+                    return  # released to its nodes; starting
+                self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
+            if state is None:
+                self._map(job, uid, to_submit, report)
+            elif state == "bound" and status is not None and not status.evicting:
+                self._place(job, uid, status.pods, report)
+            return
+        run = job.restart_count
+        if job.state in RUNNING_STATES:
+            if state in ("pending", "bound"):
+                out.append(self._started(job, uid, status))
+            elif state == "running" and status is not None and status.evicting:
+                self._requeue(job, uid, out, report)
+            elif state == "running":
+                self._heartbeat(job, uid, out)
+            elif state is None:
+                # Started by Slurm itself (submitted without a hold): gpufair learns of it, and
+                # the next cycle reports the start, so its GPUs are counted.
+                self._map(job, uid, to_submit, report)
+            return
+        # Ended.
+        kind = _END_KINDS.get(job.state, ledger_pb2.EVENT_KIND_FAILED)
+        if state == "running":
+            out.append(events.ended(uid, run, max(job.end_time, job.start_time), kind))
+        elif state in ("pending", "bound"):
+            if job.nodes and job.start_time and status is not None:
+                out.append(self._started(job, uid, status))
+                out.append(events.ended(uid, run, max(job.end_time, job.start_time), kind))
+            else:
+                self.client.cancel_workload(uid)
+                report.cancelled.append(uid)
+
+    def _heartbeat(self, job: SlurmJob, uid: str, out: list[ledger_pb2.LedgerEvent]) -> None:
+        now_s, period_s = self.clock(), self.config.heartbeat_s
+        if events.heartbeat_due(job.start_time, now_s, period_s, self.config.cycle_s):
+            out.append(events.heartbeat(uid, job.restart_count, job.start_time, now_s, period_s))
+
+    def _started(
+        self, job: SlurmJob, uid: str, status: scheduler_pb2.WorkloadStatus | None
+    ) -> ledger_pb2.LedgerEvent:
+        if len(job.gpu_indices) == len(job.nodes) and all(job.gpu_indices):
+            return events.started(
+                uid, job.restart_count, job.start_time, job.nodes, job.gpu_indices
+            )
+        # Slurm no longer shows the indices (the job ended): the nodes it was pinned to.
+        pods = list(status.pods) if status is not None else []
+        return events.started_from_binding(uid, job.restart_count, job.start_time, pods)
+
+    def _map(
+        self,
+        job: SlurmJob,
+        uid: str,
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
+        report: CycleReport,
+    ) -> None:
+        mapped = map_job(self.config, job)
+        if isinstance(mapped, Unmappable):
+            self._explain(job, uid, mapped.reason, report)
+        else:
+            to_submit.append((job, mapped))
+
+    def _explain(self, job: SlurmJob, uid: str, reason: str, report: CycleReport) -> None:
+        """Leave the job held, with why in its Comment (written once, not every cycle)."""
+        report.unmappable[uid] = reason
+        text = (UNSCHEDULED + reason).replace("\n", " ")[:250]
+        if job.comment != text:
+            self.slurm.set_comment(job.job_id, text)
+
+    def _submit(
+        self, to_submit: Sequence[tuple[SlurmJob, scheduler_pb2.Workload]], report: CycleReport
+    ) -> None:
+        if not to_submit:
+            return
+        reply = self.client.submit_workloads([w for _, w in to_submit])
+        for (job, workload), result in zip(to_submit, reply.results, strict=True):
+            if result.accepted:
+                report.submitted.append(workload.uid)
+            else:
+                try:
+                    self._explain(job, workload.uid, result.error, report)
+                except SlurmCommandError as exc:
+                    report.errors.append(f"{workload.uid}: {exc}")
+
+    def _cancel_vanished(
+        self,
+        jobs: dict[int, SlurmJob],
+        statuses: dict[str, scheduler_pb2.WorkloadStatus],
+        report: CycleReport,
+    ) -> None:
+        """Workloads whose job Slurm no longer lists at all (purged) and that never ran."""
+        for uid, status in statuses.items():
+            job_id = job_id_of(self.config, uid)
+            if job_id not in jobs and status.state in ("pending", "bound"):
+                self.client.cancel_workload(uid)
+                report.cancelled.append(uid)
+
+    # ---- decisions -----------------------------------------------------------------------
+
+    def _place(
+        self,
+        job: SlurmJob,
+        uid: str,
+        pods: Sequence[scheduler_pb2.PodBinding],
+        report: CycleReport,
+    ) -> None:
+        """Pin the held job to gpufair's nodes, then release it; never release after a failed
+        pin (Slurm would place the job itself)."""
+        if not job.held:
+            return
+        nodes = [p.node for p in sorted(pods, key=lambda p: p.pod_index)]
+        if len(set(nodes)) < len(nodes):
+            # Slurm runs one task set per node of a job: two pods on one node cannot be pinned.
+            # The job stays held; gpufair releases the binding when no start confirms it.
+            reason = f"gpufair bound several pods to one node ({','.join(nodes)})"
+            report.errors.append(f"{uid}: {reason}")
+            self._explain(job, uid, reason, report)
+            return
+        try:
+            self.slurm.pin(job.job_id, nodes)
+            self.slurm.release(job.job_id)
+        except SlurmCommandError as exc:
+            report.errors.append(f"{uid}: {exc}")
+            return
+        report.placed[uid] = nodes
+
+    def _requeue(
+        self,
+        job: SlurmJob,
+        uid: str,
+        out: list[ledger_pb2.LedgerEvent],
+        report: CycleReport,
+    ) -> None:
+        """Requeue a running job held; its run ends at the time stamped into its Comment first,
+        so a restarted bridge reports the same end."""
+        at_s = round(self.clock(), 3)  # the stamp's resolution: the resent event's time is equal
+        try:
+            self.slurm.set_comment(job.job_id, events.requeue_stamp(job.restart_count, at_s))
+            self.slurm.requeue_hold(job.job_id)
+        except SlurmCommandError as exc:
+            report.errors.append(f"{uid}: {exc}")
+            return
+        report.requeued.append(uid)
+        out.append(events.ended(uid, job.restart_count, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
+
+    def _send(self, batch: Sequence[ledger_pb2.LedgerEvent], report: CycleReport) -> None:
+        if not batch:
+            return
+        reply = self.client.stream_events([batch])
+        for event, result in zip(batch, reply.results, strict=True):
+            name = ledger_pb2.EventStatus.Name(result.status).removeprefix("EVENT_STATUS_")
+            report.events[name] = report.events.get(name, 0) + 1
+            if result.status == ledger_pb2.EVENT_STATUS_REJECTED:
+                report.errors.append(f"{event.workload_uid}: event refused: {result.error}")

@@ -1,0 +1,70 @@
+"""The Slurm commands the bridge runs, each with its exit code checked.
+
+Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and times) and
+`sinfo --json` (nodes with GRES and state). Writes, one `scontrol` each:
+
+- `pin(job, nodes)`: `scontrol update JobId=N NodeList=... StartTime=now`. A combined update with
+  one bad field is rejected whole; `StartTime=now` clears the eligible time Slurm sets on a requeue
+  (about two minutes ahead), so a requeued job placed again starts at once.
+- `release(job)`, `hold(job)`, `requeue_hold(job)`, `set_comment(job, text)`.
+
+A command that fails raises `SlurmCommandError` with its output, and nothing after it runs: the
+bridge's "pin then release" never releases a job whose pin failed (Slurm would place it itself).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
+
+
+class SlurmCommandError(RuntimeError):
+    """A Slurm command exited non-zero (or could not run)."""
+
+
+class SlurmCtl:
+    def __init__(self, bin_dir: str = "", *, timeout_s: float = 30.0) -> None:
+        self.bin_dir = bin_dir
+        self.timeout_s = timeout_s
+
+    def _run(self, program: str, *args: str) -> str:
+        argv = [str(Path(self.bin_dir) / program) if self.bin_dir else program, *args]
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmCommandError(f"{' '.join(argv)}: {exc}") from exc
+        if done.returncode != 0:
+            output = (done.stderr.strip() or done.stdout.strip())[:500]
+            raise SlurmCommandError(f"{' '.join(argv)} exited {done.returncode}: {output}")
+        return done.stdout
+
+    def jobs(self) -> list[SlurmJob]:
+        data = json.loads(self._run("squeue", "--json", "--all"))
+        return [parse_job(raw) for raw in data.get("jobs", [])]
+
+    def nodes(self) -> list[SlurmNode]:
+        data = json.loads(self._run("sinfo", "--json"))
+        return [parse_node(raw) for raw in data.get("nodes", [])]
+
+    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
+        self._run(
+            "scontrol", "update", f"JobId={job_id}", f"NodeList={','.join(nodes)}", "StartTime=now"
+        )
+
+    def release(self, job_id: int) -> None:
+        self._run("scontrol", "release", str(job_id))
+
+    def hold(self, job_id: int) -> None:
+        self._run("scontrol", "hold", str(job_id))
+
+    def requeue_hold(self, job_id: int) -> None:
+        self._run("scontrol", "requeuehold", str(job_id))
+
+    def set_comment(self, job_id: int, text: str) -> None:
+        self._run("scontrol", "update", f"JobId={job_id}", f"Comment={text}")

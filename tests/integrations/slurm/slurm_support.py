@@ -1,0 +1,130 @@
+"""Helpers of the Slurm end-to-end tests: the local cluster of examples/slurm, job submission,
+the gpufair config the scenarios share, and a bridge driven cycle by cycle."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpufair.client import GpufairClient
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.config import BridgeConfig, parse_config
+from gpufair.integrations.slurm.slurmctl import SlurmCtl
+from gpufair.v1 import cluster_pb2
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load_local_cluster() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "local_cluster", ROOT / "examples" / "slurm" / "local_cluster.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["local_cluster"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_local = _load_local_cluster()
+LocalSlurm = _local.LocalSlurm
+missing_commands = _local.missing_commands
+
+BRIDGE_YAML: dict[str, Any] = {
+    "partitions": {"gpu": "gpu"},
+    "accounts": {"acct-a": "team-a", "acct-b": "team-b"},
+    "gpu_types": {"a100": "a100-80gb", "rtx4090": "rtx4090-24gb"},
+    "features": {"gpumem40": {"min_gpu_memory_gib": 40}},
+    "non_preemptible_qos": ["inference"],
+    "cycle_s": 1,
+    "heartbeat_s": 30,
+}
+
+
+def bridge_config(**overrides: Any) -> BridgeConfig:
+    return parse_config({**BRIDGE_YAML, **overrides})
+
+
+def cluster_config(
+    pool: str, *, k: float = 1.0, window_s: float = 3600.0, dead_band: float = 0.01
+) -> cluster_pb2.ClusterConfig:
+    """GPU types, one pool and two equal queues with no deserved quota; the nodes come from the
+    bridge."""
+    policy = cluster_pb2.FairSharePolicy(
+        window_kind=cluster_pb2.WINDOW_KIND_SLIDING,
+        window_s=window_s,
+        k=k,
+        recompute_interval_s=1,
+        rounding=cluster_pb2.ROUNDING_WHOLE_GPUS,
+        dead_band=dead_band,
+    )
+    return cluster_pb2.ClusterConfig(
+        gpu_types=[
+            cluster_pb2.GpuType(name="a100-80gb", memory_gib=80, compute_weight=10),
+            cluster_pb2.GpuType(name="rtx4090-24gb", memory_gib=24, compute_weight=2),
+        ],
+        pools=[cluster_pb2.NodePool(name=pool, policy=policy)],
+        queues=[
+            cluster_pb2.Queue(name=q, quotas=[cluster_pb2.QueueQuota(pool=pool, deserved_cu=0)])
+            for q in ("team-a", "team-b")
+        ],
+    )
+
+
+def sbatch(
+    cluster: Any,
+    *,
+    account: str,
+    partition: str = "gpu",
+    nodes: int = 1,
+    gres: str = "gpu:1",
+    seconds: float = 5,
+    constraint: str = "",
+    hold: bool = True,
+) -> int:
+    """Submit a `sleep` job, held unless told; its id."""
+    args = ["sbatch", "--parsable", *(["--hold"] if hold else [])]
+    args += ["-p", partition, "-A", account, f"-N{nodes}"]
+    args += [f"--gres={gres}", "-o", "/dev/null", "--wrap", f"sleep {seconds}"]
+    if constraint:
+        args.append(f"--constraint={constraint}")
+    out = cluster.run(*args).stdout
+    return int(out.strip().split(";")[0])
+
+
+def squeue(cluster: Any) -> dict[int, dict[str, Any]]:
+    """Every job Slurm knows, raw from `squeue --json`, by job id."""
+    data = json.loads(cluster.run("squeue", "--json", "--all").stdout)
+    return {int(j["job_id"]): j for j in data["jobs"]}
+
+
+def make_bridge(client: GpufairClient, config: BridgeConfig) -> Bridge:
+    return Bridge(config, client, SlurmCtl(config.slurm_bin))
+
+
+def cycle_until(
+    bridge: Bridge,
+    done: Callable[[], bool],
+    *,
+    max_cycles: int,
+    period_s: float = 1.0,
+    reports: list[CycleReport] | None = None,
+) -> int:
+    """Run bridge cycles, one per period, until `done()`; the cycles it took. Fails with the
+    last cycle's report when `max_cycles` were not enough."""
+    report = CycleReport()
+    for count in range(1, max_cycles + 1):
+        started = time.monotonic()
+        report = bridge.cycle()
+        assert not report.errors, report.errors
+        if reports is not None:
+            reports.append(report)
+        if done():
+            return count
+        time.sleep(max(0.0, period_s - (time.monotonic() - started)))
+    raise AssertionError(f"not done after {max_cycles} cycles; last cycle: {report}")

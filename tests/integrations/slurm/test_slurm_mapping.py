@@ -1,0 +1,225 @@
+"""The pure parts of the Slurm bridge: the mapping file, Slurm's notations, jobs and nodes in
+gpufair's terms (and why a job cannot be), and event ids a restarted bridge derives again.
+No Slurm needed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufair.config_file import ConfigFileError
+from gpufair.integrations.slurm import events
+from gpufair.integrations.slurm.config import load_config, parse_config
+from gpufair.integrations.slurm.mapping import Unmappable, job_id_of, map_job, map_node
+from gpufair.integrations.slurm.records import (
+    SlurmJob,
+    expand_hostlist,
+    gpu_indices,
+    parse_job,
+    parse_node,
+)
+from gpufair.v1 import ledger_pb2
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG = parse_config(
+    {
+        "partitions": {"gpu": "main"},
+        "accounts": {"vision": "vision-train"},
+        "gpu_types": {"a100": "a100-80gb", "rtx4090": "rtx4090-24gb"},
+        "features": {"gpumem40": {"min_gpu_memory_gib": 40}},
+        "non_preemptible_qos": ["inference"],
+    }
+)
+
+# A held job as `squeue --json` (Slurm 22.05) prints it; only the fields the bridge reads.
+RAW_JOB: dict[str, Any] = {
+    "job_id": 42,
+    "job_state": "PENDING",
+    "state_reason": "JobHeldUser",
+    "partition": "gpu",
+    "account": "vision",
+    "qos": "",
+    "priority": 0,
+    "nice": None,
+    "node_count": 2,
+    "max_nodes": 2,
+    "cpus": 8,
+    "minimum_cpus_per_node": 4,
+    "memory_per_node": 16000,
+    "memory_per_cpu": None,
+    "tres_per_node": "gres:gpu:4",
+    "tres_per_job": "",
+    "tres_per_task": "",
+    "features": "",
+    "nodes": "",
+    "gres_detail": [],
+    "restart_cnt": 0,
+    "submit_time": 1796136508,
+    "start_time": 0,
+    "end_time": 0,
+    "comment": "",
+    "array_task_string": "",
+    "array_task_id": None,
+}
+
+
+def job(**changes: Any) -> SlurmJob:
+    return replace(parse_job(RAW_JOB), **changes)
+
+
+def test_mapping_file_errors_are_listed_together_with_their_fields(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(
+        "partitions: {}\ngpu_types: {a100: 'a 100'}\ncycle_s: -1\nfeatures: {x: {gpu_typ: []}}\n"
+        "colour: blue\n"
+    )
+    with pytest.raises(ConfigFileError) as err:
+        load_config(path)
+    message = str(err.value)
+    for expected in (
+        "colour: unknown field",
+        "partitions: expected a non-empty mapping",
+        "gpu_types.a100: expected a name",
+        "cycle_s: expected a positive duration",
+        "features.x: expected gpu_types and/or min_gpu_memory_gib",
+    ):
+        assert expected in message
+
+
+def test_example_mapping_file_loads() -> None:
+    config = load_config(ROOT / "examples" / "slurm" / "bridge.yaml")
+    assert config.cycle_s == 5 and config.pools
+
+
+def test_hostlists_and_gpu_indices() -> None:
+    assert expand_hostlist("a100-[0-1],rtx-[08-10],login") == [
+        "a100-0",
+        "a100-1",
+        "rtx-08",
+        "rtx-09",
+        "rtx-10",
+        "login",
+    ]
+    assert expand_hostlist("") == []
+    assert gpu_indices("gpu:a100:4(IDX:0,2-3,7)") == [0, 2, 3, 7]
+    assert gpu_indices("gpu:a100:0(IDX:N/A)") == []
+
+
+def test_held_two_node_job_becomes_a_gang_workload() -> None:
+    workload = map_job(CONFIG, job(nice=-5))
+    assert not isinstance(workload, Unmappable)
+    assert (workload.uid, workload.queue, workload.pool) == ("slurm-42", "vision-train", "main")
+    assert (workload.pods, workload.gpus_per_pod) == (2, 4)
+    assert (workload.cpu_millicores_per_pod, workload.memory_mib_per_pod) == (4000, 16000)
+    assert list(workload.allowed_gpu_types) == [] and workload.min_gpu_memory_gib == 0
+    assert workload.priority_class == 5 and workload.preemptible
+    assert workload.submit_time.seconds == 1796136508
+    assert job_id_of(CONFIG, workload.uid) == 42
+
+
+def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:
+    typed = map_job(CONFIG, job(tres_per_node="gres:gpu:a100:8", qos="inference"))
+    assert not isinstance(typed, Unmappable)
+    assert list(typed.allowed_gpu_types) == ["a100-80gb"] and typed.preemptible is False
+    either = map_job(CONFIG, job(features="a100|rtx4090"))
+    assert not isinstance(either, Unmappable)
+    assert list(either.allowed_gpu_types) == ["a100-80gb", "rtx4090-24gb"]
+    big = map_job(CONFIG, job(features="gpumem40", memory_per_node_mib=0, memory_per_cpu_mib=2048))
+    assert not isinstance(big, Unmappable)
+    assert big.min_gpu_memory_gib == 40 and list(big.allowed_gpu_types) == []
+    assert big.memory_mib_per_pod == 4 * 2048
+    per_job = map_job(CONFIG, job(tres_per_node="", tres_per_job="gres:gpu:8"))
+    assert not isinstance(per_job, Unmappable) and per_job.gpus_per_pod == 4
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"account": "finance"}, "account 'finance' maps to no gpufair queue"),
+        ({"tres_per_node": ""}, "the job asks for no GPU (use --gres=gpu:N)"),
+        ({"max_nodes": 4}, "a node range (2-4) is not supported"),
+        ({"tres_per_node": "gres:gpu:h100:1"}, "GPU type 'h100' is not in the bridge's gpu_types"),
+        (
+            {"tres_per_node": "", "tres_per_job": "gres:gpu:3"},
+            "--gpus=3 does not divide evenly over 2 nodes; ask --gres=gpu:N per node",
+        ),
+        ({"features": "a100&ib"}, "constraint 'a100&ib': only one feature or 'a|b' is supported"),
+        ({"features": "fast"}, "constraint 'fast' is not in the bridge's features or gpu_types"),
+        (
+            {"tres_per_node": "gres:gpu:a100:1", "features": "rtx4090"},
+            "GPU type 'a100' contradicts the constraint",
+        ),
+        ({"is_array": True}, "job arrays are not supported; submit one job per task"),
+        ({"partition": "gpu,debug"}, "submitted to several partitions (gpu,debug); name one"),
+    ],
+)
+def test_unmappable_jobs_say_why(changes: dict[str, Any], reason: str) -> None:
+    assert map_job(CONFIG, job(**changes)) == Unmappable(reason)
+
+
+def test_nodes_map_with_their_type_and_readiness() -> None:
+    raw = {
+        "name": "a100-0",
+        "partitions": ["gpu"],
+        "gres": "gpu:a100:8(S:0-1)",
+        "cpus": 64,
+        "real_memory": 512000,
+        "state": "idle",
+        "state_flags": [],
+        "features": "a100,gpumem40",
+    }
+    node = map_node(CONFIG, parse_node(raw))
+    assert node is not None
+    assert (node.pool, node.gpu_type, node.gpu_count) == ("main", "a100-80gb", 8)
+    assert (node.cpu_millicores, node.memory_mib, node.ready) == (64000, 512000, True)
+    assert dict(node.labels) == {"slurm.feature/a100": "true", "slurm.feature/gpumem40": "true"}
+    drained = map_node(CONFIG, parse_node({**raw, "state": "idle", "state_flags": ["DRAIN"]}))
+    assert drained is not None and drained.ready is False
+    assert map_node(CONFIG, parse_node({**raw, "state": "down"})).ready is False  # type: ignore[union-attr]
+    assert map_node(CONFIG, parse_node({**raw, "partitions": ["debug"]})) is None
+    assert map_node(CONFIG, parse_node({**raw, "gres": "gpu:h100:8"})) is None
+
+
+def test_event_ids_and_payloads_are_derived_again_after_a_restart() -> None:
+    first = events.started("slurm-42", 0, 1796136514, ["a100-0"], [[0, 1]])
+    again = events.started("slurm-42", 0, 1796136514, ["a100-0"], [[0, 1]])
+    assert first == again
+    assert first.occurred_at.seconds == 1796136514
+    assert [(p.node, list(p.gpu_indices)) for p in first.pods] == [("a100-0", [0, 1])]
+    rerun = events.started("slurm-42", 1, 1796136600, ["a100-1"], [[3]])
+    assert rerun.event_id != first.event_id
+    stop = events.ended("slurm-42", 0, 1796136520, ledger_pb2.EVENT_KIND_PREEMPTED)
+    assert stop.event_id == events.event_id("slurm-42", 0, "preempted")
+    assert events.stamped_requeue_s(events.requeue_stamp(0, 1796136520.25), 0) == 1796136520.25
+    assert events.stamped_requeue_s(events.requeue_stamp(0, 1796136520.25), 1) is None
+    beat = events.heartbeat("slurm-42", 0, started_s=1796136514, now_s=1796136700, period_s=60)
+    assert beat.occurred_at.seconds == 1796136660
+    assert beat == events.heartbeat("slurm-42", 0, 1796136514, 1796136719, 60)
+
+
+@pytest.mark.parametrize(
+    ("now_s", "due"),
+    [
+        (1000.0 + 30, False),  # within the run's first minute
+        (1020.0 + 60, True),  # 1080 = 18 x 60: a period's first cycle
+        (1089.0, True),  # its second cycle (5 s cycles)
+        (1090.0, False),  # later in the period: already sent
+        (1140.0, True),  # the next period
+    ],
+)
+def test_heartbeat_is_due_once_per_period_after_the_first(now_s: float, due: bool) -> None:
+    assert events.heartbeat_due(1000.0, now_s, period_s=60, cycle_s=5) is due
+
+
+def test_slurm_bridge_command_refuses_a_bad_mapping_file_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpufair.cli import main
+
+    path = tmp_path / "bridge.yaml"
+    path.write_text("partitions: {gpu: main}\n")
+    assert main(["slurm-bridge", "--config", str(path), "--once"]) == 2
+    assert "gpu_types: required" in capsys.readouterr().err
