@@ -26,7 +26,7 @@ run: $(VENV)/.installed
 
 ## Install and run the tests.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 ## Lint, format check, types, generated code and migrations.
 lint: $(VENV)/.installed

@@ -28,10 +28,10 @@ from gpufair.cli.auth import (
     server_credentials,
 )
 from gpufair.cli.report import add_report_commands
+from gpufair.cli.slurm_bridge import add_slurm_bridge_command
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
 from gpufair.domain.config_diff import KINDS
-from gpufair.integrations.slurm.command import add_slurm_bridge_command
 from gpufair.render import table
 from gpufair.sim.command import add_simulate_command
 from gpufair.v1 import cluster_pb2, scheduler_pb2

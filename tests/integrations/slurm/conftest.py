@@ -51,3 +51,12 @@ def slurm(slurm_cluster: LocalSlurm) -> Iterator[LocalSlurm]:
     """The session's cluster; every job is cancelled after the test."""
     yield slurm_cluster
     slurm_cluster.cancel_all()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One Slurm cluster per run: under `pytest -n` (with `--dist loadgroup`, as `make test`
+    runs) the end-to-end tests all go to one worker instead of each worker starting a cluster."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group("slurm"))

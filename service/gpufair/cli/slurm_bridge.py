@@ -19,7 +19,7 @@ from typing import TypeAlias
 
 import grpc
 
-from gpufair.cli_auth import client_auth_kwargs
+from gpufair.cli.auth import client_auth_kwargs
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.config import load_config
