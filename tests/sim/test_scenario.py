@@ -193,3 +193,23 @@ def test_seed_given_on_the_command_line_wins() -> None:
     text = scenario_text("seed: 5\n")
     assert parse_scenario(text).seed == 5
     assert parse_scenario(text, seed=9).seed == 9
+
+
+def test_booleans_are_read_alike_in_the_workloads_and_in_the_cluster_section() -> None:
+    """A quoted "yes" or a 1 is not a boolean anywhere in a scenario: the workloads (pydantic,
+    strict) refuse it as the cluster section (protobuf JSON) does, each with its field."""
+    quoted = scenario_text(
+        """\
+        workloads:
+          - {queue: team, duration_s: 1h, preemptible: "yes"}
+          - {queue: team, duration_s: 1h, preemptible: 1}
+          - {queue: team, duration_s: 1h, preemptible: false}
+        """
+    )
+    assert [(line, path) for line, path, _ in problems(quoted)] == [
+        (17, "workloads[0].preemptible"),
+        (18, "workloads[1].preemptible"),
+    ]
+    not_ready = CLUSTER.replace("memory_mib: 65536}", 'memory_mib: 65536, ready: "yes"}')
+    ((line, path, _),) = problems(scenario_text("", not_ready))
+    assert (line, path) == (15, "cluster.nodes[0].ready")

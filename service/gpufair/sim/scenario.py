@@ -158,7 +158,11 @@ GpusDist = Annotated[Distribution, PlainValidator(parse_distribution)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    # Strict, as the cluster section (protobuf JSON) is: a boolean is true or false, a number a
+    # number; no "yes" strings or 1 for true.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, arbitrary_types_allowed=True, strict=True
+    )
 
 
 class TopologyModel(_Model):
