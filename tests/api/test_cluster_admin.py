@@ -243,3 +243,28 @@ def test_config_changes_are_stamped_by_the_servers_clock(db: Engine) -> None:
         ).all()
     # Both changes at the pinned instant: the upsert's 80 CU more replaced the first row.
     assert [tuple(r) for r in rows] == [(pinned_s, 8 * 10 + 4 * 2 + 8 * 10)]
+
+
+def test_every_policy_field_goes_through_the_api_and_the_store(client: GpufairClient) -> None:
+    """Each FairSharePolicy field, set away from its default, comes back from GetConfig as sent:
+    the conversions walk the policy's fields, so a new field cannot be dropped on the way."""
+    config = small_config()
+    policy = config.pools[0].policy
+    policy.CopyFrom(
+        pb.FairSharePolicy(
+            window_kind=pb.WINDOW_KIND_TUMBLING,
+            window_s=86400.0,
+            window_anchor_unix_s=3600.0,
+            half_life_s=7200.0,
+            k=2.5,
+            usage_basis=pb.USAGE_BASIS_TOTAL,
+            recompute_interval_s=30.0,
+            rounding=pb.ROUNDING_WHOLE_GPUS,
+            dead_band=0.2,
+        )
+    )
+    set_fields = {f.name for f, _ in policy.ListFields()}
+    assert set_fields == {f.name for f in pb.FairSharePolicy.DESCRIPTOR.fields}
+    client.apply_config(config)
+    stored = client.get_config().config.pools[0].policy
+    assert stored == policy

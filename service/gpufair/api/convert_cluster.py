@@ -8,6 +8,7 @@ domain rules in `config_rules` then check the values themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from typing import Any, TypeVar, overload
 
 from google.protobuf.message import Message
@@ -141,20 +142,27 @@ def _opt(msg: Message, name: str, default: float | None) -> float | None:
     return float(getattr(msg, name)) if msg.HasField(name) else default
 
 
+# The policy's enum fields and their proto tables; every other field is an optional number of
+# the same name in FairSharePolicy and its message, so a new one needs no line here.
+_POLICY_ENUMS: Mapping[str, Mapping[Any, Any]] = {
+    "window_kind": _WINDOW,
+    "usage_basis": _BASIS,
+    "rounding": _ROUNDING,
+}
+
+
 def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
     d = FairSharePolicy()
     pol = p.policy
-    policy = FairSharePolicy(
-        window_kind=c.enum(_WINDOW, pol.window_kind, f"{path}.policy.window_kind", d.window_kind),
-        window_s=_opt(pol, "window_s", d.window_s),
-        window_anchor_unix_s=_opt(pol, "window_anchor_unix_s", d.window_anchor_unix_s),
-        half_life_s=_opt(pol, "half_life_s", None),
-        k=_opt(pol, "k", d.k),
-        usage_basis=c.enum(_BASIS, pol.usage_basis, f"{path}.policy.usage_basis", d.usage_basis),
-        recompute_interval_s=_opt(pol, "recompute_interval_s", d.recompute_interval_s),
-        rounding=c.enum(_ROUNDING, pol.rounding, f"{path}.policy.rounding", d.rounding),
-        dead_band=_opt(pol, "dead_band", d.dead_band),
-    )
+    values: dict[str, Any] = {}
+    for f in fields(FairSharePolicy):
+        default = getattr(d, f.name)
+        table = _POLICY_ENUMS.get(f.name)
+        if table is not None:
+            values[f.name] = c.enum(table, getattr(pol, f.name), f"{path}.policy.{f.name}", default)
+        else:
+            values[f.name] = _opt(pol, f.name, default)
+    policy = FairSharePolicy(**values)
     reservation = _opt(p, "gang_reservation_after_s", NodePool("").gang_reservation_after_s)
     return NodePool(
         name=p.name,
@@ -185,8 +193,8 @@ def _queue_from_proto(q: pb.Queue, path: str, c: _Collector) -> Queue:
 
 
 def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
-    window, basis = _inverse(_WINDOW), _inverse(_BASIS)
-    rounding, placement, period = _inverse(_ROUNDING), _inverse(_PLACEMENT), _inverse(_PERIOD)
+    policy_enums = {name: _inverse(table) for name, table in _POLICY_ENUMS.items()}
+    placement, period = _inverse(_PLACEMENT), _inverse(_PERIOD)
     msg = pb.ClusterConfig()
     for g in config.gpu_types:
         msg.gpu_types.add(
@@ -201,19 +209,13 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
             ],
         )
     for p in config.pools:
-        pol = p.policy
-        policy = pb.FairSharePolicy(
-            window_kind=window[pol.window_kind],
-            window_s=pol.window_s,
-            window_anchor_unix_s=pol.window_anchor_unix_s,
-            k=pol.k,
-            usage_basis=basis[pol.usage_basis],
-            recompute_interval_s=pol.recompute_interval_s,
-            rounding=rounding[pol.rounding],
-            dead_band=pol.dead_band,
-        )
-        if pol.half_life_s is not None:
-            policy.half_life_s = pol.half_life_s
+        policy = pb.FairSharePolicy()
+        for f in fields(FairSharePolicy):
+            value = getattr(p.policy, f.name)
+            if f.name in _POLICY_ENUMS:
+                setattr(policy, f.name, policy_enums[f.name][value])
+            elif value is not None:
+                setattr(policy, f.name, value)
         msg.pools.add(
             name=p.name,
             policy=policy,

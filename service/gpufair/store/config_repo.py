@@ -7,9 +7,11 @@ inside the transaction does not matter, only the state at commit.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import Any, get_type_hints
 
 from sqlalchemy import Connection, delete, func, insert, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -27,9 +29,6 @@ from gpufair.domain.model import (
     PlacementStrategy,
     Queue,
     QueueQuota,
-    Rounding,
-    UsageBasis,
-    WindowKind,
     frozen_map,
 )
 from gpufair.store import tables as t
@@ -225,38 +224,38 @@ def _merge(conn: Connection, table: Any, keys: list[str], row: dict[str, Any]) -
     conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
 
 
+# node_pools holds the policy field by field, under the field's name except where noted here; a
+# new policy field needs its column (and migration), no line here.
+_POLICY_COLUMNS = {
+    f.name: {"window_anchor_unix_s": "window_anchor_s"}.get(f.name, f.name)
+    for f in fields(FairSharePolicy)
+}
+_POLICY_TYPES = get_type_hints(FairSharePolicy)
+
+
 def _pool_row(pool: NodePool) -> dict[str, Any]:
-    p = pool.policy
-    return {
+    row: dict[str, Any] = {
         "name": pool.name,
-        "window_kind": p.window_kind.value,
-        "window_s": p.window_s,
-        "window_anchor_s": p.window_anchor_unix_s,
-        "half_life_s": p.half_life_s,
-        "k": p.k,
-        "usage_basis": p.usage_basis.value,
-        "recompute_interval_s": p.recompute_interval_s,
-        "rounding": p.rounding.value,
-        "dead_band": p.dead_band,
         "placement": pool.placement.value,
         "gang_reservation_after_s": pool.gang_reservation_after_s,
     }
+    for name, column in _POLICY_COLUMNS.items():
+        value = getattr(pool.policy, name)
+        row[column] = value.value if isinstance(value, enum.Enum) else value
+    return row
 
 
 def _pool_from_row(r: Any) -> NodePool:
+    policy: dict[str, Any] = {}
+    for name, column in _POLICY_COLUMNS.items():
+        kind = _POLICY_TYPES[name]
+        value = getattr(r, column)
+        policy[name] = (
+            kind(value) if isinstance(kind, type) and issubclass(kind, enum.Enum) else value
+        )
     return NodePool(
         name=r.name,
-        policy=FairSharePolicy(
-            window_kind=WindowKind(r.window_kind),
-            window_s=r.window_s,
-            window_anchor_unix_s=r.window_anchor_s,
-            half_life_s=r.half_life_s,
-            k=r.k,
-            usage_basis=UsageBasis(r.usage_basis),
-            recompute_interval_s=r.recompute_interval_s,
-            rounding=Rounding(r.rounding),
-            dead_band=r.dead_band,
-        ),
+        policy=FairSharePolicy(**policy),
         placement=PlacementStrategy(r.placement),
         gang_reservation_after_s=r.gang_reservation_after_s,
     )
