@@ -7,11 +7,11 @@ config twice changes nothing.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-from gpufair.domain.model import Budget, ClusterConfig, Queue
+from gpufair.domain.model import Budget, ClusterConfig
 
 
 class ChangeAction(enum.StrEnum):
@@ -114,18 +114,3 @@ def diff_configs(stored: ClusterConfig, desired: ClusterConfig) -> list[ConfigCh
             deletes.append(ConfigChange(kind, name, ChangeAction.DELETE))
     return upserts + deletes
 
-
-def queue_depths(queues: Iterable[Queue]) -> dict[str, int]:
-    """Depth of each queue in the tree (top level = 0); assumes a validated, acyclic tree."""
-    by_name = {q.name: q for q in queues}
-    depths: dict[str, int] = {}
-
-    def depth(name: str) -> int:
-        if name not in depths:
-            parent = by_name[name].parent
-            depths[name] = 0 if parent is None or parent not in by_name else depth(parent) + 1
-        return depths[name]
-
-    for name in by_name:
-        depth(name)
-    return depths

@@ -200,18 +200,6 @@ def _validate_quota(
         out.append(Violation(path + ".limit_cu", f"must be ≥ {bound}, got {quota.limit_cu}"))
 
 
-def validate_quota(
-    quota: QueueQuota, *, gpu_types: Mapping[str, GpuType] | None = None
-) -> list[Violation]:
-    """Check one queue's terms in one pool; paths relative to the quota (`limit_cu`)."""
-    out: list[Violation] = []
-    compute_weights = (
-        None if gpu_types is None else {name: t.compute_weight for name, t in gpu_types.items()}
-    )
-    _validate_quota("", quota.pool, quota, pools=None, compute_weights=compute_weights, out=out)
-    return [Violation(v.field_path.removeprefix("."), v.message) for v in out]
-
-
 def validate_pool_quotas(
     queues: Sequence[Queue], pool: str, *, gpu_types: Mapping[str, GpuType] | None = None
 ) -> list[Violation]:
