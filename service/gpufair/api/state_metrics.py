@@ -95,7 +95,10 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             now = time.monotonic()
-            if now - self._read_at >= self.cache_s:
+            if self.health is not None and not self.health.up:
+                # The health probe found the database away: read nothing, export nothing stale.
+                self._cached, self._read_ok, self._read_at = [], False, float("-inf")
+            elif now - self._read_at >= self.cache_s:
                 try:
                     self._cached = self._read()
                     self._read_ok = True
