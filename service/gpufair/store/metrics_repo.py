@@ -134,12 +134,25 @@ def allocated(conn: Connection) -> dict[tuple[str, str], tuple[float, float]]:
     return {(r.pool, r.gpu_type): (float(r.gpus), float(r.cu)) for r in rows}
 
 
-def pending_workloads(conn: Connection) -> list[tuple[str, str, str]]:
-    """(pool, queue, uid) of every pending workload."""
+def pending_counts(
+    conn: Connection, reasons: dict[str, str], other: str
+) -> dict[tuple[str, str, str], int]:
+    """Pending workloads per (pool, queue, reason): the reason `reasons` gives a uid, else
+    `other`. Counted in SQL, so a long queue costs one array parameter, not a row per workload."""
     rows = conn.execute(
-        text("SELECT pool, queue, uid FROM workloads WHERE state = 'pending' ORDER BY pool, uid")
+        text(
+            """
+            SELECT w.pool, w.queue, coalesce(r.reason, :other) AS reason, count(*) AS n
+            FROM workloads w
+            LEFT JOIN unnest(CAST(:uids AS text[]), CAST(:reasons AS text[])) AS r(uid, reason)
+              ON r.uid = w.uid
+            WHERE w.state = 'pending'
+            GROUP BY 1, 2, 3
+            """
+        ),
+        {"uids": list(reasons), "reasons": list(reasons.values()), "other": other},
     )
-    return [(r.pool, r.queue, r.uid) for r in rows]
+    return {(r.pool, r.queue, r.reason): int(r.n) for r in rows}
 
 
 def latest_cycles(conn: Connection) -> list[LatestCycle]:
