@@ -9,15 +9,18 @@ against a real Prometheus.
 from __future__ import annotations
 
 import json
+import platform
 import re
 from pathlib import Path
 
 import yaml
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import Engine
 
+import gpufair
 from gpufair.api.state_metrics import StateCollector
 from gpufair.cli import build_parser
+from gpufair.metrics import REGISTRY  # the process registry, with gpufair's own metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -117,3 +120,15 @@ def test_compose_stack_scrapes_gpufair_and_provisions_grafana() -> None:
     )["datasources"][0]
     assert datasource["url"] == "http://prometheus:9090"
     assert {"promdata", "grafanadata"} <= set(compose["volumes"])
+
+
+def test_no_created_series_and_a_build_info() -> None:
+    exposition = generate_latest(REGISTRY).decode()
+    assert "_created" not in exposition
+    assert (
+        REGISTRY.get_sample_value(
+            "gpufair_build_info",
+            {"version": gpufair.__version__, "python": platform.python_version()},
+        )
+        == 1.0
+    )
