@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_compose_file_runs_the_service_against_its_postgres() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "gpufair"}
+    assert {"postgres", "gpufair"} <= set(services)  # and the monitoring of test_deploy.py
     app = services["gpufair"]
     assert app["image"] == "gpufair:latest" and app["build"] == "."
     url = app["environment"][DATABASE_URL_ENV]

@@ -64,5 +64,12 @@ def test_embedded_database_keeps_data_across_restarts(
     log = tmp_path / "serve.log"
     data_dir = tmp_path / "pgdata"
     apply_and_restart(["--data-dir", str(data_dir), "--grace-s", "1"], serve_env, log)
-    assert f"database: embedded PostgreSQL in {data_dir}" in log.read_text()
+    console = log.read_text()
+    assert f"database: embedded PostgreSQL in {data_dir}" in console
     assert (data_dir / "PG_VERSION").exists()
+    # The embedded server's set-up output has its own file; the console has gpufair's lines only.
+    setup = (tmp_path / "pgdata-setup.log").read_text()
+    assert "initdb" in setup and "pg_ctl" in setup
+    assert "initdb" not in console and "pg_ctl" not in console
+    warned = [line for line in console.splitlines() if " WARNING " in line or "Warning" in line]
+    assert warned == []

@@ -1,35 +1,94 @@
-"""Prometheus metrics: fair shares per queue, RPC counts and latencies, ingest lag.
+"""Prometheus metrics counted by this process: RPCs, ingestion, scheduling decisions, periodic
+jobs, and the build. Exposed over HTTP by `gpufair serve --metrics-address` (default
+127.0.0.1:9464).
 
-Exposed over HTTP by `gpufair serve --metrics-address` (default 127.0.0.1:9464).
+Two kinds of metric, by where their truth lives:
+
+- **Counters and histograms of what this replica did** (this module): RPCs, ingested events and
+  their lag, `Schedule` cycles with their binds, evictions and the waits they ended, job failures.
+  Each replica counts its own; Prometheus sums them across replicas.
+- **Gauges of the cluster's state** (fair shares, demand, capacity, pending work, budgets, job
+  health) are read from the database at scrape time by `api/state_metrics.py`, so every replica
+  exports the same, current values, and the gauges of a deleted queue or pool go with it.
+
+Names carry their unit (`_seconds`, `_cu`, `_gpus`, `_cu_hours`, `_total`); labels are `pool`,
+`queue`, `gpu_type` where they apply. The `_created` series prometheus_client adds to counters and
+histograms by default are turned off: they double the series and no dashboard reads them.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import platform
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+import prometheus_client
+from prometheus_client import REGISTRY, Counter, Histogram, Info
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufair.domain.fairshare import FairShareResult
+import gpufair
+from gpufair.domain.model import Workload
+from gpufair.domain.snapshot import CycleResult, EvictReason
 
-FAIR_SHARE = Gauge("gpufair_fair_share_cu", "Fair share of a queue", ["pool", "queue"])
-ALLOCATED = Gauge("gpufair_allocated_cu", "CU a queue holds now", ["pool", "queue"])
-DECAYED_USAGE = Gauge(
-    "gpufair_decayed_usage_cu_seconds", "Decayed usage under the pool's basis", ["pool", "queue"]
-)
-EFFECTIVE_WEIGHT = Gauge(
-    "gpufair_effective_weight", "Effective over-quota weight after history", ["pool", "queue"]
-)
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+BUILD_INFO = Info("gpufair_build", "The running gpufair: version and Python")
+BUILD_INFO.info({"version": gpufair.__version__, "python": platform.python_version()})
+
 RPCS = Counter("gpufair_rpcs_total", "RPCs handled", ["method", "code"])
 RPC_SECONDS = Histogram(
     "gpufair_rpc_seconds",
     "RPC latency",
     ["method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+# From seconds to days: a small job binds within a cycle, a large gang may wait for a week.
+WAIT_BUCKETS_S = (
+    1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 345600, 604800,
+)  # fmt: skip
+WAIT_SECONDS = Histogram(
+    "gpufair_wait_seconds",
+    "From submission to bind, per queue (every bind a Schedule made)",
+    ["pool", "queue"],
+    buckets=WAIT_BUCKETS_S,
+)
+WAIT_BY_TYPE_SECONDS = Histogram(
+    "gpufair_wait_by_gpu_type_seconds",
+    "From submission to bind, per GPU type it was bound to",
+    ["pool", "gpu_type"],
+    buckets=WAIT_BUCKETS_S,
+)
+FIRST_BIND_SECONDS = Histogram(
+    "gpufair_gang_first_bind_seconds",
+    "From submission to a workload's first bind (it never ran before), by gang size in pods",
+    ["pool", "gang_size"],
+    buckets=WAIT_BUCKETS_S,
+)
+# Gang sizes in pods, as bucket labels: "1", "2-3", "4-7", …, "64+".
+GANG_SIZES = ((1, "1"), (3, "2-3"), (7, "4-7"), (15, "8-15"), (63, "16-63"))
+BINDS = Counter("gpufair_binds_total", "Workloads bound by Schedule", ["pool", "queue", "gpu_type"])
+EVICTIONS = Counter(
+    "gpufair_evictions_total", "Workloads evicted by Schedule, by reason", ["pool", "reason"]
+)
+SCHEDULE_SECONDS = Histogram(
+    "gpufair_schedule_cycle_seconds",
+    "Duration of a recorded Schedule cycle (snapshot, decisions, commit)",
+    ["pool"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+SCHEDULE_DECISIONS = Counter(
+    "gpufair_schedule_decisions_total",
+    "Decisions of recorded Schedule cycles: bind or evict",
+    ["pool", "decision"],
+)
+JOB_FAILURES = Counter(
+    "gpufair_periodic_job_failures_total",
+    "Periodic job runs of this replica that failed",
+    ["periodic_job"],
 )
 
 
@@ -85,13 +144,47 @@ INGEST_LAG = BatchHistogram(
 EVENTS = Counter("gpufair_events_total", "Ledger events by outcome", ["status"])
 
 
-def observe_fair_shares(result: FairShareResult) -> None:
-    for share in result.shares.values():
-        labels = (result.pool, share.queue)
-        FAIR_SHARE.labels(*labels).set(share.fair_share_cu)
-        ALLOCATED.labels(*labels).set(share.allocated_cu)
-        DECAYED_USAGE.labels(*labels).set(share.decayed_usage_cu_s)
-        EFFECTIVE_WEIGHT.labels(*labels).set(share.effective_weight)
+def gang_size_label(pods: int) -> str:
+    for upper, label in GANG_SIZES:
+        if pods <= upper:
+            return label
+    return "64+"
+
+
+def observe_cycle(
+    pool: str,
+    result: CycleResult,
+    workloads: Mapping[str, Workload],
+    first_binds: set[str],
+    now_s: float,
+    duration_s: float,
+) -> None:
+    """Count a committed Schedule cycle: its decisions, the waits its binds ended (`workloads`
+    by uid, from its snapshot) and the first binds among them."""
+    SCHEDULE_SECONDS.labels(pool).observe(duration_s)
+    SCHEDULE_DECISIONS.labels(pool, "bind").inc(len(result.binds))
+    SCHEDULE_DECISIONS.labels(pool, "evict").inc(len(result.evicts))
+    for reason in EvictReason:  # every reason exported from the first cycle on, at 0 if none
+        EVICTIONS.labels(pool, reason.value)
+    for evict in result.evicts:
+        EVICTIONS.labels(pool, evict.reason.value).inc()
+    for bind in result.binds:
+        BINDS.labels(pool, bind.queue, bind.gpu_type).inc()
+        workload = workloads.get(bind.workload_uid)
+        if workload is None:
+            continue
+        wait_s = max(0.0, now_s - workload.submit_time_s)
+        WAIT_SECONDS.labels(pool, bind.queue).observe(wait_s)
+        WAIT_BY_TYPE_SECONDS.labels(pool, bind.gpu_type).observe(wait_s)
+        if bind.workload_uid in first_binds:
+            FIRST_BIND_SECONDS.labels(pool, gang_size_label(workload.pods)).observe(wait_s)
+
+
+def observe_job(job: str, failed: bool) -> None:
+    """A periodic job's run on this replica; the failures series exists from its first run."""
+    counter = JOB_FAILURES.labels(job)
+    if failed:
+        counter.inc()
 
 
 def observe_events(lags_s: Iterable[float], counts: Mapping[str, int]) -> None:

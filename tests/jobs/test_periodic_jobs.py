@@ -9,10 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry
 from serve_support import ServeProcess
 from sqlalchemy import Engine, create_engine, text
 
+from gpufair.api.state_metrics import StateCollector
 from gpufair.client import GpufairClient
 from gpufair.config_file import load_config_file
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
@@ -208,9 +209,16 @@ def test_recompute_job_updates_metrics(cluster: GpufairClient, db: Engine) -> No
         outcomes = dict(conn.execute(text("SELECT job, outcome FROM job_claims")).all())
     assert outcomes["recompute:default"].startswith("ok: run ")
     assert outcomes["sweep"] == "ok: 0 stale runs closed"
+    registry = CollectorRegistry()
+    registry.register(StateCollector(db, cache_s=0.0))
     labels = {"pool": "default", "queue": "llm"}
-    assert REGISTRY.get_sample_value("gpufair_allocated_cu", labels) == 1.0
-    assert REGISTRY.get_sample_value("gpufair_fair_share_cu", labels) == pytest.approx(1.0)
+    assert registry.get_sample_value("gpufair_allocated_cu", labels) == 1.0
+    assert registry.get_sample_value("gpufair_fair_share_cu", labels) == pytest.approx(1.0)
+    job = {"periodic_job": "recompute:default"}
+    assert registry.get_sample_value("gpufair_periodic_job_last_failed", job) == 0.0
+    success = registry.get_sample_value("gpufair_periodic_job_last_success_timestamp_seconds", job)
+    assert success == pytest.approx(time.time(), abs=60)
+    assert REGISTRY.get_sample_value("gpufair_periodic_job_failures_total", job) == 0.0
     jobs.tick()  # same period: nothing runs twice
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM fair_share_runs")).scalar_one() == 1

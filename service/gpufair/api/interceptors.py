@@ -10,6 +10,7 @@ the call is counted in the metrics like every other refused one.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +24,20 @@ from gpufair.metrics import RPC_SECONDS, RPCS
 from gpufair.store.deadline import call_deadline
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+# One line per RPC: method, final code, duration, and the request's id and pool when it has them
+# (fields of the line's record, so `--log-format json` gives them as keys).
+rpc_log = logging.getLogger("gpufair.rpc")
+
+
+def _request_fields(request: Any) -> dict[str, str]:
+    """`request_id` and `pool` of a request message that has them set (not of a stream)."""
+    fields = {}
+    for name in ("request_id", "pool"):
+        value = getattr(request, name, None)
+        if isinstance(value, str) and value:
+            fields[name] = value[:200]
+    return fields
 
 
 def _aborted(context: grpc.ServicerContext) -> Any:
@@ -146,7 +161,7 @@ class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Counts and times every RPC by method and final status (placed outermost)."""
+    """Counts, times and logs every RPC by method and final status (placed outermost)."""
 
     def intercept_service(
         self,
@@ -154,6 +169,8 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         details: grpc.HandlerCallDetails,
     ) -> Any:
         method = details.method.rsplit("/", 1)[-1]
+        # Probes and tooling call health and reflection all day: counted, not logged.
+        logged = not details.method.startswith(("/grpc.health.", "/grpc.reflection."))
 
         def decorate(behavior: Behavior) -> Behavior:
             def timed(request: Any, context: grpc.ServicerContext) -> Any:
@@ -166,8 +183,13 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     code = status.name if status is not None else "UNKNOWN"
                     raise
                 finally:
+                    duration_s = time.perf_counter() - start
                     RPCS.labels(method, code).inc()
-                    RPC_SECONDS.labels(method).observe(time.perf_counter() - start)
+                    RPC_SECONDS.labels(method).observe(duration_s)
+                    if logged and rpc_log.isEnabledFor(logging.INFO):
+                        extra = {"method": method, "code": code, "duration_s": round(duration_s, 6)}
+                        extra |= _request_fields(request)
+                        rpc_log.info("%s %s %.1f ms", method, code, duration_s * 1000, extra=extra)
 
             return timed
 

@@ -18,8 +18,16 @@ from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
 from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
 from gpufair.domain.workload_rules import submit_problems, workload_violations
+from gpufair.metrics import observe_cycle
 from gpufair.services import schedule
-from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
+from gpufair.store import (
+    config_repo,
+    fairshare_repo,
+    locks,
+    metrics_repo,
+    schedule_repo,
+    workload_repo,
+)
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
 from gpufair.v1 import scheduler_pb2_grpc
@@ -122,6 +130,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         if violations:
             raise InvalidInputError(violations)
         now_s = self.clock()
+        started = time.perf_counter()
+        # What a recorded cycle decided, counted in the metrics once it committed (a replay of
+        # a request id or a dry run counts nothing).
+        recorded: list[Callable[[float], None]] = []
 
         def work(conn: Connection) -> pb.ScheduleResponse:
             decided = schedule.decide(conn, request.pool, now_s)
@@ -140,6 +152,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 self.bind_timeout_s,
             )
             result = without_binds(decided.result, skipped)
+            workloads = {w.uid: w for w in decided.snapshot.pending}
+            first = metrics_repo.first_binds(conn, [b.workload_uid for b in result.binds])
+            recorded.append(
+                lambda duration_s: observe_cycle(
+                    request.pool, result, workloads, first, now_s, duration_s
+                )
+            )
             reply = result_to_proto(request.pool, result, now_s, cycle_id)
             reply.warnings.extend(decided.warnings)
             if skipped:
@@ -150,7 +169,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
         # The pool lock is taken before the replay check, so a concurrent first attempt of the
         # same request id cannot slip in between; `decide` takes it again, a no-op then.
-        return run_mutation(
+        reply = run_mutation(
             self.engine,
             method="Schedule",
             request=request,
@@ -160,6 +179,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             reply_type=pb.ScheduleResponse,
             work=work,
         )
+        for observe in recorded:
+            observe(time.perf_counter() - started)
+        return reply
 
     def ExplainWorkload(
         self, request: pb.ExplainWorkloadRequest, context: grpc.ServicerContext

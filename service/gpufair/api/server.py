@@ -1,4 +1,5 @@
-"""The gRPC server: services, health, reflection, error mapping, graceful shutdown."""
+"""The gRPC server: services, health (following the database, `api/health.py`), reflection,
+error mapping, graceful shutdown, and the state gauges for a metrics registry."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from gpufair.api.cluster_admin import ClusterAdminServicer
+from gpufair.api.health import DEFAULT_INTERVAL_S, DatabaseHealth
 from gpufair.api.interceptors import (
     DeadlineInterceptor,
     ErrorMappingInterceptor,
@@ -22,6 +25,7 @@ from gpufair.api.interceptors import (
 )
 from gpufair.api.ledger import LedgerServicer
 from gpufair.api.scheduler import SchedulerServicer
+from gpufair.api.state_metrics import StateCollector
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -49,6 +53,7 @@ class RunningServer:
     server: grpc.Server
     port: int
     health: health.HealthServicer
+    database_health: DatabaseHealth
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
         """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
@@ -59,6 +64,7 @@ class RunningServer:
         shutdown was seen never to complete. Nothing acknowledged depends on it (a reply is sent
         only after its commit), so the process exits anyway (`gpufair serve`)."""
         self.health.enter_graceful_shutdown()
+        self.database_health.stop()
         return self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
 
 
@@ -70,8 +76,14 @@ def build_server(
     clock: Callable[[], float] = time.time,
     interceptors_extra: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
     credentials: grpc.ServerCredentials | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+    health_interval_s: float = DEFAULT_INTERVAL_S,
 ) -> RunningServer:
     """Start serving; `clock` is the one instant source of every servicer (tests pin it).
+
+    Health is `SERVING` only while the database answers its probe, every `health_interval_s`
+    (`api/health.py`). With `metrics_registry`, the state gauges read from the database at scrape
+    time (`api/state_metrics.py`) are registered there; one registry per process holds them once.
 
     `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
     (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
@@ -107,7 +119,13 @@ def build_server(
         port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
+    database_health = DatabaseHealth(
+        engine, health_servicer, (*SERVICE_NAMES,), interval_s=health_interval_s
+    )
+    database_health.start()
+    if metrics_registry is not None:
+        metrics_registry.register(StateCollector(engine, database_health, clock=clock))
     server.start()
-    for name in (*SERVICE_NAMES, ""):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server=server, port=port, health=health_servicer)
+    return RunningServer(
+        server=server, port=port, health=health_servicer, database_health=database_health
+    )

@@ -27,6 +27,7 @@ from gpufair.cli.auth import (
     client_auth_kwargs,
     server_credentials,
 )
+from gpufair.cli.logs import LOG_FORMATS, setup_logging
 from gpufair.cli.report import add_report_commands
 from gpufair.cli.slurm_bridge import add_slurm_bridge_command
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
@@ -50,13 +51,8 @@ class UserError(Exception):
     """A mistake of the user's: printed as one clear message, exit code 2."""
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # One line per job tick at INFO would drown the service's own lines.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+def _setup_logging(level: str, log_format: str = "text") -> None:
+    setup_logging(level, log_format)
 
 
 # ---- serve / migrate -------------------------------------------------------------------------
@@ -72,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpufair.store import database, migrate
     from gpufair.store.retention_repo import Retention
 
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     check_listen(args)
     credentials = server_credentials(args)
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
@@ -87,13 +83,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_workers=args.workers,
             interceptors_extra=[auth] if auth else [],
             credentials=credentials,
+            # The state gauges are read from the database only where they are exported.
+            metrics_registry=prometheus_client.REGISTRY if args.metrics_address else None,
+            health_interval_s=args.health_interval_s,
         )
         log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
         tune_for_serving()
         if args.metrics_address:
             host, _, port = args.metrics_address.rpartition(":")
-            prometheus_client.start_http_server(int(port), addr=host or "127.0.0.1")
-            log.info("metrics on http://%s/metrics", args.metrics_address)
+            http, _ = prometheus_client.start_http_server(int(port), addr=host or "127.0.0.1")
+            log.info("metrics on http://%s:%d/metrics", host or "127.0.0.1", http.server_port)
         jobs = None
         if not args.no_jobs:
             jobs = PeriodicJobs(
@@ -465,6 +464,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-address",
         default="127.0.0.1:9464",
         help="Prometheus endpoint host:port ('' to disable)",
+    )
+    serve.add_argument(
+        "--health-interval-s",
+        type=float,
+        default=5.0,
+        help="how often health probes the database (NOT_SERVING while it does not answer)",
+    )
+    serve.add_argument(
+        "--log-format", choices=LOG_FORMATS, default="text", help="text, or JSON (one per line)"
     )
     serve.add_argument("--no-jobs", action="store_true", help="run no periodic jobs here")
     serve.add_argument("--job-tick-s", type=float, default=10.0, help="how often jobs check")

