@@ -23,7 +23,9 @@ import time
 from collections.abc import Iterable
 
 from grpc_health.v1 import health, health_pb2
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
+
+from gpufair.store import database
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,7 @@ class DatabaseHealth:
         """One probe; updates the health statuses and returns whether the database answered."""
         try:
             with self.engine.connect() as conn:
-                conn.execute(text(f"SET LOCAL statement_timeout = {int(self.timeout_s * 1000)}"))
-                conn.execute(text("SELECT 1")).scalar_one()
+                database.ping(conn, self.timeout_s)
                 conn.rollback()
             up = True
         except Exception as exc:

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 
 from gpufair.api.health import DatabaseHealth
 from gpufair.store import metrics_repo
@@ -118,10 +118,7 @@ class StateCollector(Collector):
 
     def _read(self) -> list[Metric]:
         with self.engine.connect() as conn:
-            conn.execute(text("SET TRANSACTION READ ONLY"))
-            conn.execute(text(f"SET LOCAL statement_timeout = {READ_TIMEOUT_MS}"))
-            # Small indexed reads: compiling them (JIT, for a high cost estimate) costs more.
-            conn.execute(text("SET LOCAL jit = off"))
+            metrics_repo.begin_light_read(conn, READ_TIMEOUT_MS)
             families = [
                 *_fair_shares(conn),
                 *_capacity(conn),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from gpufair.store import deadline
@@ -123,3 +123,10 @@ def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30
 
     deadline.install(engine, int(statement_timeout_ms))
     return engine
+
+
+def ping(conn: Connection, timeout_s: float) -> None:
+    """One round trip that proves the database answers, given at most `timeout_s` (raises
+    otherwise). The caller ends the transaction."""
+    conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"))
+    conn.execute(text("SELECT 1")).scalar_one()

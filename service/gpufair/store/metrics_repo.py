@@ -221,3 +221,11 @@ def first_binds(conn: Connection, uids: list[str]) -> set[str]:
         {"uids": uids},
     ).scalars()
     return set(uids) - set(ran)
+
+
+def begin_light_read(conn: Connection, timeout_ms: int) -> None:
+    """Start a scrape's read: read only, bounded by `timeout_ms`, and without JIT (the reads are
+    small and indexed: compiling them for a high cost estimate costs more than running them)."""
+    conn.execute(text("SET TRANSACTION READ ONLY"))
+    conn.execute(text(f"SET LOCAL statement_timeout = {int(timeout_ms)}"))
+    conn.execute(text("SET LOCAL jit = off"))
