@@ -16,11 +16,18 @@ Hand-written like 0003 (views are not SQLAlchemy tables):
 - `report.pool_utilisation_daily`: per UTC day x pool x GPU type, the GPU-hours the pool had, the
   GPU-hours used and idle, and the ratio; closed hours only, like the usage views.
 - `report.fair_share_history`: each recompute's weights and shares per queue, over time.
+- `report.budget_status_at` (and so `report.budget_status`) says NULL, not '', for a budget of
+  all pools: "no pool" is what NULL means in SQL, and `pool IS NULL` reads as intended in a BI
+  tool. The body is 0003's with that one change (its last SELECT); downgrading restores 0003's.
 - `COMMENT ON` every view of the schema and each of its columns, and the budget function, so a
   BI tool's catalogue explains them.
 """
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
 
 from alembic import op
 
@@ -30,6 +37,28 @@ branch_labels = None
 depends_on = None
 
 ROLES = ("gpufair_reporter", "gpufair_service")
+
+
+def _migration_0003() -> Any:
+    """0003's module, loaded from its file beside this one (Alembic loads migrations by path)."""
+    spec = importlib.util.spec_from_file_location(
+        "gpufair_migration_0003", Path(__file__).with_name("0003_report_views.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# 0003's function, as it created it.
+_BUDGET_0003: str = _migration_0003()._BUDGET_STATUS_AT
+_ALL_POOLS_IN = "SELECT g.b_queue,\n       g.b_pool,\n"
+_ALL_POOLS_OUT = "SELECT g.b_queue,\n       nullif(g.b_pool, ''),\n"
+assert _BUDGET_0003.count(_ALL_POOLS_IN) == 1
+# Same signature and result type: CREATE OR REPLACE keeps the grants and the view on top of it.
+_BUDGET_NULL_POOL = _BUDGET_0003.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").replace(
+    _ALL_POOLS_IN, _ALL_POOLS_OUT
+)
 
 # The wall clock of the bucket bounds is UTC, as in 0003: the session's TimeZone must not move
 # an hour or a day.
@@ -209,7 +238,7 @@ COMMENTS: dict[str, tuple[str, dict[str, str]]] = {
         "every budget in its period containing now(), counted up to the last whole UTC hour",
         {
             "queue": "the budget's queue (its usage counts every queue below it)",
-            "pool": "the budget's pool; empty for all pools",
+            "pool": "the budget's pool; NULL for a budget of all pools",
             "period": "day, week or month",
             "period_start": "start of the current period (UTC)",
             "period_end": "end of the current period (UTC), exclusive",
@@ -302,6 +331,7 @@ def _quote(text: str) -> str:
 
 
 def upgrade() -> None:
+    op.execute(_BUDGET_NULL_POOL)
     for name, sql in _NEW_VIEWS.items():
         op.execute(sql)
         for role in ROLES:
@@ -324,3 +354,4 @@ def downgrade() -> None:
                 op.execute(f"COMMENT ON COLUMN report.{view}.{column} IS NULL")
     for name in reversed(_NEW_VIEWS):
         op.execute(f"DROP VIEW report.{name}")
+    op.execute(_BUDGET_0003.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))

@@ -40,7 +40,7 @@ class UsageRecord:
 @dataclass(frozen=True, slots=True)
 class BudgetRecord:
     queue: str
-    pool: str  # '' = all pools
+    pool: str  # '' = all pools (NULL in the report views)
     period: Period
     period_start: datetime
     period_end: datetime
@@ -124,7 +124,7 @@ def budgets(
         text(
             """
             SELECT b.* FROM report.budget_status_at(:at) b
-            WHERE (:pool = '' OR b.pool IN (:pool, ''))
+            WHERE (:pool = '' OR b.pool IS NULL OR b.pool = :pool)
               AND (:queue = ''
                    OR b.queue = :queue
                    OR b.queue IN (SELECT a.queue FROM report.queue_ancestors a
@@ -137,7 +137,7 @@ def budgets(
     return [
         BudgetRecord(
             queue=r.queue,
-            pool=r.pool,
+            pool=r.pool or "",  # NULL in SQL: a budget of all pools
             period=r.period,
             period_start=r.period_start,
             period_end=r.period_end,
