@@ -49,6 +49,20 @@ def test_the_extras_are_extras() -> None:
     assert importlib.metadata.version("gpufair") == gpufair.__version__
 
 
+def test_every_package_is_listed() -> None:
+    """The packages are listed, not discovered: a new subpackage left out of the list works in
+    the editable install of development and is missing from a wheel or the Docker image."""
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    source = ROOT / "service" / "gpufair"
+    found = {
+        "gpufair" + "".join(f".{part}" for part in init.parent.relative_to(source).parts)
+        for init in source.rglob("__init__.py")
+    }
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+
+
 @pytest.fixture
 def lean_env(tmp_path: Path) -> dict[str, str]:
     site = tmp_path / "site"
