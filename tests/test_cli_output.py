@@ -100,6 +100,23 @@ def test_every_read_takes_json_and_yaml(
     assert listed["workload"]["pods"] == 2
 
 
+def test_submit_says_why_a_workload_is_refused(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(load_config_file(EXAMPLES / "llm-vs-vision.yaml"))
+    code, out, err = run(
+        capsys, "submit", "wide", "--queue", "llm", "--gpus-per-pod", "8", "--address", address
+    )
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "error: wide not accepted: never fits pool 'default': a pod needs 8 GPUs; "
+        "the largest adequate node has 4"
+    )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["submit", "x", "--queue", "q", "--min-runtime", "soon"])
+
+
 def test_fairshare_defaults_to_the_only_pool(
     client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -38,10 +38,10 @@ from gpufair.cli.options import (
     use_help_formatter,
 )
 from gpufair.cli.report import NoDefaultPool, add_report_commands
+from gpufair.cli.submit import add_submit_command
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import (
     ConfigFileError,
-    duration_seconds,
     format_duration_s,
     load_config_file,
     message_to_yaml,
@@ -636,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_options(delete)
     delete.set_defaults(func=cmd_delete)
 
-    add_submit_command(sub)
+    add_submit_command(sub, _add_client_options)
 
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh"])
@@ -651,71 +651,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _print_completion(parser: argparse.ArgumentParser, shell: str) -> int:
     print(completion_script(parser, shell), end="")
     return 0
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        pool = args.pool or _only_pool(client)
-        workload = scheduler_pb2.Workload(
-            uid=args.uid,
-            queue=args.queue,
-            pool=pool,
-            pods=args.pods,
-            gpus_per_pod=args.gpus_per_pod,
-            allowed_gpu_types=args.gpu_type or [],
-            priority_class=args.priority_class,
-            min_runtime_s=args.min_runtime,
-        )
-        if args.min_pods is not None:
-            workload.min_pods = args.min_pods
-        reply = client.submit_workloads([workload])
-    (result,) = reply.results
-    if not result.accepted:
-        print(f"error: {result.uid} not accepted: {result.error}", file=sys.stderr)
-        return 1
-    gpus = fmt_number(args.pods * args.gpus_per_pod)
-    print(f"submitted {result.uid}: {gpus} GPUs in queue {args.queue}, pool {pool}")
-    return 0
-
-
-def _only_pool(client: GpufairClient) -> str:
-    from gpufair.cli.report import default_pool
-
-    return default_pool(client, "")
-
-
-def _duration(value: str) -> float:
-    seconds = duration_seconds(value)
-    if seconds is None:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a duration (e.g. 90s, 30m, 1h30m)")
-    return seconds
-
-
-def add_submit_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    submit = sub.add_parser(
-        "submit",
-        help="submit one workload by hand (batch systems use the API)",
-        description="Submit one workload; it waits for a Schedule cycle of its pool, which a "
-        "batch system's adapter asks for (examples/batch_adapter.py).",
-    )
-    submit.add_argument("uid", help="a unique id, e.g. demo-1")
-    submit.add_argument("--queue", required=True, help="a leaf queue")
-    submit.add_argument("--pool", default="", help="node pool (default: the only pool)")
-    submit.add_argument("--pods", type=int, default=1, help="pods of the gang")
-    submit.add_argument("--gpus-per-pod", type=float, default=1.0, help="GPUs of each pod")
-    submit.add_argument("--min-pods", type=int, default=None, help="gang minimum (default all)")
-    submit.add_argument(
-        "--gpu-type", action="append", help="allowed GPU type (repeat; default any)"
-    )
-    submit.add_argument("--priority-class", type=int, default=0, help="higher first in a queue")
-    submit.add_argument(
-        "--min-runtime",
-        type=_duration,
-        default=0.0,
-        help="not reclaimed before running this long (90s, 30m, 1h30m)",
-    )
-    _add_client_options(submit)
-    submit.set_defaults(func=cmd_submit)
 
 
 def _describe_rpc_error(exc: grpc.RpcError) -> str:
