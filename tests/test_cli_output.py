@@ -56,6 +56,7 @@ def test_yaml_output_is_a_file_apply_takes_back() -> None:
     assert "window_kind: sliding" in text and "WINDOW_KIND" not in text
     assert "gang_reservation_after_s: 15m" in text
     assert "placement: binpack" in text and "compute_weight: 10\n" in text
+    assert "cpu_millicores: 128000\n" in text and "'" not in text  # int64s unquoted
     assert parse_config(yaml.safe_load(text)) == config
 
 
