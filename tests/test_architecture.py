@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"domain", "config_file", "render", "api.convert_cluster"},
     "integrations": {"client", "v1", "config_file", "render"},
     "client": {"addresses", "v1"},
+    "client_aio": {"client", "addresses", "v1"},
     "config_file": {"v1"},
     "metrics": {"domain"},
     "tokens": set(),

@@ -44,7 +44,11 @@ def test_apply_then_get_config(
     assert pre.split()[:7] == ["preprocessing", "research", "main", "64", "1", "192", "0"]
 
     code, out, _ = run(capsys, "get", "config", "-o", "yaml", "--address", address)
-    assert "name: online-inference" in out and "deserved_cu: 160.0" in out
+    assert (
+        "name: online-inference" in out
+        and "deserved_cu: 160\n" in out
+        and "window_kind: sliding" in out
+    )
 
 
 def test_broken_file_prints_every_violation(

@@ -82,3 +82,21 @@ def test_list_with_no_tokens(
     capsys: pytest.CaptureFixture[str], database_url: str, db: Engine
 ) -> None:
     assert token_cli(capsys, database_url, "list")[1] == "no active tokens\n"
+
+
+def test_list_as_json_and_yaml(
+    capsys: pytest.CaptureFixture[str], database_url: str, db: Engine
+) -> None:
+    import json
+
+    import yaml
+
+    code, out, _ = token_cli(capsys, database_url, "create", "ci-runner", "--role", "scheduler")
+    secret = out.strip().split("_", 2)[2]
+    code, out, _ = token_cli(capsys, database_url, "list", "-o", "json")
+    (listed,) = json.loads(out)
+    assert code == 0 and (listed["name"], listed["role"]) == ("ci-runner", "scheduler")
+    assert listed["last_used_at"] is None and listed["revoked_at"] is None
+    assert listed["created_at"].endswith("+00:00") and secret not in out
+    code, out, _ = token_cli(capsys, database_url, "list", "-o", "yaml")
+    assert yaml.safe_load(out)[0]["prefix"] == listed["prefix"]

@@ -72,7 +72,7 @@ def test_past_instant_example_shows_the_budgets(
     finally:
         conn.rollback()
     assert {(r[0], r[1], r[2]) for r in rows} == {
-        ("research", "", "week"),
+        ("research", None, "week"),  # NULL: a budget of all pools
         ("team-a", "main", "month"),
     }
     research = next(r for r in rows if r[0] == "research")

@@ -1,4 +1,5 @@
-"""A typed Python client for gpufair, with deadlines and retries of UNAVAILABLE.
+"""A typed Python client for gpufair, with deadlines and retries of UNAVAILABLE: a method per RPC
+(streaming included), and event builders (`started`, `stopped`, `heartbeat`, ...).
 
     with GpufairClient("127.0.0.1:50051") as client:
         reply = client.apply_config(config, dry_run=True)
@@ -11,15 +12,23 @@ over TLS (`tls=True`, or any of `tls_ca`, `tls_cert`, `tls_key`; `tls_cert` and 
 client's own certificate for mutual TLS) or over a loopback or Unix-socket connection, which gRPC's
 local credentials check: a token is never sent in the clear across a network.
 
-Retries are safe: mutating calls carry a request id, generated once per logical call and reused for
-every attempt, so the server applies them at most once.
+Retries are gRPC's own (a retry policy in the channel's service config, `service_config`): a call
+that ends UNAVAILABLE is tried again up to `attempts` times in all, after exponential backoff with
+full jitter (gRPC waits a random time up to the current backoff), and never past the call's
+deadline, which bounds all attempts together. Retries are safe: mutating calls carry a request id,
+generated once per logical call and sent unchanged with every attempt, so the server applies them
+at most once. A channel passed in (`channel=`) keeps its own settings: build it with
+`channel_options(...)` to have the same retries.
+
+`gpufair.client_aio.AsyncGpufairClient` is the same client for asyncio.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -41,10 +50,39 @@ T = TypeVar("T")
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
-_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
+SERVICES = ("gpufair.v1.ClusterAdmin", "gpufair.v1.Scheduler", "gpufair.v1.Ledger")
+# gRPC accepts at most 5 attempts in a retry policy; longer waits would outlive most deadlines.
+MAX_ATTEMPTS = 5
+MAX_BACKOFF_S = 5.0
+
+
+def service_config(attempts: int = 4, backoff_s: float = 0.2) -> str:
+    """The channel's service config: retry UNAVAILABLE on every gpufair RPC, `attempts` in all
+    (1 = no retries; at most 5), first backoff `backoff_s`, doubling, at most 5 s, jittered."""
+    attempts = max(1, min(MAX_ATTEMPTS, attempts))
+    method: dict[str, object] = {"name": [{"service": s} for s in SERVICES]}
+    if attempts > 1:
+        method["retryPolicy"] = {
+            "maxAttempts": attempts,
+            "initialBackoff": f"{max(backoff_s, 0.001):.3f}s",
+            "maxBackoff": f"{max(MAX_BACKOFF_S, backoff_s):.3f}s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": [c.name for c in RETRYABLE],
+        }
+    return json.dumps({"methodConfig": [method]})
+
+
+def channel_options(attempts: int = 4, backoff_s: float = 0.2) -> list[tuple[str, object]]:
+    """Options for a gpufair channel: 64 MiB messages each way and the retry policy."""
+    return [
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", service_config(attempts, backoff_s)),
+    ]
+
+
+_CHANNEL_OPTIONS = channel_options()
 
 
 def _read(path: str | Path | None) -> bytes | None:
@@ -59,13 +97,32 @@ def open_channel(
     tls_ca: str | Path | None = None,
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
+    options: Sequence[tuple[str, object]] = _CHANNEL_OPTIONS,
 ) -> grpc.Channel:
     """A channel to `address` with the given credentials (see the module's docstring)."""
+    credentials = channel_credentials(
+        address, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
+    )
+    if credentials is None:
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(address, credentials, options=options)
+
+
+def channel_credentials(
+    address: str,
+    *,
+    token: str | None = None,
+    tls: bool = False,
+    tls_ca: str | Path | None = None,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+) -> grpc.ChannelCredentials | None:
+    """The credentials a channel to `address` needs, or None for a plaintext one."""
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("a client certificate needs its key: give both tls_cert and tls_key")
     secure = tls or any(p is not None for p in (tls_ca, tls_cert, tls_key))
     if not secure and token is None:
-        return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        return None
     if secure:
         # Without a CA file, the system's trusted roots check the server.
         channel_credentials = grpc.ssl_channel_credentials(
@@ -89,7 +146,7 @@ def open_channel(
         channel_credentials = grpc.composite_channel_credentials(
             channel_credentials, grpc.access_token_call_credentials(token)
         )
-    return grpc.secure_channel(address, channel_credentials, options=_CHANNEL_OPTIONS)
+    return channel_credentials
 
 
 class GpufairClient:
@@ -112,7 +169,13 @@ class GpufairClient:
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self._channel = channel or open_channel(
-            address, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
+            address,
+            token=token,
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            options=channel_options(self.attempts, backoff_s),
         )
         self.cluster = cluster_pb2_grpc.ClusterAdminStub(self._channel)
         self.scheduler = scheduler_pb2_grpc.SchedulerStub(self._channel)
@@ -133,18 +196,9 @@ class GpufairClient:
         self._channel.close()
 
     def call(self, method: Callable[..., T], request: Any, *, timeout_s: float | None = None) -> T:
-        """Call `method` with a deadline, retrying UNAVAILABLE with exponential backoff."""
-        delay = self.backoff_s
-        for attempt in range(self.attempts):
-            try:
-                return method(request, timeout=timeout_s or self.timeout_s)
-            except grpc.RpcError as exc:
-                code = exc.code() if isinstance(exc, grpc.Call) else None
-                if code not in RETRYABLE or attempt == self.attempts - 1:
-                    raise
-                time.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+        """Call `method` with a deadline; the channel's retry policy retries UNAVAILABLE within
+        it (see the module's docstring)."""
+        return method(request, timeout=timeout_s or self.timeout_s)
 
     @staticmethod
     def new_request_id() -> str:
@@ -236,6 +290,19 @@ class GpufairClient:
     def get_fair_share(self, pool: str) -> ledger_pb2.GetFairShareResponse:
         return self.call(self.ledger.GetFairShare, ledger_pb2.GetFairShareRequest(pool=pool))
 
+    def get_fair_share_history(
+        self,
+        pool: str,
+        *,
+        queue: str = "",
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> ledger_pb2.GetFairShareHistoryResponse:
+        """Each recompute's share of `queue` (every queue when empty) in [since, until)."""
+        return self.call(
+            self.ledger.GetFairShareHistory, fair_share_history_request(pool, queue, since, until)
+        )
+
     def get_usage(
         self,
         *,
@@ -244,15 +311,15 @@ class GpufairClient:
         period: ledger_pb2.UsagePeriod.ValueType = ledger_pb2.USAGE_PERIOD_DAY,
         since: datetime | None = None,
         until: datetime | None = None,
+        include_open_hour: bool = False,
     ) -> ledger_pb2.GetUsageResponse:
         """Usage per period (whole periods overlapping [since, until)) and budget status; an
-        empty pool or queue means all. Timezone-naive datetimes are taken as UTC."""
-        request = ledger_pb2.GetUsageRequest(pool=pool, queue=queue, period=period)
-        if since is not None:
-            request.since.FromDatetime(since)
-        if until is not None:
-            request.until.FromDatetime(until)
-        return self.call(self.ledger.GetUsage, request)
+        empty pool or queue means all. Timezone-naive datetimes are taken as UTC. With
+        `include_open_hour`, rows of the open UTC hour so far follow, marked `partial`."""
+        return self.call(
+            self.ledger.GetUsage,
+            usage_request(pool, queue, period, since, until, include_open_hour),
+        )
 
     # ---- Scheduler -------------------------------------------------------------------------
 
@@ -321,20 +388,118 @@ class GpufairClient:
         return self.call(self.ledger.ReportEvents, ledger_pb2.ReportEventsRequest(events=events))
 
     def stream_events(
-        self, batches: Sequence[Sequence[ledger_pb2.LedgerEvent]]
+        self,
+        batches: Iterable[Sequence[ledger_pb2.LedgerEvent]],
+        *,
+        timeout_s: float | None = None,
     ) -> ledger_pb2.ReportEventsResponse:
-        """Send batches over one StreamEvents call (each committed as it arrives); results in
-        the order of all events sent. Safe to retry as is (events are idempotent)."""
-        requests = [ledger_pb2.ReportEventsRequest(events=batch) for batch in batches]
+        """Send `batches` over one `StreamEvents` call; each is committed as it arrives, and the
+        one reply, at the end, has a result per event. The deadline covers the whole stream."""
+        requests = (ledger_pb2.ReportEventsRequest(events=batch) for batch in batches)
+        return self.ledger.StreamEvents(requests, timeout=timeout_s or self.timeout_s)
 
-        def send(
-            messages: list[ledger_pb2.ReportEventsRequest], timeout: float
-        ) -> ledger_pb2.ReportEventsResponse:
-            return self.ledger.StreamEvents(
-                iter(messages), timeout=timeout
-            )  # a fresh stream per attempt
 
-        return self.call(send, requests)
+def usage_request(
+    pool: str,
+    queue: str,
+    period: ledger_pb2.UsagePeriod.ValueType,
+    since: datetime | None,
+    until: datetime | None,
+    include_open_hour: bool,
+) -> ledger_pb2.GetUsageRequest:
+    request = ledger_pb2.GetUsageRequest(
+        pool=pool, queue=queue, period=period, include_open_hour=include_open_hour
+    )
+    if since is not None:
+        request.since.FromDatetime(since)
+    if until is not None:
+        request.until.FromDatetime(until)
+    return request
+
+
+def fair_share_history_request(
+    pool: str, queue: str, since: datetime | None, until: datetime | None
+) -> ledger_pb2.GetFairShareHistoryRequest:
+    request = ledger_pb2.GetFairShareHistoryRequest(pool=pool, queue=queue)
+    if since is not None:
+        request.since.FromDatetime(since)
+    if until is not None:
+        request.until.FromDatetime(until)
+    return request
+
+
+# ---- event builders ---------------------------------------------------------------------------
+
+
+def _event(
+    kind: ledger_pb2.EventKind.ValueType,
+    uid: str,
+    at: datetime | float | None,
+    event_id: str | None,
+) -> ledger_pb2.LedgerEvent:
+    """An event of `kind` for workload `uid` at `at` (a datetime, epoch seconds, or now), with a
+    fresh event id unless given: a retry of the same fact must reuse the id it was sent with."""
+    msg = ledger_pb2.LedgerEvent(
+        event_id=event_id or str(uuid.uuid4()), workload_uid=uid, kind=kind
+    )
+    if at is None:
+        at = time.time()
+    if isinstance(at, datetime):
+        msg.occurred_at.FromDatetime(at)
+    else:
+        msg.occurred_at.FromNanoseconds(round(at * 1e9))
+    return msg
+
+
+def started(
+    uid: str,
+    pods: Iterable[scheduler_pb2.PodBinding | ledger_pb2.EventPod],
+    *,
+    at: datetime | float | None = None,
+    event_id: str | None = None,
+) -> ledger_pb2.LedgerEvent:
+    """`uid` runs on `pods`: the bind's `PodBinding`s as they are, or `EventPod`s."""
+    msg = _event(ledger_pb2.EVENT_KIND_STARTED, uid, at, event_id)
+    for pod in pods:
+        msg.pods.add(node=pod.node, gpu_indices=pod.gpu_indices, gpu_fraction=pod.gpu_fraction)
+    return msg
+
+
+def stopped(
+    uid: str, *, at: datetime | float | None = None, event_id: str | None = None
+) -> ledger_pb2.LedgerEvent:
+    """`uid` finished normally."""
+    return _event(ledger_pb2.EVENT_KIND_STOPPED, uid, at, event_id)
+
+
+def heartbeat(
+    uid: str, *, at: datetime | float | None = None, event_id: str | None = None
+) -> ledger_pb2.LedgerEvent:
+    """`uid` still runs (a run silent longer than the server's stale limit is closed)."""
+    return _event(ledger_pb2.EVENT_KIND_HEARTBEAT, uid, at, event_id)
+
+
+def preempted(
+    uid: str, *, at: datetime | float | None = None, event_id: str | None = None
+) -> ledger_pb2.LedgerEvent:
+    """`uid` was stopped by an eviction; its GPUs are free from `at`."""
+    return _event(ledger_pb2.EVENT_KIND_PREEMPTED, uid, at, event_id)
+
+
+def failed(
+    uid: str, *, at: datetime | float | None = None, event_id: str | None = None
+) -> ledger_pb2.LedgerEvent:
+    """`uid` stopped by a failure."""
+    return _event(ledger_pb2.EVENT_KIND_FAILED, uid, at, event_id)
+
+
+def node_capacity(
+    node: str, gpu_count: int, *, at: datetime | float | None = None, event_id: str | None = None
+) -> ledger_pb2.LedgerEvent:
+    """`node` has `gpu_count` usable GPUs from `at` (a failed card, a repaired one)."""
+    msg = _event(ledger_pb2.EVENT_KIND_NODE_CAPACITY, "", at, event_id)
+    msg.node, msg.gpu_count = node, gpu_count
+    return msg
 
 
 def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:

@@ -1,12 +1,17 @@
 """Cluster config files: YAML in the shape of the `ClusterConfig` message, made pleasant to write.
 
 - Enum values may be written short and lowercase: `window_kind: sliding` for WINDOW_KIND_SLIDING.
-- Fields in seconds (`*_s`) take numbers or durations: `window_s: 7d`, `half_life_s: 36h`.
+- Fields in seconds (`*_s`) take numbers or durations: `window_s: 7d`, `half_life_s: 36h`,
+  `1h30m`, `500ms` (units ms, s, m, h, d, w; several may follow each other, largest first).
 Anything else is exactly the proto's field names, so the file and the API never drift apart.
+
+`message_to_yaml` writes the same short forms back (enums short, `*_s` fields as durations,
+64-bit integers as numbers), so `gpufair get config -o yaml` gives a file `apply` takes back.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -18,21 +23,55 @@ from google.protobuf.message import Message
 
 from gpufair.v1 import cluster_pb2
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_PART = r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)"
+_DURATION_RE = re.compile(rf"^\s*(?:{_PART}\s*)+$")
+_PART_RE = re.compile(_PART)
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Units written back, largest first; weeks are left out: `14d` reads more plainly than `2w`.
+_OUTPUT_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
 class ConfigFileError(ValueError):
     """A config file that cannot be read; the message names the file and the field."""
 
 
+def duration_seconds(text: str) -> float | None:
+    """Seconds of a duration such as `90s`, `36h`, `7d`, `1h30m` or `1.5h`; a plain number is
+    seconds. None when `text` is neither. Units must not repeat and go largest first."""
+    stripped = text.strip()
+    try:
+        return float(stripped)
+    except ValueError:
+        pass
+    if not _DURATION_RE.match(stripped):
+        return None
+    parts = [(float(n), unit) for n, unit in _PART_RE.findall(stripped)]
+    sizes = [_UNIT_S[unit] for _, unit in parts]
+    if any(a <= b for a, b in itertools.pairwise(sizes)):
+        return None
+    return sum(n * _UNIT_S[unit] for n, unit in parts)
+
+
 def parse_duration_s(value: Any, path: str) -> Any:
     if isinstance(value, str):
-        match = _DURATION_RE.match(value)
-        if not match:
-            raise ConfigFileError(f"{path}: {value!r} is not a duration (e.g. 90s, 30m, 36h, 7d)")
-        return float(match.group(1)) * _UNIT_S[match.group(2)]
+        seconds = duration_seconds(value)
+        if seconds is None:
+            raise ConfigFileError(
+                f"{path}: {value!r} is not a duration (e.g. 90s, 30m, 36h, 7d, 1h30m)"
+            )
+        return seconds
     return value
+
+
+def format_duration_s(seconds: float) -> str | float:
+    """`seconds` in the largest one unit that divides it exactly (7d, 36h, 90m, 45s), which
+    `duration_seconds` reads back; zero and fractions of a second stay a number."""
+    if seconds <= 0 or seconds != int(seconds):
+        return seconds
+    for unit, size in _OUTPUT_UNITS:
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return seconds
 
 
 def _enum_name(field: FieldDescriptor, value: Any, path: str) -> Any:
@@ -133,6 +172,55 @@ def load_config_file(path: Path) -> cluster_pb2.ClusterConfig:
         raise ConfigFileError(f"{path}: nested too deeply for a cluster config") from None
 
 
-def message_to_yaml(msg: Message) -> str:
+def short_enum(field: FieldDescriptor, name: str) -> str:
+    """`WINDOW_KIND_SLIDING` -> `sliding`: the value without its enum's common prefix."""
+    enum_type = field.enum_type
+    assert enum_type is not None
+    prefix = enum_type.values[0].name.removesuffix("UNSPECIFIED")
+    return name.removeprefix(prefix).lower()
+
+
+def _friendly(data: Any, descriptor: Any) -> Any:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        field = descriptor.fields_by_name[key]
+        is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
+        if is_map:
+            out[key] = {k: _whole(v) for k, v in value.items()}
+            continue
+        values = value if field.is_repeated else [value]
+        shown = [_friendly_scalar(field, v) for v in values]
+        out[key] = shown if field.is_repeated else shown[0]
+    return out
+
+
+def _friendly_scalar(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        assert field.message_type is not None
+        if field.message_type.full_name.startswith("google.protobuf."):
+            return value  # timestamps and the like keep their JSON form
+        return _friendly(value, field.message_type)
+    if field.type == FieldDescriptor.TYPE_ENUM and isinstance(value, str):
+        return short_enum(field, value)
+    if field.cpp_type in (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64):
+        return int(value)
+    if field.name.endswith("_s") and isinstance(value, int | float):
+        return format_duration_s(float(value))
+    return _whole(value)
+
+
+def _whole(value: Any) -> Any:
+    """A float that is a whole number as an int (80, not 80.0), as a person writes it."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return int(value)
+    return value
+
+
+def message_to_data(msg: Message) -> Any:
+    """The message as plain data in the file's short forms (see the module's docstring)."""
     data = json_format.MessageToDict(msg, preserving_proto_field_name=True)
-    return yaml.safe_dump(data, sort_keys=False)
+    return _friendly(data, msg.DESCRIPTOR)
+
+
+def message_to_yaml(msg: Message) -> str:
+    return yaml.safe_dump(message_to_data(msg), sort_keys=False)

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 
 def fmt_number(value: float | None) -> str:
+    """One rule for every number the command line prints: whole numbers as they are, others to
+    three decimals (trailing zeros dropped), and values too small for that to three significant
+    digits, so 0.0004 does not show as 0."""
     if value is None:
         return "-"
+    if not math.isfinite(value):
+        return str(value)
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
-    return f"{value:.6g}"
+    if abs(value) < 0.001:
+        return f"{value:.3g}"
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

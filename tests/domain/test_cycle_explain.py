@@ -53,10 +53,13 @@ def test_explain_counts_the_first_filter_each_node_fails() -> None:
     assert "1 wrong GPU type, 2 too little GPU memory" in why.message
 
 
-def test_explain_of_a_bound_workload_says_so() -> None:
+def test_explain_of_a_workload_the_cycle_binds_says_so() -> None:
+    """Pending, and explain's own cycle binds it (no cycle ran since it came, or room freed up):
+    the next cycle will; "not pending" would contradict the state the caller sees."""
     snap = snapshot([node("n")], [queue("q")], {"q": 8}, pending=[workload("w", "q")])
     why = explain(snap, run_cycle(snap), "w")
-    assert why.pending is None and "not pending" in why.message
+    assert why.pending is None
+    assert why.message == ("w fits now: the next cycle of pool main would bind it (it needs 1 CU)")
 
 
 def test_explain_memory_filter_and_what_it_would_take() -> None:

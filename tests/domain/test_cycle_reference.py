@@ -21,11 +21,11 @@ def test_classic_fair_share_keeps_gang_pending_with_a_clear_reason() -> None:
     assert result.evicts == () and result.binds == ()
     reason = result.pending[GANG.uid]
     assert reason.code is PendingCode.OVER_FAIR_SHARE
-    assert "fair share 55.0 CU" in reason.message
+    assert "fair share 55 CU" in reason.message
     why = explain(snap, result, GANG.uid)
     assert (why.needed_cu, why.over_quota_needed_cu) == (60, 40)
     assert (why.queue_may_take_cu, why.over_quota_may_take_cu) == (45, 25)
-    assert "needs 60.0 CU, 40.0 of it over-quota; the queue may take 45.0 CU now" in why.message
+    assert "needs 60 CU, 40 of it over-quota; the queue may take 45 CU now" in why.message
 
 
 def test_time_based_fair_share_reclaims_just_enough_then_binds_the_gang() -> None:

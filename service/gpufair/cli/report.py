@@ -3,7 +3,11 @@
     gpufair report usage --period week --by queue,gpu-type
     gpufair report usage --period month --by pool --queue research --since 2026-01-01
 
-    gpufair report fairshare --pool main
+    gpufair report fairshare [--pool main]     # the only pool when there is one
+
+`report usage` counts closed UTC hours from the rollups, then the open hour so far from the raw
+runs in a table of its own marked partial (`--no-open-hour` leaves it out). Every report takes
+`-o table|json|yaml`.
 
 Registered by cli/main.py through `add_report_commands`.
 """
@@ -18,8 +22,9 @@ from typing import TypeAlias
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpufair.cli.auth import client_auth_kwargs
+from gpufair.cli.options import add_output_option, emit
 from gpufair.client import GpufairClient
-from gpufair.render import table
+from gpufair.render import fmt_number, table
 from gpufair.v1 import ledger_pb2
 
 # A string: argparse's class is generic only in the type stubs, not at run time.
@@ -134,24 +139,44 @@ def budget_table(budgets: Sequence[ledger_pb2.BudgetRow]) -> str:
     )
 
 
+def _client(args: argparse.Namespace) -> GpufairClient:
+    return GpufairClient(args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args))
+
+
 def cmd_report_usage(args: argparse.Namespace) -> int:
-    with GpufairClient(
-        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
-    ) as client:
+    with _client(args) as client:
         reply = client.get_usage(
             pool=args.pool,
             queue=args.queue,
             period=_PERIODS[args.period],
             since=args.since,
             until=args.until,
+            include_open_hour=args.open_hour,
         )
-    if reply.rows:
-        print(usage_table(reply.rows, args.period, args.by))
+    emit(getattr(args, "output", "table"), reply, lambda: print_usage(reply, args))
+    return 0
+
+
+def print_usage(reply: ledger_pb2.GetUsageResponse, args: argparse.Namespace) -> None:
+    closed = [r for r in reply.rows if not r.partial]
+    partial = [r for r in reply.rows if r.partial]
+    if closed:
+        print(usage_table(closed, args.period, args.by))
     else:
-        print("no usage recorded in this range")
+        print(
+            "no usage recorded in closed hours in this range "
+            "(an hour counts once it is over and rolled up)"
+        )
+    if partial:
+        as_of = _utc(reply.as_of)
+        print()
+        print(
+            f"open hour {as_of:%Y-%m-%d %H}:00-{as_of:%H:%M} UTC so far "
+            "(partial: not yet in the totals above, budgets or report views)"
+        )
+        print(usage_table(partial, args.period, args.by))
     print()
     print(budget_table(reply.budgets) if reply.budgets else "no budgets")
-    return 0
 
 
 def add_report_commands(
@@ -170,7 +195,8 @@ def add_report_commands(
             "P = max(0, W' + k (W' - U')), the effective weight and the fair share, in CU."
         ),
     )
-    fairshare.add_argument("--pool", required=True, help="node pool")
+    fairshare.add_argument("--pool", default="", help="node pool (default: the only pool)")
+    add_output_option(fairshare)
     add_client_options(fairshare)
     fairshare.set_defaults(func=cmd_report_fairshare)
 
@@ -207,6 +233,13 @@ def add_report_commands(
         metavar="DATE",
         help="periods starting before DATE (exclusive: --until 2026-04-01 ends with March)",
     )
+    usage.add_argument(
+        "--open-hour",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also show the open UTC hour so far, marked partial",
+    )
+    add_output_option(usage)
     add_client_options(usage)
     usage.set_defaults(func=cmd_report_usage)
 
@@ -232,27 +265,45 @@ def fairshare_table(reply: ledger_pb2.GetFairShareResponse) -> str:
                 q.queue,
                 q.parent or "-",
                 q.priority,
-                round(q.deserved_cu, 3),
-                round(q.limit_cu, 3) if q.HasField("limit_cu") else "-",
-                round(q.demand_cu, 3),
-                round(q.allocated_cu, 3),
-                round(q.weight_share, 4),
-                round(q.usage_share, 4),
-                round(q.priority_weight, 4),
-                round(q.effective_weight, 4),
-                round(q.fair_share_cu, 3),
+                q.deserved_cu,
+                q.limit_cu if q.HasField("limit_cu") else "-",
+                q.demand_cu,
+                q.allocated_cu,
+                q.weight_share,
+                q.usage_share,
+                q.priority_weight,
+                q.effective_weight,
+                q.fair_share_cu,
             )
             for q in reply.queues
         ],
     )
 
 
+class NoDefaultPool(Exception):
+    """No --pool and not exactly one pool to default to: one message, exit code 2."""
+
+
+def default_pool(client: GpufairClient, pool: str) -> str:
+    """`pool`, or the only pool configured; with several (or none) the user must name one."""
+    if pool:
+        return pool
+    pools = [p.name for p in client.get_config().config.pools]
+    if len(pools) == 1:
+        return pools[0]
+    if not pools:
+        raise NoDefaultPool("no pool is configured: apply a cluster config first")
+    raise NoDefaultPool(f"there are {len(pools)} pools; name one with --pool: {', '.join(pools)}")
+
+
 def cmd_report_fairshare(args: argparse.Namespace) -> int:
-    with GpufairClient(
-        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
-    ) as client:
-        reply = client.get_fair_share(args.pool)
-    computed = _utc(reply.computed_at).strftime("%Y-%m-%d %H:%M:%S UTC")
-    print(f"pool {reply.pool}: {reply.capacity_cu:g} CU, computed {computed}\n")
-    print(fairshare_table(reply))
+    with _client(args) as client:
+        reply = client.get_fair_share(default_pool(client, args.pool))
+
+    def show() -> None:
+        computed = _utc(reply.computed_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+        print(f"pool {reply.pool}: {fmt_number(reply.capacity_cu)} CU, computed {computed}\n")
+        print(fairshare_table(reply))
+
+    emit(getattr(args, "output", "table"), reply, show)
     return 0

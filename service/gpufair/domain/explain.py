@@ -43,6 +43,17 @@ from gpufair.domain.snapshot import (
 )
 
 
+def _num(value: float) -> str:
+    """A number in a message as the command line prints numbers (`render.fmt_number`): whole
+    ones bare (60, not 60.0), others to at most three decimals, so `gpufair explain` shows one
+    precision throughout."""
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    if abs(value) < 0.001:
+        return f"{value:.3g}"
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 @dataclass(frozen=True, slots=True)
 class NodeFilterCounts:
     """Nodes of the pool by the first filter they fail for one pod of the workload."""
@@ -82,12 +93,12 @@ def pending_message(
 ) -> str:
     """One sentence for a pending workload, from its queue's numbers at the end of the cycle."""
     queue = (
-        f"queue {book.name}: allocated {book.allocated_cu:.1f} CU, fair share "
-        f"{book.fair_share_cu:.1f} CU, deserved {book.deserved_cu:.1f} CU"
+        f"queue {book.name}: allocated {_num(book.allocated_cu)} CU, fair share "
+        f"{_num(book.fair_share_cu)} CU, deserved {_num(book.deserved_cu)} CU"
     )
     if code is PendingCode.OVER_FAIR_SHARE:
         return (
-            f"needs {needed_cu:.1f} CU, beyond its queue's fair share ({queue}), and no spare "
+            f"needs {_num(needed_cu)} CU, beyond its queue's fair share ({queue}), and no spare "
             "capacity fits it"
         )
     if code is PendingCode.NO_CAPACITY:
@@ -103,12 +114,12 @@ def pending_message(
             f"held for it ({queue})"
         )
     if code is PendingCode.QUEUE_LIMIT:
-        limit = "none" if book.limit_cu is None else f"{book.limit_cu:.1f} CU"
+        limit = "none" if book.limit_cu is None else f"{_num(book.limit_cu)} CU"
         return f"would exceed its queue's limit (limit {limit}, per type {book.limit_gpus_by_type})"
     if code is PendingCode.NON_PREEMPTIBLE_OVER_DESERVED:
         return (
-            f"non-preemptible work must stay within deserved {book.deserved_cu:.1f} CU; the queue "
-            f"holds {book.nonpreemptible_cu:.1f} CU of it and this needs {needed_cu:.1f} CU"
+            f"non-preemptible work must stay within deserved {_num(book.deserved_cu)} CU; the queue "
+            f"holds {_num(book.nonpreemptible_cu)} CU of it and this needs {_num(needed_cu)} CU"
         )
     return f"pending: {code.value}"
 
@@ -160,15 +171,21 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
     may_take = max(0.0, fair_share - allocated)
     over_quota_may_take = max(0.0, fair_share - max(allocated, deserved))
     counts = _count_filters(workload, pool_nodes, capacity, gpu_types, held_for_other)
-    if pending is None:
+    if pending is None and any(b.workload_uid == workload_uid for b in result.binds):
+        # Pending, and it fits: only a cycle has not run since it arrived or room freed up.
+        message = (
+            f"{workload_uid} fits now: the next cycle of pool {snapshot.pool.name} would bind it "
+            f"(it needs {_num(needed_cu)} CU)"
+        )
+    elif pending is None:
         message = f"{workload_uid} is not pending: it was bound or is running"
     else:
         message = (
             f"{workload_uid} is pending ({pending.code.value}): {pending.message}. "
-            f"Queue {workload.queue} (tier {tier}): deserved {deserved:.1f} CU, fair share "
-            f"{fair_share:.1f} CU, allocated {allocated:.1f} CU. It needs {needed_cu:.1f} CU, "
-            f"{over_quota_needed:.1f} of it over-quota; the queue may take {may_take:.1f} CU "
-            f"now, {over_quota_may_take:.1f} of it over-quota. Of {counts.nodes} nodes: "
+            f"Queue {workload.queue} (tier {tier}): deserved {_num(deserved)} CU, fair share "
+            f"{_num(fair_share)} CU, allocated {_num(allocated)} CU. It needs {_num(needed_cu)} CU, "
+            f"{_num(over_quota_needed)} of it over-quota; the queue may take {_num(may_take)} CU "
+            f"now, {_num(over_quota_may_take)} of it over-quota. Of {counts.nodes} nodes: "
             f"{counts.not_ready} not ready, {counts.wrong_gpu_type} wrong GPU type, "
             f"{counts.gpu_memory_too_small} too little GPU memory, {counts.held_for_other} held "
             f"for other workloads, {counts.too_few_free_gpus} too few free GPUs, "

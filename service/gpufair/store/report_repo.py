@@ -7,10 +7,14 @@ module only selects from them, so the API, the CLI and a user's own SQL always a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from sqlalchemy import Connection, text
+
+from gpufair.domain.policy import deserved_cu_with_types
+from gpufair.domain.rollup import HOUR_S, floor_hour, type_usage
+from gpufair.store import config_repo, rollup_repo
 
 Period = Literal["day", "week", "month"]
 
@@ -36,7 +40,7 @@ class UsageRecord:
 @dataclass(frozen=True, slots=True)
 class BudgetRecord:
     queue: str
-    pool: str  # '' = all pools
+    pool: str  # '' = all pools (NULL in the report views)
     period: Period
     period_start: datetime
     period_end: datetime
@@ -120,7 +124,7 @@ def budgets(
         text(
             """
             SELECT b.* FROM report.budget_status_at(:at) b
-            WHERE (:pool = '' OR b.pool IN (:pool, ''))
+            WHERE (:pool = '' OR b.pool IS NULL OR b.pool = :pool)
               AND (:queue = ''
                    OR b.queue = :queue
                    OR b.queue IN (SELECT a.queue FROM report.queue_ancestors a
@@ -133,7 +137,7 @@ def budgets(
     return [
         BudgetRecord(
             queue=r.queue,
-            pool=r.pool,
+            pool=r.pool or "",  # NULL in SQL: a budget of all pools
             period=r.period,
             period_start=r.period_start,
             period_end=r.period_end,
@@ -173,3 +177,64 @@ def pool_known(conn: Connection, name: str) -> bool:
             {"n": name},
         ).scalar_one()
     )
+
+
+def open_hour_usage(
+    conn: Connection, now_s: float, *, pool: str = "", queue: str = ""
+) -> list[UsageRecord]:
+    """Usage of the open UTC hour, [start of the hour, now_s), from the raw runs (running ones
+    count up to now_s): what the rolled-up views do not hold yet. Rows per pool x leaf queue x GPU
+    type like the views', with `period_start` the hour's start; over-quota CU-hours against the
+    queues' deserved CU as configured now, the rule the hourly rollup applies.
+
+    `queue` selects that queue and every queue below it; `pool` '' and `queue` '' mean all.
+    """
+    lo_s = floor_hour(now_s)
+    if now_s <= lo_s:
+        return []
+    config = config_repo.load_config(conn)
+    weights = {t.name: t.compute_weight for t in config.gpu_types}
+    wanted: set[str] | None = None
+    if queue:
+        wanted = {queue} | {
+            r.queue
+            for r in conn.execute(
+                text("SELECT a.queue FROM report.queue_ancestors a WHERE a.ancestor = :q"),
+                {"q": queue},
+            )
+        }
+    pools = sorted(
+        {p.name for p in config.pools}
+        | {
+            r.pool
+            for r in conn.execute(
+                text(
+                    "SELECT DISTINCT pool FROM allocation_intervals "
+                    "WHERE ended_at IS NULL OR ended_at > to_timestamp(:lo)"
+                ),
+                {"lo": lo_s},
+            )
+        }
+    )
+    start = datetime.fromtimestamp(lo_s, UTC)
+    records: list[UsageRecord] = []
+    for name in pools:
+        if pool and name != pool:
+            continue
+        deserved = {q.name: deserved_cu_with_types(q.quota(name), weights) for q in config.queues}
+        intervals = rollup_repo.intervals_between(conn, name, lo_s, min(now_s, lo_s + HOUR_S))
+        for row in type_usage(intervals, deserved, lo_s, now_s):
+            if wanted is not None and row.queue not in wanted:
+                continue
+            records.append(
+                UsageRecord(
+                    period_start=start,
+                    pool=name,
+                    queue=row.queue,
+                    gpu_type=row.gpu_type,
+                    gpu_hours=row.gpu_seconds / HOUR_S,
+                    cu_hours=row.cu_seconds / HOUR_S,
+                    over_quota_cu_hours=row.over_quota_cu_seconds / HOUR_S,
+                )
+            )
+    return records

@@ -400,11 +400,16 @@ class GetUsageRequest(_message.Message):
     PERIOD_FIELD_NUMBER: _builtins.int
     SINCE_FIELD_NUMBER: _builtins.int
     UNTIL_FIELD_NUMBER: _builtins.int
+    INCLUDE_OPEN_HOUR_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     """empty = all pools"""
     queue: _builtins.str
     """empty = all queues"""
     period: Global___UsagePeriod.ValueType
+    include_open_hour: _builtins.bool
+    """Also count the open UTC hour (from its start to now) from the raw runs: rows for it come
+    after the others, with `partial` set. Without it only closed, rolled-up hours count.
+    """
     @_builtins.property
     def since(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -417,10 +422,11 @@ class GetUsageRequest(_message.Message):
         period: Global___UsagePeriod.ValueType = ...,
         since: _timestamp_pb2.Timestamp | None = ...,
         until: _timestamp_pb2.Timestamp | None = ...,
+        include_open_hour: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since", "until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["period", b"period", "pool", b"pool", "queue", b"queue", "since", b"since", "until", b"until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_open_hour", b"include_open_hour", "period", b"period", "pool", b"pool", "queue", b"queue", "since", b"since", "until", b"until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -437,12 +443,17 @@ class UsageRow(_message.Message):
     GPU_HOURS_FIELD_NUMBER: _builtins.int
     CU_HOURS_FIELD_NUMBER: _builtins.int
     OVER_QUOTA_CU_HOURS_FIELD_NUMBER: _builtins.int
+    PARTIAL_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     queue: _builtins.str
     gpu_type: _builtins.str
     gpu_hours: _builtins.float
     cu_hours: _builtins.float
     over_quota_cu_hours: _builtins.float
+    partial: _builtins.bool
+    """Set on rows of the open UTC hour (include_open_hour): usage from the hour's start up to
+    GetUsageResponse.as_of, not yet in the rolled-up views; period_start is its period's start.
+    """
     @_builtins.property
     def period_start(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -455,10 +466,11 @@ class UsageRow(_message.Message):
         gpu_hours: _builtins.float = ...,
         cu_hours: _builtins.float = ...,
         over_quota_cu_hours: _builtins.float = ...,
+        partial: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["period_start", b"period_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cu_hours", b"cu_hours", "gpu_hours", b"gpu_hours", "gpu_type", b"gpu_type", "over_quota_cu_hours", b"over_quota_cu_hours", "period_start", b"period_start", "pool", b"pool", "queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cu_hours", b"cu_hours", "gpu_hours", b"gpu_hours", "gpu_type", b"gpu_type", "over_quota_cu_hours", b"over_quota_cu_hours", "partial", b"partial", "period_start", b"period_start", "pool", b"pool", "queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -517,19 +529,25 @@ class GetUsageResponse(_message.Message):
 
     ROWS_FIELD_NUMBER: _builtins.int
     BUDGETS_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageRow]: ...
     @_builtins.property
     def budgets(self) -> _containers.RepeatedCompositeFieldContainer[Global___BudgetRow]: ...
+    @_builtins.property
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """the instant the open hour was counted up to"""
+
     def __init__(
         self,
         *,
         rows: _abc.Iterable[Global___UsageRow] | None = ...,
         budgets: _abc.Iterable[Global___BudgetRow] | None = ...,
+        as_of: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "rows", b"rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "budgets", b"budgets", "rows", b"rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

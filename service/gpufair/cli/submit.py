@@ -1,0 +1,90 @@
+"""`gpufair submit`: one workload by hand, for a first look or a test of a queue.
+
+    gpufair submit demo-1 --queue vision --pods 8 --gpus-per-pod 4
+    gpufair submit big-1 --queue llm --pool main --gpu-type a100-80gb --min-runtime 1h30m
+
+The workload waits for a `Schedule` cycle of its pool, which a batch system's adapter asks for
+(examples/batch_adapter.py); `gpufair get workloads` and `gpufair explain` show where it stands.
+Registered by cli/main.py through `add_submit_command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TypeAlias
+
+from gpufair.cli.auth import client_auth_kwargs
+from gpufair.cli.report import default_pool
+from gpufair.client import GpufairClient
+from gpufair.config_file import duration_seconds
+from gpufair.render import fmt_number
+from gpufair.v1 import scheduler_pb2
+
+# A string: argparse's class is generic only in the type stubs, not at run time.
+SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with GpufairClient(
+        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
+    ) as client:
+        pool = default_pool(client, args.pool)
+        workload = scheduler_pb2.Workload(
+            uid=args.uid,
+            queue=args.queue,
+            pool=pool,
+            pods=args.pods,
+            gpus_per_pod=args.gpus_per_pod,
+            allowed_gpu_types=args.gpu_type or [],
+            priority_class=args.priority_class,
+            min_runtime_s=args.min_runtime,
+        )
+        if args.min_pods is not None:
+            workload.min_pods = args.min_pods
+        reply = client.submit_workloads([workload])
+    (result,) = reply.results
+    if not result.accepted:
+        print(f"error: {result.uid} not accepted: {result.error}", file=sys.stderr)
+        return 1
+    gpus = fmt_number(args.pods * args.gpus_per_pod)
+    print(f"submitted {result.uid}: {gpus} GPUs in queue {args.queue}, pool {pool}")
+    return 0
+
+
+def _duration(value: str) -> float:
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration (e.g. 90s, 30m, 1h30m)")
+    return seconds
+
+
+def add_submit_command(
+    sub: SubCommands, add_client_options: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """Register `submit` on the subcommands of `gpufair`."""
+    submit = sub.add_parser(
+        "submit",
+        help="submit one workload by hand (batch systems use the API)",
+        description="Submit one workload; it waits for a Schedule cycle of its pool, which a "
+        "batch system's adapter asks for (examples/batch_adapter.py).",
+    )
+    submit.add_argument("uid", help="a unique id, e.g. demo-1")
+    submit.add_argument("--queue", required=True, help="a leaf queue")
+    submit.add_argument("--pool", default="", help="node pool (default: the only pool)")
+    submit.add_argument("--pods", type=int, default=1, help="pods of the gang")
+    submit.add_argument("--gpus-per-pod", type=float, default=1.0, help="GPUs of each pod")
+    submit.add_argument("--min-pods", type=int, default=None, help="gang minimum (default all)")
+    submit.add_argument(
+        "--gpu-type", action="append", help="allowed GPU type (repeat; default any)"
+    )
+    submit.add_argument("--priority-class", type=int, default=0, help="higher first in a queue")
+    submit.add_argument(
+        "--min-runtime",
+        type=_duration,
+        default=0.0,
+        help="not reclaimed before running this long (90s, 30m, 1h30m)",
+    )
+    add_client_options(submit)
+    submit.set_defaults(func=cmd_submit)

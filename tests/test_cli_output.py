@@ -1,0 +1,206 @@
+"""Daily use of the command line: `-o table|json|yaml` on every read, YAML in the short forms a
+cluster file uses (and `apply` takes back), durations in the usual forms, plural kinds, the only
+pool as the default, one number format, defaults in help, shell completion."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufair.api.server import RunningServer
+from gpufair.cli import build_parser, main
+from gpufair.cli.options import completion_script
+from gpufair.client import GpufairClient
+from gpufair.config_file import (
+    duration_seconds,
+    format_duration_s,
+    load_config_file,
+    message_to_yaml,
+    parse_config,
+)
+from gpufair.render import fmt_number
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "clusters"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_durations_in_the_usual_forms() -> None:
+    assert duration_seconds("90s") == 90
+    assert duration_seconds("1h30m") == 5400
+    assert duration_seconds("1d12h") == 129600
+    assert duration_seconds("1.5h") == 5400
+    assert duration_seconds("500ms") == 0.5
+    assert duration_seconds("3600") == 3600
+    for bad in ("30m1h", "1h1h", "h", "1y", "1 hour"):
+        assert duration_seconds(bad) is None, bad
+    # Written back in the largest unit that divides exactly, which reads back the same.
+    for seconds, text in ((604800, "7d"), (129600, "36h"), (5400, "90m"), (45, "45s")):
+        assert format_duration_s(seconds) == text
+        assert duration_seconds(text) == seconds
+    assert format_duration_s(0.5) == 0.5 and format_duration_s(0) == 0
+
+
+def test_yaml_output_is_a_file_apply_takes_back() -> None:
+    config = load_config_file(EXAMPLES / "heterogeneous.yaml")
+    text = message_to_yaml(config)
+    assert "window_kind: sliding" in text and "WINDOW_KIND" not in text
+    assert "gang_reservation_after_s: 15m" in text
+    assert "placement: binpack" in text and "compute_weight: 10\n" in text
+    assert "cpu_millicores: 128000\n" in text and "'" not in text  # int64s unquoted
+    assert parse_config(yaml.safe_load(text)) == config
+
+
+def test_every_read_takes_json_and_yaml(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(load_config_file(EXAMPLES / "llm-vs-vision.yaml"))
+
+    code, out, _ = run(capsys, "get", "config", "-o", "json", "--address", address)
+    data = json.loads(out)
+    assert code == 0 and data["config_version"] == "1"  # the proto's JSON: int64 as a string
+    assert data["config"]["pools"][0]["policy"]["window_kind"] == "WINDOW_KIND_SLIDING"
+    code, out, _ = run(capsys, "get", "config", "-o", "yaml", "--address", address)
+    assert "window_s: 7d" in out and "usage_basis: over_quota" in out
+
+    code, out, _ = run(capsys, "report", "fairshare", "-o", "yaml", "--address", address)
+    share = yaml.safe_load(out)
+    assert share["pool"] == "default" and share["capacity_cu"] == 100
+    assert [q["deserved_cu"] for q in share["queues"]] == [30, 20]
+
+    code, out, _ = run(
+        capsys, "report", "usage", "-o", "json", "--period", "week", "--address", address
+    )
+    usage = json.loads(out)
+    assert [b["budget_cu_hours"] for b in usage["budgets"]] == [8400, 5040]
+    assert "as_of" in usage
+
+    code, out, err = run(
+        capsys, "submit", "w-1", "--queue", "llm", "--pods", "2", "--gpus-per-pod", "4",
+        "--min-runtime", "1h30m", "--address", address,
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.strip() == "submitted w-1: 8 GPUs in queue llm, pool default"
+    code, out, _ = run(capsys, "explain", "w-1", "-o", "json", "--address", address)
+    explained = json.loads(out)
+    assert explained["uid"] == "w-1" and explained["state"] == "pending"
+    assert explained["needs_cu"] == 8
+    code, out, _ = run(capsys, "get", "workloads", "-o", "yaml", "--address", address)
+    (listed,) = yaml.safe_load(out)["workloads"]
+    assert listed["workload"]["min_runtime_s"] == "90m"
+    assert listed["workload"]["pods"] == 2
+
+
+def test_submit_says_why_a_workload_is_refused(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(load_config_file(EXAMPLES / "llm-vs-vision.yaml"))
+    code, out, err = run(
+        capsys, "submit", "wide", "--queue", "llm", "--gpus-per-pod", "8", "--address", address
+    )
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "error: wide not accepted: never fits pool 'default': a pod needs 8 GPUs; "
+        "the largest adequate node has 4"
+    )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["submit", "x", "--queue", "q", "--min-runtime", "soon"])
+
+
+def test_fairshare_defaults_to_the_only_pool(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{server.port}"
+    code, _, err = run(capsys, "report", "fairshare", "--address", address)
+    assert code == 2 and "no pool is configured" in err
+    config = load_config_file(EXAMPLES / "llm-vs-vision.yaml")
+    client.apply_config(config)
+    code, out, err = run(capsys, "report", "fairshare", "--address", address)
+    assert code == 0, err
+    assert out.startswith("pool default: 100 CU, computed ")
+    spare = config.pools.add()
+    spare.CopyFrom(config.pools[0])
+    spare.name = "spare"
+    client.apply_config(config)
+    code, _, err = run(capsys, "report", "fairshare", "--address", address)
+    assert code == 2
+    assert err.strip() == "error: there are 2 pools; name one with --pool: default, spare"
+    code, out, _ = run(capsys, "report", "fairshare", "--pool", "spare", "--address", address)
+    assert code == 0 and out.startswith("pool spare: 0 CU")
+
+
+def test_delete_takes_plural_kinds(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(load_config_file(EXAMPLES / "llm-vs-vision.yaml"))
+    code, out, err = run(
+        capsys, "delete", "budgets", "llm/week/*", "vision/week/*", "--address", address
+    )
+    assert code == 0, err
+    assert out.splitlines() == [
+        "delete budget llm/week/*",
+        "delete budget vision/week/*",
+        "applied: config version 2",
+    ]
+    code, out, _ = run(
+        capsys, "delete", "gpu-types", "h100-80gb", "--dry-run", "--address", address
+    )
+    assert code == 1  # still used by the nodes: refused, but the kind was understood
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["delete", "racks", "r1"])
+    assert build_parser().parse_args(["delete", "Queues", "a"]).kind == "queue"
+    assert build_parser().parse_args(["delete", "gpu_type", "a"]).kind == "gpu_type"
+
+
+def test_one_number_format() -> None:
+    assert [fmt_number(v) for v in (32.0, 1 / 3, 0.08549, 1234.5678, 0.0004, -2.5)] == [
+        "32",
+        "0.333",
+        "0.085",
+        "1234.568",
+        "0.0004",
+        "-2.5",
+    ]
+
+
+def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "usage", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: day)" in text and "(default: 30.0)" in text
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[$GPUFAIR_WORKERS] (default: 32)" in text
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_completion_script_completes_commands_and_options() -> None:
+    script = completion_script(build_parser(), "bash")
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+
+    def complete(line: str) -> list[str]:
+        words = line.split(" ")
+        probe = (
+            f"{script}\nCOMP_WORDS=({line})\nCOMP_CWORD={len(words) - 1}\n"
+            "_gpufair_complete\nprintf '%s\\n' \"${COMPREPLY[@]}\"\n"
+        )
+        done = subprocess.run(["bash"], input=probe, text=True, capture_output=True, check=True)
+        return done.stdout.split()
+
+    assert "submit" in complete("gpufair su") and "report" in complete("gpufair re")
+    assert complete("gpufair report f") == ["fairshare"]
+    assert "--open-hour" in complete("gpufair report usage --op")
+    assert complete("gpufair serve --work") == ["--workers"]
