@@ -31,8 +31,6 @@ from gpufair.cli.auth import (
     server_credentials,
 )
 from gpufair.cli.logs import LOG_FORMATS, setup_logging
-from gpufair.cli.report import add_report_commands
-from gpufair.cli.slurm_bridge import add_slurm_bridge_command
 from gpufair.cli.options import (
     add_output_option,
     completion_script,
@@ -41,6 +39,7 @@ from gpufair.cli.options import (
     use_help_formatter,
 )
 from gpufair.cli.report import NoDefaultPool, add_report_commands
+from gpufair.cli.slurm_bridge import add_slurm_bridge_command
 from gpufair.cli.submit import add_submit_command
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import (
