@@ -154,7 +154,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        stop.wait()
+        # Wake every second: a signal the kernel hands to one of grpc's threads only marks the
+        # handler pending, and the main thread runs it when it next wakes, not while it sleeps.
+        while not stop.wait(timeout=1.0):
+            pass
         log.info(
             "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
         )
