@@ -148,34 +148,39 @@ def keyed_step_pieces(
     over which every key's sum is constant: the one sweep line of the domain.
 
     Each stretch carries the sum of each key that has a segment covering it (keys with none are
-    left out, stretches with no key at all dropped). A key whose last segment has ended is 0
-    exactly: adding and removing the same values leaves float dust.
+    left out, stretches with no key at all dropped). A key whose last segment has ended is
+    forgotten, so it comes back from exactly 0: adding and removing the same values leaves float
+    dust.
     """
     events: list[tuple[float, K, float, int]] = []
     for start_s, end_s, key, value in segments:
         events.append((start_s, key, value, 1))
         events.append((end_s, key, -value, -1))
-    events.sort(key=lambda event: event[0])
+    events.sort(key=_at)
     level: dict[K, float] = {}
     active: dict[K, int] = {}
     pieces: list[tuple[float, float, dict[K, float]]] = []
+    count = len(events)
     index = 0
-    while index < len(events):
+    while index < count:
         at_s = events[index][0]
-        while index < len(events) and events[index][0] == at_s:
+        while index < count and events[index][0] == at_s:
             _, key, delta, opens = events[index]
-            level[key] = level.get(key, 0.0) + delta
-            active[key] = active.get(key, 0) + opens
-            index += 1
-        current: dict[K, float] = {}
-        for key, count in active.items():
-            if count == 0:
-                level[key] = 0.0
+            still = active.get(key, 0) + opens
+            if still:
+                active[key] = still
+                level[key] = level.get(key, 0.0) + delta
             else:
-                current[key] = level[key]
-        if current and index < len(events):
-            pieces.append((at_s, events[index][0], current))
+                del active[key]
+                del level[key]
+            index += 1
+        if level and index < count:
+            pieces.append((at_s, events[index][0], level.copy()))
     return pieces
+
+
+def _at(event: tuple[float, object, float, int]) -> float:
+    return event[0]
 
 
 def step_pieces(segments: Iterable[Piece], lo_s: float, hi_s: float) -> list[Piece]:
