@@ -113,4 +113,3 @@ def diff_configs(stored: ClusterConfig, desired: ClusterConfig) -> list[ConfigCh
         for name in sorted(old[kind].keys() - new[kind].keys()):
             deletes.append(ConfigChange(kind, name, ChangeAction.DELETE))
     return upserts + deletes
-
