@@ -4,25 +4,43 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 from sqlalchemy import Connection, Engine
 
 from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
 from gpufair.api.convert_workload import workload_from_proto
+from gpufair.api.cycle_gate import CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
 from gpufair.api.workload_listing import list_workloads
-from gpufair.domain.errors import InvalidInputError, NotFound, Violation
+from gpufair.domain.errors import Conflict, InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
 from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
 from gpufair.domain.workload_rules import submit_problems, workload_violations
 from gpufair.services import schedule
-from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
+from gpufair.store import (
+    config_repo,
+    deadline,
+    fairshare_repo,
+    locks,
+    schedule_repo,
+    workload_repo,
+)
+from gpufair.store.idempotency import request_digest, store_reply, stored_reply
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
 from gpufair.v1 import scheduler_pb2_grpc
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a coalesced `Schedule` caller brings to its slot."""
+
+    request_id: str
+    digest: str
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
@@ -35,6 +53,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.engine = engine
         self.clock = clock
         self.bind_timeout_s = bind_timeout_s
+        self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate()
 
     def SubmitWorkloads(
         self, request: pb.SubmitWorkloadsRequest, context: grpc.ServicerContext
@@ -117,49 +136,102 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def Schedule(
         self, request: pb.ScheduleRequest, context: grpc.ServicerContext
     ) -> pb.ScheduleResponse:
+        """A cycle of the pool. A dry run is decided alone, and rolled back. Other calls are
+        coalesced (`api/cycle_gate.py`): the calls of one pool that arrive while a cycle runs
+        share the next cycle, run once by one of them for all; each request id gets that
+        cycle's reply stored in the cycle's own transaction (a replay returns it)."""
         violations = name_violations("pool", request.pool)
         violations += request_id_violations(request.request_id)
         if violations:
             raise InvalidInputError(violations)
-        now_s = self.clock()
-
-        def work(conn: Connection) -> pb.ScheduleResponse:
-            decided = schedule.decide(conn, request.pool, now_s)
-            if request.dry_run:
-                dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
-                dry.warnings.extend(decided.warnings)
-                return dry
-            draft = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
-            draft.warnings.extend(decided.warnings)
-            cycle_id, skipped = schedule_repo.record_cycle(
-                conn,
-                request.pool,
-                decided.result,
-                draft.SerializeToString(),
-                now_s,
-                self.bind_timeout_s,
+        if not request.dry_run:
+            asked = _Asked(
+                request.request_id,
+                request_digest("Schedule", request.SerializeToString(deterministic=True)),
             )
-            result = without_binds(decided.result, skipped)
-            reply = result_to_proto(request.pool, result, now_s, cycle_id)
-            reply.warnings.extend(decided.warnings)
-            if skipped:
-                schedule_repo.replace_reply(
-                    conn, cycle_id, reply.SerializeToString(), len(reply.binds)
-                )
-            return reply
+            return self._gate.call(
+                request.pool,
+                asked,
+                context.time_remaining(),
+                lambda members, deadline_s: self._run_slot(request.pool, members, deadline_s),
+            )
+        now_s = self.clock()
+        with self.engine.connect() as conn:
+            decided = schedule.decide(conn, request.pool, now_s)
+            conn.rollback()  # a dry run decides, but nothing it touched may last
+        dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+        dry.warnings.extend(decided.warnings)
+        return dry
 
-        # The pool lock is taken before the replay check, so a concurrent first attempt of the
-        # same request id cannot slip in between; `decide` takes it again, a no-op then.
-        return run_mutation(
-            self.engine,
-            method="Schedule",
-            request=request,
-            request_id=request.request_id,
-            dry_run=request.dry_run,
-            lock_key=locks.pool_key(request.pool) if request.pool else None,
-            reply_type=pb.ScheduleResponse,
-            work=work,
+    def _run_slot(
+        self, pool: str, members: list[Member[_Asked]], deadline_s: float | None
+    ) -> dict[int, pb.ScheduleResponse | BaseException]:
+        """One cycle for the `members` of a slot, in one transaction under the pool's lock.
+
+        Members whose request id has a stored reply get it. If the others' pool got a cycle
+        from another replica while this one waited for the lock (a cycle begun after they all
+        arrived: `last_cycle_id` is read before the lock), they get that cycle's stored reply,
+        and no second cycle runs on its heels; else a cycle runs."""
+        remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
+        results: dict[int, pb.ScheduleResponse | BaseException] = {}
+        with deadline.call_deadline(remaining_s), self.engine.connect() as conn:
+            seen = schedule_repo.last_cycle_id(conn)
+            locks.xact_lock(conn, locks.pool_key(pool))
+            todo = [m for m in members if not self._replayed(conn, m, results)]
+            if not todo:
+                conn.rollback()
+                return results
+            found = schedule_repo.cycle_after(conn, pool, seen)
+            if found is not None:
+                reply = pb.ScheduleResponse.FromString(found[1])
+                reply.cycle_id = found[0]
+            else:
+                reply = self._decide_and_record(conn, pool, self.clock())
+            payload = reply.SerializeToString()
+            stored_here: set[str] = set()
+            for m in todo:
+                rid = m.key.request_id
+                if rid in stored_here and self._replayed(conn, m, results):
+                    continue  # the same request id twice in this slot: stored just above
+                if rid:
+                    store_reply(conn, rid, "Schedule", m.key.digest, payload)
+                    stored_here.add(rid)
+                results[id(m)] = reply
+            conn.commit()
+        return results
+
+    @staticmethod
+    def _replayed(
+        conn: Connection,
+        member: Member[_Asked],
+        results: dict[int, pb.ScheduleResponse | BaseException],
+    ) -> bool:
+        """Whether `member` has its answer from the stored replies (or a Conflict)."""
+        if not member.key.request_id:
+            return False
+        try:
+            previous = stored_reply(conn, member.key.request_id, member.key.digest)
+        except Conflict as exc:
+            results[id(member)] = exc
+            return True
+        if previous is None:
+            return False
+        results[id(member)] = pb.ScheduleResponse.FromString(previous)
+        return True
+
+    def _decide_and_record(self, conn: Connection, pool: str, now_s: float) -> pb.ScheduleResponse:
+        decided = schedule.decide(conn, pool, now_s)
+        draft = result_to_proto(pool, decided.result, now_s, cycle_id=0)
+        draft.warnings.extend(decided.warnings)
+        cycle_id, not_kept = schedule_repo.record_cycle(
+            conn, pool, decided.result, draft.SerializeToString(), now_s, self.bind_timeout_s
         )
+        result = without_binds(decided.result, not_kept)
+        reply = result_to_proto(pool, result, now_s, cycle_id)
+        reply.warnings.extend(decided.warnings)
+        if not_kept:
+            schedule_repo.replace_reply(conn, cycle_id, reply.SerializeToString(), len(reply.binds))
+        return reply
 
     def ExplainWorkload(
         self, request: pb.ExplainWorkloadRequest, context: grpc.ServicerContext

@@ -247,3 +247,22 @@ def replace_reply(conn: Connection, cycle_id: int, reply: bytes, binds: int) -> 
         text("UPDATE schedule_cycles SET reply = :reply, binds = :binds WHERE id = :id"),
         {"reply": reply, "binds": binds, "id": cycle_id},
     )
+
+
+def last_cycle_id(conn: Connection) -> int:
+    """The highest cycle id of any pool (0 before the first): a cycle stored with a higher id
+    began writing after this was read (ids come from a sequence, a read of the primary key)."""
+    return int(conn.execute(text("SELECT COALESCE(max(id), 0) FROM schedule_cycles")).scalar_one())
+
+
+def cycle_after(conn: Connection, pool: str, after_id: int) -> tuple[int, bytes] | None:
+    """The latest cycle of `pool` with an id above `after_id`, with its stored reply (made with
+    cycle id 0: the caller sets it)."""
+    row = conn.execute(
+        text(
+            "SELECT id, reply FROM schedule_cycles WHERE id > :after AND pool = :pool "
+            "ORDER BY id DESC LIMIT 1"
+        ),
+        {"after": after_id, "pool": pool},
+    ).one_or_none()
+    return None if row is None else (int(row.id), bytes(row.reply))
