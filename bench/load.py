@@ -309,6 +309,9 @@ def main() -> int:
         default="50,45,5",
         help="weights of GetFairShare, ReportEvents, Schedule (default 50,45,5)",
     )
+    parser.add_argument(
+        "--server-workers", type=int, default=32, help="RPC threads of the server (serve --workers)"
+    )
     parser.add_argument("--max-calls", type=int, default=2_000_000, help="stop after this many")
     args = parser.parse_args()
     weights = [float(w) for w in args.mix.split(",")]
@@ -324,6 +327,7 @@ def main() -> int:
             [
                 *(sys.executable, "-m", "gpufair.cli", "serve", "--address", address),
                 *("--database-url", url, "--metrics-address", "", "--grace-s", "5"),
+                *("--workers", str(args.server_workers)),
             ],
             env=env,
             stdout=log,
@@ -339,6 +343,13 @@ def main() -> int:
                     c.submit_workloads(mine[i : i + 5000])
                 c.get_fair_share("main")
                 c.get_fair_share("batch")
+                # The cycle time of `main` alone (dry runs: nothing stored), the unit in which
+                # Schedule's latencies under load are read.
+                cycle_s = []
+                for _ in range(5):
+                    t0 = time.monotonic()
+                    c.schedule("main", dry_run=True)
+                    cycle_s.append(time.monotonic() - t0)
 
             samples: list[tuple[float, int]] = []
             stop = threading.Event()
@@ -371,6 +382,7 @@ def main() -> int:
     client_cpu = own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime
     result = {
         "clients": args.clients,
+        "server_workers": args.server_workers,
         "seconds": round(elapsed, 1),
         "mix": dict(zip(RPCS, weights, strict=True)),
         "calls": sum(calls.values()),
@@ -385,6 +397,12 @@ def main() -> int:
             for rpc in RPCS
             if stats.latencies[rpc]
         },
+        "cycle_ms_alone": round(1000 * statistics.median(cycle_s), 1),
+        "schedule_p99_in_cycles": (
+            round(percentile(stats.latencies["Schedule"], 0.99) / statistics.median(cycle_s), 1)
+            if stats.latencies["Schedule"]
+            else None
+        ),
         "errors": dict(stats.errors),
         "binds": stats.binds,
         "rss_mib": {

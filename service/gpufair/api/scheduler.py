@@ -15,7 +15,7 @@ from gpufair.api.cycle_gate import CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
 from gpufair.api.workload_listing import list_workloads
-from gpufair.domain.errors import Conflict, InvalidInputError, NotFound, Violation
+from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
 from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
@@ -29,7 +29,14 @@ from gpufair.store import (
     schedule_repo,
     workload_repo,
 )
-from gpufair.store.idempotency import request_digest, store_reply, stored_reply
+from gpufair.store.idempotency import (
+    CYCLE_REFERENCE,
+    StoredReply,
+    conflict,
+    request_digest,
+    store_cycle_references,
+    stored_replies,
+)
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
 from gpufair.v1 import scheduler_pb2_grpc
@@ -168,16 +175,32 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> dict[int, pb.ScheduleResponse | BaseException]:
         """One cycle for the `members` of a slot, in one transaction under the pool's lock.
 
-        Members whose request id has a stored reply get it. If the others' pool got a cycle
-        from another replica while this one waited for the lock (a cycle begun after they all
-        arrived: `last_cycle_id` is read before the lock), they get that cycle's stored reply,
-        and no second cycle runs on its heels; else a cycle runs."""
+        Members whose request id has a stored reply get it (or a Conflict if the id was used
+        for another request). If the others' pool got a cycle from another replica while this
+        one waited for the lock (a cycle begun after they all arrived: `last_cycle_id` is read
+        before the lock), they get that cycle's stored reply, and no second cycle runs on its
+        heels; else a cycle runs. Its reply is stored under the others' request ids with it."""
         remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
         results: dict[int, pb.ScheduleResponse | BaseException] = {}
         with deadline.call_deadline(remaining_s), self.engine.connect() as conn:
             seen = schedule_repo.last_cycle_id(conn)
             locks.xact_lock(conn, locks.pool_key(pool))
-            todo = [m for m in members if not self._replayed(conn, m, results)]
+            asked = {m.key.request_id for m in members if m.key.request_id}
+            stored = stored_replies(conn, asked) if asked else {}
+            digests: dict[str, str] = {}  # request id -> digest, of those the cycle answers
+            todo = []
+            for m in members:
+                rid, digest = m.key.request_id, m.key.digest
+                if rid in stored and stored[rid].digest != digest:
+                    results[id(m)] = conflict(rid)
+                elif rid in stored:
+                    results[id(m)] = self._stored_reply(conn, stored[rid])
+                elif rid in digests and digests[rid] != digest:
+                    results[id(m)] = conflict(rid)  # twice in this slot, for two requests
+                else:
+                    todo.append(m)
+                    if rid:
+                        digests[rid] = digest
             if not todo:
                 conn.rollback()
                 return results
@@ -187,37 +210,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 reply.cycle_id = found[0]
             else:
                 reply = self._decide_and_record(conn, pool, self.clock())
-            payload = reply.SerializeToString()
-            stored_here: set[str] = set()
-            for m in todo:
-                rid = m.key.request_id
-                if rid in stored_here and self._replayed(conn, m, results):
-                    continue  # the same request id twice in this slot: stored just above
-                if rid:
-                    store_reply(conn, rid, "Schedule", m.key.digest, payload)
-                    stored_here.add(rid)
-                results[id(m)] = reply
+            store_cycle_references(conn, digests, reply.cycle_id)
             conn.commit()
+        for m in todo:
+            results[id(m)] = reply
         return results
 
     @staticmethod
-    def _replayed(
-        conn: Connection,
-        member: Member[_Asked],
-        results: dict[int, pb.ScheduleResponse | BaseException],
-    ) -> bool:
-        """Whether `member` has its answer from the stored replies (or a Conflict)."""
-        if not member.key.request_id:
-            return False
-        try:
-            previous = stored_reply(conn, member.key.request_id, member.key.digest)
-        except Conflict as exc:
-            results[id(member)] = exc
-            return True
-        if previous is None:
-            return False
-        results[id(member)] = pb.ScheduleResponse.FromString(previous)
-        return True
+    def _stored_reply(conn: Connection, stored: StoredReply) -> pb.ScheduleResponse:
+        if stored.method != CYCLE_REFERENCE:
+            return pb.ScheduleResponse.FromString(stored.reply)  # stored whole, as before
+        cycle_id = int(stored.reply.decode())
+        reply = pb.ScheduleResponse.FromString(schedule_repo.cycle_reply(conn, cycle_id))
+        reply.cycle_id = cycle_id
+        return reply
 
     def _decide_and_record(self, conn: Connection, pool: str, now_s: float) -> pb.ScheduleResponse:
         decided = schedule.decide(conn, pool, now_s)

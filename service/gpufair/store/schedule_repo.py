@@ -266,3 +266,12 @@ def cycle_after(conn: Connection, pool: str, after_id: int) -> tuple[int, bytes]
         {"after": after_id, "pool": pool},
     ).one_or_none()
     return None if row is None else (int(row.id), bytes(row.reply))
+
+
+def cycle_reply(conn: Connection, cycle_id: int) -> bytes:
+    """The stored reply of cycle `cycle_id` (made with cycle id 0: the caller sets it)."""
+    return bytes(
+        conn.execute(
+            text("SELECT reply FROM schedule_cycles WHERE id = :id"), {"id": cycle_id}
+        ).scalar_one()
+    )
