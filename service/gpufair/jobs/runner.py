@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,6 +64,8 @@ class PeriodicJobs:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
+        self._idle = threading.Condition()
+        self._running = 0  # ticks in progress
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -74,11 +77,33 @@ class PeriodicJobs:
         )
         self.scheduler.start()
 
-    def stop(self) -> None:
-        self.scheduler.shutdown(wait=True)
+    def stop_ticking(self) -> None:
+        """No more ticks (a tick in progress goes on)."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """No more ticks; wait at most `timeout_s` (None: as long as it takes) for a tick in
+        progress. Returns whether none is left running. One that is (a job waiting on a lock,
+        say) has not committed: a process that exits anyway leaves its transaction to be rolled
+        back by PostgreSQL, and its period's claim without an outcome, which the next period's
+        run repairs (`store/claims_repo.py`)."""
+        self.stop_ticking()
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout_s)
 
     def tick(self) -> None:
         """Run every job whose current period nobody has claimed yet."""
+        with self._idle:
+            self._running += 1
+        try:
+            self._tick()
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def _tick(self) -> None:
         now_s = self.clock()
         try:
             with self.engine.connect() as conn:
