@@ -34,12 +34,16 @@ def stored_reply(conn: Connection, request_id: str, digest: str) -> bytes | None
     return bytes(row.reply)
 
 
-def store_reply(conn: Connection, request_id: str, method: str, digest: str, reply: bytes) -> None:
-    conn.execute(
+def store_reply(conn: Connection, request_id: str, method: str, digest: str, reply: bytes) -> bool:
+    """Store the reply; False if the request id has one already (a concurrent attempt of the
+    same request committed first: the insert waited for it)."""
+    stored = conn.execute(
         pg_insert(t.request_replies)
         .values(request_id=request_id, method=method, request_digest=digest, reply=reply)
         .on_conflict_do_nothing(index_elements=["request_id"])
-    )
+        .returning(t.request_replies.c.request_id)
+    ).first()
+    return stored is not None
 
 
 # Coalesced `Schedule` calls share one reply, stored once with its cycle: under each of their
