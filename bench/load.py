@@ -12,7 +12,8 @@ and calls one RPC after another without pause, choosing each call by weight:
 - ReportEvents: what a batch system reports: `started` for the binds its last Schedule gave it
   (with the pods gpufair chose), `stopped` for those that ran their few seconds, and for its own
   `batch` workloads a new `started`, `heartbeat`s for the others and a `stopped` for the oldest;
-- Schedule of `main`.
+- Schedule of `main`. Calls that arrive while a cycle runs share the next one; the first client
+  to receive a cycle's reply starts its binds (the others got the same decisions).
 
 Every event is valid, so every one must be stored: a rejected event counts as an error, as does
 any failed call, and any error fails the run (exit status 1). The server's resident memory is
@@ -150,6 +151,10 @@ class Stats:
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     acknowledged: int = 0
     binds: int = 0
+    # Cycles whose binds a client has taken on. Calls of one pool that arrive while a cycle
+    # runs share the next one (api/cycle_gate.py): every caller gets the same binds, and, as
+    # one batch system with several callers would, only the first to see a cycle starts them.
+    cycles_taken: set[int] = field(default_factory=set)
 
 
 class Client:
@@ -214,8 +219,10 @@ class Client:
                 scheduler_pb2.ScheduleRequest(pool="main", request_id=str(uuid.uuid4())),
                 timeout=30,
             )
-            self.to_start += cycle.binds
-            self.stats.binds += len(cycle.binds)
+            if cycle.cycle_id not in self.stats.cycles_taken:
+                self.stats.cycles_taken.add(cycle.cycle_id)
+                self.to_start += cycle.binds
+                self.stats.binds += len(cycle.binds)
 
     async def run(self, until: float, budget: list[int]) -> None:
         while time.monotonic() < until and budget[0] > 0:

@@ -206,6 +206,9 @@ def test_sigterm_stops_the_server_and_its_database_in_bounded_time(
     assert "embedded PostgreSQL stopped (fast shutdown)" in out, out
     assert "killing it instead" not in out and "immediate shutdown" not in out
     assert "internal error" not in out
+    assert "did not finish within the grace period" not in out  # gRPC's stop completed
+    if state == "job waiting for a lock":  # past the grace period, cancelled and rolled back
+        assert "periodic job recompute:main cancelled: the server is stopping" in out
     # The postmaster is gone and removed its pid file: a clean stop.
     with pytest.raises(ProcessLookupError):
         os.kill(postmaster, 0)

@@ -66,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import prometheus_client
 
     from gpufair.api.auth import auth_interceptor
-    from gpufair.api.server import SHUTDOWN_MARGIN_S, build_server
+    from gpufair.api.server import build_server
     from gpufair.gc_tuning import tune_for_serving
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
@@ -126,8 +126,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             jobs.stop_ticking()  # no new tick while the calls drain
         if not running.stop(args.grace_s):
             log.warning("gRPC calls did not finish within the grace period; exiting without them")
-        # The jobs had the grace period too: all of it is bounded by grace + margin.
-        left_s = max(0.0, stopping + args.grace_s + SHUTDOWN_MARGIN_S - time.monotonic())
+        # A job in progress had the grace period too; past it, its statement is cancelled.
+        left_s = max(0.0, stopping + args.grace_s - time.monotonic())
         if jobs is not None and not jobs.stop(left_s):
             log.warning("a periodic job is still running; exiting without it (not committed)")
         engine.dispose()
