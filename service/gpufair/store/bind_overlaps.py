@@ -4,11 +4,12 @@ GPU with a run (the rule is `domain/overlap.py`).
 Two writers add holders without waiting for each other: a `Schedule` cycle binds (under its
 pool's lock), and an ingest opens runs from `started` events (it does not wait for the pool lock,
 and the batch system may start work on pods of its own choosing). Each, after its writes and
-just before its commit, takes `locks.BIND_CHECK` (the cycle exclusive, ingests shared: ingests
-add only runs, which are never withdrawn, so they need not exclude each other), reads every
-holder of its pools in a new statement and withdraws what overlaps. Whichever of the two commits
-second therefore sees the other's holders: no overlap survives in committed state, whatever the
-interleaving.
+just before its commit, takes `locks.BIND_CHECK` (a cycle that binds exclusive, ingests shared:
+ingests add only runs, which are never withdrawn, so they need not exclude each other), reads in
+a new statement the holders of the nodes it added holders to, and withdraws what overlaps.
+Whichever of the two commits second therefore sees the other's holders: no overlap survives in
+committed state, whatever the interleaving. (An overlap it could make involves one of its own
+holders, hence one of those nodes.)
 
 Withdrawal skips rows locked by another transaction (`SKIP LOCKED`): a bound row locked elsewhere
 is being changed (its own start, a cancellation, a release) by a transaction that checks again
@@ -31,13 +32,24 @@ from gpufair.store import locks
 
 log = logging.getLogger(__name__)
 
-HOLDERS_SQL = """
-    SELECT 0 AS part, workload_uid, 0::int8, pods FROM allocation_intervals
-    WHERE pool = ANY(%(pools)s::text[]) AND ended_at IS NULL
-    UNION ALL
-    SELECT 1, uid, COALESCE((binding->>'cycle_id')::int8, 0), binding->'pods' FROM workloads
-    WHERE pool = ANY(%(pools)s::text[]) AND state = 'bound'
+# The holders on the nodes the transaction adds holders to: an overlap it could have made
+# involves one of its own holders, so the rest of the pool need not travel. Bound decisions are
+# read first (few, by the pool-and-state index); the runs on their nodes only if there are any
+# (an ingest of starts usually finds none, and never reads the pool's thousands of runs). The
+# node filter runs in the server: jsonb containment on each pod list.
+_ON_NODES = """
+    EXISTS (SELECT 1 FROM unnest(%(nodes)s::text[]) AS u(name)
+            WHERE {pods} @> jsonb_build_array(jsonb_build_object('node', u.name)))
 """
+BOUND_SQL = (
+    "SELECT uid, COALESCE((binding->>'cycle_id')::int8, 0), binding->'pods' FROM workloads "
+    "WHERE pool = ANY(%(pools)s::text[]) AND state = 'bound' AND "
+    + _ON_NODES.format(pods="binding->'pods'")
+)
+RUNS_SQL = (
+    "SELECT workload_uid, pods FROM allocation_intervals "
+    "WHERE pool = ANY(%(pools)s::text[]) AND ended_at IS NULL AND " + _ON_NODES.format(pods="pods")
+)
 _WITHDRAW_SQL = """
     UPDATE workloads w SET state = 'pending', binding = NULL, bound_at = NULL,
         bind_expires_at = NULL, state_changed_at = now()
@@ -49,14 +61,19 @@ _WITHDRAW_SQL = """
 
 
 def send_check(
-    lock: psycopg.Cursor[Any], holders: psycopg.Cursor[Any], pools: Collection[str], *, cycle: bool
+    lock: psycopg.Cursor[Any],
+    bound: psycopg.Cursor[Any],
+    pools: Collection[str],
+    nodes: Collection[str],
+    *,
+    cycle: bool,
 ) -> None:
-    """Take the check lock and read the pools' holders (two statements: the read must begin
-    after the lock is held, to see what committed while it waited). In a pipeline, both go out
-    with the caller's other writes; the rows are for `withdraw`."""
+    """Take the check lock and read the bound decisions on `nodes` of `pools` (two statements:
+    the read must begin after the lock is held, to see what committed while it waited). In a
+    pipeline, both go out with the caller's other writes; the rows are for `withdraw`."""
     sql = locks.XACT_LOCK_SQL if cycle else locks.XACT_LOCK_SHARED_SQL
     lock.execute(sql, {"key": locks.BIND_CHECK})
-    holders.execute(HOLDERS_SQL, {"pools": sorted(pools)})
+    bound.execute(BOUND_SQL, {"pools": sorted(pools), "nodes": sorted(nodes)})
 
 
 def _pods(pods: Iterable[dict[str, Any]] | None) -> tuple[PodBinding, ...]:
@@ -66,16 +83,18 @@ def _pods(pods: Iterable[dict[str, Any]] | None) -> tuple[PodBinding, ...]:
     )
 
 
-def withdraw(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> list[Withdrawal]:
-    """Withdraw the bound decisions that `rows` (of `HOLDERS_SQL`) show sharing a GPU with a run
-    or an earlier decision; returns those withdrawn."""
+def withdraw(
+    cur: psycopg.Cursor[Any], pools: Collection[str], bound_rows: Sequence[tuple[Any, ...]]
+) -> list[Withdrawal]:
+    """Withdraw the bound decisions of `bound_rows` (of `BOUND_SQL`) that share a GPU with a
+    run or an earlier decision beyond a whole GPU; returns those withdrawn."""
+    if not bound_rows:
+        return []
+    bound = [Holding(uid, _pods(pods), cycle_id) for uid, cycle_id, pods in bound_rows]
+    nodes = sorted({p.node for b in bound for p in b.pods})
     runs: dict[str, list[PodBinding]] = defaultdict(list)
-    bound: list[Holding] = []
-    for part, uid, cycle_id, pods in rows:
-        if part == 0:
-            runs[uid].extend(_pods(pods))
-        else:
-            bound.append(Holding(uid, _pods(pods), cycle_id))
+    for uid, pods in cur.execute(RUNS_SQL, {"pools": sorted(pools), "nodes": nodes}):
+        runs[uid].extend(_pods(pods))
     found = withdrawals([Holding(uid, tuple(p)) for uid, p in runs.items()], bound)
     if not found:
         return []
@@ -86,8 +105,10 @@ def withdraw(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> list[
     return [w for w in found if w.uid in done]
 
 
-def check(pg: psycopg.Connection[Any], pools: Collection[str], *, cycle: bool) -> list[Withdrawal]:
+def check(
+    pg: psycopg.Connection[Any], pools: Collection[str], nodes: Collection[str], *, cycle: bool
+) -> list[Withdrawal]:
     """`send_check` and `withdraw` in the transaction of `pg`, outside a pipeline."""
-    with pg.cursor() as lock, pg.cursor() as holders:
-        send_check(lock, holders, pools, cycle=cycle)
-        return withdraw(holders, holders.fetchall())
+    with pg.cursor() as lock, pg.cursor() as bound:
+        send_check(lock, bound, pools, nodes, cycle=cycle)
+        return withdraw(bound, pools, bound.fetchall())

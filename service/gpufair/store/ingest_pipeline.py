@@ -555,14 +555,16 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, co
     A plan that opens runs adds GPU holders: the check of `bind_overlaps` goes out with the
     writes, and the withdrawals it finds (bound decisions on the GPUs the runs took) and the
     commit follow in a second round trip."""
-    opened = {r.pool for r in plan.change.insert if r.ended_at_s is None}
+    opened = [r for r in plan.change.insert if r.ended_at_s is None]
     if opened:
-        with pg.cursor() as cur, pg.cursor() as lock, pg.cursor() as holders:
+        pools = {r.pool for r in opened}
+        nodes = {p["node"] for r in opened for p in r.pods}
+        with pg.cursor() as cur, pg.cursor() as lock, pg.cursor() as bound:
             with pg.pipeline():
                 _queue_writes(cur, plan)
-                bind_overlaps.send_check(lock, holders, opened, cycle=False)
+                bind_overlaps.send_check(lock, bound, pools, nodes, cycle=False)
                 hooks.writing()
-            bind_overlaps.withdraw(cur, holders.fetchall())
+            bind_overlaps.withdraw(cur, pools, bound.fetchall())
             if commit:
                 cur.execute("COMMIT")
         return

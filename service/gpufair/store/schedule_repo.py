@@ -235,10 +235,12 @@ def record_cycle(
             },
         )
     skipped = {b.workload_uid: CHANGED for b in result.binds if b.workload_uid not in written}
-    pg = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
-    for w in bind_overlaps.check(pg, [pool], cycle=True):
-        if w.uid in written:
-            skipped[w.uid] = PendingReason(PendingCode.GPUS_TAKEN_DURING_CYCLE, w.message())
+    if written:
+        nodes = {p.node for b in result.binds if b.workload_uid in written for p in b.bindings}
+        pg = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
+        for w in bind_overlaps.check(pg, [pool], nodes, cycle=True):
+            if w.uid in written:
+                skipped[w.uid] = PendingReason(PendingCode.GPUS_TAKEN_DURING_CYCLE, w.message())
     return cycle_id, skipped
 
 
