@@ -70,9 +70,9 @@ def test_an_infinite_capacity_once_stored_leaves_the_pool_schedulable(
         conn.execute(text("UPDATE gpu_types SET compute_weight = 1e308"))
         conn.execute(text("DELETE FROM pool_capacity_changes"))
         capacity_repo.record_if_changed(conn, start, "config")
-    assert db.connect().execute(
-        text("SELECT capacity_cu FROM pool_capacity_changes")
-    ).scalar_one() == float("inf")
+    with db.connect() as conn:  # closed: an open read would hold up the truncation after
+        capacity = conn.execute(text("SELECT capacity_cu FROM pool_capacity_changes"))
+        assert capacity.scalar_one() == float("inf")
 
     # The weight is corrected through the API; the infinite stretch stays in the 7-day window.
     corrected = gpufair.apply_config(cluster(10.0))

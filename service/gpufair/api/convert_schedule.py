@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from gpufair.api.convert_workload import bindings_to_proto
 from gpufair.domain.explain import Explanation
-from gpufair.domain.snapshot import CycleResult, EvictReason, PendingCode, PendingReason
+from gpufair.domain.snapshot import CycleResult, EvictReason, PendingReason
 from gpufair.v1 import scheduler_pb2 as pb
 
 _EVICT = {
@@ -72,17 +73,15 @@ def explanation_to_proto(e: Explanation, state: str) -> pb.ExplainWorkloadRespon
     )
 
 
-def without_binds(result: CycleResult, uids: frozenset[str]) -> CycleResult:
-    """`result` with the binds of `uids` turned back into pending work: their workloads changed
-    (cancelled, or started by the batch system) while the cycle ran, so nothing was stored."""
-    if not uids:
+def without_binds(result: CycleResult, not_kept: Mapping[str, PendingReason]) -> CycleResult:
+    """`result` with the binds of `not_kept` turned back into pending work, each with its
+    reason: their workloads changed while the cycle ran, or their GPUs were taken meanwhile
+    (`store/schedule_repo.record_cycle`)."""
+    if not not_kept:
         return result
     pending = dict(result.pending)
-    for uid in uids:
-        pending[uid] = PendingReason(
-            PendingCode.CHANGED_DURING_CYCLE,
-            "the workload changed (cancelled or started) while the cycle ran; not placed",
-        )
+    pending.update(not_kept)
+    uids = not_kept.keys()
     return dataclasses.replace(
         result, binds=tuple(b for b in result.binds if b.workload_uid not in uids), pending=pending
     )

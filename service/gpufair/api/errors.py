@@ -3,8 +3,9 @@
 A caller's mistake is never UNKNOWN or INTERNAL: bad input is INVALID_ARGUMENT with one field
 violation per problem (google.rpc.BadRequest), unknown names NOT_FOUND, a database that cannot be
 reached UNAVAILABLE (retry later; nothing was acknowledged), a statement cancelled by its timeout
-or by the call's deadline DEADLINE_EXCEEDED. Only a bug in gpufair is INTERNAL, with a reference
-to the server log line that has the traceback.
+or by the call's deadline DEADLINE_EXCEEDED, a stream that ended under its handler (the client
+gone, or the server stopping) CANCELLED. Only a bug in gpufair is INTERNAL, with a reference to
+the server log line that has the traceback.
 """
 
 from __future__ import annotations
@@ -120,6 +121,12 @@ def abort_for(exc: BaseException, context: grpc.ServicerContext, method: str) ->
             grpc.StatusCode.UNAVAILABLE,
             "the database is unavailable; nothing was stored by this call, retry later",
         )
+    if isinstance(exc, grpc.RpcError):
+        # Raised by a stream's request iterator once the call has ended: the client cancelled
+        # it, or the server's shutdown did after its grace period. What the stream committed
+        # stays; nobody is left to answer.
+        log.info("%s: the call ended while its messages were read", method)
+        context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
     ref = uuid.uuid4().hex[:12]
     log.exception("%s: internal error ref=%s", method, ref)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref} in the server log)")

@@ -1,6 +1,8 @@
 """Mutating RPCs with a request id: the first reply is stored in the same transaction as the
 change it reports, so a replay after a lost reply (or a crash after commit) returns it unchanged,
-and a crash before commit leaves neither."""
+and a crash before commit leaves neither. Two attempts running at once (a retry before the first
+answered) both do the work, but only the first to commit keeps it: the other's insert of the
+reply waits for it, finds the reply stored, and rolls its own work back."""
 
 from __future__ import annotations
 
@@ -41,7 +43,17 @@ def run_mutation(
         if dry_run:
             conn.rollback()  # a dry run decides, but nothing it touched may last
             return reply
-        if request_id:
-            store_reply(conn, request_id, method, digest, reply.SerializeToString())
+        if request_id and not store_reply(
+            conn, request_id, method, digest, reply.SerializeToString()
+        ):
+            # Two attempts of one request ran at once (a client retrying before its first
+            # attempt answered) and the other committed first: this one's work is undone, and
+            # it answers what the other stored, so a request id has one reply and one effect.
+            conn.rollback()
+            previous = stored_reply(conn, request_id, digest)
+            conn.rollback()
+            if previous is not None:
+                return reply_type.FromString(previous)
+            raise RuntimeError(f"request id {request_id!r}: a reply was stored, then not found")
         conn.commit()
         return reply

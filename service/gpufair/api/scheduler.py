@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 from sqlalchemy import Connection, Engine
 
 from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
 from gpufair.api.convert_workload import workload_from_proto
+from gpufair.api.cycle_gate import CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
 from gpufair.api.workload_listing import list_workloads
@@ -22,15 +24,32 @@ from gpufair.metrics import observe_cycle
 from gpufair.services import schedule
 from gpufair.store import (
     config_repo,
+    deadline,
     fairshare_repo,
     locks,
     metrics_repo,
     schedule_repo,
     workload_repo,
 )
+from gpufair.store.idempotency import (
+    CYCLE_REFERENCE,
+    StoredReply,
+    conflict,
+    request_digest,
+    store_cycle_references,
+    stored_replies,
+)
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import scheduler_pb2 as pb
 from gpufair.v1 import scheduler_pb2_grpc
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a coalesced `Schedule` caller brings to its slot."""
+
+    request_id: str
+    digest: str
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
@@ -43,6 +62,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.engine = engine
         self.clock = clock
         self.bind_timeout_s = bind_timeout_s
+        self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate()
 
     def SubmitWorkloads(
         self, request: pb.SubmitWorkloadsRequest, context: grpc.ServicerContext
@@ -125,63 +145,115 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def Schedule(
         self, request: pb.ScheduleRequest, context: grpc.ServicerContext
     ) -> pb.ScheduleResponse:
+        """A cycle of the pool. A dry run is decided alone, and rolled back. Other calls are
+        coalesced (`api/cycle_gate.py`): the calls of one pool that arrive while a cycle runs
+        share the next cycle, run once by one of them for all; each request id gets that
+        cycle's reply stored in the cycle's own transaction (a replay returns it)."""
         violations = name_violations("pool", request.pool)
         violations += request_id_violations(request.request_id)
         if violations:
             raise InvalidInputError(violations)
-        now_s = self.clock()
-        started = time.perf_counter()
-        # What a recorded cycle decided, counted in the metrics once it committed (a replay of
-        # a request id or a dry run counts nothing).
-        recorded: list[Callable[[float], None]] = []
-
-        def work(conn: Connection) -> pb.ScheduleResponse:
-            decided = schedule.decide(conn, request.pool, now_s)
-            if request.dry_run:
-                dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
-                dry.warnings.extend(decided.warnings)
-                return dry
-            draft = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
-            draft.warnings.extend(decided.warnings)
-            cycle_id, skipped = schedule_repo.record_cycle(
-                conn,
+        if not request.dry_run:
+            asked = _Asked(
+                request.request_id,
+                request_digest("Schedule", request.SerializeToString(deterministic=True)),
+            )
+            return self._gate.call(
                 request.pool,
-                decided.result,
-                draft.SerializeToString(),
-                now_s,
-                self.bind_timeout_s,
+                asked,
+                context.time_remaining(),
+                lambda members, deadline_s: self._run_slot(request.pool, members, deadline_s),
             )
-            result = without_binds(decided.result, skipped)
-            workloads = {w.uid: w for w in decided.snapshot.pending}
-            first = metrics_repo.first_binds(conn, [b.workload_uid for b in result.binds])
-            recorded.append(
-                lambda duration_s: observe_cycle(
-                    request.pool, result, workloads, first, now_s, duration_s
-                )
-            )
-            reply = result_to_proto(request.pool, result, now_s, cycle_id)
-            reply.warnings.extend(decided.warnings)
-            if skipped:
-                schedule_repo.replace_reply(
-                    conn, cycle_id, reply.SerializeToString(), len(reply.binds)
-                )
-            return reply
+        now_s = self.clock()
+        with self.engine.connect() as conn:
+            decided = schedule.decide(conn, request.pool, now_s)
+            conn.rollback()  # a dry run decides, but nothing it touched may last
+        dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+        dry.warnings.extend(decided.warnings)
+        return dry
 
-        # The pool lock is taken before the replay check, so a concurrent first attempt of the
-        # same request id cannot slip in between; `decide` takes it again, a no-op then.
-        reply = run_mutation(
-            self.engine,
-            method="Schedule",
-            request=request,
-            request_id=request.request_id,
-            dry_run=request.dry_run,
-            lock_key=locks.pool_key(request.pool) if request.pool else None,
-            reply_type=pb.ScheduleResponse,
-            work=work,
-        )
-        for observe in recorded:
+    def _run_slot(
+        self, pool: str, members: list[Member[_Asked]], deadline_s: float | None
+    ) -> dict[int, pb.ScheduleResponse | BaseException]:
+        """One cycle for the `members` of a slot, in one transaction under the pool's lock.
+
+        Members whose request id has a stored reply get it (or a Conflict if the id was used
+        for another request). If the others' pool got a cycle from another replica while this
+        one waited for the lock (a cycle begun after they all arrived: `last_cycle_id` is read
+        before the lock), they get that cycle's stored reply, and no second cycle runs on its
+        heels; else a cycle runs. Its reply is stored under the others' request ids with it."""
+        remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
+        results: dict[int, pb.ScheduleResponse | BaseException] = {}
+        with deadline.call_deadline(remaining_s), self.engine.connect() as conn:
+            seen = schedule_repo.last_cycle_id(conn)
+            locks.xact_lock(conn, locks.pool_key(pool))
+            asked = {m.key.request_id for m in members if m.key.request_id}
+            stored = stored_replies(conn, asked) if asked else {}
+            digests: dict[str, str] = {}  # request id -> digest, of those the cycle answers
+            todo = []
+            for m in members:
+                rid, digest = m.key.request_id, m.key.digest
+                if rid in stored and stored[rid].digest != digest:
+                    results[id(m)] = conflict(rid)
+                elif rid in stored:
+                    results[id(m)] = self._stored_reply(conn, stored[rid])
+                elif rid in digests and digests[rid] != digest:
+                    results[id(m)] = conflict(rid)  # twice in this slot, for two requests
+                else:
+                    todo.append(m)
+                    if rid:
+                        digests[rid] = digest
+            if not todo:
+                conn.rollback()
+                return results
+            found = schedule_repo.cycle_after(conn, pool, seen)
+            observe: Callable[[float], None] | None = None
+            started = time.perf_counter()
+            if found is not None:
+                reply = pb.ScheduleResponse.FromString(found[1])
+                reply.cycle_id = found[0]
+            else:
+                reply, observe = self._decide_and_record(conn, pool, self.clock())
+            store_cycle_references(conn, digests, reply.cycle_id)
+            conn.commit()
+        if observe is not None:  # a cycle this replica ran, counted once it committed
             observe(time.perf_counter() - started)
+        for m in todo:
+            results[id(m)] = reply
+        return results
+
+    @staticmethod
+    def _stored_reply(conn: Connection, stored: StoredReply) -> pb.ScheduleResponse:
+        if stored.method != CYCLE_REFERENCE:
+            return pb.ScheduleResponse.FromString(stored.reply)  # stored whole, as before
+        cycle_id = int(stored.reply.decode())
+        reply = pb.ScheduleResponse.FromString(schedule_repo.cycle_reply(conn, cycle_id))
+        reply.cycle_id = cycle_id
         return reply
+
+    def _decide_and_record(
+        self, conn: Connection, pool: str, now_s: float
+    ) -> tuple[pb.ScheduleResponse, Callable[[float], None]]:
+        """The cycle's reply, and what counts it in the metrics once it committed (given the
+        cycle's duration)."""
+        decided = schedule.decide(conn, pool, now_s)
+        draft = result_to_proto(pool, decided.result, now_s, cycle_id=0)
+        draft.warnings.extend(decided.warnings)
+        cycle_id, not_kept = schedule_repo.record_cycle(
+            conn, pool, decided.result, draft.SerializeToString(), now_s, self.bind_timeout_s
+        )
+        result = without_binds(decided.result, not_kept)
+        reply = result_to_proto(pool, result, now_s, cycle_id)
+        reply.warnings.extend(decided.warnings)
+        if not_kept:
+            schedule_repo.replace_reply(conn, cycle_id, reply.SerializeToString(), len(reply.binds))
+        workloads = {w.uid: w for w in decided.snapshot.pending}
+        first = metrics_repo.first_binds(conn, [b.workload_uid for b in result.binds])
+
+        def observe(duration_s: float) -> None:
+            observe_cycle(pool, result, workloads, first, now_s, duration_s)
+
+        return reply, observe
 
     def ExplainWorkload(
         self, request: pb.ExplainWorkloadRequest, context: grpc.ServicerContext

@@ -158,15 +158,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # handler pending, and the main thread runs it when it next wakes, not while it sleeps.
         while not stop.wait(timeout=1.0):
             pass
+        stopping = time.monotonic()
         log.info(
             "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
         )
+        if jobs is not None:
+            jobs.stop_ticking()  # no new tick while the calls drain
         if not running.stop(args.grace_s):
             log.warning("gRPC calls did not finish within the grace period; exiting without them")
-        if jobs is not None:
-            jobs.stop()
+        # A job in progress had the grace period too; past it, its statement is cancelled.
+        left_s = max(0.0, stopping + args.grace_s - time.monotonic())
+        if jobs is not None and not jobs.stop(left_s):
+            log.warning("a periodic job is still running; exiting without it (not committed)")
         engine.dispose()
-        log.info("stopped")
+        log.info("stopped in %.2f s", time.monotonic() - stopping)
     finally:
         db.close()
     # Everything of ours is closed. Exit now rather than let the interpreter join threads that

@@ -84,6 +84,9 @@ class PendingCode(enum.StrEnum):
     OTHER_POOL = "other_pool"
     # Set by the service, not the cycle: the workload stopped being pending while it was decided.
     CHANGED_DURING_CYCLE = "changed_during_cycle"
+    # Set by the service: withdrawn, the batch system started other work on its GPUs meanwhile
+    # (domain/overlap.py).
+    GPUS_TAKEN_DURING_CYCLE = "gpus_taken_during_cycle"
 
 
 class EvictReason(enum.StrEnum):

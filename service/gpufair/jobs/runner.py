@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from gpufair.domain.stored_limits import within_limits
 from gpufair.metrics import observe_job
@@ -34,6 +36,8 @@ from gpufair.store import config_repo, rollup_repo
 from gpufair.store.retention_repo import Retention, apply_retention
 
 log = logging.getLogger(__name__)
+
+CANCEL_WAIT_S = 2.0  # for a cancelled job to roll back and record its outcome
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,24 @@ class PeriodicJobs:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
+        self._idle = threading.Condition()
+        self._running = 0  # ticks in progress
+        self._stopping = False  # no new tick
+        self._cancelling = False  # the statements of the tick in progress are being cancelled
+        # The database connections the jobs hold now, to cancel their statements on `stop`.
+        self._in_tick = threading.local()
+        self._in_use: set[Any] = set()
+        event.listen(engine, "checkout", self._checked_out)
+        event.listen(engine, "checkin", self._checked_in)
+
+    def _checked_out(self, dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        if getattr(self._in_tick, "active", False):
+            with self._idle:
+                self._in_use.add(dbapi_conn)
+
+    def _checked_in(self, dbapi_conn: Any, _record: Any) -> None:
+        with self._idle:
+            self._in_use.discard(dbapi_conn)
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -74,11 +96,52 @@ class PeriodicJobs:
         )
         self.scheduler.start()
 
-    def stop(self) -> None:
-        self.scheduler.shutdown(wait=True)
+    def stop_ticking(self) -> None:
+        """No more ticks; a tick in progress goes on."""
+        with self._idle:
+            self._stopping = True
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """No more ticks; a tick in progress gets `timeout_s` (None: as long as it takes) to
+        finish, then the statement it runs is cancelled: its transaction rolls back, its
+        period's claim records the cancellation, and the next period does the work (every job
+        repairs what a lost run left, `store/claims_repo.py`). Returns whether no tick was left
+        running (a cancelled one gets `CANCEL_WAIT_S` to unwind)."""
+        self.stop_ticking()
+        with self._idle:
+            idle = self._idle.wait_for(lambda: self._running == 0, timeout_s)
+            in_use = list(self._in_use)
+        if not idle:
+            self._cancelling = True
+            for dbapi_conn in in_use:
+                try:
+                    dbapi_conn.cancel_safe(timeout=CANCEL_WAIT_S)
+                except Exception:  # the statement may have ended, or the connection be gone
+                    log.debug("periodic jobs: cancelling a statement failed", exc_info=True)
+            with self._idle:
+                idle = self._idle.wait_for(lambda: self._running == 0, CANCEL_WAIT_S)
+        event.remove(self.engine, "checkout", self._checked_out)
+        event.remove(self.engine, "checkin", self._checked_in)
+        return idle
 
     def tick(self) -> None:
         """Run every job whose current period nobody has claimed yet."""
+        with self._idle:
+            if self._stopping:
+                return
+            self._running += 1
+        self._in_tick.active = True
+        try:
+            self._tick()
+        finally:
+            self._in_tick.active = False
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def _tick(self) -> None:
         now_s = self.clock()
         try:
             with self.engine.connect() as conn:
@@ -111,9 +174,13 @@ class PeriodicJobs:
             outcome = work()
             observe_job(job, failed=False)
         except Exception as exc:
-            log.exception("periodic job %s failed", job)
-            outcome = f"failed: {exc.__class__.__name__}: {exc}"
-            observe_job(job, failed=True)
+            if self._cancelling:
+                log.info("periodic job %s cancelled: the server is stopping", job)
+                outcome = "cancelled: the server stopped"
+            else:
+                log.exception("periodic job %s failed", job)
+                outcome = f"failed: {exc.__class__.__name__}: {exc}"
+                observe_job(job, failed=True)
         try:
             claims.finish(self.engine, job, start_s, outcome)
         except Exception:

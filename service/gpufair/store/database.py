@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import signal
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +22,7 @@ from gpufair.store import deadline
 log = logging.getLogger(__name__)
 
 DATABASE_URL_ENV = "GPUFAIR_DATABASE_URL"
+EMBEDDED_STOP_TIMEOUT_S = 30.0  # a fast shutdown's checkpoint; then an immediate one
 
 
 def default_data_dir() -> Path:
@@ -51,10 +56,64 @@ class Database:
             return f"embedded PostgreSQL in {self.data_dir}"
         return f"PostgreSQL at {redact(self.url)}"
 
-    def close(self) -> None:
-        if self.embedded is not None:
-            self.embedded.cleanup()
-            self.embedded = None
+    def close(self, timeout_s: float = EMBEDDED_STOP_TIMEOUT_S) -> None:
+        """Stop the embedded server if this process is the last to use it (else leave it to
+        the others), with a fast shutdown (see `stop_postmaster`)."""
+        if self.embedded is None:
+            return
+        if self.data_dir is not None and not _other_users(self.data_dir):
+            stop_postmaster(self.data_dir, timeout_s)
+        self.embedded.cleanup()  # forgets this process's handle; finds the server stopped
+        self.embedded = None
+
+
+def _other_users(data_dir: Path) -> list[int]:
+    """Other live processes holding a handle on the embedded server of `data_dir` (the list its
+    package keeps in the data directory)."""
+    try:
+        pids = json.loads((data_dir / ".handle_pids.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [p for p in pids if isinstance(p, int) and p != os.getpid() and _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_postmaster(data_dir: Path, timeout_s: float) -> bool:
+    """Stop the PostgreSQL of `data_dir` cleanly: SIGINT to the postmaster is PostgreSQL's fast
+    shutdown (active transactions rolled back, clients disconnected, a checkpoint, then exit),
+    what `pg_ctl stop` does by default, without starting `pg_ctl`: starting a process from a
+    process whose gRPC threads are alive was seen to fail, and the package's fallback then
+    killed the server. Past `timeout_s`, SIGQUIT (immediate shutdown: crash recovery at the next
+    start, nothing committed lost). Returns whether the fast shutdown finished in time."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return True  # not running
+    started = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGINT)
+    except ProcessLookupError:
+        return True
+    while time.monotonic() - started < timeout_s:
+        if not _alive(pid):
+            log.info(
+                "embedded PostgreSQL stopped (fast shutdown) in %.2f s", time.monotonic() - started
+            )
+            return True
+        time.sleep(0.05)
+    log.warning("embedded PostgreSQL not stopped after %.0f s; immediate shutdown", timeout_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGQUIT)
+    return False
 
 
 def setup_log_path(data_dir: Path) -> Path:

@@ -40,7 +40,7 @@ from gpufair.domain.ledger import (
     stop_before_start,
 )
 from gpufair.domain.model import GpuType, Node
-from gpufair.store import capacity_repo, runs_repo
+from gpufair.store import bind_overlaps, capacity_repo, runs_repo
 from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
     copy_row,
@@ -550,20 +550,40 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
 def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:
     """All writes of the plan in one round trip, and the commit if asked. In a pipeline each
     statement goes out as it is issued, so the server is at work while the caller's `writing`
-    runs."""
-    states = plan.change.states
+    runs.
+
+    A plan that opens runs adds GPU holders: the check of `bind_overlaps` goes out with the
+    writes, and the withdrawals it finds (bound decisions on the GPUs the runs took) and the
+    commit follow in a second round trip."""
+    opened = [r for r in plan.change.insert if r.ended_at_s is None]
+    if opened:
+        pools = {r.pool for r in opened}
+        nodes = {p["node"] for r in opened for p in r.pods}
+        with pg.cursor() as cur, pg.cursor() as lock, pg.cursor() as bound:
+            with pg.pipeline():
+                _queue_writes(cur, plan)
+                bind_overlaps.send_check(lock, bound, pools, nodes, cycle=False)
+                hooks.writing()
+            bind_overlaps.withdraw(cur, pools, bound.fetchall())
+            if commit:
+                cur.execute("COMMIT")
+        return
     with pg.cursor() as cur, pg.pipeline():
-        cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-        if states:
-            uids = sorted(states)
-            cur.execute(
-                _STATE_UPDATE_SQL,
-                (text_array(uids), text_array(states[u].value for u in uids)),
-            )
-        runs_repo.queue_writes(cur, plan.change)
+        _queue_writes(cur, plan)
         if commit:
             cur.execute("COMMIT")
         hooks.writing()
+
+
+def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan) -> None:
+    states = plan.change.states
+    cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+    if states:
+        uids = sorted(states)
+        cur.execute(
+            _STATE_UPDATE_SQL, (text_array(uids), text_array(states[u].value for u in uids))
+        )
+    runs_repo.queue_writes(cur, plan.change)
 
 
 def _apply_node_capacity(conn: Connection, events: Iterable[LedgerEvent]) -> None:

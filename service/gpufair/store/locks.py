@@ -20,6 +20,12 @@ _NAMESPACE = 0x67707566  # "gpuf"
 
 MIGRATIONS = (_NAMESPACE << 32) | 1  # Alembic upgrade: replicas starting together serialise
 CONFIG = (_NAMESPACE << 32) | 2  # ApplyConfig / DeleteObjects: one change set at a time
+# The last step before the commit of whatever adds GPU holders: a cycle's binds (exclusive) and
+# an ingest that opens runs (shared). Held only for a read and a withdrawal of bound decisions
+# that share GPUs with runs (`store/bind_overlaps.py`), taken after every other lock of the
+# transaction: whichever commits second sees the other's holders. Nothing waits for a row lock
+# while holding it (the withdrawal skips locked rows), so it cannot take part in a deadlock.
+BIND_CHECK = (_NAMESPACE << 32) | 3
 
 
 def _named_key(name: str) -> int:
@@ -43,3 +49,7 @@ def rollup_key(pool: str) -> int:
 def xact_lock(conn: Connection, key: int) -> None:
     """Block until this transaction holds `key`; released when the transaction ends."""
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+XACT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(key)s)"
+XACT_LOCK_SHARED_SQL = "SELECT pg_advisory_xact_lock_shared(%(key)s)"

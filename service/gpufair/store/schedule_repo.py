@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+import psycopg
 from sqlalchemy import Connection, text
 
 from gpufair.domain.model import Allocation, PodBinding, Workload
-from gpufair.domain.snapshot import CycleResult, EvictionInFlight
+from gpufair.domain.snapshot import CycleResult, EvictionInFlight, PendingCode, PendingReason
+from gpufair.store import bind_overlaps
 from gpufair.store.workload_repo import SPECS
 
 DEFAULT_BIND_TIMEOUT_S = 300.0
@@ -126,6 +128,12 @@ def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:
     return [EvictionInFlight(r.victim_uid, r.beneficiary_uid) for r in rows]
 
 
+CHANGED = PendingReason(
+    PendingCode.CHANGED_DURING_CYCLE,
+    "the workload changed (cancelled or started) while the cycle ran; not placed",
+)
+
+
 def record_cycle(
     conn: Connection,
     pool: str,
@@ -133,10 +141,13 @@ def record_cycle(
     reply: bytes,
     now_s: float,
     bind_timeout_s: float,
-) -> tuple[int, frozenset[str]]:
-    """Store the cycle and its decisions; returns its id and the binds that could not be
-    written because their workload stopped being pending while the cycle ran (cancelled, or
-    started by the batch system on its own): those must not be reported as placed."""
+) -> tuple[int, dict[str, PendingReason]]:
+    """Store the cycle and its decisions; returns its id and the binds that were not kept,
+    with the reason each waits again: not written because their workload stopped being pending
+    while the cycle ran (cancelled, or started by the batch system on its own), or withdrawn
+    because the batch system started other work on their GPUs meanwhile (`bind_overlaps`, the
+    last step, under `locks.BIND_CHECK` until the caller commits). Those must not be reported
+    as placed."""
     cycle_id = int(
         conn.execute(
             text(
@@ -223,7 +234,13 @@ def record_cycle(
                 ),
             },
         )
-    skipped = frozenset(b.workload_uid for b in result.binds) - written
+    skipped = {b.workload_uid: CHANGED for b in result.binds if b.workload_uid not in written}
+    if written:
+        nodes = {p.node for b in result.binds if b.workload_uid in written for p in b.bindings}
+        pg = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
+        for w in bind_overlaps.check(pg, [pool], nodes, cycle=True):
+            if w.uid in written:
+                skipped[w.uid] = PendingReason(PendingCode.GPUS_TAKEN_DURING_CYCLE, w.message())
     return cycle_id, skipped
 
 
@@ -231,4 +248,32 @@ def replace_reply(conn: Connection, cycle_id: int, reply: bytes, binds: int) -> 
     conn.execute(
         text("UPDATE schedule_cycles SET reply = :reply, binds = :binds WHERE id = :id"),
         {"reply": reply, "binds": binds, "id": cycle_id},
+    )
+
+
+def last_cycle_id(conn: Connection) -> int:
+    """The highest cycle id of any pool (0 before the first): a cycle stored with a higher id
+    began writing after this was read (ids come from a sequence, a read of the primary key)."""
+    return int(conn.execute(text("SELECT COALESCE(max(id), 0) FROM schedule_cycles")).scalar_one())
+
+
+def cycle_after(conn: Connection, pool: str, after_id: int) -> tuple[int, bytes] | None:
+    """The latest cycle of `pool` with an id above `after_id`, with its stored reply (made with
+    cycle id 0: the caller sets it)."""
+    row = conn.execute(
+        text(
+            "SELECT id, reply FROM schedule_cycles WHERE id > :after AND pool = :pool "
+            "ORDER BY id DESC LIMIT 1"
+        ),
+        {"after": after_id, "pool": pool},
+    ).one_or_none()
+    return None if row is None else (int(row.id), bytes(row.reply))
+
+
+def cycle_reply(conn: Connection, cycle_id: int) -> bytes:
+    """The stored reply of cycle `cycle_id` (made with cycle id 0: the caller sets it)."""
+    return bytes(
+        conn.execute(
+            text("SELECT reply FROM schedule_cycles WHERE id = :id"), {"id": cycle_id}
+        ).scalar_one()
     )

@@ -79,6 +79,9 @@ def submit(conn: Connection, batch: Sequence[Workload]) -> list[SubmitOutcome]:
     if not batch:
         return []
     digests = {w.uid: spec_digest(w) for w in batch}
+    # Rows go in in uid order: two batches sharing uids wait for each other at the first uid
+    # they share; in opposite orders each could hold a uid the other waits for (a deadlock,
+    # one of them aborted).
     rows = [
         {
             "uid": w.uid,
@@ -88,7 +91,7 @@ def submit(conn: Connection, batch: Sequence[Workload]) -> list[SubmitOutcome]:
             "digest": digests[w.uid],
             "submit_time": datetime.fromtimestamp(w.submit_time_s, UTC),
         }
-        for w in batch
+        for w in sorted(batch, key=lambda w: w.uid)
     ]
     inserted = {
         r[0]
