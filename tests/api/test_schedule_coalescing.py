@@ -105,7 +105,7 @@ def test_a_caller_that_waited_for_another_replicas_cycle_gets_its_reply(
                 break
             time.sleep(0.02)
         assert waiting == 1
-        theirs = other_replica._decide_and_record(conn, "main", time.time())
+        theirs, _ = other_replica._decide_and_record(conn, "main", time.time())
         conn.commit()
     caller.join(30)
 
