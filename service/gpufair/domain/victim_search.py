@@ -1,9 +1,10 @@
-"""Choosing what to evict so a workload fits (DESIGN §4.3 reclaim and §4.4 preempt).
+"""The victim search: what to evict so a workload fits (DESIGN §4.3 reclaim, §4.4 preempt).
 
-Who may be a victim is the caller's business (`cycle`): reclaim offers preemptible work past its
-`min_runtime_s` from queues above max(deserved, fair share); preempt offers lower-priority
-preemptible work of the workload's own queue. Non-preemptible work is never offered. This module
-answers: which of those, at least cost, make the workload fit — and nothing more.
+Who may be a victim is the caller's business (`cycle_reclaim`, `cycle_preempt`): reclaim offers
+preemptible work past its `min_runtime_s` from queues above max(deserved, fair share); preempt
+offers lower-priority preemptible work of the workload's own queue. Non-preemptible work is
+never offered. This module answers: which of those, at least cost, make the workload fit — and
+nothing more.
 
 `VictimBudget` keeps each victim queue at or above its floor: reclaim never pushes a queue below
 max(deserved, fair share), nor below a per-type guarantee (`deserved_gpus_by_type`, DESIGN §3.5).

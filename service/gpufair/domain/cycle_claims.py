@@ -1,0 +1,56 @@
+"""Phase 0 of the cycle: claims on evicted capacity (DESIGN §4.3).
+
+A pending workload that earlier evictions were made for is served first: bound if it now fits on
+free capacity, otherwise the capacity it will use once its victims stop stays held for it.
+Capacity freed by eviction belongs to the workload it was freed for; limits still apply. A claim
+that no longer fits (say the victims' nodes went away) lapses: the workload competes as usual.
+"""
+
+from __future__ import annotations
+
+from gpufair.domain.capacity import Journal, PodUse
+from gpufair.domain.cycle_state import CycleState
+from gpufair.domain.placement import Exclusion
+
+
+def honour_claims(state: CycleState) -> None:
+    claimants = [
+        item
+        for items in state.queue_pending.values()
+        for item in items
+        if item.uid in state.leaving_for
+    ]
+    for item in state.in_queue_order(claimants):
+        exclusion = Exclusion(state.held, owner=item.uid)
+        allowed = {
+            gpu_type: state.pods_allowed(item, gpu_type, within_share=False)
+            for gpu_type in item.types
+        }
+        pods_min = item.workload.gang_min_pods
+        bound = False
+        for gpu_type in item.types:
+            if allowed[gpu_type] < pods_min:
+                continue
+            plan = state.place(item, gpu_type, allowed[gpu_type], exclusion)
+            if plan is not None:
+                state.bind(item, gpu_type, plan)
+                bound = True
+                break
+        if bound:
+            continue
+        held: tuple[str, list[PodUse]] | None = None
+        journal = Journal()
+        for victim in state.leaving_for[item.uid]:
+            state.capacity.release(victim.uses, journal)
+        try:
+            for gpu_type in item.types:
+                if allowed[gpu_type] < pods_min:
+                    continue
+                plan = state.place(item, gpu_type, pods_min, exclusion)
+                if plan is not None:
+                    held = (gpu_type, plan)
+                    break
+        finally:
+            state.capacity.restore(journal)
+        if held is not None:
+            state.hold(item, *held)

@@ -1,0 +1,53 @@
+"""Committing an eviction plan (reclaim or preempt): the victims leave their queues and the
+victim indexes, each gets an `EvictDecision` whose message says why, and the capacity the
+beneficiary will use is held for it until the victims stop (`CycleState.hold`). A plan with no
+victims is on free capacity: the workload is bound at once."""
+
+from __future__ import annotations
+
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.snapshot import EvictDecision, EvictReason
+from gpufair.domain.victim_search import Selection
+
+
+def commit(
+    state: CycleState,
+    item: Pending,
+    gpu_type: str,
+    selection: Selection,
+    reason: EvictReason,
+    claimed_before: bool,
+) -> None:
+    if not selection.victims and not claimed_before:
+        # Nothing needs to stop: the plan is on free capacity (held nodes excluded).
+        state.bind(item, gpu_type, selection.plan)
+        return
+    book = item.book
+    for victim in selection.victims:
+        victim_book = state.books[victim.queue]
+        if reason is EvictReason.RECLAIM:
+            message = (
+                f"reclaimed for {item.uid} of queue {book.name} "
+                f"({book.allocated_cu:.1f} of fair share {book.fair_share_cu:.1f} CU); queue "
+                f"{victim.queue} keeps {victim_book.allocated_cu - victim.cu:.1f} CU, at least "
+                f"max(deserved {victim_book.deserved_cu:.1f}, fair share "
+                f"{victim_book.fair_share_cu:.1f})"
+            )
+        else:
+            message = (
+                f"preempted in queue {book.name} for {item.uid} "
+                f"(priority class {item.workload.priority_class} over {victim.priority_class})"
+            )
+        state.evicted.add(victim.uid)
+        victim_book.remove(victim.cu, victim.gpus, victim.gpu_type, True)
+        victim_book.evicted_cu += victim.cu
+        for index in state.reclaim_index.values():
+            index.remove(victim)
+            index.prune(victim.queue, victim_book.surplus_cu())
+        preempt_index = state.preempt_index.get((victim.queue, victim.gpu_type))
+        if preempt_index is not None:
+            preempt_index.remove(victim)
+        state.evicts.append(
+            EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
+        )
+    state.hold(item, gpu_type, selection.plan)

@@ -1,0 +1,264 @@
+"""The shared state of one scheduling cycle, and the primitive moves every phase makes on it.
+
+`CycleState` is what the phases (`cycle_claims`, `cycle_allocate`, `cycle_reclaim`,
+`cycle_preempt`, `cycle_reserve`) read and change: the pool's free `Capacity`, one `QueueBook` per
+leaf queue, the pending workloads per queue in queue order, the running workloads that may become
+victims, and the decisions made so far. The moves shared by the phases live here: the queue order
+(DESIGN §4.1), binding a workload, holding capacity for a workload that waits for its victims, and
+the pending reasons at the end. `cycle_load` fills the state from a snapshot; `cycle.run_cycle`
+runs the phases over it in order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpufair.domain.capacity import EPS, Capacity, PodUse
+from gpufair.domain.explain import pending_message
+from gpufair.domain.model import PodBinding, Workload
+from gpufair.domain.placement import (
+    Ask,
+    Exclusion,
+    FitRejection,
+    PodShape,
+    PoolRoom,
+    place,
+)
+from gpufair.domain.queuebook import QueueBook
+from gpufair.domain.snapshot import (
+    BindDecision,
+    CycleResult,
+    CycleSnapshot,
+    EvictDecision,
+    PendingCode,
+    PendingReason,
+    Reservation,
+    ReservationKind,
+)
+from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
+
+QueueKey = tuple[int, float, float, float, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What pending workloads of one signature share: fit, types, CU, memo key."""
+
+    rejection: FitRejection | None
+    shape: PodShape
+    types: tuple[str, ...]
+    cu_per_pod: tuple[float, ...]  # per entry of `types`
+    min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
+    memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+
+
+@dataclass(slots=True)
+class Pending:
+    """A pending workload as the cycle tracks it: its queue, kind, order and current reason."""
+
+    workload: Workload
+    book: QueueBook
+    kind: Kind
+    uid: str
+    order: tuple[int, float, str]
+    code: PendingCode = PendingCode.OVER_FAIR_SHARE
+    done: bool = False
+    held_nodes: int = 0  # nodes reserved for it (message only)
+
+    @property
+    def shape(self) -> PodShape:
+        return self.kind.shape
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.kind.types
+
+    @property
+    def min_cu(self) -> float:
+        return self.kind.min_cu
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A running workload: what it holds (as a possible victim) and whether it may be evicted."""
+
+    victim: Victim
+    preemptible: bool
+    min_runtime_s: float
+
+
+class CycleState:
+    """Everything one cycle knows and has decided so far (see the module docstring)."""
+
+    def __init__(self, snapshot: CycleSnapshot) -> None:
+        self.snapshot = snapshot
+        self.pool = snapshot.pool
+        self.strategy = snapshot.pool.placement
+        self.gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}
+        self.weights = {name: gpu_type.compute_weight for name, gpu_type in self.gpu_types.items()}
+        pool_nodes = [node for node in snapshot.nodes if node.pool == self.pool.name]
+        ready = [node for node in pool_nodes if node.ready]
+        self.capacity = Capacity(ready)
+        hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes)
+        self.pool_room = PoolRoom(hardware)
+        self.books = {
+            queue.name: QueueBook(
+                queue, self.pool.name, snapshot.fair_share_cu.get(queue.name, 0.0)
+            )
+            for queue in snapshot.queues
+        }
+        # Nodes held for a workload waiting for its victims (only it may use them), and nodes
+        # promised to long-waiting gangs (no beyond-fair-share work).
+        self.held: dict[int, str] = {}
+        self.gang_held: set[int] = set()
+        # Decisions.
+        self.binds: list[BindDecision] = []
+        self.evicts: list[EvictDecision] = []
+        self.reservations: list[Reservation] = []
+        self.reasons: dict[str, PendingReason] = {}
+        self.evicted: set[str] = set()
+        # Running work: possible victims, those already leaving, and whom they leave for.
+        self.running: dict[str, Running] = {}
+        self.leaving: set[str] = set()
+        self.leaving_for: dict[str, list[Victim]] = {}
+        # Pending work per queue in queue order, and the least CU of any suffix of that list.
+        self.queue_pending: dict[str, list[Pending]] = {}
+        self.suffix_min_cu: dict[str, list[float]] = {}
+        self.kinds: dict[tuple[object, ...], Kind] = {}
+        # Memos of the phases: failures stay failures while capacity only shrinks.
+        self.place_failed: set[tuple[object, ...]] = set()
+        self.reclaim_failed: set[tuple[object, ...]] = set()
+        self.reclaim_index: dict[str, VictimIndex] = {}
+        self.budgets: dict[str, VictimBudget] = {}
+        self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
+        self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
+
+    # -- numbers --------------------------------------------------------------------------
+
+    def weight(self, gpu_type: str) -> float:
+        return self.weights.get(gpu_type, 0.0)
+
+    def cu_per_pod(self, item: Pending, gpu_type: str) -> float:
+        return item.workload.gpus_per_pod * self.weight(gpu_type)
+
+    def pods_allowed(self, item: Pending, gpu_type: str, within_share: bool) -> int:
+        allowed, _ = item.book.max_pods(
+            self.cu_per_pod(item, gpu_type),
+            item.workload.gpus_per_pod,
+            gpu_type,
+            item.workload.preemptible,
+            within_share,
+        )
+        return min(allowed, item.workload.pods)
+
+    # -- ordering -------------------------------------------------------------------------
+
+    def queue_key(self, name: str, position: int) -> QueueKey:
+        """DESIGN §4.1: tier (highest first), allocated/fair-share ratio, the queue's next
+        workload's submit time, the queue's age, its name."""
+        book = self.books[name]
+        items = self.queue_pending[name]
+        next_submit = items[position].workload.submit_time_s if position < len(items) else math.inf
+        return (-book.tier, book.ratio(), next_submit, book.created_at_s, name)
+
+    def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
+        """`wanted`, ordered by their queues' current order, then inside each queue."""
+        return sorted(wanted, key=lambda item: (self.queue_key(item.book.name, 0)[:2], item.order))
+
+    # -- placing, binding and holding -------------------------------------------------------
+
+    def ask(self, item: Pending, gpu_type: str, pods_max: int) -> Ask:
+        workload = item.workload
+        return Ask(item.shape, gpu_type, workload.gang_min_pods, pods_max, workload.topology)
+
+    def place(
+        self, item: Pending, gpu_type: str, pods_max: int, exclusion: Exclusion
+    ) -> list[PodUse] | None:
+        return place(self.capacity, self.ask(item, gpu_type, pods_max), self.strategy, exclusion)
+
+    def bind(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
+        self.capacity.take(plan)
+        self.budgets.clear()
+        shape = item.shape
+        bindings = tuple(
+            PodBinding(
+                pod_index=position,
+                node=self.capacity.nodes[use.node].name,
+                gpu_indices=use.gpu_indices,
+                gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
+            )
+            for position, use in enumerate(plan)
+        )
+        gpus = len(plan) * item.workload.gpus_per_pod
+        cu = gpus * self.weight(gpu_type)
+        book = item.book
+        book.add(cu, gpus, gpu_type, item.workload.preemptible)
+        book.bound_cu += cu
+        self.binds.append(
+            BindDecision(
+                workload_uid=item.uid,
+                queue=book.name,
+                gpu_type=gpu_type,
+                bindings=bindings,
+                cu=cu,
+                over_fair_share=book.allocated_cu > book.fair_share_cu + EPS,
+            )
+        )
+        item.done = True
+
+    def hold(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
+        """Hold the planned nodes for a workload that waits for evicted capacity."""
+        nodes = sorted({use.node for use in plan})
+        self.budgets.clear()
+        for index in nodes:
+            self.held[index] = item.uid
+        gpus = len(plan) * item.workload.gpus_per_pod
+        cu = gpus * self.weight(gpu_type)
+        item.book.add(cu, gpus, gpu_type, item.workload.preemptible)
+        item.book.reserved_cu += cu
+        item.done = True
+        item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+        item.held_nodes = len(nodes)
+        self.reasons[item.uid] = PendingReason(
+            item.code,
+            pending_message(item.code, item.workload, item.book, cu, len(nodes)),
+        )
+        self.reservations.append(
+            Reservation(
+                item.uid,
+                ReservationKind.EVICTED_CAPACITY,
+                gpu_type,
+                tuple(self.capacity.nodes[index].name for index in nodes),
+            )
+        )
+
+    def reason(self, workload: Workload, code: PendingCode, message: str) -> None:
+        self.reasons[workload.uid] = PendingReason(code, message)
+
+    # -- the result -----------------------------------------------------------------------
+
+    def result(self) -> CycleResult:
+        # One reason per (code, queue, kind): the sentence depends on nothing else, and a
+        # busy pool has tens of thousands of pending workloads of few kinds.
+        shared: dict[tuple[PendingCode, str, int, int], PendingReason] = {}
+        for items in self.queue_pending.values():
+            for item in items:
+                if item.done:
+                    continue
+                key = (item.code, item.book.name, id(item.kind), item.held_nodes)
+                reason = shared.get(key)
+                if reason is None:
+                    message = pending_message(
+                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
+                    )
+                    reason = shared[key] = PendingReason(item.code, message)
+                self.reasons[item.uid] = reason
+        return CycleResult(
+            binds=tuple(self.binds),
+            evicts=tuple(self.evicts),
+            pending=self.reasons,
+            reservations=tuple(self.reservations),
+            queues={name: book.summary() for name, book in self.books.items()},
+        )
