@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from gpufair.domain.capacity import EPS
+from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
     GpuType,
@@ -172,3 +173,47 @@ def bound_uids(result: CycleResult) -> set[str]:
 
 def evicted_uids(result: CycleResult) -> set[str]:
     return {e.workload_uid for e in result.evicts}
+
+
+def run_cycles(
+    nodes: Iterable[Node],
+    queues: Iterable[Queue],
+    fair_share_cu: Mapping[str, float],
+    *,
+    running_work: Iterable[Allocation] = (),
+    pending: Iterable[Workload] = (),
+    cycles: int = 10,
+    until_settled: bool = True,
+) -> list[CycleResult]:
+    """Cycles one after another, 10 s apart, as the service runs them: binds start at once, an
+    evicted workload keeps its GPUs for one more cycle (an eviction in flight) and has stopped by
+    the one after. Stops after `cycles`, or (`until_settled`) once a cycle decides nothing and
+    nothing is in flight."""
+    nodes, queues = tuple(nodes), tuple(queues)
+    live = {a.workload.uid: a for a in running_work}
+    waiting = {w.uid: w for w in pending}
+    in_flight: list[EvictionInFlight] = []
+    results: list[CycleResult] = []
+    for cycle in range(cycles):
+        now_s = 1_000.0 + 10.0 * cycle
+        snap = snapshot(
+            nodes,
+            queues,
+            fair_share_cu,
+            running_work=live.values(),
+            pending=waiting.values(),
+            now_s=now_s,
+            evicting=in_flight,
+        )
+        result = run_cycle(snap)
+        assert_no_oversubscription(snap, result)
+        results.append(result)
+        for stopped in in_flight:
+            live.pop(stopped.victim_uid, None)
+        for bind in result.binds:
+            job = waiting.pop(bind.workload_uid)
+            live[job.uid] = Allocation(job, bind.bindings, now_s, bind.gpu_type)
+        in_flight = [EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts]
+        if until_settled and not (result.binds or result.evicts or in_flight or snap.evicting):
+            break
+    return results

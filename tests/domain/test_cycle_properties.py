@@ -26,7 +26,7 @@ from cycle_builders import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufair.domain.capacity import EPS, Capacity, Journal, uses_of
+from gpufair.domain.capacity import EPS, Capacity, uses_of
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
@@ -36,7 +36,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.placement import Ask, Exclusion, PodShape, gpu_memory_per_pod_gib, place
+from gpufair.domain.placement import gpu_memory_per_pod_gib
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,
@@ -251,44 +251,29 @@ def test_scarce_capacity_with_skewed_shares(world: World) -> None:
 
 
 def _check_holds_are_real(snap: CycleSnapshot, result: CycleResult) -> None:
-    """Each workload waiting for evicted capacity fits on its held nodes once its victims stop,
-    whatever else this cycle bound."""
+    """Once every victim (evicted now or earlier) has stopped, this cycle's binds and all the
+    GPUs held for waiting workloads fit together: holds never overlap each other nor a bind,
+    and each hold is a whole gang on nodes of its type."""
     capacity = Capacity(n for n in snap.nodes if n.ready)
     pending = {w.uid: w for w in snap.pending}
-    running = {a.workload.uid: a for a in snap.running}
+    leaving = {e.workload_uid for e in result.evicts} | {e.victim_uid for e in snap.evicting}
     for allocation in snap.running:
-        capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
+        if allocation.workload.uid not in leaving:
+            capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
     for bind in result.binds:
         capacity.take(list(uses_of(capacity, pending[bind.workload_uid], bind.bindings)))
-    victims_of: dict[str, list[str]] = {}
-    for evict in result.evicts:
-        victims_of.setdefault(evict.beneficiary_uid, []).append(evict.workload_uid)
-    for leaving in snap.evicting:
-        if leaving.beneficiary_uid is not None and leaving.victim_uid in running:
-            victims_of.setdefault(leaving.beneficiary_uid, []).append(leaving.victim_uid)
+    nodes = {n.name: n for n in snap.nodes}
     for reservation in result.reservations:
         if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
             continue
         job = pending[reservation.workload_uid]
-        journal = Journal()
-        for uid in victims_of.get(job.uid, []):
-            allocation = running[uid]
-            capacity.release(
-                list(uses_of(capacity, allocation.workload, allocation.bindings)), journal
-            )
-        mine = {capacity.index_of[name] for name in reservation.nodes}
-        others = {
-            index: "someone else" for index in range(len(capacity.nodes)) if index not in mine
-        }
-        ask = Ask(
-            PodShape.of(job),
-            reservation.gpu_type,
-            job.gang_min_pods,
-            job.gang_min_pods,
-            job.topology,
-        )
-        assert place(capacity, ask, snap.pool.placement, Exclusion(others)) is not None
-        capacity.restore(journal)
+        assert job.gang_min_pods <= len(reservation.held) <= job.pods
+        assert {nodes[b.node].gpu_type for b in reservation.held} == {reservation.gpu_type}
+        assert {b.node for b in reservation.held} == set(reservation.nodes)
+        capacity.take(list(uses_of(capacity, job, reservation.held)))
+    for state in capacity.nodes:
+        assert all(used <= 1.0 + EPS for used in state.gpu_used), state.name
+        assert state.cpu_free >= 0 and state.memory_free >= 0, state.name
 
 
 def _busy_world(seed: int) -> World:

@@ -24,7 +24,7 @@ from gpufair.domain.snapshot import PendingCode
 
 
 def allocate(state: CycleState, within_share: bool) -> None:
-    exclusion = Exclusion(state.held, state.gang_held, beyond_share=not within_share)
+    exclusion = Exclusion(gang_held=state.gang_held, beyond_share=not within_share)
     cursor = dict.fromkeys(state.queue_pending, 0)
     heap = [(state.queue_key(name, 0), name) for name in state.queue_pending]
     heapq.heapify(heap)

@@ -21,7 +21,7 @@ def honour_claims(state: CycleState) -> None:
         if item.uid in state.leaving_for
     ]
     for item in state.in_queue_order(claimants):
-        exclusion = Exclusion(state.held, owner=item.uid)
+        exclusion = Exclusion()
         allowed = {
             gpu_type: state.pods_allowed(item, gpu_type, within_share=False)
             for gpu_type in item.types

@@ -19,7 +19,7 @@ def commit(
     claimed_before: bool,
 ) -> None:
     if not selection.victims and not claimed_before:
-        # Nothing needs to stop: the plan is on free capacity (held nodes excluded).
+        # Nothing needs to stop: the plan is on free capacity (held GPUs are taken).
         state.bind(item, gpu_type, selection.plan)
         return
     book = item.book

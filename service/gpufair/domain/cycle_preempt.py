@@ -91,7 +91,7 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
             state.capacity,
             state.ask(item, gpu_type, pods),
             state.strategy,
-            Exclusion(state.held, owner=item.uid),
+            Exclusion(),
             index=index,
             budget=VictimBudget({book.name: math.inf}, {}, below_priority_class=below),
             already_leaving=[victim.uses for victim in leaving],

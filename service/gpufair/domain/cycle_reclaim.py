@@ -86,7 +86,7 @@ def _try_reclaim(state: CycleState, item: Pending) -> bool:
             state.capacity,
             state.ask(item, gpu_type, pods),
             state.strategy,
-            Exclusion(state.held, owner=item.uid),
+            Exclusion(),
             index=index,
             budget=budget,
             already_leaving=[victim.uses for victim in leaving],

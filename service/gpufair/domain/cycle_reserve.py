@@ -9,7 +9,7 @@ but no more beyond-fair-share work, so small jobs cannot keep refilling the hole
 from __future__ import annotations
 
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Exclusion, PodShape, pods_fit, pods_fit_empty
+from gpufair.domain.placement import PodShape, pods_fit, pods_fit_empty
 from gpufair.domain.snapshot import PendingCode, Reservation, ReservationKind
 
 
@@ -37,16 +37,11 @@ def reserve_for_long_waits(state: CycleState) -> None:
 def _reserve_gang(state: CycleState, item: Pending) -> bool:
     workload = item.workload
     pods = workload.gang_min_pods
-    exclusion = Exclusion(state.held, owner=item.uid)
     capacity = state.capacity
     for gpu_type in item.types:
         if state.pods_allowed(item, gpu_type, within_share=True) < pods:
             continue
-        usable = [
-            index
-            for index in capacity.by_type[gpu_type]
-            if not exclusion.blocks(index) and index not in state.gang_held
-        ]
+        usable = [index for index in capacity.by_type[gpu_type] if index not in state.gang_held]
         groups: list[list[int]] = [usable]
         if workload.topology is not None and workload.topology.required:
             allowed = set(usable)

@@ -4,8 +4,8 @@
 `cycle_preempt`, `cycle_reserve`) read and change: the pool's free `Capacity`, one `QueueBook` per
 leaf queue, the pending workloads per queue in queue order, the running workloads that may become
 victims, and the decisions made so far. The moves shared by the phases live here: the queue order
-(DESIGN §4.1), binding a workload, holding capacity for a workload that waits for its victims, and
-the pending reasons at the end. `cycle_load` fills the state from a snapshot; `cycle.run_cycle`
+(DESIGN §4.1), binding a workload, holding the GPUs a workload waits for while its victims stop,
+and the pending reasons at the end. `cycle_load` fills the state from a snapshot; `cycle.run_cycle`
 runs the phases over it in order.
 """
 
@@ -109,9 +109,8 @@ class CycleState:
             )
             for queue in snapshot.queues
         }
-        # Nodes held for a workload waiting for its victims (only it may use them), and nodes
-        # promised to long-waiting gangs (no beyond-fair-share work).
-        self.held: dict[int, str] = {}
+        # Nodes promised to long-waiting gangs (no beyond-fair-share work). Capacity held for a
+        # workload waiting for its victims is taken in `capacity` itself (see `hold`).
         self.gang_held: set[int] = set()
         # Decisions.
         self.binds: list[BindDecision] = []
@@ -181,16 +180,7 @@ class CycleState:
     def bind(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
         self.capacity.take(plan)
         self.budgets.clear()
-        shape = item.shape
-        bindings = tuple(
-            PodBinding(
-                pod_index=position,
-                node=self.capacity.nodes[use.node].name,
-                gpu_indices=use.gpu_indices,
-                gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
-            )
-            for position, use in enumerate(plan)
-        )
+        bindings = self.bind_plan(item, plan)
         gpus = len(plan) * item.workload.gpus_per_pod
         cu = gpus * self.weight(gpu_type)
         book = item.book
@@ -208,12 +198,26 @@ class CycleState:
         )
         item.done = True
 
+    def bind_plan(self, item: Pending, plan: list[PodUse]) -> tuple[PodBinding, ...]:
+        shape = item.shape
+        return tuple(
+            PodBinding(
+                pod_index=position,
+                node=self.capacity.nodes[use.node].name,
+                gpu_indices=use.gpu_indices,
+                gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
+            )
+            for position, use in enumerate(plan)
+        )
+
     def hold(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
-        """Hold the planned nodes for a workload that waits for evicted capacity."""
+        """Hold what `plan` uses for a workload that waits for evicted capacity: exactly those
+        GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
+        victims still running there, so nothing else may use those GPUs in this cycle while the
+        rest of each node stays free for others; the next cycle re-derives the hold."""
+        self.capacity.take(plan)
         nodes = sorted({use.node for use in plan})
         self.budgets.clear()
-        for index in nodes:
-            self.held[index] = item.uid
         gpus = len(plan) * item.workload.gpus_per_pod
         cu = gpus * self.weight(gpu_type)
         item.book.add(cu, gpus, gpu_type, item.workload.preemptible)
@@ -231,6 +235,7 @@ class CycleState:
                 ReservationKind.EVICTED_CAPACITY,
                 gpu_type,
                 tuple(self.capacity.nodes[index].name for index in nodes),
+                self.bind_plan(item, plan),
             )
         )
 

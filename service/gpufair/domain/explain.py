@@ -15,9 +15,9 @@ Numbers:
 - `queue_may_take_cu` is what the fair share still allows, `max(0, fair share − allocated)`, and
   `over_quota_may_take_cu` the part of it above deserved.
 
-Node filters are counted on the pool's nodes after the cycle's binds, each node under the first
-filter it fails, in the order: not ready, GPU type, GPU memory, held for another workload, free
-GPUs, CPU, memory.
+Node filters are counted on the pool's nodes after the cycle's binds and holds, each node under
+the first filter it fails, in the order: not ready, GPU type, GPU memory, held for another workload
+(its free GPUs are all held for workloads waiting for their victims), free GPUs, CPU, memory.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def pending_message(
         )
     if code is PendingCode.WAITING_FOR_EVICTED_CAPACITY:
         return (
-            f"waiting for evicted capacity: work evicted for it is stopping; {held_nodes} nodes "
-            f"held for it ({queue})"
+            f"waiting for evicted capacity: work evicted for it is stopping; the GPUs it will use "
+            f"on {held_nodes} nodes are held for it ({queue})"
         )
     if code is PendingCode.QUEUE_LIMIT:
         limit = "none" if book.limit_cu is None else f"{book.limit_cu:.1f} CU"
@@ -136,13 +136,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         bound = by_uid.get(bind.workload_uid)
         if bound is not None:
             capacity.take(list(uses_of(capacity, bound, bind.bindings)))
-    held_for_other = {
-        node
-        for reservation in result.reservations
-        if reservation.kind is ReservationKind.EVICTED_CAPACITY
-        and reservation.workload_uid != workload_uid
-        for node in reservation.nodes
-    }
+    held_for_other = _held_for_other(snapshot, result, capacity, workload_uid)
     types = adequate_types(workload, gpu_types, tuple(capacity.by_type))
     cheapest = types[0] if types else None
     weight = gpu_types[cheapest].compute_weight if cheapest is not None else 0.0
@@ -192,6 +186,32 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         nodes=counts,
         message=message,
     )
+
+
+def _held_for_other(
+    snapshot: CycleSnapshot, result: CycleResult, capacity: Capacity, workload_uid: str
+) -> set[str]:
+    """Nodes whose free room is all held for other workloads: a pod of any shape fitted there
+    before the holds (GPUs only) and none does after. The holds are taken in `capacity`."""
+    by_uid = {w.uid: w for w in snapshot.pending}
+    holds = [
+        reservation
+        for reservation in result.reservations
+        if reservation.kind is ReservationKind.EVICTED_CAPACITY
+        and reservation.workload_uid != workload_uid
+        and reservation.workload_uid in by_uid
+    ]
+    touched = {binding.node for reservation in holds for binding in reservation.held}
+    had_room = {name for name in touched if _free_gpus(capacity, name) > 0.0}
+    for reservation in holds:
+        workload = by_uid[reservation.workload_uid]
+        capacity.take(list(uses_of(capacity, workload, reservation.held)))
+    return {name for name in had_room if _free_gpus(capacity, name) <= 0.0}
+
+
+def _free_gpus(capacity: Capacity, name: str) -> float:
+    index = capacity.index_of.get(name)
+    return 0.0 if index is None else capacity.nodes[index].free_gpus()
 
 
 def _count_filters(

@@ -18,12 +18,14 @@ not bound, the `reservations` in force, and a `QueueSummary` per queue.
 
 **Evictions take time.** An evicted workload keeps its GPUs until the batch system reports it
 stopped, so a workload that reclaim (or preempt) evicts for is *not* bound in the same cycle: it
-stays pending with `WAITING_FOR_EVICTED_CAPACITY` and the nodes its planned placement uses are held
-for it (`ReservationKind.EVICTED_CAPACITY`): no other workload may be placed there. The service
+stays pending with `WAITING_FOR_EVICTED_CAPACITY` and the GPUs (with their CPU and memory) its
+planned placement uses are held for it (`ReservationKind.EVICTED_CAPACITY`, `Reservation.held`):
+no other workload may use them. Only those are held: the rest of a node stays free for others,
+so a second workload may reclaim the next victim on the same node in the same cycle. The service
 records each `EvictDecision` and passes it back as an `EvictionInFlight` (victim → beneficiary)
 in every later snapshot while the victim is still running. Each cycle then re-derives the hold,
 statelessly: it plans the beneficiary on free capacity plus its victims' capacity, holds those
-nodes, and binds the beneficiary as soon as it fits on free capacity alone. In-flight victims are
+GPUs, and binds the beneficiary as soon as it fits on free capacity alone. In-flight victims are
 never chosen again, count as gone from their queue's allocation, and still occupy their GPUs, so
 nothing is ever oversubscribed. If the beneficiary is gone (bound, cancelled) the entry only marks
 the victim as leaving.
@@ -129,6 +131,9 @@ class Reservation:
     kind: ReservationKind
     gpu_type: str
     nodes: tuple[str, ...]
+    # EVICTED_CAPACITY: the GPUs held, as the pods would be bound once the victims stop. Only
+    # these are held; the rest of each node stays free for others. GANG_WAIT: empty.
+    held: tuple[PodBinding, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
