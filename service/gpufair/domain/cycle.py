@@ -17,6 +17,9 @@ Phases, in order:
    evict preemptible work past `min_runtime_s` from queues above max(deserved, fair share), never
    pushing a victim queue below that floor or below a per-type guarantee, never leaving the
    reclaimer above a victim in allocated/fair-share ratio (`victim_search`).
+2b. **Reclaim for per-type guarantees** (§3.5): a queue below its guarantee for a GPU type takes
+   that type from queues above their own guarantee for it, even within their CU share
+   (`cycle_guarantee`).
 3. **Preempt.** Inside one queue, pending work evicts preemptible work of lower priority class
    (also past `min_runtime_s`), if the queue ends within its fair share or does not grow.
 4. **Long-waiting gangs** get `GANG_WAIT` nodes (see `snapshot`).
@@ -27,8 +30,9 @@ Phases, in order:
 
 Each phase is its own module over one shared `CycleState` (`cycle_state`), filled from the
 snapshot by `cycle_load`: `cycle_claims` (0), `cycle_allocate` (1 and 5), `cycle_reclaim` (2),
-`cycle_preempt` (3), `cycle_reserve` (4); reclaim and preempt choose victims with
-`victim_search` and commit them with `cycle_evict`. `run_cycle` is the one entry point.
+`cycle_guarantee` (2b), `cycle_preempt` (3), `cycle_reserve` (4); reclaim and preempt choose
+victims with `victim_search` and commit them with `cycle_evict`. `run_cycle` is the one entry
+point.
 
 CU of a workload = pods × gpus_per_pod × compute_weight of the type it lands on. Each candidate
 type is checked against the queue's share with its own weight, cheapest type first. Where one
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 from gpufair.domain.cycle_allocate import allocate
 from gpufair.domain.cycle_claims import honour_claims
+from gpufair.domain.cycle_guarantee import reclaim_for_guarantees
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_preempt import preempt
 from gpufair.domain.cycle_reclaim import reclaim
@@ -61,6 +66,7 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     honour_claims(state)
     allocate(state, within_share=True)
     reclaim(state)
+    reclaim_for_guarantees(state)
     preempt(state)
     reserve_for_long_waits(state)
     allocate(state, within_share=False)

@@ -44,6 +44,9 @@ def commit(
         for index in state.reclaim_index.values():
             index.remove(victim)
             index.prune(victim.queue, victim_book.surplus_cu())
+        guarantee_index = state.guarantee_index.get(victim.gpu_type)
+        if guarantee_index is not None:
+            guarantee_index.remove(victim)
         preempt_index = state.preempt_index.get((victim.queue, victim.gpu_type))
         if preempt_index is not None:
             preempt_index.remove(victim)

@@ -105,7 +105,7 @@ class CycleState:
         self.pool_room = PoolRoom(hardware)
         self.books = {
             queue.name: QueueBook(
-                queue, self.pool.name, snapshot.fair_share_cu.get(queue.name, 0.0)
+                queue, self.pool.name, snapshot.fair_share_cu.get(queue.name, 0.0), self.weights
             )
             for queue in snapshot.queues
         }
@@ -130,6 +130,7 @@ class CycleState:
         self.place_failed: set[tuple[object, ...]] = set()
         self.reclaim_failed: set[tuple[object, ...]] = set()
         self.reclaim_index: dict[str, VictimIndex] = {}
+        self.guarantee_index: dict[str, VictimIndex] = {}
         self.budgets: dict[str, VictimBudget] = {}
         self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
         self.preempt_index: dict[tuple[str, str], VictimIndex] = {}

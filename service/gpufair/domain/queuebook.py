@@ -9,16 +9,19 @@ Admission (DESIGN §4.1), per GPU type the workload might land on, as a maximum 
 
 - `limit_cu` and `limit_gpus_by_type` are hard caps;
 - non-preemptible work stays within `deserved_cu` (it can never be taken back) and within the
-  fair share;
+  fair share; `deserved_cu` is the quota's CU guarantee raised to cover its per-type guarantees
+  (`policy.deserved_cu_with_types`), the same number the fair share starts from;
 - other work stays within `fair_share_cu` in the first pass; the work-conserving pass lifts that.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.model import Queue
+from gpufair.domain.policy import deserved_cu_with_types
 from gpufair.domain.snapshot import PendingCode, QueueSummary
 
 # "No cap": more pods than any workload has.
@@ -45,11 +48,18 @@ class QueueBook:
         "tier",
     )
 
-    def __init__(self, queue: Queue, pool: str, fair_share_cu: float) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        pool: str,
+        fair_share_cu: float,
+        compute_weights: Mapping[str, float],
+    ) -> None:
         quota = queue.quota(pool)
         self.name = queue.name
         self.tier = quota.priority
-        self.deserved_cu = quota.deserved_cu
+        # Per-type guarantees count at their CU, as in the fair share: "4 A100" is 40 CU.
+        self.deserved_cu = deserved_cu_with_types(quota, compute_weights)
         self.deserved_gpus_by_type = dict(quota.deserved_gpus_by_type)
         self.limit_cu = quota.limit_cu
         self.limit_gpus_by_type = dict(quota.limit_gpus_by_type)
