@@ -53,6 +53,7 @@ def queue(
     limit_cu: float | None = None,
     deserved_gpus_by_type: Mapping[str, float] | None = None,
     limit_gpus_by_type: Mapping[str, float] | None = None,
+    parent: str | None = None,
 ) -> Queue:
     quota = QueueQuota(
         pool=POOL,
@@ -62,7 +63,7 @@ def queue(
         deserved_gpus_by_type=deserved_gpus_by_type or {},
         limit_gpus_by_type=limit_gpus_by_type or {},
     )
-    return Queue(name, quotas={POOL: quota})
+    return Queue(name, parent=parent, quotas={POOL: quota})
 
 
 def workload(
@@ -126,6 +127,7 @@ def snapshot(
     evicting: Iterable[EvictionInFlight] = (),
     placement: PlacementStrategy = PlacementStrategy.BINPACK,
     gang_reservation_after_s: float | None = None,
+    inner_queues: Iterable[Queue] = (),
 ) -> CycleSnapshot:
     return CycleSnapshot(
         pool=NodePool(POOL, placement=placement, gang_reservation_after_s=gang_reservation_after_s),
@@ -137,6 +139,7 @@ def snapshot(
         pending=tuple(pending),
         now_s=now_s,
         evicting=tuple(evicting),
+        inner_queues=tuple(inner_queues),
     )
 
 

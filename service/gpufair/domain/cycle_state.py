@@ -12,12 +12,12 @@ runs the phases over it in order.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.explain import pending_message
-from gpufair.domain.model import PodBinding, Workload
+from gpufair.domain.model import PodBinding, Queue, Workload
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
@@ -26,7 +26,7 @@ from gpufair.domain.placement import (
     PoolRoom,
     place,
 )
-from gpufair.domain.queuebook import QueueBook
+from gpufair.domain.queuebook import LimitBook, QueueBook
 from gpufair.domain.snapshot import (
     BindDecision,
     CycleResult,
@@ -103,9 +103,14 @@ class CycleState:
         self.capacity = Capacity(ready)
         hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes)
         self.pool_room = PoolRoom(hardware)
+        ancestors = _limit_ancestors(snapshot)
         self.books = {
             queue.name: QueueBook(
-                queue, self.pool.name, snapshot.fair_share_cu.get(queue.name, 0.0), self.weights
+                queue,
+                self.pool.name,
+                snapshot.fair_share_cu.get(queue.name, 0.0),
+                self.weights,
+                ancestors(queue),
             )
             for queue in snapshot.queues
         }
@@ -268,3 +273,30 @@ class CycleState:
             reservations=tuple(self.reservations),
             queues={name: book.summary() for name, book in self.books.items()},
         )
+
+
+def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:
+    """For a leaf, the `LimitBook`s of the inner queues above it that have a limit in the pool,
+    nearest first; leaves under one department share its book. Inner queues without limits are
+    walked through (those above them may have some)."""
+    pool = snapshot.pool.name
+    parents = {queue.name: queue.parent for queue in snapshot.inner_queues}
+    limits = {
+        queue.name: LimitBook(queue, pool)
+        for queue in snapshot.inner_queues
+        if LimitBook.has_limits(queue, pool)
+    }
+
+    def ancestors(leaf: Queue) -> tuple[LimitBook, ...]:
+        found: list[LimitBook] = []
+        seen = {leaf.name}
+        name = leaf.parent
+        while name is not None and name not in seen:  # a cycle in bad input ends the walk
+            seen.add(name)
+            book = limits.get(name)
+            if book is not None:
+                found.append(book)
+            name = parents.get(name)
+        return tuple(found)
+
+    return ancestors

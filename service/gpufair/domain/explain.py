@@ -103,8 +103,24 @@ def pending_message(
             f"on {held_nodes} nodes are held for it ({queue})"
         )
     if code is PendingCode.QUEUE_LIMIT:
+        inner = book.limit_reached(needed_cu)
+        if inner is not None:
+            return (
+                f"would exceed the limit of queue {inner.name} above its queue (limit "
+                f"{inner.limit_cu:.1f} CU; the queues under it hold {inner.allocated_cu:.1f} CU, "
+                f"this needs {needed_cu:.1f} CU)"
+            )
         limit = "none" if book.limit_cu is None else f"{book.limit_cu:.1f} CU"
-        return f"would exceed its queue's limit (limit {limit}, per type {book.limit_gpus_by_type})"
+        above = "".join(
+            f"; queue {a.name} above: limit per type {a.limit_gpus_by_type}, holding "
+            f"{a.gpus_by_type}"
+            for a in book.ancestors
+            if a.limit_gpus_by_type
+        )
+        return (
+            f"would exceed its queue's limit (limit {limit}, per type "
+            f"{book.limit_gpus_by_type}{above})"
+        )
     if code is PendingCode.NON_PREEMPTIBLE_OVER_DESERVED:
         return (
             f"non-preemptible work must stay within deserved {book.deserved_cu:.1f} CU; the queue "

@@ -7,7 +7,10 @@ queue is never credited twice for the same capacity nor charged for capacity it 
 
 Admission (DESIGN §4.1), per GPU type the workload might land on, as a maximum pod count:
 
-- `limit_cu` and `limit_gpus_by_type` are hard caps;
+- `limit_cu` and `limit_gpus_by_type` are hard caps, the queue's own and those of every inner
+  queue above it (DESIGN §2: every node of the tree has its limit): a department's limit binds
+  its teams together, in the work-conserving pass too. Each inner queue with a limit in the pool
+  has one `LimitBook`, shared by the books of its leaves, which keep it current;
 - non-preemptible work stays within `deserved_cu` (it can never be taken back) and within the
   fair share; `deserved_cu` is the quota's CU guarantee raised to cover its per-type guarantees
   (`policy.deserved_cu_with_types`), the same number the fair share starts from;
@@ -28,10 +31,41 @@ from gpufair.domain.snapshot import PendingCode, QueueSummary
 _NO_CAP = 1 << 30
 
 
+class LimitBook:
+    """What the leaves under one inner queue hold together, against the inner queue's limits."""
+
+    __slots__ = ("allocated_cu", "gpus_by_type", "limit_cu", "limit_gpus_by_type", "name")
+
+    def __init__(self, queue: Queue, pool: str) -> None:
+        quota = queue.quota(pool)
+        self.name = queue.name
+        self.limit_cu = quota.limit_cu
+        self.limit_gpus_by_type = dict(quota.limit_gpus_by_type)
+        self.allocated_cu = 0.0
+        self.gpus_by_type: dict[str, float] = {}
+
+    @staticmethod
+    def has_limits(queue: Queue, pool: str) -> bool:
+        quota = queue.quota(pool)
+        return quota.limit_cu is not None or bool(quota.limit_gpus_by_type)
+
+    def pods_within(self, cu_per_pod: float, gpus_per_pod: float, gpu_type: str) -> int:
+        """The most pods of this size the leaves below may still add on `gpu_type`."""
+        best = _NO_CAP
+        if cu_per_pod > EPS and self.limit_cu is not None:
+            best = math.floor((self.limit_cu - self.allocated_cu + EPS) / cu_per_pod)
+        type_limit = self.limit_gpus_by_type.get(gpu_type)
+        if type_limit is not None and gpus_per_pod > EPS:
+            room = type_limit - self.gpus_by_type.get(gpu_type, 0.0)
+            best = min(best, math.floor((room + EPS) / gpus_per_pod))
+        return best
+
+
 class QueueBook:
     __slots__ = (
         "allocated_cu",
         "allocated_cu_before",
+        "ancestors",
         "bound_cu",
         "created_at_s",
         "deserved_cu",
@@ -54,6 +88,7 @@ class QueueBook:
         pool: str,
         fair_share_cu: float,
         compute_weights: Mapping[str, float],
+        ancestors: tuple[LimitBook, ...] = (),
     ) -> None:
         quota = queue.quota(pool)
         self.name = queue.name
@@ -73,12 +108,16 @@ class QueueBook:
         self.evicted_cu = 0.0
         self.evicting_cu = 0.0
         self.reserved_cu = 0.0
+        self.ancestors = ancestors  # inner queues above with limits in the pool, nearest first
 
     def add(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
         self.allocated_cu += cu
         if not preemptible:
             self.nonpreemptible_cu += cu
         self.gpus_by_type[gpu_type] = self.gpus_by_type.get(gpu_type, 0.0) + gpus
+        for ancestor in self.ancestors:
+            ancestor.allocated_cu += cu
+            ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) + gpus
 
     def remove(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
         self.add(-cu, -gpus, gpu_type, preemptible)
@@ -125,6 +164,10 @@ class QueueBook:
                 pods = math.floor((room + EPS) / gpus_per_pod)
                 if pods < best:
                     best, code = pods, PendingCode.QUEUE_LIMIT
+        for ancestor in self.ancestors:
+            pods = ancestor.pods_within(cu_per_pod, gpus_per_pod, gpu_type)
+            if pods < best:
+                best, code = pods, PendingCode.QUEUE_LIMIT
         if cu_per_pod > EPS:
             if not preemptible:
                 room = self.deserved_cu - self.nonpreemptible_cu
@@ -137,6 +180,16 @@ class QueueBook:
                 if pods < best:
                     best, code = pods, PendingCode.OVER_FAIR_SHARE
         return max(best, 0), code
+
+    def limit_reached(self, needed_cu: float) -> LimitBook | None:
+        """The nearest inner queue whose CU limit `needed_cu` more would pass, if any (for the
+        pending message; per-type limits are named by the caller's type-free sentence)."""
+        for ancestor in self.ancestors:
+            if ancestor.limit_cu is not None and (
+                ancestor.allocated_cu + needed_cu > ancestor.limit_cu + EPS
+            ):
+                return ancestor
+        return None
 
     def summary(self) -> QueueSummary:
         return QueueSummary(

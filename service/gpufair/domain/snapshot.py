@@ -8,6 +8,9 @@
   tree before building the snapshot), and `fair_share_cu` per leaf queue, computed elsewhere
   (`domain/fairshare`); a queue missing from it has a fair share of 0 and gets only capacity
   nobody within their share can use.
+- `inner_queues`: the inner queues of the tree (departments), each leaf naming its parent: their
+  limits in the pool (`limit_cu`, `limit_gpus_by_type`) bind the leaves below them together.
+  Empty: only the leaves' own limits apply.
 - `running`: allocations as the batch system reported them. Free capacity is the nodes minus these.
 - `pending`: workloads waiting in this pool.
 - `evicting`: evictions decided earlier whose workloads have not stopped yet (see below).
@@ -73,6 +76,7 @@ class CycleSnapshot:
     pending: tuple[Workload, ...]
     now_s: float
     evicting: tuple[EvictionInFlight, ...] = ()
+    inner_queues: tuple[Queue, ...] = ()
 
 
 class PendingCode(enum.StrEnum):

@@ -64,6 +64,7 @@ def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[Cycl
         pending=tuple(pending),
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
+        inner_queues=tuple(q for q in config.queues if q.name not in leaves),
     )
     return snapshot, computed_at_s
 

@@ -170,6 +170,8 @@ class _Pool:
         self.queues: tuple[Queue, ...] = cluster.queues
         self.tree = QueueTree.build(cluster.queues)
         self.leaves = cluster.leaf_queues()
+        leaf_names = {q.name for q in self.leaves}
+        self.inner_queues = tuple(q for q in self.queues if q.name not in leaf_names)
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
         self.gpu_history = QueueHistory()
         self.pending: dict[str, JobRecord] = {}
@@ -491,6 +493,7 @@ class Simulation:
             running=running,
             pending=tuple(j.workload for j in pool.pending.values()),
             now_s=now_s,
+            inner_queues=pool.inner_queues,
         )
         result = run_cycle(snapshot)
         pool.cycles_run += 1
