@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from gpufair.domain.capacity import EPS
+from gpufair.domain.capacity import EPS, Capacity, uses_of
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
@@ -22,7 +22,12 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictionInFlight
+from gpufair.domain.snapshot import (
+    CycleResult,
+    CycleSnapshot,
+    EvictionInFlight,
+    ReservationKind,
+)
 
 POOL = "main"
 A100 = GpuType("a100-80gb", memory_gib=80, compute_weight=10)
@@ -168,6 +173,32 @@ def assert_no_oversubscription(snap: CycleSnapshot, result: CycleResult) -> None
         assert used_cpu <= nodes[name].cpu_millicores, name
     for name, used_memory in memory_use.items():
         assert used_memory <= nodes[name].memory_mib, name
+
+
+def assert_holds_fit(snap: CycleSnapshot, result: CycleResult) -> None:
+    """Once every victim (evicted now or earlier) has stopped, this cycle's binds and all the
+    GPUs held for waiting workloads fit together: holds never overlap each other nor a bind,
+    and each hold is a whole gang on nodes of its type."""
+    capacity = Capacity(n for n in snap.nodes if n.ready)
+    pending = {w.uid: w for w in snap.pending}
+    leaving = {e.workload_uid for e in result.evicts} | {e.victim_uid for e in snap.evicting}
+    for allocation in snap.running:
+        if allocation.workload.uid not in leaving:
+            capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
+    for bind in result.binds:
+        capacity.take(list(uses_of(capacity, pending[bind.workload_uid], bind.bindings)))
+    nodes = {n.name: n for n in snap.nodes}
+    for reservation in result.reservations:
+        if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
+            continue
+        job = pending[reservation.workload_uid]
+        assert job.gang_min_pods <= len(reservation.held) <= job.pods
+        assert {nodes[b.node].gpu_type for b in reservation.held} == {reservation.gpu_type}
+        assert {b.node for b in reservation.held} == set(reservation.nodes)
+        capacity.take(list(uses_of(capacity, job, reservation.held)))
+    for state in capacity.nodes:
+        assert all(used <= 1.0 + EPS for used in state.gpu_used), state.name
+        assert state.cpu_free >= 0 and state.memory_free >= 0, state.name
 
 
 def bound_uids(result: CycleResult) -> set[str]:

@@ -17,6 +17,7 @@ from cycle_builders import (
     RTX4090,
     UNIT,
     V100,
+    assert_holds_fit,
     assert_no_oversubscription,
     node,
     queue,
@@ -26,7 +27,7 @@ from cycle_builders import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufair.domain.capacity import EPS, Capacity, uses_of
+from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
@@ -202,7 +203,7 @@ def _check(snap: CycleSnapshot, result: CycleResult) -> None:
         if limit is not None and before <= limit + EPS:
             assert summary.allocated_cu_after + summary.reserved_cu <= limit + EPS
 
-    _check_holds_are_real(snap, result)
+    assert_holds_fit(snap, result)
     gang_held = {
         n for r in result.reservations if r.kind is ReservationKind.GANG_WAIT for n in r.nodes
     }
@@ -248,32 +249,6 @@ def test_scarce_capacity_with_skewed_shares(world: World) -> None:
         [replace(w, uid=f"{w.uid}-{i}") for i, w in enumerate(arrivals)] for arrivals in crowded
     ]
     _simulate(replace(world, shares=skewed, arrivals=renamed))
-
-
-def _check_holds_are_real(snap: CycleSnapshot, result: CycleResult) -> None:
-    """Once every victim (evicted now or earlier) has stopped, this cycle's binds and all the
-    GPUs held for waiting workloads fit together: holds never overlap each other nor a bind,
-    and each hold is a whole gang on nodes of its type."""
-    capacity = Capacity(n for n in snap.nodes if n.ready)
-    pending = {w.uid: w for w in snap.pending}
-    leaving = {e.workload_uid for e in result.evicts} | {e.victim_uid for e in snap.evicting}
-    for allocation in snap.running:
-        if allocation.workload.uid not in leaving:
-            capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
-    for bind in result.binds:
-        capacity.take(list(uses_of(capacity, pending[bind.workload_uid], bind.bindings)))
-    nodes = {n.name: n for n in snap.nodes}
-    for reservation in result.reservations:
-        if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
-            continue
-        job = pending[reservation.workload_uid]
-        assert job.gang_min_pods <= len(reservation.held) <= job.pods
-        assert {nodes[b.node].gpu_type for b in reservation.held} == {reservation.gpu_type}
-        assert {b.node for b in reservation.held} == set(reservation.nodes)
-        capacity.take(list(uses_of(capacity, job, reservation.held)))
-    for state in capacity.nodes:
-        assert all(used <= 1.0 + EPS for used in state.gpu_used), state.name
-        assert state.cpu_free >= 0 and state.memory_free >= 0, state.name
 
 
 def _busy_world(seed: int) -> World:
