@@ -143,9 +143,14 @@ def test_reference_case_gang_runs_by_reclaim_only_with_time_based_share(
         *(event(ledger_pb2.EVENT_KIND_PREEMPTED, uid, clock.now_s) for uid in sorted(evicted)),
     )
     clock.now_s += 1
+    # The victims stopped: their evictions stay recorded for one more cycle (standing claims).
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM evictions")).scalar_one() == 40
     third = schedule(gpufair)
     [bind] = [b for b in third.binds if b.uid == "llm-post-training"]
     assert len(bind.pods) == 60 and bind.cu == 60
+    with db.connect() as conn:  # that cycle served the claims: they are forgotten
+        assert conn.execute(text("SELECT count(*) FROM evictions")).scalar_one() == 0
     nodes = {(p.node, i) for p in bind.pods for i in p.gpu_indices}
     assert len(nodes) == 60  # 60 distinct GPUs
 

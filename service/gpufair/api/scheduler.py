@@ -143,6 +143,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 now_s,
                 self.bind_timeout_s,
             )
+            schedule_repo.forget_standing_claims(
+                conn, schedule.standing_claims_served(decided.snapshot)
+            )
             result = without_binds(decided.result, skipped)
             reply = result_to_proto(request.pool, result, now_s, cycle_id)
             if skipped:

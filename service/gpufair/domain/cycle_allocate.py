@@ -10,7 +10,8 @@ share is below the smallest CU any of its remaining workloads could take.
 The work-conserving pass (phase 5) gives what nobody within their share could use, in the same
 order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds are flagged
 `over_fair_share`; their queues sit above their share, so reclaim takes them first.
-Non-preemptible work never goes beyond the fair share.
+Non-preemptible work never goes beyond the fair share, nor does a workload evicted for a claim
+that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 break
             item = items[position]
             position += 1
+            if not within_share and item.uid in state.claim_victims:
+                continue  # evicted for a claim that still stands (`cycle_claims`)
             if not item.done and _try_bind(state, item, within_share, exclusion):
                 bound = True
                 break

@@ -2,8 +2,15 @@
 
 A pending workload that earlier evictions were made for is served first: bound if it now fits on
 free capacity, otherwise the capacity it will use once its victims stop stays held for it.
-Capacity freed by eviction belongs to the workload it was freed for; limits still apply. A claim
-that no longer fits (say the victims' nodes went away) lapses: the workload competes as usual.
+Capacity freed by eviction belongs to the workload it was freed for until it binds; limits still
+apply, but not its fair share: a recompute that lowered the share a little since the eviction
+(its gang no longer fits within it) does not hand the freed GPUs back to the victim's queue.
+
+The claim stands in the first cycle after its victims have stopped too (`snapshot`: an
+eviction whose victim is no longer running): the beneficiary binds first on the capacity they
+freed, and each such victim, if it waits again, is not bound beyond its queue's share in that
+cycle (`cycle_allocate`). A claim that does not fit then (the capacity went away, a limit)
+lapses: the workload competes as usual.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ def honour_claims(state: CycleState) -> None:
         item
         for items in state.queue_pending.values()
         for item in items
-        if item.uid in state.leaving_for
+        if item.uid in state.leaving_for or item.uid in state.standing_claims
     ]
     for item in state.in_queue_order(claimants):
         exclusion = Exclusion()
@@ -38,9 +45,12 @@ def honour_claims(state: CycleState) -> None:
                 break
         if bound:
             continue
+        leaving = state.leaving_for.get(item.uid)
+        if not leaving:
+            continue  # every victim has stopped and the claim did not fit: it lapses
         held: tuple[str, list[PodUse]] | None = None
         journal = Journal()
-        for victim in state.leaving_for[item.uid]:
+        for victim in leaving:
             state.capacity.release(victim.uses, journal)
         try:
             for gpu_type in item.types:

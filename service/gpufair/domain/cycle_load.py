@@ -51,7 +51,13 @@ def load_running(state: CycleState) -> None:
 def load_evicting(state: CycleState) -> None:
     for eviction in state.snapshot.evicting:
         running = state.running.get(eviction.victim_uid)
-        if running is None or eviction.victim_uid in state.leaving:
+        if running is None:
+            # The victim has stopped: a standing claim of its beneficiary (`cycle_claims`).
+            if eviction.beneficiary_uid is not None:
+                state.standing_claims.add(eviction.beneficiary_uid)
+                state.claim_victims[eviction.victim_uid] = eviction.beneficiary_uid
+            continue
+        if eviction.victim_uid in state.leaving:
             continue
         victim = running.victim
         state.leaving.add(victim.uid)

@@ -127,6 +127,11 @@ class CycleState:
         self.running: dict[str, Running] = {}
         self.leaving: set[str] = set()
         self.leaving_for: dict[str, list[Victim]] = {}
+        # Standing claims: beneficiaries whose victims have all or partly stopped, still owed
+        # the capacity freed for them; and the victims of those claims, not re-bound beyond
+        # their share while the claim stands (`cycle_claims`).
+        self.standing_claims: set[str] = set()  # beneficiaries
+        self.claim_victims: dict[str, str] = {}  # stopped victim → its beneficiary
         # Pending work per queue in queue order, and the least CU of any suffix of that list.
         self.queue_pending: dict[str, list[Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
@@ -257,6 +262,17 @@ class CycleState:
         for items in self.queue_pending.values():
             for item in items:
                 if item.done:
+                    continue
+                beneficiary = self.claim_victims.get(item.uid)
+                if beneficiary is not None and item.code is PendingCode.OVER_FAIR_SHARE:
+                    message = pending_message(
+                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
+                    )
+                    self.reasons[item.uid] = PendingReason(
+                        item.code,
+                        f"{message}; evicted for {beneficiary}, it is not re-bound beyond its "
+                        "queue's share while that claim stands",
+                    )
                     continue
                 key = (item.code, item.book.name, id(item.kind), item.held_nodes)
                 reason = shared.get(key)

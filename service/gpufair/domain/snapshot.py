@@ -31,7 +31,9 @@ statelessly: it plans the beneficiary on free capacity plus its victims' capacit
 GPUs, and binds the beneficiary as soon as it fits on free capacity alone. In-flight victims are
 never chosen again, count as gone from their queue's allocation, and still occupy their GPUs, so
 nothing is ever oversubscribed. If the beneficiary is gone (bound, cancelled) the entry only marks
-the victim as leaving.
+the victim as leaving. The service passes the entry once more in the first cycle after the victim
+stopped (it is then not in `running`): a standing claim, served first on the freed capacity
+whatever the beneficiary's share has become since (`cycle_claims`).
 
 **Long-waiting gangs.** A workload within its queue's fair share that has waited at least the
 pool's `gang_reservation_after_s` and still does not fit gets `ReservationKind.GANG_WAIT` nodes

@@ -77,6 +77,13 @@ def decide(conn: Connection, pool_name: str, now_s: float) -> Decided:
     return Decided(snapshot, run_cycle(snapshot))
 
 
+def standing_claims_served(snapshot: CycleSnapshot) -> list[str]:
+    """Victims of evictions in `snapshot` that had stopped before it: their beneficiaries'
+    standing claims were served by this cycle, so a recorded cycle forgets them."""
+    running = {allocation.workload.uid for allocation in snapshot.running}
+    return sorted({e.victim_uid for e in snapshot.evicting if e.victim_uid not in running})
+
+
 def explain_pending(conn: Connection, pool_name: str, uid: str, now_s: float) -> Explanation:
     """Why `uid` waits, from a dry cycle over the current snapshot (the caller rolls back)."""
     decided = decide(conn, pool_name, now_s)

@@ -16,9 +16,10 @@ Events, and what happens at one instant, in this order:
    Binds start at once (the simulated batch system confirms instantly). Evicted jobs stop at
    once, count an eviction and wait again with their original submit time (so they keep their
    place in their queue's order); with `on_evict: resume` they keep the work done, with `restart`
-   they start over. The victims are gone by the next cycle, so the snapshot never carries
-   evictions in flight: the workload they were evicted for competes for the freed capacity at
-   the next cycle, exactly as in the service once its victims have stopped (`snapshot`).
+   they start over. The victims are gone by the next cycle, which carries each eviction once
+   more as a standing claim, as the service does once a victim has stopped (`snapshot`): the
+   workload it was evicted for binds first on the freed capacity, and the victim is not bound
+   beyond its queue's share in that cycle.
    A job started with fewer pods than it asked for (`min_pods`) runs for its full duration.
 5. **Timeline sample** every `timeline_s` (and at the end): allocation, fair share, effective
    weight and usage of every queue; fair-share columns are those of the latest recompute.
@@ -60,7 +61,7 @@ from gpufair.domain.model import (
     Workload,
 )
 from gpufair.domain.placement import adequate_types
-from gpufair.domain.snapshot import CycleSnapshot, PendingCode
+from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, PendingCode
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, usage_inputs, window_bounds
 from gpufair.sim.generators import GeneratorStream
@@ -172,6 +173,8 @@ class _Pool:
         self.leaves = cluster.leaf_queues()
         leaf_names = {q.name for q in self.leaves}
         self.inner_queues = tuple(q for q in self.queues if q.name not in leaf_names)
+        # The last cycle's evictions, passed to the next cycle as standing claims.
+        self.standing_claims: tuple[EvictionInFlight, ...] = ()
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
         self.gpu_history = QueueHistory()
         self.pending: dict[str, JobRecord] = {}
@@ -493,9 +496,13 @@ class Simulation:
             running=running,
             pending=tuple(j.workload for j in pool.pending.values()),
             now_s=now_s,
+            evicting=pool.standing_claims,
             inner_queues=pool.inner_queues,
         )
         result = run_cycle(snapshot)
+        pool.standing_claims = tuple(
+            EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts
+        )
         pool.cycles_run += 1
         pool.hopeless = {uid for uid, r in result.pending.items() if r.code in _HOPELESS}
         pool.wanted_types = None
