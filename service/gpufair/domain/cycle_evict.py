@@ -47,6 +47,11 @@ def commit(
         guarantee_index = state.guarantee_index.get(victim.gpu_type)
         if guarantee_index is not None:
             guarantee_index.remove(victim)
+        totals = state.preempt_totals.get((victim.queue, victim.gpu_type))
+        sums = None if totals is None else totals.get(victim.priority_class)
+        if sums is not None:
+            sums[0] -= victim.cu
+            sums[1] -= victim.gpus
         preempt_index = state.preempt_index.get((victim.queue, victim.gpu_type))
         if preempt_index is not None:
             preempt_index.remove(victim)

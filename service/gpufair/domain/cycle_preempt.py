@@ -43,6 +43,13 @@ def preempt(state: CycleState) -> None:
         and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
     ]
     state.preempt_own = own
+    for key, victims in own.items():
+        totals: dict[int, list[float]] = {}
+        for victim in victims:
+            sums = totals.setdefault(victim.priority_class, [0.0, 0.0])
+            sums[0] += victim.cu
+            sums[1] += victim.gpus
+        state.preempt_totals[key] = totals
     failed: set[tuple[object, ...]] = set()
     for item in state.in_queue_order(wanting):
         _try_preempt(state, item, failed)
@@ -66,10 +73,10 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
         # swap could keep the queue within its share or from growing.
         needed_cu = pods * state.cu_per_pod(item, gpu_type)
         most_cu = most_gpus = 0.0
-        for victim in victims:
-            if victim.priority_class < below and victim.uid not in state.evicted:
-                most_cu += victim.cu
-                most_gpus += victim.gpus
+        for priority_class, (cu, gpus) in state.preempt_totals[(book.name, gpu_type)].items():
+            if priority_class < below:
+                most_cu += cu
+                most_gpus += gpus
         free_gpus = state.capacity.free_whole_by_type.get(gpu_type, 0)
         swap_ok = book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
         if (

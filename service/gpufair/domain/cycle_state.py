@@ -143,6 +143,9 @@ class CycleState:
         self.guarantee_index: dict[str, VictimIndex] = {}
         self.budgets: dict[str, VictimBudget] = {}
         self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
+        # Per (queue, GPU type): CU and GPUs of its preemptible victims by priority class, kept
+        # current as they are evicted (preempt's cheap "could enough be freed" test).
+        self.preempt_totals: dict[tuple[str, str], dict[int, list[float]]] = {}
         self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
 
     # -- numbers --------------------------------------------------------------------------
@@ -235,11 +238,7 @@ class CycleState:
         item.book.reserved_cu += cu
         item.done = True
         item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
-        item.held_nodes = len(nodes)
-        self.reasons[item.uid] = PendingReason(
-            item.code,
-            pending_message(item.code, item.workload, item.book, cu, len(nodes)),
-        )
+        item.held_nodes = len(nodes)  # its reason is written with the others, in `result`
         self.reservations.append(
             Reservation(
                 item.uid,
@@ -261,8 +260,8 @@ class CycleState:
         shared: dict[tuple[PendingCode, str, int, int], PendingReason] = {}
         for items in self.queue_pending.values():
             for item in items:
-                if item.done:
-                    continue
+                if item.done and item.code is not PendingCode.WAITING_FOR_EVICTED_CAPACITY:
+                    continue  # bound
                 beneficiary = self.claim_victims.get(item.uid)
                 if beneficiary is not None and item.code is PendingCode.OVER_FAIR_SHARE:
                     message = pending_message(
