@@ -59,6 +59,7 @@ def queue(
     deserved_gpus_by_type: Mapping[str, float] | None = None,
     limit_gpus_by_type: Mapping[str, float] | None = None,
     parent: str | None = None,
+    max_borrow_s: float | None = None,
 ) -> Queue:
     quota = QueueQuota(
         pool=POOL,
@@ -67,6 +68,7 @@ def queue(
         limit_cu=limit_cu,
         deserved_gpus_by_type=deserved_gpus_by_type or {},
         limit_gpus_by_type=limit_gpus_by_type or {},
+        max_borrow_s=max_borrow_s,
     )
     return Queue(name, parent=parent, quotas={POOL: quota})
 
@@ -133,9 +135,15 @@ def snapshot(
     placement: PlacementStrategy = PlacementStrategy.BINPACK,
     gang_reservation_after_s: float | None = None,
     inner_queues: Iterable[Queue] = (),
+    max_borrow_s: float | None = None,
 ) -> CycleSnapshot:
     return CycleSnapshot(
-        pool=NodePool(POOL, placement=placement, gang_reservation_after_s=gang_reservation_after_s),
+        pool=NodePool(
+            POOL,
+            placement=placement,
+            gang_reservation_after_s=gang_reservation_after_s,
+            max_borrow_s=max_borrow_s,
+        ),
         nodes=tuple(nodes),
         gpu_types=GPU_TYPES,
         queues=tuple(queues),

@@ -92,3 +92,35 @@ def test_a_department_limit_holds_its_teams_in_the_simulator() -> None:
     assert starts == [(0.0, 3600.0)] * 4 + [(3600.0, 7200.0)] * 4
     first = {j.workload.uid for j in result.jobs if j.first_start_s == 0.0}
     assert sum(uid.startswith("t1") for uid in first) == 2
+
+
+@pytest.mark.parametrize(("max_borrow_s", "a_start_s"), [(None, 21_660.0), ("2h", 7_260.0)])
+def test_a_pool_calls_a_loan_back_after_max_borrow(
+    max_borrow_s: str | None, a_start_s: float
+) -> None:
+    """4 GPUs. b (no quota) starts a 10-hour job on all of them at 0 that may not be reclaimed
+    for 6 h (min_runtime_s); a (deserved 4) submits at 1 h. With the pool's max_borrow_s of 2 h
+    the loan is called back at 2 h, not 6 h."""
+    cluster = unit_cluster([("n1", 4)], [{"name": "a", "deserved_cu": 4}, {"name": "b"}])
+    if max_borrow_s is not None:
+        cluster["pools"][0]["max_borrow_s"] = max_borrow_s
+    data = {
+        "name": "loan",
+        "duration_s": "12h",
+        "cycle_s": 60,
+        "cluster": cluster,
+        "workloads": [
+            {
+                "uid": "b1",
+                "queue": "b",
+                "gpus_per_pod": 4,
+                "duration_s": "10h",
+                "min_runtime_s": "6h",
+            },
+            {"uid": "a1", "queue": "a", "gpus_per_pod": 4, "submit_s": "1h", "duration_s": "1h"},
+        ],
+    }
+    result, _ = run(scenario_from(data))
+    jobs = {j.workload.uid: j for j in result.jobs}
+    assert jobs["a1"].first_start_s == a_start_s
+    assert jobs["b1"].evictions == 1

@@ -131,6 +131,8 @@ def _validate_pool(path: str, pool: NodePool) -> list[Violation]:
     after = pool.gang_reservation_after_s
     if after is not None:
         violations += _non_negative(f"{path}.gang_reservation_after_s", after)
+    if pool.max_borrow_s is not None:
+        violations += _positive(f"{path}.max_borrow_s", pool.max_borrow_s)
     return violations
 
 
@@ -177,6 +179,8 @@ def _validate_quota(
         violations.append(Violation(f"{path}.pool", f"unknown pool {pool_name!r}"))
     violations += _non_negative(f"{path}.deserved_cu", quota.deserved_cu)
     violations += _non_negative(f"{path}.over_quota_weight", quota.over_quota_weight)
+    if quota.max_borrow_s is not None:
+        violations += _positive(f"{path}.max_borrow_s", quota.max_borrow_s)
     if quota.limit_cu is not None:
         violations += _non_negative(f"{path}.limit_cu", quota.limit_cu)
         if (

@@ -16,7 +16,7 @@ lapses: the workload competes as usual.
 from __future__ import annotations
 
 from gpufair.domain.capacity import Journal, PodUse
-from gpufair.domain.cycle_state import CycleState
+from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
 
 
@@ -28,39 +28,41 @@ def honour_claims(state: CycleState) -> None:
         if item.uid in state.leaving_for or item.uid in state.standing_claims
     ]
     for item in state.in_queue_order(claimants):
-        exclusion = Exclusion()
-        allowed = {
-            gpu_type: state.pods_allowed(item, gpu_type, within_share=False)
-            for gpu_type in item.types
-        }
-        pods_min = item.workload.gang_min_pods
-        bound = False
+        before_cu = item.book.allocated_cu
+        _serve(state, item)
+        item.book.claimed_cu += item.book.allocated_cu - before_cu
+
+
+def _serve(state: CycleState, item: Pending) -> None:
+    """Bind the claimant on free capacity, or hold what its victims still occupy."""
+    exclusion = Exclusion()
+    allowed = {
+        gpu_type: state.pods_allowed(item, gpu_type, within_share=False) for gpu_type in item.types
+    }
+    pods_min = item.workload.gang_min_pods
+    for gpu_type in item.types:
+        if allowed[gpu_type] < pods_min:
+            continue
+        plan = state.place(item, gpu_type, allowed[gpu_type], exclusion)
+        if plan is not None:
+            state.bind(item, gpu_type, plan)
+            return
+    leaving = state.leaving_for.get(item.uid)
+    if not leaving:
+        return  # every victim has stopped and the claim did not fit: it lapses
+    held: tuple[str, list[PodUse]] | None = None
+    journal = Journal()
+    for victim in leaving:
+        state.capacity.release(victim.uses, journal)
+    try:
         for gpu_type in item.types:
             if allowed[gpu_type] < pods_min:
                 continue
-            plan = state.place(item, gpu_type, allowed[gpu_type], exclusion)
+            plan = state.place(item, gpu_type, pods_min, exclusion)
             if plan is not None:
-                state.bind(item, gpu_type, plan)
-                bound = True
+                held = (gpu_type, plan)
                 break
-        if bound:
-            continue
-        leaving = state.leaving_for.get(item.uid)
-        if not leaving:
-            continue  # every victim has stopped and the claim did not fit: it lapses
-        held: tuple[str, list[PodUse]] | None = None
-        journal = Journal()
-        for victim in leaving:
-            state.capacity.release(victim.uses, journal)
-        try:
-            for gpu_type in item.types:
-                if allowed[gpu_type] < pods_min:
-                    continue
-                plan = state.place(item, gpu_type, pods_min, exclusion)
-                if plan is not None:
-                    held = (gpu_type, plan)
-                    break
-        finally:
-            state.capacity.restore(journal)
-        if held is not None:
-            state.hold(item, *held)
+    finally:
+        state.capacity.restore(journal)
+    if held is not None:
+        state.hold(item, *held)

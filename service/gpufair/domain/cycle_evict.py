@@ -33,6 +33,14 @@ def commit(
                 f"max(deserved {victim_book.deserved_cu:.1f}, fair share "
                 f"{victim_book.fair_share_cu:.1f})"
             )
+            running = state.running[victim.uid]
+            ran_s = state.snapshot.now_s - victim.started_at_s
+            if ran_s < running.min_runtime_s and victim_book.max_borrow_s is not None:
+                message += (
+                    f"; on loan for {ran_s:.0f} s, past max_borrow_s "
+                    f"{victim_book.max_borrow_s:.0f} s (its min_runtime_s "
+                    f"{running.min_runtime_s:.0f} s not reached)"
+                )
         else:
             message = (
                 f"preempted in queue {book.name} for {item.uid} "

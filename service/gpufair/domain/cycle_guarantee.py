@@ -109,7 +109,7 @@ def _budget(state: CycleState, gpu_type: str, reclaimer: str) -> VictimBudget:
     for name, book in state.books.items():
         if name == reclaimer:
             continue
-        above_cu = book.allocated_cu - book.deserved_cu
+        above_cu = book.allocated_cu - book.claimed_cu - book.deserved_cu
         above_gpus = -_short_of(book, gpu_type)
         if above_cu > EPS and above_gpus > EPS:
             cu_left[name] = above_cu

@@ -1,7 +1,8 @@
 """Phase 2 of the cycle: reclaim (DESIGN §4.3).
 
 Workloads within their queue's share that did not fit, in queue order, evict preemptible work
-past `min_runtime_s` from queues above max(deserved, fair share) (`victim_search` picks the
+past `min_runtime_s` (or past its queue's `max_borrow_s`: borrowing with a time limit, see
+`on_loan_too_long`) from queues above max(deserved, fair share) (`victim_search` picks the
 fewest CU, lowest tier and most recent first), never pushing a victim queue below that floor or
 below a per-type guarantee, never leaving the reclaimer above a victim in allocated/fair-share
 ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase.
@@ -29,11 +30,15 @@ def reclaim(state: CycleState) -> None:
     by_type: dict[str, list[Victim]] = {}
     for running in state.running.values():
         victim = running.victim
+        book = state.books.get(victim.queue)
         if (
             running.preemptible
             and victim.uid not in state.leaving
-            and victim.queue in state.books
-            and now_s - victim.started_at_s >= running.min_runtime_s
+            and book is not None
+            and (
+                now_s - victim.started_at_s >= running.min_runtime_s
+                or on_loan_too_long(book, victim, now_s)
+            )
         ):
             by_type.setdefault(victim.gpu_type, []).append(victim)
     wanting = [
@@ -62,6 +67,13 @@ def reclaim(state: CycleState) -> None:
     }
     for item in state.in_queue_order(wanting):
         _try_reclaim(state, item)
+
+
+def on_loan_too_long(book: QueueBook, victim: Victim, now_s: float) -> bool:
+    """Borrowing with a time limit: a victim of a queue above its floor (so, on loan) that has
+    run at least the queue's `max_borrow_s` may be reclaimed before its `min_runtime_s`."""
+    limit = book.max_borrow_s
+    return limit is not None and now_s - victim.started_at_s >= limit
 
 
 def _try_reclaim(state: CycleState, item: Pending) -> bool:

@@ -26,6 +26,7 @@ from gpufair.domain.placement import (
     PoolRoom,
     place,
 )
+from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.queuebook import LimitBook, QueueBook
 from gpufair.domain.snapshot import (
     BindDecision,
@@ -111,6 +112,7 @@ class CycleState:
                 snapshot.fair_share_cu.get(queue.name, 0.0),
                 self.weights,
                 ancestors(queue),
+                max_borrow_s(queue.quota(self.pool.name), self.pool),
             )
             for queue in snapshot.queues
         }

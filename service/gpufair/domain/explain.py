@@ -33,6 +33,7 @@ from gpufair.domain.placement import (
     fit_on,
     gpu_memory_per_pod_gib,
 )
+from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import (
     CycleResult,
@@ -75,6 +76,9 @@ class Explanation:
     cheapest_gpu_type: str | None
     nodes: NodeFilterCounts
     message: str
+    # How long the queue's work beyond its fair share may run before it may be reclaimed even
+    # ahead of its min_runtime_s (`policy.max_borrow_s`); None: no limit.
+    max_borrow_s: float | None = None
 
 
 def pending_message(
@@ -166,6 +170,9 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         tier = 0
     queue = next((q for q in snapshot.queues if q.name == workload.queue), None)
     limit = queue.quota(snapshot.pool.name).limit_cu if queue is not None else None
+    borrow_s = (
+        None if queue is None else max_borrow_s(queue.quota(snapshot.pool.name), snapshot.pool)
+    )
     over_quota_needed = max(0.0, allocated + needed_cu - deserved) - max(0.0, allocated - deserved)
     may_take = max(0.0, fair_share - allocated)
     over_quota_may_take = max(0.0, fair_share - max(allocated, deserved))
@@ -185,6 +192,11 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
             f"{counts.too_little_cpu} too little CPU, {counts.too_little_memory} too little "
             f"memory, {counts.fits_a_pod} could take a pod."
         )
+        if borrow_s is not None:
+            message += (
+                f" Loans are called back: the queue's work beyond its fair share may be "
+                f"reclaimed after {borrow_s:.0f} s (max_borrow_s), even before its min_runtime_s."
+            )
     return Explanation(
         workload_uid=workload_uid,
         queue=workload.queue,
@@ -201,6 +213,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         cheapest_gpu_type=cheapest,
         nodes=counts,
         message=message,
+        max_borrow_s=borrow_s,
     )
 
 

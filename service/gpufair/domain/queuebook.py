@@ -67,6 +67,7 @@ class QueueBook:
         "allocated_cu_before",
         "ancestors",
         "bound_cu",
+        "claimed_cu",
         "created_at_s",
         "deserved_cu",
         "deserved_gpus_by_type",
@@ -76,6 +77,7 @@ class QueueBook:
         "gpus_by_type",
         "limit_cu",
         "limit_gpus_by_type",
+        "max_borrow_s",
         "name",
         "nonpreemptible_cu",
         "reserved_cu",
@@ -89,6 +91,7 @@ class QueueBook:
         fair_share_cu: float,
         compute_weights: Mapping[str, float],
         ancestors: tuple[LimitBook, ...] = (),
+        max_borrow_s: float | None = None,
     ) -> None:
         quota = queue.quota(pool)
         self.name = queue.name
@@ -105,10 +108,12 @@ class QueueBook:
         self.gpus_by_type: dict[str, float] = {}
         self.allocated_cu_before = 0.0
         self.bound_cu = 0.0
+        self.claimed_cu = 0.0  # bound or held this cycle on claims (`cycle_claims`)
         self.evicted_cu = 0.0
         self.evicting_cu = 0.0
         self.reserved_cu = 0.0
         self.ancestors = ancestors  # inner queues above with limits in the pool, nearest first
+        self.max_borrow_s = max_borrow_s  # `policy.max_borrow_s`: when loans are called back
 
     def add(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
         self.allocated_cu += cu
@@ -132,8 +137,10 @@ class QueueBook:
         return self.fair_share_cu - self.allocated_cu
 
     def surplus_cu(self) -> float:
-        """How far above max(deserved, fair share) the queue is: what reclaim may take."""
-        return self.allocated_cu - max(self.deserved_cu, self.fair_share_cu)
+        """How far above max(deserved, fair share) the queue is: what reclaim may take. What
+        its claims took this cycle does not count: capacity freed for the queue's workload does
+        not make the queue's other work a victim in the same cycle."""
+        return self.allocated_cu - self.claimed_cu - max(self.deserved_cu, self.fair_share_cu)
 
     def gpus_above_type_guarantee(self, gpu_type: str) -> float:
         guarantee = self.deserved_gpus_by_type.get(gpu_type)

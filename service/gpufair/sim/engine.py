@@ -29,8 +29,9 @@ Time runs over [0, duration_s); nothing happens at the end instant but the last 
 Cycles are skipped when they cannot decide anything, which keeps long replays fast and changes
 no result: when nothing waits in the pool, or when nothing changed since a cycle that decided
 nothing (no arrival, completion, bind, eviction or fair-share change) and no instant has passed at
-which the cycle's rules look at the clock (a running job reaching its `min_runtime_s`, a waiting
-job reaching the pool's `gang_reservation_after_s`). The cycle reads the clock only there.
+which the cycle's rules look at the clock (a running job reaching its `min_runtime_s` or its
+queue's `max_borrow_s`, a waiting job reaching the pool's `gang_reservation_after_s`). The cycle
+reads the clock only there.
 
 Determinism: no wall clock, no unordered iteration (pools by name, queues in tree order, jobs in
 arrival order), one random stream per generator. The same scenario and seed give the same run.
@@ -61,6 +62,7 @@ from gpufair.domain.model import (
     Workload,
 )
 from gpufair.domain.placement import adequate_types
+from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, PendingCode
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, usage_inputs, window_bounds
@@ -173,6 +175,8 @@ class _Pool:
         self.leaves = cluster.leaf_queues()
         leaf_names = {q.name for q in self.leaves}
         self.inner_queues = tuple(q for q in self.queues if q.name not in leaf_names)
+        # Per leaf queue: when its loans are called back (`policy.max_borrow_s`).
+        self.max_borrow_s = {q.name: max_borrow_s(q.quota(pool.name), pool) for q in self.leaves}
         # The last cycle's evictions, passed to the next cycle as standing claims.
         self.standing_claims: tuple[EvictionInFlight, ...] = ()
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
@@ -528,6 +532,9 @@ class Simulation:
             workload = job.workload
             if workload.preemptible and workload.min_runtime_s > 0.0:
                 at_s = job.run_start_s + workload.min_runtime_s
+                borrow_s = pool.max_borrow_s.get(workload.queue)
+                if borrow_s is not None:  # a loan may be called back before min_runtime_s
+                    at_s = min(at_s, job.run_start_s + borrow_s)
                 if now_s < at_s < wake_s:
                     wake_s = at_s
         return wake_s
