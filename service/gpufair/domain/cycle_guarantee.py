@@ -27,6 +27,8 @@ from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, sele
 
 
 def reclaim_for_guarantees(state: CycleState) -> None:
+    if not any(book.deserved_gpus_by_type for book in state.books.values()):
+        return  # nobody has a per-type guarantee: nobody is below one
     wanting = [
         item
         for items in state.queue_pending.values()
