@@ -68,3 +68,21 @@ def test_a_victim_is_not_rebound_beyond_its_share_while_the_claim_stands() -> No
     # The cycle after, the claim is gone: the victim takes the idle GPUs as any workload would.
     later = run_cycle(snapshot(NODES, queues, shares, pending=[requeued, B_GANG]))
     assert bound_uids(later) == {"a-gang"}
+
+
+def test_exact_ties_for_spare_capacity_are_not_decided_by_name() -> None:
+    """Two queues equal in everything the order reads (tier, ratio, submit time, age) want the
+    one spare GPU beyond their share: across 200 cycles each wins about half (before: a, first
+    by name, won all 200); the same snapshot always decides the same way."""
+    queues = [queue("a"), queue("b")]
+    jobs = [workload("a-job", "a"), workload("b-job", "b")]
+    wins = {"a": 0, "b": 0}
+    for cycle in range(200):
+        snap = snapshot(
+            [node("n", gpus=1)], queues, {"a": 0.0, "b": 0.0}, pending=jobs, now_s=60.0 * cycle
+        )
+        (bind,) = run_cycle(snap).binds
+        assert bind.over_fair_share
+        assert run_cycle(snap).binds[0].queue == bind.queue
+        wins[bind.queue] += 1
+    assert 70 <= wins["a"] <= 130 and wins["a"] + wins["b"] == 200

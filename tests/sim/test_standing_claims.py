@@ -41,7 +41,8 @@ def test_dead_band_zero_hands_over_ten_times_instead_of_starving_team_b() -> Non
     jobs = {j.workload.uid: j for j in result.jobs}
     assert evictions == 10
     assert (jobs["team-a-training"].evictions, jobs["team-b-training"].evictions) == (5, 5)
-    assert jobs["team-b-training"].first_start_s == 120.0
+    # Both start within the first two cycles (which one first is the spare-capacity tie).
+    assert {jobs[uid].first_start_s for uid in jobs} == {0.0, 120.0}
     _check_clean_handovers(result)
 
 

@@ -10,6 +10,7 @@ share is below the smallest CU any of its remaining workloads could take.
 The work-conserving pass (phase 5) gives what nobody within their share could use, in the same
 order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds are flagged
 `over_fair_share`; their queues sit above their share, so reclaim takes them first.
+Exact ties in this pass are not decided by queue name (`CycleState.queue_key`).
 Non-preemptible work never goes beyond the fair share, nor does a workload evicted for a claim
 that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 """
@@ -27,7 +28,8 @@ from gpufair.domain.snapshot import PendingCode
 def allocate(state: CycleState, within_share: bool) -> None:
     exclusion = Exclusion(gang_held=state.gang_held, beyond_share=not within_share)
     cursor = dict.fromkeys(state.queue_pending, 0)
-    heap = [(state.queue_key(name, 0), name) for name in state.queue_pending]
+    rotate = not within_share
+    heap = [(state.queue_key(name, 0, rotate), name) for name in state.queue_pending]
     heapq.heapify(heap)
     while heap:
         _, name = heapq.heappop(heap)
@@ -51,7 +53,7 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 break
         cursor[name] = position
         if bound and position < len(items):
-            heapq.heappush(heap, (state.queue_key(name, position), name))
+            heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
 
 
 def _try_bind(state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion) -> bool:

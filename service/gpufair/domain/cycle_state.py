@@ -12,6 +12,7 @@ runs the phases over it in order.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from gpufair.domain.snapshot import (
 )
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
 
-QueueKey = tuple[int, float, float, float, str]
+QueueKey = tuple[int, float, float, float, int, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ class CycleState:
         self.queue_pending: dict[str, list[Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
         self.kinds: dict[tuple[object, ...], Kind] = {}
+        self.turns: dict[str, int] = {}  # the work-conserving pass's tie-break (`queue_key`)
         # Memos of the phases: failures stay failures while capacity only shrinks.
         self.place_failed: set[tuple[object, ...]] = set()
         self.reclaim_failed: set[tuple[object, ...]] = set()
@@ -170,13 +172,25 @@ class CycleState:
 
     # -- ordering -------------------------------------------------------------------------
 
-    def queue_key(self, name: str, position: int) -> QueueKey:
+    def queue_key(self, name: str, position: int, rotate: bool = False) -> QueueKey:
         """DESIGN §4.1: tier (highest first), allocated/fair-share ratio, the queue's next
-        workload's submit time, the queue's age, its name."""
+        workload's submit time, the queue's age, then its name.
+
+        `rotate` (the work-conserving pass): an exact tie after the queue's age goes by a number
+        drawn from the queue's name and the cycle's instant, not by the name itself, so no queue
+        wins every tie for spare capacity because of how it is spelled; the name remains only
+        to make the order total."""
         book = self.books[name]
         items = self.queue_pending[name]
         next_submit = items[position].workload.submit_time_s if position < len(items) else math.inf
-        return (-book.tier, book.ratio(), next_submit, book.created_at_s, name)
+        turn = self._turn(name) if rotate else 0
+        return (-book.tier, book.ratio(), next_submit, book.created_at_s, turn, name)
+
+    def _turn(self, name: str) -> int:
+        found = self.turns.get(name)
+        if found is None:
+            found = self.turns[name] = zlib.crc32(f"{name}@{self.snapshot.now_s!r}".encode())
+        return found
 
     def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
         """`wanted`, ordered by their queues' current order, then inside each queue."""
