@@ -52,6 +52,8 @@ def commit(
         for index in state.reclaim_index.values():
             index.remove(victim)
             index.prune(victim.queue, victim_book.surplus_cu())
+        for budget_type, budget in state.budgets.items():
+            budget.evicted(victim, budget_type)
         guarantee_index = state.guarantee_index.get(victim.gpu_type)
         if guarantee_index is not None:
             guarantee_index.remove(victim)

@@ -116,12 +116,14 @@ def _try_reclaim(state: CycleState, item: Pending) -> bool:
 
 
 def _budget(state: CycleState, gpu_type: str) -> VictimBudget:
-    """What each queue may lose to reclaim now; kept until the next eviction changes it."""
+    """What each queue may lose to reclaim now; built once per type, then kept current by
+    `cycle_evict.commit` as victims go."""
     found = state.budgets.get(gpu_type)
     if found is None:
         books = state.books
+        surplus = {name: other.surplus_cu() for name, other in books.items()}
         found = VictimBudget(
-            {name: other.surplus_cu() for name, other in books.items() if other.surplus_cu() > EPS},
+            {name: cu for name, cu in surplus.items() if cu > EPS},
             {
                 name: other.gpus_above_type_guarantee(gpu_type)
                 for name, other in books.items()

@@ -145,6 +145,9 @@ class CycleState:
         self.reclaim_failed: set[tuple[object, ...]] = set()
         self.reclaim_index: dict[str, VictimIndex] = {}
         self.guarantee_index: dict[str, VictimIndex] = {}
+        # Per GPU type, what each queue may still lose to reclaim; built on first need and kept
+        # current by `cycle_evict.commit` (binds and holds of reclaimers, within their share,
+        # change no victim queue's budget).
         self.budgets: dict[str, VictimBudget] = {}
         self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
         # Per (queue, GPU type): CU and GPUs of its preemptible victims by priority class, kept
@@ -209,7 +212,6 @@ class CycleState:
 
     def bind(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
         self.capacity.take(plan)
-        self.budgets.clear()
         bindings = self.bind_plan(item, plan)
         gpus = len(plan) * item.workload.gpus_per_pod
         cu = gpus * self.weight(gpu_type)
@@ -247,7 +249,6 @@ class CycleState:
         rest of each node stays free for others; the next cycle re-derives the hold."""
         self.capacity.take(plan)
         nodes = sorted({use.node for use in plan})
-        self.budgets.clear()
         gpus = len(plan) * item.workload.gpus_per_pod
         cu = gpus * self.weight(gpu_type)
         item.book.add(cu, gpus, gpu_type, item.workload.preemptible)

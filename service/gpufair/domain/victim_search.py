@@ -105,6 +105,19 @@ class VictimBudget:
         if victim.queue in self.gpus_left:
             self.gpus_left[victim.queue] -= sign * victim.gpus
 
+    def evicted(self, victim: Victim, gpu_type: str) -> None:
+        """`victim` was evicted: its queue has that much less to give, and GPUs of its type
+        less above its guarantee if this budget is for that type. A queue left with nothing
+        to give drops out, as a rebuilt budget would leave it out."""
+        left = self.cu_left.get(victim.queue)
+        if left is not None:
+            if left - victim.cu > EPS:
+                self.cu_left[victim.queue] = left - victim.cu
+            else:
+                del self.cu_left[victim.queue]
+        if victim.gpu_type == gpu_type and victim.queue in self.gpus_left:
+            self.gpus_left[victim.queue] -= victim.gpus
+
     def copy(self) -> VictimBudget:
         return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
 
