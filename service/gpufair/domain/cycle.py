@@ -4,8 +4,10 @@
 Phases, in order:
 
 0. **Claims.** A pending workload that earlier evictions were made for (`evicting`) is served
-   first: bound if it now fits on free capacity, otherwise its nodes stay held while its victims
-   stop. Capacity freed by eviction belongs to the workload it was freed for; limits still apply.
+   first: bound if it now fits on free capacity (whatever its share has become; limits still
+   apply), otherwise the GPUs its victims will free stay held for it, GPU by GPU. The claim
+   stands in the first cycle after the victims stopped too, and meanwhile they are not re-bound
+   beyond their share (`cycle_claims`).
 1. **Allocate within fair share.** Queues by priority tier (highest first), then lowest
    allocated/fair-share ratio, then the oldest next workload, then queue age; after each bind the
    queue's ratio is updated and it rejoins the order. Inside a queue: priority class (highest
@@ -14,9 +16,10 @@ Phases, in order:
    (`placement`). A queue is left for this pass once its remaining share is below the smallest
    CU any of its remaining workloads could take.
 2. **Reclaim.** Workloads within their queue's share that did not fit, in the same queue order,
-   evict preemptible work past `min_runtime_s` from queues above max(deserved, fair share), never
-   pushing a victim queue below that floor or below a per-type guarantee, never leaving the
-   reclaimer above a victim in allocated/fair-share ratio (`victim_search`).
+   evict preemptible work past `min_runtime_s` (or on loan past `max_borrow_s`) from queues
+   above max(deserved, fair share), never pushing a victim queue below that floor or below a
+   per-type guarantee, never leaving the reclaimer above a victim in allocated/fair-share ratio
+   (`victim_search` picks the victims).
 2b. **Reclaim for per-type guarantees** (§3.5): a queue below its guarantee for a GPU type takes
    that type from queues above their own guarantee for it, even within their CU share
    (`cycle_guarantee`).
@@ -26,7 +29,10 @@ Phases, in order:
 5. **Allocate beyond fair share (work-conserving).** What nobody within their share could use
    goes, in the same order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds
    are flagged `over_fair_share`; their queues sit above their share, so reclaim takes them first.
-   Non-preemptible work never goes beyond the fair share.
+   Non-preemptible work never goes beyond the fair share. Exact ties are not decided by name.
+
+Limits hold at every level of the queue tree (`CycleSnapshot.inner_queues`, `queuebook`), and
+per-type guarantees count at their CU.
 
 Each phase is its own module over one shared `CycleState` (`cycle_state`), filled from the
 snapshot by `cycle_load`: `cycle_claims` (0), `cycle_allocate` (1 and 5), `cycle_reclaim` (2),

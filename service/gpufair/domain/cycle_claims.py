@@ -10,7 +10,8 @@ The claim stands in the first cycle after its victims have stopped too (`snapsho
 eviction whose victim is no longer running): the beneficiary binds first on the capacity they
 freed, and each such victim, if it waits again, is not bound beyond its queue's share in that
 cycle (`cycle_allocate`). A claim that does not fit then (the capacity went away, a limit)
-lapses: the workload competes as usual.
+lapses: the workload competes as usual. What claims take is kept apart in the queue's book
+(`claimed_cu`): it does not make the queue's other work a reclaim victim in the same cycle.
 """
 
 from __future__ import annotations
