@@ -36,7 +36,7 @@ def load_running(state: CycleState) -> None:
         victim = Victim(
             uid=workload.uid,
             queue=workload.queue,
-            tier=book.tier if book is not None else 0,
+            tier=book.victim_rank if book is not None else 0,
             priority_class=workload.priority_class,
             started_at_s=allocation.started_at_s,
             cu=cu,

@@ -29,6 +29,8 @@ from gpufair.domain.snapshot import PendingCode, QueueSummary
 
 # "No cap": more pods than any workload has.
 _NO_CAP = 1 << 30
+# Below any configured priority tier: the eviction rank of best-effort queues.
+_BEST_EFFORT = 1 << 20
 
 
 class LimitBook:
@@ -82,6 +84,7 @@ class QueueBook:
         "nonpreemptible_cu",
         "reserved_cu",
         "tier",
+        "victim_rank",
     )
 
     def __init__(
@@ -96,6 +99,10 @@ class QueueBook:
         quota = queue.quota(pool)
         self.name = queue.name
         self.tier = quota.priority
+        # Where the queue's work stands in the eviction order (`victim_search.Victim.tier`): its
+        # tier, and below every tier when it is best effort (weight 0, DESIGN §3.3: reclaimed
+        # first).
+        self.victim_rank = quota.priority - (_BEST_EFFORT if quota.over_quota_weight <= 0 else 0)
         # Per-type guarantees count at their CU, as in the fair share: "4 A100" is 40 CU.
         self.deserved_cu = deserved_cu_with_types(quota, compute_weights)
         self.deserved_gpus_by_type = dict(quota.deserved_gpus_by_type)

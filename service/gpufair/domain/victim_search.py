@@ -17,7 +17,8 @@ The search, per GPU type (cheapest first, decided by the caller) and per node se
    then its first victim's class and start). The best option is taken, its victims are released
    from the capacity (everywhere they run), and options are re-scored lazily. Scoring by tier
    first makes a high tier reclaim from the lowest tier first (P0 takes from P2 before P1);
-   scoring by CU per pod picks the fewest CU.
+   scoring by CU per pod picks the fewest CU. A best-effort queue's work (weight 0) ranks below
+   every tier (`Victim.tier`): it is reclaimed first (DESIGN §3.3).
 2. The workload is then placed for real on the capacity with those victims released.
 3. Pruning: victims are put back one at a time, last chosen first; any the placement does not need
    stays. The result is minimal: removing any one victim breaks the fit ("never evict more than
@@ -62,7 +63,7 @@ class Victim:
 
     uid: str
     queue: str
-    tier: int
+    tier: int  # its queue's eviction rank: the priority tier, below all tiers if best effort
     priority_class: int
     started_at_s: float
     cu: float
