@@ -9,7 +9,10 @@ After every cycle:
 
 - nothing is oversubscribed, now or once the victims stop (binds and holds fit together);
 - gangs are whole (at least the gang minimum, at most `pods`, one GPU type);
-- only preemptible work past `min_runtime_s` is evicted, once, never work already leaving;
+- only preemptible work past `min_runtime_s` (or, reclaimed, on loan past the pool's
+  `max_borrow_s`) is evicted, once, never work already leaving;
+- a victim that stopped and waits again is not bound beyond its share while its beneficiary's
+  claim stands (the first cycle after the stop; half the victims are requeued);
 - a queue loses nothing to reclaim below its deserved quota (per-type guarantees at their CU);
 - victim order: no eviction is chosen while an equivalent victim (same queue, node, GPUs, CPU,
   memory, GPU type), still eligible, is preferred (lower priority class, or same class and
@@ -130,7 +133,7 @@ def _arrivals(rng: random.Random, names: list[str], cycle: int) -> list[Workload
             topology=rng.choice([None, None, TopologyConstraint("rack", True)]),
             priority_class=rng.randint(0, 2),
             preemptible=rng.random() > 0.15,
-            min_runtime_s=rng.choice([0.0, 0.0, 0.0, 150.0]),
+            min_runtime_s=rng.choice([0.0, 0.0, 0.0, 150.0, 400.0]),
         )
         for i in range(rng.randint(0, 10))
     ]
@@ -145,6 +148,8 @@ def _run(seed: int) -> int:
     live: dict[str, Allocation] = {}
     waiting: dict[str, Workload] = {}
     in_flight: list[EvictionInFlight] = []
+    standing: list[EvictionInFlight] = []  # victims stopped since the last cycle
+    loan_limit_s = rng.choice([None, None, 150.0])
     evictions = 0
     for cycle in range(CYCLES):
         now_s = 1_000.0 + 100.0 * cycle
@@ -157,14 +162,18 @@ def _run(seed: int) -> int:
             running_work=live.values(),
             pending=waiting.values(),
             now_s=now_s,
-            evicting=in_flight,
+            evicting=in_flight + standing,
             inner_queues=tree.inner,
+            max_borrow_s=loan_limit_s,
         )
         result = run_cycle(snap)
         _check(snap, result, tree)
         evictions += len(result.evicts)
         for stopped in in_flight:
-            live.pop(stopped.victim_uid, None)
+            victim = live.pop(stopped.victim_uid, None)
+            if victim is not None and rng.random() < 0.5:
+                waiting[victim.workload.uid] = victim.workload  # requeued, as the sim does
+        standing = in_flight
         leaving = {e.victim_uid for e in in_flight} | {e.workload_uid for e in result.evicts}
         for uid in [u for u in live if u not in leaving and rng.random() < 0.15]:
             del live[uid]  # finished
@@ -190,10 +199,23 @@ def _check(snap: CycleSnapshot, result: CycleResult, tree: Tree) -> None:
         assert job.gang_min_pods <= len(bind.bindings) <= job.pods
         assert {nodes[b.node].gpu_type for b in bind.bindings} == {bind.gpu_type}
 
+    # Standing claims: a victim that stopped and waits again is not bound beyond its share.
+    stopped_victims = {e.victim_uid for e in snap.evicting if e.victim_uid not in running}
+    for bind in result.binds:
+        if bind.workload_uid in stopped_victims:
+            assert not bind.over_fair_share, bind.workload_uid
+
+    loan_limit_s = snap.pool.max_borrow_s
     for evict in result.evicts:
         victim = running[evict.workload_uid]
         assert victim.workload.preemptible
-        assert snap.now_s - victim.started_at_s >= victim.workload.min_runtime_s
+        ran_s = snap.now_s - victim.started_at_s
+        on_loan_too_long = (
+            evict.reason is EvictReason.RECLAIM
+            and loan_limit_s is not None
+            and ran_s >= loan_limit_s
+        )
+        assert ran_s >= victim.workload.min_runtime_s or on_loan_too_long
         assert evict.workload_uid not in already_leaving
         if evict.reason is EvictReason.RECLAIM:
             assert evict.queue != pending[evict.beneficiary_uid].queue
