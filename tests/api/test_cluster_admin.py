@@ -268,3 +268,38 @@ def test_every_policy_field_goes_through_the_api_and_the_store(client: GpufairCl
     client.apply_config(config)
     stored = client.get_config().config.pools[0].policy
     assert stored == policy
+
+
+def test_max_borrow_s_is_stored_diffed_and_checked(client: GpufairClient) -> None:
+    """Borrowing with a time limit: per pool and per queue quota, written as durations in a
+    config file, stored, shown in the diff; anything but a finite number > 0 is refused."""
+    data = {
+        "gpu_types": [{"name": "a100-80gb", "memory_gib": 80, "compute_weight": 10}],
+        "pools": [{"name": "main", "max_borrow_s": "2h"}],
+        "queues": [{"name": "team", "quotas": [{"pool": "main", "max_borrow_s": "30m"}]}],
+    }
+    client.apply_config(parse_config(data))
+    stored = client.get_config().config
+    assert stored.pools[0].max_borrow_s == 7200
+    assert stored.queues[0].quotas[0].max_borrow_s == 1800
+
+    data["queues"][0]["quotas"][0]["max_borrow_s"] = "1h"  # type: ignore[index]
+    reply = client.apply_config(parse_config(data))
+    [change] = reply.changes
+    assert [(f.field, f.before, f.after) for f in change.fields] == [
+        ("quotas[main].max_borrow_s", "1800", "3600")
+    ]
+
+    broken = parse_config(data)
+    broken.pools[0].max_borrow_s = 0
+    broken.queues[0].quotas[0].max_borrow_s = -5
+    with pytest.raises(grpc.RpcError) as err:
+        client.apply_config(broken)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(field_violations(err.value)) == {
+        "config.pools[0].max_borrow_s": "must be in [0.001, 3.16224e+08], got 0",
+        "config.queues[0].quotas[0].max_borrow_s": "must be in [0.001, 3.16224e+08], got -5",
+    }
+    unset = parse_config({**data, "pools": [{"name": "main"}]})
+    client.apply_config(unset)
+    assert not client.get_config().config.pools[0].HasField("max_borrow_s")

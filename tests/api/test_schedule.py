@@ -143,9 +143,14 @@ def test_reference_case_gang_runs_by_reclaim_only_with_time_based_share(
         *(event(ledger_pb2.EVENT_KIND_PREEMPTED, uid, clock.now_s) for uid in sorted(evicted)),
     )
     clock.now_s += 1
+    # The victims stopped: their evictions stay recorded for one more cycle (standing claims).
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM evictions")).scalar_one() == 40
     third = schedule(gpufair)
     [bind] = [b for b in third.binds if b.uid == "llm-post-training"]
     assert len(bind.pods) == 60 and bind.cu == 60
+    with db.connect() as conn:  # that cycle served the claims: they are forgotten
+        assert conn.execute(text("SELECT count(*) FROM evictions")).scalar_one() == 0
     nodes = {(p.node, i) for p in bind.pods for i in p.gpu_indices}
     assert len(nodes) == 60  # 60 distinct GPUs
 
@@ -257,3 +262,29 @@ def test_a_workload_cancelled_during_the_cycle_is_not_reported_placed(
     assert [b.workload_uid for b in result.binds] == ["kept"]
     assert result.pending["gone"].code.value == "changed_during_cycle"
     assert states == {"kept": "bound", "gone": "cancelled"}
+
+
+def test_a_department_limit_holds_in_the_served_cycle(gpufair: GpufairClient) -> None:
+    """The reference cluster with both teams under department `research`, limited to 60 CU:
+    the cycle the server runs reads the tree, so the teams together get 60 of the 100 GPUs."""
+    config = load_config_file(EXAMPLE)
+    research = config.queues.add(name="research")
+    research.quotas.add(pool="default", deserved_cu=50, limit_cu=60)
+    for team in config.queues:
+        if team.name in ("llm", "vision"):
+            team.parent = "research"
+    gpufair.apply_config(config)
+    submit(
+        gpufair,
+        *(workload(f"llm-{i}", "llm", 4) for i in range(20)),
+        *(workload(f"vision-{i}", "vision", 4) for i in range(20)),
+    )
+    reply = schedule(gpufair)
+    # Workloads of four 1-GPU pods: 15 of them, 60 GPUs (before: all 100 GPUs were bound).
+    assert len(reply.binds) == 15
+    assert sum(len(d.pods) for d in reply.binds) == 60
+    explained = gpufair.scheduler.ExplainWorkload(
+        scheduler_pb2.ExplainWorkloadRequest(uid="vision-19"), timeout=30
+    )
+    assert explained.reason_code == "queue_limit"
+    assert "limit of queue research above its queue (limit 60.0 CU" in explained.message

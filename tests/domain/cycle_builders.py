@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from gpufair.domain.capacity import EPS
+from gpufair.domain.capacity import EPS, Capacity, uses_of
+from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
     GpuType,
@@ -21,7 +22,12 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictionInFlight
+from gpufair.domain.snapshot import (
+    CycleResult,
+    CycleSnapshot,
+    EvictionInFlight,
+    ReservationKind,
+)
 
 POOL = "main"
 A100 = GpuType("a100-80gb", memory_gib=80, compute_weight=10)
@@ -52,6 +58,8 @@ def queue(
     limit_cu: float | None = None,
     deserved_gpus_by_type: Mapping[str, float] | None = None,
     limit_gpus_by_type: Mapping[str, float] | None = None,
+    parent: str | None = None,
+    max_borrow_s: float | None = None,
 ) -> Queue:
     quota = QueueQuota(
         pool=POOL,
@@ -60,8 +68,9 @@ def queue(
         limit_cu=limit_cu,
         deserved_gpus_by_type=deserved_gpus_by_type or {},
         limit_gpus_by_type=limit_gpus_by_type or {},
+        max_borrow_s=max_borrow_s,
     )
-    return Queue(name, quotas={POOL: quota})
+    return Queue(name, parent=parent, quotas={POOL: quota})
 
 
 def workload(
@@ -125,9 +134,16 @@ def snapshot(
     evicting: Iterable[EvictionInFlight] = (),
     placement: PlacementStrategy = PlacementStrategy.BINPACK,
     gang_reservation_after_s: float | None = None,
+    inner_queues: Iterable[Queue] = (),
+    max_borrow_s: float | None = None,
 ) -> CycleSnapshot:
     return CycleSnapshot(
-        pool=NodePool(POOL, placement=placement, gang_reservation_after_s=gang_reservation_after_s),
+        pool=NodePool(
+            POOL,
+            placement=placement,
+            gang_reservation_after_s=gang_reservation_after_s,
+            max_borrow_s=max_borrow_s,
+        ),
         nodes=tuple(nodes),
         gpu_types=GPU_TYPES,
         queues=tuple(queues),
@@ -136,6 +152,7 @@ def snapshot(
         pending=tuple(pending),
         now_s=now_s,
         evicting=tuple(evicting),
+        inner_queues=tuple(inner_queues),
     )
 
 
@@ -166,9 +183,79 @@ def assert_no_oversubscription(snap: CycleSnapshot, result: CycleResult) -> None
         assert used_memory <= nodes[name].memory_mib, name
 
 
+def assert_holds_fit(snap: CycleSnapshot, result: CycleResult) -> None:
+    """Once every victim (evicted now or earlier) has stopped, this cycle's binds and all the
+    GPUs held for waiting workloads fit together: holds never overlap each other nor a bind,
+    and each hold is a whole gang on nodes of its type."""
+    capacity = Capacity(n for n in snap.nodes if n.ready)
+    pending = {w.uid: w for w in snap.pending}
+    leaving = {e.workload_uid for e in result.evicts} | {e.victim_uid for e in snap.evicting}
+    for allocation in snap.running:
+        if allocation.workload.uid not in leaving:
+            capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
+    for bind in result.binds:
+        capacity.take(list(uses_of(capacity, pending[bind.workload_uid], bind.bindings)))
+    nodes = {n.name: n for n in snap.nodes}
+    for reservation in result.reservations:
+        if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
+            continue
+        job = pending[reservation.workload_uid]
+        assert job.gang_min_pods <= len(reservation.held) <= job.pods
+        assert {nodes[b.node].gpu_type for b in reservation.held} == {reservation.gpu_type}
+        assert {b.node for b in reservation.held} == set(reservation.nodes)
+        capacity.take(list(uses_of(capacity, job, reservation.held)))
+    for state in capacity.nodes:
+        assert all(used <= 1.0 + EPS for used in state.gpu_used), state.name
+        assert state.cpu_free >= 0 and state.memory_free >= 0, state.name
+
+
 def bound_uids(result: CycleResult) -> set[str]:
     return {b.workload_uid for b in result.binds}
 
 
 def evicted_uids(result: CycleResult) -> set[str]:
     return {e.workload_uid for e in result.evicts}
+
+
+def run_cycles(
+    nodes: Iterable[Node],
+    queues: Iterable[Queue],
+    fair_share_cu: Mapping[str, float],
+    *,
+    running_work: Iterable[Allocation] = (),
+    pending: Iterable[Workload] = (),
+    cycles: int = 10,
+    until_settled: bool = True,
+) -> list[CycleResult]:
+    """Cycles one after another, 10 s apart, as the service runs them: binds start at once, an
+    evicted workload keeps its GPUs for one more cycle (an eviction in flight) and has stopped by
+    the one after. Stops after `cycles`, or (`until_settled`) once a cycle decides nothing and
+    nothing is in flight."""
+    nodes, queues = tuple(nodes), tuple(queues)
+    live = {a.workload.uid: a for a in running_work}
+    waiting = {w.uid: w for w in pending}
+    in_flight: list[EvictionInFlight] = []
+    results: list[CycleResult] = []
+    for cycle in range(cycles):
+        now_s = 1_000.0 + 10.0 * cycle
+        snap = snapshot(
+            nodes,
+            queues,
+            fair_share_cu,
+            running_work=live.values(),
+            pending=waiting.values(),
+            now_s=now_s,
+            evicting=in_flight,
+        )
+        result = run_cycle(snap)
+        assert_no_oversubscription(snap, result)
+        results.append(result)
+        for stopped in in_flight:
+            live.pop(stopped.victim_uid, None)
+        for bind in result.binds:
+            job = waiting.pop(bind.workload_uid)
+            live[job.uid] = Allocation(job, bind.bindings, now_s, bind.gpu_type)
+        in_flight = [EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts]
+        if until_settled and not (result.binds or result.evicts or in_flight or snap.evicting):
+            break
+    return results

@@ -17,6 +17,7 @@ from cycle_builders import (
     RTX4090,
     UNIT,
     V100,
+    assert_holds_fit,
     assert_no_oversubscription,
     node,
     queue,
@@ -26,7 +27,7 @@ from cycle_builders import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufair.domain.capacity import EPS, Capacity, Journal, uses_of
+from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
@@ -36,7 +37,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.placement import Ask, Exclusion, PodShape, gpu_memory_per_pod_gib, place
+from gpufair.domain.placement import gpu_memory_per_pod_gib
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,
@@ -202,10 +203,11 @@ def _check(snap: CycleSnapshot, result: CycleResult) -> None:
         if limit is not None and before <= limit + EPS:
             assert summary.allocated_cu_after + summary.reserved_cu <= limit + EPS
 
-    _check_holds_are_real(snap, result)
+    assert_holds_fit(snap, result)
     gang_held = {
         n for r in result.reservations if r.kind is ReservationKind.GANG_WAIT for n in r.nodes
     }
+    claimants = {e.beneficiary_uid for e in snap.evicting}
     for bind in result.binds:
         job = pending[bind.workload_uid]
         # Gang all-or-nothing, one GPU type, filters respected.
@@ -222,7 +224,8 @@ def _check(snap: CycleSnapshot, result: CycleResult) -> None:
                 assert len(set(binding.gpu_indices)) == round(job.gpus_per_pod)
             else:
                 assert binding.gpu_fraction == job.gpus_per_pod
-            if bind.over_fair_share:
+            if bind.over_fair_share and bind.workload_uid not in claimants:
+                # Claims are served (phase 0) before gangs get their nodes (phase 4).
                 assert binding.node not in gang_held
         if job.topology is not None and job.topology.required:
             assert len({nodes[b.node].labels["rack"] for b in bind.bindings}) == 1
@@ -248,47 +251,6 @@ def test_scarce_capacity_with_skewed_shares(world: World) -> None:
         [replace(w, uid=f"{w.uid}-{i}") for i, w in enumerate(arrivals)] for arrivals in crowded
     ]
     _simulate(replace(world, shares=skewed, arrivals=renamed))
-
-
-def _check_holds_are_real(snap: CycleSnapshot, result: CycleResult) -> None:
-    """Each workload waiting for evicted capacity fits on its held nodes once its victims stop,
-    whatever else this cycle bound."""
-    capacity = Capacity(n for n in snap.nodes if n.ready)
-    pending = {w.uid: w for w in snap.pending}
-    running = {a.workload.uid: a for a in snap.running}
-    for allocation in snap.running:
-        capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
-    for bind in result.binds:
-        capacity.take(list(uses_of(capacity, pending[bind.workload_uid], bind.bindings)))
-    victims_of: dict[str, list[str]] = {}
-    for evict in result.evicts:
-        victims_of.setdefault(evict.beneficiary_uid, []).append(evict.workload_uid)
-    for leaving in snap.evicting:
-        if leaving.beneficiary_uid is not None and leaving.victim_uid in running:
-            victims_of.setdefault(leaving.beneficiary_uid, []).append(leaving.victim_uid)
-    for reservation in result.reservations:
-        if reservation.kind is not ReservationKind.EVICTED_CAPACITY:
-            continue
-        job = pending[reservation.workload_uid]
-        journal = Journal()
-        for uid in victims_of.get(job.uid, []):
-            allocation = running[uid]
-            capacity.release(
-                list(uses_of(capacity, allocation.workload, allocation.bindings)), journal
-            )
-        mine = {capacity.index_of[name] for name in reservation.nodes}
-        others = {
-            index: "someone else" for index in range(len(capacity.nodes)) if index not in mine
-        }
-        ask = Ask(
-            PodShape.of(job),
-            reservation.gpu_type,
-            job.gang_min_pods,
-            job.gang_min_pods,
-            job.topology,
-        )
-        assert place(capacity, ask, snap.pool.placement, Exclusion(others)) is not None
-        capacity.restore(journal)
 
 
 def _busy_world(seed: int) -> World:

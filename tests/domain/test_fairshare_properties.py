@@ -147,6 +147,8 @@ def test_every_queue_gets_its_deserved_share_of_what_it_wants(case: Case) -> Non
 @EXAMPLES
 @given(cases())
 def test_lower_tier_gets_over_quota_only_when_higher_tiers_are_satisfied(case: Case) -> None:
+    """Tiers go highest first, and best effort (weight 0) after every weighted queue of every
+    tier: a weighted lower tier may take over-quota capacity a best-effort higher tier wants."""
     shares = case.divide()
     for parent in [None, *shares]:
         siblings = _children(shares, parent)
@@ -154,8 +156,28 @@ def test_lower_tier_gets_over_quota_only_when_higher_tiers_are_satisfied(case: C
             if higher.fair_share_cu >= higher.allowed_demand_cu - TOLERANCE_CU:
                 continue
             for lower in siblings:
+                if lower.over_quota_weight > 0.0 and higher.over_quota_weight <= 0.0:
+                    continue
                 if lower.priority < higher.priority:
                     assert lower.over_quota_share_cu <= TOLERANCE_CU
+
+
+@EXAMPLES
+@given(cases())
+def test_best_effort_gets_over_quota_only_when_every_weighted_sibling_is_satisfied(
+    case: Case,
+) -> None:
+    shares = case.divide()
+    for parent in [None, *shares]:
+        siblings = _children(shares, parent)
+        weighted_short = any(
+            s.over_quota_weight > 0.0 and s.fair_share_cu < s.allowed_demand_cu - TOLERANCE_CU
+            for s in siblings
+        )
+        if weighted_short:
+            for sibling in siblings:
+                if sibling.over_quota_weight <= 0.0:
+                    assert sibling.over_quota_share_cu <= TOLERANCE_CU
 
 
 def _classic_rounds(amount: float, weights: list[float], caps: list[float]) -> list[float]:
@@ -180,7 +202,8 @@ def _classic_rounds(amount: float, weights: list[float], caps: list[float]) -> l
 
 
 def _classic_division(shares: Mapping[str, QueueShare], capacity_cu: float) -> dict[str, float]:
-    """Memoryless weighted fair share: deserved, then tiers by weight, best effort last."""
+    """Memoryless weighted fair share: deserved, then tiers by weight, then best effort
+    (weight 0) of every tier."""
     result: dict[str, float] = {}
     budgets: dict[str | None, float] = {None: capacity_cu}
     for parent in [None, *shares]:
@@ -195,11 +218,16 @@ def _classic_division(shares: Mapping[str, QueueShare], capacity_cu: float) -> d
         else:
             got = list(bases)
             budget -= sum(bases)
-        for priority in sorted({m.priority for m in members}, reverse=True):
-            tier = [i for i, m in enumerate(members) if m.priority == priority]
-            for weight_of in (lambda m: m.over_quota_weight, lambda m: 1.0):
+        # Weighted queues tier by tier, then best effort (weight 0, equal among them) likewise.
+        for best_effort in (False, True):
+            for priority in sorted({m.priority for m in members}, reverse=True):
+                tier = [
+                    i
+                    for i, m in enumerate(members)
+                    if m.priority == priority and (m.over_quota_weight <= 0.0) is best_effort
+                ]
                 caps = [members[i].allowed_demand_cu - got[i] for i in tier]
-                weights = [weight_of(members[i]) for i in tier]
+                weights = [1.0 if best_effort else members[i].over_quota_weight for i in tier]
                 extra = _classic_rounds(budget, weights, caps)
                 for i, amount in zip(tier, extra, strict=True):
                     got[i] += amount

@@ -13,7 +13,7 @@ from cycle_builders import (
 )
 
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.model import Allocation
+from gpufair.domain.model import Allocation, Queue, QueueQuota
 from gpufair.domain.snapshot import (
     EvictionInFlight,
     EvictReason,
@@ -184,3 +184,25 @@ def test_preempt_inside_a_queue_by_priority_class() -> None:
     )
     assert result.pending["high"].code is PendingCode.WAITING_FOR_EVICTED_CAPACITY
     assert result.pending["same"].code is not PendingCode.WAITING_FOR_EVICTED_CAPACITY
+
+
+def test_best_effort_work_is_reclaimed_before_a_lower_tiers_weighted_work() -> None:
+    """DESIGN §3.3: weight 0 is best effort, its work the first reclaimed, whatever its tier."""
+    scavenger = Queue(
+        "scavenger", quotas={"main": QueueQuota("main", over_quota_weight=0.0, priority=2)}
+    )
+    queues = [queue("urgent", 4, priority=2), scavenger, queue("batch", priority=0)]
+    work = [
+        *(running(workload(f"s{i}", "scavenger"), [("n", (i,))], started_at_s=i) for i in range(4)),
+        *(running(workload(f"b{i}", "batch"), [("n", (4 + i,))], started_at_s=i) for i in range(4)),
+    ]
+    snap = snapshot(
+        [node("n")],
+        queues,
+        {"urgent": 4.0, "scavenger": 0.0, "batch": 2.0},
+        running_work=work,
+        pending=[workload("u", "urgent", gpus=2)],
+    )
+    # Tier 2 would take from tier 0 (batch) first; the scavenger, best effort, goes before it:
+    # its two most recent jobs.
+    assert evicted_uids(run_cycle(snap)) == {"s3", "s2"}

@@ -64,3 +64,63 @@ def test_pools_are_scheduled_apart_with_their_own_policies() -> None:
     by_pool = {(q.pool, q.queue): q.allocated_cu_hours for q in metrics.queues}
     assert by_pool[("default", "a")] == 4 and by_pool[("batch", "b")] == 4
     assert by_pool[("default", "b")] == 0 and by_pool[("batch", "a")] == 0
+
+
+def test_a_department_limit_holds_its_teams_in_the_simulator() -> None:
+    """8 GPUs; department d (limit 4 CU) over teams t1 and t2, each submitting four 1-GPU,
+    1-hour jobs at 0. The simulator passes the tree to the cycle: d never holds more than 4."""
+    cluster = unit_cluster([("n1", 8)], [{"name": "t1"}, {"name": "t2"}])
+    cluster["queues"].insert(
+        0, {"name": "d", "quotas": [{"pool": "default", "deserved_cu": 0, "limit_cu": 4}]}
+    )
+    for team in cluster["queues"][1:]:
+        team["parent"] = "d"
+    data = {
+        "name": "department-limit",
+        "duration_s": "4h",
+        "cycle_s": 60,
+        "cluster": cluster,
+        "workloads": [
+            {"uid": f"{team}-{i}", "queue": team, "gpus_per_pod": 1, "duration_s": "1h"}
+            for team in ("t1", "t2")
+            for i in range(4)
+        ],
+    }
+    result, _ = run(scenario_from(data))
+    starts = sorted((j.first_start_s, j.end_s) for j in result.jobs)
+    # Four run from 0 to 1 h (two per team), the other four from 1 h to 2 h: never 5 at once.
+    assert starts == [(0.0, 3600.0)] * 4 + [(3600.0, 7200.0)] * 4
+    first = {j.workload.uid for j in result.jobs if j.first_start_s == 0.0}
+    assert sum(uid.startswith("t1") for uid in first) == 2
+
+
+@pytest.mark.parametrize(("max_borrow_s", "a_start_s"), [(None, 21_660.0), ("2h", 7_260.0)])
+def test_a_pool_calls_a_loan_back_after_max_borrow(
+    max_borrow_s: str | None, a_start_s: float
+) -> None:
+    """4 GPUs. b (no quota) starts a 10-hour job on all of them at 0 that may not be reclaimed
+    for 6 h (min_runtime_s); a (deserved 4) submits at 1 h. With the pool's max_borrow_s of 2 h
+    the loan is called back at 2 h, not 6 h."""
+    cluster = unit_cluster([("n1", 4)], [{"name": "a", "deserved_cu": 4}, {"name": "b"}])
+    if max_borrow_s is not None:
+        cluster["pools"][0]["max_borrow_s"] = max_borrow_s
+    data = {
+        "name": "loan",
+        "duration_s": "12h",
+        "cycle_s": 60,
+        "cluster": cluster,
+        "workloads": [
+            {
+                "uid": "b1",
+                "queue": "b",
+                "gpus_per_pod": 4,
+                "duration_s": "10h",
+                "min_runtime_s": "6h",
+            },
+            {"uid": "a1", "queue": "a", "gpus_per_pod": 4, "submit_s": "1h", "duration_s": "1h"},
+        ],
+    }
+    result, _ = run(scenario_from(data))
+    jobs = {j.workload.uid: j for j in result.jobs}
+    assert jobs["a1"].first_start_s == a_start_s
+    assert jobs["b1"].evictions == 1

@@ -169,6 +169,7 @@ def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
         policy=policy,
         placement=c.enum(_PLACEMENT, p.placement, f"{path}.placement", PlacementStrategy.BINPACK),
         gang_reservation_after_s=None if reservation == 0 else reservation,
+        max_borrow_s=_opt(p, "max_borrow_s", None),
     )
 
 
@@ -188,6 +189,7 @@ def _queue_from_proto(q: pb.Queue, path: str, c: _Collector) -> Queue:
             limit_cu=_opt(qq, "limit_cu", None),
             limit_gpus_by_type=frozen_map(dict(qq.limit_gpus_by_type)),
             priority=qq.priority,
+            max_borrow_s=_opt(qq, "max_borrow_s", None),
         )
     return Queue(name=q.name, parent=q.parent or None, quotas=frozen_map(quotas))
 
@@ -216,12 +218,14 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
                 setattr(policy, f.name, policy_enums[f.name][value])
             elif value is not None:
                 setattr(policy, f.name, value)
-        msg.pools.add(
+        pool_msg = msg.pools.add(
             name=p.name,
             policy=policy,
             placement=placement[p.placement],
             gang_reservation_after_s=p.gang_reservation_after_s or 0.0,
         )
+        if p.max_borrow_s is not None:
+            pool_msg.max_borrow_s = p.max_borrow_s
     for n in config.nodes:
         msg.nodes.add(
             name=n.name,
@@ -246,6 +250,8 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
             )
             if quota.limit_cu is not None:
                 qq.limit_cu = quota.limit_cu
+            if quota.max_borrow_s is not None:
+                qq.max_borrow_s = quota.max_borrow_s
     for b in config.budgets:
         msg.budgets.add(
             queue=b.queue, period=period[b.period], cu_hours=b.cu_hours, pool=b.pool or ""

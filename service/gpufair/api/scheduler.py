@@ -242,6 +242,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         cycle_id, not_kept = schedule_repo.record_cycle(
             conn, pool, decided.result, draft.SerializeToString(), now_s, self.bind_timeout_s
         )
+        schedule_repo.forget_standing_claims(
+            conn, schedule.standing_claims_served(decided.snapshot)
+        )
         result = without_binds(decided.result, not_kept)
         reply = result_to_proto(pool, result, now_s, cycle_id)
         reply.warnings.extend(decided.warnings)

@@ -166,6 +166,10 @@ def _validate_pool(path: str, pool: NodePool) -> list[Violation]:
         violations += number_violations(
             f"{path}.gang_reservation_after_s", after, 0.0, limits.MAX_DURATION_S
         )
+    if pool.max_borrow_s is not None:
+        violations += number_violations(
+            f"{path}.max_borrow_s", pool.max_borrow_s, limits.MIN_DURATION_S, limits.MAX_DURATION_S
+        )
     return violations
 
 
@@ -239,6 +243,10 @@ def _validate_quota(
     violations += number_violations(
         f"{path}.over_quota_weight", quota.over_quota_weight, 0.0, limits.MAX_OVER_QUOTA_WEIGHT
     )
+    if quota.max_borrow_s is not None:
+        violations += number_violations(
+            f"{path}.max_borrow_s", quota.max_borrow_s, limits.MIN_DURATION_S, limits.MAX_DURATION_S
+        )
     if quota.limit_cu is not None:
         violations += number_violations(f"{path}.limit_cu", quota.limit_cu, 0.0, limits.MAX_CU)
         if (

@@ -15,9 +15,9 @@ Numbers:
 - `queue_may_take_cu` is what the fair share still allows, `max(0, fair share − allocated)`, and
   `over_quota_may_take_cu` the part of it above deserved.
 
-Node filters are counted on the pool's nodes after the cycle's binds, each node under the first
-filter it fails, in the order: not ready, GPU type, GPU memory, held for another workload, free
-GPUs, CPU, memory.
+Node filters are counted on the pool's nodes after the cycle's binds and holds, each node under
+the first filter it fails, in the order: not ready, GPU type, GPU memory, held for another workload
+(its free GPUs are all held for workloads waiting for their victims), free GPUs, CPU, memory.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from gpufair.domain.placement import (
     fit_on,
     gpu_memory_per_pod_gib,
 )
+from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import (
     CycleResult,
@@ -86,6 +87,9 @@ class Explanation:
     cheapest_gpu_type: str | None
     nodes: NodeFilterCounts
     message: str
+    # How long the queue's work beyond its fair share may run before it may be reclaimed even
+    # ahead of its min_runtime_s (`policy.max_borrow_s`); None: no limit.
+    max_borrow_s: float | None = None
 
 
 def pending_message(
@@ -110,12 +114,29 @@ def pending_message(
         )
     if code is PendingCode.WAITING_FOR_EVICTED_CAPACITY:
         return (
-            f"waiting for evicted capacity: work evicted for it is stopping; {held_nodes} nodes "
-            f"held for it ({queue})"
+            f"waiting for evicted capacity: work evicted for it is stopping; the GPUs it will use "
+            f"on {held_nodes} nodes are held for it ({queue})"
         )
     if code is PendingCode.QUEUE_LIMIT:
+        inner = book.limit_reached(needed_cu)
+        if inner is not None:
+            inner_limit = "none" if inner.limit_cu is None else f"{_num(inner.limit_cu)} CU"
+            return (
+                f"would exceed the limit of queue {inner.name} above its queue (limit "
+                f"{inner_limit}; the queues under it hold {_num(inner.allocated_cu)} CU, "
+                f"this needs {_num(needed_cu)} CU)"
+            )
         limit = "none" if book.limit_cu is None else f"{_num(book.limit_cu)} CU"
-        return f"would exceed its queue's limit (limit {limit}, per type {book.limit_gpus_by_type})"
+        above = "".join(
+            f"; queue {a.name} above: limit per type {a.limit_gpus_by_type}, holding "
+            f"{a.gpus_by_type}"
+            for a in book.ancestors
+            if a.limit_gpus_by_type
+        )
+        return (
+            f"would exceed its queue's limit (limit {limit}, per type "
+            f"{book.limit_gpus_by_type}{above})"
+        )
     if code is PendingCode.NON_PREEMPTIBLE_OVER_DESERVED:
         return (
             f"non-preemptible work must stay within deserved {_num(book.deserved_cu)} CU; the queue "
@@ -147,13 +168,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         bound = by_uid.get(bind.workload_uid)
         if bound is not None:
             capacity.take(list(uses_of(capacity, bound, bind.bindings)))
-    held_for_other = {
-        node
-        for reservation in result.reservations
-        if reservation.kind is ReservationKind.EVICTED_CAPACITY
-        and reservation.workload_uid != workload_uid
-        for node in reservation.nodes
-    }
+    held_for_other = _held_for_other(snapshot, result, capacity, workload_uid)
     types = adequate_types(workload, gpu_types, tuple(capacity.by_type))
     cheapest = types[0] if types else None
     weight = gpu_types[cheapest].compute_weight if cheapest is not None else 0.0
@@ -167,6 +182,9 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         tier = 0
     queue = next((q for q in snapshot.queues if q.name == workload.queue), None)
     limit = queue.quota(snapshot.pool.name).limit_cu if queue is not None else None
+    borrow_s = (
+        None if queue is None else max_borrow_s(queue.quota(snapshot.pool.name), snapshot.pool)
+    )
     over_quota_needed = max(0.0, allocated + needed_cu - deserved) - max(0.0, allocated - deserved)
     may_take = max(0.0, fair_share - allocated)
     over_quota_may_take = max(0.0, fair_share - max(allocated, deserved))
@@ -192,6 +210,11 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
             f"{counts.too_little_cpu} too little CPU, {counts.too_little_memory} too little "
             f"memory, {counts.fits_a_pod} could take a pod."
         )
+        if borrow_s is not None:
+            message += (
+                f" Loans are called back: the queue's work beyond its fair share may be "
+                f"reclaimed after {borrow_s:.0f} s (max_borrow_s), even before its min_runtime_s."
+            )
     return Explanation(
         workload_uid=workload_uid,
         queue=workload.queue,
@@ -208,7 +231,34 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         cheapest_gpu_type=cheapest,
         nodes=counts,
         message=message,
+        max_borrow_s=borrow_s,
     )
+
+
+def _held_for_other(
+    snapshot: CycleSnapshot, result: CycleResult, capacity: Capacity, workload_uid: str
+) -> set[str]:
+    """Nodes whose free room is all held for other workloads: a pod of any shape fitted there
+    before the holds (GPUs only) and none does after. The holds are taken in `capacity`."""
+    by_uid = {w.uid: w for w in snapshot.pending}
+    holds = [
+        reservation
+        for reservation in result.reservations
+        if reservation.kind is ReservationKind.EVICTED_CAPACITY
+        and reservation.workload_uid != workload_uid
+        and reservation.workload_uid in by_uid
+    ]
+    touched = {binding.node for reservation in holds for binding in reservation.held}
+    had_room = {name for name in touched if _free_gpus(capacity, name) > 0.0}
+    for reservation in holds:
+        workload = by_uid[reservation.workload_uid]
+        capacity.take(list(uses_of(capacity, workload, reservation.held)))
+    return {name for name in had_room if _free_gpus(capacity, name) <= 0.0}
+
+
+def _free_gpus(capacity: Capacity, name: str) -> float:
+    index = capacity.index_of.get(name)
+    return 0.0 if index is None else capacity.nodes[index].free_gpus()
 
 
 def _count_filters(

@@ -10,9 +10,13 @@ Division, top-down, in compute units (CU); each sibling group divides what its p
 1. Deserved first: each queue gets min(deserved, demand, limit) — its `guaranteed_cu`. History
    never touches this phase. If the group's capacity cannot cover all of it (quotas promised
    beyond the capacity, nodes down), the guarantees shrink by water-filling on deserved quotas:
-   every queue keeps the same fraction of its deserved quota, small demands in full.
+   every queue keeps the same fraction of its deserved quota, small demands in full; in
+   `whole_gpus` mode the shrunk guarantees are then rounded to whole units like over-quota
+   shares (`rounding.round_scaled_guarantees`).
 2. Over-quota next, by priority tier, highest first; a lower tier gets only what the higher ones
-   cannot use. Inside a tier, exact water-filling (`waterfill.water_fill`) on effective weights
+   cannot use. Weight 0 is best effort (DESIGN §3.3): such queues get over-quota capacity only
+   after every queue with a weight above 0, in every tier, is satisfied; among themselves they
+   go by tier again. Inside a tier, exact water-filling (`waterfill.water_fill`) on effective weights
    (`weights.stage_weights`), each queue capped at its allowed demand.
 
    The queues "still competing" (DESIGN §3.3) are those of the tier with allowed demand above
@@ -66,7 +70,11 @@ from gpufair.domain.policy import (
     validate_policy,
     validate_pool_quotas,
 )
-from gpufair.domain.rounding import round_over_quota, whole_gpu_unit_cu
+from gpufair.domain.rounding import (
+    round_over_quota,
+    round_scaled_guarantees,
+    whole_gpu_unit_cu,
+)
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import UsageInputs
 from gpufair.domain.waterfill import water_fill
@@ -426,19 +434,29 @@ def _divide_group(
     else:
         guaranteed = water_fill(capacity_cu, [m.deserved_cu for m in members], bases).shares
         remaining = 0.0
+        if unit_cu is not None:
+            guaranteed = round_scaled_guarantees(
+                guaranteed,
+                base_cu=bases,
+                unit_cu=unit_cu,
+                created_at_s=[m.created_at_s for m in members],
+                names=[m.name for m in members],
+            )
     for member, amount in zip(members, guaranteed, strict=True):
         member.guaranteed_cu = amount
         member.over_quota_cu = 0.0
         member.satisfied = amount >= member.allowed_cu
 
-    tiers: dict[int, list[_State]] = {}
-    for member in members:
-        if not member.satisfied:
-            tiers.setdefault(member.priority, []).append(member)
-    for priority in sorted(tiers, reverse=True):
-        if remaining <= 0.0:
-            break
-        remaining = _divide_tier(remaining, tiers[priority], policy, previous)
+    # Weighted queues of every tier first, then best effort (weight 0) of every tier.
+    for best_effort in (False, True):
+        tiers: dict[int, list[_State]] = {}
+        for member in members:
+            if not member.satisfied and (member.over_quota_weight <= 0.0) is best_effort:
+                tiers.setdefault(member.priority, []).append(member)
+        for priority in sorted(tiers, reverse=True):
+            if remaining <= 0.0:
+                break
+            remaining = _divide_tier(remaining, tiers[priority], policy, previous)
 
     if unit_cu is not None:
         rounded = round_over_quota(

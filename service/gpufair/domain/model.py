@@ -93,6 +93,10 @@ class NodePool:
     placement: PlacementStrategy = PlacementStrategy.BINPACK
     # A gang pending longer than this gets a reservation (DESIGN §4.1); None = never.
     gang_reservation_after_s: float | None = 600.0
+    # Loans of idle capacity are called back after this many seconds: work of a queue above its
+    # share that has run this long may be reclaimed before its `min_runtime_s`. None = no limit.
+    # A queue's own `QueueQuota.max_borrow_s` overrides it.
+    max_borrow_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,8 @@ class QueueQuota:
     limit_cu: float | None = None  # None: unlimited
     limit_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
     priority: int = 0  # higher tiers are served first
+    # The queue's own loan limit in this pool (see `NodePool.max_borrow_s`); None = the pool's.
+    max_borrow_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

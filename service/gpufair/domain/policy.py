@@ -20,6 +20,7 @@ from gpufair.domain.errors import Violation
 from gpufair.domain.model import (
     FairSharePolicy,
     GpuType,
+    NodePool,
     Queue,
     QueueQuota,
     Rounding,
@@ -128,6 +129,13 @@ def validate_gpu_types(gpu_types: Sequence[GpuType]) -> list[Violation]:
         _check_non_negative(prefix, "memory_gib", gpu_type.memory_gib, out)
         _check_positive(prefix, "compute_weight", gpu_type.compute_weight, out)
     return out
+
+
+def max_borrow_s(quota: QueueQuota, pool: NodePool) -> float | None:
+    """How long a queue's work beyond its fair share may run before it may be reclaimed even
+    ahead of its `min_runtime_s`: the queue's own `max_borrow_s` in the pool, else the pool's;
+    None: no limit."""
+    return quota.max_borrow_s if quota.max_borrow_s is not None else pool.max_borrow_s
 
 
 def deserved_cu_with_types(quota: QueueQuota, compute_weights: Mapping[str, float]) -> float:

@@ -7,29 +7,69 @@ queue is never credited twice for the same capacity nor charged for capacity it 
 
 Admission (DESIGN §4.1), per GPU type the workload might land on, as a maximum pod count:
 
-- `limit_cu` and `limit_gpus_by_type` are hard caps;
+- `limit_cu` and `limit_gpus_by_type` are hard caps, the queue's own and those of every inner
+  queue above it (DESIGN §2: every node of the tree has its limit): a department's limit binds
+  its teams together, in the work-conserving pass too. Each inner queue with a limit in the pool
+  has one `LimitBook`, shared by the books of its leaves, which keep it current;
 - non-preemptible work stays within `deserved_cu` (it can never be taken back) and within the
-  fair share;
+  fair share; `deserved_cu` is the quota's CU guarantee raised to cover its per-type guarantees
+  (`policy.deserved_cu_with_types`), the same number the fair share starts from;
 - other work stays within `fair_share_cu` in the first pass; the work-conserving pass lifts that.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.model import Queue
+from gpufair.domain.policy import deserved_cu_with_types
 from gpufair.domain.snapshot import PendingCode, QueueSummary
 
 # "No cap": more pods than any workload has.
 _NO_CAP = 1 << 30
+# Below any configured priority tier: the eviction rank of best-effort queues.
+_BEST_EFFORT = 1 << 20
+
+
+class LimitBook:
+    """What the leaves under one inner queue hold together, against the inner queue's limits."""
+
+    __slots__ = ("allocated_cu", "gpus_by_type", "limit_cu", "limit_gpus_by_type", "name")
+
+    def __init__(self, queue: Queue, pool: str) -> None:
+        quota = queue.quota(pool)
+        self.name = queue.name
+        self.limit_cu = quota.limit_cu
+        self.limit_gpus_by_type = dict(quota.limit_gpus_by_type)
+        self.allocated_cu = 0.0
+        self.gpus_by_type: dict[str, float] = {}
+
+    @staticmethod
+    def has_limits(queue: Queue, pool: str) -> bool:
+        quota = queue.quota(pool)
+        return quota.limit_cu is not None or bool(quota.limit_gpus_by_type)
+
+    def pods_within(self, cu_per_pod: float, gpus_per_pod: float, gpu_type: str) -> int:
+        """The most pods of this size the leaves below may still add on `gpu_type`."""
+        best = _NO_CAP
+        if cu_per_pod > EPS and self.limit_cu is not None:
+            best = math.floor((self.limit_cu - self.allocated_cu + EPS) / cu_per_pod)
+        type_limit = self.limit_gpus_by_type.get(gpu_type)
+        if type_limit is not None and gpus_per_pod > EPS:
+            room = type_limit - self.gpus_by_type.get(gpu_type, 0.0)
+            best = min(best, math.floor((room + EPS) / gpus_per_pod))
+        return best
 
 
 class QueueBook:
     __slots__ = (
         "allocated_cu",
         "allocated_cu_before",
+        "ancestors",
         "bound_cu",
+        "claimed_cu",
         "created_at_s",
         "deserved_cu",
         "deserved_gpus_by_type",
@@ -39,17 +79,32 @@ class QueueBook:
         "gpus_by_type",
         "limit_cu",
         "limit_gpus_by_type",
+        "max_borrow_s",
         "name",
         "nonpreemptible_cu",
         "reserved_cu",
         "tier",
+        "victim_rank",
     )
 
-    def __init__(self, queue: Queue, pool: str, fair_share_cu: float) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        pool: str,
+        fair_share_cu: float,
+        compute_weights: Mapping[str, float],
+        ancestors: tuple[LimitBook, ...] = (),
+        max_borrow_s: float | None = None,
+    ) -> None:
         quota = queue.quota(pool)
         self.name = queue.name
         self.tier = quota.priority
-        self.deserved_cu = quota.deserved_cu
+        # Where the queue's work stands in the eviction order (`victim_search.Victim.tier`): its
+        # tier, and below every tier when it is best effort (weight 0, DESIGN §3.3: reclaimed
+        # first).
+        self.victim_rank = quota.priority - (_BEST_EFFORT if quota.over_quota_weight <= 0 else 0)
+        # Per-type guarantees count at their CU, as in the fair share: "4 A100" is 40 CU.
+        self.deserved_cu = deserved_cu_with_types(quota, compute_weights)
         self.deserved_gpus_by_type = dict(quota.deserved_gpus_by_type)
         self.limit_cu = quota.limit_cu
         self.limit_gpus_by_type = dict(quota.limit_gpus_by_type)
@@ -60,15 +115,21 @@ class QueueBook:
         self.gpus_by_type: dict[str, float] = {}
         self.allocated_cu_before = 0.0
         self.bound_cu = 0.0
+        self.claimed_cu = 0.0  # bound or held this cycle on claims (`cycle_claims`)
         self.evicted_cu = 0.0
         self.evicting_cu = 0.0
         self.reserved_cu = 0.0
+        self.ancestors = ancestors  # inner queues above with limits in the pool, nearest first
+        self.max_borrow_s = max_borrow_s  # `policy.max_borrow_s`: when loans are called back
 
     def add(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
         self.allocated_cu += cu
         if not preemptible:
             self.nonpreemptible_cu += cu
         self.gpus_by_type[gpu_type] = self.gpus_by_type.get(gpu_type, 0.0) + gpus
+        for ancestor in self.ancestors:
+            ancestor.allocated_cu += cu
+            ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) + gpus
 
     def remove(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
         self.add(-cu, -gpus, gpu_type, preemptible)
@@ -83,8 +144,10 @@ class QueueBook:
         return self.fair_share_cu - self.allocated_cu
 
     def surplus_cu(self) -> float:
-        """How far above max(deserved, fair share) the queue is: what reclaim may take."""
-        return self.allocated_cu - max(self.deserved_cu, self.fair_share_cu)
+        """How far above max(deserved, fair share) the queue is: what reclaim may take. What
+        its claims took this cycle does not count: capacity freed for the queue's workload does
+        not make the queue's other work a victim in the same cycle."""
+        return self.allocated_cu - self.claimed_cu - max(self.deserved_cu, self.fair_share_cu)
 
     def gpus_above_type_guarantee(self, gpu_type: str) -> float:
         guarantee = self.deserved_gpus_by_type.get(gpu_type)
@@ -115,6 +178,10 @@ class QueueBook:
                 pods = math.floor((room + EPS) / gpus_per_pod)
                 if pods < best:
                     best, code = pods, PendingCode.QUEUE_LIMIT
+        for ancestor in self.ancestors:
+            pods = ancestor.pods_within(cu_per_pod, gpus_per_pod, gpu_type)
+            if pods < best:
+                best, code = pods, PendingCode.QUEUE_LIMIT
         if cu_per_pod > EPS:
             if not preemptible:
                 room = self.deserved_cu - self.nonpreemptible_cu
@@ -127,6 +194,16 @@ class QueueBook:
                 if pods < best:
                     best, code = pods, PendingCode.OVER_FAIR_SHARE
         return max(best, 0), code
+
+    def limit_reached(self, needed_cu: float) -> LimitBook | None:
+        """The nearest inner queue whose CU limit `needed_cu` more would pass, if any (for the
+        pending message; per-type limits are named by the caller's type-free sentence)."""
+        for ancestor in self.ancestors:
+            if ancestor.limit_cu is not None and (
+                ancestor.allocated_cu + needed_cu > ancestor.limit_cu + EPS
+            ):
+                return ancestor
+        return None
 
     def summary(self) -> QueueSummary:
         return QueueSummary(

@@ -10,6 +10,9 @@ from gpufair.domain.model import GpuType
 # A share within this fraction of a unit below a whole number is that whole number: float noise
 # from the division must not cost a queue a GPU.
 _UNIT_SLACK = 1e-9
+# Remainders closer than this fraction of a unit are equal (DESIGN §3.4): the tie rule, not
+# float noise, decides between them.
+_TIE_SLACK = 1e-9
 
 
 def whole_gpu_unit_cu(
@@ -40,8 +43,10 @@ def round_over_quota(
     neither is a satisfied queue, which keeps exactly its allowed demand (fractional GPUs
     included). Every other queue's over-quota share is floored to whole units, and the CU the
     floors freed go back one unit at a time: largest fractional remainder first, then the older
-    queue, then the name (the reference behaviour of the best-known open implementation). A
-    queue never receives more than its need, so a unit may be split when a need ends mid-unit.
+    queue, then the name (the reference behaviour of the best-known open implementation).
+    Remainders equal up to float noise are equal: 12.8 − 12 and 3.2 − 3 computed in floats differ
+    in the last bits, and the tie rule must decide, not those bits. A queue never receives more
+    than its need, so a unit may be split when a need ends mid-unit.
     """
     rounded = list(over_quota_cu)
     remainders: list[tuple[float, float, str, int]] = []
@@ -54,7 +59,7 @@ def round_over_quota(
         remainder = max(0.0, share - floored)
         freed += share - floored
         remainders.append((-remainder, created_at_s[i], names[i], i))
-    remainders.sort()
+    remainders = _tied_within_noise(remainders, unit_cu)
     # The freed CU are a whole number of units up to float noise; hand out whole units then,
     # not 0.9999999 of one.
     whole_units = round(freed / unit_cu)
@@ -68,3 +73,47 @@ def round_over_quota(
             rounded[i] += grant
             freed -= grant
     return rounded
+
+
+def _tied_within_noise(
+    remainders: list[tuple[float, float, str, int]], unit_cu: float
+) -> list[tuple[float, float, str, int]]:
+    """`remainders` (negated remainder, age, name, index) in hand-out order, remainders within
+    `_TIE_SLACK` units of the largest of their run counted equal."""
+    remainders.sort()
+    ordered: list[tuple[float, float, str, int]] = []
+    level: float | None = None
+    for negated, created_at_s, name, i in remainders:
+        if level is None or negated - level > unit_cu * _TIE_SLACK:
+            level = negated
+        ordered.append((level, created_at_s, name, i))
+    ordered.sort()
+    return ordered
+
+
+def round_scaled_guarantees(
+    guaranteed_cu: Sequence[float],
+    *,
+    base_cu: Sequence[float],
+    unit_cu: float,
+    created_at_s: Sequence[float],
+    names: Sequence[str],
+) -> list[float]:
+    """Guarantees a group could not cover in full, shrunk by water-filling, in whole units.
+
+    A guarantee granted in full stays exact (as configured, fractions included); a shrunk one is
+    floored to whole units and the freed CU go back one unit at a time by the rule of
+    `round_over_quota` (largest remainder, older queue, name), never above the queue's base
+    min(deserved, allowed demand). The total is kept.
+    """
+    return round_over_quota(
+        guaranteed_cu,
+        over_quota_need_cu=base_cu,
+        satisfied=[
+            got >= base - unit_cu * _UNIT_SLACK
+            for got, base in zip(guaranteed_cu, base_cu, strict=True)
+        ],
+        unit_cu=unit_cu,
+        created_at_s=created_at_s,
+        names=names,
+    )

@@ -8,6 +8,9 @@
   tree before building the snapshot), and `fair_share_cu` per leaf queue, computed elsewhere
   (`domain/fairshare`); a queue missing from it has a fair share of 0 and gets only capacity
   nobody within their share can use.
+- `inner_queues`: the inner queues of the tree (departments), each leaf naming its parent: their
+  limits in the pool (`limit_cu`, `limit_gpus_by_type`) bind the leaves below them together.
+  Empty: only the leaves' own limits apply.
 - `running`: allocations as the batch system reported them. Free capacity is the nodes minus these.
 - `pending`: workloads waiting in this pool.
 - `evicting`: evictions decided earlier whose workloads have not stopped yet (see below).
@@ -18,15 +21,19 @@ not bound, the `reservations` in force, and a `QueueSummary` per queue.
 
 **Evictions take time.** An evicted workload keeps its GPUs until the batch system reports it
 stopped, so a workload that reclaim (or preempt) evicts for is *not* bound in the same cycle: it
-stays pending with `WAITING_FOR_EVICTED_CAPACITY` and the nodes its planned placement uses are held
-for it (`ReservationKind.EVICTED_CAPACITY`): no other workload may be placed there. The service
+stays pending with `WAITING_FOR_EVICTED_CAPACITY` and the GPUs (with their CPU and memory) its
+planned placement uses are held for it (`ReservationKind.EVICTED_CAPACITY`, `Reservation.held`):
+no other workload may use them. Only those are held: the rest of a node stays free for others,
+so a second workload may reclaim the next victim on the same node in the same cycle. The service
 records each `EvictDecision` and passes it back as an `EvictionInFlight` (victim → beneficiary)
 in every later snapshot while the victim is still running. Each cycle then re-derives the hold,
 statelessly: it plans the beneficiary on free capacity plus its victims' capacity, holds those
-nodes, and binds the beneficiary as soon as it fits on free capacity alone. In-flight victims are
+GPUs, and binds the beneficiary as soon as it fits on free capacity alone. In-flight victims are
 never chosen again, count as gone from their queue's allocation, and still occupy their GPUs, so
 nothing is ever oversubscribed. If the beneficiary is gone (bound, cancelled) the entry only marks
-the victim as leaving.
+the victim as leaving. The service passes the entry once more in the first cycle after the victim
+stopped (it is then not in `running`): a standing claim, served first on the freed capacity
+whatever the beneficiary's share has become since (`cycle_claims`).
 
 **Long-waiting gangs.** A workload within its queue's fair share that has waited at least the
 pool's `gang_reservation_after_s` and still does not fit gets `ReservationKind.GANG_WAIT` nodes
@@ -71,6 +78,7 @@ class CycleSnapshot:
     pending: tuple[Workload, ...]
     now_s: float
     evicting: tuple[EvictionInFlight, ...] = ()
+    inner_queues: tuple[Queue, ...] = ()
 
 
 class PendingCode(enum.StrEnum):
@@ -132,6 +140,9 @@ class Reservation:
     kind: ReservationKind
     gpu_type: str
     nodes: tuple[str, ...]
+    # EVICTED_CAPACITY: the GPUs held, as the pods would be bound once the victims stop. Only
+    # these are held; the rest of each node stays free for others. GANG_WAIT: empty.
+    held: tuple[PodBinding, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnap
         pending=tuple(pending),
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
+        inner_queues=tuple(q for q in config.queues if q.name not in leaves),
     )
     return snapshot, computed
 
@@ -91,6 +92,13 @@ def decide(conn: Connection, pool_name: str, now_s: float) -> Decided:
     locks.xact_lock(conn, locks.pool_key(pool_name))
     snapshot, shares = _snapshot(conn, pool_name, now_s)
     return Decided(snapshot, run_cycle(snapshot), shares.warnings)
+
+
+def standing_claims_served(snapshot: CycleSnapshot) -> list[str]:
+    """Victims of evictions in `snapshot` that had stopped before it: their beneficiaries'
+    standing claims were served by this cycle, so a recorded cycle forgets them."""
+    running = {allocation.workload.uid for allocation in snapshot.running}
+    return sorted({e.victim_uid for e in snapshot.evicting if e.victim_uid not in running})
 
 
 def explain_pending(conn: Connection, pool_name: str, uid: str, now_s: float) -> Explanation:

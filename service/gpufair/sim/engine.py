@@ -16,9 +16,10 @@ Events, and what happens at one instant, in this order:
    Binds start at once (the simulated batch system confirms instantly). Evicted jobs stop at
    once, count an eviction and wait again with their original submit time (so they keep their
    place in their queue's order); with `on_evict: resume` they keep the work done, with `restart`
-   they start over. The victims are gone by the next cycle, so the snapshot never carries
-   evictions in flight: the workload they were evicted for competes for the freed capacity at
-   the next cycle, exactly as in the service once its victims have stopped (`snapshot`).
+   they start over. The victims are gone by the next cycle, which carries each eviction once
+   more as a standing claim, as the service does once a victim has stopped (`snapshot`): the
+   workload it was evicted for binds first on the freed capacity, and the victim is not bound
+   beyond its queue's share in that cycle.
    A job started with fewer pods than it asked for (`min_pods`) runs for its full duration.
 5. **Timeline sample** every `timeline_s` (and at the end): allocation, fair share, effective
    weight and usage of every queue; fair-share columns are those of the latest recompute.
@@ -28,8 +29,9 @@ Time runs over [0, duration_s); nothing happens at the end instant but the last 
 Cycles are skipped when they cannot decide anything, which keeps long replays fast and changes
 no result: when nothing waits in the pool, or when nothing changed since a cycle that decided
 nothing (no arrival, completion, bind, eviction or fair-share change) and no instant has passed at
-which the cycle's rules look at the clock (a running job reaching its `min_runtime_s`, a waiting
-job reaching the pool's `gang_reservation_after_s`). The cycle reads the clock only there.
+which the cycle's rules look at the clock (a running job reaching its `min_runtime_s` or its
+queue's `max_borrow_s`, a waiting job reaching the pool's `gang_reservation_after_s`). The cycle
+reads the clock only there.
 
 Determinism: no wall clock, no unordered iteration (pools by name, queues in tree order, jobs in
 arrival order), one random stream per generator. The same scenario and seed give the same run.
@@ -60,7 +62,8 @@ from gpufair.domain.model import (
     Workload,
 )
 from gpufair.domain.placement import adequate_types
-from gpufair.domain.snapshot import CycleSnapshot, PendingCode
+from gpufair.domain.policy import max_borrow_s
+from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, PendingCode
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, usage_inputs, window_bounds
 from gpufair.sim.generators import GeneratorStream
@@ -170,6 +173,12 @@ class _Pool:
         self.queues: tuple[Queue, ...] = cluster.queues
         self.tree = QueueTree.build(cluster.queues)
         self.leaves = cluster.leaf_queues()
+        leaf_names = {q.name for q in self.leaves}
+        self.inner_queues = tuple(q for q in self.queues if q.name not in leaf_names)
+        # Per leaf queue: when its loans are called back (`policy.max_borrow_s`).
+        self.max_borrow_s = {q.name: max_borrow_s(q.quota(pool.name), pool) for q in self.leaves}
+        # The last cycle's evictions, passed to the next cycle as standing claims.
+        self.standing_claims: tuple[EvictionInFlight, ...] = ()
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
         self.gpu_history = QueueHistory()
         self.pending: dict[str, JobRecord] = {}
@@ -491,8 +500,13 @@ class Simulation:
             running=running,
             pending=tuple(j.workload for j in pool.pending.values()),
             now_s=now_s,
+            evicting=pool.standing_claims,
+            inner_queues=pool.inner_queues,
         )
         result = run_cycle(snapshot)
+        pool.standing_claims = tuple(
+            EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts
+        )
         pool.cycles_run += 1
         pool.hopeless = {uid for uid, r in result.pending.items() if r.code in _HOPELESS}
         pool.wanted_types = None
@@ -518,6 +532,9 @@ class Simulation:
             workload = job.workload
             if workload.preemptible and workload.min_runtime_s > 0.0:
                 at_s = job.run_start_s + workload.min_runtime_s
+                borrow_s = pool.max_borrow_s.get(workload.queue)
+                if borrow_s is not None:  # a loan may be called back before min_runtime_s
+                    at_s = min(at_s, job.run_start_s + borrow_s)
                 if now_s < at_s < wake_s:
                     wake_s = at_s
         return wake_s

@@ -71,6 +71,7 @@ def load_config(conn: Connection) -> ClusterConfig:
             limit_cu=r.limit_cu,
             limit_gpus_by_type=frozen_map(r.limit_gpus_by_type),
             priority=r.priority,
+            max_borrow_s=r.max_borrow_s,
         )
     queues = tuple(
         Queue(
@@ -197,6 +198,7 @@ def _upsert(conn: Connection, kind: str, obj: object) -> None:
                 "limit_cu": q.limit_cu,
                 "limit_gpus_by_type": dict(q.limit_gpus_by_type),
                 "priority": q.priority,
+                "max_borrow_s": q.max_borrow_s,
             }
             for pool, q in obj.quotas.items()
         ]
@@ -238,6 +240,7 @@ def _pool_row(pool: NodePool) -> dict[str, Any]:
         "name": pool.name,
         "placement": pool.placement.value,
         "gang_reservation_after_s": pool.gang_reservation_after_s,
+        "max_borrow_s": pool.max_borrow_s,
     }
     for name, column in _POLICY_COLUMNS.items():
         value = getattr(pool.policy, name)
@@ -258,6 +261,7 @@ def _pool_from_row(r: Any) -> NodePool:
         policy=FairSharePolicy(**policy),
         placement=PlacementStrategy(r.placement),
         gang_reservation_after_s=r.gang_reservation_after_s,
+        max_borrow_s=r.max_borrow_s,
     )
 
 

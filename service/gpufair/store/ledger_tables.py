@@ -248,8 +248,8 @@ schedule_cycles = Table(
 )
 
 # Evictions decided by Schedule whose victims have not stopped yet: the cycle holds their capacity
-# for the workload they were evicted for (see domain/snapshot.py). A row goes once its victim is
-# no longer running or bound.
+# for the workload they were evicted for (see domain/snapshot.py). A row goes once a cycle has run
+# after its victim stopped (that cycle serves the beneficiary's standing claim).
 evictions = Table(
     "evictions",
     metadata,

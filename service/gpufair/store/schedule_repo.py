@@ -6,7 +6,9 @@ The life of a decision:
   binding not confirmed within `bind_timeout_s` is released: the workload is pending again and its
   GPUs free, so a batch system that crashed between decision and start cannot leak capacity.
 - `evict`: recorded as in flight; the victim keeps its GPUs until its `stopped`/`preempted` event,
-  and later cycles hold the capacity for the workload it was evicted for.
+  and later cycles hold the capacity for the workload it was evicted for. The first cycle after
+  the victim stopped still gets the eviction (a standing claim: the beneficiary binds first on
+  the freed capacity); once that cycle is recorded it is forgotten.
 """
 
 from __future__ import annotations
@@ -112,15 +114,9 @@ def holding_and_pending(conn: Connection, pool: str) -> tuple[list[Allocation], 
 
 
 def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:
-    """Evictions whose victims still hold capacity; the others are forgotten here."""
-    conn.execute(
-        text(
-            "DELETE FROM evictions e WHERE e.pool = :pool AND NOT EXISTS ("
-            "SELECT 1 FROM workloads w WHERE w.uid = e.victim_uid "
-            "AND w.state IN ('running', 'bound'))"
-        ),
-        {"pool": pool},
-    )
+    """The pool's recorded evictions: those whose victims still hold capacity, and those whose
+    victims stopped since the last cycle (standing claims, passed to one cycle and then
+    forgotten by `forget_standing_claims`)."""
     rows = conn.execute(
         text("SELECT victim_uid, beneficiary_uid FROM evictions WHERE pool = :pool"),
         {"pool": pool},
@@ -132,6 +128,16 @@ CHANGED = PendingReason(
     PendingCode.CHANGED_DURING_CYCLE,
     "the workload changed (cancelled or started) while the cycle ran; not placed",
 )
+
+
+def forget_standing_claims(conn: Connection, victim_uids: Sequence[str]) -> None:
+    """Drop evictions whose victims had stopped before the cycle just recorded: that cycle
+    served their beneficiaries' standing claims."""
+    if victim_uids:
+        conn.execute(
+            text("DELETE FROM evictions WHERE victim_uid = ANY(:uids)"),
+            {"uids": list(victim_uids)},
+        )
 
 
 def record_cycle(

@@ -64,6 +64,7 @@ node_pools = Table(
     Column("dead_band", Double, nullable=False),
     Column("placement", Text, nullable=False),
     Column("gang_reservation_after_s", Double, nullable=True),
+    Column("max_borrow_s", Double, nullable=True),
     CheckConstraint("window_kind IN ('sliding', 'tumbling', 'none')", name="window_kind_known"),
     CheckConstraint("usage_basis IN ('over_quota', 'total')", name="usage_basis_known"),
     CheckConstraint("rounding IN ('continuous', 'whole_gpus')", name="rounding_known"),
@@ -133,6 +134,7 @@ queue_quotas = Table(
     Column("limit_cu", Double, nullable=True),
     Column("limit_gpus_by_type", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("priority", Integer, nullable=False),
+    Column("max_borrow_s", Double, nullable=True),
     CheckConstraint("deserved_cu >= 0", name="deserved_non_negative"),
     CheckConstraint("over_quota_weight >= 0", name="weight_non_negative"),
 )

@@ -314,10 +314,17 @@ class NodePool(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     GANG_RESERVATION_AFTER_S_FIELD_NUMBER: _builtins.int
+    MAX_BORROW_S_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     placement: Global___PlacementStrategy.ValueType
     gang_reservation_after_s: _builtins.float
     """A gang pending longer than this gets a reservation; default 600; 0 disables; at most 10 years."""
+    max_borrow_s: _builtins.float
+    """Borrowing with a time limit: work of a queue above its fair share that has run this many
+    seconds may be reclaimed even before its min_runtime_s (the pool lends idle capacity and
+    calls the loan back). A finite number > 0; unset = no limit (min_runtime_s alone decides).
+    A queue's QueueQuota.max_borrow_s overrides it.
+    """
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
     def __init__(
@@ -327,14 +334,20 @@ class NodePool(_message.Message):
         policy: Global___FairSharePolicy | None = ...,
         placement: Global___PlacementStrategy.ValueType = ...,
         gang_reservation_after_s: _builtins.float | None = ...,
+        max_borrow_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "gang_reservation_after_s", b"gang_reservation_after_s", "policy", b"policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "gang_reservation_after_s", b"gang_reservation_after_s", "name", b"name", "placement", b"placement", "policy", b"policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "name", b"name", "placement", b"placement", "policy", b"policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gang_reservation_after_s: _TypeAlias = _typing.Literal["gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofArgType__gang_reservation_after_s: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s"]  # noqa: Y015
+    _WhichOneofReturnType__max_borrow_s: _TypeAlias = _typing.Literal["max_borrow_s"]  # noqa: Y015
+    _WhichOneofArgType__max_borrow_s: _TypeAlias = _typing.Literal["_max_borrow_s", b"_max_borrow_s"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_reservation_after_s) -> _WhichOneofReturnType__gang_reservation_after_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_borrow_s) -> _WhichOneofReturnType__max_borrow_s | None: ...
 
 Global___NodePool: _TypeAlias = NodePool  # noqa: Y015
 
@@ -465,6 +478,7 @@ class QueueQuota(_message.Message):
     LIMIT_CU_FIELD_NUMBER: _builtins.int
     LIMIT_GPUS_BY_TYPE_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    MAX_BORROW_S_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     deserved_cu: _builtins.float
     """guaranteed quota in CU, in [0, 1e9]"""
@@ -474,6 +488,10 @@ class QueueQuota(_message.Message):
     """hard cap in CU, in [0, 1e9]; unset = unlimited"""
     priority: _builtins.int
     """tier: higher is served first"""
+    max_borrow_s: _builtins.float
+    """This queue's loan limit in the pool (see NodePool.max_borrow_s): a finite number > 0;
+    unset = the pool's.
+    """
     @_builtins.property
     def deserved_gpus_by_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Guaranteed GPUs of a type (GPU type name -> GPUs in [0, 1e7]); at most 256 entries."""
@@ -492,17 +510,22 @@ class QueueQuota(_message.Message):
         limit_cu: _builtins.float | None = ...,
         limit_gpus_by_type: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         priority: _builtins.int = ...,
+        max_borrow_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_limit_cu", b"_limit_cu", "_over_quota_weight", b"_over_quota_weight", "limit_cu", b"limit_cu", "over_quota_weight", b"over_quota_weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limit_cu", b"_limit_cu", "_max_borrow_s", b"_max_borrow_s", "_over_quota_weight", b"_over_quota_weight", "limit_cu", b"limit_cu", "max_borrow_s", b"max_borrow_s", "over_quota_weight", b"over_quota_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit_cu", b"_limit_cu", "_over_quota_weight", b"_over_quota_weight", "deserved_cu", b"deserved_cu", "deserved_gpus_by_type", b"deserved_gpus_by_type", "limit_cu", b"limit_cu", "limit_gpus_by_type", b"limit_gpus_by_type", "over_quota_weight", b"over_quota_weight", "pool", b"pool", "priority", b"priority"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit_cu", b"_limit_cu", "_max_borrow_s", b"_max_borrow_s", "_over_quota_weight", b"_over_quota_weight", "deserved_cu", b"deserved_cu", "deserved_gpus_by_type", b"deserved_gpus_by_type", "limit_cu", b"limit_cu", "limit_gpus_by_type", b"limit_gpus_by_type", "max_borrow_s", b"max_borrow_s", "over_quota_weight", b"over_quota_weight", "pool", b"pool", "priority", b"priority"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__limit_cu: _TypeAlias = _typing.Literal["limit_cu"]  # noqa: Y015
     _WhichOneofArgType__limit_cu: _TypeAlias = _typing.Literal["_limit_cu", b"_limit_cu"]  # noqa: Y015
+    _WhichOneofReturnType__max_borrow_s: _TypeAlias = _typing.Literal["max_borrow_s"]  # noqa: Y015
+    _WhichOneofArgType__max_borrow_s: _TypeAlias = _typing.Literal["_max_borrow_s", b"_max_borrow_s"]  # noqa: Y015
     _WhichOneofReturnType__over_quota_weight: _TypeAlias = _typing.Literal["over_quota_weight"]  # noqa: Y015
     _WhichOneofArgType__over_quota_weight: _TypeAlias = _typing.Literal["_over_quota_weight", b"_over_quota_weight"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__limit_cu) -> _WhichOneofReturnType__limit_cu | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_borrow_s) -> _WhichOneofReturnType__max_borrow_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__over_quota_weight) -> _WhichOneofReturnType__over_quota_weight | None: ...
 

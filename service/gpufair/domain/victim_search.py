@@ -1,9 +1,10 @@
-"""Choosing what to evict so a workload fits (DESIGN §4.3 reclaim and §4.4 preempt).
+"""The victim search: what to evict so a workload fits (DESIGN §4.3 reclaim, §4.4 preempt).
 
-Who may be a victim is the caller's business (`cycle`): reclaim offers preemptible work past its
-`min_runtime_s` from queues above max(deserved, fair share); preempt offers lower-priority
-preemptible work of the workload's own queue. Non-preemptible work is never offered. This module
-answers: which of those, at least cost, make the workload fit — and nothing more.
+Who may be a victim is the caller's business (`cycle_reclaim`, `cycle_preempt`): reclaim offers
+preemptible work past its `min_runtime_s` from queues above max(deserved, fair share); preempt
+offers lower-priority preemptible work of the workload's own queue. Non-preemptible work is
+never offered. This module answers: which of those, at least cost, make the workload fit — and
+nothing more.
 
 `VictimBudget` keeps each victim queue at or above its floor: reclaim never pushes a queue below
 max(deserved, fair share), nor below a per-type guarantee (`deserved_gpus_by_type`, DESIGN §3.5).
@@ -16,7 +17,8 @@ The search, per GPU type (cheapest first, decided by the caller) and per node se
    then its first victim's class and start). The best option is taken, its victims are released
    from the capacity (everywhere they run), and options are re-scored lazily. Scoring by tier
    first makes a high tier reclaim from the lowest tier first (P0 takes from P2 before P1);
-   scoring by CU per pod picks the fewest CU.
+   scoring by CU per pod picks the fewest CU. A best-effort queue's work (weight 0) ranks below
+   every tier (`Victim.tier`): it is reclaimed first (DESIGN §3.3).
 2. The workload is then placed for real on the capacity with those victims released.
 3. Pruning: victims are put back one at a time, last chosen first; any the placement does not need
    stays. The result is minimal: removing any one victim breaks the fit ("never evict more than
@@ -61,7 +63,7 @@ class Victim:
 
     uid: str
     queue: str
-    tier: int
+    tier: int  # its queue's eviction rank: the priority tier, below all tiers if best effort
     priority_class: int
     started_at_s: float
     cu: float
@@ -103,6 +105,19 @@ class VictimBudget:
         self.cu_left[victim.queue] = self.cu_left.get(victim.queue, 0.0) - sign * victim.cu
         if victim.queue in self.gpus_left:
             self.gpus_left[victim.queue] -= sign * victim.gpus
+
+    def evicted(self, victim: Victim, gpu_type: str) -> None:
+        """`victim` was evicted: its queue has that much less to give, and GPUs of its type
+        less above its guarantee if this budget is for that type. A queue left with nothing
+        to give drops out, as a rebuilt budget would leave it out."""
+        left = self.cu_left.get(victim.queue)
+        if left is not None:
+            if left - victim.cu > EPS:
+                self.cu_left[victim.queue] = left - victim.cu
+            else:
+                del self.cu_left[victim.queue]
+        if victim.gpu_type == gpu_type and victim.queue in self.gpus_left:
+            self.gpus_left[victim.queue] -= victim.gpus
 
     def copy(self) -> VictimBudget:
         return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)

@@ -1,0 +1,88 @@
+"""Phases 1 and 5 of the cycle: allocate within fair share, then beyond it (DESIGN §4.1).
+
+Queues by priority tier (highest first), then lowest allocated/fair-share ratio, then the oldest
+next workload, then queue age; after each bind the queue's ratio is updated and it rejoins the
+order. Inside a queue: priority class (highest first), then submit time. A workload is admitted
+when its queue stays within its fair share (non-preemptible work also within deserved), within
+its limits, and the whole gang fits (`placement`). A queue is left for the pass once its remaining
+share is below the smallest CU any of its remaining workloads could take.
+
+The work-conserving pass (phase 5) gives what nobody within their share could use, in the same
+order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds are flagged
+`over_fair_share`; their queues sit above their share, so reclaim takes them first.
+Exact ties in this pass are not decided by queue name (`CycleState.queue_key`).
+Non-preemptible work never goes beyond the fair share, nor does a workload evicted for a claim
+that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from gpufair.domain.capacity import EPS
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.placement import Exclusion
+from gpufair.domain.snapshot import PendingCode
+
+
+def allocate(state: CycleState, within_share: bool) -> None:
+    exclusion = Exclusion(gang_held=state.gang_held, beyond_share=not within_share)
+    cursor = dict.fromkeys(state.queue_pending, 0)
+    rotate = not within_share
+    heap = [(state.queue_key(name, 0, rotate), name) for name in state.queue_pending]
+    heapq.heapify(heap)
+    while heap:
+        _, name = heapq.heappop(heap)
+        items = state.queue_pending[name]
+        suffix = state.suffix_min_cu[name]
+        book = state.books[name]
+        position = cursor[name]
+        bound = False
+        # A pop binds at most one workload; the queue then rejoins the order with its new
+        # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
+        while position < len(items):
+            if within_share and book.headroom_cu() < suffix[position] - EPS:
+                position = len(items)  # nothing left here fits in the remaining share
+                break
+            item = items[position]
+            position += 1
+            if not within_share and item.uid in state.claim_victims:
+                continue  # evicted for a claim that still stands (`cycle_claims`)
+            if not item.done and _try_bind(state, item, within_share, exclusion):
+                bound = True
+                break
+        cursor[name] = position
+        if bound and position < len(items):
+            heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
+
+
+def _try_bind(state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion) -> bool:
+    workload = item.workload
+    kind = item.kind
+    pods_min = workload.gang_min_pods
+    capped: PendingCode | None = None
+    no_room = False
+    for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
+        allowed, code = item.book.max_pods(
+            cu_per_pod, workload.gpus_per_pod, gpu_type, workload.preemptible, within_share
+        )
+        allowed = min(allowed, workload.pods)
+        if allowed < pods_min:
+            capped = capped or code
+            continue
+        key = (within_share, gpu_type, kind.memo_key)
+        if key in state.place_failed:
+            no_room = True
+            continue
+        plan = state.place(item, gpu_type, allowed, exclusion)
+        if plan is None:
+            state.place_failed.add(key)
+            no_room = True
+            continue
+        state.bind(item, gpu_type, plan)
+        return True
+    if within_share:
+        item.code = PendingCode.NO_CAPACITY if no_room else capped or item.code
+    elif capped is not None and not no_room:
+        item.code = capped  # a hard cap; a plain lack of room keeps the first pass's reason
+    return False

@@ -1,0 +1,69 @@
+"""Phase 0 of the cycle: claims on evicted capacity (DESIGN §4.3).
+
+A pending workload that earlier evictions were made for is served first: bound if it now fits on
+free capacity, otherwise the capacity it will use once its victims stop stays held for it.
+Capacity freed by eviction belongs to the workload it was freed for until it binds; limits still
+apply, but not its fair share: a recompute that lowered the share a little since the eviction
+(its gang no longer fits within it) does not hand the freed GPUs back to the victim's queue.
+
+The claim stands in the first cycle after its victims have stopped too (`snapshot`: an
+eviction whose victim is no longer running): the beneficiary binds first on the capacity they
+freed, and each such victim, if it waits again, is not bound beyond its queue's share in that
+cycle (`cycle_allocate`). A claim that does not fit then (the capacity went away, a limit)
+lapses: the workload competes as usual. What claims take is kept apart in the queue's book
+(`claimed_cu`): it does not make the queue's other work a reclaim victim in the same cycle.
+"""
+
+from __future__ import annotations
+
+from gpufair.domain.capacity import Journal, PodUse
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.placement import Exclusion
+
+
+def honour_claims(state: CycleState) -> None:
+    claimants = [
+        item
+        for items in state.queue_pending.values()
+        for item in items
+        if item.uid in state.leaving_for or item.uid in state.standing_claims
+    ]
+    for item in state.in_queue_order(claimants):
+        before_cu = item.book.allocated_cu
+        _serve(state, item)
+        item.book.claimed_cu += item.book.allocated_cu - before_cu
+
+
+def _serve(state: CycleState, item: Pending) -> None:
+    """Bind the claimant on free capacity, or hold what its victims still occupy."""
+    exclusion = Exclusion()
+    allowed = {
+        gpu_type: state.pods_allowed(item, gpu_type, within_share=False) for gpu_type in item.types
+    }
+    pods_min = item.workload.gang_min_pods
+    for gpu_type in item.types:
+        if allowed[gpu_type] < pods_min:
+            continue
+        plan = state.place(item, gpu_type, allowed[gpu_type], exclusion)
+        if plan is not None:
+            state.bind(item, gpu_type, plan)
+            return
+    leaving = state.leaving_for.get(item.uid)
+    if not leaving:
+        return  # every victim has stopped and the claim did not fit: it lapses
+    held: tuple[str, list[PodUse]] | None = None
+    journal = Journal()
+    for victim in leaving:
+        state.capacity.release(victim.uses, journal)
+    try:
+        for gpu_type in item.types:
+            if allowed[gpu_type] < pods_min:
+                continue
+            plan = state.place(item, gpu_type, pods_min, exclusion)
+            if plan is not None:
+                held = (gpu_type, plan)
+                break
+    finally:
+        state.capacity.restore(journal)
+    if held is not None:
+        state.hold(item, *held)

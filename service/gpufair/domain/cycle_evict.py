@@ -1,0 +1,71 @@
+"""Committing an eviction plan (reclaim or preempt): the victims leave their queues and the
+victim indexes, each gets an `EvictDecision` whose message says why, and the capacity the
+beneficiary will use is held for it until the victims stop (`CycleState.hold`). A plan with no
+victims is on free capacity: the workload is bound at once."""
+
+from __future__ import annotations
+
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.snapshot import EvictDecision, EvictReason
+from gpufair.domain.victim_search import Selection
+
+
+def commit(
+    state: CycleState,
+    item: Pending,
+    gpu_type: str,
+    selection: Selection,
+    reason: EvictReason,
+    claimed_before: bool,
+) -> None:
+    if not selection.victims and not claimed_before:
+        # Nothing needs to stop: the plan is on free capacity (held GPUs are taken).
+        state.bind(item, gpu_type, selection.plan)
+        return
+    book = item.book
+    for victim in selection.victims:
+        victim_book = state.books[victim.queue]
+        if reason is EvictReason.RECLAIM:
+            message = (
+                f"reclaimed for {item.uid} of queue {book.name} "
+                f"({book.allocated_cu:.1f} of fair share {book.fair_share_cu:.1f} CU); queue "
+                f"{victim.queue} keeps {victim_book.allocated_cu - victim.cu:.1f} CU, at least "
+                f"max(deserved {victim_book.deserved_cu:.1f}, fair share "
+                f"{victim_book.fair_share_cu:.1f})"
+            )
+            running = state.running[victim.uid]
+            ran_s = state.snapshot.now_s - victim.started_at_s
+            if ran_s < running.min_runtime_s and victim_book.max_borrow_s is not None:
+                message += (
+                    f"; on loan for {ran_s:.0f} s, past max_borrow_s "
+                    f"{victim_book.max_borrow_s:.0f} s (its min_runtime_s "
+                    f"{running.min_runtime_s:.0f} s not reached)"
+                )
+        else:
+            message = (
+                f"preempted in queue {book.name} for {item.uid} "
+                f"(priority class {item.workload.priority_class} over {victim.priority_class})"
+            )
+        state.evicted.add(victim.uid)
+        victim_book.remove(victim.cu, victim.gpus, victim.gpu_type, True)
+        victim_book.evicted_cu += victim.cu
+        for index in state.reclaim_index.values():
+            index.remove(victim)
+            index.prune(victim.queue, victim_book.surplus_cu())
+        for budget_type, budget in state.budgets.items():
+            budget.evicted(victim, budget_type)
+        guarantee_index = state.guarantee_index.get(victim.gpu_type)
+        if guarantee_index is not None:
+            guarantee_index.remove(victim)
+        totals = state.preempt_totals.get((victim.queue, victim.gpu_type))
+        sums = None if totals is None else totals.get(victim.priority_class)
+        if sums is not None:
+            sums[0] -= victim.cu
+            sums[1] -= victim.gpus
+        preempt_index = state.preempt_index.get((victim.queue, victim.gpu_type))
+        if preempt_index is not None:
+            preempt_index.remove(victim)
+        state.evicts.append(
+            EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
+        )
+    state.hold(item, gpu_type, selection.plan)

@@ -1,0 +1,144 @@
+"""Filling a `CycleState` from its snapshot: running work (possible victims), evictions in
+flight, and the pending workloads sorted into their queues (DESIGN §4.1 order inside a queue:
+priority class, highest first, then submit time)."""
+
+from __future__ import annotations
+
+import math
+
+from gpufair.domain.capacity import binding_gpus, uses_of
+from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
+from gpufair.domain.model import Workload
+from gpufair.domain.placement import PodShape, adequate_types, rejection_in
+from gpufair.domain.snapshot import PendingCode
+from gpufair.domain.victim_search import Victim
+
+
+def load(state: CycleState) -> None:
+    load_running(state)
+    load_evicting(state)
+    load_pending(state)
+
+
+def load_running(state: CycleState) -> None:
+    for allocation in state.snapshot.running:
+        workload = allocation.workload
+        if workload.uid in state.running:
+            continue
+        uses = tuple(uses_of(state.capacity, workload, allocation.bindings))
+        gpus = sum(binding_gpus(binding) for binding in allocation.bindings)
+        cu = gpus * state.weight(allocation.gpu_type)
+        state.capacity.take(uses)
+        book = state.books.get(workload.queue)
+        if book is not None:
+            book.add(cu, gpus, allocation.gpu_type, workload.preemptible)
+            book.allocated_cu_before += cu
+        victim = Victim(
+            uid=workload.uid,
+            queue=workload.queue,
+            tier=book.victim_rank if book is not None else 0,
+            priority_class=workload.priority_class,
+            started_at_s=allocation.started_at_s,
+            cu=cu,
+            gpus=gpus,
+            gpu_type=allocation.gpu_type,
+            uses=uses,
+            nodes=tuple(dict.fromkeys(use.node for use in uses)),
+        )
+        state.running[workload.uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
+
+
+def load_evicting(state: CycleState) -> None:
+    for eviction in state.snapshot.evicting:
+        running = state.running.get(eviction.victim_uid)
+        if running is None:
+            # The victim has stopped: a standing claim of its beneficiary (`cycle_claims`).
+            if eviction.beneficiary_uid is not None:
+                state.standing_claims.add(eviction.beneficiary_uid)
+                state.claim_victims[eviction.victim_uid] = eviction.beneficiary_uid
+            continue
+        if eviction.victim_uid in state.leaving:
+            continue
+        victim = running.victim
+        state.leaving.add(victim.uid)
+        book = state.books.get(victim.queue)
+        if book is not None:
+            book.remove(victim.cu, victim.gpus, victim.gpu_type, running.preemptible)
+            book.evicting_cu += victim.cu
+        if eviction.beneficiary_uid is not None:
+            state.leaving_for.setdefault(eviction.beneficiary_uid, []).append(victim)
+
+
+def load_pending(state: CycleState) -> None:
+    pool = state.pool.name
+    seen = set(state.running)
+    for workload in state.snapshot.pending:
+        if workload.uid in seen:
+            continue
+        seen.add(workload.uid)
+        book = state.books.get(workload.queue)
+        if workload.pool != pool:
+            state.reason(workload, PendingCode.OTHER_POOL, f"belongs to pool {workload.pool}")
+            continue
+        if book is None:
+            state.reason(
+                workload,
+                PendingCode.UNKNOWN_QUEUE,
+                f"queue {workload.queue} is not a leaf queue of pool {pool}",
+            )
+            continue
+        kind = kind_of(state, workload)
+        if kind.rejection is not None:
+            state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
+            continue
+        if not kind.types:
+            state.reason(workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type")
+            continue
+        order = (-workload.priority_class, workload.submit_time_s, workload.uid)
+        state.queue_pending.setdefault(workload.queue, []).append(
+            Pending(workload, book, kind, workload.uid, order)
+        )
+    for name, items in state.queue_pending.items():
+        items.sort(key=lambda item: item.order)
+        suffix = [math.inf] * (len(items) + 1)
+        for position in range(len(items) - 1, -1, -1):
+            suffix[position] = min(suffix[position + 1], items[position].kind.min_cu)
+        state.suffix_min_cu[name] = suffix
+
+
+def kind_of(state: CycleState, workload: Workload) -> Kind:
+    """The shared facts of a workload's signature, memoised: pending work comes in few."""
+    signature = (
+        workload.pods,
+        workload.min_pods,
+        workload.gpus_per_pod,
+        workload.allowed_gpu_types,
+        workload.min_gpu_memory_gib,
+        workload.cpu_millicores_per_pod,
+        workload.memory_mib_per_pod,
+        workload.topology,
+    )
+    found = state.kinds.get(signature)
+    if found is None:
+        shape = PodShape.of(workload)
+        types = adequate_types(workload, state.gpu_types, tuple(state.capacity.by_type))
+        cu_per_pod = tuple(workload.gpus_per_pod * state.weight(name) for name in types)
+        min_cu = workload.gang_min_pods * cu_per_pod[0] if types else 0.0
+        topology = workload.topology
+        memo_key = (
+            shape.gpus_per_pod,
+            shape.cpu_millicores,
+            shape.memory_mib,
+            workload.gang_min_pods,
+            None if topology is None else (topology.level, topology.required),
+        )
+        found = Kind(
+            rejection_in(workload, state.gpu_types, state.pool_room),
+            shape,
+            types,
+            cu_per_pod,
+            min_cu,
+            memo_key,
+        )
+        state.kinds[signature] = found
+    return found

@@ -1,0 +1,116 @@
+"""Phase 3 of the cycle: preempt (DESIGN §4.4).
+
+Inside one queue, pending work evicts preemptible work of a lower priority class (past
+`min_runtime_s`), if the queue ends within its fair share or does not grow. `victim_search` picks
+the victims, lowest class and most recent first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpufair.domain.capacity import EPS
+from gpufair.domain.cycle_evict import commit
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.placement import Exclusion
+from gpufair.domain.snapshot import EvictReason, PendingCode
+from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
+
+
+def preempt(state: CycleState) -> None:
+    now_s = state.snapshot.now_s
+    own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
+    for running in state.running.values():
+        victim = running.victim
+        if (
+            running.preemptible
+            and victim.uid not in state.leaving
+            and victim.uid not in state.evicted
+            and now_s - victim.started_at_s >= running.min_runtime_s
+        ):
+            own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
+    lowest: dict[str, int] = {}
+    for (name, _), victims in own.items():
+        found = min(victim.priority_class for victim in victims)
+        lowest[name] = min(lowest.get(name, found), found)
+    wanting = [
+        item
+        for name, items in state.queue_pending.items()
+        if name in lowest
+        for item in items
+        if not item.done
+        and item.workload.priority_class > lowest[name]  # someone to preempt at all
+        and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
+    ]
+    state.preempt_own = own
+    for key, victims in own.items():
+        totals: dict[int, list[float]] = {}
+        for victim in victims:
+            sums = totals.setdefault(victim.priority_class, [0.0, 0.0])
+            sums[0] += victim.cu
+            sums[1] += victim.gpus
+        state.preempt_totals[key] = totals
+    failed: set[tuple[object, ...]] = set()
+    for item in state.in_queue_order(wanting):
+        _try_preempt(state, item, failed)
+
+
+def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...]]) -> bool:
+    workload = item.workload
+    book = item.book
+    pods = workload.gang_min_pods
+    below = workload.priority_class
+    for gpu_type in item.types:
+        # A queue's work comes in falling priority class: a shape that found no victims at
+        # one class finds none at a lower one (fewer victims, less capacity).
+        key = (book.name, gpu_type, item.kind.memo_key)
+        victims = state.preempt_own.get((book.name, gpu_type))
+        if not victims or key in failed:
+            continue
+        if state.pods_allowed(item, gpu_type, within_share=False) < pods:
+            continue
+        # Cheap necessary conditions before any search: enough GPUs could be freed, and the
+        # swap could keep the queue within its share or from growing.
+        needed_cu = pods * state.cu_per_pod(item, gpu_type)
+        most_cu = most_gpus = 0.0
+        for priority_class, (cu, gpus) in state.preempt_totals[(book.name, gpu_type)].items():
+            if priority_class < below:
+                most_cu += cu
+                most_gpus += gpus
+        free_gpus = state.capacity.free_whole_by_type.get(gpu_type, 0)
+        swap_ok = book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
+        if (
+            most_cu <= 0.0
+            or (
+                item.shape.gpus_per_pod >= 1.0
+                and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
+            )
+            or not (swap_ok or needed_cu <= most_cu + EPS)
+        ):
+            failed.add(key)
+            continue
+        index = state.preempt_index.get((book.name, gpu_type))
+        if index is None:
+            index = VictimIndex(victims, state.capacity)
+            state.preempt_index[(book.name, gpu_type)] = index
+        leaving = state.leaving_for.get(item.uid, [])
+        selection = select_victims(
+            state.capacity,
+            state.ask(item, gpu_type, pods),
+            state.strategy,
+            Exclusion(),
+            index=index,
+            budget=VictimBudget({book.name: math.inf}, {}, below_priority_class=below),
+            already_leaving=[victim.uses for victim in leaving],
+        )
+        if selection is None or not selection.victims:
+            failed.add(key)
+            continue
+        freed_cu = selection.cu
+        # A swap inside the queue: it must end within its share, or at least not grow.
+        within = book.allocated_cu - freed_cu + needed_cu <= book.fair_share_cu + EPS
+        if not (within or needed_cu <= freed_cu + EPS):
+            continue
+        commit(state, item, gpu_type, selection, EvictReason.PREEMPT, bool(leaving))
+        return True
+    return False

@@ -1,0 +1,95 @@
+"""Phase 4 of the cycle: long-waiting gangs get `GANG_WAIT` nodes (DESIGN §4.1).
+
+A workload within its queue's fair share that has waited at least the pool's
+`gang_reservation_after_s` and still does not fit gets the nodes that, emptied, would hold it
+(one such workload per queue, the first in queue order): they keep taking work within fair share
+but no more beyond-fair-share work, so small jobs cannot keep refilling the hole it needs.
+"""
+
+from __future__ import annotations
+
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.placement import PodShape, pods_fit, pods_fit_empty
+from gpufair.domain.snapshot import PendingCode, Reservation, ReservationKind
+
+
+def reserve_for_long_waits(state: CycleState) -> None:
+    after_s = state.pool.gang_reservation_after_s
+    if after_s is None:
+        return
+    now_s = state.snapshot.now_s
+    waiting = [
+        item
+        for items in state.queue_pending.values()
+        for item in items
+        if not item.done
+        and item.code is PendingCode.NO_CAPACITY
+        and now_s - item.workload.submit_time_s >= after_s
+    ]
+    served: set[str] = set()
+    for item in state.in_queue_order(waiting):
+        if item.book.name in served:
+            continue
+        if _reserve_gang(state, item):
+            served.add(item.book.name)
+
+
+def _reserve_gang(state: CycleState, item: Pending) -> bool:
+    workload = item.workload
+    pods = workload.gang_min_pods
+    capacity = state.capacity
+    for gpu_type in item.types:
+        if state.pods_allowed(item, gpu_type, within_share=True) < pods:
+            continue
+        usable = [index for index in capacity.by_type[gpu_type] if index not in state.gang_held]
+        groups: list[list[int]] = [usable]
+        if workload.topology is not None and workload.topology.required:
+            allowed = set(usable)
+            groups = [
+                [index for index in members if index in allowed]
+                for _, members in sorted(
+                    capacity.domains(workload.topology.level).get(gpu_type, {}).items()
+                )
+            ]
+        chosen = _fullest_hole(state, groups, item.shape, pods)
+        if chosen is None:
+            continue
+        state.gang_held.update(chosen)
+        item.held_nodes = len(chosen)
+        state.reservations.append(
+            Reservation(
+                item.uid,
+                ReservationKind.GANG_WAIT,
+                gpu_type,
+                tuple(capacity.nodes[index].name for index in sorted(chosen)),
+            )
+        )
+        return True
+    return False
+
+
+def _fullest_hole(
+    state: CycleState, groups: list[list[int]], shape: PodShape, pods: int
+) -> list[int] | None:
+    """The nodes with the most free GPUs that, emptied, hold the gang; in the group (domain)
+    where they are freest. Most-free-first keeps the choice stable while the hole drains."""
+    best: tuple[float, list[int]] | None = None
+    nodes = state.capacity.nodes
+    for group in groups:
+        ranked = sorted(group, key=lambda index: (-nodes[index].free_gpus(), index))
+        chosen: list[int] = []
+        room = 0
+        free = 0.0
+        for index in ranked:
+            node = nodes[index]
+            size = pods_fit_empty(node, shape)
+            if size <= 0:
+                continue
+            chosen.append(index)
+            room += size
+            free += min(pods_fit(node, shape), size)
+            if room >= pods:
+                break
+        if room >= pods and (best is None or free > best[0]):
+            best = (free, chosen)
+    return None if best is None else best[1]

@@ -1,0 +1,334 @@
+"""The shared state of one scheduling cycle, and the primitive moves every phase makes on it.
+
+`CycleState` is what the phases (`cycle_claims`, `cycle_allocate`, `cycle_reclaim`,
+`cycle_preempt`, `cycle_reserve`) read and change: the pool's free `Capacity`, one `QueueBook` per
+leaf queue, the pending workloads per queue in queue order, the running workloads that may become
+victims, and the decisions made so far. The moves shared by the phases live here: the queue order
+(DESIGN §4.1), binding a workload, holding the GPUs a workload waits for while its victims stop,
+and the pending reasons at the end. `cycle_load` fills the state from a snapshot; `cycle.run_cycle`
+runs the phases over it in order.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpufair.domain.capacity import EPS, Capacity, PodUse
+from gpufair.domain.explain import pending_message
+from gpufair.domain.model import PodBinding, Queue, Workload
+from gpufair.domain.placement import (
+    Ask,
+    Exclusion,
+    FitRejection,
+    PodShape,
+    PoolRoom,
+    place,
+)
+from gpufair.domain.policy import max_borrow_s
+from gpufair.domain.queuebook import LimitBook, QueueBook
+from gpufair.domain.snapshot import (
+    BindDecision,
+    CycleResult,
+    CycleSnapshot,
+    EvictDecision,
+    PendingCode,
+    PendingReason,
+    Reservation,
+    ReservationKind,
+)
+from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
+
+QueueKey = tuple[int, float, float, float, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What pending workloads of one signature share: fit, types, CU, memo key."""
+
+    rejection: FitRejection | None
+    shape: PodShape
+    types: tuple[str, ...]
+    cu_per_pod: tuple[float, ...]  # per entry of `types`
+    min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
+    memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+
+
+@dataclass(slots=True)
+class Pending:
+    """A pending workload as the cycle tracks it: its queue, kind, order and current reason."""
+
+    workload: Workload
+    book: QueueBook
+    kind: Kind
+    uid: str
+    order: tuple[int, float, str]
+    code: PendingCode = PendingCode.OVER_FAIR_SHARE
+    done: bool = False
+    held_nodes: int = 0  # nodes reserved for it (message only)
+
+    @property
+    def shape(self) -> PodShape:
+        return self.kind.shape
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.kind.types
+
+    @property
+    def min_cu(self) -> float:
+        return self.kind.min_cu
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A running workload: what it holds (as a possible victim) and whether it may be evicted."""
+
+    victim: Victim
+    preemptible: bool
+    min_runtime_s: float
+
+
+class CycleState:
+    """Everything one cycle knows and has decided so far (see the module docstring)."""
+
+    def __init__(self, snapshot: CycleSnapshot) -> None:
+        self.snapshot = snapshot
+        self.pool = snapshot.pool
+        self.strategy = snapshot.pool.placement
+        self.gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}
+        self.weights = {name: gpu_type.compute_weight for name, gpu_type in self.gpu_types.items()}
+        pool_nodes = [node for node in snapshot.nodes if node.pool == self.pool.name]
+        ready = [node for node in pool_nodes if node.ready]
+        self.capacity = Capacity(ready)
+        hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes)
+        self.pool_room = PoolRoom(hardware)
+        ancestors = _limit_ancestors(snapshot)
+        self.books = {
+            queue.name: QueueBook(
+                queue,
+                self.pool.name,
+                snapshot.fair_share_cu.get(queue.name, 0.0),
+                self.weights,
+                ancestors(queue),
+                max_borrow_s(queue.quota(self.pool.name), self.pool),
+            )
+            for queue in snapshot.queues
+        }
+        # Nodes promised to long-waiting gangs (no beyond-fair-share work). Capacity held for a
+        # workload waiting for its victims is taken in `capacity` itself (see `hold`).
+        self.gang_held: set[int] = set()
+        # Decisions.
+        self.binds: list[BindDecision] = []
+        self.evicts: list[EvictDecision] = []
+        self.reservations: list[Reservation] = []
+        self.reasons: dict[str, PendingReason] = {}
+        self.evicted: set[str] = set()
+        # Running work: possible victims, those already leaving, and whom they leave for.
+        self.running: dict[str, Running] = {}
+        self.leaving: set[str] = set()
+        self.leaving_for: dict[str, list[Victim]] = {}
+        # Standing claims: beneficiaries whose victims have all or partly stopped, still owed
+        # the capacity freed for them; and the victims of those claims, not re-bound beyond
+        # their share while the claim stands (`cycle_claims`).
+        self.standing_claims: set[str] = set()  # beneficiaries
+        self.claim_victims: dict[str, str] = {}  # stopped victim → its beneficiary
+        # Pending work per queue in queue order, and the least CU of any suffix of that list.
+        self.queue_pending: dict[str, list[Pending]] = {}
+        self.suffix_min_cu: dict[str, list[float]] = {}
+        self.kinds: dict[tuple[object, ...], Kind] = {}
+        self.turns: dict[str, int] = {}  # the work-conserving pass's tie-break (`queue_key`)
+        # Memos of the phases: failures stay failures while capacity only shrinks.
+        self.place_failed: set[tuple[object, ...]] = set()
+        self.reclaim_failed: set[tuple[object, ...]] = set()
+        self.reclaim_index: dict[str, VictimIndex] = {}
+        self.guarantee_index: dict[str, VictimIndex] = {}
+        # Per GPU type, what each queue may still lose to reclaim; built on first need and kept
+        # current by `cycle_evict.commit` (binds and holds of reclaimers, within their share,
+        # change no victim queue's budget).
+        self.budgets: dict[str, VictimBudget] = {}
+        self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
+        # Per (queue, GPU type): CU and GPUs of its preemptible victims by priority class, kept
+        # current as they are evicted (preempt's cheap "could enough be freed" test).
+        self.preempt_totals: dict[tuple[str, str], dict[int, list[float]]] = {}
+        self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
+
+    # -- numbers --------------------------------------------------------------------------
+
+    def weight(self, gpu_type: str) -> float:
+        return self.weights.get(gpu_type, 0.0)
+
+    def cu_per_pod(self, item: Pending, gpu_type: str) -> float:
+        return item.workload.gpus_per_pod * self.weight(gpu_type)
+
+    def pods_allowed(self, item: Pending, gpu_type: str, within_share: bool) -> int:
+        allowed, _ = item.book.max_pods(
+            self.cu_per_pod(item, gpu_type),
+            item.workload.gpus_per_pod,
+            gpu_type,
+            item.workload.preemptible,
+            within_share,
+        )
+        return min(allowed, item.workload.pods)
+
+    # -- ordering -------------------------------------------------------------------------
+
+    def queue_key(self, name: str, position: int, rotate: bool = False) -> QueueKey:
+        """DESIGN §4.1: tier (highest first), allocated/fair-share ratio, the queue's next
+        workload's submit time, the queue's age, then its name.
+
+        `rotate` (the work-conserving pass): an exact tie after the queue's age goes by a number
+        drawn from the queue's name and the cycle's instant, not by the name itself, so no queue
+        wins every tie for spare capacity because of how it is spelled; the name remains only
+        to make the order total."""
+        book = self.books[name]
+        items = self.queue_pending[name]
+        next_submit = items[position].workload.submit_time_s if position < len(items) else math.inf
+        turn = self._turn(name) if rotate else 0
+        return (-book.tier, book.ratio(), next_submit, book.created_at_s, turn, name)
+
+    def _turn(self, name: str) -> int:
+        found = self.turns.get(name)
+        if found is None:
+            found = self.turns[name] = zlib.crc32(f"{name}@{self.snapshot.now_s!r}".encode())
+        return found
+
+    def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
+        """`wanted`, ordered by their queues' current order, then inside each queue."""
+        return sorted(wanted, key=lambda item: (self.queue_key(item.book.name, 0)[:2], item.order))
+
+    # -- placing, binding and holding -------------------------------------------------------
+
+    def ask(self, item: Pending, gpu_type: str, pods_max: int) -> Ask:
+        workload = item.workload
+        return Ask(item.shape, gpu_type, workload.gang_min_pods, pods_max, workload.topology)
+
+    def place(
+        self, item: Pending, gpu_type: str, pods_max: int, exclusion: Exclusion
+    ) -> list[PodUse] | None:
+        return place(self.capacity, self.ask(item, gpu_type, pods_max), self.strategy, exclusion)
+
+    def bind(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
+        self.capacity.take(plan)
+        bindings = self.bind_plan(item, plan)
+        gpus = len(plan) * item.workload.gpus_per_pod
+        cu = gpus * self.weight(gpu_type)
+        book = item.book
+        book.add(cu, gpus, gpu_type, item.workload.preemptible)
+        book.bound_cu += cu
+        self.binds.append(
+            BindDecision(
+                workload_uid=item.uid,
+                queue=book.name,
+                gpu_type=gpu_type,
+                bindings=bindings,
+                cu=cu,
+                over_fair_share=book.allocated_cu > book.fair_share_cu + EPS,
+            )
+        )
+        item.done = True
+
+    def bind_plan(self, item: Pending, plan: list[PodUse]) -> tuple[PodBinding, ...]:
+        shape = item.shape
+        return tuple(
+            PodBinding(
+                pod_index=position,
+                node=self.capacity.nodes[use.node].name,
+                gpu_indices=use.gpu_indices,
+                gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
+            )
+            for position, use in enumerate(plan)
+        )
+
+    def hold(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
+        """Hold what `plan` uses for a workload that waits for evicted capacity: exactly those
+        GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
+        victims still running there, so nothing else may use those GPUs in this cycle while the
+        rest of each node stays free for others; the next cycle re-derives the hold."""
+        self.capacity.take(plan)
+        nodes = sorted({use.node for use in plan})
+        gpus = len(plan) * item.workload.gpus_per_pod
+        cu = gpus * self.weight(gpu_type)
+        item.book.add(cu, gpus, gpu_type, item.workload.preemptible)
+        item.book.reserved_cu += cu
+        item.done = True
+        item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+        item.held_nodes = len(nodes)  # its reason is written with the others, in `result`
+        self.reservations.append(
+            Reservation(
+                item.uid,
+                ReservationKind.EVICTED_CAPACITY,
+                gpu_type,
+                tuple(self.capacity.nodes[index].name for index in nodes),
+                self.bind_plan(item, plan),
+            )
+        )
+
+    def reason(self, workload: Workload, code: PendingCode, message: str) -> None:
+        self.reasons[workload.uid] = PendingReason(code, message)
+
+    # -- the result -----------------------------------------------------------------------
+
+    def result(self) -> CycleResult:
+        # One reason per (code, queue, kind): the sentence depends on nothing else, and a
+        # busy pool has tens of thousands of pending workloads of few kinds.
+        shared: dict[tuple[PendingCode, str, int, int], PendingReason] = {}
+        for items in self.queue_pending.values():
+            for item in items:
+                if item.done and item.code is not PendingCode.WAITING_FOR_EVICTED_CAPACITY:
+                    continue  # bound
+                beneficiary = self.claim_victims.get(item.uid)
+                if beneficiary is not None and item.code is PendingCode.OVER_FAIR_SHARE:
+                    message = pending_message(
+                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
+                    )
+                    self.reasons[item.uid] = PendingReason(
+                        item.code,
+                        f"{message}; evicted for {beneficiary}, it is not re-bound beyond its "
+                        "queue's share while that claim stands",
+                    )
+                    continue
+                key = (item.code, item.book.name, id(item.kind), item.held_nodes)
+                reason = shared.get(key)
+                if reason is None:
+                    message = pending_message(
+                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
+                    )
+                    reason = shared[key] = PendingReason(item.code, message)
+                self.reasons[item.uid] = reason
+        return CycleResult(
+            binds=tuple(self.binds),
+            evicts=tuple(self.evicts),
+            pending=self.reasons,
+            reservations=tuple(self.reservations),
+            queues={name: book.summary() for name, book in self.books.items()},
+        )
+
+
+def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:
+    """For a leaf, the `LimitBook`s of the inner queues above it that have a limit in the pool,
+    nearest first; leaves under one department share its book. Inner queues without limits are
+    walked through (those above them may have some)."""
+    pool = snapshot.pool.name
+    parents = {queue.name: queue.parent for queue in snapshot.inner_queues}
+    limits = {
+        queue.name: LimitBook(queue, pool)
+        for queue in snapshot.inner_queues
+        if LimitBook.has_limits(queue, pool)
+    }
+
+    def ancestors(leaf: Queue) -> tuple[LimitBook, ...]:
+        found: list[LimitBook] = []
+        seen = {leaf.name}
+        name = leaf.parent
+        while name is not None and name not in seen:  # a cycle in bad input ends the walk
+            seen.add(name)
+            book = limits.get(name)
+            if book is not None:
+                found.append(book)
+            name = parents.get(name)
+        return tuple(found)
+
+    return ancestors
