@@ -287,4 +287,4 @@ def test_a_department_limit_holds_in_the_served_cycle(gpufair: GpufairClient) ->
         scheduler_pb2.ExplainWorkloadRequest(uid="vision-19"), timeout=30
     )
     assert explained.reason_code == "queue_limit"
-    assert "limit of queue research above its queue (limit 60.0 CU" in explained.message
+    assert "limit of queue research above its queue (limit 60 CU" in explained.message

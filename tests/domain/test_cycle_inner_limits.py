@@ -28,8 +28,8 @@ def test_a_department_cu_limit_caps_its_teams_in_the_work_conserving_pass() -> N
     reason = result.pending["t1-2"]
     assert reason.code is PendingCode.QUEUE_LIMIT
     assert reason.message == (
-        "would exceed the limit of queue dept above its queue (limit 4.0 CU; the queues under "
-        "it hold 4.0 CU, this needs 1.0 CU)"
+        "would exceed the limit of queue dept above its queue (limit 4 CU; the queues under "
+        "it hold 4 CU, this needs 1 CU)"
     )
 
 

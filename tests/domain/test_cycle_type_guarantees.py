@@ -41,7 +41,7 @@ def test_a_per_type_guarantee_counts_as_deserved_cu_for_non_preemptible_work() -
     reason = result.pending["g4"]
     assert reason.code is PendingCode.NON_PREEMPTIBLE_OVER_DESERVED
     assert (
-        "deserved 40.0 CU; the queue holds 40.0 CU of it and this needs 10.0 CU" in reason.message
+        "deserved 40 CU; the queue holds 40 CU of it and this needs 10 CU" in reason.message
     )
 
 
