@@ -40,9 +40,7 @@ def test_a_per_type_guarantee_counts_as_deserved_cu_for_non_preemptible_work() -
     assert result.queues["g"].deserved_cu == 40.0
     reason = result.pending["g4"]
     assert reason.code is PendingCode.NON_PREEMPTIBLE_OVER_DESERVED
-    assert (
-        "deserved 40 CU; the queue holds 40 CU of it and this needs 10 CU" in reason.message
-    )
+    assert "deserved 40 CU; the queue holds 40 CU of it and this needs 10 CU" in reason.message
 
 
 def _holder_with_all_a100s() -> list[Allocation]:
