@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -253,3 +254,19 @@ def test_ingest_metrics_count_events_and_their_lag() -> None:
     assert sample(f"{lag}_sum") == pytest.approx(before["sum"] + 0.5 + 1.0 + 30.0 + 1e6)
     assert sample(events, status="stored") == before["stored"] + 5
     assert sample(events, status="rejected") == before["rejected"] + 2
+
+
+def test_a_skipped_tick_is_not_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A tick that overruns its interval makes APScheduler skip the next one (one tick at a time,
+    by design): that is not logged; APScheduler's other warnings still are."""
+    scheduler_log = logging.getLogger("apscheduler.scheduler")
+    with caplog.at_level(logging.WARNING, logger="apscheduler.scheduler"):
+        scheduler_log.warning(
+            'Execution of job "%s" skipped: maximum number of running instances reached (%d)',
+            "PeriodicJobs.tick (trigger: interval[0:00:00.500000])",
+            1,
+        )
+        scheduler_log.warning("Run time of job %s was missed by %s", "tick", "0:00:02")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Run time of job tick was missed by 0:00:02"
+    ]

@@ -37,6 +37,18 @@ from gpufair.store.retention_repo import Retention, apply_retention
 
 log = logging.getLogger(__name__)
 
+
+class _SkippedTick(logging.Filter):
+    """Drops APScheduler's warning that a tick was skipped because the previous one still runs.
+    That is the design (one tick at a time; the next claims whatever period is still due), not
+    something to act on, and a busy or slow database makes it frequent."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in record.getMessage()
+
+
+logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTick())
+
 CANCEL_WAIT_S = 2.0  # for a cancelled job to roll back and record its outcome
 
 
