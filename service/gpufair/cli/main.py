@@ -99,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gpufair.api.auth import auth_interceptor
     from gpufair.api.server import build_server
+    from gpufair.cli.serve_group import run_group, worker_index
     from gpufair.gc_tuning import tune_for_serving
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
@@ -108,6 +109,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _quiet_setup_logs(args.log_level)
     check_listen(args)
     credentials = server_credentials(args)
+    if args.processes > 1:
+        return run_group(args, args.argv)
+    index = worker_index()
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
         log.info("database: %s", db.describe())
@@ -121,9 +125,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_workers=args.workers,
             interceptors_extra=[auth] if auth else [],
             credentials=credentials,
-            # The state gauges are read from the database only where they are exported.
-            metrics_registry=prometheus_client.REGISTRY if args.metrics_address else None,
+            # The state gauges are read from the database only where they are exported: in a
+            # group (`cli/serve_group.py`), by worker 0 alone.
+            metrics_registry=(
+                prometheus_client.REGISTRY if args.metrics_address and not index else None
+            ),
             health_interval_s=args.health_interval_s,
+            reuse_port=index is not None,
         )
         log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
         tune_for_serving()
@@ -228,6 +236,13 @@ def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
         print(f"{_ACTIONS.get(change.action, '?'):>6} {change.kind} {change.name}")
         for f in change.fields:
             print(f"         {f.field}: {f.before or '(unset)'} -> {f.after or '(unset)'}")
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
 
 
 def _kinds(value: str) -> list[str]:
@@ -541,7 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--address", default="127.0.0.1:50051", help="listen address")
-    serve.add_argument("--workers", type=int, default=32, help="RPC worker threads")
+    serve.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=os.cpu_count() or 1,
+        help="server processes on the one port, the number of cores by default "
+        "(cli/serve_group.py)",
+    )
+    serve.add_argument("--workers", type=int, default=32, help="RPC worker threads per process")
     serve.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
     serve.add_argument(
         "--metrics-address",
@@ -679,6 +701,7 @@ def _describe_rpc_error(exc: grpc.RpcError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
