@@ -114,10 +114,12 @@ def test_reads_run_no_query_and_a_replica_reads_its_own_writes_at_once(
         b.get_config()
         b.get_fair_share("default")
         event.listen(engine_b, "before_cursor_execute", count)
+        checks = running.keys.checks
         for _ in range(100):
             assert b.get_config().config_version == 1
             assert b.get_fair_share("default").capacity_cu == pytest.approx(80.0)
         assert statements == []
+        assert running.keys.checks == checks
 
         b.apply_config(cluster(16))
         assert b.get_config().config_version == 2

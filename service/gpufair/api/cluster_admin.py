@@ -43,8 +43,9 @@ from gpufair.domain.errors import FailedPrecondition, InvalidInputError, NotFoun
 from gpufair.domain.limits import MAX_OBJECTS
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import kind_violations, object_names_violations
-from gpufair.store import config_repo, locks, read_versions
+from gpufair.store import config_repo, locks
 from gpufair.store.commit_watch import commit_count
+from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import cluster_pb2 as pb
 from gpufair.v1 import cluster_pb2_grpc
 
@@ -75,10 +76,12 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
         engine: Engine,
         clock: Callable[[], float] = time.time,
         configs: ReadCache[None, pb.GetConfigResponse] | None = None,
+        keys: KeyReader | None = None,
     ) -> None:
         self.engine = engine
         self.clock = clock
         # GetConfig's reply, current with what any replica applied.
+        self.keys = keys if keys is not None else KeyReader(engine)
         self.configs = configs if configs is not None else ReadCache(commit_count(engine))
 
     def ApplyConfig(
@@ -144,11 +147,10 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     def _config(self, held: Hashable) -> tuple[Hashable, pb.GetConfigResponse | None]:
         """The check of `configs`: the latest version's key, and the reply when it is not
         `held`. The key is read first, so a reply is never older than its key."""
+        key = self.keys.config_key()
+        if key is not None and key == held:
+            return key, None
         with self.engine.connect() as conn:
-            key = read_versions.config_key(conn)
-            if key is not None and key == held:
-                conn.rollback()
-                return key, None
             config = config_repo.load_config(conn)
             version = config_repo.config_version(conn)
         return key, pb.GetConfigResponse(config=config_to_proto(config), config_version=version)

@@ -17,9 +17,10 @@ from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.request_rules import name_violations, time_range_violations
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services.recompute import history_warnings, recompute_pool
-from gpufair.store import config_repo, fairshare_repo, read_versions
+from gpufair.store import config_repo, fairshare_repo
 from gpufair.store.commit_watch import commit_count
 from gpufair.store.fairshare_repo import StoredShare
+from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
 from gpufair.v1 import ledger_pb2 as pb
 
@@ -63,11 +64,13 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         engine: Engine,
         clock: Callable[[], float] = time.time,
         fair_shares: ReadCache[str, pb.GetFairShareResponse] | None = None,
+        keys: KeyReader | None = None,
     ) -> None:
         self.engine = engine
         self.clock = clock
         self.ingest = Ingest(engine, clock)
         # GetFairShare's replies per pool, current with what any replica committed.
+        self.keys = keys if keys is not None else KeyReader(engine)
         self.fair_shares = (
             fair_shares if fair_shares is not None else ReadCache(commit_count(engine))
         )
@@ -99,16 +102,15 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         """The check of `fair_shares` (`api/read_cache.py`): the key of the pool's latest run and
         config version, and the reply when the key is not `held`. The key is read before what
         it names, so a reply is never older than its key."""
+        version = self.keys.fair_share_key(pool)
+        if version == held:
+            return version, None
         with self.engine.connect() as conn:
-            version = read_versions.fair_share_key(conn, pool)
-            if version == held:
-                conn.rollback()
-                return version, None
             if version[0] is None:
                 config_repo.load_config(conn).pool(pool)  # NOT_FOUND if unknown
                 warnings: Sequence[str] = recompute_pool(conn, pool, self.clock()).warnings
                 conn.commit()
-                version = read_versions.fair_share_key(conn, pool)
+                version = self.keys.fair_share_key(pool)
                 run = fairshare_repo.latest_run(conn, pool)
             else:
                 run = fairshare_repo.latest_run(conn, pool)

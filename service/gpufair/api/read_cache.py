@@ -7,7 +7,9 @@ current by a check that started at most `staleness_s` before the call arrived; o
 caller per entry runs the check (one indexed query) while the others wait for it, and the reply
 is rebuilt only when the key moved. So every replica serves what any replica committed at most
 `staleness_s` earlier, whichever of them committed it, with at most one query per entry per
-`staleness_s` however many calls arrive. A commit of this process (`store/commit_watch.py`)
+`staleness_s` however many calls arrive. Under steady traffic the check runs ahead of time,
+once an entry is past half its bounds, by one caller while the others are answered from memory,
+so calls do not queue behind it. A commit of this process (`store/commit_watch.py`)
 also makes the next call check, so a caller reads its own writes on the replica that took them
 at once. Entries are also rebuilt at least every `max_age_s`, so
 what changes without a new key (a value edited in the database by hand, the usage window
@@ -19,6 +21,7 @@ exists.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -27,10 +30,12 @@ from typing import Generic, TypeVar
 
 from gpufair.store.commit_watch import CommitCount
 
+log = logging.getLogger(__name__)
+
 Key = TypeVar("Key", bound=Hashable)
 Reply = TypeVar("Reply")
 
-DEFAULT_STALENESS_S = 0.005
+DEFAULT_STALENESS_S = 0.02
 DEFAULT_MAX_AGE_S = 1.0
 
 
@@ -66,35 +71,59 @@ class ReadCache(Generic[Key, Reply]):
         arrived = self._monotonic()
         entry = self._entries.get(key)
         if entry is not None and self._fresh(entry, arrived):
+            if self._due(entry, arrived):
+                # Past half its bounds: one caller checks ahead of time while the others are
+                # answered from memory, so under steady traffic no call waits for a check.
+                lock = self._lock(key)
+                if lock.acquire(blocking=False):
+                    try:
+                        return self._check(key, refresh).reply
+                    except Exception:
+                        log.warning("early check of %r failed", key, exc_info=True)
+                    finally:
+                        lock.release()
             return entry.reply
         with self._lock(key):
             entry = self._entries.get(key)
             if entry is not None and self._fresh(entry, arrived):
                 return entry.reply  # checked by another caller while this one waited
-            commits = self.commits.value
-            started = self._monotonic()
-            too_old = entry is None or started - entry.built_at > self.max_age_s
             try:
-                version, reply = refresh(None if too_old or entry is None else entry.version)
+                return self._check(key, refresh).reply
             except BaseException:
                 self._entries.pop(key, None)
                 with self._guard:
                     self._locks.pop(key, None)
                 raise
-            if reply is None:
-                if entry is None or too_old:
-                    raise RuntimeError("a refresh without a held reply must build one")
-                entry = _Entry(version, entry.reply, started, commits, entry.built_at)
-            else:
-                entry = _Entry(version, reply, started, commits, started)
-            self._entries[key] = entry
-            return entry.reply
+
+    def _check(
+        self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]
+    ) -> _Entry[Reply]:
+        """Run the check (the caller holds the key's lock) and store what it found."""
+        entry = self._entries.get(key)
+        commits = self.commits.value
+        started = self._monotonic()
+        rebuild = entry is None or started - entry.built_at > self.max_age_s / 2
+        version, reply = refresh(None if rebuild or entry is None else entry.version)
+        if reply is None:
+            if entry is None or rebuild:
+                raise RuntimeError("a refresh without a held reply must build one")
+            entry = _Entry(version, entry.reply, started, commits, entry.built_at)
+        else:
+            entry = _Entry(version, reply, started, commits, started)
+        self._entries[key] = entry
+        return entry
 
     def _fresh(self, entry: _Entry[Reply], arrived: float) -> bool:
         return (
             entry.checked_at >= arrived - self.staleness_s
             and entry.commits == self.commits.value
             and arrived - entry.built_at <= self.max_age_s
+        )
+
+    def _due(self, entry: _Entry[Reply], arrived: float) -> bool:
+        return (
+            arrived - entry.checked_at > self.staleness_s / 2
+            or arrived - entry.built_at > self.max_age_s / 2
         )
 
     def _lock(self, key: Key) -> threading.Lock:

@@ -28,6 +28,7 @@ from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
 from gpufair.store.commit_watch import commit_count
+from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -56,6 +57,7 @@ class RunningServer:
     port: int
     health: health.HealthServicer
     database_health: DatabaseHealth
+    keys: KeyReader
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
         """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
@@ -67,7 +69,9 @@ class RunningServer:
         only after its commit), so the process exits anyway (`gpufair serve`)."""
         self.health.enter_graceful_shutdown()
         self.database_health.stop()
-        return self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
+        done = self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
+        self.keys.close()
+        return done
 
 
 def build_server(
@@ -111,13 +115,14 @@ def build_server(
         ],
     )
     commits = commit_count(engine)
+    keys = KeyReader(engine)  # the read caches' checks, on one connection of their own
     cluster_admin = ClusterAdminServicer(
-        engine, clock, configs=ReadCache(commits, staleness_s=read_staleness_s)
+        engine, clock, configs=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(cluster_admin, server)
     scheduler = SchedulerServicer(engine, clock)
     ledger = LedgerServicer(
-        engine, clock, fair_shares=ReadCache(commits, staleness_s=read_staleness_s)
+        engine, clock, fair_shares=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
     )
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
     ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)
@@ -142,5 +147,9 @@ def build_server(
         metrics_registry.register(StateCollector(engine, database_health, clock=clock))
     server.start()
     return RunningServer(
-        server=server, port=port, health=health_servicer, database_health=database_health
+        server=server,
+        port=port,
+        health=health_servicer,
+        database_health=database_health,
+        keys=keys,
     )
