@@ -17,7 +17,6 @@ tree) is read from /proc before and after. The JSON printed is what `results/ser
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from load import cluster
-from server_process import cpu_seconds, free_port, wait_serving
+from server_process import free_port, tree_cpu_s, wait_serving
 
 from gpufair.client import GpufairClient
 from gpufair.store.scratch import scratch_database, test_server
@@ -41,25 +40,6 @@ from gpufair.v1 import ledger_pb2
 
 HERE = Path(__file__).resolve().parent
 PATH = "/gpufair.v1.Ledger/GetFairShare"
-
-
-def tree(pid: int) -> list[int]:
-    """`pid` and its descendants."""
-    pids = [pid]
-    with contextlib.suppress(FileNotFoundError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                for child in (task / "children").read_text().split():
-                    pids += tree(int(child))
-    return pids
-
-
-def tree_cpu_s(pid: int) -> float:
-    total = 0.0
-    for p in tree(pid):
-        with contextlib.suppress(FileNotFoundError):
-            total += cpu_seconds(p)
-    return total
 
 
 def percentile(ordered: list[float], q: float) -> float:

@@ -36,7 +36,7 @@ Key = TypeVar("Key", bound=Hashable)
 Reply = TypeVar("Reply")
 
 DEFAULT_STALENESS_S = 0.02
-DEFAULT_MAX_AGE_S = 1.0
+DEFAULT_MAX_AGE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from gpufair.cli.auth import (
     client_auth_kwargs,
     server_credentials,
 )
-from gpufair.cli.logs import LOG_FORMATS, setup_logging
+from gpufair.cli.logs import LOG_FORMATS, setup_logging, stop_logging
 from gpufair.cli.options import (
     add_output_option,
     completion_script,
@@ -87,8 +87,8 @@ def _quiet_setup_logs(level: str) -> None:
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
-def _setup_logging(level: str, log_format: str = "text") -> None:
-    setup_logging(level, log_format)
+def _setup_logging(level: str, log_format: str = "text", *, queued: bool = False) -> None:
+    setup_logging(level, log_format, queued=queued)
 
 
 # ---- serve / migrate -------------------------------------------------------------------------
@@ -105,12 +105,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpufair.store import database, migrate
     from gpufair.store.retention_repo import Retention
 
-    _setup_logging(args.log_level, args.log_format)
+    _setup_logging(args.log_level, args.log_format, queued=True)
     _quiet_setup_logs(args.log_level)
     check_listen(args)
     credentials = server_credentials(args)
     if args.processes > 1:
-        return run_group(args, args.argv)
+        try:
+            return run_group(args, args.argv)
+        finally:
+            stop_logging()
     index = worker_index()
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
@@ -179,6 +182,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         db.close()
     # Everything of ours is closed. Exit now rather than let the interpreter join threads that
     # grpc may leave behind (seen after a malformed stream message): shutdown stays bounded.
+    stop_logging()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
