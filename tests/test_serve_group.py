@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -101,3 +102,41 @@ def test_two_processes_share_the_port_and_stop_together(database_url: str, tmp_p
             os.kill(pid, 0)
     assert text.count("received SIGTERM") == 3  # the parent and each worker
     assert text.count("stopped") >= 3
+
+
+def test_workers_stop_when_the_parent_is_killed(database_url: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFAIR_")}
+    log = tmp_path / "serve.log"
+    group = ServeProcess(
+        ["--database-url", database_url, "--processes", "2", "--grace-s", "1", "--no-jobs"],
+        env,
+        log,
+    )
+    try:
+        group.wait_serving()
+        started = None
+        deadline = time.monotonic() + 30
+        while started is None and time.monotonic() < deadline:
+            started = re.search(r"with 2 processes \(pids (\d+), (\d+)\)", log.read_text())
+            time.sleep(0.1)
+        assert started is not None, log.read_text()
+        pids = [int(p) for p in started.groups()]
+    finally:
+        group.proc.send_signal(signal.SIGKILL)
+        group.proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in pids if _running(pid)]
+    assert alive == [], log.read_text()
+    assert log.read_text().count("parent") >= 2
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (an orphan reaped by init, or a zombie, is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

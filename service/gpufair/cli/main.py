@@ -167,8 +167,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, on_signal)
         # Wake every second: a signal the kernel hands to one of grpc's threads only marks the
         # handler pending, and the main thread runs it when it next wakes, not while it sleeps.
+        parent = os.getppid()
         while not stop.wait(timeout=1.0):
-            pass
+            if index is not None and os.getppid() != parent:
+                # The group's parent is gone (killed outright): a worker does not serve alone.
+                log.error("the serve group's parent %d is gone: stopping", parent)
+                break
         log.info(
             "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
         )

@@ -19,7 +19,9 @@ bound (not listening) for the group's life.
 - SIGTERM (or SIGINT) to the parent is passed to every worker, each stops gracefully
   (`--grace-s`), and the parent exits 0 once all have. A worker that exits on its own takes the
   group down (the others are stopped, the parent exits 1), so the supervisor restarts the whole
-  service rather than run it short of a worker or of the one running the jobs.
+  service rather than run it short of a worker or of the one running the jobs. A parent killed
+  outright (SIGKILL) takes its workers with it: each sees within a second that its parent is gone
+  and stops as on SIGTERM.
 """
 
 from __future__ import annotations
