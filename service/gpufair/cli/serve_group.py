@@ -20,13 +20,15 @@ bound (not listening) for the group's life.
   (`--grace-s`), and the parent exits 0 once all have. A worker that exits on its own takes the
   group down (the others are stopped, the parent exits 1), so the supervisor restarts the whole
   service rather than run it short of a worker or of the one running the jobs. A parent killed
-  outright (SIGKILL) takes its workers with it: each sees within a second that its parent is gone
-  and stops as on SIGTERM.
+  outright (SIGKILL) takes its workers with it at once, as a crash of the service would
+  (`die_with_parent`); where the kernel cannot do that, a worker sees within a second that its
+  parent is gone and stops as on SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import signal
@@ -39,16 +41,33 @@ from types import FrameType
 
 log = logging.getLogger(__name__)
 
-# Set in a worker's environment: its index in the group.
+# Set in a worker's environment: its index in the group, and the parent's pid.
 WORKER_INDEX_ENV = "GPUFAIR_SERVE_WORKER_INDEX"
+PARENT_ENV = "GPUFAIR_SERVE_PARENT"
+_PR_SET_PDEATHSIG = 1
 # How long past its grace period a stopping worker is waited for before it is killed.
 STOP_MARGIN_S = 10.0
 
 
 def worker_index() -> int | None:
-    """This process's index in a group; None when it is not a worker of one."""
+    """This process's index in a group (tied to its parent's life from here on); None when it
+    is not a worker of one."""
     value = os.environ.get(WORKER_INDEX_ENV)
-    return None if value is None else int(value)
+    if value is None:
+        return None
+    die_with_parent(int(os.environ.get(PARENT_ENV, os.getppid())))
+    return int(value)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this worker when its parent dies (Linux's PR_SET_PDEATHSIG); and if
+    the parent is already gone, go now. Elsewhere, `gpufair serve` watches its parent instead."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("cannot tie this worker to its parent (errno %d)", ctypes.get_errno())
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _reserve_port(address: str) -> tuple[str, socket.socket | None]:
@@ -93,7 +112,7 @@ def run_group(args: argparse.Namespace, argv: list[str]) -> int:
             workers.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "gpufair.cli", *argv, *extra],
-                    env={**env, WORKER_INDEX_ENV: str(index)},
+                    env={**env, WORKER_INDEX_ENV: str(index), PARENT_ENV: str(os.getpid())},
                 )
             )
         log.info(
