@@ -115,11 +115,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         finally:
             stop_logging()
     index = worker_index()
+    # A worker of a group says its start and stop at DEBUG: the group's parent says them once.
+    say = log.info if index is None else log.debug
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
-        log.info("database: %s", db.describe())
+        say("database: %s", db.describe())
         migrate.upgrade(db.url)
-        log.info("schema at revision %s", migrate.current_revision(db.url))
+        say("schema at revision %s", migrate.current_revision(db.url))
         engine = database.make_engine(db.url)
         auth = auth_interceptor(engine, args.require_tokens)
         running = build_server(
@@ -136,7 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             health_interval_s=args.health_interval_s,
             reuse_port=index is not None,
         )
-        log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
+        say("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
         tune_for_serving()
         if args.metrics_address:
             host, _, port = args.metrics_address.rpartition(":")
@@ -160,7 +162,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s", signal.Signals(signum).name)
+            say("received %s", signal.Signals(signum).name)
             stop.set()
 
         signal.signal(signal.SIGTERM, on_signal)
@@ -173,15 +175,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 # The group's parent is gone (killed outright): a worker does not serve alone.
                 log.error("the serve group's parent %d is gone: stopping", parent)
                 break
-        log.info(
-            "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
-        )
+        say("shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s)
         if not running.stop(args.grace_s):
             log.warning("gRPC calls did not finish within the grace period; exiting without them")
         if jobs is not None:
             jobs.stop()
         engine.dispose()
-        log.info("stopped")
+        say("stopped")
     finally:
         db.close()
     # Everything of ours is closed. Exit now rather than let the interpreter join threads that

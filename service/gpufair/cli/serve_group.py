@@ -101,6 +101,7 @@ def run_group(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         log.info("database: %s", db.describe())
         migrate.upgrade(db.url)
+        log.info("schema at revision %s", migrate.current_revision(db.url))
         address, holder = _reserve_port(args.address)
         env = {**os.environ, database.DATABASE_URL_ENV: db.url}
         for index in range(args.processes):
