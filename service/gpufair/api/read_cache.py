@@ -8,8 +8,8 @@ caller per entry runs the check (one indexed query) while the others wait for it
 is rebuilt only when the key moved. So every replica serves what any replica committed at most
 `staleness_s` earlier, whichever of them committed it, with at most one query per entry per
 `staleness_s` however many calls arrive. Under steady traffic the check runs ahead of time,
-once an entry is past half its bounds, by one caller while the others are answered from memory,
-so calls do not queue behind it. A commit of this process (`store/commit_watch.py`)
+once an entry is past half its bounds, on a thread of the cache's own while the calls are
+answered from memory, so no call waits for a check and none pays for one. A commit of this process (`store/commit_watch.py`)
 also makes the next call check, so a caller reads its own writes on the replica that took them
 at once. Entries are also rebuilt at least every `max_age_s`, so
 what changes without a new key (a value edited in the database by hand, the usage window
@@ -63,6 +63,11 @@ class ReadCache(Generic[Key, Reply]):
         self._entries: dict[Key, _Entry[Reply]] = {}
         self._locks: dict[Key, threading.Lock] = {}
         self._guard = threading.Lock()
+        # Keys whose check the cache's thread is asked to run ahead of time.
+        self._pending: dict[Key, Callable[[Hashable], tuple[Hashable, Reply | None]]] = {}
+        self._wake = threading.Condition(self._guard)
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
     def get(self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]) -> Reply:
         """The reply for `key`. `refresh(held)` runs the check: given the version of the reply
@@ -72,16 +77,7 @@ class ReadCache(Generic[Key, Reply]):
         entry = self._entries.get(key)
         if entry is not None and self._fresh(entry, arrived):
             if self._due(entry, arrived):
-                # Past half its bounds: one caller checks ahead of time while the others are
-                # answered from memory, so under steady traffic no call waits for a check.
-                lock = self._lock(key)
-                if lock.acquire(blocking=False):
-                    try:
-                        return self._check(key, refresh).reply
-                    except Exception:
-                        log.warning("early check of %r failed", key, exc_info=True)
-                    finally:
-                        lock.release()
+                self._check_ahead(key, refresh)
             return entry.reply
         with self._lock(key):
             entry = self._entries.get(key)
@@ -94,6 +90,47 @@ class ReadCache(Generic[Key, Reply]):
                 with self._guard:
                     self._locks.pop(key, None)
                 raise
+
+    def _check_ahead(
+        self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]
+    ) -> None:
+        """Have the cache's thread check `key` (once, however many calls ask meanwhile)."""
+        with self._guard:
+            if key in self._pending or self._closed:
+                return
+            self._pending[key] = refresh
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._check_pending, name="read-cache", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def _check_pending(self) -> None:
+        while True:
+            with self._guard:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                key, refresh = next(iter(self._pending.items()))
+            try:
+                with self._lock(key):
+                    entry = self._entries.get(key)
+                    if entry is not None and self._due(entry, self._monotonic()):
+                        self._check(key, refresh)
+            except Exception:
+                # The entry stays as it was; a call past its bounds checks (and fails) itself.
+                log.warning("checking the cached reply of %r failed", key, exc_info=True)
+            finally:
+                with self._guard:
+                    self._pending.pop(key, None)
+
+    def close(self) -> None:
+        """Stop the cache's thread (the server's `stop`)."""
+        with self._guard:
+            self._closed = True
+            self._wake.notify()
 
     def _check(
         self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]

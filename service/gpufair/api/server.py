@@ -58,6 +58,7 @@ class RunningServer:
     health: health.HealthServicer
     database_health: DatabaseHealth
     keys: KeyReader
+    caches: tuple[ReadCache[Any, Any], ...] = ()
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
         """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
@@ -70,6 +71,8 @@ class RunningServer:
         self.health.enter_graceful_shutdown()
         self.database_health.stop()
         done = self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
+        for cache in self.caches:
+            cache.close()
         self.keys.close()
         return done
 
@@ -152,4 +155,5 @@ def build_server(
         health=health_servicer,
         database_health=database_health,
         keys=keys,
+        caches=(cluster_admin.configs, ledger.fair_shares),
     )
