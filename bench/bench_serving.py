@@ -117,9 +117,7 @@ def main() -> int:
         test_server() as server,
         scratch_database(server.url, prefix="gpufair_bench") as url,
         tempfile.TemporaryDirectory() as tmp,
-        (Path(tempfile.gettempdir()) / f"gpufair-bench-serving-{os.getpid()}.log").open(
-            "wb"
-        ) as log,
+        tempfile.TemporaryFile() as log,
     ):
         port = free_port()
         gpufair = subprocess.Popen(
