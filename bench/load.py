@@ -2,8 +2,8 @@
 
     python bench/load.py [--clients 200] [--seconds 60]
 
-`gpufair serve` runs as a child process with its default settings (32 RPC threads, periodic jobs
-on) on a scratch database, loopback only. The cluster has two pools of 8-GPU nodes: `main`
+`gpufair serve` runs as a child process with its default settings (one process per core, 32 RPC
+threads each, periodic jobs on; `--processes` sets the count) on a scratch database, loopback only. The cluster has two pools of 8-GPU nodes: `main`
 (60 nodes), with a backlog of 3,000 waiting workloads that `Schedule` places, and `batch` (four
 GPUs per client), whose workloads the clients run by reporting events. Each client has its own channel (its own TCP connection)
 and calls one RPC after another without pause, choosing each call by weight:
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from server_process import backend_cpu_s, backends_used, cpu_seconds, free_port, wait_serving
+from server_process import backend_cpu_s, backends_used, free_port, tree, tree_cpu_s, wait_serving
 from sqlalchemy import create_engine, text
 
 from gpufair.client import GpufairClient
@@ -239,10 +239,15 @@ class Client:
 
 
 def read_rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
+    """Resident memory of `pid` and its workers (`gpufair serve --processes N`)."""
+    total = 0
+    for p in tree(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    if not total:
+        raise RuntimeError(f"no VmRSS for {pid}")
+    return total
 
 
 def sample_rss(pid: int, stop: threading.Event, samples: list[tuple[float, int]]) -> None:
@@ -319,6 +324,9 @@ def main() -> int:
     parser.add_argument(
         "--server-workers", type=int, default=32, help="RPC threads of the server (serve --workers)"
     )
+    parser.add_argument(
+        "--processes", type=int, default=None, help="gpufair serve --processes (its default: cores)"
+    )
     parser.add_argument("--max-calls", type=int, default=2_000_000, help="stop after this many")
     args = parser.parse_args()
     weights = [float(w) for w in args.mix.split(",")]
@@ -335,6 +343,7 @@ def main() -> int:
                 *(sys.executable, "-m", "gpufair.cli", "serve", "--address", address),
                 *("--database-url", url, "--metrics-address", "", "--grace-s", "5"),
                 *("--workers", str(args.server_workers)),
+                *(("--processes", str(args.processes)) if args.processes else ()),
             ],
             env=env,
             stdout=log,
@@ -362,7 +371,7 @@ def main() -> int:
             stop = threading.Event()
             sampler = threading.Thread(target=sample_rss, args=(proc.pid, stop, samples))
             load_before = os.getloadavg()
-            server_cpu_0 = cpu_seconds(proc.pid)
+            server_cpu_0 = tree_cpu_s(proc.pid)
             backends_0 = backend_cpu_s(url)
             own_0 = resource.getrusage(resource.RUSAGE_SELF)
             sampler.start()
@@ -372,7 +381,7 @@ def main() -> int:
             stop.set()
             sampler.join()
             own_1 = resource.getrusage(resource.RUSAGE_SELF)
-            server_cpu = cpu_seconds(proc.pid) - server_cpu_0
+            server_cpu = tree_cpu_s(proc.pid) - server_cpu_0
             backends_1 = backend_cpu_s(url)
             load_after = os.getloadavg()
             alive = proc.poll() is None

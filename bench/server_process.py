@@ -1,8 +1,10 @@
 """What the benchmarks that run `gpufair serve` as a process of its own share: a free port,
-waiting until it serves, and the CPU time of a process and of PostgreSQL's backends."""
+waiting until it serves, and the CPU time of a process (with its workers) and of PostgreSQL's
+backends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -27,6 +29,26 @@ def free_port() -> int:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants (`gpufair serve --processes N` is a parent and N workers)."""
+    pids = [pid]
+    with contextlib.suppress(FileNotFoundError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                for child in (task / "children").read_text().split():
+                    pids += tree(int(child))
+    return pids
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU time so far of `pid` and its descendants alive now."""
+    total = 0.0
+    for p in tree(pid):
+        with contextlib.suppress(FileNotFoundError):
+            total += cpu_seconds(p)
+    return total
 
 
 def wait_serving(address: str, proc: subprocess.Popen[bytes]) -> None:

@@ -207,6 +207,8 @@ def stack(pg_server: Database, tmp_path: Path) -> Iterator[tuple[ServeProcess, P
         args = ["--database-url", url, "--grace-s", "1", "--job-tick-s", "0.5"]
         args += ["--health-interval-s", "0.5", "--log-format", "json"]
         args += ["--metrics-address", f"127.0.0.1:{metrics_port}"]
+        # One process: its one endpoint has every series (a group has one per worker).
+        args += ["--processes", "1"]
         serve = ServeProcess(args, env, tmp_path / "serve.log")
         prometheus = Prometheus(prometheus_binary, tmp_path, metrics_port)
         try:

@@ -14,7 +14,7 @@ are stored, as an empty config (or a message that decodes as one) asks, needs
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import grpc
 from sqlalchemy import Connection, Engine
@@ -28,6 +28,7 @@ from gpufair.api.convert_cluster import (
     map_violations,
 )
 from gpufair.api.idempotent import run_mutation
+from gpufair.api.read_cache import ReadCache
 from gpufair.domain.config_diff import KINDS, ChangeAction, diff_configs, objects_by_kind
 from gpufair.domain.config_rules import config_warnings, validate_config
 from gpufair.domain.config_scope import (
@@ -43,6 +44,8 @@ from gpufair.domain.limits import MAX_OBJECTS
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import kind_violations, object_names_violations
 from gpufair.store import config_repo, locks
+from gpufair.store.commit_watch import commit_count
+from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import cluster_pb2 as pb
 from gpufair.v1 import cluster_pb2_grpc
 
@@ -68,9 +71,18 @@ def _count(config: ClusterConfig) -> int:
 
 
 class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        clock: Callable[[], float] = time.time,
+        configs: ReadCache[None, pb.GetConfigResponse] | None = None,
+        keys: KeyReader | None = None,
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        # GetConfig's reply, current with what any replica applied.
+        self.keys = keys if keys is not None else KeyReader(engine)
+        self.configs = configs if configs is not None else ReadCache(commit_count(engine))
 
     def ApplyConfig(
         self, request: pb.ApplyConfigRequest, context: grpc.ServicerContext
@@ -128,10 +140,20 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     def GetConfig(
         self, request: pb.GetConfigRequest, context: grpc.ServicerContext
     ) -> pb.GetConfigResponse:
+        """From memory (`api/read_cache.py`), current with what any replica applied; the reply
+        is shared: nothing may change it."""
+        return self.configs.get(None, self._config)
+
+    def _config(self, held: Hashable) -> tuple[Hashable, pb.GetConfigResponse | None]:
+        """The check of `configs`: the latest version's key, and the reply when it is not
+        `held`. The key is read first, so a reply is never older than its key."""
+        key = self.keys.config_key()
+        if key is not None and key == held:
+            return key, None
         with self.engine.connect() as conn:
             config = config_repo.load_config(conn)
             version = config_repo.config_version(conn)
-        return pb.GetConfigResponse(config=config_to_proto(config), config_version=version)
+        return key, pb.GetConfigResponse(config=config_to_proto(config), config_version=version)
 
     def DeleteObjects(
         self, request: pb.DeleteObjectsRequest, context: grpc.ServicerContext

@@ -63,6 +63,25 @@ def _rewrap(handler: Any, decorate: Callable[[Behavior], Behavior]) -> Any:
     return handler
 
 
+class _Memo:
+    """Each method's decorated handler, reused while the handler it decorates is the very same
+    object (the servicer's, or an inner interceptor's memoized one): an interceptor's wrapping is
+    built once per method rather than once per call. One entry per method, replaced when the
+    inner handler changes (an interceptor that builds a handler per call simply misses)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Any, Any]] = {}
+
+    def get(self, method: str, inner: Any, build: Callable[[Any], Any]) -> Any:
+        last = self._last.get(method)
+        if last is not None and last[0] is inner:
+            return last[1]
+        outer = build(inner)
+        if inner is not None:
+            self._last[method] = (inner, outer)
+        return outer
+
+
 class MalformedRequest:
     """What a request message deserializes to when its bytes are not a valid message."""
 
@@ -98,12 +117,18 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """No exception leaves a handler as UNKNOWN: each gets the status `abort_for` gives it, and
     malformed request bytes are INVALID_ARGUMENT (module docstring)."""
 
+    def __init__(self) -> None:
+        self._memo = _Memo()
+
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Any],
         details: grpc.HandlerCallDetails,
     ) -> Any:
         method = details.method
+        return self._memo.get(method, continuation(details), lambda h: self._wrap(method, h))
+
+    def _wrap(self, method: str, inner: Any) -> Any:
         short = method.rsplit("/", 1)[-1]
 
         def decorate(behavior: Behavior) -> Behavior:
@@ -122,7 +147,7 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
             return guarded
 
-        handler = _rewrap(continuation(details), decorate)
+        handler = _rewrap(inner, decorate)
         if handler is None or handler.request_deserializer is None:
             return handler
         if handler.unary_unary is not None:
@@ -145,11 +170,18 @@ class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     transactions get a statement timeout no longer than the caller waits (store/deadline.py).
     Placed outside the auth interceptor, whose token lookup is database work too."""
 
+    def __init__(self) -> None:
+        self._memo = _Memo()
+
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Any],
         details: grpc.HandlerCallDetails,
     ) -> Any:
+        return self._memo.get(details.method, continuation(details), self._wrap)
+
+    @staticmethod
+    def _wrap(inner: Any) -> Any:
         def decorate(behavior: Behavior) -> Behavior:
             def bounded(request: Any, context: grpc.ServicerContext) -> Any:
                 with call_deadline(context.time_remaining()):
@@ -157,20 +189,28 @@ class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
             return bounded
 
-        return _rewrap(continuation(details), decorate)
+        return _rewrap(inner, decorate)
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Counts, times and logs every RPC by method and final status (placed outermost)."""
+
+    def __init__(self) -> None:
+        self._memo = _Memo()
 
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Any],
         details: grpc.HandlerCallDetails,
     ) -> Any:
-        method = details.method.rsplit("/", 1)[-1]
+        full = details.method
+        return self._memo.get(full, continuation(details), lambda h: self._wrap(full, h))
+
+    @staticmethod
+    def _wrap(full: str, inner: Any) -> Any:
+        method = full.rsplit("/", 1)[-1]
         # Probes and tooling call health and reflection all day: counted, not logged.
-        logged = not details.method.startswith(("/grpc.health.", "/grpc.reflection."))
+        logged = not full.startswith(("/grpc.health.", "/grpc.reflection."))
 
         def decorate(behavior: Behavior) -> Behavior:
             def timed(request: Any, context: grpc.ServicerContext) -> Any:
@@ -193,4 +233,4 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
             return timed
 
-        return _rewrap(continuation(details), decorate)
+        return _rewrap(inner, decorate)

@@ -4,20 +4,23 @@ share."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import grpc
 from sqlalchemy import Engine
 
 from gpufair.api.ingest import Ingest
+from gpufair.api.read_cache import ReadCache
 from gpufair.api.usage import get_usage
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.request_rules import name_violations, time_range_violations
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services.recompute import history_warnings, recompute_pool
 from gpufair.store import config_repo, fairshare_repo
+from gpufair.store.commit_watch import commit_count
 from gpufair.store.fairshare_repo import StoredShare
+from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
 from gpufair.v1 import ledger_pb2 as pb
 
@@ -56,10 +59,21 @@ def _seconds(ts: Any, default: float) -> float:
 
 
 class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        clock: Callable[[], float] = time.time,
+        fair_shares: ReadCache[str, pb.GetFairShareResponse] | None = None,
+        keys: KeyReader | None = None,
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.ingest = Ingest(engine, clock)
+        # GetFairShare's replies per pool, current with what any replica committed.
+        self.keys = keys if keys is not None else KeyReader(engine)
+        self.fair_shares = (
+            fair_shares if fair_shares is not None else ReadCache(commit_count(engine))
+        )
 
     def ReportEvents(
         self, request: pb.ReportEventsRequest, context: grpc.ServicerContext
@@ -75,27 +89,40 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     def GetFairShare(
         self, request: pb.GetFairShareRequest, context: grpc.ServicerContext
     ) -> pb.GetFairShareResponse:
-        """The latest recompute of the pool; the first call for a pool computes it."""
+        """The latest recompute of the pool, from memory (`api/read_cache.py`); the first call
+        for a pool computes it. The reply is shared: nothing may change it."""
         violations = name_violations("pool", request.pool)
         if violations:
             raise InvalidInputError(violations)
+        return self.fair_shares.get(request.pool, lambda held: self._fair_share(request.pool, held))
+
+    def _fair_share(
+        self, pool: str, held: Hashable
+    ) -> tuple[Hashable, pb.GetFairShareResponse | None]:
+        """The check of `fair_shares` (`api/read_cache.py`): the key of the pool's latest run and
+        config version, and the reply when the key is not `held`. The key is read before what
+        it names, so a reply is never older than its key."""
+        version = self.keys.fair_share_key(pool)
+        if version == held:
+            return version, None
         with self.engine.connect() as conn:
-            run = fairshare_repo.latest_run(conn, request.pool)
-            if run is None:
-                config_repo.load_config(conn).pool(request.pool)  # NOT_FOUND if unknown
-                warnings = recompute_pool(conn, request.pool, self.clock()).warnings
+            if version[0] is None:
+                config_repo.load_config(conn).pool(pool)  # NOT_FOUND if unknown
+                warnings: Sequence[str] = recompute_pool(conn, pool, self.clock()).warnings
                 conn.commit()
-                run = fairshare_repo.latest_run(conn, request.pool)
+                version = self.keys.fair_share_key(pool)
+                run = fairshare_repo.latest_run(conn, pool)
             else:
+                run = fairshare_repo.latest_run(conn, pool)
                 config, clamped = within_limits(config_repo.load_config(conn))
-                pools = [p for p in config.pools if p.name == request.pool]
+                pools = [p for p in config.pools if p.name == pool]
                 warnings = (
                     *clamped,
                     *(history_warnings(conn, pools[0], self.clock()) if pools else ()),
                 )
-                conn.rollback()
+            conn.rollback()
         if run is None:
-            raise NotFound("fair share of pool", request.pool)
+            raise NotFound("fair share of pool", pool)
         reply = pb.GetFairShareResponse(
             pool=run.pool,
             capacity_cu=run.capacity_cu,
@@ -103,7 +130,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             warnings=warnings,
         )
         reply.computed_at.FromNanoseconds(round(run.computed_at_s * 1e9))
-        return reply
+        return version, reply
 
     def GetFairShareHistory(
         self, request: pb.GetFairShareHistoryRequest, context: grpc.ServicerContext

@@ -24,8 +24,11 @@ from gpufair.api.interceptors import (
     MetricsInterceptor,
 )
 from gpufair.api.ledger import LedgerServicer
+from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
+from gpufair.store.commit_watch import commit_count
+from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -54,6 +57,8 @@ class RunningServer:
     port: int
     health: health.HealthServicer
     database_health: DatabaseHealth
+    keys: KeyReader
+    caches: tuple[ReadCache[Any, Any], ...] = ()
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
         """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
@@ -65,7 +70,11 @@ class RunningServer:
         only after its commit), so the process exits anyway (`gpufair serve`)."""
         self.health.enter_graceful_shutdown()
         self.database_health.stop()
-        return self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
+        done = self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
+        for cache in self.caches:
+            cache.close()
+        self.keys.close()
+        return done
 
 
 def build_server(
@@ -78,12 +87,19 @@ def build_server(
     credentials: grpc.ServerCredentials | None = None,
     metrics_registry: CollectorRegistry | None = None,
     health_interval_s: float = DEFAULT_INTERVAL_S,
+    read_staleness_s: float = DEFAULT_STALENESS_S,
+    reuse_port: bool = False,
 ) -> RunningServer:
     """Start serving; `clock` is the one instant source of every servicer (tests pin it).
 
     Health is `SERVING` only while the database answers its probe, every `health_interval_s`
     (`api/health.py`). With `metrics_registry`, the state gauges read from the database at scrape
     time (`api/state_metrics.py`) are registered there; one registry per process holds them once.
+
+    GetFairShare and GetConfig answer from memory (`api/read_cache.py`): what another replica
+    commits shows here within `read_staleness_s`, what this process commits at once. With
+    `reuse_port`, several processes listen on one port (SO_REUSEPORT; `gpufair serve
+    --processes`), and the kernel spreads connections over them.
 
     `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
     (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
@@ -98,12 +114,19 @@ def build_server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
-    cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(engine, clock), server)
+    commits = commit_count(engine)
+    keys = KeyReader(engine)  # the read caches' checks, on one connection of their own
+    cluster_admin = ClusterAdminServicer(
+        engine, clock, configs=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
+    )
+    cluster_pb2_grpc.add_ClusterAdminServicer_to_server(cluster_admin, server)
     scheduler = SchedulerServicer(engine, clock)
-    ledger = LedgerServicer(engine, clock)
+    ledger = LedgerServicer(
+        engine, clock, fair_shares=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
+    )
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
     ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)
 
@@ -127,5 +150,10 @@ def build_server(
         metrics_registry.register(StateCollector(engine, database_health, clock=clock))
     server.start()
     return RunningServer(
-        server=server, port=port, health=health_servicer, database_health=database_health
+        server=server,
+        port=port,
+        health=health_servicer,
+        database_health=database_health,
+        keys=keys,
+        caches=(cluster_admin.configs, ledger.fair_shares),
     )

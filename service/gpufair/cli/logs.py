@@ -8,8 +8,11 @@ fields a record carries: an RPC's line (`gpufair.rpc`, from `api/interceptors.py
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import logging.handlers
+import queue
 from datetime import UTC, datetime
 
 LOG_FORMATS = ("text", "json")
@@ -36,11 +39,36 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def setup_logging(level: str, log_format: str = "text") -> None:
-    handler = logging.StreamHandler()
+class _InProcessQueueHandler(logging.handlers.QueueHandler):
+    """Hands records to the writing thread as they are: the message is rendered now (its
+    arguments may change later), the traceback stays for the formatter (JSON's `exception`)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        record.msg = record.getMessage()
+        record.args = None
+        return record
+
+
+# The running writer thread of queued logging, if any.
+_listeners: list[logging.handlers.QueueListener] = []
+
+
+def setup_logging(level: str, log_format: str = "text", *, queued: bool = False) -> None:
+    """With `queued` (the server), the calling thread only queues a record and one thread of
+    its own formats and writes them, so RPC threads never wait on the stream or on each other
+    for the line each call logs; `stop_logging` writes what is queued."""
+    stop_logging()
+    handler: logging.Handler = logging.StreamHandler()
     handler.setFormatter(
         JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     )
+    if queued:
+        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        listener = logging.handlers.QueueListener(records, handler)
+        listener.start()
+        _listeners.append(listener)
+        atexit.register(stop_logging)  # a return from main, not only `gpufair serve`'s own exit
+        handler = _InProcessQueueHandler(records)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
@@ -48,3 +76,9 @@ def setup_logging(level: str, log_format: str = "text") -> None:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     # Python warnings (a dependency's deprecation, say) go through the same handler and format.
     logging.captureWarnings(True)
+
+
+def stop_logging() -> None:
+    """Write what is queued and stop the writing thread (nothing when logging is not queued)."""
+    while _listeners:
+        _listeners.pop().stop()

@@ -30,7 +30,7 @@ from gpufair.cli.auth import (
     client_auth_kwargs,
     server_credentials,
 )
-from gpufair.cli.logs import LOG_FORMATS, setup_logging
+from gpufair.cli.logs import LOG_FORMATS, setup_logging, stop_logging
 from gpufair.cli.options import (
     add_output_option,
     completion_script,
@@ -87,8 +87,8 @@ def _quiet_setup_logs(level: str) -> None:
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
-def _setup_logging(level: str, log_format: str = "text") -> None:
-    setup_logging(level, log_format)
+def _setup_logging(level: str, log_format: str = "text", *, queued: bool = False) -> None:
+    setup_logging(level, log_format, queued=queued)
 
 
 # ---- serve / migrate -------------------------------------------------------------------------
@@ -99,20 +99,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gpufair.api.auth import auth_interceptor
     from gpufair.api.server import build_server
+    from gpufair.cli.serve_group import run_group, worker_index
     from gpufair.gc_tuning import tune_for_serving
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
     from gpufair.store.retention_repo import Retention
 
-    _setup_logging(args.log_level, args.log_format)
+    _setup_logging(args.log_level, args.log_format, queued=True)
     _quiet_setup_logs(args.log_level)
     check_listen(args)
     credentials = server_credentials(args)
+    if args.processes > 1:
+        try:
+            return run_group(args, args.argv)
+        finally:
+            stop_logging()
+    index = worker_index()
+    # A worker of a group says its start and stop at DEBUG: the group's parent says them once.
+    say = log.info if index is None else log.debug
     db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
     try:
-        log.info("database: %s", db.describe())
+        say("database: %s", db.describe())
         migrate.upgrade(db.url)
-        log.info("schema at revision %s", migrate.current_revision(db.url))
+        say("schema at revision %s", migrate.current_revision(db.url))
         engine = database.make_engine(db.url)
         auth = auth_interceptor(engine, args.require_tokens)
         running = build_server(
@@ -121,11 +130,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_workers=args.workers,
             interceptors_extra=[auth] if auth else [],
             credentials=credentials,
-            # The state gauges are read from the database only where they are exported.
-            metrics_registry=prometheus_client.REGISTRY if args.metrics_address else None,
+            # The state gauges are read from the database only where they are exported: in a
+            # group (`cli/serve_group.py`), by worker 0 alone.
+            metrics_registry=(
+                prometheus_client.REGISTRY if args.metrics_address and not index else None
+            ),
             health_interval_s=args.health_interval_s,
+            reuse_port=index is not None,
         )
-        log.info("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
+        say("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
         tune_for_serving()
         if args.metrics_address:
             host, _, port = args.metrics_address.rpartition(":")
@@ -149,19 +162,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s", signal.Signals(signum).name)
+            say("received %s", signal.Signals(signum).name)
             stop.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         # Wake every second: a signal the kernel hands to one of grpc's threads only marks the
         # handler pending, and the main thread runs it when it next wakes, not while it sleeps.
+        parent = os.getppid()
         while not stop.wait(timeout=1.0):
-            pass
+            if index is not None and os.getppid() != parent:
+                # The group's parent is gone (killed outright): a worker does not serve alone.
+                log.error("the serve group's parent %d is gone: stopping", parent)
+                break
         stopping = time.monotonic()
-        log.info(
-            "shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s
-        )
+        say("shutting down: health NOT_SERVING, %.0f s grace for in-flight calls", args.grace_s)
         if jobs is not None:
             jobs.stop_ticking()  # no new tick while the calls drain
         if not running.stop(args.grace_s):
@@ -171,11 +186,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if jobs is not None and not jobs.stop(left_s):
             log.warning("a periodic job is still running; exiting without it (not committed)")
         engine.dispose()
-        log.info("stopped in %.2f s", time.monotonic() - stopping)
+        say("stopped in %.2f s", time.monotonic() - stopping)
     finally:
         db.close()
     # Everything of ours is closed. Exit now rather than let the interpreter join threads that
     # grpc may leave behind (seen after a malformed stream message): shutdown stays bounded.
+    stop_logging()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -233,6 +249,13 @@ def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
         print(f"{_ACTIONS.get(change.action, '?'):>6} {change.kind} {change.name}")
         for f in change.fields:
             print(f"         {f.field}: {f.before or '(unset)'} -> {f.after or '(unset)'}")
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
 
 
 def _kinds(value: str) -> list[str]:
@@ -546,7 +569,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--address", default="127.0.0.1:50051", help="listen address")
-    serve.add_argument("--workers", type=int, default=32, help="RPC worker threads")
+    serve.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=os.cpu_count() or 1,
+        help="server processes on the one port, the number of cores by default "
+        "(cli/serve_group.py)",
+    )
+    serve.add_argument("--workers", type=int, default=32, help="RPC worker threads per process")
     serve.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
     serve.add_argument(
         "--metrics-address",
@@ -684,6 +714,7 @@ def _describe_rpc_error(exc: grpc.RpcError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

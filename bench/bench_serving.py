@@ -1,0 +1,177 @@
+"""Serving: GetFairShare through `h2load` against `gpufair serve` and against a trivial gRPC
+Python server answering the same bytes, in one run.
+
+    python bench/bench_serving.py [--processes N] [--seconds 10] [--connections 8 --streams 4]
+
+`gpufair serve --processes N` (default: the number of cores) runs on a scratch database with the
+cluster of `load.py` (pool `main`: 60 nodes, four queues) and its first recompute; the reply it
+gives for `main` is saved and `trivial_server.py` answers it byte for byte, first as one process
+(what one Python process can serve), then as N processes on one port. `h2load` (nghttp2) sends
+the same gRPC request over `connections` x `streams` concurrent streams for `seconds` after a
+warm-up of two seconds; it is written in C and uses one thread, so the load generator is not
+the limit (its CPU time is printed beside the servers'). Rates are replies per second of wall
+time; latencies come from h2load's per-request log. Each target's CPU time (the whole process
+tree) is read from /proc before and after. The JSON printed is what `results/serving.md` shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from load import cluster
+from server_process import free_port, tree_cpu_s, wait_serving
+
+from gpufair.client import GpufairClient
+from gpufair.store.scratch import scratch_database, test_server
+from gpufair.v1 import ledger_pb2
+
+HERE = Path(__file__).resolve().parent
+PATH = "/gpufair.v1.Ledger/GetFairShare"
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def h2load(
+    port: int, body: Path, seconds: float, connections: int, streams: int, server_pid: int
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "requests.tsv"
+        command = [
+            *("h2load", "-D", str(round(seconds)), "--warm-up-time", "2"),
+            *("-c", str(connections), "-m", str(streams), "-t", "1"),
+            *("-H", "content-type: application/grpc", "-H", "te: trailers"),
+            *("-d", str(body), "--log-file", str(log)),
+            f"http://127.0.0.1:{port}{PATH}",
+        ]
+        own_0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server_0 = tree_cpu_s(server_pid)
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        server_cpu = tree_cpu_s(server_pid) - server_0
+        own_1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
+    succeeded = [int(r[2]) / 1000.0 for r in rows if r[1] == "200"]
+    failed = len(rows) - len(succeeded)
+    # The log holds the measured period only (after the warm-up); its span is the wall time.
+    starts = [int(r[0]) / 1e6 for r in rows]
+    wall = max(s + int(r[2]) / 1e6 for s, r in zip(starts, rows, strict=True)) - min(starts)
+    ordered = sorted(succeeded)
+    summary = next(line for line in out.splitlines() if line.startswith("requests:"))
+    return {
+        "replies": len(succeeded),
+        "not_200": failed,
+        "wall_s": round(wall, 2),
+        "per_s": round(len(succeeded) / wall),
+        "p50_ms": round(statistics.median(ordered), 2),
+        "p99_ms": round(percentile(ordered, 0.99), 2),
+        "max_ms": round(ordered[-1], 2),
+        "server_cpu_s": round(server_cpu, 2),
+        "server_cpu_ms_per_reply": round(1000 * server_cpu / max(1, len(succeeded)), 3),
+        "h2load_cpu_s": round(own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime, 2),
+        "h2load_summary": summary,
+    }
+
+
+def start(command: list[str], log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=60)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--streams", type=int, default=4, help="concurrent streams per connection")
+    args = parser.parse_args()
+    if shutil.which("h2load") is None:
+        print("h2load not found: install nghttp2 (Debian: nghttp2-client)", file=sys.stderr)
+        return 2
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFAIR_")}
+    results: dict[str, Any] = {
+        "streams": args.connections * args.streams,
+        "connections": args.connections,
+        "processes": args.processes,
+        "cores": os.cpu_count(),
+        "load_average_before": round(os.getloadavg()[0], 2),
+    }
+    with (
+        test_server() as server,
+        scratch_database(server.url, prefix="gpufair_bench") as url,
+        tempfile.TemporaryDirectory() as tmp,
+        tempfile.TemporaryFile() as log,
+    ):
+        port = free_port()
+        gpufair = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gpufair.cli", "serve", "--address", f"127.0.0.1:{port}"),
+                *("--database-url", url, "--metrics-address", "", "--grace-s", "5"),
+                *("--processes", str(args.processes)),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_serving(f"127.0.0.1:{port}", gpufair)
+            with GpufairClient(f"127.0.0.1:{port}", timeout_s=120) as c:
+                c.apply_config(cluster(200))
+                reply = c.get_fair_share("main")
+            assert len(reply.queues) == 4, reply
+            reply_file, body = Path(tmp) / "reply.bin", Path(tmp) / "request.bin"
+            reply_file.write_bytes(reply.SerializeToString())
+            request = ledger_pb2.GetFairShareRequest(pool="main").SerializeToString()
+            body.write_bytes(struct.pack(">BI", 0, len(request)) + request)
+            results["reply_bytes"] = len(reply.SerializeToString())
+            time.sleep(1.0)
+            results["gpufair"] = h2load(
+                port, body, args.seconds, args.connections, args.streams, gpufair.pid
+            )
+        finally:
+            results["gpufair_exit_code"] = stop(gpufair)
+
+        for name, processes in (("trivial_1_process", 1), ("trivial_n_processes", args.processes)):
+            port = free_port()
+            trivial = start(
+                [
+                    *(sys.executable, str(HERE / "trivial_server.py")),
+                    *("--address", f"127.0.0.1:{port}", "--reply", str(reply_file)),
+                    *("--processes", str(processes)),
+                ],
+                log,
+            )
+            try:
+                time.sleep(2.0)
+                results[name] = h2load(
+                    port, body, args.seconds, args.connections, args.streams, trivial.pid
+                )
+            finally:
+                stop(trivial)
+    results["load_average_after"] = round(os.getloadavg()[0], 2)
+    g = results["gpufair"]["per_s"]
+    results["ratio_to_trivial_1_process"] = round(g / results["trivial_1_process"]["per_s"], 2)
+    results["ratio_to_trivial_n_processes"] = round(g / results["trivial_n_processes"]["per_s"], 2)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Ready-to-send replies of the read RPCs that change only on a commit (GetFairShare changes when
+a recompute commits, GetConfig when a config write does), kept in memory per process.
+
+Each entry holds a reply and the key of the stored state it was built from
+(`store/read_versions.py`). A call is answered from memory when its entry's key was confirmed
+current by a check that started at most `staleness_s` before the call arrived; otherwise one
+caller per entry runs the check (one indexed query) while the others wait for it, and the reply
+is rebuilt only when the key moved. So every replica serves what any replica committed at most
+`staleness_s` earlier, whichever of them committed it, with at most one query per entry per
+`staleness_s` however many calls arrive. Under steady traffic the check runs ahead of time,
+once an entry is past half its bounds, on a thread of the cache's own while the calls are
+answered from memory, so no call waits for a check and none pays for one. A commit of this process (`store/commit_watch.py`)
+also makes the next call check, so a caller reads its own writes on the replica that took them
+at once. Entries are also rebuilt at least every `max_age_s`, so
+what changes without a new key (a value edited in the database by hand, the usage window
+sliding over stored history for the warnings) shows within that bound.
+
+A build that raises (an unknown pool: NOT_FOUND) leaves no entry, so the cache holds only what
+exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gpufair.store.commit_watch import CommitCount
+
+log = logging.getLogger(__name__)
+
+Key = TypeVar("Key", bound=Hashable)
+Reply = TypeVar("Reply")
+
+DEFAULT_STALENESS_S = 0.02
+DEFAULT_MAX_AGE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry(Generic[Reply]):
+    version: Hashable
+    reply: Reply
+    checked_at: float  # when the last check confirming `version` started
+    commits: int  # this process's commit count when that check started
+    built_at: float
+
+
+class ReadCache(Generic[Key, Reply]):
+    def __init__(
+        self,
+        commits: CommitCount | None = None,
+        staleness_s: float = DEFAULT_STALENESS_S,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.commits = commits if commits is not None else CommitCount()
+        self.staleness_s = staleness_s
+        self.max_age_s = max_age_s
+        self._monotonic = monotonic
+        self._entries: dict[Key, _Entry[Reply]] = {}
+        self._locks: dict[Key, threading.Lock] = {}
+        self._guard = threading.Lock()
+        # Keys whose check the cache's thread is asked to run ahead of time.
+        self._pending: dict[Key, Callable[[Hashable], tuple[Hashable, Reply | None]]] = {}
+        self._wake = threading.Condition(self._guard)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def get(self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]) -> Reply:
+        """The reply for `key`. `refresh(held)` runs the check: given the version of the reply
+        held (None to ask for a new one), it returns the current version and, unless that is
+        `held`, the reply built for it (a version of None is never held: rebuilt each time)."""
+        arrived = self._monotonic()
+        entry = self._entries.get(key)
+        if entry is not None and self._fresh(entry, arrived):
+            if self._due(entry, arrived):
+                self._check_ahead(key, refresh)
+            return entry.reply
+        with self._lock(key):
+            entry = self._entries.get(key)
+            if entry is not None and self._fresh(entry, arrived):
+                return entry.reply  # checked by another caller while this one waited
+            try:
+                return self._check(key, refresh).reply
+            except BaseException:
+                self._entries.pop(key, None)
+                with self._guard:
+                    self._locks.pop(key, None)
+                raise
+
+    def _check_ahead(
+        self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]
+    ) -> None:
+        """Have the cache's thread check `key` (once, however many calls ask meanwhile)."""
+        with self._guard:
+            if key in self._pending or self._closed:
+                return
+            self._pending[key] = refresh
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._check_pending, name="read-cache", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def _check_pending(self) -> None:
+        while True:
+            with self._guard:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                key, refresh = next(iter(self._pending.items()))
+            try:
+                with self._lock(key):
+                    entry = self._entries.get(key)
+                    if entry is not None and self._due(entry, self._monotonic()):
+                        self._check(key, refresh)
+            except Exception:
+                # The entry stays as it was; a call past its bounds checks (and fails) itself.
+                log.warning("checking the cached reply of %r failed", key, exc_info=True)
+            finally:
+                with self._guard:
+                    self._pending.pop(key, None)
+
+    def close(self) -> None:
+        """Stop the cache's thread (the server's `stop`)."""
+        with self._guard:
+            self._closed = True
+            self._wake.notify()
+
+    def _check(
+        self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]
+    ) -> _Entry[Reply]:
+        """Run the check (the caller holds the key's lock) and store what it found."""
+        entry = self._entries.get(key)
+        commits = self.commits.value
+        started = self._monotonic()
+        rebuild = entry is None or started - entry.built_at > self.max_age_s / 2
+        version, reply = refresh(None if rebuild or entry is None else entry.version)
+        if reply is None:
+            if entry is None or rebuild:
+                raise RuntimeError("a refresh without a held reply must build one")
+            entry = _Entry(version, entry.reply, started, commits, entry.built_at)
+        else:
+            entry = _Entry(version, reply, started, commits, started)
+        self._entries[key] = entry
+        return entry
+
+    def _fresh(self, entry: _Entry[Reply], arrived: float) -> bool:
+        return (
+            entry.checked_at >= arrived - self.staleness_s
+            and entry.commits == self.commits.value
+            and arrived - entry.built_at <= self.max_age_s
+        )
+
+    def _due(self, entry: _Entry[Reply], arrived: float) -> bool:
+        return (
+            arrived - entry.checked_at > self.staleness_s / 2
+            or arrived - entry.built_at > self.max_age_s / 2
+        )
+
+    def _lock(self, key: Key) -> threading.Lock:
+        with self._guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.Lock()
+            return lock

@@ -1,0 +1,55 @@
+"""A per-engine count of the commits this process has finished, for the read caches
+(`api/read_cache.py`): a reply checked before one of this process's own writes committed is not
+served after it, so a caller reads its own writes on the replica that took them at once.
+
+A commit is counted when its connection goes back to the pool, which is after the database
+confirmed it and before the writing RPC replies. Commits made on the raw driver connection are
+not seen; the caches' staleness bound covers them as it covers other replicas.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event
+
+
+class CommitCount:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    @property
+    def value(self) -> int:
+        return self._count
+
+    def bump(self) -> None:
+        with self._lock:
+            self._count += 1
+
+
+_COUNTS: weakref.WeakKeyDictionary[Engine, CommitCount] = weakref.WeakKeyDictionary()
+_GUARD = threading.Lock()
+_COMMITTED = "gpufair_committed"
+
+
+def commit_count(engine: Engine) -> CommitCount:
+    """The engine's count, watched from the first call on (one set of listeners per engine)."""
+    with _GUARD:
+        count = _COUNTS.get(engine)
+        if count is not None:
+            return count
+        count = _COUNTS[engine] = CommitCount()
+
+    def committed(conn: Connection) -> None:
+        conn.info[_COMMITTED] = True
+
+    def checked_in(_dbapi_conn: Any, record: Any) -> None:
+        if record is not None and record.info.pop(_COMMITTED, False):
+            count.bump()
+
+    event.listen(engine, "commit", committed)
+    event.listen(engine.pool, "checkin", checked_in)
+    return count

@@ -1,0 +1,141 @@
+"""GetFairShare and GetConfig answer from memory (api/read_cache.py), and every replica serves
+what any of them committed: two servers on one database, each with its own engine (as two
+processes would be), one writing and one reading."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from gpufair.api.read_cache import DEFAULT_STALENESS_S
+from gpufair.api.server import RunningServer, build_server
+from gpufair.client import GpufairClient
+from gpufair.services.recompute import recompute_pool
+from gpufair.store.database import make_engine
+from gpufair.v1 import cluster_pb2, scheduler_pb2
+
+
+def cluster(gpus_per_node: int) -> cluster_pb2.ClusterConfig:
+    config = cluster_pb2.ClusterConfig()
+    config.gpu_types.add(name="a100", memory_gib=80, compute_weight=10.0)
+    pool = config.pools.add(name="default")
+    pool.policy.window_s = 7 * 86400.0
+    config.nodes.add(name="n1", pool="default", gpu_type="a100", gpu_count=gpus_per_node)
+    for name in ("alpha", "beta"):
+        queue = config.queues.add(name=name)
+        queue.quotas.add(pool="default", deserved_cu=20)
+    return config
+
+
+def serve(engine: Engine, **kwargs: Any) -> tuple[RunningServer, GpufairClient]:
+    running = build_server(engine, "127.0.0.1:0", max_workers=4, **kwargs)
+    return running, GpufairClient(f"127.0.0.1:{running.port}", attempts=1, timeout_s=20)
+
+
+@pytest.fixture
+def engine_b(database_url: str, db: Engine) -> Iterator[Engine]:
+    """A second replica's engine: its own connections and its own count of commits."""
+    engine = make_engine(database_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def replicas(db: Engine, engine_b: Engine) -> Iterator[tuple[GpufairClient, GpufairClient]]:
+    server_a, a = serve(db)
+    server_b, b = serve(engine_b)
+    yield a, b
+    a.close()
+    b.close()
+    server_a.stop(0.5)
+    server_b.stop(0.5)
+
+
+def test_a_replica_serves_the_fair_shares_another_committed(
+    replicas: tuple[GpufairClient, GpufairClient], db: Engine
+) -> None:
+    a, b = replicas
+    a.apply_config(cluster(8))
+    first = b.get_fair_share("default")  # b computes the pool's first run
+    assert {q.queue: q.demand_cu for q in first.queues} == {"alpha": 0.0, "beta": 0.0}
+    assert b.get_fair_share("default") == first
+
+    a.submit_workloads(
+        [scheduler_pb2.Workload(uid="w1", queue="alpha", pool="default", pods=1, gpus_per_pod=4)]
+    )
+    # The recompute job runs on replica a's side (its engine) and commits.
+    computed_at_s = time.time()
+    with db.begin() as conn:
+        recompute_pool(conn, "default", computed_at_s)
+    time.sleep(DEFAULT_STALENESS_S)
+
+    share = b.get_fair_share("default")
+    assert {q.queue: q.demand_cu for q in share.queues} == {"alpha": 40.0, "beta": 0.0}
+    assert share.computed_at.ToNanoseconds() / 1e9 == pytest.approx(computed_at_s, abs=1e-6)
+    assert share.capacity_cu == pytest.approx(80.0)
+    assert a.get_fair_share("default") == share
+
+
+def test_a_replica_serves_the_config_another_applied(
+    replicas: tuple[GpufairClient, GpufairClient],
+) -> None:
+    a, b = replicas
+    a.apply_config(cluster(8))
+    before = b.get_config()
+    assert before.config_version == 1
+    assert [n.gpu_count for n in before.config.nodes] == [8]
+
+    assert a.apply_config(cluster(16)).config_version == 2
+    time.sleep(DEFAULT_STALENESS_S)
+    after = b.get_config()
+    assert after.config_version == 2
+    assert [n.gpu_count for n in after.config.nodes] == [16]
+
+
+def test_reads_run_no_query_and_a_replica_reads_its_own_writes_at_once(
+    db: Engine, engine_b: Engine
+) -> None:
+    """With a staleness bound of a minute, repeated reads touch no database; a write through
+    the same replica shows in the very next read all the same."""
+    running, b = serve(engine_b, read_staleness_s=60.0, health_interval_s=3600.0)
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    try:
+        b.apply_config(cluster(8))
+        b.get_fair_share("default")  # computes and commits the first run: the next reads check
+        b.get_config()
+        b.get_fair_share("default")
+        event.listen(engine_b, "before_cursor_execute", count)
+        checks = running.keys.checks
+        for _ in range(100):
+            assert b.get_config().config_version == 1
+            assert b.get_fair_share("default").capacity_cu == pytest.approx(80.0)
+        assert statements == []
+        assert running.keys.checks == checks
+
+        b.apply_config(cluster(16))
+        assert b.get_config().config_version == 2
+        b.submit_workloads(
+            [
+                scheduler_pb2.Workload(
+                    uid=str(uuid.uuid4()), queue="beta", pool="default", pods=1, gpus_per_pod=2
+                )
+            ]
+        )
+        with engine_b.begin() as conn:
+            recompute_pool(conn, "default", time.time())
+        share = b.get_fair_share("default")
+        assert share.capacity_cu == pytest.approx(160.0)
+        assert {q.queue: q.demand_cu for q in share.queues} == {"alpha": 0.0, "beta": 20.0}
+    finally:
+        event.remove(engine_b, "before_cursor_execute", count)
+        b.close()
+        running.stop(0.5)

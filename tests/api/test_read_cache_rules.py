@@ -1,0 +1,110 @@
+"""The rules of `api/read_cache.py` on their own, with a clock the test moves: when a call is
+answered from memory, when it waits for a check, and what a check ahead of time does."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable
+
+import pytest
+
+from gpufair.api.read_cache import ReadCache
+from gpufair.store.commit_watch import CommitCount
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Store:
+    """What the checks read: a version, and a reply built per version."""
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.checks = 0
+        self.builds = 0
+        self.checked = threading.Event()
+
+    def refresh(self, held: Hashable) -> tuple[Hashable, str | None]:
+        self.checks += 1
+        self.checked.set()
+        if held == self.version:
+            return self.version, None
+        self.builds += 1
+        return self.version, f"reply {self.version}"
+
+
+def test_within_the_bound_calls_are_answered_from_memory() -> None:
+    clock, store = Clock(), Store()
+    cache: ReadCache[str, str] = ReadCache(staleness_s=0.02, max_age_s=5.0, monotonic=clock)
+    assert cache.get("p", store.refresh) == "reply 1"
+    store.version = 2  # committed elsewhere
+    clock.now += 0.009  # under half the bound: no check at all
+    assert [cache.get("p", store.refresh) for _ in range(50)] == ["reply 1"] * 50
+    assert (store.checks, store.builds) == (1, 1)
+
+    clock.now += 0.012  # 21 ms after the last check: past the bound, the call checks itself
+    assert cache.get("p", store.refresh) == "reply 2"
+    assert (store.checks, store.builds) == (2, 2)
+    cache.close()
+
+
+def test_past_half_the_bound_the_cache_checks_ahead_and_the_call_does_not_wait() -> None:
+    clock, store = Clock(), Store()
+    cache: ReadCache[str, str] = ReadCache(staleness_s=0.02, max_age_s=5.0, monotonic=clock)
+    cache.get("p", store.refresh)
+    store.checked.clear()
+    store.version = 2
+    clock.now += 0.015  # past half: answered from memory, checked on the cache's thread
+    assert cache.get("p", store.refresh) == "reply 1"
+    assert store.checked.wait(5)
+    deadline = time.monotonic() + 5
+    while cache.get("p", store.refresh) != "reply 2" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.get("p", store.refresh) == "reply 2"
+    assert store.builds == 2
+    cache.close()
+
+
+def test_a_commit_of_this_process_makes_the_next_call_check() -> None:
+    clock, store, commits = Clock(), Store(), CommitCount()
+    cache: ReadCache[str, str] = ReadCache(
+        commits, staleness_s=60.0, max_age_s=600.0, monotonic=clock
+    )
+    assert cache.get("p", store.refresh) == "reply 1"
+    store.version = 2
+    assert cache.get("p", store.refresh) == "reply 1"  # a minute's bound, nothing committed here
+    commits.bump()
+    assert cache.get("p", store.refresh) == "reply 2"
+    assert cache.get("p", store.refresh) == "reply 2"
+    assert (store.checks, store.builds) == (2, 2)
+    cache.close()
+
+
+def test_a_reply_is_rebuilt_after_its_max_age_even_when_the_key_stays() -> None:
+    clock, store = Clock(), Store()
+    cache: ReadCache[str, str] = ReadCache(staleness_s=60.0, max_age_s=1.0, monotonic=clock)
+    cache.get("p", store.refresh)
+    clock.now += 1.5
+    assert cache.get("p", store.refresh) == "reply 1"
+    assert (store.checks, store.builds) == (2, 2)  # same key, built again
+    cache.close()
+
+
+def test_a_failed_build_leaves_no_entry() -> None:
+    clock = Clock()
+    cache: ReadCache[str, str] = ReadCache(monotonic=clock)
+
+    def missing(_held: Hashable) -> tuple[Hashable, str | None]:
+        raise LookupError("no such pool")
+
+    for _ in range(2):
+        with pytest.raises(LookupError, match="no such pool"):
+            cache.get("nope", missing)
+    assert cache.get("nope", lambda _held: (1, "now it exists")) == "now it exists"
+    cache.close()
