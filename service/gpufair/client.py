@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from gpufair.addresses import is_local_address, is_unix_socket
 from gpufair.v1 import (
@@ -216,15 +217,15 @@ class GpufairClient:
     ) -> cluster_pb2.ApplyConfigResponse:
         """Make the stored config equal `config` within `kinds` (all kinds when empty); with
         `expected_version`, only if nobody changed the config since that version."""
-        request = cluster_pb2.ApplyConfigRequest(
+        request = config_write_request(
+            cluster_pb2.ApplyConfigRequest,
+            request_id=request_id,
+            expected_version=expected_version,
             config=config,
             dry_run=dry_run,
-            request_id=request_id or self.new_request_id(),
             kinds=kinds,
             confirm_delete_all=confirm_delete_all,
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         return self.call(self.cluster.ApplyConfig, request)
 
     def get_config(self) -> cluster_pb2.GetConfigResponse:
@@ -239,11 +240,14 @@ class GpufairClient:
         request_id: str = "",
         expected_version: int | None = None,
     ) -> cluster_pb2.DeleteObjectsResponse:
-        request = cluster_pb2.DeleteObjectsRequest(
-            kind=kind, names=names, dry_run=dry_run, request_id=request_id or self.new_request_id()
+        request = config_write_request(
+            cluster_pb2.DeleteObjectsRequest,
+            request_id=request_id,
+            expected_version=expected_version,
+            kind=kind,
+            names=names,
+            dry_run=dry_run,
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         return self.call(self.cluster.DeleteObjects, request)
 
     def upsert_nodes(
@@ -257,14 +261,14 @@ class GpufairClient:
     ) -> cluster_pb2.UpsertNodesResponse:
         """Create or update `nodes` (a node without `ready` keeps its stored flag); the nodes of
         `prune_pools` left out of `nodes` are deleted, unless work uses them."""
-        request = cluster_pb2.UpsertNodesRequest(
+        request = config_write_request(
+            cluster_pb2.UpsertNodesRequest,
+            request_id=request_id,
+            expected_version=expected_version,
             nodes=nodes,
             prune_pools=prune_pools,
             dry_run=dry_run,
-            request_id=request_id or self.new_request_id(),
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         return self.call(self.cluster.UpsertNodes, request)
 
     def set_nodes_ready(
@@ -277,14 +281,14 @@ class GpufairClient:
         request_id: str = "",
     ) -> cluster_pb2.SetNodesReadyResponse:
         """Drain (`ready=False`) or undrain nodes: a node that is not ready takes no new work."""
-        request = cluster_pb2.SetNodesReadyRequest(
+        request = config_write_request(
+            cluster_pb2.SetNodesReadyRequest,
+            request_id=request_id,
+            expected_version=expected_version,
             names=names,
             ready=ready,
             dry_run=dry_run,
-            request_id=request_id or self.new_request_id(),
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         return self.call(self.cluster.SetNodesReady, request)
 
     def get_fair_share(self, pool: str) -> ledger_pb2.GetFairShareResponse:
@@ -397,6 +401,21 @@ class GpufairClient:
         one reply, at the end, has a result per event. The deadline covers the whole stream."""
         requests = (ledger_pb2.ReportEventsRequest(events=batch) for batch in batches)
         return self.ledger.StreamEvents(requests, timeout=timeout_s or self.timeout_s)
+
+
+M = TypeVar("M", bound=Message)
+
+
+def config_write_request(
+    message: type[M], /, *, request_id: str, expected_version: int | None, **fields: Any
+) -> M:
+    """A config mutation's request (a `message`) with `fields`: a fresh request id unless one is given
+    (every retry of the call reuses it), and `expected_version` when given (optimistic
+    concurrency: the server refuses the write if the config moved on since)."""
+    request = message(request_id=request_id or str(uuid.uuid4()), **fields)
+    if expected_version is not None:
+        request.expected_version = expected_version  # type: ignore[attr-defined]
+    return request
 
 
 def usage_request(

@@ -24,6 +24,7 @@ from gpufair.client import (
     GpufairClient,
     channel_credentials,
     channel_options,
+    config_write_request,
     fair_share_history_request,
     usage_request,
 )
@@ -101,15 +102,15 @@ class AsyncGpufairClient:
         expected_version: int | None = None,
         confirm_delete_all: bool = False,
     ) -> cluster_pb2.ApplyConfigResponse:
-        request = cluster_pb2.ApplyConfigRequest(
+        request = config_write_request(
+            cluster_pb2.ApplyConfigRequest,
+            request_id=request_id,
+            expected_version=expected_version,
             config=config,
             dry_run=dry_run,
-            request_id=request_id or self.new_request_id(),
             kinds=kinds,
             confirm_delete_all=confirm_delete_all,
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         reply: cluster_pb2.ApplyConfigResponse = await self.call(self.cluster.ApplyConfig, request)
         return reply
 
@@ -128,11 +129,14 @@ class AsyncGpufairClient:
         request_id: str = "",
         expected_version: int | None = None,
     ) -> cluster_pb2.DeleteObjectsResponse:
-        request = cluster_pb2.DeleteObjectsRequest(
-            kind=kind, names=names, dry_run=dry_run, request_id=request_id or self.new_request_id()
+        request = config_write_request(
+            cluster_pb2.DeleteObjectsRequest,
+            request_id=request_id,
+            expected_version=expected_version,
+            kind=kind,
+            names=names,
+            dry_run=dry_run,
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         reply: cluster_pb2.DeleteObjectsResponse = await self.call(
             self.cluster.DeleteObjects, request
         )
@@ -147,14 +151,14 @@ class AsyncGpufairClient:
         expected_version: int | None = None,
         request_id: str = "",
     ) -> cluster_pb2.UpsertNodesResponse:
-        request = cluster_pb2.UpsertNodesRequest(
+        request = config_write_request(
+            cluster_pb2.UpsertNodesRequest,
+            request_id=request_id,
+            expected_version=expected_version,
             nodes=nodes,
             prune_pools=prune_pools,
             dry_run=dry_run,
-            request_id=request_id or self.new_request_id(),
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         reply: cluster_pb2.UpsertNodesResponse = await self.call(self.cluster.UpsertNodes, request)
         return reply
 
@@ -167,14 +171,14 @@ class AsyncGpufairClient:
         expected_version: int | None = None,
         request_id: str = "",
     ) -> cluster_pb2.SetNodesReadyResponse:
-        request = cluster_pb2.SetNodesReadyRequest(
+        request = config_write_request(
+            cluster_pb2.SetNodesReadyRequest,
+            request_id=request_id,
+            expected_version=expected_version,
             names=names,
             ready=ready,
             dry_run=dry_run,
-            request_id=request_id or self.new_request_id(),
         )
-        if expected_version is not None:
-            request.expected_version = expected_version
         reply: cluster_pb2.SetNodesReadyResponse = await self.call(
             self.cluster.SetNodesReady, request
         )
