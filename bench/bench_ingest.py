@@ -36,7 +36,7 @@ import uuid
 from datetime import UTC, datetime
 
 import psycopg
-from server_process import backend_cpu_s, backends_used, cpu_seconds, free_port, wait_serving
+from server_process import backend_cpu_s, backends_used, free_port, tree_cpu_s, wait_serving
 from sqlalchemy.engine import make_url
 
 from gpufair.client import GpufairClient
@@ -208,11 +208,11 @@ def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
                 requests = messages(events, batch)
 
                 pg_before = backend_cpu_s(url)
-                server_before, client_before = cpu_seconds(process.pid), time.process_time()
+                server_before, client_before = tree_cpu_s(process.pid), time.process_time()
                 start = time.perf_counter()
                 reply = client.ledger.StreamEvents(iter(requests), timeout=900)
                 grpc_s = time.perf_counter() - start
-                server_cpu = cpu_seconds(process.pid) - server_before
+                server_cpu = tree_cpu_s(process.pid) - server_before
                 client_cpu = time.process_time() - client_before
                 used = backends_used(pg_before, backend_cpu_s(url))
                 pg_cpu = math.nan if used is None else used  # backends not on this machine
