@@ -3,22 +3,37 @@
     python bench/bench_schedule_rpc.py [--nodes 1000] [--pending 20000] [--running 5000]
 
 1,000 nodes x 8 GPUs of 3 types, 200 leaf queues, 20,000 pending and 5,000 running workloads,
-written with SQL. Timed, interleaved, in one run: `Schedule(dry_run=True)` through a real gRPC
-server (snapshot read under the pool lock, fair shares, cycle, reply) and `run_cycle` alone on the
-same snapshot. The difference is what the service adds around the domain code. The server runs
-on the real clock, so, as in production, fair shares are recomputed once after the workloads
-change (the warm-up call) and read from history by the timed calls.
+written with SQL. Timed, interleaved, in one run:
+
+- `rpc`: `Schedule(dry_run=True)` through a real gRPC server (in this process, over a real
+  channel): snapshot under the pool lock, brought up to date from the servicer's kept state
+  (`services/snapshot_source.py`), fair shares, cycle, reply;
+- `cycle`: `run_cycle` alone on the same snapshot;
+- `fresh`: what the handler did before it kept anything between cycles, in this process without
+  gRPC: the snapshot read whole (`schedule.decide` without a source) and the reply built a
+  message per pending workload.
+
+Each arm's wall time, the CPU time of this process (client and server threads: the RPC's cost
+on both ends) and the CPU time the PostgreSQL backends of the database used (read from /proc,
+when they run on this machine). The server runs on the real clock, so, as in production, fair
+shares are recomputed once after the workloads change (the warm-up call) and read from history
+by the timed calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import statistics
 import time
+from collections.abc import Iterator
 
+from server_process import cpu_seconds
 from sqlalchemy import Engine, text
 
+from gpufair.api.convert_schedule import result_to_proto
 from gpufair.api.server import build_server
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
@@ -151,32 +166,78 @@ def main() -> None:
                 with engine.connect() as conn:
                     snapshot, _ = schedule.build_snapshot(conn, "main", time.time())
                     conn.rollback()
-                rpc, cycle, binds = [], [], 0
+                backends = _backends(engine)
+                arms: dict[str, list[tuple[float, float, float]]] = {
+                    "rpc": [],
+                    "cycle": [],
+                    "fresh": [],
+                }
+                binds = 0
                 for _ in range(args.repeat):
-                    start = time.perf_counter()
-                    reply = client.schedule("main", dry_run=True)
-                    rpc.append(time.perf_counter() - start)
-                    binds = len(reply.binds)
-                    start = time.perf_counter()
-                    run_cycle(snapshot)
-                    cycle.append(time.perf_counter() - start)
+                    with _measure(arms["rpc"], backends):
+                        binds = len(client.schedule("main", dry_run=True).binds)
+                    with _measure(arms["cycle"], backends):
+                        run_cycle(snapshot)
+                    with _measure(arms["fresh"], backends):
+                        _fresh(engine)
         finally:
             running.stop(1)
             engine.dispose()
+    medians = {
+        arm: [round(statistics.median(x[i] for x in samples), 3) for i in range(3)]
+        for arm, samples in arms.items()
+    }
+    rpc, cycle, fresh = medians["rpc"], medians["cycle"], medians["fresh"]
     print(
         json.dumps(
             {
                 "nodes": args.nodes,
                 "pending": args.pending,
                 "running": args.running,
+                "repeat": args.repeat,
                 "binds_per_cycle": binds,
-                "schedule_rpc_median_s": round(statistics.median(rpc), 3),
-                "pure_cycle_median_s": round(statistics.median(cycle), 3),
-                "service_overhead_s": round(statistics.median(rpc) - statistics.median(cycle), 3),
+                "median_wall_cpu_pg_s": medians,
+                "rpc_over_cycle_wall": round(rpc[0] / cycle[0], 2),
+                "rpc_over_cycle_cpu": round(rpc[1] / cycle[1], 2),
+                "rpc_over_cycle_cpu_with_pg": round((rpc[1] + rpc[2]) / cycle[1], 2),
+                "fresh_over_cycle_wall": round(fresh[0] / cycle[0], 2),
+                "fresh_over_cycle_cpu_with_pg": round((fresh[1] + fresh[2]) / cycle[1], 2),
             },
             indent=2,
         )
     )
+
+
+def _fresh(engine: Engine) -> None:
+    """The snapshot read whole and the reply built a message at a time (the handler before)."""
+    now_s = time.time()
+    with engine.connect() as conn:
+        decided = schedule.decide(conn, "main", now_s)
+        conn.rollback()
+    result_to_proto("main", decided.result, now_s, 0).SerializeToString()
+
+
+def _backends(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+            ).scalars()
+        )
+
+
+def _pg_cpu(pids: list[int]) -> float:
+    try:
+        return sum(cpu_seconds(pid) for pid in pids)
+    except OSError:  # backends not on this machine
+        return math.nan
+
+
+@contextlib.contextmanager
+def _measure(samples: list[tuple[float, float, float]], backends: list[int]) -> Iterator[None]:
+    wall, cpu, pg = time.perf_counter(), time.process_time(), _pg_cpu(backends)
+    yield
+    samples.append((time.perf_counter() - wall, time.process_time() - cpu, _pg_cpu(backends) - pg))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,51 @@ _EVICT = {
 }
 
 
+class PendingEncoder:
+    """The `pending` list of `Schedule` replies, encoded a (uid, reason) at a time and kept.
+
+    A reply lists every waiting workload with its reason (18,000 of them at the issue's size),
+    and from one cycle to the next most of them wait for the same reason. Building a message
+    object for each costs more than the rest of the reply; here each (uid, reason) is encoded
+    once, as the bytes of one `pending` entry of `ScheduleResponse`, kept by uid with the reason
+    it encodes (compared on use: a new reason is encoded anew), and a reply's list is the
+    concatenation of its entries, in uid order, merged into the message by protobuf's own
+    parser (repeated fields of concatenated encodings append). Bounded: past `limit` entries
+    the map starts over. Threads share it: each call reads and fills one map of its own
+    choosing, as `SpecCache` does."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._entries: dict[str, tuple[str, str, bytes]] = {}  # uid -> code, message, bytes
+
+    def encode(self, pending: Mapping[str, PendingReason]) -> bytes:
+        entries = self._entries
+        if len(entries) > self.limit:
+            entries = self._entries = {}
+        out = []
+        for uid in sorted(pending):
+            reason = pending[uid]
+            entry = entries.get(uid)
+            if entry is None or entry[1] != reason.message or entry[0] != reason.code:
+                entry = entries[uid] = (reason.code, reason.message, _pending_entry(uid, reason))
+            out.append(entry[2])
+        return b"".join(out)
+
+
+def _pending_entry(uid: str, reason: PendingReason) -> bytes:
+    one = pb.PendingWorkload(uid=uid, reason_code=reason.code.value, message=reason.message)
+    return pb.ScheduleResponse(pending=[one]).SerializeToString()
+
+
 def result_to_proto(
-    pool: str, result: CycleResult, now_s: float, cycle_id: int
+    pool: str,
+    result: CycleResult,
+    now_s: float,
+    cycle_id: int,
+    encoder: PendingEncoder | None = None,
 ) -> pb.ScheduleResponse:
+    """The reply of a cycle; with `encoder`, the pending list comes from its kept encodings
+    (the same message, built faster)."""
     reply = pb.ScheduleResponse(
         pool=pool,
         cycle_id=cycle_id,
@@ -42,11 +84,14 @@ def result_to_proto(
             )
             for e in result.evicts
         ],
-        pending=[
+    )
+    if encoder is None:
+        reply.pending.extend(
             pb.PendingWorkload(uid=uid, reason_code=reason.code.value, message=reason.message)
             for uid, reason in sorted(result.pending.items())
-        ],
-    )
+        )
+    else:
+        reply.MergeFromString(encoder.encode(result.pending))
     reply.decided_at.FromNanoseconds(round(now_s * 1e9))
     return reply
 

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 import grpc
 from sqlalchemy import Connection, Engine
 
-from gpufair.api.convert_schedule import explanation_to_proto, result_to_proto, without_binds
+from gpufair.api.convert_schedule import (
+    PendingEncoder,
+    explanation_to_proto,
+    result_to_proto,
+    without_binds,
+)
 from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.cycle_gate import CycleGate, Member
 from gpufair.api.idempotent import run_mutation
@@ -22,6 +27,7 @@ from gpufair.domain.request_rules import name_violations, request_id_violations,
 from gpufair.domain.workload_rules import submit_problems, workload_violations
 from gpufair.metrics import observe_cycle
 from gpufair.services import schedule
+from gpufair.services.snapshot_source import SnapshotSource
 from gpufair.store import (
     config_repo,
     deadline,
@@ -63,6 +69,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.clock = clock
         self.bind_timeout_s = bind_timeout_s
         self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate()
+        # Kept between cycles, checked against the database in each cycle's transaction.
+        self.snapshots = SnapshotSource()
+        self._pending = PendingEncoder()
 
     def SubmitWorkloads(
         self, request: pb.SubmitWorkloadsRequest, context: grpc.ServicerContext
@@ -166,9 +175,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             )
         now_s = self.clock()
         with self.engine.connect() as conn:
-            decided = schedule.decide(conn, request.pool, now_s)
+            decided = schedule.decide(conn, request.pool, now_s, self.snapshots)
             conn.rollback()  # a dry run decides, but nothing it touched may last
-        dry = result_to_proto(request.pool, decided.result, now_s, cycle_id=0)
+        dry = result_to_proto(request.pool, decided.result, now_s, 0, self._pending)
         dry.warnings.extend(decided.warnings)
         return dry
 
@@ -236,8 +245,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> tuple[pb.ScheduleResponse, Callable[[float], None]]:
         """The cycle's reply, and what counts it in the metrics once it committed (given the
         cycle's duration)."""
-        decided = schedule.decide(conn, pool, now_s)
-        draft = result_to_proto(pool, decided.result, now_s, cycle_id=0)
+        decided = schedule.decide(conn, pool, now_s, self.snapshots)
+        draft = result_to_proto(pool, decided.result, now_s, 0, self._pending)
         draft.warnings.extend(decided.warnings)
         cycle_id, not_kept = schedule_repo.record_cycle(
             conn, pool, decided.result, draft.SerializeToString(), now_s, self.bind_timeout_s
@@ -246,9 +255,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             conn, schedule.standing_claims_served(decided.snapshot)
         )
         result = without_binds(decided.result, not_kept)
-        reply = result_to_proto(pool, result, now_s, cycle_id)
-        reply.warnings.extend(decided.warnings)
+        reply = draft
+        reply.cycle_id = cycle_id
         if not_kept:
+            reply = result_to_proto(pool, result, now_s, cycle_id, self._pending)
+            reply.warnings.extend(decided.warnings)
             schedule_repo.replace_reply(conn, cycle_id, reply.SerializeToString(), len(reply.binds))
         workloads = {w.uid: w for w in decided.snapshot.pending}
         first = metrics_repo.first_binds(conn, [b.workload_uid for b in result.binds])
@@ -272,7 +283,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             workload, state = found
             share = fairshare_repo.latest_run(conn, workload.pool)
             if state is WorkloadState.PENDING:
-                explanation = schedule.explain_pending(conn, workload.pool, workload.uid, now_s)
+                explanation = schedule.explain_pending(
+                    conn, workload.pool, workload.uid, now_s, self.snapshots
+                )
                 reply = explanation_to_proto(explanation, state.value)
                 share = fairshare_repo.latest_run(conn, workload.pool)
             else:

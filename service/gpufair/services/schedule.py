@@ -2,8 +2,12 @@
 
 Scheduling of one pool is serialised across replicas by a transaction-scoped advisory lock on the
 pool (`locks.pool_key`): the snapshot is read and the decisions written inside one transaction
-that holds it, so two `Schedule` calls can never hand out the same GPU, and nothing is cached
-between calls that another replica could have made stale.
+that holds it, so two `Schedule` calls can never hand out the same GPU.
+
+A servicer passes its `SnapshotSource` (`services/snapshot_source.py`): the config and the
+pool's rows are then kept between cycles and brought up to date from what changed, checked in
+this same transaction, so nothing another replica changed is missed. Without one (tools,
+benchmarks, the reference in tests) everything is read afresh.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services.recompute import recompute_pool
+from gpufair.services.snapshot_source import SnapshotSource
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
 
 
@@ -37,11 +42,20 @@ class Shares:
     warnings: tuple[str, ...] = ()
 
 
-def fair_shares(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> Shares:
+def fair_shares(
+    conn: Connection,
+    config: ClusterConfig,
+    pool: NodePool,
+    now_s: float,
+    source: SnapshotSource | None = None,
+) -> Shares:
     """Leaf fair shares from the latest recompute, recomputed first when it is older than the
     pool's interval or predates a change of the pool's workloads (a new submission must not wait
     a whole interval to count as demand)."""
-    run = fairshare_repo.latest_run(conn, pool.name)
+    if source is None:
+        run = fairshare_repo.latest_run(conn, pool.name)
+    else:
+        run = source.latest_run(conn, pool.name)
     changed_at = workload_repo.last_change_s(conn, pool.name)
     stale = (
         run is None
@@ -56,29 +70,40 @@ def fair_shares(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: 
     return Shares({s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s)
 
 
-def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, float]:
-    snapshot, shares = _snapshot(conn, pool_name, now_s)
+def build_snapshot(
+    conn: Connection, pool_name: str, now_s: float, source: SnapshotSource | None = None
+) -> tuple[CycleSnapshot, float]:
+    snapshot, shares = _snapshot(conn, pool_name, now_s, source)
     return snapshot, shares.computed_at_s
 
 
-def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, Shares]:
+def _snapshot(
+    conn: Connection, pool_name: str, now_s: float, source: SnapshotSource | None
+) -> tuple[CycleSnapshot, Shares]:
     """The cycle's input; the stored config is read within the input limits (a value stored
     before them is clamped, and said so in the warnings of a recompute)."""
-    config = within_limits(config_repo.load_config(conn))[0]
+    if source is None:
+        config = within_limits(config_repo.load_config(conn))[0]
+    else:
+        config = source.config(conn)
     pool = config.pool(pool_name)
     schedule_repo.release_expired_binds(conn, pool.name, now_s)
-    computed = fair_shares(conn, config, pool, now_s)
+    computed = fair_shares(conn, config, pool, now_s, source)
     shares = computed.by_leaf
     leaves = {q.name for q in config.leaf_queues()}
-    running, pending = schedule_repo.holding_and_pending(conn, pool.name)
+    if source is None:
+        holding, waiting = schedule_repo.holding_and_pending(conn, pool.name)
+        running, pending = tuple(holding), tuple(waiting)
+    else:
+        running, pending = source.holding_and_pending(conn, pool.name)
     snapshot = CycleSnapshot(
         pool=pool,
         nodes=tuple(n for n in config.nodes if n.pool == pool.name),
         gpu_types=config.gpu_types,
         queues=tuple(q for q in config.queues if q.name in leaves),
         fair_share_cu={q: shares.get(q, 0.0) for q in leaves},
-        running=tuple(running),
-        pending=tuple(pending),
+        running=running,
+        pending=pending,
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
         inner_queues=tuple(q for q in config.queues if q.name not in leaves),
@@ -86,11 +111,14 @@ def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnap
     return snapshot, computed
 
 
-def decide(conn: Connection, pool_name: str, now_s: float) -> Decided:
-    """Lock the pool for this transaction, read the snapshot and run the cycle. The caller
-    records the decisions (or rolls back for a dry run) in the same transaction."""
+def decide(
+    conn: Connection, pool_name: str, now_s: float, source: SnapshotSource | None = None
+) -> Decided:
+    """Lock the pool for this transaction, read the snapshot (brought up to date in `source`,
+    if given) and run the cycle. The caller records the decisions (or rolls back for a dry run)
+    in the same transaction."""
     locks.xact_lock(conn, locks.pool_key(pool_name))
-    snapshot, shares = _snapshot(conn, pool_name, now_s)
+    snapshot, shares = _snapshot(conn, pool_name, now_s, source)
     return Decided(snapshot, run_cycle(snapshot), shares.warnings)
 
 
@@ -101,7 +129,9 @@ def standing_claims_served(snapshot: CycleSnapshot) -> list[str]:
     return sorted({e.victim_uid for e in snapshot.evicting if e.victim_uid not in running})
 
 
-def explain_pending(conn: Connection, pool_name: str, uid: str, now_s: float) -> Explanation:
+def explain_pending(
+    conn: Connection, pool_name: str, uid: str, now_s: float, source: SnapshotSource | None = None
+) -> Explanation:
     """Why `uid` waits, from a dry cycle over the current snapshot (the caller rolls back)."""
-    decided = decide(conn, pool_name, now_s)
+    decided = decide(conn, pool_name, now_s, source)
     return explain(decided.snapshot, decided.result, uid)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
 
 _FAIR_SHARE_KEY = """
 SELECT
@@ -23,9 +23,27 @@ SELECT
     WHERE pool = %(pool)s ORDER BY computed_at DESC, id DESC LIMIT 1),
   (SELECT version::text || '@' || xmin::text FROM config_versions ORDER BY version DESC LIMIT 1)
 """
+_RUN_KEY = """
+SELECT id::text || '@' || xmin::text FROM fair_share_runs
+ WHERE pool = :pool ORDER BY computed_at DESC, id DESC LIMIT 1
+"""
 _CONFIG_KEY = (
     "SELECT version::text || '@' || xmin::text FROM config_versions ORDER BY version DESC LIMIT 1"
 )
+
+
+def config_key(conn: Connection) -> str | None:
+    """The latest config version's key, read in the caller's transaction (the scheduling cycle
+    reads it under the pool's lock, in the statement order of its snapshot)."""
+    value = conn.execute(text(_CONFIG_KEY)).scalar_one_or_none()
+    return None if value is None else str(value)
+
+
+def fair_share_run_key(conn: Connection, pool: str) -> str | None:
+    """The key of `pool`'s latest fair-share run (a run's shares are written once, with it),
+    read in the caller's transaction; None before the first."""
+    value = conn.execute(text(_RUN_KEY), {"pool": pool}).scalar_one_or_none()
+    return None if value is None else str(value)
 
 
 class KeyReader:

@@ -41,7 +41,8 @@ def release_expired_binds(conn: Connection, pool: str, now_s: float) -> int:
     return result.rowcount or 0
 
 
-def _bindings(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
+def bindings_from_json(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
+    """Pod bindings as stored in `allocation_intervals.pods` and `workloads.binding`."""
     return tuple(
         PodBinding(
             pod_index=p.get("pod_index", i),
@@ -95,7 +96,7 @@ def holding_and_pending(conn: Connection, pool: str) -> tuple[list[Allocation], 
     allocations = [
         Allocation(
             workload=spec,
-            bindings=_bindings([p for r in group for p in r.pods]),
+            bindings=bindings_from_json([p for r in group for p in r.pods]),
             started_at_s=group[0].since,
             gpu_type=group[0].gpu_type,
         )
@@ -104,7 +105,7 @@ def holding_and_pending(conn: Connection, pool: str) -> tuple[list[Allocation], 
     allocations += [
         Allocation(
             workload=spec,
-            bindings=_bindings(r.pods),
+            bindings=bindings_from_json(r.pods),
             started_at_s=r.since,
             gpu_type=r.gpu_type,
         )
