@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from gpufair.api.errors import abort_for
+from gpufair.api.work_slots import EXEMPT_PREFIXES, SELF_SLOTTED, WorkSlots
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.limits import shorten
 from gpufair.metrics import RPC_SECONDS, RPCS
@@ -232,5 +233,36 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                         rpc_log.info("%s %s %.1f ms", method, code, duration_s * 1000, extra=extra)
 
             return timed
+
+        return _rewrap(inner, decorate)
+
+
+class WorkSlotInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Each call holds one of `slots` while its handler runs (`api/work_slots.py`); placed inside
+    error mapping, so a deadline passed while waiting is answered as such."""
+
+    def __init__(self, slots: WorkSlots) -> None:
+        self.slots = slots
+        self._memo = _Memo()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        method = details.method
+        if method in SELF_SLOTTED or method.startswith(EXEMPT_PREFIXES):
+            return continuation(details)
+        return self._memo.get(method, continuation(details), self._wrap)
+
+    def _wrap(self, inner: Any) -> Any:
+        slots = self.slots
+
+        def decorate(behavior: Behavior) -> Behavior:
+            def slotted(request: Any, context: grpc.ServicerContext) -> Any:
+                with slots.held(context.time_remaining()):
+                    return behavior(request, context)
+
+            return slotted
 
         return _rewrap(inner, decorate)

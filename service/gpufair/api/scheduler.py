@@ -19,6 +19,7 @@ from gpufair.api.convert_workload import workload_from_proto
 from gpufair.api.cycle_gate import CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
+from gpufair.api.work_slots import WorkSlots
 from gpufair.api.workload_listing import list_workloads
 from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
@@ -64,8 +65,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         engine: Engine,
         clock: Callable[[], float] = time.time,
         bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S,
+        slots: WorkSlots | None = None,
     ) -> None:
         self.engine = engine
+        # `Schedule` takes its work slot itself: a caller waiting for a shared cycle holds none.
+        self.slots = slots if slots is not None else WorkSlots(None)
         self.clock = clock
         self.bind_timeout_s = bind_timeout_s
         self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate()
@@ -157,7 +161,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """A cycle of the pool. A dry run is decided alone, and rolled back. Other calls are
         coalesced (`api/cycle_gate.py`): the calls of one pool that arrive while a cycle runs
         share the next cycle, run once by one of them for all; each request id gets that
-        cycle's reply stored in the cycle's own transaction (a replay returns it)."""
+        cycle's reply stored in the cycle's own transaction (a replay returns it). A dry run and
+        a slot's cycle hold a work slot (`api/work_slots.py`); a caller waiting for its slot's
+        cycle holds only its thread."""
         violations = name_violations("pool", request.pool)
         violations += request_id_violations(request.request_id)
         if violations:
@@ -174,7 +180,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 lambda members, deadline_s: self._run_slot(request.pool, members, deadline_s),
             )
         now_s = self.clock()
-        with self.engine.connect() as conn:
+        with self.slots.held(context.time_remaining()), self.engine.connect() as conn:
             decided = schedule.decide(conn, request.pool, now_s, self.snapshots)
             conn.rollback()  # a dry run decides, but nothing it touched may last
         dry = result_to_proto(request.pool, decided.result, now_s, 0, self._pending)
@@ -193,7 +199,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         heels; else a cycle runs. Its reply is stored under the others' request ids with it."""
         remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
         results: dict[int, pb.ScheduleResponse | BaseException] = {}
-        with deadline.call_deadline(remaining_s), self.engine.connect() as conn:
+        with (
+            self.slots.held(remaining_s),
+            deadline.call_deadline(remaining_s),
+            self.engine.connect() as conn,
+        ):
             seen = schedule_repo.last_cycle_id(conn)
             locks.xact_lock(conn, locks.pool_key(pool))
             asked = {m.key.request_id for m in members if m.key.request_id}

@@ -22,11 +22,13 @@ from gpufair.api.interceptors import (
     DeadlineInterceptor,
     ErrorMappingInterceptor,
     MetricsInterceptor,
+    WorkSlotInterceptor,
 )
 from gpufair.api.ledger import LedgerServicer
 from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
+from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
 from gpufair.store.commit_watch import commit_count
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
@@ -82,6 +84,7 @@ def build_server(
     address: str = "127.0.0.1:50051",
     *,
     max_workers: int = 32,
+    schedule_waiters: int = DEFAULT_WAITERS,
     clock: Callable[[], float] = time.time,
     interceptors_extra: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
     credentials: grpc.ServerCredentials | None = None,
@@ -101,15 +104,22 @@ def build_server(
     `reuse_port`, several processes listen on one port (SO_REUSEPORT; `gpufair serve
     --processes`), and the kernel spreads connections over them.
 
+    `max_workers` RPCs work at once; `schedule_waiters` more threads let `Schedule` callers wait
+    for a shared cycle without a work slot (`api/work_slots.py`).
+
     `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
     (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
+    slots = WorkSlots(max_workers)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        futures.ThreadPoolExecutor(
+            max_workers=max_workers + schedule_waiters, thread_name_prefix="rpc"
+        ),
         interceptors=[
             MetricsInterceptor(),
             DeadlineInterceptor(),
             *interceptors_extra,
             ErrorMappingInterceptor(),
+            WorkSlotInterceptor(slots),
         ],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -123,7 +133,7 @@ def build_server(
         engine, clock, configs=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(cluster_admin, server)
-    scheduler = SchedulerServicer(engine, clock)
+    scheduler = SchedulerServicer(engine, clock, slots=slots)
     ledger = LedgerServicer(
         engine, clock, fair_shares=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
     )

@@ -128,6 +128,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             engine,
             args.address,
             max_workers=args.workers,
+            schedule_waiters=args.schedule_waiters,
             interceptors_extra=[auth] if auth else [],
             credentials=credentials,
             # The state gauges are read from the database only where they are exported: in a
@@ -576,7 +577,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes on the one port, the number of cores by default "
         "(cli/serve_group.py)",
     )
-    serve.add_argument("--workers", type=int, default=32, help="RPC worker threads per process")
+    serve.add_argument(
+        "--workers", type=int, default=32, help="RPCs that work at once, per process"
+    )
+    serve.add_argument(
+        "--schedule-waiters",
+        type=int,
+        default=256,  # api/work_slots.py DEFAULT_WAITERS (not imported: the CLI starts lean)
+        help="more threads per process, for Schedule callers waiting for a shared cycle "
+        "(they hold no work slot and no database connection; api/work_slots.py)",
+    )
     serve.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
     serve.add_argument(
         "--metrics-address",
