@@ -11,6 +11,7 @@ the call is counted in the metrics like every other refused one.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -266,3 +267,46 @@ class WorkSlotInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return slotted
 
         return _rewrap(inner, decorate)
+
+
+class SharedReplyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Encodes a reply object once however many calls return it: the members of a coalesced
+    `Schedule` cycle (`api/cycle_gate.py`) all get the one reply message, which grpc would
+    otherwise serialize per call (at 200 callers and 3,000 waiting workloads, about 100 copies
+    of 300 kB each cycle). The last few replies are kept with their bytes, matched by identity;
+    a reply is not changed once returned (it is the slot's, shared by all its members)."""
+
+    def __init__(self, methods: frozenset[str], keep: int = 8) -> None:
+        self._methods = methods
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._last: list[tuple[Any, bytes]] = []
+        self._memo = _Memo()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        if details.method not in self._methods:
+            return continuation(details)
+        return self._memo.get(details.method, continuation(details), self._wrap)
+
+    def _serialize(self, message: Any) -> bytes:
+        with self._lock:
+            for kept, encoded in self._last:
+                if kept is message:
+                    return encoded
+        data: bytes = message.SerializeToString()
+        with self._lock:
+            self._last = [*self._last[-(self._keep - 1) :], (message, data)]
+        return data
+
+    def _wrap(self, handler: Any) -> Any:
+        if handler is None or handler.unary_unary is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            handler.unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=self._serialize,
+        )

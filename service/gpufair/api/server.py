@@ -22,6 +22,7 @@ from gpufair.api.interceptors import (
     DeadlineInterceptor,
     ErrorMappingInterceptor,
     MetricsInterceptor,
+    SharedReplyInterceptor,
     WorkSlotInterceptor,
 )
 from gpufair.api.ledger import LedgerServicer
@@ -119,6 +120,7 @@ def build_server(
             DeadlineInterceptor(),
             *interceptors_extra,
             ErrorMappingInterceptor(),
+            SharedReplyInterceptor(frozenset({"/gpufair.v1.Scheduler/Schedule"})),
             WorkSlotInterceptor(slots),
         ],
         options=[
