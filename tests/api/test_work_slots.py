@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import Engine, event, text
 
 from gpufair.api.server import build_server
-from gpufair.api.work_slots import WorkSlots
+from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
+from gpufair.cli import build_parser
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
 from gpufair.store.database import make_engine
@@ -121,3 +122,8 @@ def test_a_call_past_its_deadline_while_slots_are_busy_is_told_so(
                 assert len(busy.result()) == 3
     finally:
         running.stop(1.0)
+
+
+def test_serve_takes_the_servers_default_waiters() -> None:
+    args = build_parser().parse_args(["serve"])
+    assert (args.workers, args.schedule_waiters) == (32, DEFAULT_WAITERS) == (32, 256)
