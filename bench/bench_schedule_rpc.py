@@ -13,6 +13,9 @@ written with SQL. Timed, interleaved, in one run:
   gRPC: the snapshot read whole (`schedule.decide` without a source) and the reply built a
   message per pending workload.
 
+Then, after those (they change the pool): the pool's rows after a change such as a cycle makes,
+as many pending workloads bound as one cycle binds, read by kept rows and by the full read.
+
 Each arm's wall time, the CPU time of this process (client and server threads: the RPC's cost
 on both ends) and the CPU time the PostgreSQL backends of the database used (read from /proc,
 when they run on this machine). The server runs on the real clock, so, as in production, fair
@@ -40,7 +43,8 @@ from gpufair.config_file import parse_config
 from gpufair.domain.cycle import run_cycle
 from gpufair.services import schedule
 from gpufair.services.recompute import recompute_pool
-from gpufair.store import migrate
+from gpufair.services.snapshot_source import SnapshotSource
+from gpufair.store import migrate, schedule_repo
 from gpufair.store.database import make_engine
 from gpufair.store.scratch import scratch_database, test_server
 
@@ -180,6 +184,7 @@ def main() -> None:
                         run_cycle(snapshot)
                     with _measure(arms["fresh"], backends):
                         _fresh(engine)
+                changed = _after_binds(engine, backends, args.repeat, binds)
         finally:
             running.stop(1)
             engine.dispose()
@@ -202,10 +207,45 @@ def main() -> None:
                 "rpc_over_cycle_cpu_with_pg": round((rpc[1] + rpc[2]) / cycle[1], 2),
                 "fresh_over_cycle_wall": round(fresh[0] / cycle[0], 2),
                 "fresh_over_cycle_cpu_with_pg": round((fresh[1] + fresh[2]) / cycle[1], 2),
+                "after_binds_median_wall_cpu_pg_s": changed,
             },
             indent=2,
         )
     )
+
+
+def _after_binds(
+    engine: Engine, backends: list[int], repeat: int, binds: int
+) -> dict[str, list[float]]:
+    """The pool's rows read after a change as a cycle makes one: `binds` pending workloads of
+    the bulk submission bound (with SQL, committed), then read by the kept rows (warmed before
+    the change) and by the full read (`schedule_repo.holding_and_pending`), `repeat` times."""
+    source = SnapshotSource()
+    samples: dict[str, list[tuple[float, float, float]]] = {"kept": [], "full": []}
+    with engine.connect() as conn:
+        source.holding_and_pending(conn, "main")
+        conn.commit()
+        for _ in range(repeat):
+            conn.execute(
+                text(
+                    "UPDATE workloads SET state = 'bound', bound_at = now(), binding = "
+                    "jsonb_build_object('gpu_type', 'a100', 'pods', jsonb_build_array("
+                    "jsonb_build_object('node', 'n0000', 'gpu_indices', jsonb_build_array(0)))) "
+                    "WHERE uid IN (SELECT uid FROM workloads WHERE state = 'pending' "
+                    "ORDER BY uid LIMIT :n)"
+                ),
+                {"n": binds},
+            )
+            conn.commit()
+            with _measure(samples["kept"], backends):
+                source.holding_and_pending(conn, "main")
+            with _measure(samples["full"], backends):
+                schedule_repo.holding_and_pending(conn, "main")
+            conn.rollback()
+    return {
+        arm: [round(statistics.median(x[i] for x in rows), 3) for i in range(3)]
+        for arm, rows in samples.items()
+    }
 
 
 def _fresh(engine: Engine) -> None:
