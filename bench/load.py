@@ -2,8 +2,8 @@
 
     python bench/load.py [--clients 200] [--seconds 60]
 
-`gpufair serve` runs as a child process with its default settings (one process per core, 32 RPC
-threads each, periodic jobs on; `--processes` sets the count) on a scratch database, loopback only. The cluster has two pools of 8-GPU nodes: `main`
+`gpufair serve` runs as a child process with its default settings (one process per core, 32 work
+slots and 256 Schedule waiter threads each, periodic jobs on; `--processes` sets the count) on a scratch database, loopback only. The cluster has two pools of 8-GPU nodes: `main`
 (60 nodes), with a backlog of 3,000 waiting workloads that `Schedule` places, and `batch` (four
 GPUs per client), whose workloads the clients run by reporting events. Each client has its own channel (its own TCP connection)
 and calls one RPC after another without pause, choosing each call by weight:
@@ -322,7 +322,10 @@ def main() -> int:
         help="weights of GetFairShare, ReportEvents, Schedule (default 50,45,5)",
     )
     parser.add_argument(
-        "--server-workers", type=int, default=32, help="RPC threads of the server (serve --workers)"
+        "--server-workers",
+        type=int,
+        default=32,
+        help="RPCs at once of the server (serve --workers)",
     )
     parser.add_argument(
         "--processes", type=int, default=None, help="gpufair serve --processes (its default: cores)"
