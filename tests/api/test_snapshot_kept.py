@@ -8,8 +8,10 @@ only the changed rows were read again."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
@@ -24,6 +26,7 @@ from gpufair.store.database import make_engine
 from gpufair.v1 import scheduler_pb2
 from tests.api.ledger_support import STARTED, STOPPED, cluster, event, report
 from tests.conftest import truncate_all
+from tests.serve_support import ServeProcess
 
 
 def wl(uid: str, queue: str = "llm", pods: int = 1, gpus: float = 1) -> scheduler_pb2.Workload:
@@ -223,3 +226,42 @@ def test_a_group_naming_a_key_not_held_starts_the_pool_over(
     assert check(db, source) == 5  # read whole again, and equal to a fresh read
     # The keys, then the full read; then the check's second look (nothing changed).
     assert source.rows.stats("main")[0] == reads + 3
+
+
+def test_cycles_of_another_serve_process_group_are_seen(
+    client: GpufairClient, db: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """`gpufair serve --processes 2` on the same database, each worker with kept state of its
+    own: cycles, submissions and cancellations through it are what this process's kept rows
+    show next, and no GPU is held twice."""
+    source = SnapshotSource()
+    client.apply_config(cluster())
+    env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+    group = ServeProcess(
+        ["--database-url", database_url, "--processes", "2", "--grace-s", "1", "--no-jobs"],
+        env,
+        tmp_path / "serve.log",
+    )
+    try:
+        group.wait_serving()
+        with GpufairClient(group.address, timeout_s=20, attempts=1) as other:
+            for round_ in range(4):
+                other.submit_workloads([wl(f"r{round_}-{i}", queue="vision") for i in range(3)])
+                assert check(db, source) == 3
+                for _ in range(3):  # new connections: both workers take calls
+                    with GpufairClient(group.address, timeout_s=20, attempts=1) as fresh:
+                        fresh.schedule("main")
+                other.cancel_workload(f"r{round_}-0")
+                check(db, source)
+                assert check(db, source) == 0
+    finally:
+        assert group.terminate() == 0
+    with db.connect() as conn:
+        held = conn.execute(
+            text(
+                "SELECT p->>'node', g FROM workloads, jsonb_array_elements(binding->'pods') p, "
+                "jsonb_array_elements_text(p->'gpu_indices') g WHERE state = 'bound'"
+            )
+        ).all()
+        conn.rollback()
+    assert held and len(held) == len(set(held))
