@@ -8,9 +8,9 @@ waited about 12 cycles (p99 20 cycle times, bench/results/schedule_coalescing.md
 
 So the two are separate: the pool has `workers + waiters` threads, and a work slot (one of
 `workers`) is what a call holds while it works. Every RPC takes one for its whole run
-(`api/interceptors.py`, `WorkSlotInterceptor`), except health and reflection (answered from memory) and `Schedule`,
-which takes one itself for what it does: a dry run, and the cycle a slot's leader runs for all
-its members. A caller that waits for a cycle holds a thread and nothing else, so the `waiters`
+(`WorkSlotInterceptor` in `api/interceptors.py`), except health and reflection (answered from
+memory) and `Schedule`, which takes one itself for what it does: a dry run, and the cycle a
+slot's leader runs for all its members. A caller that waits for a cycle holds a thread and nothing else, so the `waiters`
 threads (256 by default) let 200 callers share each cycle while no more calls than before touch
 the database at once. An idle thread costs its stack's touched pages only (the threads are
 started as calls arrive; measured in docs/RELIABILITY.md).

@@ -155,7 +155,9 @@ class SnapshotRows:
             try:
                 return _refresh(conn, pool, state)
             except _Restart:
-                fresh = _PoolRows(reads=state.reads, rows_read=state.rows_read)
+                fresh = _PoolRows(
+                    reads=state.reads, rows_read=state.rows_read, keys_read=state.keys_read
+                )
                 with self._guard:
                     self._pools[pool] = fresh
                 with fresh.lock:
