@@ -330,6 +330,7 @@ def _print_config(reply: cluster_pb2.GetConfigResponse) -> None:
                 "K",
                 "USAGE BASIS",
                 "ROUNDING",
+                "DIVISION",
                 "PLACEMENT",
             ],
             [
@@ -347,6 +348,9 @@ def _print_config(reply: cluster_pb2.GetConfigResponse) -> None:
                     .removeprefix("USAGE_BASIS_")
                     .lower(),
                     cluster_pb2.Rounding.Name(p.policy.rounding).removeprefix("ROUNDING_").lower(),
+                    cluster_pb2.Division.Name(p.policy.division or cluster_pb2.DIVISION_GPUFAIR)
+                    .removeprefix("DIVISION_")
+                    .lower(),
                     cluster_pb2.PlacementStrategy.Name(p.placement)
                     .removeprefix("PLACEMENT_STRATEGY_")
                     .lower(),

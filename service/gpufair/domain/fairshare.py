@@ -57,7 +57,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.kai_division import kai_over_quota
 from gpufair.domain.model import (
+    Division,
     FairSharePolicy,
     GpuType,
     Queue,
@@ -297,7 +299,12 @@ def _validate(inp: FairShareInput) -> None:
             violations.append(Violation(path, f"must be a finite number ≥ 0, got {gpus!r}"))
     violations.extend(
         Violation(f"queues{v.field_path}", v.message)
-        for v in validate_pool_quotas(inp.queues, inp.pool, gpu_types=inp.gpu_types)
+        for v in validate_pool_quotas(
+            inp.queues,
+            inp.pool,
+            gpu_types=inp.gpu_types,
+            limit_below_deserved=inp.policy.division == Division.KAI,
+        )
     )
     history: tuple[tuple[str, Iterable[tuple[object, float]]], ...] = (
         ("usage.usage_cu_s", inp.usage.usage_cu_s.items()),
@@ -447,6 +454,52 @@ def _divide_group(
         member.over_quota_cu = 0.0
         member.satisfied = amount >= member.allowed_cu
 
+    if policy.division == Division.KAI:
+        _divide_kai(remaining, members, policy, unit_cu)
+    else:
+        _divide_gpufair(remaining, members, policy, previous, unit_cu)
+    for member in members:
+        # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
+        member.fair_share_cu = (
+            member.allowed_cu if member.satisfied else member.guaranteed_cu + member.over_quota_cu
+        )
+
+
+def _divide_kai(
+    remaining: float, members: list[_State], policy: FairSharePolicy, unit_cu: float | None
+) -> None:
+    """Phase 2 by KAI-Scheduler's rules (`kai_division`): weights per round, rounding inside."""
+    division = kai_over_quota(
+        remaining,
+        needs=[0.0 if m.satisfied else m.allowed_cu - m.guaranteed_cu for m in members],
+        weights=[m.over_quota_weight for m in members],
+        usage_shares=[m.usage_share for m in members],
+        priorities=[m.priority for m in members],
+        created_at_s=[m.created_at_s for m in members],
+        names=[m.name for m in members],
+        k=policy.k,
+        unit_cu=unit_cu,
+    )
+    for i, member in enumerate(members):
+        if member.satisfied:
+            continue
+        member.over_quota_cu = division.shares[i]
+        member.satisfied = member.guaranteed_cu + division.shares[i] >= member.allowed_cu
+        if division.competed[i]:
+            member.competes = True
+            member.weight_share = division.weight_shares[i]
+            member.priority_weight = division.priority_weights[i]
+            member.effective_weight = division.effective_weights[i]
+
+
+def _divide_gpufair(
+    remaining: float,
+    members: list[_State],
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+    unit_cu: float | None,
+) -> None:
+    """Phase 2 by gpufair's rules (module docstring), then whole-GPU rounding."""
     # Weighted queues of every tier first, then best effort (weight 0) of every tier.
     for best_effort in (False, True):
         tiers: dict[int, list[_State]] = {}
@@ -469,11 +522,6 @@ def _divide_group(
         )
         for member, amount in zip(members, rounded, strict=True):
             member.over_quota_cu = amount
-    for member in members:
-        # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
-        member.fair_share_cu = (
-            member.allowed_cu if member.satisfied else member.guaranteed_cu + member.over_quota_cu
-        )
 
 
 def _divide_tier(
