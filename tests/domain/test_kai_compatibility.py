@@ -358,3 +358,32 @@ def test_tumbling_window_boundary(now_s: float, gpufair_lo_s: float, kai_lo_s: f
     )
     assert window_bounds(now_s, week) == (gpufair_lo_s, now_s)
     assert window_bounds(now_s, replace(week, division=Division.KAI)) == (kai_lo_s, now_s)
+
+
+def test_guarantees_above_capacity_shrink_in_proportion_in_both_profiles() -> None:
+    # KAI: 6 / 2 on 4 GPUs (first come, first served); gpufair keeps 6 : 2 within the 4.
+    case = Case(4, (Q(6, 1, 10), Q(2, 1, 10)), (6, 2), over_capacity=True)
+    assert _shares(case, Division.KAI) == (3, 1)
+    assert _shares(case, Division.GPUFAIR) == (3, 1)
+
+
+def test_kai_profile_ignores_the_dead_band() -> None:
+    """The previous weights would keep q1 at 0.5 under gpufair's band; KAI has no band."""
+    queues = [Queue(n, quotas=frozen_map({POOL: QueueQuota(pool=POOL)})) for n in ("q1", "q2")]
+    inputs = {
+        "pool": POOL,
+        "gpu_types": {GPU.name: GPU},
+        "capacity_gpus_by_type": {GPU.name: 10.0},
+        "queues": queues,
+        "demands": {n: QueueDemand(pending_gpus_by_type={"gpu": 10.0}) for n in ("q1", "q2")},
+        "usage": UsageInputs(usage_cu_s={"q1": 100.0}, group_capacity_cu_s={None: 1000.0}),
+        "previous_effective_weights": {"q1": 0.5, "q2": 0.5},
+    }
+    banded = FairSharePolicy(k=1.0, usage_basis=UsageBasis.TOTAL, dead_band=0.2)
+    # P = (0.5 + 0.5 − 0.1, 1) = (0.9, 1): effective 0.47 / 0.53, within 0.2 of 0.5.
+    gpufair = compute_fair_shares(FairShareInput(policy=banded, **inputs))  # type: ignore[arg-type]
+    kai = compute_fair_shares(
+        FairShareInput(policy=replace(banded, division=Division.KAI), **inputs)  # type: ignore[arg-type]
+    )
+    assert gpufair.shares["q1"].fair_share_cu == pytest.approx(5.0)
+    assert kai.shares["q1"].fair_share_cu == pytest.approx(10 * 0.9 / 1.9)
