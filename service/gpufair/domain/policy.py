@@ -215,6 +215,30 @@ def _validate_quota(
         out.append(Violation(path + ".limit_cu", f"must be ≥ {bound}, got {quota.limit_cu}"))
 
 
+_NUMBER = (float, int)
+
+
+def _plainly_valid(quota: QueueQuota, key: str, limit_below_deserved: bool) -> bool:
+    """True for the common quota that `_validate_quota` would pass: keyed right, no per-type
+    maps, finite numbers ≥ 0, a limit (if any) at least the deserved quota. Anything else takes
+    the full check, which also writes the messages. Runs on every fair-share computation, so
+    the common case costs a few comparisons, not a list of checks."""
+    if quota.pool != key or quota.deserved_gpus_by_type or quota.limit_gpus_by_type:
+        return False
+    deserved, weight, limit = quota.deserved_cu, quota.over_quota_weight, quota.limit_cu
+    if type(deserved) not in _NUMBER or type(weight) not in _NUMBER:
+        return False
+    if not (0.0 <= deserved < math.inf and 0.0 <= weight < math.inf):
+        return False
+    if limit is None:
+        return True
+    return (
+        type(limit) in _NUMBER
+        and 0.0 <= limit < math.inf
+        and (limit_below_deserved or limit >= deserved)
+    )
+
+
 def validate_pool_quotas(
     queues: Sequence[Queue],
     pool: str,
@@ -233,7 +257,7 @@ def validate_pool_quotas(
     )
     for index, queue in enumerate(queues):
         quota = queue.quotas.get(pool)
-        if quota is not None:
+        if quota is not None and not _plainly_valid(quota, pool, limit_below_deserved):
             path = f'[{index}].quotas["{pool}"]'
             _validate_quota(
                 path,
