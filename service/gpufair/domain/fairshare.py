@@ -58,8 +58,10 @@ queue whose allowed demand is all on one type; otherwise it is empty.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.fairshare_result import (
@@ -139,8 +141,9 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
     compute_weights = {name: t.compute_weight for name, t in inp.gpu_types.items()}
     capacity_by_type = {t: g for t, g in inp.capacity_gpus_by_type.items() if g > 0.0}
     capacity_cu = math.fsum(g * compute_weights[t] for t, g in capacity_by_type.items())
+    queues, children, pool = tree.queues, tree.children, inp.pool
     states = {
-        name: QueueState(tree.queues[name], inp.pool, tree.is_leaf(name), compute_weights)
+        name: QueueState(queues[name], pool, name not in children, compute_weights)
         for name in tree.preorder
     }
     _aggregate_demand(inp, tree, states, compute_weights, capacity_by_type)
@@ -164,7 +167,7 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
         pool=inp.pool,
         capacity_cu=capacity_cu,
         whole_gpu_unit_cu=unit_cu,
-        shares=ShareRecords(states, inp.usage, compute_weights, single_type),
+        shares=ShareRecords(states, tree.children, inp.usage, compute_weights, single_type),
     )
 
 
@@ -194,13 +197,17 @@ def _validate(inp: FairShareInput) -> None:
             limit_below_deserved=inp.policy.division == Division.KAI,
         )
     )
-    history: tuple[tuple[str, Iterable[tuple[object, float]]], ...] = (
-        ("usage.usage_cu_s", inp.usage.usage_cu_s.items()),
-        ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s.items()),
-        ("previous_effective_weights", inp.previous_effective_weights.items()),
+    history: tuple[tuple[str, Mapping[Any, float]], ...] = (
+        ("usage.usage_cu_s", inp.usage.usage_cu_s),
+        ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s),
+        ("previous_effective_weights", inp.previous_effective_weights),
     )
-    for map_path, items in history:
-        for map_key, value in items:
+    for map_path, numbers in history:
+        values = list(numbers.values())
+        # C-speed passes for the common case; the loop below only words what is wrong.
+        if not values or (all(map(math.isfinite, values)) and min(values) >= 0.0):
+            continue
+        for map_key, value in numbers.items():
             if not (math.isfinite(value) and value >= 0.0):
                 violations.append(
                     Violation(
@@ -259,6 +266,9 @@ def _raise_demand_violations(inp: FairShareInput, tree: QueueTree) -> None:
         raise InvalidInputError(violations)
 
 
+_NO_GPUS: Mapping[str, float] = MappingProxyType({})
+
+
 def _aggregate_demand(
     inp: FairShareInput,
     tree: QueueTree,
@@ -283,31 +293,34 @@ def _aggregate_demand(
         if kids is None:
             demand = demands.get(name)
             if demand is None:
-                allocated: dict[str, float] = {}
-                wanted = allocated
+                may_hold: Mapping[str, float] = _NO_GPUS
+                state.allocated_by_type = state.demand_by_type = _NO_GPUS
             else:
-                allocated = dict(demand.allocated_gpus_by_type)
-                wanted = dict(allocated)
-                for type_name, gpus in demand.pending_gpus_by_type.items():
-                    wanted[type_name] = wanted.get(type_name, 0.0) + gpus
-            may_hold = wanted
+                allocated = demand.allocated_gpus_by_type
+                pending = demand.pending_gpus_by_type
+                if pending:
+                    wanted = dict(allocated)
+                    for type_name, gpus in pending.items():
+                        wanted[type_name] = wanted.get(type_name, 0.0) + gpus
+                    may_hold = wanted
+                else:
+                    may_hold = allocated
+                state.allocated_by_type = allocated
+                state.demand_by_type = may_hold
             children_allowed_cu = inf
         else:
-            allocated = {}
-            wanted = {}
-            may_hold = {}
+            # An inner queue's demand and allocation are its children's sums; only its explain
+            # record shows them, so they are summed there (`ShareRecords`), not here.
+            holds: dict[str, float] = {}
             children_allowed_cu = 0.0
             for child_name in kids:
                 child = states[child_name]
-                for type_name, gpus in child.allocated_by_type.items():
-                    allocated[type_name] = allocated.get(type_name, 0.0) + gpus
-                for type_name, gpus in child.demand_by_type.items():
-                    wanted[type_name] = wanted.get(type_name, 0.0) + gpus
                 for type_name, gpus in child.allowed_by_type.items():
-                    may_hold[type_name] = may_hold.get(type_name, 0.0) + gpus
+                    holds[type_name] = holds.get(type_name, 0.0) + gpus
                 for type_name, gpus in child.claims_by_type.items():
                     claims[type_name] = claims.get(type_name, 0.0) + gpus
                 children_allowed_cu += child.allowed_cu
+            may_hold = holds
         allowed: dict[str, float] = {}
         allowed_cu = 0.0
         type_limits = quota.limit_gpus_by_type
@@ -325,18 +338,8 @@ def _aggregate_demand(
                 claims[type_name] = claim
             else:
                 claims.pop(type_name, None)
-        state.allocated_by_type = allocated
-        state.demand_by_type = wanted
         state.allowed_by_type = allowed
         state.claims_by_type = claims
-        allocated_cu = 0.0
-        for type_name, gpus in allocated.items():
-            allocated_cu += gpus * compute_weights[type_name]
-        state.allocated_cu = allocated_cu
-        demand_cu = 0.0
-        for type_name, gpus in wanted.items():
-            demand_cu += gpus * compute_weights[type_name]
-        state.demand_cu = demand_cu
         allowed_cu = min(allowed_cu, children_allowed_cu)
         limit_cu = quota.limit_cu
         if limit_cu is not None and limit_cu < allowed_cu:

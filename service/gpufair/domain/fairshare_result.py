@@ -60,16 +60,27 @@ class ShareRecords(Mapping[str, QueueShare]):
     """The explain records of one computation, by queue name in tree pre-order, each built from
     its working state the first time it is read (and kept)."""
 
-    __slots__ = ("_built", "_compute_weights", "_single_type", "_usage", "states")
+    __slots__ = (
+        "_built",
+        "_children",
+        "_compute_weights",
+        "_single_type",
+        "_summed",
+        "_usage",
+        "states",
+    )
 
     def __init__(
         self,
         states: dict[str, QueueState],
+        children: Mapping[str | None, tuple[str, ...]],
         usage: UsageInputs,
         compute_weights: dict[str, float],
         single_type: str | None,
     ) -> None:
         self.states = states  # pre-order
+        self._children = children
+        self._summed = False
         self._usage = usage
         self._compute_weights = compute_weights
         self._single_type = single_type
@@ -78,11 +89,34 @@ class ShareRecords(Mapping[str, QueueShare]):
     def __getitem__(self, name: str) -> QueueShare:
         record = self._built.get(name)
         if record is None:
+            if not self._summed:
+                self._sum_inner_demand()
             record = _explain(
                 self.states[name], self._usage, self._compute_weights, self._single_type
             )
             self._built[name] = record
         return record
+
+    def _sum_inner_demand(self) -> None:
+        """Every inner queue's demand and allocation: its children's sums, children in name
+        order (as the division summed their allowed demand), once for all records."""
+        states = self.states
+        for name in reversed(states):
+            kids = self._children.get(name)
+            if kids is None:
+                continue
+            allocated: dict[str, float] = {}
+            wanted: dict[str, float] = {}
+            for child_name in kids:
+                child = states[child_name]
+                assert child.allocated_by_type is not None and child.demand_by_type is not None
+                for type_name, gpus in child.allocated_by_type.items():
+                    allocated[type_name] = allocated.get(type_name, 0.0) + gpus
+                for type_name, gpus in child.demand_by_type.items():
+                    wanted[type_name] = wanted.get(type_name, 0.0) + gpus
+            states[name].allocated_by_type = allocated
+            states[name].demand_by_type = wanted
+        self._summed = True
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.states)
@@ -128,14 +162,12 @@ class QueueState:
 
     __slots__ = (
         "allocated_by_type",
-        "allocated_cu",
         "allowed_by_type",
         "allowed_cu",
         "claims_by_type",
         "competes",
         "created_at_s",
         "demand_by_type",
-        "demand_cu",
         "deserved_by_type",
         "deserved_cu",
         "effective_weight",
@@ -170,12 +202,11 @@ class QueueState:
         self.limit_cu = quota.limit_cu
         # Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their
         # CU) are set by the demand aggregation, for every queue, before anything reads them.
-        self.demand_by_type: dict[str, float]
-        self.allocated_by_type: dict[str, float]
+        # An inner queue's demand and allocation stay None until its explain record sums them.
+        self.demand_by_type: Mapping[str, float] | None = None
+        self.allocated_by_type: Mapping[str, float] | None = None
         self.allowed_by_type: dict[str, float]
         self.claims_by_type: dict[str, float]
-        self.demand_cu: float
-        self.allocated_cu: float
         self.allowed_cu: float
         self.guaranteed_by_type: dict[str, float] = {}
         self.guaranteed_cu = 0.0
@@ -195,6 +226,8 @@ def _explain(
     compute_weights: dict[str, float],
     single_type: str | None,
 ) -> QueueShare:
+    demand, allocated = state.demand_by_type, state.allocated_by_type
+    assert demand is not None and allocated is not None  # summed by ShareRecords
     only_type = single_type
     if only_type is None and len(state.allowed_by_type) == 1:
         only_type = next(iter(state.allowed_by_type))
@@ -210,8 +243,8 @@ def _explain(
         created_at_s=state.created_at_s,
         deserved_cu=state.deserved_cu,
         limit_cu=state.limit_cu,
-        demand_cu=state.demand_cu,
-        allocated_cu=state.allocated_cu,
+        demand_cu=_cu(demand, compute_weights),
+        allocated_cu=_cu(allocated, compute_weights),
         allowed_demand_cu=state.allowed_cu,
         guaranteed_cu=state.guaranteed_cu,
         competes_over_quota=state.competes,
@@ -222,8 +255,15 @@ def _explain(
         priority_weight=state.priority_weight,
         effective_weight=state.effective_weight,
         fair_share_cu=state.fair_share_cu,
-        demand_gpus_by_type=MappingProxyType(state.demand_by_type),
-        allocated_gpus_by_type=MappingProxyType(state.allocated_by_type),
+        demand_gpus_by_type=MappingProxyType(demand),
+        allocated_gpus_by_type=MappingProxyType(allocated),
         guaranteed_gpus_by_type=MappingProxyType(state.guaranteed_by_type),
         fair_share_gpus_by_type=MappingProxyType(fair_share_gpus_by_type),
     )
+
+
+def _cu(gpus_by_type: Mapping[str, float], compute_weights: Mapping[str, float]) -> float:
+    total = 0.0
+    for type_name, gpus in gpus_by_type.items():
+        total += gpus * compute_weights[type_name]
+    return total
