@@ -92,7 +92,7 @@ from gpufair.domain.rounding import (
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import UsageInputs
 from gpufair.domain.waterfill import water_fill
-from gpufair.domain.weights import stage_weights, usage_share
+from gpufair.domain.weights import stage_weights
 
 __all__ = [
     "FairShareInput",
@@ -152,13 +152,14 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
     unit_cu = None
     if policy.rounding == Rounding.WHOLE_GPUS:
         unit_cu = whole_gpu_unit_cu(list(inp.gpu_types.values()), capacity_by_type)
+    usage_cu_s = inp.usage.usage_cu_s
     for group in tree.inner_groups():
-        members = [states[name] for name in tree.children_of(group)]
+        members = [states[name] for name in children[group]]
         group_capacity_cu = capacity_cu if group is None else states[group].fair_share_cu
         denominator = inp.usage.group_capacity_cu_s.get(group, 0.0)
-        for member in members:
-            usage_cu_s = inp.usage.usage_cu_s.get(member.name, 0.0)
-            member.usage_share = usage_share(usage_cu_s, denominator)
+        if denominator > 0.0:  # `weights.usage_share`, inline: it runs for every queue
+            for member in members:
+                member.usage_share = usage_cu_s.get(member.name, 0.0) / denominator
         _divide_group(group_capacity_cu, members, policy, inp.previous_effective_weights, unit_cu)
     _grant_type_guarantees(tree, states, capacity_by_type)
 

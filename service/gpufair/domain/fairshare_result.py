@@ -197,7 +197,11 @@ class QueueState:
         self.created_at_s = queue.created_at_s
         self.priority = quota.priority
         self.over_quota_weight = quota.over_quota_weight
-        self.deserved_cu = deserved_cu_with_types(quota, compute_weights)
+        self.deserved_cu = (
+            deserved_cu_with_types(quota, compute_weights)
+            if quota.deserved_gpus_by_type
+            else quota.deserved_cu
+        )
         self.deserved_by_type: Mapping[str, float] = quota.deserved_gpus_by_type
         self.limit_cu = quota.limit_cu
         # Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their
