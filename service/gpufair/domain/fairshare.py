@@ -141,12 +141,8 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
     compute_weights = {name: t.compute_weight for name, t in inp.gpu_types.items()}
     capacity_by_type = {t: g for t, g in inp.capacity_gpus_by_type.items() if g > 0.0}
     capacity_cu = math.fsum(g * compute_weights[t] for t, g in capacity_by_type.items())
-    queues, children, pool = tree.queues, tree.children, inp.pool
-    states = {
-        name: QueueState(queues[name], pool, name not in children, compute_weights)
-        for name in tree.preorder
-    }
-    _aggregate_demand(inp, tree, states, compute_weights, capacity_by_type)
+    children = tree.children
+    states = _aggregate_demand(inp, tree, compute_weights, capacity_by_type)
 
     policy = inp.policy
     unit_cu = None
@@ -168,7 +164,9 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
         pool=inp.pool,
         capacity_cu=capacity_cu,
         whole_gpu_unit_cu=unit_cu,
-        shares=ShareRecords(states, tree.children, inp.usage, compute_weights, single_type),
+        shares=ShareRecords(
+            states, tree.preorder, tree.children, inp.usage, compute_weights, single_type
+        ),
     )
 
 
@@ -273,11 +271,11 @@ _NO_GPUS: Mapping[str, float] = MappingProxyType({})
 def _aggregate_demand(
     inp: FairShareInput,
     tree: QueueTree,
-    states: dict[str, QueueState],
     compute_weights: dict[str, float],
     capacity_by_type: dict[str, float],
-) -> None:
-    """Demand, allowed demand and per-type claims, children before parents.
+) -> dict[str, QueueState]:
+    """Every queue's working record with its demand, allowed demand and per-type claims, made
+    children before parents (the returned dict is in post-order).
 
     The hot loop of a large pool (one pass over every queue): written with local names and
     plain dict operations rather than helpers, since a call per queue and type is most of its
@@ -285,12 +283,16 @@ def _aggregate_demand(
     """
     demands = inp.demands
     children = tree.children
+    queues = tree.queues
+    pool = inp.pool
     inf = math.inf
+    states: dict[str, QueueState] = {}
     for name in reversed(tree.preorder):
-        state = states[name]
-        quota = state.quota
-        claims: dict[str, float] = {}
         kids = children.get(name)
+        state = QueueState(queues[name], pool, kids is None, compute_weights)
+        states[name] = state
+        quota = state.quota
+        claims: Mapping[str, float] = _NO_GPUS
         if kids is None:
             demand = demands.get(name)
             if demand is None:
@@ -313,15 +315,17 @@ def _aggregate_demand(
             # An inner queue's demand and allocation are its children's sums; only its explain
             # record shows them, so they are summed there (`ShareRecords`), not here.
             holds: dict[str, float] = {}
+            summed: dict[str, float] = {}
             children_allowed_cu = 0.0
             for child_name in kids:
                 child = states[child_name]
                 for type_name, gpus in child.allowed_by_type.items():
                     holds[type_name] = holds.get(type_name, 0.0) + gpus
                 for type_name, gpus in child.claims_by_type.items():
-                    claims[type_name] = claims.get(type_name, 0.0) + gpus
+                    summed[type_name] = summed.get(type_name, 0.0) + gpus
                 children_allowed_cu += child.allowed_cu
             may_hold = holds
+            claims = summed
         allowed: dict[str, float] = {}
         allowed_cu = 0.0
         type_limits = quota.limit_gpus_by_type
@@ -333,12 +337,15 @@ def _aggregate_demand(
             if bound > 0.0:
                 allowed[type_name] = bound
                 allowed_cu += bound * compute_weights[type_name]
-        for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
-            claim = min(deserved_gpus, allowed.get(type_name, 0.0))
-            if claim > 0.0:
-                claims[type_name] = claim
-            else:
-                claims.pop(type_name, None)
+        if quota.deserved_gpus_by_type:  # most queues declare none: they share one empty map
+            own = dict(claims)
+            for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
+                claim = min(deserved_gpus, allowed.get(type_name, 0.0))
+                if claim > 0.0:
+                    own[type_name] = claim
+                else:
+                    own.pop(type_name, None)
+            claims = own
         state.allowed_by_type = allowed
         state.claims_by_type = claims
         allowed_cu = min(allowed_cu, children_allowed_cu)
@@ -346,6 +353,7 @@ def _aggregate_demand(
         if limit_cu is not None and limit_cu < allowed_cu:
             allowed_cu = limit_cu
         state.allowed_cu = allowed_cu
+    return states
 
 
 def _divide_group(

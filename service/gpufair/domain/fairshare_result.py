@@ -67,18 +67,21 @@ class ShareRecords(Mapping[str, QueueShare]):
         "_single_type",
         "_summed",
         "_usage",
+        "order",
         "states",
     )
 
     def __init__(
         self,
         states: dict[str, QueueState],
+        order: tuple[str, ...],
         children: Mapping[str | None, tuple[str, ...]],
         usage: UsageInputs,
         compute_weights: dict[str, float],
         single_type: str | None,
     ) -> None:
-        self.states = states  # pre-order
+        self.states = states  # children before parents
+        self.order = order  # the tree's pre-order: how records are listed
         self._children = children
         self._summed = False
         self._usage = usage
@@ -101,7 +104,7 @@ class ShareRecords(Mapping[str, QueueShare]):
         """Every inner queue's demand and allocation: its children's sums, children in name
         order (as the division summed their allowed demand), once for all records."""
         states = self.states
-        for name in reversed(states):
+        for name in states:  # children before parents
             kids = self._children.get(name)
             if kids is None:
                 continue
@@ -119,7 +122,7 @@ class ShareRecords(Mapping[str, QueueShare]):
         self._summed = True
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.states)
+        return iter(self.order)
 
     def __len__(self) -> int:
         return len(self.states)
@@ -138,12 +141,14 @@ class FairShareResult:
     @property
     def fair_share_cu(self) -> Mapping[str, float]:
         """Every queue's fair share in CU, without building explain records."""
-        return {name: state.fair_share_cu for name, state in self.shares.states.items()}
+        states = self.shares.states
+        return {name: states[name].fair_share_cu for name in self.shares.order}
 
     @property
     def effective_weights(self) -> Mapping[str, float]:
         """What the next computation takes as `previous_effective_weights`."""
-        return {name: state.effective_weight for name, state in self.shares.states.items()}
+        states = self.shares.states
+        return {name: states[name].effective_weight for name in self.shares.order}
 
     @property
     def competing(self) -> frozenset[str]:
@@ -210,7 +215,7 @@ class QueueState:
         self.demand_by_type: Mapping[str, float] | None = None
         self.allocated_by_type: Mapping[str, float] | None = None
         self.allowed_by_type: dict[str, float]
-        self.claims_by_type: dict[str, float]
+        self.claims_by_type: Mapping[str, float]
         self.allowed_cu: float
         self.guaranteed_by_type: dict[str, float] = {}
         self.guaranteed_cu = 0.0
