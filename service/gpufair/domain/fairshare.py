@@ -60,11 +60,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.fairshare_result import (
+    NO_GPUS,
     FairShareResult,
     QueueShare,
     QueueState,
@@ -265,9 +265,6 @@ def _raise_demand_violations(inp: FairShareInput, tree: QueueTree) -> None:
         raise InvalidInputError(violations)
 
 
-_NO_GPUS: Mapping[str, float] = MappingProxyType({})
-
-
 def _aggregate_demand(
     inp: FairShareInput,
     tree: QueueTree,
@@ -292,12 +289,12 @@ def _aggregate_demand(
         state = QueueState(queues[name], pool, kids is None, compute_weights)
         states[name] = state
         quota = state.quota
-        claims: Mapping[str, float] = _NO_GPUS
+        claims: Mapping[str, float] = NO_GPUS
         if kids is None:
             demand = demands.get(name)
             if demand is None:
-                may_hold: Mapping[str, float] = _NO_GPUS
-                state.allocated_by_type = state.demand_by_type = _NO_GPUS
+                may_hold: Mapping[str, float] = NO_GPUS
+                state.allocated_by_type = state.demand_by_type = NO_GPUS
             else:
                 allocated = demand.allocated_gpus_by_type
                 pending = demand.pending_gpus_by_type
@@ -504,7 +501,10 @@ def _grant_type_guarantees(
             scale = min(1.0, available.get(type_name, 0.0) / total) if total > 0.0 else 0.0
             for member, claim in zip(members, claims, strict=True):
                 if claim > 0.0:
-                    member.guaranteed_by_type[type_name] = claim * scale
+                    # Few queues hold per-type guarantees: a new map for those only.
+                    granted = dict(member.guaranteed_by_type)
+                    granted[type_name] = claim * scale
+                    member.guaranteed_by_type = granted
 
 
 def _type_names(members: list[QueueState]) -> list[str]:

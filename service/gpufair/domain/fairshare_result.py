@@ -162,6 +162,9 @@ class FairShareResult:
         return max(0.0, self.capacity_cu - top)
 
 
+NO_GPUS: Mapping[str, float] = MappingProxyType({})  # one read-only empty map, shared
+
+
 class QueueState:
     """The engine's working record of one queue; the explain record is built from it on request."""
 
@@ -173,7 +176,6 @@ class QueueState:
         "competes",
         "created_at_s",
         "demand_by_type",
-        "deserved_by_type",
         "deserved_cu",
         "effective_weight",
         "fair_share_cu",
@@ -207,7 +209,6 @@ class QueueState:
             if quota.deserved_gpus_by_type
             else quota.deserved_cu
         )
-        self.deserved_by_type: Mapping[str, float] = quota.deserved_gpus_by_type
         self.limit_cu = quota.limit_cu
         # Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their
         # CU) are set by the demand aggregation, for every queue, before anything reads them.
@@ -217,7 +218,8 @@ class QueueState:
         self.allowed_by_type: dict[str, float]
         self.claims_by_type: Mapping[str, float]
         self.allowed_cu: float
-        self.guaranteed_by_type: dict[str, float] = {}
+        # Shared and empty until a per-type guarantee is granted (most queues have none).
+        self.guaranteed_by_type: Mapping[str, float] = NO_GPUS
         self.guaranteed_cu = 0.0
         self.over_quota_cu = 0.0
         self.fair_share_cu = 0.0
