@@ -76,6 +76,7 @@ from gpufair.domain.model import (
     FairSharePolicy,
     GpuType,
     Queue,
+    QueueQuota,
     Rounding,
     frozen_map,
 )
@@ -296,33 +297,51 @@ def _aggregate_demand(
                 may_hold: Mapping[str, float] = NO_GPUS
                 state.allocated_by_type = state.demand_by_type = NO_GPUS
             else:
+                # The leaf's demand (allocated + pending) is summed into what becomes its
+                # allowed demand; its explain record sums it again (`ShareRecords`).
                 allocated = demand.allocated_gpus_by_type
-                pending = demand.pending_gpus_by_type
-                if pending:
-                    wanted = dict(allocated)
-                    for type_name, gpus in pending.items():
-                        wanted[type_name] = wanted.get(type_name, 0.0) + gpus
-                    may_hold = wanted
-                else:
-                    may_hold = allocated
                 state.allocated_by_type = allocated
-                state.demand_by_type = may_hold
+                state.pending_by_type = demand.pending_gpus_by_type
+                state.claims_by_type = NO_GPUS
+                summed = dict(allocated)
+                for type_name, gpus in demand.pending_gpus_by_type.items():
+                    summed[type_name] = summed.get(type_name, 0.0) + gpus
+                state.allowed_by_type = summed
+                allowed_cu = 0.0
+                dropped: list[str] | None = None
+                type_limits = quota.limit_gpus_by_type
+                for type_name, gpus in summed.items():
+                    bound = capacity_by_type.get(type_name, 0.0)
+                    bound = min(bound, gpus)
+                    if type_limits and type_name in type_limits:
+                        bound = min(bound, type_limits[type_name])
+                    if bound > 0.0:
+                        if bound != gpus:
+                            summed[type_name] = bound
+                        allowed_cu += bound * compute_weights[type_name]
+                    else:
+                        dropped = [type_name] if dropped is None else [*dropped, type_name]
+                if dropped is not None:
+                    for type_name in dropped:
+                        del summed[type_name]
+                _finish(state, quota, summed, allowed_cu, inf)
+                continue
             children_allowed_cu = inf
         else:
             # An inner queue's demand and allocation are its children's sums; only its explain
             # record shows them, so they are summed there (`ShareRecords`), not here.
             holds: dict[str, float] = {}
-            summed: dict[str, float] = {}
+            claimed: dict[str, float] = {}
             children_allowed_cu = 0.0
             for child_name in kids:
                 child = states[child_name]
                 for type_name, gpus in child.allowed_by_type.items():
                     holds[type_name] = holds.get(type_name, 0.0) + gpus
                 for type_name, gpus in child.claims_by_type.items():
-                    summed[type_name] = summed.get(type_name, 0.0) + gpus
+                    claimed[type_name] = claimed.get(type_name, 0.0) + gpus
                 children_allowed_cu += child.allowed_cu
             may_hold = holds
-            claims = summed
+            claims = claimed
         allowed: dict[str, float] = {}
         allowed_cu = 0.0
         type_limits = quota.limit_gpus_by_type
@@ -334,23 +353,34 @@ def _aggregate_demand(
             if bound > 0.0:
                 allowed[type_name] = bound
                 allowed_cu += bound * compute_weights[type_name]
-        if quota.deserved_gpus_by_type:  # most queues declare none: they share one empty map
-            own = dict(claims)
-            for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
-                claim = min(deserved_gpus, allowed.get(type_name, 0.0))
-                if claim > 0.0:
-                    own[type_name] = claim
-                else:
-                    own.pop(type_name, None)
-            claims = own
         state.allowed_by_type = allowed
         state.claims_by_type = claims
-        allowed_cu = min(allowed_cu, children_allowed_cu)
-        limit_cu = quota.limit_cu
-        if limit_cu is not None and limit_cu < allowed_cu:
-            allowed_cu = limit_cu
-        state.allowed_cu = allowed_cu
+        _finish(state, quota, allowed, allowed_cu, children_allowed_cu)
     return states
+
+
+def _finish(
+    state: QueueState,
+    quota: QueueQuota,
+    allowed: Mapping[str, float],
+    allowed_cu: float,
+    children_allowed_cu: float,
+) -> None:
+    """A queue's per-type claims and allowed demand in CU, from its allowed demand by type."""
+    if quota.deserved_gpus_by_type:  # most queues declare none: they share one empty map
+        own = dict(state.claims_by_type)
+        for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
+            claim = min(deserved_gpus, allowed.get(type_name, 0.0))
+            if claim > 0.0:
+                own[type_name] = claim
+            else:
+                own.pop(type_name, None)
+        state.claims_by_type = own
+    allowed_cu = min(allowed_cu, children_allowed_cu)
+    limit_cu = quota.limit_cu
+    if limit_cu is not None and limit_cu < allowed_cu:
+        allowed_cu = limit_cu
+    state.allowed_cu = allowed_cu
 
 
 def _divide_group(

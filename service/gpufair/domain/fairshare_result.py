@@ -101,12 +101,19 @@ class ShareRecords(Mapping[str, QueueShare]):
         return record
 
     def _sum_inner_demand(self) -> None:
-        """Every inner queue's demand and allocation: its children's sums, children in name
-        order (as the division summed their allowed demand), once for all records."""
+        """Every queue's demand (a leaf's allocated + pending) and every inner queue's
+        allocation: its children's sums, children in name order, once for all records."""
         states = self.states
         for name in states:  # children before parents
             kids = self._children.get(name)
             if kids is None:
+                leaf = states[name]
+                if leaf.demand_by_type is None:
+                    assert leaf.allocated_by_type is not None
+                    leaf_demand = dict(leaf.allocated_by_type)
+                    for type_name, gpus in leaf.pending_by_type.items():
+                        leaf_demand[type_name] = leaf_demand.get(type_name, 0.0) + gpus
+                    leaf.demand_by_type = leaf_demand
                 continue
             allocated: dict[str, float] = {}
             wanted: dict[str, float] = {}
@@ -187,6 +194,7 @@ class QueueState:
         "over_quota_cu",
         "over_quota_weight",
         "parent",
+        "pending_by_type",
         "priority",
         "priority_weight",
         "quota",
@@ -212,9 +220,11 @@ class QueueState:
         self.limit_cu = quota.limit_cu
         # Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their
         # CU) are set by the demand aggregation, for every queue, before anything reads them.
-        # An inner queue's demand and allocation stay None until its explain record sums them.
+        # Demand (allocated + pending) stays None until an explain record sums it; an inner
+        # queue's allocation too.
         self.demand_by_type: Mapping[str, float] | None = None
         self.allocated_by_type: Mapping[str, float] | None = None
+        self.pending_by_type: Mapping[str, float] = NO_GPUS  # a leaf's, as given
         self.allowed_by_type: dict[str, float]
         self.claims_by_type: Mapping[str, float]
         self.allowed_cu: float
