@@ -12,8 +12,9 @@ and KAI's k = 0 unless it says otherwise, and is checked against KAI's expected 
 - `division: gpufair` agrees except on the cases listed in `GPUFAIR_DIFFERS`, each for a rule
   gpufair chose on purpose (weight 0 is best effort; weights fixed per tier).
 
-Agreement: 40 cases; `kai` 38 of 40, `gpufair` 29 of 40 (the two over-capacity cases differ in
-both).
+Agreement: 38 of KAI's GPU cases and 2 time-aware cases worked from its round rule; `kai` agrees
+on 38 of the 40 (not the 2 over-capacity cases), `gpufair` on 29 (differing: 6 weight 0, 1 limit
+below the quota, 2 over capacity, the 2 time-aware cases).
 """
 
 from __future__ import annotations
