@@ -311,8 +311,8 @@ def _aggregate_demand(
                 dropped: list[str] | None = None
                 type_limits = quota.limit_gpus_by_type
                 for type_name, gpus in summed.items():
-                    bound = capacity_by_type.get(type_name, 0.0)
-                    bound = min(bound, gpus)
+                    capacity = capacity_by_type.get(type_name, 0.0)
+                    bound = gpus if gpus < capacity else capacity  # min(), without the call
                     if type_limits and type_name in type_limits:
                         bound = min(bound, type_limits[type_name])
                     if bound > 0.0:

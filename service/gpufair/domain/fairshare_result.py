@@ -204,7 +204,7 @@ class QueueState:
     )
 
     def __init__(self, queue: Queue, pool: str, is_leaf: bool, compute_weights: dict[str, float]):
-        quota = queue.quota(pool)
+        quota = queue.quotas.get(pool) or queue.quota(pool)
         self.quota = quota
         self.name = queue.name
         self.parent = queue.parent
