@@ -3,6 +3,12 @@
 Run from the repository root:
 
     PYTHONPATH=service python bench/bench_fairshare.py
+    PYTHONPATH=service python bench/bench_fairshare.py --baseline REV   # old code beside new
+
+With `--baseline`, the same cases run on the code of git revision REV (exported to a temporary
+folder) and on the working tree, in separate worker processes taking turns, so both see the same
+machine load; the table gives both medians and their ratio. CPU time (`time.process_time`) is
+reported beside wall time: on a shared machine it is the steadier of the two.
 
 Each case is a pool with three GPU types and `leaves` leaf queues under `leaves // 20`
 departments (1,000 leaves → 50 departments), with the features a real recompute exercises:
@@ -14,14 +20,25 @@ is `compute_fair_shares` alone, validation included; building the input is not t
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
 from gpufair.domain.model import FairSharePolicy, GpuType, Queue, QueueQuota, Rounding
 from gpufair.domain.usage import UsageInputs
+
+try:  # the division profile exists from the code that added it on
+    from gpufair.domain.model import Division
+except ImportError:  # a baseline before it: every case is gpufair
+    Division = None  # type: ignore[assignment,misc]
 
 POOL = "bench"
 GPU_TYPES = {
@@ -33,11 +50,19 @@ GPU_TYPES = {
     )
 }
 LEAVES_PER_DEPARTMENT = 20
-TARGET_MS = 20.0
-TARGET_LEAVES = 1000
+# Issue 17: 1,000 leaves ≤ 5 ms and 10,000 leaves ≤ 50 ms, median.
+TARGETS_MS = {1000: 5.0, 10000: 50.0}
 
 
-def build_input(leaves: int, *, rounding: Rounding, seed: int = 7) -> FairShareInput:
+def _policy(rounding: Rounding, division: str) -> FairSharePolicy:
+    if division == "gpufair":
+        return FairSharePolicy(k=1.0, rounding=rounding)
+    return FairSharePolicy(k=1.0, rounding=rounding, division=Division(division))
+
+
+def build_input(
+    leaves: int, *, rounding: Rounding, division: str = "gpufair", seed: int = 7
+) -> FairShareInput:
     rng = random.Random(seed)
     capacity = {"a100-80gb": 0.4 * leaves, "v100-16gb": 0.6 * leaves, "rtx4090-24gb": 1.0 * leaves}
     capacity_cu = sum(g * GPU_TYPES[t].compute_weight for t, g in capacity.items())
@@ -99,7 +124,7 @@ def build_input(leaves: int, *, rounding: Rounding, seed: int = 7) -> FairShareI
             usage[team] = rng.uniform(0.0, team_deserved_cu) * 3600.0
     inp = FairShareInput(
         pool=POOL,
-        policy=FairSharePolicy(k=1.0, rounding=rounding),
+        policy=_policy(rounding, division),
         gpu_types=GPU_TYPES,
         capacity_gpus_by_type=capacity,
         queues=queues,
@@ -120,49 +145,150 @@ def build_input(leaves: int, *, rounding: Rounding, seed: int = 7) -> FairShareI
     )
 
 
-def time_division(inp: FairShareInput, repeats: int) -> list[float]:
+def time_division(inp: FairShareInput, repeats: int) -> tuple[list[float], list[float]]:
+    """`repeats` samples of one call, in ms: (CPU, wall), after 3 warm-up calls."""
     for _ in range(3):
         compute_fair_shares(inp)
-    samples_ms = []
+    cpu_ms, wall_ms = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        wall = time.perf_counter()
+        cpu = time.process_time()
         compute_fair_shares(inp)
-        samples_ms.append((time.perf_counter() - started) * 1000.0)
-    return samples_ms
+        cpu_ms.append((time.process_time() - cpu) * 1000.0)
+        wall_ms.append((time.perf_counter() - wall) * 1000.0)
+    return cpu_ms, wall_ms
+
+
+# (leaves, rounding, division) of every row; kai exists only in the new code.
+CASES = [
+    (10, "continuous", "gpufair"),
+    (100, "continuous", "gpufair"),
+    (1000, "continuous", "gpufair"),
+    (1000, "whole_gpus", "gpufair"),
+    (1000, "whole_gpus", "kai"),
+    (10000, "continuous", "gpufair"),
+    (10000, "whole_gpus", "kai"),
+]
+
+
+def _repeats(leaves: int, asked: int) -> int:
+    return asked or max(10, min(300, 200_000 // leaves))
+
+
+def worker(leaves: int, rounding: str, division: str, repeats: int) -> None:
+    """One case in this process; prints its samples as JSON."""
+    inp = build_input(leaves, rounding=Rounding(rounding), division=division)
+    cpu_ms, wall_ms = time_division(inp, repeats)
+    print(json.dumps({"cpu_ms": cpu_ms, "wall_ms": wall_ms, "queues": len(inp.queues)}))
+
+
+def _run_worker(
+    service_dir: Path, case: tuple[int, str, str], repeats: int
+) -> dict[str, list[float]]:
+    leaves, rounding, division = case
+    env = {**os.environ, "PYTHONPATH": str(service_dir)}
+    command = [sys.executable, __file__, "--worker", str(leaves), rounding, division]
+    command += ["--repeats", str(repeats)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    samples: dict[str, list[float]] = json.loads(done.stdout)
+    return samples
+
+
+def _export(revision: str, into: Path) -> Path:
+    """The `service` folder of git revision `revision`, written under `into`."""
+    archive = subprocess.run(
+        ["git", "archive", revision, "service"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "service"
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def compare(baseline: str, sizes: list[int], rounds: int, asked_repeats: int) -> None:
+    new_service = Path(__file__).resolve().parents[1] / "service"
+    with tempfile.TemporaryDirectory() as folder:
+        old_service = _export(baseline, Path(folder))
+        print(f"baseline {baseline} against the working tree; {rounds} rounds, taking turns\n")
+        print(
+            "| leaves | rounding | division | old CPU ms | new CPU ms | CPU old/new "
+            "| old wall ms | new wall ms | wall old/new | new µs/queue (CPU) |"
+        )
+        print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for case in CASES:
+            leaves, rounding, division = case
+            if leaves not in sizes:
+                continue
+            repeats = max(3, _repeats(leaves, asked_repeats) // rounds)
+            old: dict[str, list[float]] = {"cpu_ms": [], "wall_ms": []}
+            new: dict[str, list[float]] = {"cpu_ms": [], "wall_ms": []}
+            queues = 0
+            for _ in range(rounds):
+                if division == "gpufair":
+                    got = _run_worker(old_service, case, repeats)
+                    old["cpu_ms"] += got["cpu_ms"]
+                    old["wall_ms"] += got["wall_ms"]
+                got = _run_worker(new_service, case, repeats)
+                new["cpu_ms"] += got["cpu_ms"]
+                new["wall_ms"] += got["wall_ms"]
+                queues = int(got["queues"])  # type: ignore[call-overload]
+            new_cpu, new_wall = _median(new["cpu_ms"]), _median(new["wall_ms"])
+            if old["cpu_ms"]:
+                old_cpu, old_wall = _median(old["cpu_ms"]), _median(old["wall_ms"])
+                old_cells = (
+                    f"{old_cpu:.2f} | {new_cpu:.2f} | {old_cpu / new_cpu:.2f} "
+                    f"| {old_wall:.2f} | {new_wall:.2f} | {old_wall / new_wall:.2f}"
+                )
+            else:
+                old_cells = f"- | {new_cpu:.2f} | - | - | {new_wall:.2f} | -"
+            print(
+                f"| {leaves:,} | {rounding} | {division} | {old_cells} "
+                f"| {1000 * new_cpu / queues:.1f} |"
+            )
+
+
+def alone(sizes: list[int], asked_repeats: int) -> None:
+    print(f"python {platform.python_version()} on {platform.machine()}\n")
+    print(
+        "| leaves | departments | rounding | division | CPU median ms | wall median ms "
+        "| wall p90 ms | µs per queue (CPU) |"
+    )
+    print("|---:|---:|---|---|---:|---:|---:|---:|")
+    for leaves, rounding, division in CASES:
+        if leaves not in sizes:
+            continue
+        inp = build_input(leaves, rounding=Rounding(rounding), division=division)
+        cpu_ms, wall_ms = time_division(inp, _repeats(leaves, asked_repeats))
+        cpu, wall = _median(cpu_ms), _median(wall_ms)
+        p90 = statistics.quantiles(wall_ms, n=10)[-1]
+        queues = len(inp.queues)
+        print(
+            f"| {leaves:,} | {queues - leaves:,} | {rounding} | {division} | {cpu:.2f} "
+            f"| {wall:.2f} | {p90:.2f} | {1000 * cpu / queues:.1f} |"
+        )
+        target = TARGETS_MS.get(leaves)
+        if target is not None and rounding == "continuous":
+            verdict = "met" if cpu <= target else "MISSED"
+            print(f"|  |  | target ≤ {target:.0f} ms (CPU median): {verdict} | | | | | |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000, 10000])
     parser.add_argument("--repeats", type=int, default=0, help="samples per size (0: by size)")
+    parser.add_argument("--baseline", default=None, help="git revision to compare against")
+    parser.add_argument("--rounds", type=int, default=4, help="turns per case with --baseline")
+    parser.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    print(f"python {platform.python_version()} on {platform.machine()}, 2 cores shared\n")
-    print("| leaves | departments | rounding | median ms | p90 ms | µs per queue |")
-    print("|---:|---:|---|---:|---:|---:|")
-    target_median_ms: float | None = None
-    for leaves in args.sizes:
-        for rounding in (Rounding.CONTINUOUS, Rounding.WHOLE_GPUS):
-            if rounding == Rounding.WHOLE_GPUS and leaves != TARGET_LEAVES:
-                continue
-            inp = build_input(leaves, rounding=rounding)
-            repeats = args.repeats or max(10, min(300, 200_000 // leaves))
-            samples = time_division(inp, repeats)
-            median_ms = statistics.median(samples)
-            p90_ms = statistics.quantiles(samples, n=10)[-1]
-            queues = len(inp.queues)
-            print(
-                f"| {leaves:,} | {queues - leaves:,} | {rounding.value} | {median_ms:.2f} "
-                f"| {p90_ms:.2f} | {1000 * median_ms / queues:.1f} |"
-            )
-            if leaves == TARGET_LEAVES and rounding == Rounding.CONTINUOUS:
-                target_median_ms = median_ms
-    if target_median_ms is not None:
-        verdict = "met" if target_median_ms <= TARGET_MS else "MISSED"
-        print(
-            f"\nTarget: {TARGET_LEAVES:,} leaves under 50 departments, median ≤ {TARGET_MS:.0f} ms"
-            f" — {target_median_ms:.2f} ms, {verdict}."
-        )
+    if args.worker is not None:
+        leaves, rounding, division = args.worker
+        worker(int(leaves), rounding, division, _repeats(int(leaves), args.repeats))
+    elif args.baseline is not None:
+        compare(args.baseline, args.sizes, args.rounds, args.repeats)
+    else:
+        alone(args.sizes, args.repeats)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def test_quick_start_as_written(
     assert applied.splitlines()[-1] == "applied: config version 1"
     # The pool with its policy in the short forms the file uses.
     assert rows(config, "default") == [
-        ["default", "sliding", "7d", "-", "1", "over_quota", "continuous", "binpack"]
+        ["default", "sliding", "7d", "-", "1", "over_quota", "continuous", "gpufair", "binpack"]
     ]
 
     # The adapter printed its decisions and its totals: all 20 jobs started (75 GPUs in all fit

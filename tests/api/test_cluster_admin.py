@@ -261,6 +261,7 @@ def test_every_policy_field_goes_through_the_api_and_the_store(client: GpufairCl
             recompute_interval_s=30.0,
             rounding=pb.ROUNDING_WHOLE_GPUS,
             dead_band=0.2,
+            division=pb.DIVISION_KAI,
         )
     )
     set_fields = {f.name for f, _ in policy.ListFields()}
@@ -268,6 +269,31 @@ def test_every_policy_field_goes_through_the_api_and_the_store(client: GpufairCl
     client.apply_config(config)
     stored = client.get_config().config.pools[0].policy
     assert stored == policy
+
+
+def test_a_limit_below_deserved_is_refused_unless_the_pool_divides_by_kai_rules(
+    client: GpufairClient,
+) -> None:
+    """`division: kai` accepts KAI-Scheduler's MaxAllowed below the quota (the limit then caps
+    the guarantee); under gpufair's rules the same queue is a field violation."""
+    data = {
+        "gpu_types": [{"name": "a100-80gb", "memory_gib": 80, "compute_weight": 10}],
+        "pools": [{"name": "main", "policy": {"division": "gpufair"}}],
+        "queues": [
+            {"name": "team", "quotas": [{"pool": "main", "deserved_cu": 40, "limit_cu": 20}]}
+        ],
+    }
+    with pytest.raises(grpc.RpcError) as err:
+        client.apply_config(parse_config(data))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(field_violations(err.value)) == {
+        "config.queues[0].quotas[0].limit_cu": "is below deserved_cu: the guarantee could never hold"
+    }
+    data["pools"][0]["policy"] = {"division": "kai"}  # type: ignore[index]
+    client.apply_config(parse_config(data))
+    stored = client.get_config().config
+    assert stored.pools[0].policy.division == pb.DIVISION_KAI
+    assert (stored.queues[0].quotas[0].deserved_cu, stored.queues[0].quotas[0].limit_cu) == (40, 20)
 
 
 def test_max_borrow_s_is_stored_diffed_and_checked(client: GpufairClient) -> None:

@@ -19,6 +19,7 @@ from gpufair.domain.model import (
     Budget,
     BudgetPeriod,
     ClusterConfig,
+    Division,
     FairSharePolicy,
     GpuType,
     Node,
@@ -51,6 +52,11 @@ _ROUNDING = {
     pb.ROUNDING_UNSPECIFIED: Rounding.CONTINUOUS,
     pb.ROUNDING_CONTINUOUS: Rounding.CONTINUOUS,
     pb.ROUNDING_WHOLE_GPUS: Rounding.WHOLE_GPUS,
+}
+_DIVISION = {
+    pb.DIVISION_UNSPECIFIED: Division.GPUFAIR,
+    pb.DIVISION_GPUFAIR: Division.GPUFAIR,
+    pb.DIVISION_KAI: Division.KAI,
 }
 _PLACEMENT = {
     pb.PLACEMENT_STRATEGY_UNSPECIFIED: PlacementStrategy.BINPACK,
@@ -148,6 +154,7 @@ _POLICY_ENUMS: Mapping[str, Mapping[Any, Any]] = {
     "window_kind": _WINDOW,
     "usage_basis": _BASIS,
     "rounding": _ROUNDING,
+    "division": _DIVISION,
 }
 
 

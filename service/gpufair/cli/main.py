@@ -1,5 +1,5 @@
 """The `gpufair` command: serve | migrate | database-url | apply | get (config, workloads) |
-submit | delete | explain | report | token | completion | simulate.
+submit | delete | explain | report | token | completion | simulate | convert.
 
 Every read takes `-o table|json|yaml`; every option's help shows its default; each `serve`
 option `--foo-bar` may come from `$GPUFAIR_FOO_BAR` instead (cli/options.py)."""
@@ -30,6 +30,7 @@ from gpufair.cli.auth import (
     client_auth_kwargs,
     server_credentials,
 )
+from gpufair.cli.convert import add_convert_command
 from gpufair.cli.logs import LOG_FORMATS, setup_logging, stop_logging
 from gpufair.cli.options import (
     add_output_option,
@@ -331,6 +332,7 @@ def _print_config(reply: cluster_pb2.GetConfigResponse) -> None:
                 "K",
                 "USAGE BASIS",
                 "ROUNDING",
+                "DIVISION",
                 "PLACEMENT",
             ],
             [
@@ -348,6 +350,9 @@ def _print_config(reply: cluster_pb2.GetConfigResponse) -> None:
                     .removeprefix("USAGE_BASIS_")
                     .lower(),
                     cluster_pb2.Rounding.Name(p.policy.rounding).removeprefix("ROUNDING_").lower(),
+                    cluster_pb2.Division.Name(p.policy.division or cluster_pb2.DIVISION_GPUFAIR)
+                    .removeprefix("DIVISION_")
+                    .lower(),
                     cluster_pb2.PlacementStrategy.Name(p.placement)
                     .removeprefix("PLACEMENT_STRATEGY_")
                     .lower(),
@@ -695,6 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_slurm_bridge_command(sub, _add_client_options)
     add_submit_command(sub, _add_client_options)
+    add_convert_command(sub)
 
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh"])

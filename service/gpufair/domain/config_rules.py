@@ -16,6 +16,7 @@ from gpufair.domain.errors import Violation
 from gpufair.domain.limits import echo, number_violations, text_violations
 from gpufair.domain.model import (
     ClusterConfig,
+    Division,
     FairSharePolicy,
     Node,
     NodePool,
@@ -116,7 +117,8 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     known_types, known_pools = set(type_names), set(pool_names)
     violations += validate_nodes(config.nodes, known_types, known_pools)
 
-    violations += _validate_queues(config.queues, known_types, known_pools)
+    kai_pools = {p.name for p in config.pools if p.policy.division == Division.KAI}
+    violations += _validate_queues(config.queues, known_types, known_pools, kai_pools)
 
     known_queues = {q.name for q in config.queues}
     seen_budgets: set[tuple[str, str, str]] = set()
@@ -219,7 +221,7 @@ def validate_nodes(
 
 
 def _validate_queues(
-    queues: tuple[Queue, ...], types: set[str], pools: set[str]
+    queues: tuple[Queue, ...], types: set[str], pools: set[str], kai_pools: set[str]
 ) -> list[Violation]:
     violations = [
         Violation(f"queues{v.field_path}", v.message) for v in queue_structure_violations(queues)
@@ -228,14 +230,23 @@ def _validate_queues(
         path = f"queues[{i}]"
         violations += _check_name(f"{path}.name", queue.name)
         for j, (pool_name, quota) in enumerate(queue.quotas.items()):
-            violations += _validate_quota(f"{path}.quotas[{j}]", quota, pool_name, types, pools)
+            violations += _validate_quota(
+                f"{path}.quotas[{j}]", quota, pool_name, types, pools, pool_name in kai_pools
+            )
     violations += _depth_violations(queues)
     return violations
 
 
 def _validate_quota(
-    path: str, quota: QueueQuota, pool_name: str, types: set[str], pools: set[str]
+    path: str,
+    quota: QueueQuota,
+    pool_name: str,
+    types: set[str],
+    pools: set[str],
+    limit_below_deserved: bool,
 ) -> list[Violation]:
+    """One quota's numbers; a limit below the deserved quota is refused unless the pool divides
+    by KAI-Scheduler's rules (`limit_below_deserved`), where the limit caps the guarantee."""
     violations: list[Violation] = []
     if pool_name not in pools:
         violations.append(Violation(f"{path}.pool", f"unknown pool {echo(pool_name)}"))
@@ -250,7 +261,8 @@ def _validate_quota(
     if quota.limit_cu is not None:
         violations += number_violations(f"{path}.limit_cu", quota.limit_cu, 0.0, limits.MAX_CU)
         if (
-            _finite(quota.limit_cu)
+            not limit_below_deserved
+            and _finite(quota.limit_cu)
             and _finite(quota.deserved_cu)
             and quota.limit_cu < quota.deserved_cu
         ):
@@ -277,7 +289,7 @@ def _validate_quota(
             violations += number_violations(key_path, gpus, 0.0, limits.MAX_GPUS)
     for type_name, limit in quota.limit_gpus_by_type.items():
         deserved = quota.deserved_gpus_by_type.get(type_name, 0.0)
-        if _finite(limit) and _finite(deserved) and limit < deserved:
+        if not limit_below_deserved and _finite(limit) and _finite(deserved) and limit < deserved:
             violations.append(
                 Violation(
                     f"{path}.limit_gpus_by_type[{type_name[:80]}]",

@@ -28,6 +28,12 @@ Division, top-down, in compute units (CU); each sibling group divides what its p
    (a stage). So capacity is never idle while a queue wants more and may have it. The explain
    record shows the weights of a queue's first stage — the ones the dead band remembers.
 
+Division profile. Everything above is the `gpufair` division. A pool with `division: kai`
+keeps phase 1 (scaled guarantees included) and divides phase 2 by KAI-Scheduler's rules
+(`kai_division`: weights recomputed every round, floors per round and a remainder pass, weight 0
+without over-quota, no dead band); its quotas may set a limit below the deserved quota, which
+then caps the guarantee. docs/kai-compatibility.md lists the differences with examples.
+
 Demand and limits. Demand is allocated + pending, in GPUs per type, worth their types' CU; an
 inner queue's demand is its children's sum. A queue's `allowed_demand_cu` is its demand after
 every limit: per type min(demand, limit of the type, the pool's GPUs of the type), in CU, capped
@@ -52,20 +58,29 @@ queue whose allowed demand is all on one type; otherwise it is empty.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from typing import Any
 
 from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.fairshare_result import (
+    NO_GPUS,
+    FairShareResult,
+    QueueShare,
+    QueueState,
+    ShareRecords,
+)
+from gpufair.domain.kai_division import kai_over_quota
 from gpufair.domain.model import (
+    Division,
     FairSharePolicy,
     GpuType,
     Queue,
+    QueueQuota,
     Rounding,
     frozen_map,
 )
 from gpufair.domain.policy import (
-    deserved_cu_with_types,
     validate_gpu_types,
     validate_policy,
     validate_pool_quotas,
@@ -78,7 +93,15 @@ from gpufair.domain.rounding import (
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import UsageInputs
 from gpufair.domain.waterfill import water_fill
-from gpufair.domain.weights import stage_weights, usage_share
+from gpufair.domain.weights import stage_weights
+
+__all__ = [
+    "FairShareInput",
+    "FairShareResult",
+    "QueueDemand",
+    "QueueShare",
+    "compute_fair_shares",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,127 +131,6 @@ class FairShareInput:
     previous_effective_weights: Mapping[str, float] = field(default_factory=frozen_map)
 
 
-@dataclass(frozen=True, slots=True)
-class QueueShare:
-    """Why a queue's fair share is what it is: every number the division used.
-
-    W', P and the effective weight are 0 for a queue that did not compete for over-quota
-    capacity (its allowed demand was met by its guarantee).
-    """
-
-    queue: str
-    parent: str | None
-    is_leaf: bool
-    priority: int
-    over_quota_weight: float  # configured w
-    created_at_s: float
-    deserved_cu: float  # the CU guarantee, per-type quotas included
-    limit_cu: float | None  # configured; None = unlimited
-    demand_cu: float  # allocated + pending
-    allocated_cu: float
-    allowed_demand_cu: float  # demand after every limit: the most the queue may hold
-    guaranteed_cu: float  # phase 1: min(deserved, allowed demand), shrunk only under scarcity
-    competes_over_quota: bool
-    weight_share: float  # W'
-    decayed_usage_cu_s: float  # decayed usage numerator
-    group_capacity_cu_s: float  # decayed capacity denominator of the queue's sibling group
-    usage_share: float  # U'
-    priority_weight: float  # P = max(0, W' + k (W' - U'))
-    effective_weight: float  # P normalised in its stage, after the dead band
-    fair_share_cu: float
-    demand_gpus_by_type: Mapping[str, float]
-    allocated_gpus_by_type: Mapping[str, float]
-    guaranteed_gpus_by_type: Mapping[str, float]
-    fair_share_gpus_by_type: Mapping[str, float]  # empty where not well defined
-
-    @property
-    def over_quota_share_cu(self) -> float:
-        return self.fair_share_cu - self.guaranteed_cu
-
-
-@dataclass(frozen=True, slots=True)
-class FairShareResult:
-    pool: str
-    capacity_cu: float
-    whole_gpu_unit_cu: float | None  # the rounding step in `whole_gpus` mode, else None
-    shares: Mapping[str, QueueShare]  # by queue name, in tree pre-order
-
-    @property
-    def effective_weights(self) -> Mapping[str, float]:
-        """What the next computation takes as `previous_effective_weights`."""
-        return {name: share.effective_weight for name, share in self.shares.items()}
-
-    @property
-    def idle_cu(self) -> float:
-        """Capacity no queue may use: the pool minus the top-level fair shares."""
-        top = math.fsum(s.fair_share_cu for s in self.shares.values() if s.parent is None)
-        return max(0.0, self.capacity_cu - top)
-
-
-class _State:
-    """The engine's working record of one queue."""
-
-    __slots__ = (
-        "allocated_by_type",
-        "allocated_cu",
-        "allowed_by_type",
-        "allowed_cu",
-        "claims_by_type",
-        "competes",
-        "created_at_s",
-        "demand_by_type",
-        "demand_cu",
-        "deserved_by_type",
-        "deserved_cu",
-        "effective_weight",
-        "fair_share_cu",
-        "guaranteed_by_type",
-        "guaranteed_cu",
-        "is_leaf",
-        "limit_cu",
-        "name",
-        "over_quota_cu",
-        "over_quota_weight",
-        "parent",
-        "priority",
-        "priority_weight",
-        "quota",
-        "satisfied",
-        "usage_share",
-        "weight_share",
-    )
-
-    def __init__(self, queue: Queue, pool: str, is_leaf: bool, compute_weights: dict[str, float]):
-        quota = queue.quota(pool)
-        self.quota = quota
-        self.name = queue.name
-        self.parent = queue.parent
-        self.is_leaf = is_leaf
-        self.created_at_s = queue.created_at_s
-        self.priority = quota.priority
-        self.over_quota_weight = quota.over_quota_weight
-        self.deserved_cu = deserved_cu_with_types(quota, compute_weights)
-        self.deserved_by_type: Mapping[str, float] = quota.deserved_gpus_by_type
-        self.limit_cu = quota.limit_cu
-        self.demand_by_type: dict[str, float] = {}
-        self.allocated_by_type: dict[str, float] = {}
-        self.allowed_by_type: dict[str, float] = {}
-        self.claims_by_type: dict[str, float] = {}
-        self.guaranteed_by_type: dict[str, float] = {}
-        self.demand_cu = 0.0
-        self.allocated_cu = 0.0
-        self.allowed_cu = 0.0
-        self.guaranteed_cu = 0.0
-        self.over_quota_cu = 0.0
-        self.fair_share_cu = 0.0
-        self.satisfied = False
-        self.competes = False
-        self.weight_share = 0.0
-        self.usage_share = 0.0
-        self.priority_weight = 0.0
-        self.effective_weight = 0.0
-
-
 def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
     """Divide one pool's capacity among its queues (module docstring).
 
@@ -240,41 +142,32 @@ def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
     compute_weights = {name: t.compute_weight for name, t in inp.gpu_types.items()}
     capacity_by_type = {t: g for t, g in inp.capacity_gpus_by_type.items() if g > 0.0}
     capacity_cu = math.fsum(g * compute_weights[t] for t, g in capacity_by_type.items())
-    states = {
-        name: _State(tree.queues[name], inp.pool, tree.is_leaf(name), compute_weights)
-        for name in tree.preorder
-    }
-    _aggregate_demand(inp, tree, states, compute_weights, capacity_by_type)
+    children = tree.children
+    states = _aggregate_demand(inp, tree, compute_weights, capacity_by_type)
 
     policy = inp.policy
     unit_cu = None
     if policy.rounding == Rounding.WHOLE_GPUS:
         unit_cu = whole_gpu_unit_cu(list(inp.gpu_types.values()), capacity_by_type)
+    usage_cu_s = inp.usage.usage_cu_s
     for group in tree.inner_groups():
-        members = [states[name] for name in tree.children_of(group)]
+        members = [states[name] for name in children[group]]
         group_capacity_cu = capacity_cu if group is None else states[group].fair_share_cu
         denominator = inp.usage.group_capacity_cu_s.get(group, 0.0)
-        for member in members:
-            usage_cu_s = inp.usage.usage_cu_s.get(member.name, 0.0)
-            member.usage_share = usage_share(usage_cu_s, denominator)
+        if denominator > 0.0:  # `weights.usage_share`, inline: it runs for every queue
+            for member in members:
+                member.usage_share = usage_cu_s.get(member.name, 0.0) / denominator
         _divide_group(group_capacity_cu, members, policy, inp.previous_effective_weights, unit_cu)
     _grant_type_guarantees(tree, states, capacity_by_type)
 
     single_type = next(iter(capacity_by_type)) if len(capacity_by_type) == 1 else None
-    shares = {
-        name: _explain(
-            states[name],
-            inp.usage,
-            compute_weights,
-            single_type,
-        )
-        for name in tree.preorder
-    }
     return FairShareResult(
         pool=inp.pool,
         capacity_cu=capacity_cu,
         whole_gpu_unit_cu=unit_cu,
-        shares=MappingProxyType(shares),
+        shares=ShareRecords(
+            states, tree.preorder, tree.children, inp.usage, compute_weights, single_type
+        ),
     )
 
 
@@ -297,15 +190,24 @@ def _validate(inp: FairShareInput) -> None:
             violations.append(Violation(path, f"must be a finite number ≥ 0, got {gpus!r}"))
     violations.extend(
         Violation(f"queues{v.field_path}", v.message)
-        for v in validate_pool_quotas(inp.queues, inp.pool, gpu_types=inp.gpu_types)
+        for v in validate_pool_quotas(
+            inp.queues,
+            inp.pool,
+            gpu_types=inp.gpu_types,
+            limit_below_deserved=inp.policy.division == Division.KAI,
+        )
     )
-    history: tuple[tuple[str, Iterable[tuple[object, float]]], ...] = (
-        ("usage.usage_cu_s", inp.usage.usage_cu_s.items()),
-        ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s.items()),
-        ("previous_effective_weights", inp.previous_effective_weights.items()),
+    history: tuple[tuple[str, Mapping[Any, float]], ...] = (
+        ("usage.usage_cu_s", inp.usage.usage_cu_s),
+        ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s),
+        ("previous_effective_weights", inp.previous_effective_weights),
     )
-    for map_path, items in history:
-        for map_key, value in items:
+    for map_path, numbers in history:
+        values = list(numbers.values())
+        # C-speed passes for the common case; the loop below only words what is wrong.
+        if not values or (all(map(math.isfinite, values)) and min(values) >= 0.0):
+            continue
+        for map_key, value in numbers.items():
             if not (math.isfinite(value) and value >= 0.0):
                 violations.append(
                     Violation(
@@ -317,6 +219,26 @@ def _validate(inp: FairShareInput) -> None:
 
 
 def _validate_demands(inp: FairShareInput, tree: QueueTree) -> None:
+    gpu_types = inp.gpu_types
+    children = tree.children
+    queues = tree.queues
+    inf = math.inf
+    for name, demand in inp.demands.items():
+        if name in queues and name not in children:
+            for by_type in (demand.allocated_gpus_by_type, demand.pending_gpus_by_type):
+                for type_name, gpus in by_type.items():
+                    if not (type_name in gpu_types and 0.0 <= gpus < inf):
+                        break
+                else:
+                    continue
+                break
+            else:
+                continue
+        # Something is wrong with this demand: the full check finds and words it.
+        _raise_demand_violations(inp, tree)
+
+
+def _raise_demand_violations(inp: FairShareInput, tree: QueueTree) -> None:
     violations: list[Violation] = []
     for name, demand in inp.demands.items():
         if name not in tree.queues:
@@ -347,80 +269,123 @@ def _validate_demands(inp: FairShareInput, tree: QueueTree) -> None:
 def _aggregate_demand(
     inp: FairShareInput,
     tree: QueueTree,
-    states: dict[str, _State],
     compute_weights: dict[str, float],
     capacity_by_type: dict[str, float],
-) -> None:
-    """Demand, allowed demand and per-type claims, children before parents."""
-    for name in tree.postorder():
-        state = states[name]
+) -> dict[str, QueueState]:
+    """Every queue's working record with its demand, allowed demand and per-type claims, made
+    children before parents (the returned dict is in post-order).
+
+    The hot loop of a large pool (one pass over every queue): written with local names and
+    plain dict operations rather than helpers, since a call per queue and type is most of its
+    cost. Sums run over children in name order, so they are deterministic.
+    """
+    demands = inp.demands
+    children = tree.children
+    queues = tree.queues
+    pool = inp.pool
+    inf = math.inf
+    states: dict[str, QueueState] = {}
+    for name in reversed(tree.preorder):
+        kids = children.get(name)
+        state = QueueState(queues[name], pool, kids is None, compute_weights)
+        states[name] = state
         quota = state.quota
-        allocated: dict[str, float] = {}
-        wanted: dict[str, float] = {}
-        claims: dict[str, float] = {}
-        if state.is_leaf:
-            demand = inp.demands.get(name)
-            if demand is not None:
-                allocated.update(demand.allocated_gpus_by_type)
-                wanted.update(allocated)
+        claims: Mapping[str, float] = NO_GPUS
+        if kids is None:
+            demand = demands.get(name)
+            if demand is None:
+                may_hold: Mapping[str, float] = NO_GPUS
+                state.allocated_by_type = state.demand_by_type = NO_GPUS
+            else:
+                # The leaf's demand (allocated + pending) is summed into what becomes its
+                # allowed demand; its explain record sums it again (`ShareRecords`).
+                allocated = demand.allocated_gpus_by_type
+                state.allocated_by_type = allocated
+                state.pending_by_type = demand.pending_gpus_by_type
+                state.claims_by_type = NO_GPUS
+                summed = dict(allocated)
                 for type_name, gpus in demand.pending_gpus_by_type.items():
-                    wanted[type_name] = wanted.get(type_name, 0.0) + gpus
-            may_hold = wanted
-            children_allowed_cu = math.inf
+                    summed[type_name] = summed.get(type_name, 0.0) + gpus
+                state.allowed_by_type = summed
+                allowed_cu = 0.0
+                dropped: list[str] | None = None
+                type_limits = quota.limit_gpus_by_type
+                for type_name, gpus in summed.items():
+                    capacity = capacity_by_type.get(type_name, 0.0)
+                    bound = gpus if gpus < capacity else capacity  # min(), without the call
+                    if type_limits and type_name in type_limits:
+                        bound = min(bound, type_limits[type_name])
+                    if bound > 0.0:
+                        if bound != gpus:
+                            summed[type_name] = bound
+                        allowed_cu += bound * compute_weights[type_name]
+                    else:
+                        dropped = [type_name] if dropped is None else [*dropped, type_name]
+                if dropped is not None:
+                    for type_name in dropped:
+                        del summed[type_name]
+                _finish(state, quota, summed, allowed_cu, inf)
+                continue
+            children_allowed_cu = inf
         else:
-            may_hold = {}
+            # An inner queue's demand and allocation are its children's sums; only its explain
+            # record shows them, so they are summed there (`ShareRecords`), not here.
+            holds: dict[str, float] = {}
+            claimed: dict[str, float] = {}
             children_allowed_cu = 0.0
-            for child_name in tree.children_of(name):
+            for child_name in kids:
                 child = states[child_name]
-                _add_into(allocated, child.allocated_by_type)
-                _add_into(wanted, child.demand_by_type)
-                _add_into(may_hold, child.allowed_by_type)
-                _add_into(claims, child.claims_by_type)
+                for type_name, gpus in child.allowed_by_type.items():
+                    holds[type_name] = holds.get(type_name, 0.0) + gpus
+                for type_name, gpus in child.claims_by_type.items():
+                    claimed[type_name] = claimed.get(type_name, 0.0) + gpus
                 children_allowed_cu += child.allowed_cu
+            may_hold = holds
+            claims = claimed
         allowed: dict[str, float] = {}
         allowed_cu = 0.0
         type_limits = quota.limit_gpus_by_type
         for type_name, gpus in may_hold.items():
-            bound = min(gpus, capacity_by_type.get(type_name, 0.0))
-            if type_limits and type_name in type_limits:
-                bound = min(bound, type_limits[type_name])
+            bound = capacity_by_type.get(type_name, 0.0)
+            bound = min(bound, gpus)
+            if type_limits and type_name in type_limits and type_limits[type_name] < bound:
+                bound = type_limits[type_name]
             if bound > 0.0:
                 allowed[type_name] = bound
                 allowed_cu += bound * compute_weights[type_name]
+        state.allowed_by_type = allowed
+        state.claims_by_type = claims
+        _finish(state, quota, allowed, allowed_cu, children_allowed_cu)
+    return states
+
+
+def _finish(
+    state: QueueState,
+    quota: QueueQuota,
+    allowed: Mapping[str, float],
+    allowed_cu: float,
+    children_allowed_cu: float,
+) -> None:
+    """A queue's per-type claims and allowed demand in CU, from its allowed demand by type."""
+    if quota.deserved_gpus_by_type:  # most queues declare none: they share one empty map
+        own = dict(state.claims_by_type)
         for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
             claim = min(deserved_gpus, allowed.get(type_name, 0.0))
             if claim > 0.0:
-                claims[type_name] = claim
+                own[type_name] = claim
             else:
-                claims.pop(type_name, None)
-        state.allocated_by_type = allocated
-        state.demand_by_type = wanted
-        state.allowed_by_type = allowed
-        state.claims_by_type = claims
-        state.allocated_cu = _cu(allocated, compute_weights)
-        state.demand_cu = _cu(wanted, compute_weights)
-        state.allowed_cu = min(
-            allowed_cu,
-            children_allowed_cu,
-            math.inf if quota.limit_cu is None else quota.limit_cu,
-        )
-
-
-def _add_into(total: dict[str, float], part: Mapping[str, float]) -> None:
-    for type_name, gpus in part.items():
-        total[type_name] = total.get(type_name, 0.0) + gpus
-
-
-def _cu(gpus_by_type: Mapping[str, float], compute_weights: Mapping[str, float]) -> float:
-    total = 0.0
-    for type_name, gpus in gpus_by_type.items():
-        total += gpus * compute_weights[type_name]
-    return total
+                own.pop(type_name, None)
+        state.claims_by_type = own
+    allowed_cu = min(allowed_cu, children_allowed_cu)
+    limit_cu = quota.limit_cu
+    if limit_cu is not None and limit_cu < allowed_cu:
+        allowed_cu = limit_cu
+    state.allowed_cu = allowed_cu
 
 
 def _divide_group(
     capacity_cu: float,
-    members: list[_State],
+    members: list[QueueState],
     policy: FairSharePolicy,
     previous: Mapping[str, float],
     unit_cu: float | None,
@@ -447,9 +412,55 @@ def _divide_group(
         member.over_quota_cu = 0.0
         member.satisfied = amount >= member.allowed_cu
 
+    if policy.division == Division.KAI:
+        _divide_kai(remaining, members, policy, unit_cu)
+    else:
+        _divide_gpufair(remaining, members, policy, previous, unit_cu)
+    for member in members:
+        # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
+        member.fair_share_cu = (
+            member.allowed_cu if member.satisfied else member.guaranteed_cu + member.over_quota_cu
+        )
+
+
+def _divide_kai(
+    remaining: float, members: list[QueueState], policy: FairSharePolicy, unit_cu: float | None
+) -> None:
+    """Phase 2 by KAI-Scheduler's rules (`kai_division`): weights per round, rounding inside."""
+    division = kai_over_quota(
+        remaining,
+        needs=[0.0 if m.satisfied else m.allowed_cu - m.guaranteed_cu for m in members],
+        weights=[m.over_quota_weight for m in members],
+        usage_shares=[m.usage_share for m in members],
+        priorities=[m.priority for m in members],
+        created_at_s=[m.created_at_s for m in members],
+        names=[m.name for m in members],
+        k=policy.k,
+        unit_cu=unit_cu,
+    )
+    for i, member in enumerate(members):
+        if member.satisfied:
+            continue
+        member.over_quota_cu = division.shares[i]
+        member.satisfied = member.guaranteed_cu + division.shares[i] >= member.allowed_cu
+        if division.competed[i]:
+            member.competes = True
+            member.weight_share = division.weight_shares[i]
+            member.priority_weight = division.priority_weights[i]
+            member.effective_weight = division.effective_weights[i]
+
+
+def _divide_gpufair(
+    remaining: float,
+    members: list[QueueState],
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+    unit_cu: float | None,
+) -> None:
+    """Phase 2 by gpufair's rules (module docstring), then whole-GPU rounding."""
     # Weighted queues of every tier first, then best effort (weight 0) of every tier.
     for best_effort in (False, True):
-        tiers: dict[int, list[_State]] = {}
+        tiers: dict[int, list[QueueState]] = {}
         for member in members:
             if not member.satisfied and (member.over_quota_weight <= 0.0) is best_effort:
                 tiers.setdefault(member.priority, []).append(member)
@@ -469,16 +480,11 @@ def _divide_group(
         )
         for member, amount in zip(members, rounded, strict=True):
             member.over_quota_cu = amount
-    for member in members:
-        # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
-        member.fair_share_cu = (
-            member.allowed_cu if member.satisfied else member.guaranteed_cu + member.over_quota_cu
-        )
 
 
 def _divide_tier(
     amount_cu: float,
-    competing: list[_State],
+    competing: list[QueueState],
     policy: FairSharePolicy,
     previous: Mapping[str, float],
 ) -> float:
@@ -511,7 +517,7 @@ def _divide_tier(
 
 
 def _grant_type_guarantees(
-    tree: QueueTree, states: dict[str, _State], capacity_by_type: dict[str, float]
+    tree: QueueTree, states: dict[str, QueueState], capacity_by_type: dict[str, float]
 ) -> None:
     """Per-type claims shrunk, group by group, to what is available (module docstring)."""
     for group in tree.inner_groups():
@@ -525,48 +531,11 @@ def _grant_type_guarantees(
             scale = min(1.0, available.get(type_name, 0.0) / total) if total > 0.0 else 0.0
             for member, claim in zip(members, claims, strict=True):
                 if claim > 0.0:
-                    member.guaranteed_by_type[type_name] = claim * scale
+                    # Few queues hold per-type guarantees: a new map for those only.
+                    granted = dict(member.guaranteed_by_type)
+                    granted[type_name] = claim * scale
+                    member.guaranteed_by_type = granted
 
 
-def _type_names(members: list[_State]) -> list[str]:
+def _type_names(members: list[QueueState]) -> list[str]:
     return sorted({t for m in members for t in m.claims_by_type})
-
-
-def _explain(
-    state: _State,
-    usage: UsageInputs,
-    compute_weights: dict[str, float],
-    single_type: str | None,
-) -> QueueShare:
-    only_type = single_type
-    if only_type is None and len(state.allowed_by_type) == 1:
-        only_type = next(iter(state.allowed_by_type))
-    fair_share_gpus_by_type: Mapping[str, float] = {}
-    if only_type is not None:
-        fair_share_gpus_by_type = {only_type: state.fair_share_cu / compute_weights[only_type]}
-    return QueueShare(
-        queue=state.name,
-        parent=state.parent,
-        is_leaf=state.is_leaf,
-        priority=state.priority,
-        over_quota_weight=state.over_quota_weight,
-        created_at_s=state.created_at_s,
-        deserved_cu=state.deserved_cu,
-        limit_cu=state.limit_cu,
-        demand_cu=state.demand_cu,
-        allocated_cu=state.allocated_cu,
-        allowed_demand_cu=state.allowed_cu,
-        guaranteed_cu=state.guaranteed_cu,
-        competes_over_quota=state.competes,
-        weight_share=state.weight_share,
-        decayed_usage_cu_s=usage.usage_cu_s.get(state.name, 0.0),
-        group_capacity_cu_s=usage.group_capacity_cu_s.get(state.parent, 0.0),
-        usage_share=state.usage_share,
-        priority_weight=state.priority_weight,
-        effective_weight=state.effective_weight,
-        fair_share_cu=state.fair_share_cu,
-        demand_gpus_by_type=MappingProxyType(state.demand_by_type),
-        allocated_gpus_by_type=MappingProxyType(state.allocated_by_type),
-        guaranteed_gpus_by_type=MappingProxyType(state.guaranteed_by_type),
-        fair_share_gpus_by_type=MappingProxyType(fair_share_gpus_by_type),
-    )

@@ -44,6 +44,13 @@ class UsageBasis(enum.StrEnum):
     TOTAL = "total"  # the whole allocation, over the pool's whole capacity
 
 
+class Division(enum.StrEnum):
+    """Whose rules divide over-quota capacity (docs/kai-compatibility.md)."""
+
+    GPUFAIR = "gpufair"  # weights fixed per tier, weight 0 best effort, limit ≥ deserved
+    KAI = "kai"  # KAI-Scheduler's: weights recomputed every round, weight 0 gets no over-quota
+
+
 class Rounding(enum.StrEnum):
     CONTINUOUS = "continuous"
     WHOLE_GPUS = "whole_gpus"
@@ -84,6 +91,9 @@ class FairSharePolicy:
     recompute_interval_s: float = DEFAULT_RECOMPUTE_INTERVAL_S
     rounding: Rounding = Rounding.CONTINUOUS
     dead_band: float = DEFAULT_DEAD_BAND  # effective-weight changes below this are ignored
+    # Division profile (issue 22): `kai` reproduces KAI-Scheduler's per-round weights, weight-0
+    # rule, limits below the quota and tumbling-window boundary; see docs/kai-compatibility.md.
+    division: Division = Division.GPUFAIR
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from gpufair.domain.errors import Violation
 from gpufair.domain.model import (
+    Division,
     FairSharePolicy,
     GpuType,
     NodePool,
@@ -84,6 +85,7 @@ def validate_policy(policy: FairSharePolicy) -> list[Violation]:
     _check_enum("window_kind", policy.window_kind, WindowKind, out)
     _check_enum("usage_basis", policy.usage_basis, UsageBasis, out)
     _check_enum("rounding", policy.rounding, Rounding, out)
+    _check_enum("division", policy.division, Division, out)
     _check_non_negative("", "k", policy.k, out)
     half_life_ok = policy.half_life_s is None or _check_positive(
         "", "half_life_s", policy.half_life_s, out
@@ -162,6 +164,7 @@ def _validate_quota(
     pools: Collection[str] | None,
     compute_weights: Mapping[str, float] | None,
     out: list[Violation],
+    limit_below_deserved: bool = False,
 ) -> None:
     if quota.pool != key:
         out.append(Violation(path + ".pool", f"is {quota.pool!r} but the quota is keyed {key!r}"))
@@ -183,6 +186,10 @@ def _validate_quota(
                 out.append(Violation(path + type_key, f"unknown GPU type {type_name!r}"))
             if _check_non_negative(path, type_key, gpus, out) and known:
                 good_gpus[field_name][type_name] = gpus
+    if limit_below_deserved:
+        # The `kai` division: the limit wins over the quota (`min(deserved, limit)` is the
+        # guarantee), as KAI-Scheduler accepts a MaxAllowed below the quota.
+        return
     for type_name, limit_gpus in good_gpus["limit_gpus_by_type"].items():
         deserved_gpus = good_gpus["deserved_gpus_by_type"].get(type_name, 0.0)
         if limit_gpus < deserved_gpus:
@@ -208,19 +215,59 @@ def _validate_quota(
         out.append(Violation(path + ".limit_cu", f"must be ≥ {bound}, got {quota.limit_cu}"))
 
 
+_NUMBER = (float, int)
+
+
+def _plainly_valid(quota: QueueQuota, key: str, limit_below_deserved: bool) -> bool:
+    """True for the common quota that `_validate_quota` would pass: keyed right, no per-type
+    maps, finite numbers ≥ 0, a limit (if any) at least the deserved quota. Anything else takes
+    the full check, which also writes the messages. Runs on every fair-share computation, so
+    the common case costs a few comparisons, not a list of checks."""
+    if quota.pool != key or quota.deserved_gpus_by_type or quota.limit_gpus_by_type:
+        return False
+    deserved, weight, limit = quota.deserved_cu, quota.over_quota_weight, quota.limit_cu
+    if type(deserved) not in _NUMBER or type(weight) not in _NUMBER:
+        return False
+    if not (0.0 <= deserved < math.inf and 0.0 <= weight < math.inf):
+        return False
+    if limit is None:
+        return True
+    return (
+        type(limit) in _NUMBER
+        and 0.0 <= limit < math.inf
+        and (limit_below_deserved or limit >= deserved)
+    )
+
+
 def validate_pool_quotas(
-    queues: Sequence[Queue], pool: str, *, gpu_types: Mapping[str, GpuType] | None = None
+    queues: Sequence[Queue],
+    pool: str,
+    *,
+    gpu_types: Mapping[str, GpuType] | None = None,
+    limit_below_deserved: bool = False,
 ) -> list[Violation]:
-    """Check every queue's terms in one pool; paths `[3].quotas["pool"].limit_cu`."""
+    """Check every queue's terms in one pool; paths `[3].quotas["pool"].limit_cu`.
+
+    `limit_below_deserved` (the pool's division is `kai`) accepts limits below the deserved
+    quota they bound: the limit then caps the guarantee.
+    """
     out: list[Violation] = []
     compute_weights = (
         None if gpu_types is None else {name: t.compute_weight for name, t in gpu_types.items()}
     )
     for index, queue in enumerate(queues):
         quota = queue.quotas.get(pool)
-        if quota is not None:
+        if quota is not None and not _plainly_valid(quota, pool, limit_below_deserved):
             path = f'[{index}].quotas["{pool}"]'
-            _validate_quota(path, pool, quota, pools=None, compute_weights=compute_weights, out=out)
+            _validate_quota(
+                path,
+                pool,
+                quota,
+                pools=None,
+                compute_weights=compute_weights,
+                out=out,
+                limit_below_deserved=limit_below_deserved,
+            )
     return out
 
 

@@ -25,10 +25,9 @@ class QueueTree:
     def build(cls, queues: Iterable[Queue]) -> QueueTree:
         """Index `queues`; raises `InvalidInputError` on duplicates, unknown parents or cycles."""
         queue_list = list(queues)
-        violations = queue_structure_violations(queue_list)
-        if violations:
-            raise InvalidInputError(violations)
         by_name = {q.name: q for q in queue_list}
+        if len(by_name) != len(queue_list):  # checked first: a duplicate could make a loop
+            raise InvalidInputError(queue_structure_violations(queue_list))
         children_lists: dict[str | None, list[str]] = {None: []}
         for queue in queue_list:
             children_lists.setdefault(queue.parent, []).append(queue.name)
@@ -39,6 +38,11 @@ class QueueTree:
             name = stack.pop()
             preorder.append(name)
             stack.extend(reversed(children.get(name, ())))
+        # With unique names, the walk from the top level reaches every queue of a forest; an
+        # unknown parent or a cycle leaves some unreached. Only then is the full check run, for
+        # its messages.
+        if len(preorder) != len(queue_list):
+            raise InvalidInputError(queue_structure_violations(queue_list))
         return cls(queues=by_name, children=children, preorder=tuple(preorder))
 
     def is_leaf(self, name: str) -> bool:

@@ -21,7 +21,15 @@ from dataclasses import dataclass, field
 from typing import TypeAlias, TypeVar
 
 from gpufair.domain.errors import InvalidInputError, Violation
-from gpufair.domain.model import FairSharePolicy, GpuType, Queue, UsageBasis, WindowKind, frozen_map
+from gpufair.domain.model import (
+    Division,
+    FairSharePolicy,
+    GpuType,
+    Queue,
+    UsageBasis,
+    WindowKind,
+    frozen_map,
+)
 from gpufair.domain.policy import deserved_cu_with_types
 from gpufair.domain.tree import QueueTree
 
@@ -88,14 +96,30 @@ def window_bounds(now_s: float, policy: FairSharePolicy) -> tuple[float, float]:
     Sliding: the last `window_s`. Tumbling: from the latest boundary `window_anchor_unix_s + n ·
     window_s` at or before now, so usage restarts at each boundary. None: all history
     (lo_s = -inf), which only stays finite with a half-life or finite timelines.
+
+    The `kai` division takes KAI-Scheduler's tumbling boundary instead: the latest boundary
+    strictly before now, so at the exact instant of a boundary the period that just ended still
+    counts, and before (or at) the anchor the window is empty (lo_s = now_s).
     """
     if policy.window_kind == WindowKind.SLIDING:
         return now_s - policy.window_s, now_s
     if policy.window_kind == WindowKind.TUMBLING:
+        if policy.division == Division.KAI:
+            return _kai_tumbling_start(now_s, policy), now_s
         # Python's float modulo is non-negative for a positive period, also before the anchor.
         elapsed_s = (now_s - policy.window_anchor_unix_s) % policy.window_s
         return now_s - elapsed_s, now_s
     return -math.inf, now_s
+
+
+def _kai_tumbling_start(now_s: float, policy: FairSharePolicy) -> float:
+    """KAI-Scheduler's latest usage reset: the anchor, moved on by whole periods while the next
+    boundary is strictly before now; now itself when the anchor is not yet past."""
+    anchor_s = policy.window_anchor_unix_s
+    if now_s <= anchor_s:
+        return now_s
+    elapsed_s = (now_s - anchor_s) % policy.window_s
+    return now_s - (policy.window_s if elapsed_s == 0.0 else elapsed_s)
 
 
 def decayed_segment_integral(

@@ -64,7 +64,7 @@ def fair_shares(
     )
     if stale:
         done = recompute_pool(conn, pool.name, now_s)
-        shares = {name: s.fair_share_cu for name, s in done.result.shares.items()}
+        shares = dict(done.result.fair_share_cu)
         return Shares(shares, now_s, done.warnings)
     assert run is not None
     return Shares({s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s)

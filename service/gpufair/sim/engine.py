@@ -471,11 +471,12 @@ class Simulation:
         )
         pool.shares = result
         pool.previous_weights = dict(result.effective_weights)
-        fair_share = {q.name: result.shares[q.name].fair_share_cu for q in pool.leaves}
+        all_shares = result.fair_share_cu
+        fair_share = {q.name: all_shares[q.name] for q in pool.leaves}
         if fair_share != pool.fair_share_cu:
             pool.fair_share_cu = fair_share
             pool.dirty = True
-        pool.competed.update(name for name, s in result.shares.items() if s.competes_over_quota)
+        pool.competed.update(result.competing)
 
     def _demands(self, pool: _Pool) -> dict[str, QueueDemand]:
         return queue_demands(

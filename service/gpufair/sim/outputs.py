@@ -150,6 +150,7 @@ def run_summary(result: SimResult, metrics: RunMetrics) -> dict[str, Any]:
                 "window_s": pool.policy.window_s,
                 "half_life_s": pool.policy.half_life_s,
                 "usage_basis": pool.policy.usage_basis.value,
+                "division": pool.policy.division.value,
                 "recompute_s": scenario.recompute_interval_s(pool),
             }
             for pool in sorted(scenario.cluster.pools, key=lambda p: p.name)

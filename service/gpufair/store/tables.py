@@ -65,10 +65,12 @@ node_pools = Table(
     Column("placement", Text, nullable=False),
     Column("gang_reservation_after_s", Double, nullable=True),
     Column("max_borrow_s", Double, nullable=True),
+    Column("division", Text, nullable=False, server_default=text("'gpufair'")),
     CheckConstraint("window_kind IN ('sliding', 'tumbling', 'none')", name="window_kind_known"),
     CheckConstraint("usage_basis IN ('over_quota', 'total')", name="usage_basis_known"),
     CheckConstraint("rounding IN ('continuous', 'whole_gpus')", name="rounding_known"),
     CheckConstraint("placement IN ('binpack', 'spread')", name="placement_known"),
+    CheckConstraint("division IN ('gpufair', 'kai')", name="division_known"),
     CheckConstraint("k >= 0", name="k_non_negative"),
 )
 

@@ -101,6 +101,30 @@ ROUNDING_WHOLE_GPUS: Rounding.ValueType  # 2
 """floor to whole GPUs, leftovers by largest remainder, older queue, name"""
 Global___Rounding: _TypeAlias = Rounding  # noqa: Y015
 
+class _Division:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DivisionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Division.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DIVISION_UNSPECIFIED: _Division.ValueType  # 0
+    """the default: gpufair"""
+    DIVISION_GPUFAIR: _Division.ValueType  # 1
+    """weights fixed per tier, weight 0 best effort, limit >= deserved"""
+    DIVISION_KAI: _Division.ValueType  # 2
+    """KAI-Scheduler's: weights per round, weight 0 no over-quota, limit may be below deserved"""
+
+class Division(_Division, metaclass=_DivisionEnumTypeWrapper):
+    """Whose rules divide over-quota capacity (docs/kai-compatibility.md)."""
+
+DIVISION_UNSPECIFIED: Division.ValueType  # 0
+"""the default: gpufair"""
+DIVISION_GPUFAIR: Division.ValueType  # 1
+"""weights fixed per tier, weight 0 best effort, limit >= deserved"""
+DIVISION_KAI: Division.ValueType  # 2
+"""KAI-Scheduler's: weights per round, weight 0 no over-quota, limit may be below deserved"""
+Global___Division: _TypeAlias = Division  # noqa: Y015
+
 class _PlacementStrategy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -245,6 +269,7 @@ class FairSharePolicy(_message.Message):
     RECOMPUTE_INTERVAL_S_FIELD_NUMBER: _builtins.int
     ROUNDING_FIELD_NUMBER: _builtins.int
     DEAD_BAND_FIELD_NUMBER: _builtins.int
+    DIVISION_FIELD_NUMBER: _builtins.int
     window_kind: Global___WindowKind.ValueType
     window_s: _builtins.float
     """Durations below are in [0.001, 316224000] (10 years).
@@ -262,6 +287,10 @@ class FairSharePolicy(_message.Message):
     rounding: Global___Rounding.ValueType
     dead_band: _builtins.float
     """ignore effective-weight changes below this, in [0, 1); default 0.01"""
+    division: Global___Division.ValueType
+    """Division profile: `kai` reproduces KAI-Scheduler's fair shares (per-round weights, weight 0,
+    limits below the quota, tumbling-window boundary); the dead band does not apply to it.
+    """
     def __init__(
         self,
         *,
@@ -274,10 +303,11 @@ class FairSharePolicy(_message.Message):
         recompute_interval_s: _builtins.float | None = ...,
         rounding: Global___Rounding.ValueType = ...,
         dead_band: _builtins.float | None = ...,
+        division: Global___Division.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_dead_band", b"_dead_band", "_half_life_s", b"_half_life_s", "_k", b"_k", "_recompute_interval_s", b"_recompute_interval_s", "_window_anchor_unix_s", b"_window_anchor_unix_s", "_window_s", b"_window_s", "dead_band", b"dead_band", "half_life_s", b"half_life_s", "k", b"k", "recompute_interval_s", b"recompute_interval_s", "window_anchor_unix_s", b"window_anchor_unix_s", "window_s", b"window_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dead_band", b"_dead_band", "_half_life_s", b"_half_life_s", "_k", b"_k", "_recompute_interval_s", b"_recompute_interval_s", "_window_anchor_unix_s", b"_window_anchor_unix_s", "_window_s", b"_window_s", "dead_band", b"dead_band", "half_life_s", b"half_life_s", "k", b"k", "recompute_interval_s", b"recompute_interval_s", "rounding", b"rounding", "usage_basis", b"usage_basis", "window_anchor_unix_s", b"window_anchor_unix_s", "window_kind", b"window_kind", "window_s", b"window_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dead_band", b"_dead_band", "_half_life_s", b"_half_life_s", "_k", b"_k", "_recompute_interval_s", b"_recompute_interval_s", "_window_anchor_unix_s", b"_window_anchor_unix_s", "_window_s", b"_window_s", "dead_band", b"dead_band", "division", b"division", "half_life_s", b"half_life_s", "k", b"k", "recompute_interval_s", b"recompute_interval_s", "rounding", b"rounding", "usage_basis", b"usage_basis", "window_anchor_unix_s", b"window_anchor_unix_s", "window_kind", b"window_kind", "window_s", b"window_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__dead_band: _TypeAlias = _typing.Literal["dead_band"]  # noqa: Y015
     _WhichOneofArgType__dead_band: _TypeAlias = _typing.Literal["_dead_band", b"_dead_band"]  # noqa: Y015
