@@ -15,7 +15,7 @@ import dataclasses
 import math
 
 from gpufair.domain import limits
-from gpufair.domain.model import ClusterConfig, GpuType, NodePool, Queue, QueueQuota, frozen_map
+from gpufair.domain.model import ClusterConfig, GpuType, NodePool, Queue, frozen_map
 
 
 class _Clamp:
@@ -132,8 +132,10 @@ def _queue(q: Queue, clamp: _Clamp) -> Queue:
     for pool, quota in q.quotas.items():
         where = f"queue {q.name!r} quota in {pool!r}"
         limit = quota.limit_cu
-        quotas[pool] = QueueQuota(
-            pool=quota.pool,
+        # `replace`, not a new record: every term not clamped here (priority, the loan limit)
+        # carries over as stored.
+        quotas[pool] = dataclasses.replace(
+            quota,
             deserved_cu=clamp(f"{where} deserved_cu", quota.deserved_cu, 0.0, limits.MAX_CU),
             deserved_gpus_by_type=frozen_map(
                 clamp.by_type(f"{where} deserved_gpus_by_type", dict(quota.deserved_gpus_by_type))
@@ -150,6 +152,5 @@ def _queue(q: Queue, clamp: _Clamp) -> Queue:
             limit_gpus_by_type=frozen_map(
                 clamp.by_type(f"{where} limit_gpus_by_type", dict(quota.limit_gpus_by_type))
             ),
-            priority=quota.priority,
         )
     return dataclasses.replace(q, quotas=frozen_map(quotas))
