@@ -65,6 +65,10 @@ class EvictionInFlight:
 
     victim_uid: str
     beneficiary_uid: str | None = None
+    # A move (defragmentation): where the victim goes once it has stopped. While it still runs
+    # these GPUs are held for it; in the first cycle after it stopped it binds there first.
+    move_to: tuple[PodBinding, ...] = ()
+    move_gpu_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,8 @@ class CycleSnapshot:
     now_s: float
     evicting: tuple[EvictionInFlight, ...] = ()
     inner_queues: tuple[Queue, ...] = ()
+    # GPUs moved by defragmentation in the hour before `now_s` (the pool's move budget).
+    moved_gpus_last_hour: float = 0.0
 
 
 class PendingCode(enum.StrEnum):
@@ -100,11 +106,13 @@ class PendingCode(enum.StrEnum):
 class EvictReason(enum.StrEnum):
     RECLAIM = "reclaim"  # for a queue below its fair share, from a queue above its own
     PREEMPT = "preempt"  # for higher-priority work of the same queue
+    DEFRAGMENT = "defragment"  # a move: re-placed elsewhere at once, to make room for a gang
 
 
 class ReservationKind(enum.StrEnum):
     EVICTED_CAPACITY = "evicted_capacity"  # held for the workload evictions were made for
     GANG_WAIT = "gang_wait"  # takes no new beyond-fair-share work
+    MOVE_TARGET = "move_target"  # held for a moved workload until it stops where it was
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,9 @@ class EvictDecision:
     message: str
     beneficiary_uid: str  # the workload the capacity is freed for
     cu: float
+    # DEFRAGMENT: where the workload goes, decided with the eviction (never left pending).
+    move_to: tuple[PodBinding, ...] = ()
+    move_gpu_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,8 +97,8 @@ def fairness_table(runs: Sequence[tuple[str, Sequence[WaitFairness]]]) -> str:
                     continue
                 lead: list[float | int | str] = [label] * several
                 body.append(
-                    lead
-                    + [
+                    [
+                        *lead,
                         row.pool,
                         row.queue,
                         row.jobs,
