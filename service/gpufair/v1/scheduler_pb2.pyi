@@ -54,6 +54,11 @@ Global___EvictReason: _TypeAlias = EvictReason  # noqa: Y015
 
 @_typing.final
 class TopologyConstraint(_message.Message):
+    """In a pool with topology_levels (NodePool) that list `level`, the gang tries each level up to
+    `level` from the smallest; `required` stops it there, preferred lets it go wider. A level the
+    pool does not list is a single level, as in a pool without topology_levels.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LEVEL_FIELD_NUMBER: _builtins.int
