@@ -95,15 +95,19 @@ def defragment(state: CycleState) -> None:
     if budget <= EPS or not waiting:
         return
     allocations = {a.workload.uid: a for a in state.snapshot.running}
+    # Kinds no moves could serve: moves only take capacity, so a failure stays a failure.
+    failed: set[tuple[object, ...]] = set()
     for item in state.in_queue_order(waiting):
         for gpu_type in item.types:
             pods_min = item.workload.gang_min_pods
-            if state.pods_allowed(item, gpu_type, within_share=True) < pods_min:
+            key = (gpu_type, item.kind.memo_key)
+            if key in failed or state.pods_allowed(item, gpu_type, within_share=True) < pods_min:
                 continue
             if _free_gpus(capacity, item.shape, gpu_type) < pods_min * item.shape.gpus_per_pod:
                 continue  # not scattered but short: reclaim's business, not a move's
             found = _find_moves(state, item, gpu_type, budget, allocations)
             if found is None:
+                failed.add(key)
                 continue
             budget -= sum(victim.gpus for victim, _ in found[0])
             _commit_moves(state, item, gpu_type, found)
