@@ -217,7 +217,7 @@ def _best_option(
         state = capacity.nodes[node]
         before = pods_fit(state, shape)
         left = [v for v in victims if id(v) not in taken]
-        left.sort(key=lambda v: (-sum(1 for use in v.uses if use.node == node), v.uid))
+        left.sort(key=lambda v: (-_gpus_on(v, node), v.uid))
         used = state.gpu_used.copy()
         free_whole, cpu, memory = state.free_whole, state.cpu_free, state.memory_free
         option: list[Victim] = []
@@ -277,6 +277,11 @@ def _trial(
         return moves, plan
     finally:
         capacity.restore(journal)
+
+
+def _gpus_on(victim: Victim, node: int) -> float:
+    """GPUs `victim` holds on `node`."""
+    return sum(use.gpu_amount * len(use.gpu_indices) for use in victim.uses if use.node == node)
 
 
 def _free_gpus(capacity: Capacity, shape: PodShape, gpu_type: str) -> float:
