@@ -4,7 +4,7 @@ holds goes there whole. The numbers are GPUs and node names a user would check."
 
 from __future__ import annotations
 
-from cycle_builders import bound_uids, node, queue, running, snapshot, workload
+from cycle_builders import POOL, bound_uids, queue, running, snapshot, workload
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import Node, TopologyConstraint, Workload
@@ -16,7 +16,8 @@ BIG = {"q": 1000.0}
 
 
 def _labelled(name: str, nvlink: str, rack: str, zone: str) -> Node:
-    return node(name, gpus=4, **{"nvlink-domain": nvlink, "rack": rack, "zone": zone})
+    labels = {"nvlink-domain": nvlink, "rack": rack, "zone": zone}
+    return Node(name, POOL, "unit", 4, 64_000, 512_000, labels)
 
 
 # 8 nodes of 4 GPUs: zone z1 = rack r1 (nvlink nv1: n1 n2; nv2: n3 n4) + rack r2 (nv3: n5 n6);
