@@ -139,6 +139,10 @@ def test_a_move_makes_room_for_a_gang_and_the_moved_work_binds_where_it_was_sent
     assert [row.victim_uid for row in stored] == ["c1", "c2", "c3"]
     assert stored[0].move_to["gpu_type"] == "a100"
 
+    moved = gpufair.explain("c1")
+    assert moved.state == "running"
+    assert "being moved to make room for gang: once it stops it is bound on a100 " in moved.message
+    assert f"{moves['c1'].move_to[0].node} GPUs " in moved.message
     # A cycle while they still stop decides nothing new: the new places stay held.
     clock.now_s += 30
     second = schedule(gpufair)

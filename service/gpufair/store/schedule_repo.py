@@ -135,6 +135,22 @@ def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:
     ]
 
 
+def move_of(conn: Connection, uid: str) -> EvictionInFlight | None:
+    """The move (defragmentation eviction) in flight for workload `uid`, if any."""
+    row = conn.execute(
+        text(
+            "SELECT beneficiary_uid, move_to FROM evictions "
+            "WHERE victim_uid = :uid AND move_to IS NOT NULL"
+        ),
+        {"uid": uid},
+    ).one_or_none()
+    if row is None:
+        return None
+    return EvictionInFlight(
+        uid, row.beneficiary_uid, _bindings(row.move_to["pods"]), row.move_to["gpu_type"]
+    )
+
+
 def moved_gpus_since(conn: Connection, pool: str, since_s: float) -> float:
     """GPUs the pool's moves (defragmentation) decided after `since_s` took: its move budget's
     use (`NodePool.max_moved_share_per_hour`)."""
