@@ -200,3 +200,18 @@ def test_explain_names_the_topology_when_it_keeps_a_gang_out(
     assert explained.reason_code == "no_capacity"
     assert "no domain of nvlink-domain → rack holds them (required rack" in explained.message
     assert "the roomiest rack domain takes 4 now" in explained.message
+
+
+def test_gangs_go_into_the_smallest_domain_over_grpc(gpufair: GpufairClient) -> None:
+    """An empty pool. 4 GPUs: one node holds them, n1 (the first). 12 GPUs next: no NVLink
+    domain (one node, 8 GPUs) holds them; rack r1 has 12 free (4 on n1, 8 on n2), r2 16: the
+    tightest rack, r1."""
+    gpufair.apply_config(config(share=None))
+    submit(gpufair, workload("small", "team", 4))
+    first = schedule(gpufair)
+    [small] = first.binds
+    assert {p.node for p in small.pods} == {"n1"}
+    submit(gpufair, workload("gang", "team", 12))
+    second = schedule(gpufair)
+    [gang] = second.binds
+    assert sorted(p.node for p in gang.pods) == ["n1"] * 4 + ["n2"] * 8
