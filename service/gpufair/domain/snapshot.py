@@ -35,6 +35,13 @@ the victim as leaving. The service passes the entry once more in the first cycle
 stopped (it is then not in `running`): a standing claim, served first on the freed capacity
 whatever the beneficiary's share has become since (`cycle_claims`).
 
+**Moves.** An `EvictDecision` with reason `DEFRAGMENT` carries where the workload goes
+(`move_to`, `move_gpu_type`; `cycle_defrag`). The service passes it back as an
+`EvictionInFlight` with the same `move_to`: while the victim runs, those GPUs are held for it;
+in the first cycle after it stopped (it is pending again), it binds there before anything else.
+`moved_gpus_last_hour` is what the pool's moves took in the hour before `now_s`: the cycle moves
+no more than `max_moved_share_per_hour` of the pool's GPUs minus that.
+
 **Long-waiting gangs.** A workload within its queue's fair share that has waited at least the
 pool's `gang_reservation_after_s` and still does not fit gets `ReservationKind.GANG_WAIT` nodes
 (one such workload per queue, the first in queue order): they keep taking work within fair share
