@@ -3,6 +3,9 @@ room by moves decided in one cycle: which workloads moved, where to, and the hou
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from cycle_builders import (
     assert_holds_fit,
     assert_no_oversubscription,
@@ -13,9 +16,10 @@ from cycle_builders import (
     snapshot,
     workload,
 )
+from test_cycle_properties import _check as check_invariants
 
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.model import Allocation
+from gpufair.domain.model import Allocation, Workload
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,
@@ -165,3 +169,75 @@ def test_no_moves_for_non_preemptible_work_or_work_before_its_min_runtime() -> N
         CycleSnapshot(**{**{f: getattr(snap, f) for f in snap.__slots__}, "running": tuple(young)})
     )
     assert not result.evicts  # started at 0, now 1000 s: under an hour
+
+
+def _fragmented_world(seed: int) -> tuple[list[Allocation], list[Workload]]:
+    """8 nodes of 8 GPUs, each with 1- and 2-GPU jobs of queue team on 4 to 7 GPUs, and three
+    8-GPU gangs of queue big waiting."""
+    rng = random.Random(seed)
+    allocations = []
+    for index in range(1, 9):
+        used = 0
+        target = rng.randint(4, 7)
+        while used < target:
+            gpus = min(rng.choice([1, 2]), target - used)
+            uid = f"s{index}-{used}"
+            job = workload(uid, "team", gpus=float(gpus), min_runtime_s=rng.choice([0.0, 5e3]))
+            allocations.append(running(job, [(f"n{index}", tuple(range(used, used + gpus)))]))
+            used += gpus
+    gangs = [workload(f"g{i}", "big", gpus=8.0, submit_time_s=float(i)) for i in range(3)]
+    return allocations, gangs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_moves_keep_the_cycle_invariants_and_moved_work_binds_where_it_was_sent(
+    seed: int,
+) -> None:
+    """Random fragmented pools with moves on (a quarter of the pool an hour), over four cycles:
+    every cycle keeps the invariants of the random-world property test, a moved workload stops
+    at once and waits again, and the next cycle binds it exactly on the GPUs its move named;
+    the moves of any hour stay within the budget (16 of 64 GPUs)."""
+    nodes = [node(f"n{i}") for i in range(1, 9)]
+    allocations, gangs = _fragmented_world(seed)
+    running_now = {a.workload.uid: a for a in allocations}
+    pending: dict[str, Workload] = {g.uid: g for g in gangs}
+    in_flight: list[EvictionInFlight] = []
+    moved_gpus = 0.0
+    total_moves = 0
+    for cycle in range(4):
+        now_s = 10_000.0 + cycle * 60.0
+        for stopped in in_flight:
+            allocation = running_now.pop(stopped.victim_uid, None)
+            if stopped.move_to and allocation is not None:
+                pending[stopped.victim_uid] = allocation.workload
+        snap = snapshot(
+            nodes,
+            [queue("team", 48), queue("big", 24)],
+            {"team": 48.0, "big": 24.0},
+            running_work=running_now.values(),
+            pending=pending.values(),
+            now_s=now_s,
+            evicting=in_flight,
+            max_moved_share_per_hour=0.25,
+            moved_gpus_last_hour=moved_gpus,
+        )
+        result = run_cycle(snap)
+        check_invariants(snap, result)
+        binds = {b.workload_uid: b for b in result.binds}
+        for moved in in_flight:
+            if moved.move_to:
+                assert binds[moved.victim_uid].bindings == moved.move_to
+        moves = [e for e in result.evicts if e.reason is EvictReason.DEFRAGMENT]
+        moved_gpus += sum(running_now[e.workload_uid].workload.gpus_per_pod for e in moves)
+        assert moved_gpus <= 0.25 * 64 + 1e-9
+        total_moves += len(moves)
+        for bind in result.binds:
+            job = pending.pop(bind.workload_uid)
+            running_now[job.uid] = Allocation(job, bind.bindings, now_s, bind.gpu_type)
+        in_flight = [
+            EvictionInFlight(e.workload_uid, e.beneficiary_uid, e.move_to, e.move_gpu_type)
+            for e in result.evicts
+        ]
+    # Every seed moves (5 to 9 workloads in all), and at least two of the three gangs run.
+    assert total_moves >= 5
+    assert "g0" not in pending and "g1" not in pending
