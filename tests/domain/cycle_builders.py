@@ -136,6 +136,9 @@ def snapshot(
     gang_reservation_after_s: float | None = None,
     inner_queues: Iterable[Queue] = (),
     max_borrow_s: float | None = None,
+    topology_levels: tuple[str, ...] = (),
+    max_moved_share_per_hour: float | None = None,
+    moved_gpus_last_hour: float = 0.0,
 ) -> CycleSnapshot:
     return CycleSnapshot(
         pool=NodePool(
@@ -143,6 +146,8 @@ def snapshot(
             placement=placement,
             gang_reservation_after_s=gang_reservation_after_s,
             max_borrow_s=max_borrow_s,
+            topology_levels=topology_levels,
+            max_moved_share_per_hour=max_moved_share_per_hour,
         ),
         nodes=tuple(nodes),
         gpu_types=GPU_TYPES,
@@ -153,6 +158,7 @@ def snapshot(
         now_s=now_s,
         evicting=tuple(evicting),
         inner_queues=tuple(inner_queues),
+        moved_gpus_last_hour=moved_gpus_last_hour,
     )
 
 

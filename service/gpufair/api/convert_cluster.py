@@ -177,6 +177,8 @@ def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
         placement=c.enum(_PLACEMENT, p.placement, f"{path}.placement", PlacementStrategy.BINPACK),
         gang_reservation_after_s=None if reservation == 0 else reservation,
         max_borrow_s=_opt(p, "max_borrow_s", None),
+        topology_levels=tuple(p.topology_levels),
+        max_moved_share_per_hour=_opt(p, "max_moved_share_per_hour", None),
     )
 
 
@@ -233,6 +235,9 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
         )
         if p.max_borrow_s is not None:
             pool_msg.max_borrow_s = p.max_borrow_s
+        pool_msg.topology_levels.extend(p.topology_levels)
+        if p.max_moved_share_per_hour is not None:
+            pool_msg.max_moved_share_per_hour = p.max_moved_share_per_hour
     for n in config.nodes:
         msg.nodes.add(
             name=n.name,

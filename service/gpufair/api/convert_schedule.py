@@ -13,6 +13,7 @@ from gpufair.v1 import scheduler_pb2 as pb
 _EVICT = {
     EvictReason.RECLAIM: pb.EVICT_REASON_RECLAIM,
     EvictReason.PREEMPT: pb.EVICT_REASON_PREEMPT,
+    EvictReason.DEFRAGMENT: pb.EVICT_REASON_DEFRAGMENT,
 }
 
 
@@ -81,6 +82,9 @@ def result_to_proto(
                 reason=_EVICT[e.reason],
                 in_favour_of=e.beneficiary_uid,
                 message=e.message,
+                move=bool(e.move_to),
+                move_gpu_type=e.move_gpu_type,
+                move_to=bindings_to_proto(e.move_to),
             )
             for e in result.evicts
         ],

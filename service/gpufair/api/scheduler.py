@@ -25,6 +25,7 @@ from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
 from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
+from gpufair.domain.snapshot import EvictionInFlight
 from gpufair.domain.workload_rules import submit_problems, workload_violations
 from gpufair.metrics import observe_cycle
 from gpufair.services import schedule
@@ -302,6 +303,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 reply = pb.ExplainWorkloadResponse(
                     uid=workload.uid, state=state.value, message=_STATE_MESSAGES[state]
                 )
+                move = schedule_repo.move_of(conn, workload.uid)
+                if move is not None:
+                    reply.message += "; " + move_message(move)
             conn.rollback()  # explaining decides nothing
         if share is not None:
             for record in share.shares:
@@ -316,6 +320,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             reply = list_workloads(conn, request)
             conn.rollback()  # listing writes nothing
         return reply
+
+
+def move_message(move: EvictionInFlight) -> str:
+    """What `gpufair explain` adds for a workload being moved (defragmentation)."""
+    places = ", ".join(
+        f"{binding.node} GPUs {','.join(str(gpu) for gpu in binding.gpu_indices)}"
+        for binding in move.move_to
+    )
+    return (
+        f"being moved to make room for {move.beneficiary_uid}: once it stops it is bound on "
+        f"{move.move_gpu_type} {places}, held for it meanwhile"
+    )
 
 
 _STATE_MESSAGES = {

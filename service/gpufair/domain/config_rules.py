@@ -172,7 +172,36 @@ def _validate_pool(path: str, pool: NodePool) -> list[Violation]:
         violations += number_violations(
             f"{path}.max_borrow_s", pool.max_borrow_s, limits.MIN_DURATION_S, limits.MAX_DURATION_S
         )
+    violations += _topology_level_violations(f"{path}.topology_levels", pool.topology_levels)
+    share = pool.max_moved_share_per_hour
+    if share is not None and not 0.0 < share <= 1.0:  # also true for NaN
+        violations.append(
+            Violation(
+                f"{path}.max_moved_share_per_hour",
+                f"a share of the pool's GPUs in (0, 1]; got {echo(share)}",
+            )
+        )
     return violations
+
+
+def _topology_level_violations(path: str, levels: tuple[str, ...]) -> list[Violation]:
+    if len(levels) > limits.MAX_TOPOLOGY_LEVELS:
+        return [Violation(path, f"at most {limits.MAX_TOPOLOGY_LEVELS} levels")]
+    out: list[Violation] = []
+    seen: set[str] = set()
+    for position, level in enumerate(levels):
+        if not LABEL_KEY_RE.match(level):
+            out.append(
+                Violation(
+                    f"{path}[{position}]",
+                    f"a node label key: letters, digits, '.', '_', '/' and '-', at most "
+                    f"{limits.MAX_LABEL_KEY_LEN} characters; got {echo(level)}",
+                )
+            )
+        elif level in seen:
+            out.append(Violation(f"{path}[{position}]", f"level {echo(level)} listed twice"))
+        seen.add(level)
+    return out
 
 
 def _validate_node(path: str, node: Node, types: set[str], pools: set[str]) -> list[Violation]:

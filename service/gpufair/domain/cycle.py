@@ -25,6 +25,10 @@ Phases, in order:
    (`cycle_guarantee`).
 3. **Preempt.** Inside one queue, pending work evicts preemptible work of lower priority class
    (also past `min_runtime_s`), if the queue ends within its fair share or does not grow.
+3b. **Defragment** (pools with `max_moved_share_per_hour`): a gang within its share that waits
+   although the pool's free GPUs would hold it, only scattered, gets room by moves: the fewest
+   preemptible workloads evicted and re-placed elsewhere in the same decision (`cycle_defrag`;
+   moves in flight are held and re-bound first, before the claims of phase 0).
 4. **Long-waiting gangs** get `GANG_WAIT` nodes (see `snapshot`).
 5. **Allocate beyond fair share (work-conserving).** What nobody within their share could use
    goes, in the same order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 from gpufair.domain.cycle_allocate import allocate
 from gpufair.domain.cycle_claims import honour_claims
+from gpufair.domain.cycle_defrag import defragment, honour_moves
 from gpufair.domain.cycle_guarantee import reclaim_for_guarantees
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_preempt import preempt
@@ -69,11 +74,13 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     """One full scheduling cycle over `snapshot` (see the module docstring)."""
     state = CycleState(snapshot)
     load(state)
+    honour_moves(state)
     honour_claims(state)
     allocate(state, within_share=True)
     reclaim(state)
     reclaim_for_guarantees(state)
     preempt(state)
+    defragment(state)
     reserve_for_long_waits(state)
     allocate(state, within_share=False)
     return state.result()

@@ -39,6 +39,7 @@ from gpufair.domain.snapshot import (
     Reservation,
     ReservationKind,
 )
+from gpufair.domain.topology_reason import topology_note
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
 
 QueueKey = tuple[int, float, float, float, int, str]
@@ -203,7 +204,14 @@ class CycleState:
 
     def ask(self, item: Pending, gpu_type: str, pods_max: int) -> Ask:
         workload = item.workload
-        return Ask(item.shape, gpu_type, workload.gang_min_pods, pods_max, workload.topology)
+        return Ask(
+            item.shape,
+            gpu_type,
+            workload.gang_min_pods,
+            pods_max,
+            workload.topology,
+            self.pool.topology_levels,
+        )
 
     def place(
         self, item: Pending, gpu_type: str, pods_max: int, exclusion: Exclusion
@@ -296,6 +304,14 @@ class CycleState:
                     message = pending_message(
                         item.code, item.workload, item.book, item.min_cu, item.held_nodes
                     )
+                    if item.code is PendingCode.NO_CAPACITY and item.workload.topology:
+                        message += topology_note(
+                            self.capacity,
+                            item.workload,
+                            item.types,
+                            self.pool.topology_levels,
+                            self.strategy,
+                        )
                     reason = shared[key] = PendingReason(item.code, message)
                 self.reasons[item.uid] = reason
         return CycleResult(

@@ -59,6 +59,7 @@ MAX_NAME_LEN = 63  # GPU types, pools, queues, partition profiles
 MAX_NODE_NAME_LEN = 253
 MAX_UID_LEN = 253  # workload uids
 MAX_LABEL_KEY_LEN = 63
+MAX_TOPOLOGY_LEVELS = 8  # NodePool.topology_levels
 MAX_LABEL_VALUE_LEN = 253
 MAX_TEXT_LEN = 253  # any other short string: a topology level, a kind, a state
 MAX_REQUEST_ID_LEN = 200

@@ -107,6 +107,12 @@ class NodePool:
     # share that has run this long may be reclaimed before its `min_runtime_s`. None = no limit.
     # A queue's own `QueueQuota.max_borrow_s` overrides it.
     max_borrow_s: float | None = None
+    # Topology levels, smallest domain first (node label keys, e.g. nvlink-domain, rack, zone):
+    # a gang goes into the smallest domain that holds it (`domain/topology.py`).
+    topology_levels: tuple[str, ...] = ()
+    # Defragmentation (`domain/cycle_defrag.py`): at most this share of the pool's GPUs is moved
+    # per hour to make room for a waiting gang; None = no moves.
+    max_moved_share_per_hour: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

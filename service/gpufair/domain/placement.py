@@ -11,10 +11,13 @@ Rules, in the order they apply:
    the first type on which the whole gang fits wins. A pricier type is used only when no cheaper
    one fits now: a job a 4090 serves takes an A100 only while no 4090 is free.
 3. **One type per gang.** All pods of a workload are placed on nodes of one GPU type.
-4. **Topology.** With a `TopologyConstraint(level)`, nodes are grouped by the value of their label
-   `level`; the gang goes into the domain that holds it with the least room to spare (binpack)
-   or the most (spread). `required`: no such domain means no placement; preferred: fall back to
-   the pool. Nodes without the label belong to no domain.
+4. **Topology.** Levels are tried from the smallest domain up (`topology`: the pool's
+   `topology_levels`, bounded by a required `TopologyConstraint`); at each level nodes are
+   grouped by the value of that label, and the gang goes into the domain that holds it with the
+   least room to spare (binpack) or the most (spread). No domain at any level: the pool, unless
+   the constraint is required. Nodes without the label belong to no domain. Without a constraint,
+   binpack first puts a multi-pod gang of whole-GPU pods on the one node that holds it whole with
+   the least room to spare, rather than split it over part-full nodes.
 5. **Node order.** `binpack` (default) fills the fullest qualifying nodes first, which keeps whole
    nodes free for gangs; `spread` deals pods one at a time over the emptiest nodes.
 6. **Fractional pods** (`0 < gpus_per_pod < 1`) each take a share of one GPU; a GPU's shares never
@@ -39,6 +42,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
+from gpufair.domain.topology import ladder
 
 # "No limit from this resource" when a pod asks for none of it.
 _UNBOUNDED = 1 << 30
@@ -77,6 +81,7 @@ class Ask:
     pods_min: int
     pods_max: int
     topology: TopologyConstraint | None = None
+    pool_levels: tuple[str, ...] = ()  # the pool's topology levels, smallest domain first
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +188,18 @@ def place(
     whole = ask.shape.whole_gpus
     if whole and capacity.free_whole_by_type[ask.gpu_type] < ask.pods_min * whole:
         return None  # cheap reject: a full type is the common case in a busy pool
-    if ask.topology is not None:
-        members = _choose_domain(capacity, ask, strategy, exclusion)
-        if members is not None:
-            return _fill(capacity, ask, members, strategy, exclusion)
-        if ask.topology.required:
+    binpack = strategy is PlacementStrategy.BINPACK
+    if ask.topology is None and binpack and whole and ask.pods_max > 1:
+        node = _one_node(capacity, ask, exclusion)
+        if node is not None:
+            return _fill(capacity, ask, (node,), strategy, exclusion)
+    if ask.topology is not None or ask.pool_levels:
+        steps = ladder(ask.pool_levels, ask.topology)
+        for level in steps.levels:
+            members = _choose_domain(capacity, ask, level, strategy, exclusion)
+            if members is not None:
+                return _fill(capacity, ask, members, strategy, exclusion)
+        if steps.bounded:
             return None
     order = _ordered_nodes(capacity, ask.shape, ask.gpu_type, strategy)
     return _fill(capacity, ask, order, strategy, exclusion)
@@ -251,12 +263,26 @@ def _ordered_nodes(
         yield from (index for index in reversed(by_room) if capacity.nodes[index].free_whole == 0)
 
 
+def _one_node(capacity: Capacity, ask: Ask, exclusion: Exclusion) -> int | None:
+    """The usable node with the fewest untouched GPUs that holds all `pods_max` whole-GPU pods,
+    or None. Reads the free-GPU buckets from the gang's size up: usually one node."""
+    need = ask.pods_max * ask.shape.whole_gpus
+    buckets = capacity.max_gpus[ask.gpu_type]
+    for free in range(need, buckets + 1):
+        for index in capacity.bucket(ask.gpu_type, free):
+            if not exclusion.blocks(index) and pods_fit(capacity.nodes[index], ask.shape) >= (
+                ask.pods_max
+            ):
+                return index
+    return None
+
+
 def _choose_domain(
-    capacity: Capacity, ask: Ask, strategy: PlacementStrategy, exclusion: Exclusion
+    capacity: Capacity, ask: Ask, level: str, strategy: PlacementStrategy, exclusion: Exclusion
 ) -> list[int] | None:
-    """The nodes with room in the domain that holds the gang tightest (binpack) or loosest
-    (spread). Reads only nodes with room, from the indexes: a busy pool has few."""
-    level = ask.topology.level if ask.topology is not None else ""
+    """The nodes with room in the domain of label `level` that holds the gang tightest
+    (binpack) or loosest (spread). Reads only nodes with room, from the indexes: a busy pool
+    has few."""
     room: dict[str, int] = {}
     members: dict[str, list[int]] = {}
     nodes = capacity.nodes

@@ -35,6 +35,13 @@ the victim as leaving. The service passes the entry once more in the first cycle
 stopped (it is then not in `running`): a standing claim, served first on the freed capacity
 whatever the beneficiary's share has become since (`cycle_claims`).
 
+**Moves.** An `EvictDecision` with reason `DEFRAGMENT` carries where the workload goes
+(`move_to`, `move_gpu_type`; `cycle_defrag`). The service passes it back as an
+`EvictionInFlight` with the same `move_to`: while the victim runs, those GPUs are held for it;
+in the first cycle after it stopped (it is pending again), it binds there before anything else.
+`moved_gpus_last_hour` is what the pool's moves took in the hour before `now_s`: the cycle moves
+no more than `max_moved_share_per_hour` of the pool's GPUs minus that.
+
 **Long-waiting gangs.** A workload within its queue's fair share that has waited at least the
 pool's `gang_reservation_after_s` and still does not fit gets `ReservationKind.GANG_WAIT` nodes
 (one such workload per queue, the first in queue order): they keep taking work within fair share
@@ -65,6 +72,10 @@ class EvictionInFlight:
 
     victim_uid: str
     beneficiary_uid: str | None = None
+    # A move (defragmentation): where the victim goes once it has stopped. While it still runs
+    # these GPUs are held for it; in the first cycle after it stopped it binds there first.
+    move_to: tuple[PodBinding, ...] = ()
+    move_gpu_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,8 @@ class CycleSnapshot:
     now_s: float
     evicting: tuple[EvictionInFlight, ...] = ()
     inner_queues: tuple[Queue, ...] = ()
+    # GPUs moved by defragmentation in the hour before `now_s` (the pool's move budget).
+    moved_gpus_last_hour: float = 0.0
 
 
 class PendingCode(enum.StrEnum):
@@ -100,11 +113,13 @@ class PendingCode(enum.StrEnum):
 class EvictReason(enum.StrEnum):
     RECLAIM = "reclaim"  # for a queue below its fair share, from a queue above its own
     PREEMPT = "preempt"  # for higher-priority work of the same queue
+    DEFRAGMENT = "defragment"  # a move: re-placed elsewhere at once, to make room for a gang
 
 
 class ReservationKind(enum.StrEnum):
     EVICTED_CAPACITY = "evicted_capacity"  # held for the workload evictions were made for
     GANG_WAIT = "gang_wait"  # takes no new beyond-fair-share work
+    MOVE_TARGET = "move_target"  # held for a moved workload until it stops where it was
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +141,9 @@ class EvictDecision:
     message: str
     beneficiary_uid: str  # the workload the capacity is freed for
     cu: float
+    # DEFRAGMENT: where the workload goes, decided with the eviction (never left pending).
+    move_to: tuple[PodBinding, ...] = ()
+    move_gpu_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)

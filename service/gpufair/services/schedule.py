@@ -107,6 +107,9 @@ def _snapshot(
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
         inner_queues=tuple(q for q in config.queues if q.name not in leaves),
+        moved_gpus_last_hour=schedule_repo.moved_gpus_since(conn, pool.name, now_s - 3600.0)
+        if pool.max_moved_share_per_hour is not None
+        else 0.0,
     )
     return snapshot, computed
 

@@ -138,6 +138,8 @@ class PoolRun:
     fragmented_gpus: tuple[float, ...]  # at each timeline sample
     cycles_run: int
     recomputes: int
+    moves: int = 0  # evictions that were defragmentation moves (re-placed at once)
+    moved_gpus: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,10 @@ class _Pool:
         self.max_borrow_s = {q.name: max_borrow_s(q.quota(pool.name), pool) for q in self.leaves}
         # The last cycle's evictions, passed to the next cycle as standing claims.
         self.standing_claims: tuple[EvictionInFlight, ...] = ()
+        # Defragmentation moves: (instant, GPUs) of those within the last hour, and totals.
+        self.recent_moves: list[tuple[float, float]] = []
+        self.moves = 0
+        self.moved_gpus = 0.0
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
         self.gpu_history = QueueHistory()
         self.pending: dict[str, JobRecord] = {}
@@ -503,11 +509,19 @@ class Simulation:
             now_s=now_s,
             evicting=pool.standing_claims,
             inner_queues=pool.inner_queues,
+            moved_gpus_last_hour=_moved_last_hour(pool, now_s),
         )
         result = run_cycle(snapshot)
         pool.standing_claims = tuple(
-            EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts
+            EvictionInFlight(e.workload_uid, e.beneficiary_uid, e.move_to, e.move_gpu_type)
+            for e in result.evicts
         )
+        for evict in result.evicts:
+            if evict.move_to:
+                gpus = pool.running[evict.workload_uid].gpus
+                pool.recent_moves.append((now_s, gpus))
+                pool.moves += 1
+                pool.moved_gpus += gpus
         pool.cycles_run += 1
         pool.hopeless = {uid for uid, r in result.pending.items() if r.code in _HOPELESS}
         pool.wanted_types = None
@@ -630,10 +644,20 @@ class Simulation:
                     fragmented_gpus=tuple(pool.fragmented),
                     cycles_run=pool.cycles_run,
                     recomputes=pool.recomputes,
+                    moves=pool.moves,
+                    moved_gpus=pool.moved_gpus,
                 )
             )
         jobs = sorted(self.jobs.values(), key=lambda j: (j.workload.submit_time_s, j.workload.uid))
         return SimResult(self.scenario, tuple(pools), tuple(jobs), tuple(self.timeline))
+
+
+def _moved_last_hour(pool: _Pool, now_s: float) -> float:
+    """GPUs moved by defragmentation in the hour before `now_s` (older entries are dropped)."""
+    if not pool.recent_moves:
+        return 0.0
+    pool.recent_moves = [(at_s, gpus) for at_s, gpus in pool.recent_moves if at_s > now_s - 3600.0]
+    return math.fsum(gpus for _, gpus in pool.recent_moves)
 
 
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> SimResult:

@@ -23,7 +23,9 @@ from typing import Any
 
 from gpufair.render import table
 from gpufair.sim.engine import SimResult
+from gpufair.sim.fairness import fairness_dicts, wait_fairness
 from gpufair.sim.metrics import HOUR_S, PoolMetrics, QueueMetrics, RunMetrics
+from gpufair.sim.moves import moves_summary
 
 TIMELINE_COLUMNS = (
     "time_s",
@@ -158,6 +160,8 @@ def run_summary(result: SimResult, metrics: RunMetrics) -> dict[str, Any]:
         "notes": list(scenario.notes),
         "pools": [_pool_dict(p) for p in metrics.pools],
         "queues": [_queue_dict(q) for q in metrics.queues],
+        "wait_fairness": fairness_dicts(wait_fairness(result)),
+        "moves": moves_summary(result),
     }
 
 

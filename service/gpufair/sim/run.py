@@ -13,6 +13,7 @@ from typing import TextIO
 
 from gpufair.sim.compare import VARIANTS
 from gpufair.sim.engine import SimResult, simulate
+from gpufair.sim.fairness import fairness_table, wait_fairness
 from gpufair.sim.metrics import RunMetrics, compute_metrics
 from gpufair.sim.outputs import run_summary, summary_table, write_json, write_run
 from gpufair.sim.progress import ProgressBar
@@ -46,6 +47,9 @@ def run_and_write(
         if plots and compare:
             plot_all([(label, result)], run_dir)
     text = _header(scenario) + summary_table([(label, m) for label, _, m in runs])
+    text += (
+        "\n" + fairness_table([(label, wait_fairness(result)) for label, result, _ in runs]) + "\n"
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.txt").write_text(text)
     if compare:

@@ -241,6 +241,8 @@ def _pool_row(pool: NodePool) -> dict[str, Any]:
         "placement": pool.placement.value,
         "gang_reservation_after_s": pool.gang_reservation_after_s,
         "max_borrow_s": pool.max_borrow_s,
+        "topology_levels": list(pool.topology_levels),
+        "max_moved_share_per_hour": pool.max_moved_share_per_hour,
     }
     for name, column in _POLICY_COLUMNS.items():
         value = getattr(pool.policy, name)
@@ -262,6 +264,8 @@ def _pool_from_row(r: Any) -> NodePool:
         placement=PlacementStrategy(r.placement),
         gang_reservation_after_s=r.gang_reservation_after_s,
         max_borrow_s=r.max_borrow_s,
+        topology_levels=tuple(r.topology_levels),
+        max_moved_share_per_hour=r.max_moved_share_per_hour,
     )
 
 

@@ -259,4 +259,17 @@ evictions = Table(
     Column("reason", Text, nullable=False),
     Column("cycle_id", BigInteger, nullable=False),
     Column("decided_at", TZ, nullable=False, server_default=_now),
+    # A move (defragmentation): where the victim goes, {"gpu_type", "pods"}; NULL otherwise.
+    Column("move_to", JSONB, nullable=True),
+)
+
+# Moves (defragmentation evictions) of the last hour, per pool: the hourly move budget's use
+# (`NodePool.max_moved_share_per_hour`). Written with the cycle; older rows go as new ones come.
+moves = Table(
+    "moves",
+    metadata,
+    Column("pool", Text, primary_key=True),
+    Column("victim_uid", Text, primary_key=True),
+    Column("decided_at", TZ, primary_key=True),
+    Column("gpus", Double, nullable=False),
 )

@@ -21,6 +21,7 @@ from typing import Any, cast
 import psycopg
 from sqlalchemy import Connection, text
 
+from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.model import Allocation, PodBinding, Workload
 from gpufair.domain.snapshot import CycleResult, EvictionInFlight, PendingCode, PendingReason
 from gpufair.store import bind_overlaps
@@ -119,10 +120,62 @@ def evictions_in_flight(conn: Connection, pool: str) -> list[EvictionInFlight]:
     victims stopped since the last cycle (standing claims, passed to one cycle and then
     forgotten by `forget_standing_claims`)."""
     rows = conn.execute(
-        text("SELECT victim_uid, beneficiary_uid FROM evictions WHERE pool = :pool"),
+        text("SELECT victim_uid, beneficiary_uid, move_to FROM evictions WHERE pool = :pool"),
         {"pool": pool},
     )
-    return [EvictionInFlight(r.victim_uid, r.beneficiary_uid) for r in rows]
+    return [
+        EvictionInFlight(r.victim_uid, r.beneficiary_uid)
+        if r.move_to is None
+        else EvictionInFlight(
+            r.victim_uid,
+            r.beneficiary_uid,
+            bindings_from_json(r.move_to["pods"]),
+            r.move_to["gpu_type"],
+        )
+        for r in rows
+    ]
+
+
+def move_of(conn: Connection, uid: str) -> EvictionInFlight | None:
+    """The move (defragmentation eviction) in flight for workload `uid`, if any."""
+    row = conn.execute(
+        text(
+            "SELECT beneficiary_uid, move_to FROM evictions "
+            "WHERE victim_uid = :uid AND move_to IS NOT NULL"
+        ),
+        {"uid": uid},
+    ).one_or_none()
+    if row is None:
+        return None
+    return EvictionInFlight(
+        uid, row.beneficiary_uid, bindings_from_json(row.move_to["pods"]), row.move_to["gpu_type"]
+    )
+
+
+def moved_gpus_since(conn: Connection, pool: str, since_s: float) -> float:
+    """GPUs the pool's moves (defragmentation) decided after `since_s` took: its move budget's
+    use (`NodePool.max_moved_share_per_hour`)."""
+    return float(
+        conn.execute(
+            text(
+                "SELECT COALESCE(sum(gpus), 0) FROM moves "
+                "WHERE pool = :pool AND decided_at > to_timestamp(:since)"
+            ),
+            {"pool": pool, "since": since_s},
+        ).scalar_one()
+    )
+
+
+def _pods_doc(bindings: Sequence[PodBinding]) -> list[dict[str, Any]]:
+    return [
+        {
+            "pod_index": p.pod_index,
+            "node": p.node,
+            "gpu_indices": list(p.gpu_indices),
+            "gpu_fraction": p.gpu_fraction,
+        }
+        for p in bindings
+    ]
 
 
 CHANGED = PendingReason(
@@ -218,10 +271,11 @@ def record_cycle(
             text(
                 """
                 INSERT INTO evictions (victim_uid, beneficiary_uid, pool, reason, cycle_id,
-                                       decided_at)
-                SELECT r.victim, r.beneficiary, :pool, r.reason, :cycle, to_timestamp(:now)
+                                       decided_at, move_to)
+                SELECT r.victim, r.beneficiary, :pool, r.reason, :cycle, to_timestamp(:now),
+                       r.move_to
                 FROM jsonb_to_recordset(CAST(:doc AS jsonb))
-                     AS r(victim text, beneficiary text, reason text)
+                     AS r(victim text, beneficiary text, reason text, move_to jsonb)
                 ON CONFLICT (victim_uid) DO NOTHING
                 """
             ),
@@ -235,12 +289,16 @@ def record_cycle(
                             "victim": e.workload_uid,
                             "beneficiary": e.beneficiary_uid,
                             "reason": e.reason.value,
+                            "move_to": {"gpu_type": e.move_gpu_type, "pods": _pods_doc(e.move_to)}
+                            if e.move_to
+                            else None,
                         }
                         for e in result.evicts
                     ]
                 ),
             },
         )
+        _record_moves(conn, pool, result, now_s)
     skipped = {b.workload_uid: CHANGED for b in result.binds if b.workload_uid not in written}
     if written:
         nodes = {p.node for b in result.binds if b.workload_uid in written for p in b.bindings}
@@ -249,6 +307,35 @@ def record_cycle(
             if w.uid in written:
                 skipped[w.uid] = PendingReason(PendingCode.GPUS_TAKEN_DURING_CYCLE, w.message())
     return cycle_id, skipped
+
+
+def _record_moves(conn: Connection, pool: str, result: CycleResult, now_s: float) -> None:
+    """Log the cycle's moves for the hourly move budget; entries older than an hour go."""
+    moves = [
+        {"victim": e.workload_uid, "gpus": sum(binding_gpus(b) for b in e.move_to)}
+        for e in result.evicts
+        if e.move_to
+    ]
+    if not moves:
+        return
+    conn.execute(
+        text(
+            "DELETE FROM moves WHERE pool = :pool AND decided_at <= to_timestamp(:now) - "
+            "interval '1 hour'"
+        ),
+        {"pool": pool, "now": now_s},
+    )
+    conn.execute(
+        text(
+            """
+            INSERT INTO moves (pool, victim_uid, gpus, decided_at)
+            SELECT :pool, r.victim, r.gpus, to_timestamp(:now)
+            FROM jsonb_to_recordset(CAST(:doc AS jsonb)) AS r(victim text, gpus float8)
+            ON CONFLICT DO NOTHING
+            """
+        ),
+        {"pool": pool, "now": now_s, "doc": json.dumps(moves)},
+    )
 
 
 def replace_reply(conn: Connection, cycle_id: int, reply: bytes, binds: int) -> None:

@@ -345,6 +345,8 @@ class NodePool(_message.Message):
     PLACEMENT_FIELD_NUMBER: _builtins.int
     GANG_RESERVATION_AFTER_S_FIELD_NUMBER: _builtins.int
     MAX_BORROW_S_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_LEVELS_FIELD_NUMBER: _builtins.int
+    MAX_MOVED_SHARE_PER_HOUR_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     placement: Global___PlacementStrategy.ValueType
     gang_reservation_after_s: _builtins.float
@@ -355,8 +357,22 @@ class NodePool(_message.Message):
     calls the loan back). A finite number > 0; unset = no limit (min_runtime_s alone decides).
     A queue's QueueQuota.max_borrow_s overrides it.
     """
+    max_moved_share_per_hour: _builtins.float
+    """Defragmentation: when a gang waits although the pool has enough free GPUs, only scattered,
+    the scheduler may move (evict and re-place at once) preemptible work to make room; at most
+    this share of the pool's GPUs is moved in any hour. In (0, 1]; unset = no moves.
+    """
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
+    @_builtins.property
+    def topology_levels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Topology levels, smallest domain first: node label keys such as nvlink-domain, rack, zone
+        (at most 8, each as a Node.labels key, no repeats). A gang goes into the smallest domain
+        that holds it, one level up when none does, then the pool; a workload's required
+        TopologyConstraint on one of these levels bounds how far it may go. Empty: one level, the
+        one a workload's own TopologyConstraint names.
+        """
+
     def __init__(
         self,
         *,
@@ -365,19 +381,25 @@ class NodePool(_message.Message):
         placement: Global___PlacementStrategy.ValueType = ...,
         gang_reservation_after_s: _builtins.float | None = ...,
         max_borrow_s: _builtins.float | None = ...,
+        topology_levels: _abc.Iterable[_builtins.str] | None = ...,
+        max_moved_share_per_hour: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "policy", b"policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "_max_moved_share_per_hour", b"_max_moved_share_per_hour", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "max_moved_share_per_hour", b"max_moved_share_per_hour", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "name", b"name", "placement", b"placement", "policy", b"policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "_max_moved_share_per_hour", b"_max_moved_share_per_hour", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "max_moved_share_per_hour", b"max_moved_share_per_hour", "name", b"name", "placement", b"placement", "policy", b"policy", "topology_levels", b"topology_levels"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gang_reservation_after_s: _TypeAlias = _typing.Literal["gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofArgType__gang_reservation_after_s: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofReturnType__max_borrow_s: _TypeAlias = _typing.Literal["max_borrow_s"]  # noqa: Y015
     _WhichOneofArgType__max_borrow_s: _TypeAlias = _typing.Literal["_max_borrow_s", b"_max_borrow_s"]  # noqa: Y015
+    _WhichOneofReturnType__max_moved_share_per_hour: _TypeAlias = _typing.Literal["max_moved_share_per_hour"]  # noqa: Y015
+    _WhichOneofArgType__max_moved_share_per_hour: _TypeAlias = _typing.Literal["_max_moved_share_per_hour", b"_max_moved_share_per_hour"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_reservation_after_s) -> _WhichOneofReturnType__gang_reservation_after_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_borrow_s) -> _WhichOneofReturnType__max_borrow_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_moved_share_per_hour) -> _WhichOneofReturnType__max_moved_share_per_hour | None: ...
 
 Global___NodePool: _TypeAlias = NodePool  # noqa: Y015
 

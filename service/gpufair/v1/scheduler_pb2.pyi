@@ -38,6 +38,8 @@ class _EvictReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EvictReas
     """another queue below its fair share takes its capacity back"""
     EVICT_REASON_PREEMPT: _EvictReason.ValueType  # 2
     """higher-priority work of the same queue"""
+    EVICT_REASON_DEFRAGMENT: _EvictReason.ValueType  # 3
+    """A move (defragmentation): stopped to make room for a gang and re-placed at once, at move_to."""
 
 class EvictReason(_EvictReason, metaclass=_EvictReasonEnumTypeWrapper): ...
 
@@ -46,10 +48,17 @@ EVICT_REASON_RECLAIM: EvictReason.ValueType  # 1
 """another queue below its fair share takes its capacity back"""
 EVICT_REASON_PREEMPT: EvictReason.ValueType  # 2
 """higher-priority work of the same queue"""
+EVICT_REASON_DEFRAGMENT: EvictReason.ValueType  # 3
+"""A move (defragmentation): stopped to make room for a gang and re-placed at once, at move_to."""
 Global___EvictReason: _TypeAlias = EvictReason  # noqa: Y015
 
 @_typing.final
 class TopologyConstraint(_message.Message):
+    """In a pool with topology_levels (NodePool) that list `level`, the gang tries each level up to
+    `level` from the smallest; `required` stops it there, preferred lets it go wider. A level the
+    pool does not list is a single level, as in a pool without topology_levels.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LEVEL_FIELD_NUMBER: _builtins.int
@@ -373,12 +382,22 @@ class EvictDecision(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     IN_FAVOUR_OF_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    MOVE_FIELD_NUMBER: _builtins.int
+    MOVE_GPU_TYPE_FIELD_NUMBER: _builtins.int
+    MOVE_TO_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     queue: _builtins.str
     reason: Global___EvictReason.ValueType
     in_favour_of: _builtins.str
     """the workload that needs the capacity"""
     message: _builtins.str
+    move: _builtins.bool
+    """A move (reason DEFRAGMENT): where the workload goes, decided with the eviction. Its new
+    GPUs are held for it while it stops, and the first cycle after it stopped binds it there.
+    """
+    move_gpu_type: _builtins.str
+    @_builtins.property
+    def move_to(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodBinding]: ...
     def __init__(
         self,
         *,
@@ -387,10 +406,13 @@ class EvictDecision(_message.Message):
         reason: Global___EvictReason.ValueType = ...,
         in_favour_of: _builtins.str = ...,
         message: _builtins.str = ...,
+        move: _builtins.bool = ...,
+        move_gpu_type: _builtins.str = ...,
+        move_to: _abc.Iterable[Global___PodBinding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_favour_of", b"in_favour_of", "message", b"message", "queue", b"queue", "reason", b"reason", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_favour_of", b"in_favour_of", "message", b"message", "move", b"move", "move_gpu_type", b"move_gpu_type", "move_to", b"move_to", "queue", b"queue", "reason", b"reason", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
