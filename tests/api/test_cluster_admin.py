@@ -270,6 +270,39 @@ def test_every_policy_field_goes_through_the_api_and_the_store(client: GpufairCl
     assert stored == policy
 
 
+def test_every_pool_field_goes_through_the_api_and_the_store(client: GpufairClient) -> None:
+    """Each NodePool field besides name and policy, set away from its default, comes back from
+    GetConfig as sent, and a change of `gang_entitlement` in a config file shows in the diff."""
+    config = small_config()
+    pool = config.pools[0]
+    pool.placement = pb.PLACEMENT_STRATEGY_SPREAD
+    pool.gang_reservation_after_s = 1800.0
+    pool.max_borrow_s = 7200.0
+    pool.gang_entitlement = False
+    set_fields = {f.name for f, _ in pool.ListFields()} - {"name", "policy"}
+    assert set_fields == {f.name for f in pb.NodePool.DESCRIPTOR.fields} - {"name", "policy"}
+    client.apply_config(config)
+    stored = client.get_config().config.pools[0]
+    assert stored.placement == pb.PLACEMENT_STRATEGY_SPREAD
+    assert stored.gang_reservation_after_s == 1800.0
+    assert stored.max_borrow_s == 7200.0
+    assert stored.HasField("gang_entitlement") and stored.gang_entitlement is False
+
+    data = {
+        "gpu_types": [{"name": "a100-80gb", "memory_gib": 80, "compute_weight": 10}],
+        "pools": [{"name": "main"}],
+    }
+    client.apply_config(parse_config(data))
+    assert client.get_config().config.pools[0].gang_entitlement is True  # unset: on
+    data["pools"] = [{"name": "main", "gang_entitlement": False}]
+    reply = client.apply_config(parse_config(data))
+    [change] = reply.changes
+    assert [(f.field, f.before, f.after) for f in change.fields] == [
+        ("gang_entitlement", "True", "False")
+    ]
+    assert client.get_config().config.pools[0].gang_entitlement is False
+
+
 def test_max_borrow_s_is_stored_diffed_and_checked(client: GpufairClient) -> None:
     """Borrowing with a time limit: per pool and per queue quota, written as durations in a
     config file, stored, shown in the diff; anything but a finite number > 0 is refused."""

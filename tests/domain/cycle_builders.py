@@ -27,6 +27,7 @@ from gpufair.domain.snapshot import (
     CycleSnapshot,
     EvictionInFlight,
     ReservationKind,
+    UsageStanding,
 )
 
 POOL = "main"
@@ -136,6 +137,8 @@ def snapshot(
     gang_reservation_after_s: float | None = None,
     inner_queues: Iterable[Queue] = (),
     max_borrow_s: float | None = None,
+    standing: Mapping[str, UsageStanding] | None = None,
+    gang_entitlement: bool = True,
 ) -> CycleSnapshot:
     return CycleSnapshot(
         pool=NodePool(
@@ -143,6 +146,7 @@ def snapshot(
             placement=placement,
             gang_reservation_after_s=gang_reservation_after_s,
             max_borrow_s=max_borrow_s,
+            gang_entitlement=gang_entitlement,
         ),
         nodes=tuple(nodes),
         gpu_types=GPU_TYPES,
@@ -153,6 +157,7 @@ def snapshot(
         now_s=now_s,
         evicting=tuple(evicting),
         inner_queues=tuple(inner_queues),
+        standing=dict(standing or {}),
     )
 
 

@@ -170,6 +170,7 @@ def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
         placement=c.enum(_PLACEMENT, p.placement, f"{path}.placement", PlacementStrategy.BINPACK),
         gang_reservation_after_s=None if reservation == 0 else reservation,
         max_borrow_s=_opt(p, "max_borrow_s", None),
+        gang_entitlement=p.gang_entitlement if p.HasField("gang_entitlement") else True,
     )
 
 
@@ -223,6 +224,7 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
             policy=policy,
             placement=placement[p.placement],
             gang_reservation_after_s=p.gang_reservation_after_s or 0.0,
+            gang_entitlement=p.gang_entitlement,
         )
         if p.max_borrow_s is not None:
             pool_msg.max_borrow_s = p.max_borrow_s

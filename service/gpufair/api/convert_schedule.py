@@ -13,6 +13,7 @@ from gpufair.v1 import scheduler_pb2 as pb
 _EVICT = {
     EvictReason.RECLAIM: pb.EVICT_REASON_RECLAIM,
     EvictReason.PREEMPT: pb.EVICT_REASON_PREEMPT,
+    EvictReason.ENTITLEMENT: pb.EVICT_REASON_ENTITLEMENT,
 }
 
 

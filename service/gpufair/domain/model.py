@@ -97,6 +97,10 @@ class NodePool:
     # share that has run this long may be reclaimed before its `min_runtime_s`. None = no limit.
     # A queue's own `QueueQuota.max_borrow_s` overrides it.
     max_borrow_s: float | None = None
+    # Gang entitlement (docs/GANG_ENTITLEMENT.md, `cycle_entitlement`): a gang of the most
+    # under-served queue of its tier that has waited `gang_reservation_after_s` may be admitted
+    # beyond its queue's fair share, so a gang larger than any share the formula can reach runs.
+    gang_entitlement: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,16 @@ class EvictionInFlight:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageStanding:
+    """A queue's place in its group's time-based fair share: `weight_share` W' (its configured
+    over-quota weight, normalised) and `usage_share` U' (its decayed usage over the decayed
+    capacity it competed for), both fractions of what the group divides."""
+
+    weight_share: float
+    usage_share: float
+
+
+@dataclass(frozen=True, slots=True)
 class CycleSnapshot:
     pool: NodePool
     nodes: tuple[Node, ...]
@@ -79,6 +89,10 @@ class CycleSnapshot:
     now_s: float
     evicting: tuple[EvictionInFlight, ...] = ()
     inner_queues: tuple[Queue, ...] = ()
+    # Per leaf queue, W' and U' of the fair share these shares came from (`fairshare.QueueShare`):
+    # what the gang entitlement rule reads (`cycle_entitlement`). Missing: the rule stays off
+    # for that queue.
+    standing: Mapping[str, UsageStanding] = field(default_factory=dict)
 
 
 class PendingCode(enum.StrEnum):
@@ -100,6 +114,9 @@ class PendingCode(enum.StrEnum):
 class EvictReason(enum.StrEnum):
     RECLAIM = "reclaim"  # for a queue below its fair share, from a queue above its own
     PREEMPT = "preempt"  # for higher-priority work of the same queue
+    # for a gang of the most under-served queue of its tier, beyond that queue's fair share
+    # (`cycle_entitlement`)
+    ENTITLEMENT = "entitlement"
 
 
 class ReservationKind(enum.StrEnum):

@@ -8,14 +8,14 @@ between calls that another replica could have made stale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.explain import Explanation, explain
 from gpufair.domain.model import ClusterConfig, NodePool
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot
+from gpufair.domain.snapshot import CycleResult, CycleSnapshot, UsageStanding
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services.recompute import recompute_pool
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
@@ -35,6 +35,7 @@ class Shares:
     by_leaf: dict[str, float]
     computed_at_s: float
     warnings: tuple[str, ...] = ()
+    standing: dict[str, UsageStanding] = field(default_factory=dict)  # W' and U' per queue
 
 
 def fair_shares(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> Shares:
@@ -51,9 +52,17 @@ def fair_shares(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: 
     if stale:
         done = recompute_pool(conn, pool.name, now_s)
         shares = {name: s.fair_share_cu for name, s in done.result.shares.items()}
-        return Shares(shares, now_s, done.warnings)
+        standing = {
+            name: UsageStanding(s.weight_share, s.usage_share)
+            for name, s in done.result.shares.items()
+        }
+        return Shares(shares, now_s, done.warnings, standing)
     assert run is not None
-    return Shares({s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s)
+    return Shares(
+        {s.queue: s.fair_share_cu for s in run.shares},
+        run.computed_at_s,
+        standing={s.queue: UsageStanding(s.weight_share, s.usage_share) for s in run.shares},
+    )
 
 
 def build_snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnapshot, float]:
@@ -82,6 +91,7 @@ def _snapshot(conn: Connection, pool_name: str, now_s: float) -> tuple[CycleSnap
         now_s=now_s,
         evicting=tuple(schedule_repo.evictions_in_flight(conn, pool.name)),
         inner_queues=tuple(q for q in config.queues if q.name not in leaves),
+        standing={q: computed.standing[q] for q in leaves if q in computed.standing},
     )
     return snapshot, computed
 

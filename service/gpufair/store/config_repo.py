@@ -241,6 +241,7 @@ def _pool_row(pool: NodePool) -> dict[str, Any]:
         "placement": pool.placement.value,
         "gang_reservation_after_s": pool.gang_reservation_after_s,
         "max_borrow_s": pool.max_borrow_s,
+        "gang_entitlement": pool.gang_entitlement,
     }
     for name, column in _POLICY_COLUMNS.items():
         value = getattr(pool.policy, name)
@@ -262,6 +263,7 @@ def _pool_from_row(r: Any) -> NodePool:
         placement=PlacementStrategy(r.placement),
         gang_reservation_after_s=r.gang_reservation_after_s,
         max_borrow_s=r.max_borrow_s,
+        gang_entitlement=r.gang_entitlement,
     )
 
 

@@ -315,6 +315,7 @@ class NodePool(_message.Message):
     PLACEMENT_FIELD_NUMBER: _builtins.int
     GANG_RESERVATION_AFTER_S_FIELD_NUMBER: _builtins.int
     MAX_BORROW_S_FIELD_NUMBER: _builtins.int
+    GANG_ENTITLEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     placement: Global___PlacementStrategy.ValueType
     gang_reservation_after_s: _builtins.float
@@ -324,6 +325,14 @@ class NodePool(_message.Message):
     seconds may be reclaimed even before its min_runtime_s (the pool lends idle capacity and
     calls the loan back). A finite number > 0; unset = no limit (min_runtime_s alone decides).
     A queue's QueueQuota.max_borrow_s overrides it.
+    """
+    gang_entitlement: _builtins.bool
+    """Gang entitlement (docs/GANG_ENTITLEMENT.md): a preemptible gang of the most under-served
+    queue of its priority tier (lowest usage share U' over weight share W', with U' < W'), blocked
+    only by its queue's fair share and pending at least gang_reservation_after_s, may be admitted
+    beyond that share, evicting beyond-share work first, then over-quota work (never below a
+    queue's deserved quota). Off with k = 0, window none or gang_reservation_after_s 0.
+    Unset = true.
     """
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
@@ -335,15 +344,20 @@ class NodePool(_message.Message):
         placement: Global___PlacementStrategy.ValueType = ...,
         gang_reservation_after_s: _builtins.float | None = ...,
         max_borrow_s: _builtins.float | None = ...,
+        gang_entitlement: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "policy", b"policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_entitlement", b"_gang_entitlement", "_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_entitlement", b"gang_entitlement", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "name", b"name", "placement", b"placement", "policy", b"policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_entitlement", b"_gang_entitlement", "_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "gang_entitlement", b"gang_entitlement", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "name", b"name", "placement", b"placement", "policy", b"policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__gang_entitlement: _TypeAlias = _typing.Literal["gang_entitlement"]  # noqa: Y015
+    _WhichOneofArgType__gang_entitlement: _TypeAlias = _typing.Literal["_gang_entitlement", b"_gang_entitlement"]  # noqa: Y015
     _WhichOneofReturnType__gang_reservation_after_s: _TypeAlias = _typing.Literal["gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofArgType__gang_reservation_after_s: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofReturnType__max_borrow_s: _TypeAlias = _typing.Literal["max_borrow_s"]  # noqa: Y015
     _WhichOneofArgType__max_borrow_s: _TypeAlias = _typing.Literal["_max_borrow_s", b"_max_borrow_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_entitlement) -> _WhichOneofReturnType__gang_entitlement | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_reservation_after_s) -> _WhichOneofReturnType__gang_reservation_after_s | None: ...
     @_typing.overload

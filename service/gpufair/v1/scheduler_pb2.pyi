@@ -38,6 +38,10 @@ class _EvictReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EvictReas
     """another queue below its fair share takes its capacity back"""
     EVICT_REASON_PREEMPT: _EvictReason.ValueType  # 2
     """higher-priority work of the same queue"""
+    EVICT_REASON_ENTITLEMENT: _EvictReason.ValueType  # 3
+    """for a gang of the most under-served queue of its tier, admitted beyond its queue's fair share
+    (NodePool.gang_entitlement)
+    """
 
 class EvictReason(_EvictReason, metaclass=_EvictReasonEnumTypeWrapper): ...
 
@@ -46,6 +50,10 @@ EVICT_REASON_RECLAIM: EvictReason.ValueType  # 1
 """another queue below its fair share takes its capacity back"""
 EVICT_REASON_PREEMPT: EvictReason.ValueType  # 2
 """higher-priority work of the same queue"""
+EVICT_REASON_ENTITLEMENT: EvictReason.ValueType  # 3
+"""for a gang of the most under-served queue of its tier, admitted beyond its queue's fair share
+(NodePool.gang_entitlement)
+"""
 Global___EvictReason: _TypeAlias = EvictReason  # noqa: Y015
 
 @_typing.final

@@ -1,0 +1,31 @@
+"""node_pools.gang_entitlement
+
+Gang entitlement (docs/GANG_ENTITLEMENT.md, issue 20): a pool policy switch that lets a long-waiting
+gang of the most under-served queue of its tier be admitted beyond its queue's fair share. On by
+default, so existing pools get true.
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-12-01 17:45:00.000000
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0012"
+down_revision = "0011"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "node_pools",
+        sa.Column("gang_entitlement", sa.Boolean(), server_default=sa.text("true"), nullable=False),
+    )
+
+
+def downgrade() -> None:
+    op.drop_column("node_pools", "gang_entitlement")
