@@ -39,6 +39,11 @@ whatever the beneficiary's share has become since (`cycle_claims`).
 pool's `gang_reservation_after_s` and still does not fit gets `ReservationKind.GANG_WAIT` nodes
 (one such workload per queue, the first in queue order): they keep taking work within fair share
 but no more beyond-fair-share work, so small jobs cannot keep refilling the hole it needs.
+
+**Gang entitlement.** `standing` carries each leaf queue's W' and U' from the fair-share
+computation the shares came from; with the pool's `gang_entitlement`, a long-waiting gang of the
+most under-served queue of its tier that no reachable share can hold is admitted beyond its
+queue's share (`cycle_entitlement`), its evictions marked `EvictReason.ENTITLEMENT`.
 """
 
 from __future__ import annotations
