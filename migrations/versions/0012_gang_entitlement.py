@@ -1,8 +1,8 @@
 """node_pools.gang_entitlement
 
 Gang entitlement (docs/GANG_ENTITLEMENT.md, issue 20): a pool policy switch that lets a long-waiting
-gang of the most under-served queue of its tier be admitted beyond its queue's fair share. On by
-default, so existing pools get true.
+gang of the most under-served queue of its tier be admitted beyond its queue's fair share. Off by
+default, so existing pools get false and behave as before.
 
 Revision ID: 0012
 Revises: 0011
@@ -23,7 +23,9 @@ depends_on = None
 def upgrade() -> None:
     op.add_column(
         "node_pools",
-        sa.Column("gang_entitlement", sa.Boolean(), server_default=sa.text("true"), nullable=False),
+        sa.Column(
+            "gang_entitlement", sa.Boolean(), server_default=sa.text("false"), nullable=False
+        ),
     )
 
 

@@ -278,7 +278,7 @@ def test_every_pool_field_goes_through_the_api_and_the_store(client: GpufairClie
     pool.placement = pb.PLACEMENT_STRATEGY_SPREAD
     pool.gang_reservation_after_s = 1800.0
     pool.max_borrow_s = 7200.0
-    pool.gang_entitlement = False
+    pool.gang_entitlement = True
     set_fields = {f.name for f, _ in pool.ListFields()} - {"name", "policy"}
     assert set_fields == {f.name for f in pb.NodePool.DESCRIPTOR.fields} - {"name", "policy"}
     client.apply_config(config)
@@ -286,21 +286,21 @@ def test_every_pool_field_goes_through_the_api_and_the_store(client: GpufairClie
     assert stored.placement == pb.PLACEMENT_STRATEGY_SPREAD
     assert stored.gang_reservation_after_s == 1800.0
     assert stored.max_borrow_s == 7200.0
-    assert stored.HasField("gang_entitlement") and stored.gang_entitlement is False
+    assert stored.HasField("gang_entitlement") and stored.gang_entitlement is True
 
     data = {
         "gpu_types": [{"name": "a100-80gb", "memory_gib": 80, "compute_weight": 10}],
         "pools": [{"name": "main"}],
     }
     client.apply_config(parse_config(data))
-    assert client.get_config().config.pools[0].gang_entitlement is True  # unset: on
-    data["pools"] = [{"name": "main", "gang_entitlement": False}]
+    assert client.get_config().config.pools[0].gang_entitlement is False  # unset: off
+    data["pools"] = [{"name": "main", "gang_entitlement": True}]
     reply = client.apply_config(parse_config(data))
     [change] = reply.changes
     assert [(f.field, f.before, f.after) for f in change.fields] == [
-        ("gang_entitlement", "True", "False")
+        ("gang_entitlement", "False", "True")
     ]
-    assert client.get_config().config.pools[0].gang_entitlement is False
+    assert client.get_config().config.pools[0].gang_entitlement is True
 
 
 def test_max_borrow_s_is_stored_diffed_and_checked(client: GpufairClient) -> None:

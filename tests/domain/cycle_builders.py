@@ -138,7 +138,7 @@ def snapshot(
     inner_queues: Iterable[Queue] = (),
     max_borrow_s: float | None = None,
     standing: Mapping[str, UsageStanding] | None = None,
-    gang_entitlement: bool = True,
+    gang_entitlement: bool = True,  # the rule needs `standing` too, empty by default
 ) -> CycleSnapshot:
     return CycleSnapshot(
         pool=NodePool(

@@ -170,7 +170,7 @@ def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
         placement=c.enum(_PLACEMENT, p.placement, f"{path}.placement", PlacementStrategy.BINPACK),
         gang_reservation_after_s=None if reservation == 0 else reservation,
         max_borrow_s=_opt(p, "max_borrow_s", None),
-        gang_entitlement=p.gang_entitlement if p.HasField("gang_entitlement") else True,
+        gang_entitlement=p.gang_entitlement if p.HasField("gang_entitlement") else False,
     )
 
 

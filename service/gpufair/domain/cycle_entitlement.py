@@ -15,7 +15,7 @@ share. Its candidate is its first waiting workload, in its own order, that its s
 blocks (`OVER_FAIR_SHARE`), is preemptible, has waited at least the pool's `gang_reservation_after_s`, and is larger than any
 share the formula can reach for the queue while it keeps what it holds (`reachable_share_cu`):
 what time-based fair share grants in time is left to it, so the rule changes nothing where
-fair share already works. Off when the pool's `gang_entitlement` is false, when k is 0 or the
+fair share already serves every gang. Off when the pool's `gang_entitlement` is false, when k is 0 or the
 window `none` (no memory: classic fair share), or when `gang_reservation_after_s` is unset.
 
 **How.** The candidate is admitted beyond its share, within its queue's limits: bound if it fits

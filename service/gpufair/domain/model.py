@@ -100,7 +100,8 @@ class NodePool:
     # Gang entitlement (docs/GANG_ENTITLEMENT.md, `cycle_entitlement`): a gang of the most
     # under-served queue of its tier that has waited `gang_reservation_after_s` may be admitted
     # beyond its queue's fair share, so a gang larger than any share the formula can reach runs.
-    gang_entitlement: bool = True
+    # Off by default: it costs evictions where fair share already works (three-teams scenario).
+    gang_entitlement: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,7 @@ node_pools = Table(
     Column("placement", Text, nullable=False),
     Column("gang_reservation_after_s", Double, nullable=True),
     Column("max_borrow_s", Double, nullable=True),
-    Column("gang_entitlement", Boolean, nullable=False, server_default=text("true")),
+    Column("gang_entitlement", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("window_kind IN ('sliding', 'tumbling', 'none')", name="window_kind_known"),
     CheckConstraint("usage_basis IN ('over_quota', 'total')", name="usage_basis_known"),
     CheckConstraint("rounding IN ('continuous', 'whole_gpus')", name="rounding_known"),

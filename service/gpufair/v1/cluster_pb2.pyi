@@ -332,7 +332,7 @@ class NodePool(_message.Message):
     only by its queue's fair share and pending at least gang_reservation_after_s, may be admitted
     beyond that share, evicting beyond-share work first, then over-quota work (never below a
     queue's deserved quota). Off with k = 0, window none or gang_reservation_after_s 0.
-    Unset = true.
+    Unset = false.
     """
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
