@@ -10,6 +10,7 @@ share alone). U' = 0.5, 0.5, 0; W' = 1/3 each.
 
 from __future__ import annotations
 
+import pytest
 from cycle_builders import (
     assert_holds_fit,
     assert_no_oversubscription,
@@ -23,6 +24,7 @@ from cycle_builders import (
 )
 
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_entitlement import reachable_share_cu
 from gpufair.domain.model import Allocation, Workload
 from gpufair.domain.snapshot import (
     CycleResult,
@@ -215,3 +217,19 @@ def test_a_higher_tier_is_never_a_victim() -> None:
     )
     result = _run(snap)
     assert result.evicts == ()
+
+
+def test_the_reachable_share_is_what_the_formula_can_ever_give() -> None:
+    # Three equal queues, k = 1, nothing held: 2/3 of the 16 GPUs, short of a 12-GPU gang.
+    assert reachable_share_cu(THIRD, 0.0, 16.0, 1.0) == pytest.approx(32 / 3)
+    # Weights 3 : 1 on 64 GPUs, holding two 20-GPU gangs: 56, short of a third gang.
+    assert reachable_share_cu(0.75, 40.0, 64.0, 1.0) == pytest.approx(56.0)
+    # Two equal queues, nothing held: the whole pool (the oscillation scenario's gang fits).
+    assert reachable_share_cu(0.5, 0.0, 16.0, 1.0) == pytest.approx(16.0)
+    # A larger k lifts the burst case's bound: exactly 12 GPUs at k = 1.25, the whole pool at 2.
+    assert reachable_share_cu(THIRD, 0.0, 16.0, 2.0) == pytest.approx(16.0)
+    assert (
+        reachable_share_cu(THIRD, 0.0, 16.0, 1.25)
+        < 12.0
+        < reachable_share_cu(THIRD, 0.0, 16.0, 1.35)
+    )
