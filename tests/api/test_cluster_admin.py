@@ -296,6 +296,43 @@ def test_a_limit_below_deserved_is_refused_unless_the_pool_divides_by_kai_rules(
     assert (stored.queues[0].quotas[0].deserved_cu, stored.queues[0].quotas[0].limit_cu) == (40, 20)
 
 
+def test_every_pool_field_goes_through_the_api_and_the_store(client: GpufairClient) -> None:
+    """Each NodePool field besides name and policy, set away from its default, comes back from
+    GetConfig as sent, and a change of `gang_entitlement` in a config file shows in the diff."""
+    config = small_config()
+    pool = config.pools[0]
+    pool.placement = pb.PLACEMENT_STRATEGY_SPREAD
+    pool.gang_reservation_after_s = 1800.0
+    pool.max_borrow_s = 7200.0
+    pool.gang_entitlement = True
+    pool.topology_levels[:] = ["rack", "zone"]
+    pool.max_moved_share_per_hour = 0.1
+    set_fields = {f.name for f, _ in pool.ListFields()} - {"name", "policy"}
+    assert set_fields == {f.name for f in pb.NodePool.DESCRIPTOR.fields} - {"name", "policy"}
+    client.apply_config(config)
+    stored = client.get_config().config.pools[0]
+    assert stored.placement == pb.PLACEMENT_STRATEGY_SPREAD
+    assert stored.gang_reservation_after_s == 1800.0
+    assert stored.max_borrow_s == 7200.0
+    assert stored.HasField("gang_entitlement") and stored.gang_entitlement is True
+    assert list(stored.topology_levels) == ["rack", "zone"]
+    assert stored.max_moved_share_per_hour == 0.1
+
+    data = {
+        "gpu_types": [{"name": "a100-80gb", "memory_gib": 80, "compute_weight": 10}],
+        "pools": [{"name": "main"}],
+    }
+    client.apply_config(parse_config(data))
+    assert client.get_config().config.pools[0].gang_entitlement is False  # unset: off
+    data["pools"] = [{"name": "main", "gang_entitlement": True}]
+    reply = client.apply_config(parse_config(data))
+    [change] = reply.changes
+    assert [(f.field, f.before, f.after) for f in change.fields] == [
+        ("gang_entitlement", "False", "True")
+    ]
+    assert client.get_config().config.pools[0].gang_entitlement is True
+
+
 def test_max_borrow_s_is_stored_diffed_and_checked(client: GpufairClient) -> None:
     """Borrowing with a time limit: per pool and per queue quota, written as durations in a
     config file, stored, shown in the diff; anything but a finite number > 0 is refused."""

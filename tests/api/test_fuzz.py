@@ -113,6 +113,8 @@ def configs(draw: st.DrawFn) -> cluster_pb2.ClusterConfig:
         pool.policy.dead_band = draw(number)
         pool.policy.window_anchor_unix_s = draw(number)
         pool.gang_reservation_after_s = draw(number)
+        if draw(st.booleans()):
+            pool.gang_entitlement = draw(st.booleans())
     for _ in range(draw(st.integers(0, 3))):
         msg.nodes.add(
             name=draw(text),

@@ -27,6 +27,7 @@ from gpufair.domain.snapshot import (
     CycleSnapshot,
     EvictionInFlight,
     ReservationKind,
+    UsageStanding,
 )
 
 POOL = "main"
@@ -139,6 +140,8 @@ def snapshot(
     topology_levels: tuple[str, ...] = (),
     max_moved_share_per_hour: float | None = None,
     moved_gpus_last_hour: float = 0.0,
+    standing: Mapping[str, UsageStanding] | None = None,
+    gang_entitlement: bool = True,  # the rule needs `standing` too, empty by default
 ) -> CycleSnapshot:
     return CycleSnapshot(
         pool=NodePool(
@@ -148,6 +151,7 @@ def snapshot(
             max_borrow_s=max_borrow_s,
             topology_levels=topology_levels,
             max_moved_share_per_hour=max_moved_share_per_hour,
+            gang_entitlement=gang_entitlement,
         ),
         nodes=tuple(nodes),
         gpu_types=GPU_TYPES,
@@ -159,6 +163,7 @@ def snapshot(
         evicting=tuple(evicting),
         inner_queues=tuple(inner_queues),
         moved_gpus_last_hour=moved_gpus_last_hour,
+        standing=dict(standing or {}),
     )
 
 

@@ -44,6 +44,7 @@ from gpufair.domain.snapshot import (
     EvictionInFlight,
     EvictReason,
     ReservationKind,
+    UsageStanding,
 )
 
 TYPES_BY_NAME = {gpu_type.name: gpu_type for gpu_type in GPU_TYPES}
@@ -57,6 +58,7 @@ class World:
     arrivals: list[list[Workload]]  # workloads submitted before each cycle
     placement: PlacementStrategy
     gang_reservation_after_s: float | None
+    standing: list[dict[str, UsageStanding]]  # W' and U' per cycle (gang entitlement)
 
 
 @st.composite
@@ -120,6 +122,17 @@ def worlds(draw: st.DrawFn) -> World:
         {name: draw(st.sampled_from([0.0, 2.0, 8.0, 20.0, 60.0])) for name in names}
         for _ in range(cycles)
     ]
+    standing = []
+    for _ in range(cycles):
+        weights = [draw(st.sampled_from([0.0, 1.0, 1.0, 3.0])) for _ in names]
+        usages = [draw(st.sampled_from([0.0, 0.1, 0.4, 0.7])) for _ in names]
+        total_w, total_u = sum(weights) or 1.0, max(1.0, sum(usages))
+        standing.append(
+            {
+                name: UsageStanding(w / total_w, u / total_u)
+                for name, w, u in zip(names, weights, usages, strict=True)
+            }
+        )
     arrivals = []
     for cycle in range(cycles):
         count = draw(st.integers(0, 8))
@@ -133,6 +146,7 @@ def worlds(draw: st.DrawFn) -> World:
         arrivals,
         draw(st.sampled_from(list(PlacementStrategy))),
         draw(st.sampled_from([None, 500.0])),
+        standing,
     )
 
 
@@ -155,6 +169,7 @@ def _simulate(world: World) -> None:
             evicting=in_flight,
             placement=world.placement,
             gang_reservation_after_s=world.gang_reservation_after_s,
+            standing=world.standing[cycle],
         )
         result = run_cycle(snap)
         _check(snap, result)
@@ -162,6 +177,10 @@ def _simulate(world: World) -> None:
             job = pending.pop(bind.workload_uid)
             running[job.uid] = Allocation(job, bind.bindings, now_s, bind.gpu_type)
         in_flight = [EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts]
+
+
+def preempted_in_all(result: CycleResult) -> set[str]:
+    return {e.queue for e in result.evicts if e.reason is EvictReason.PREEMPT}
 
 
 def _check(snap: CycleSnapshot, result: CycleResult) -> None:
@@ -188,6 +207,24 @@ def _check(snap: CycleSnapshot, result: CycleResult) -> None:
             reclaimed_from.add(evict.queue)
             assert evict.queue != pending[evict.beneficiary_uid].queue
     assert len({e.workload_uid for e in result.evicts}) == len(result.evicts)
+
+    # Gang entitlement: at most one beneficiary per tier, preemptible; its victims from other
+    # queues of its tier or lower, none larger than it, no queue left below its deserved quota.
+    tiers = {name: quota.priority for name, quota in quotas.items()}
+    entitled = [e for e in result.evicts if e.reason is EvictReason.ENTITLEMENT]
+    beneficiaries = {e.beneficiary_uid for e in entitled}
+    by_tier = [tiers[pending[uid].queue] for uid in beneficiaries if uid is not None]
+    assert len(by_tier) == len(set(by_tier))
+    for evict in entitled:
+        assert evict.beneficiary_uid is not None
+        gang = pending[evict.beneficiary_uid]
+        assert gang.preemptible and evict.queue != gang.queue
+        assert tiers[evict.queue] <= tiers[gang.queue]
+        weight = TYPES_BY_NAME[running[evict.workload_uid].gpu_type].compute_weight
+        assert evict.cu <= gang.gang_min_pods * gang.gpus_per_pod * weight + EPS
+    for name, summary in result.queues.items():
+        if any(e.queue == name for e in entitled) and name not in preempted_in_all(result):
+            assert summary.allocated_cu_after + summary.reserved_cu >= summary.deserved_cu - EPS
 
     # Deserved and fair share honoured: a queue at or below max(deserved, fair share) loses
     # nothing to reclaim, and a victim never ends below it.
@@ -281,8 +318,18 @@ def _busy_world(seed: int) -> World:
                 for i in range(600 if cycle == 0 else 200)
             ]
         )
+    # q1 (tier 1) and q2 (tier 0) have used least: gang entitlement may act for them.
+    standing = {
+        name: UsageStanding(1 / 6, 0.02 if i in (1, 2) else 0.24) for i, name in enumerate(names)
+    }
     return World(
-        nodes, queues, [everything, shifted, shifted], arrivals, PlacementStrategy.BINPACK, 500.0
+        nodes,
+        queues,
+        [everything, shifted, shifted],
+        arrivals,
+        PlacementStrategy.BINPACK,
+        500.0,
+        [standing] * 3,
     )
 
 

@@ -16,8 +16,8 @@ from sim_support import REPOSITORY, unit_cluster
 from gpufair.sim.command import add_simulate_command
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("allocation.png", "fair_share.png", "wait_cdf.png")
-RUN_FILES = ("timeline.csv", "jobs.csv", "summary.json")
+PLOTS = ("allocation.png", "fair_share.png", "wait_cdf.png", "queues.png", "usage_share.png")
+RUN_FILES = ("timeline.csv", "jobs.csv", "events.csv", "summary.json")
 
 
 def write_scenario(directory: Path) -> Path:
@@ -73,8 +73,11 @@ def test_simulate_writes_csv_json_plots_and_prints_the_summary(
     header = (out / "timeline.csv").read_text().splitlines()[0]
     assert header == (
         "time_s,pool,queue,allocated_cu,pending_cu,fair_share_cu,effective_weight,usage_share,"
-        "decayed_usage_cu_s"
+        "decayed_usage_cu_s,weight_share"
     )
+    events = (out / "events.csv").read_text().splitlines()
+    assert events[0] == ("time_s,pool,event,uid,queue,gpus,cu,reason,beneficiary,beneficiary_queue")
+    assert len(events) > 1 and all(",bind," in e or ",evict," in e for e in events[1:])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scenario"] == "command-test" and summary["seed"] == 4
     assert [q["queue"] for q in summary["queues"]] == ["large", "small"]
@@ -89,8 +92,11 @@ def test_compare_writes_both_runs_overlaid_plots_and_one_table(
     out = tmp_path / "out"
     assert simulate(str(write_scenario(tmp_path)), "--out", str(out), "--compare") == 0
     for policy in ("classic", "time-based"):
-        for name in (*RUN_FILES, *PLOTS):
+        for name in (*RUN_FILES, *PLOTS, "summary.txt"):
             assert (out / policy / name).is_file(), f"{policy}/{name}"
+        own = (out / policy / "summary.txt").read_text()
+        assert own.startswith("scenario command-test") and "OVER-QUOTA %" in own
+        assert len(own.split("\n\n")[1].splitlines()) == 3  # header and the two queues
     for name in PLOTS:
         assert_png(out / name)
     both = json.loads((out / "summary.json").read_text())["compare"]
@@ -130,5 +136,7 @@ def test_outputs_do_not_depend_on_the_process(tmp_path: Path) -> None:
             [str(REPOSITORY / "service"), env.get("PYTHONPATH", "")]
         )
         subprocess.run([sys.executable, "-c", code, str(scenario), str(out)], check=True, env=env)
-        outputs.append([(out / name).read_bytes() for name in ("timeline.csv", "jobs.csv")])
+        outputs.append(
+            [(out / name).read_bytes() for name in ("timeline.csv", "jobs.csv", "events.csv")]
+        )
     assert outputs[0] == outputs[1]

@@ -75,7 +75,7 @@ def test_every_example_scenario_is_valid(monkeypatch: pytest.MonkeyPatch, tmp_pa
     )
     monkeypatch.setenv("GPUFAIR_TRACE_DIR", str(tmp_path))
     names = sorted(path.stem for path in EXAMPLES.glob("*.yaml"))
-    assert len(names) == 6
+    assert len(names) == 8
     for path in EXAMPLES.glob("*.yaml"):
         assert load_scenario(path).name == path.stem
 

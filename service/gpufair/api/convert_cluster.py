@@ -179,6 +179,7 @@ def _pool_from_proto(p: pb.NodePool, path: str, c: _Collector) -> NodePool:
         max_borrow_s=_opt(p, "max_borrow_s", None),
         topology_levels=tuple(p.topology_levels),
         max_moved_share_per_hour=_opt(p, "max_moved_share_per_hour", None),
+        gang_entitlement=p.gang_entitlement if p.HasField("gang_entitlement") else False,
     )
 
 
@@ -232,6 +233,7 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
             policy=policy,
             placement=placement[p.placement],
             gang_reservation_after_s=p.gang_reservation_after_s or 0.0,
+            gang_entitlement=p.gang_entitlement,
         )
         if p.max_borrow_s is not None:
             pool_msg.max_borrow_s = p.max_borrow_s

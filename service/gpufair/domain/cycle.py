@@ -29,6 +29,10 @@ Phases, in order:
    although the pool's free GPUs would hold it, only scattered, gets room by moves: the fewest
    preemptible workloads evicted and re-placed elsewhere in the same decision (`cycle_defrag`;
    moves in flight are held and re-bound first, before the claims of phase 0).
+3c. **Gang entitlement.** Per tier, a long-waiting preemptible gang of the most under-served
+   queue (lowest U'/W', below W', within its share) that its share alone blocks is admitted
+   beyond that share: bound, or by evicting beyond-share then over-quota work, or given a
+   `GANG_WAIT` hole (`cycle_entitlement`; pool policy `gang_entitlement`).
 4. **Long-waiting gangs** get `GANG_WAIT` nodes (see `snapshot`).
 5. **Allocate beyond fair share (work-conserving).** What nobody within their share could use
    goes, in the same order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds
@@ -40,9 +44,9 @@ per-type guarantees count at their CU.
 
 Each phase is its own module over one shared `CycleState` (`cycle_state`), filled from the
 snapshot by `cycle_load`: `cycle_claims` (0), `cycle_allocate` (1 and 5), `cycle_reclaim` (2),
-`cycle_guarantee` (2b), `cycle_preempt` (3), `cycle_reserve` (4); reclaim and preempt choose
-victims with `victim_search` and commit them with `cycle_evict`. `run_cycle` is the one entry
-point.
+`cycle_guarantee` (2b), `cycle_preempt` (3), `cycle_entitlement` (3b), `cycle_reserve` (4);
+reclaim, preempt and entitlement choose victims with `victim_search` and commit them with
+`cycle_evict`. `run_cycle` is the one entry point.
 
 CU of a workload = pods × gpus_per_pod × compute_weight of the type it lands on. Each candidate
 type is checked against the queue's share with its own weight, cheapest type first. Where one
@@ -61,6 +65,7 @@ from __future__ import annotations
 from gpufair.domain.cycle_allocate import allocate
 from gpufair.domain.cycle_claims import honour_claims
 from gpufair.domain.cycle_defrag import defragment, honour_moves
+from gpufair.domain.cycle_entitlement import admit_entitled_gangs
 from gpufair.domain.cycle_guarantee import reclaim_for_guarantees
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_preempt import preempt
@@ -81,6 +86,7 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     reclaim_for_guarantees(state)
     preempt(state)
     defragment(state)
+    admit_entitled_gangs(state)
     reserve_for_long_waits(state)
     allocate(state, within_share=False)
     return state.result()

@@ -41,6 +41,14 @@ def commit(
                     f"{victim_book.max_borrow_s:.0f} s (its min_runtime_s "
                     f"{running.min_runtime_s:.0f} s not reached)"
                 )
+        elif reason is EvictReason.ENTITLEMENT:
+            message = (
+                f"taken for gang {item.uid} of queue {book.name}, the most under-served of its "
+                f"tier (usage share below weight share), admitted beyond its fair share "
+                f"{book.fair_share_cu:.1f} CU; queue {victim.queue} keeps "
+                f"{victim_book.allocated_cu - victim.cu:.1f} CU, at least its deserved "
+                f"{victim_book.deserved_cu:.1f}"
+            )
         else:
             message = (
                 f"preempted in queue {book.name} for {item.uid} "

@@ -30,16 +30,18 @@ def reserve_for_long_waits(state: CycleState) -> None:
     for item in state.in_queue_order(waiting):
         if item.book.name in served:
             continue
-        if _reserve_gang(state, item):
+        if reserve_gang(state, item):
             served.add(item.book.name)
 
 
-def _reserve_gang(state: CycleState, item: Pending) -> bool:
+def reserve_gang(state: CycleState, item: Pending, within_share: bool = True) -> bool:
+    """Reserve for `item` the nodes that, emptied, would hold its gang; `within_share` False
+    checks only its queue's limits (a gang admitted beyond its share, `cycle_entitlement`)."""
     workload = item.workload
     pods = workload.gang_min_pods
     capacity = state.capacity
     for gpu_type in item.types:
-        if state.pods_allowed(item, gpu_type, within_share=True) < pods:
+        if state.pods_allowed(item, gpu_type, within_share) < pods:
             continue
         usable = [index for index in capacity.by_type[gpu_type] if index not in state.gang_held]
         groups: list[list[int]] = [usable]

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from gpufair.domain.model import Queue
 from gpufair.domain.policy import deserved_cu_with_types
+from gpufair.domain.snapshot import UsageStanding
 from gpufair.domain.usage import UsageInputs
 
 
@@ -156,6 +157,15 @@ class FairShareResult:
         """What the next computation takes as `previous_effective_weights`."""
         states = self.shares.states
         return {name: states[name].effective_weight for name in self.shares.order}
+
+    @property
+    def standing(self) -> Mapping[str, UsageStanding]:
+        """Every queue's W' and U', what the cycle's gang entitlement rule reads."""
+        states = self.shares.states
+        return {
+            name: UsageStanding(states[name].weight_share, states[name].usage_share)
+            for name in self.shares.order
+        }
 
     @property
     def competing(self) -> frozenset[str]:

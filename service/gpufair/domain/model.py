@@ -113,6 +113,11 @@ class NodePool:
     # Defragmentation (`domain/cycle_defrag.py`): at most this share of the pool's GPUs is moved
     # per hour to make room for a waiting gang; None = no moves.
     max_moved_share_per_hour: float | None = None
+    # Gang entitlement (docs/GANG_ENTITLEMENT.md, `cycle_entitlement`): a gang of the most
+    # under-served queue of its tier that has waited `gang_reservation_after_s` may be admitted
+    # beyond its queue's fair share, so a gang larger than any share the formula can reach runs.
+    # Off by default: it costs evictions where fair share already works (three-teams scenario).
+    gang_entitlement: bool = False
 
 
 @dataclass(frozen=True, slots=True)

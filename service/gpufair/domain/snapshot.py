@@ -46,6 +46,11 @@ no more than `max_moved_share_per_hour` of the pool's GPUs minus that.
 pool's `gang_reservation_after_s` and still does not fit gets `ReservationKind.GANG_WAIT` nodes
 (one such workload per queue, the first in queue order): they keep taking work within fair share
 but no more beyond-fair-share work, so small jobs cannot keep refilling the hole it needs.
+
+**Gang entitlement.** `standing` carries each leaf queue's W' and U' from the fair-share
+computation the shares came from; with the pool's `gang_entitlement`, a long-waiting gang of the
+most under-served queue of its tier that no reachable share can hold is admitted beyond its
+queue's share (`cycle_entitlement`), its evictions marked `EvictReason.ENTITLEMENT`.
 """
 
 from __future__ import annotations
@@ -79,6 +84,16 @@ class EvictionInFlight:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageStanding:
+    """A queue's place in its group's time-based fair share: `weight_share` W' (its configured
+    over-quota weight, normalised) and `usage_share` U' (its decayed usage over the decayed
+    capacity it competed for), both fractions of what the group divides."""
+
+    weight_share: float
+    usage_share: float
+
+
+@dataclass(frozen=True, slots=True)
 class CycleSnapshot:
     pool: NodePool
     nodes: tuple[Node, ...]
@@ -92,6 +107,10 @@ class CycleSnapshot:
     inner_queues: tuple[Queue, ...] = ()
     # GPUs moved by defragmentation in the hour before `now_s` (the pool's move budget).
     moved_gpus_last_hour: float = 0.0
+    # Per leaf queue, W' and U' of the fair share these shares came from (`fairshare.QueueShare`):
+    # what the gang entitlement rule reads (`cycle_entitlement`). Missing: the rule stays off
+    # for that queue.
+    standing: Mapping[str, UsageStanding] = field(default_factory=dict)
 
 
 class PendingCode(enum.StrEnum):
@@ -114,6 +133,9 @@ class EvictReason(enum.StrEnum):
     RECLAIM = "reclaim"  # for a queue below its fair share, from a queue above its own
     PREEMPT = "preempt"  # for higher-priority work of the same queue
     DEFRAGMENT = "defragment"  # a move: re-placed elsewhere at once, to make room for a gang
+    # for a gang of the most under-served queue of its tier, beyond that queue's fair share
+    # (`cycle_entitlement`)
+    ENTITLEMENT = "entitlement"
 
 
 class ReservationKind(enum.StrEnum):

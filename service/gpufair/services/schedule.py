@@ -12,14 +12,14 @@ benchmarks, the reference in tests) everything is read afresh.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.explain import Explanation, explain
 from gpufair.domain.model import ClusterConfig, NodePool
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot
+from gpufair.domain.snapshot import CycleResult, CycleSnapshot, UsageStanding
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services.recompute import recompute_pool
 from gpufair.services.snapshot_source import SnapshotSource
@@ -40,6 +40,7 @@ class Shares:
     by_leaf: dict[str, float]
     computed_at_s: float
     warnings: tuple[str, ...] = ()
+    standing: dict[str, UsageStanding] = field(default_factory=dict)  # W' and U' per queue
 
 
 def fair_shares(
@@ -64,10 +65,14 @@ def fair_shares(
     )
     if stale:
         done = recompute_pool(conn, pool.name, now_s)
-        shares = dict(done.result.fair_share_cu)
-        return Shares(shares, now_s, done.warnings)
+        result = done.result
+        return Shares(dict(result.fair_share_cu), now_s, done.warnings, dict(result.standing))
     assert run is not None
-    return Shares({s.queue: s.fair_share_cu for s in run.shares}, run.computed_at_s)
+    return Shares(
+        {s.queue: s.fair_share_cu for s in run.shares},
+        run.computed_at_s,
+        standing={s.queue: UsageStanding(s.weight_share, s.usage_share) for s in run.shares},
+    )
 
 
 def build_snapshot(
@@ -110,6 +115,7 @@ def _snapshot(
         moved_gpus_last_hour=schedule_repo.moved_gpus_since(conn, pool.name, now_s - 3600.0)
         if pool.max_moved_share_per_hour is not None
         else 0.0,
+        standing={q: computed.standing[q] for q in leaves if q in computed.standing},
     )
     return snapshot, computed
 

@@ -63,7 +63,13 @@ from gpufair.domain.model import (
 )
 from gpufair.domain.placement import adequate_types
 from gpufair.domain.policy import max_borrow_s
-from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, PendingCode
+from gpufair.domain.snapshot import (
+    CycleResult,
+    CycleSnapshot,
+    EvictionInFlight,
+    PendingCode,
+    UsageStanding,
+)
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, usage_inputs, window_bounds
 from gpufair.sim.generators import GeneratorStream
@@ -110,6 +116,26 @@ class TimelineRow:
     effective_weight: float
     usage_share: float
     usage_cu_s: float  # decayed usage (numerator of U')
+    weight_share: float = 0.0  # W' of the latest recompute (0: the queue did not compete)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """One bind or eviction of a cycle (`events.csv`). `reason`: for a bind `within_share`,
+    `beyond_share`, or `claim:<eviction reason>` when it binds on capacity evicted for it; for an
+    eviction its `EvictReason` (`reclaim`, `preempt`, `entitlement`). `beneficiary` (and its
+    queue): whom an eviction was made for."""
+
+    time_s: float
+    pool: str
+    event: str  # "bind" or "evict"
+    uid: str
+    queue: str
+    gpus: float
+    cu: float
+    reason: str
+    beneficiary: str = ""
+    beneficiary_queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +174,7 @@ class SimResult:
     pools: tuple[PoolRun, ...]
     jobs: tuple[JobRecord, ...]  # by submit time, then uid
     timeline: tuple[TimelineRow, ...]
+    decisions: tuple[DecisionRow, ...] = ()  # in the order they were made
 
 
 class _Pool:
@@ -179,7 +206,8 @@ class _Pool:
         self.inner_queues = tuple(q for q in self.queues if q.name not in leaf_names)
         # Per leaf queue: when its loans are called back (`policy.max_borrow_s`).
         self.max_borrow_s = {q.name: max_borrow_s(q.quota(pool.name), pool) for q in self.leaves}
-        # The last cycle's evictions, passed to the next cycle as standing claims.
+        # The last cycle's evictions, passed to the next cycle as standing claims; their reasons.
+        self.claim_reasons: dict[str, str] = {}
         self.standing_claims: tuple[EvictionInFlight, ...] = ()
         # Defragmentation moves: (instant, GPUs) of those within the last hour, and totals.
         self.recent_moves: list[tuple[float, float]] = []
@@ -192,6 +220,7 @@ class _Pool:
         self.running_by_queue: dict[str, dict[str, JobRecord]] = {q.name: {} for q in self.leaves}
         self.hopeless: set[str] = set()
         self.shares: FairShareResult | None = None
+        self.standing: dict[str, UsageStanding] = {}  # W' and U' of `shares`, for the cycle
         self.fair_share_cu: dict[str, float] = {}
         self.previous_weights: dict[str, float] = {}
         self.competed: set[str] = set()
@@ -274,6 +303,7 @@ class Simulation:
         self.cycle_index = 0
         self.sample_index = 0
         self.timeline: list[TimelineRow] = []
+        self.decisions: list[DecisionRow] = []
         self.last_sample_s = -math.inf
 
     # -- the loop ---------------------------------------------------------------------------
@@ -476,6 +506,10 @@ class Simulation:
             )
         )
         pool.shares = result
+        pool.standing = {
+            name: UsageStanding(share.weight_share, share.usage_share)
+            for name, share in result.shares.items()
+        }
         pool.previous_weights = dict(result.effective_weights)
         all_shares = result.fair_share_cu
         fair_share = {q.name: all_shares[q.name] for q in pool.leaves}
@@ -510,8 +544,14 @@ class Simulation:
             evicting=pool.standing_claims,
             inner_queues=pool.inner_queues,
             moved_gpus_last_hour=_moved_last_hour(pool, now_s),
+            standing=pool.standing,
         )
         result = run_cycle(snapshot)
+        claimed_for = {
+            claim.beneficiary_uid: pool.claim_reasons.get(claim.victim_uid, "")
+            for claim in pool.standing_claims
+            if claim.beneficiary_uid is not None
+        }
         pool.standing_claims = tuple(
             EvictionInFlight(e.workload_uid, e.beneficiary_uid, e.move_to, e.move_gpu_type)
             for e in result.evicts
@@ -522,6 +562,8 @@ class Simulation:
                 pool.recent_moves.append((now_s, gpus))
                 pool.moves += 1
                 pool.moved_gpus += gpus
+        pool.claim_reasons = {e.workload_uid: e.reason.value for e in result.evicts}
+        self._record(pool, result, claimed_for, now_s)
         pool.cycles_run += 1
         pool.hopeless = {uid for uid, r in result.pending.items() if r.code in _HOPELESS}
         pool.wanted_types = None
@@ -533,6 +575,42 @@ class Simulation:
             self._evict(pool, evict.workload_uid, now_s)
         pool.dirty = bool(result.binds or result.evicts)
         pool.wake_s = self._wake_s(pool, now_s)
+
+    def _record(
+        self, pool: _Pool, result: CycleResult, claimed_for: dict[str, str], now_s: float
+    ) -> None:
+        """The cycle's binds and evictions as `DecisionRow`s (`events.csv`)."""
+        weights = pool.types_by_name
+        for bind in result.binds:
+            claim = claimed_for.get(bind.workload_uid)
+            if claim is not None:
+                reason = f"claim:{claim}" if claim else "claim"
+            else:
+                reason = "beyond_share" if bind.over_fair_share else "within_share"
+            gpus = bind.cu / weights[bind.gpu_type].compute_weight
+            self.decisions.append(
+                DecisionRow(
+                    now_s, pool.name, "bind", bind.workload_uid, bind.queue, gpus, bind.cu, reason
+                )
+            )
+        for evict in result.evicts:
+            job = pool.running[evict.workload_uid]
+            beneficiary = evict.beneficiary_uid or ""
+            found = pool.pending.get(beneficiary) or pool.running.get(beneficiary)
+            self.decisions.append(
+                DecisionRow(
+                    now_s,
+                    pool.name,
+                    "evict",
+                    evict.workload_uid,
+                    evict.queue,
+                    job.gpus,
+                    evict.cu,
+                    evict.reason.value,
+                    beneficiary,
+                    found.workload.queue if found is not None else "",
+                )
+            )
 
     def _wake_s(self, pool: _Pool, now_s: float) -> float:
         """The next instant at which the cycle's clock-reading rules may decide differently."""
@@ -574,6 +652,7 @@ class Simulation:
                         effective_weight=share.effective_weight if share else 0.0,
                         usage_share=share.usage_share if share else 0.0,
                         usage_cu_s=share.decayed_usage_cu_s if share else 0.0,
+                        weight_share=share.weight_share if share else 0.0,
                     )
                 )
             pool.fragmented.append(self._fragmented_gpus(pool))
@@ -649,7 +728,9 @@ class Simulation:
                 )
             )
         jobs = sorted(self.jobs.values(), key=lambda j: (j.workload.submit_time_s, j.workload.uid))
-        return SimResult(self.scenario, tuple(pools), tuple(jobs), tuple(self.timeline))
+        return SimResult(
+            self.scenario, tuple(pools), tuple(jobs), tuple(self.timeline), tuple(self.decisions)
+        )
 
 
 def _moved_last_hour(pool: _Pool, now_s: float) -> float:

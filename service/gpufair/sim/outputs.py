@@ -3,14 +3,20 @@ byte-identical files: fixed float formats, rows in a fixed order, no wall clock,
 
 - `timeline.csv`: one row per timeline sample, pool (by name) and queue (tree order): time_s,
   pool, queue, allocated_cu, pending_cu, fair_share_cu, effective_weight, usage_share (U'),
-  decayed_usage_cu_s (the U' numerator). Fair-share columns are those of the latest recompute.
+  decayed_usage_cu_s (the U' numerator), weight_share (W'). Fair-share columns are those of the
+  latest recompute.
 - `jobs.csv`: one row per job, by submit time then uid: uid, pool, queue, pods, gpus_per_pod,
   preemptible, submit_s, first_start_s, end_s, wait_s (total time waiting; counted to the end
   for a job still waiting), evictions, gpu_type, gpus, cu (of its last run), state (done,
   running or waiting at the end).
+- `events.csv`: every bind and eviction in the order the cycles made them: time_s, pool, event
+  (bind or evict), uid, queue, gpus, cu, reason (a bind: within_share, beyond_share, or
+  claim:<eviction reason> on capacity evicted for it; an eviction: reclaim, preempt or
+  entitlement), beneficiary and beneficiary_queue (whom an eviction was for).
 - `summary.json`: the scenario's name, seed, span and policies, what loading noted, and the
   metrics of `metrics` per pool and queue (floats rounded to 6 decimals).
-- `summary.txt`: the summary table printed at the end of a run.
+- `summary.txt`: the summary table printed at the end of a run (in each run's own folder of a
+  comparison too).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ TIMELINE_COLUMNS = (
     "effective_weight",
     "usage_share",
     "decayed_usage_cu_s",
+    "weight_share",
 )
 JOB_COLUMNS = (
     "uid",
@@ -54,6 +61,19 @@ JOB_COLUMNS = (
     "gpus",
     "cu",
     "state",
+)
+
+EVENT_COLUMNS = (
+    "time_s",
+    "pool",
+    "event",
+    "uid",
+    "queue",
+    "gpus",
+    "cu",
+    "reason",
+    "beneficiary",
+    "beneficiary_queue",
 )
 
 
@@ -87,6 +107,7 @@ def write_timeline(result: SimResult, path: Path) -> None:
                 fmt(row.effective_weight, 6),
                 fmt(row.usage_share, 6),
                 fmt(row.usage_cu_s, 1),
+                fmt(row.weight_share, 6),
             )
             for row in result.timeline
         ),
@@ -124,6 +145,28 @@ def write_jobs(result: SimResult, path: Path) -> None:
             )
         )
     _write_csv(path, JOB_COLUMNS, rows)
+
+
+def write_events(result: SimResult, path: Path) -> None:
+    _write_csv(
+        path,
+        EVENT_COLUMNS,
+        (
+            (
+                fmt(row.time_s, 3),
+                row.pool,
+                row.event,
+                row.uid,
+                row.queue,
+                fmt(row.gpus, 3),
+                fmt(row.cu, 3),
+                row.reason,
+                row.beneficiary,
+                row.beneficiary_queue,
+            )
+            for row in result.decisions
+        ),
+    )
 
 
 def _rounded(value: Any) -> Any:
@@ -213,10 +256,12 @@ def write_json(data: dict[str, Any], path: Path) -> None:
 
 
 def write_run(result: SimResult, metrics: RunMetrics, out_dir: Path) -> None:
-    """timeline.csv, jobs.csv and summary.json of one run into `out_dir` (created if needed)."""
+    """timeline.csv, jobs.csv, events.csv and summary.json of one run into `out_dir` (created
+    if needed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_timeline(result, out_dir / "timeline.csv")
     write_jobs(result, out_dir / "jobs.csv")
+    write_events(result, out_dir / "events.csv")
     write_json(run_summary(result, metrics), out_dir / "summary.json")
 
 

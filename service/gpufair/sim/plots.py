@@ -3,9 +3,11 @@ canvas, so no display, no pyplot state and nothing shared between calls.
 
 - `allocation.png`: CU held by each leaf queue over time (exact steps), one panel per pool;
 - `fair_share.png`: each leaf queue's fair share over time (at the timeline samples);
-- `wait_cdf.png`: the fraction of each queue's jobs that waited at most x hours.
+- `wait_cdf.png`: the fraction of each queue's jobs that waited at most x hours;
+- `queues.png` and `usage_share.png`: one small panel per queue (`plots_queues`).
 
-Overlaid runs keep one colour per queue and one line style per run (the first solid).
+Overlaid runs keep one colour per queue and one line style per run (the first solid); when
+they coincide exactly, the figures say so (`plots_queues.coincide_note`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gpufair.sim.engine import SimResult
+from gpufair.sim.plots_queues import coincide_note, plot_queue_panels
 
 _STYLES = ("-", "--", ":", "-.")
 _DAY_S = 86_400.0
@@ -70,6 +73,9 @@ def plot_allocation(runs: Sequence[tuple[str, SimResult]], path: Path) -> None:
                     linewidth=1.2,
                 )
         panel.set_title(f"allocation per queue: pool {pool.name} ({pool.capacity_cu:g} CU)")
+        note = coincide_note(runs)
+        if note is not None:
+            panel.text(0.01, 0.97, note, transform=panel.transAxes, va="top", color="firebrick")
         panel.set_xlabel(unit)
         panel.set_ylabel("allocated CU")
         panel.legend(loc="upper right", fontsize="small")
@@ -146,3 +152,4 @@ def plot_all(runs: Sequence[tuple[str, SimResult]], out_dir: Path) -> None:
     plot_allocation(runs, out_dir / "allocation.png")
     plot_fair_share(runs, out_dir / "fair_share.png")
     plot_wait_cdf(runs, out_dir / "wait_cdf.png")
+    plot_queue_panels(runs, out_dir)

@@ -1,8 +1,9 @@
 """One `gpufair simulate` run, or a comparison, from a loaded scenario to the files on disk.
 
 A run writes into DIR what `outputs` and `plots` describe and returns the summary table. With
-`compare`, each policy's files go to DIR/classic and DIR/time-based, and DIR gets the overlaid
-plots, one summary table of both (summary.txt) and a summary.json holding both runs.
+`compare`, each policy's files go to DIR/classic and DIR/time-based (each with its own
+summary.txt), and DIR gets the overlaid plots, one summary table of both (summary.txt) and a
+summary.json holding both runs.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def run_and_write(
         runs.append((label, result, metrics))
         run_dir = out_dir / label if compare else out_dir
         write_run(result, metrics, run_dir)
+        if compare:  # each run's folder stands on its own
+            own = _header(scenario) + summary_table([(label, metrics)])
+            (run_dir / "summary.txt").write_text(own)
         if plots and compare:
             plot_all([(label, result)], run_dir)
     text = _header(scenario) + summary_table([(label, m) for label, _, m in runs])

@@ -137,6 +137,11 @@ class Scenario:
         pools = tuple(dataclasses.replace(p, policy=change(p.policy)) for p in self.cluster.pools)
         return dataclasses.replace(self, cluster=dataclasses.replace(self.cluster, pools=pools))
 
+    def with_pools(self, change: Callable[[NodePool], NodePool]) -> Scenario:
+        """The same scenario with every pool changed by `change` (e.g. `gang_entitlement`)."""
+        pools = tuple(change(p) for p in self.cluster.pools)
+        return dataclasses.replace(self, cluster=dataclasses.replace(self.cluster, pools=pools))
+
 
 # ---- the YAML schema ------------------------------------------------------------------------
 

@@ -243,6 +243,7 @@ def _pool_row(pool: NodePool) -> dict[str, Any]:
         "max_borrow_s": pool.max_borrow_s,
         "topology_levels": list(pool.topology_levels),
         "max_moved_share_per_hour": pool.max_moved_share_per_hour,
+        "gang_entitlement": pool.gang_entitlement,
     }
     for name, column in _POLICY_COLUMNS.items():
         value = getattr(pool.policy, name)
@@ -266,6 +267,7 @@ def _pool_from_row(r: Any) -> NodePool:
         max_borrow_s=r.max_borrow_s,
         topology_levels=tuple(r.topology_levels),
         max_moved_share_per_hour=r.max_moved_share_per_hour,
+        gang_entitlement=r.gang_entitlement,
     )
 
 

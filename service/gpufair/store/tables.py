@@ -68,6 +68,7 @@ node_pools = Table(
     Column("division", Text, nullable=False, server_default=text("'gpufair'")),
     Column("topology_levels", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("max_moved_share_per_hour", Double, nullable=True),
+    Column("gang_entitlement", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("window_kind IN ('sliding', 'tumbling', 'none')", name="window_kind_known"),
     CheckConstraint("usage_basis IN ('over_quota', 'total')", name="usage_basis_known"),
     CheckConstraint("rounding IN ('continuous', 'whole_gpus')", name="rounding_known"),

@@ -347,6 +347,7 @@ class NodePool(_message.Message):
     MAX_BORROW_S_FIELD_NUMBER: _builtins.int
     TOPOLOGY_LEVELS_FIELD_NUMBER: _builtins.int
     MAX_MOVED_SHARE_PER_HOUR_FIELD_NUMBER: _builtins.int
+    GANG_ENTITLEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     placement: Global___PlacementStrategy.ValueType
     gang_reservation_after_s: _builtins.float
@@ -361,6 +362,14 @@ class NodePool(_message.Message):
     """Defragmentation: when a gang waits although the pool has enough free GPUs, only scattered,
     the scheduler may move (evict and re-place at once) preemptible work to make room; at most
     this share of the pool's GPUs is moved in any hour. In (0, 1]; unset = no moves.
+    """
+    gang_entitlement: _builtins.bool
+    """Gang entitlement (docs/GANG_ENTITLEMENT.md): a preemptible gang of the most under-served
+    queue of its priority tier (lowest usage share U' over weight share W', with U' < W'), blocked
+    only by its queue's fair share and pending at least gang_reservation_after_s, may be admitted
+    beyond that share, evicting beyond-share work first, then over-quota work (never below a
+    queue's deserved quota). Off with k = 0, window none or gang_reservation_after_s 0.
+    Unset = false.
     """
     @_builtins.property
     def policy(self) -> Global___FairSharePolicy: ...
@@ -383,17 +392,22 @@ class NodePool(_message.Message):
         max_borrow_s: _builtins.float | None = ...,
         topology_levels: _abc.Iterable[_builtins.str] | None = ...,
         max_moved_share_per_hour: _builtins.float | None = ...,
+        gang_entitlement: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "_max_moved_share_per_hour", b"_max_moved_share_per_hour", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "max_moved_share_per_hour", b"max_moved_share_per_hour", "policy", b"policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gang_entitlement", b"_gang_entitlement", "_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "_max_moved_share_per_hour", b"_max_moved_share_per_hour", "gang_entitlement", b"gang_entitlement", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "max_moved_share_per_hour", b"max_moved_share_per_hour", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "_max_moved_share_per_hour", b"_max_moved_share_per_hour", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "max_moved_share_per_hour", b"max_moved_share_per_hour", "name", b"name", "placement", b"placement", "policy", b"policy", "topology_levels", b"topology_levels"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gang_entitlement", b"_gang_entitlement", "_gang_reservation_after_s", b"_gang_reservation_after_s", "_max_borrow_s", b"_max_borrow_s", "_max_moved_share_per_hour", b"_max_moved_share_per_hour", "gang_entitlement", b"gang_entitlement", "gang_reservation_after_s", b"gang_reservation_after_s", "max_borrow_s", b"max_borrow_s", "max_moved_share_per_hour", b"max_moved_share_per_hour", "name", b"name", "placement", b"placement", "policy", b"policy", "topology_levels", b"topology_levels"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__gang_entitlement: _TypeAlias = _typing.Literal["gang_entitlement"]  # noqa: Y015
+    _WhichOneofArgType__gang_entitlement: _TypeAlias = _typing.Literal["_gang_entitlement", b"_gang_entitlement"]  # noqa: Y015
     _WhichOneofReturnType__gang_reservation_after_s: _TypeAlias = _typing.Literal["gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofArgType__gang_reservation_after_s: _TypeAlias = _typing.Literal["_gang_reservation_after_s", b"_gang_reservation_after_s"]  # noqa: Y015
     _WhichOneofReturnType__max_borrow_s: _TypeAlias = _typing.Literal["max_borrow_s"]  # noqa: Y015
     _WhichOneofArgType__max_borrow_s: _TypeAlias = _typing.Literal["_max_borrow_s", b"_max_borrow_s"]  # noqa: Y015
     _WhichOneofReturnType__max_moved_share_per_hour: _TypeAlias = _typing.Literal["max_moved_share_per_hour"]  # noqa: Y015
     _WhichOneofArgType__max_moved_share_per_hour: _TypeAlias = _typing.Literal["_max_moved_share_per_hour", b"_max_moved_share_per_hour"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_entitlement) -> _WhichOneofReturnType__gang_entitlement | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_reservation_after_s) -> _WhichOneofReturnType__gang_reservation_after_s | None: ...
     @_typing.overload

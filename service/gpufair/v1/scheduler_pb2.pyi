@@ -40,6 +40,10 @@ class _EvictReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EvictReas
     """higher-priority work of the same queue"""
     EVICT_REASON_DEFRAGMENT: _EvictReason.ValueType  # 3
     """A move (defragmentation): stopped to make room for a gang and re-placed at once, at move_to."""
+    EVICT_REASON_ENTITLEMENT: _EvictReason.ValueType  # 4
+    """for a gang of the most under-served queue of its tier, admitted beyond its queue's fair share
+    (NodePool.gang_entitlement)
+    """
 
 class EvictReason(_EvictReason, metaclass=_EvictReasonEnumTypeWrapper): ...
 
@@ -50,6 +54,10 @@ EVICT_REASON_PREEMPT: EvictReason.ValueType  # 2
 """higher-priority work of the same queue"""
 EVICT_REASON_DEFRAGMENT: EvictReason.ValueType  # 3
 """A move (defragmentation): stopped to make room for a gang and re-placed at once, at move_to."""
+EVICT_REASON_ENTITLEMENT: EvictReason.ValueType  # 4
+"""for a gang of the most under-served queue of its tier, admitted beyond its queue's fair share
+(NodePool.gang_entitlement)
+"""
 Global___EvictReason: _TypeAlias = EvictReason  # noqa: Y015
 
 @_typing.final
