@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import random
 import statistics
@@ -235,9 +236,13 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=0, help="runs per size (0: by size)")
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON line per mix and size (compare_cycle.py)"
+    )
     args = parser.parse_args()
-    print("| running work | nodes | runs | median s | p90 s | min s | median CPU s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    if not args.json:
+        print("| running work | nodes | runs | median s | p90 s | min s | median CPU s |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
     notes = []
     for mix in args.mix.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
@@ -254,6 +259,11 @@ def main() -> None:
                 result = run_cycle(snapshot)
                 cpu_times.append(time.process_time() - cpu_started)
                 times.append(time.perf_counter() - started)
+            if args.json:
+                decisions = (len(result.binds), len(result.evicts), len(result.reservations))
+                line = {"mix": mix, "nodes": size, "wall_s": times, "cpu_s": cpu_times}
+                print(json.dumps(line | {"decisions": decisions}), flush=True)
+                continue
             times.sort()
             p90 = times[min(len(times) - 1, round(0.9 * (len(times) - 1)))]
             print(
@@ -266,8 +276,9 @@ def main() -> None:
                 profiler = cProfile.Profile()
                 profiler.runcall(run_cycle, snapshot)
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-    print()
-    print("\n".join(notes))
+    if not args.json:
+        print()
+        print("\n".join(notes))
 
 
 if __name__ == "__main__":

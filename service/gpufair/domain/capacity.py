@@ -15,7 +15,7 @@ residue from add-then-subtract ever leaks into the real state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.model import Node, PodBinding, Workload
@@ -203,23 +203,29 @@ class Capacity:
 
 def uses_of(
     capacity: Capacity, workload: Workload, bindings: Iterable[PodBinding]
-) -> Iterator[PodUse]:
+) -> tuple[PodUse, ...]:
     """What a workload's bindings hold on the capacity's nodes. Bindings on nodes that are not
     there (not ready, other pool) hold nothing here; GPU indices beyond the node are ignored."""
+    index_of = capacity.index_of
+    nodes = capacity.nodes
+    cpu, memory = workload.cpu_millicores_per_pod, workload.memory_mib_per_pod
+    uses = []
     for binding in bindings:
-        index = capacity.index_of.get(binding.node)
+        index = index_of.get(binding.node)
         if index is None:
             continue
-        count = capacity.nodes[index].gpu_count
-        shared = binding.gpu_fraction < 1.0
-        gpus = binding.gpu_indices[:1] if shared else binding.gpu_indices
-        yield PodUse(
-            index,
-            tuple(gpu for gpu in gpus if 0 <= gpu < count),
-            binding.gpu_fraction if shared else 1.0,
-            workload.cpu_millicores_per_pod,
-            workload.memory_mib_per_pod,
-        )
+        count = nodes[index].gpu_count
+        fraction = binding.gpu_fraction
+        if fraction < 1.0:
+            gpus = binding.gpu_indices[:1]
+            amount = fraction
+        else:
+            gpus = binding.gpu_indices
+            amount = 1.0
+        if not all(0 <= gpu < count for gpu in gpus):
+            gpus = tuple(gpu for gpu in gpus if 0 <= gpu < count)
+        uses.append(PodUse(index, gpus, amount, cpu, memory))
+    return tuple(uses)
 
 
 def binding_gpus(binding: PodBinding) -> float:

@@ -21,15 +21,17 @@ def load(state: CycleState) -> None:
 
 
 def load_running(state: CycleState) -> None:
+    capacity = state.capacity
+    books = state.books
     for allocation in state.snapshot.running:
         workload = allocation.workload
         if workload.uid in state.running:
             continue
-        uses = tuple(uses_of(state.capacity, workload, allocation.bindings))
-        gpus = sum(binding_gpus(binding) for binding in allocation.bindings)
+        uses = uses_of(capacity, workload, allocation.bindings)
+        gpus = sum([binding_gpus(binding) for binding in allocation.bindings])
         cu = gpus * state.weight(allocation.gpu_type)
-        state.capacity.take(uses)
-        book = state.books.get(workload.queue)
+        capacity.take(uses)
+        book = books.get(workload.queue)
         if book is not None:
             book.add(cu, gpus, allocation.gpu_type, workload.preemptible)
             book.allocated_cu_before += cu
@@ -43,7 +45,9 @@ def load_running(state: CycleState) -> None:
             gpus=gpus,
             gpu_type=allocation.gpu_type,
             uses=uses,
-            nodes=tuple(dict.fromkeys(use.node for use in uses)),
+            nodes=(uses[0].node,)
+            if len(uses) == 1
+            else tuple(dict.fromkeys(use.node for use in uses)),
         )
         state.running[workload.uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
 

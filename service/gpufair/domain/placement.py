@@ -51,21 +51,21 @@ class PodShape:
     gpus_per_pod: float
     cpu_millicores: int
     memory_mib: int
+    # Derived once (placement reads them in its innermost loops): GPUs per pod for whole-GPU
+    # pods (0 for shared or GPU-less pods), and whether a pod takes part of one GPU.
+    whole_gpus: int = field(init=False, compare=False, repr=False)
+    shares_gpu: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gpus = self.gpus_per_pod
+        object.__setattr__(self, "whole_gpus", round(gpus) if gpus >= 1.0 else 0)
+        object.__setattr__(self, "shares_gpu", 0.0 < gpus < 1.0)
 
     @staticmethod
     def of(workload: Workload) -> PodShape:
         return PodShape(
             workload.gpus_per_pod, workload.cpu_millicores_per_pod, workload.memory_mib_per_pod
         )
-
-    @property
-    def whole_gpus(self) -> int:
-        """GPUs per pod for whole-GPU pods (0 for shared or GPU-less pods)."""
-        return round(self.gpus_per_pod) if self.gpus_per_pod >= 1.0 else 0
-
-    @property
-    def shares_gpu(self) -> bool:
-        return 0.0 < self.gpus_per_pod < 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,10 @@ class Exclusion:
         if holder is not None and holder != self.owner:
             return True
         return self.beyond_share and node in self.gang_held
+
+    def blocks_any(self) -> bool:
+        """Whether `blocks` can be true for some node now (hot loops skip it when not)."""
+        return bool(self.held) or (self.beyond_share and bool(self.gang_held))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,8 +299,9 @@ def _fill(
     spread = strategy is PlacementStrategy.SPREAD
     chosen: list[tuple[NodeState, int]] = []
     total = 0
+    blocking = exclusion.blocks_any()
     for index in order:
-        if exclusion.blocks(index):
+        if blocking and exclusion.blocks(index):
             continue
         state = capacity.nodes[index]
         fits = pods_fit(state, shape)

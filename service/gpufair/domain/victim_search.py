@@ -425,9 +425,10 @@ def _greedy(
     floors = index.floor_on_node
     nodes = capacity.nodes
     members = None if subset is None else set(subset)
+    blocking = exclusion.blocks_any()
 
     def usable(node: int) -> bool:
-        return (members is None or node in members) and not exclusion.blocks(node)
+        return (members is None or node in members) and not (blocking and exclusion.blocks(node))
 
     # Pods that fit now: the total from the memo, per node on first need (and always before
     # the node changes, so every change is counted exactly once).
@@ -521,15 +522,21 @@ def _greedy(
     walk: Iterator[WalkKey] | None = None
     if subset is None and per_pod > 0.0:
         # Nodes with some room and victims enter directly (their bound is below the walk's);
-        # read from whichever of the two sets is smaller.
-        if len(floors) <= _FEW_NODES:
-            starts = {node for node in floors if nodes[node].free_whole > 0}
-        else:
-            starts = set()
-            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1):
-                starts.update(capacity.bucket(ask.gpu_type, free))
+        # read from whichever of the two sets is smaller (a node without victims has no bound).
+        rooms = [
+            capacity.bucket(ask.gpu_type, free)
+            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
+        ]
         if not whole:
-            starts.update(partial)
+            rooms.append(partial)
+        if len(floors) <= _FEW_NODES or len(floors) <= sum(len(room) for room in rooms):
+            starts = {
+                node
+                for node in floors
+                if nodes[node].free_whole > 0 or (not whole and node in partial)
+            }
+        else:
+            starts = {node for room in rooms for node in room if node in floors}
         walk = (
             entry
             for entry in index.walk_order(whole > 0)
