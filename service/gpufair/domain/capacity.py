@@ -16,7 +16,7 @@ residue from add-then-subtract ever leaks into the real state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufair.domain.model import Node, PodBinding, Workload
 
@@ -24,9 +24,10 @@ from gpufair.domain.model import Node, PodBinding, Workload
 EPS = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class PodUse:
-    """What one pod holds on one node: GPU indices, each used by `gpu_amount` (1.0 = whole)."""
+class PodUse(NamedTuple):
+    """What one pod holds on one node: GPU indices, each used by `gpu_amount` (1.0 = whole).
+    A named tuple rather than a frozen dataclass: the cycle makes one per pod it places or
+    reads, and a tuple is built in a third of the time."""
 
     node: int
     gpu_indices: tuple[int, ...]

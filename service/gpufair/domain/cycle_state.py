@@ -82,9 +82,10 @@ class Pending:
         return self.kind.min_cu
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Running:
-    """A running workload: what it holds (as a possible victim) and whether it may be evicted."""
+    """A running workload: what it holds (as a possible victim) and whether it may be evicted.
+    Never changed once made (not frozen, like `Victim`: one per running workload)."""
 
     victim: Victim
     preemptible: bool

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse
 from gpufair.domain.model import (
@@ -68,9 +69,9 @@ class PodShape:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """A placement request: `pods_min` to `pods_max` pods of `shape`, all on `gpu_type`."""
+class Ask(NamedTuple):
+    """A placement request: `pods_min` to `pods_max` pods of `shape`, all on `gpu_type`. A named
+    tuple: the cycle makes one per placement it tries."""
 
     shape: PodShape
     gpu_type: str
