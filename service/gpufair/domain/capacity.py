@@ -161,6 +161,17 @@ class Capacity:
             journal.version = self.version
         self.version = self._next_version
         self._next_version += 1
+        if len(uses) == 1 and journal is None:  # the common case: one pod on one node
+            use = uses[0]
+            state = self.nodes[use.node]
+            amount = sign * use.gpu_amount
+            used = state.gpu_used
+            for gpu in use.gpu_indices:
+                used[gpu] += amount
+            state.cpu_free -= sign * use.cpu_millicores
+            state.memory_free -= sign * use.memory_mib
+            self._reindex(state)
+            return
         touched: dict[int, NodeState] = {}
         for use in uses:
             state = self.nodes[use.node]
