@@ -4,6 +4,10 @@ Run from the repository root, e.g.:
 
     PYTHONPATH=service python bench/bench_cycle.py                  # 100 / 1,000 / 4,000 nodes
     PYTHONPATH=service python bench/bench_cycle.py --sizes 1000 --profile
+    PYTHONPATH=service python bench/bench_cycle.py --json ...   # one JSON line per mix and size
+
+`bench/compare_cycle.py` runs this for several checkouts side by side (results/cycle.md), and
+`bench/cycle_equivalence.py` checks that two checkouts decide the same on these pools.
 
 Per 1,000 nodes: 8 GPUs a node of three types (A100 10 CU, V100 4 CU, RTX 4090 2 CU), racks of
 8 nodes, 5,000 running and 20,000 pending workloads; 200 leaf queues in three priority tiers at
