@@ -101,7 +101,8 @@ class Exclusion:
         return self.beyond_share and node in self.gang_held
 
     def blocks_any(self) -> bool:
-        """Whether `blocks` can be true for some node now (hot loops skip it when not)."""
+        """False when `blocks` is false for every node now, so hot loops may skip it; True
+        means it may be true for some (held nodes, even if only for the owner)."""
         return bool(self.held) or (self.beyond_share and bool(self.gang_held))
 
 
