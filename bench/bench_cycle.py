@@ -4,6 +4,10 @@ Run from the repository root, e.g.:
 
     PYTHONPATH=service python bench/bench_cycle.py                  # 100 / 1,000 / 4,000 nodes
     PYTHONPATH=service python bench/bench_cycle.py --sizes 1000 --profile
+    PYTHONPATH=service python bench/bench_cycle.py --json ...   # one JSON line per mix and size
+
+`bench/compare_cycle.py` runs this for several checkouts side by side (results/cycle.md), and
+`bench/cycle_equivalence.py` checks that two checkouts decide the same on these pools.
 
 Per 1,000 nodes: 8 GPUs a node of three types (A100 10 CU, V100 4 CU, RTX 4090 2 CU), racks of
 8 nodes, 5,000 running and 20,000 pending workloads; 200 leaf queues in three priority tiers at
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import random
 import statistics
@@ -235,9 +240,13 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=0, help="runs per size (0: by size)")
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON line per mix and size (compare_cycle.py)"
+    )
     args = parser.parse_args()
-    print("| running work | nodes | runs | median s | p90 s | min s | median CPU s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    if not args.json:
+        print("| running work | nodes | runs | median s | p90 s | min s | median CPU s |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
     notes = []
     for mix in args.mix.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
@@ -254,6 +263,11 @@ def main() -> None:
                 result = run_cycle(snapshot)
                 cpu_times.append(time.process_time() - cpu_started)
                 times.append(time.perf_counter() - started)
+            if args.json:
+                decisions = (len(result.binds), len(result.evicts), len(result.reservations))
+                line = {"mix": mix, "nodes": size, "wall_s": times, "cpu_s": cpu_times}
+                print(json.dumps(line | {"decisions": decisions}), flush=True)
+                continue
             times.sort()
             p90 = times[min(len(times) - 1, round(0.9 * (len(times) - 1)))]
             print(
@@ -266,8 +280,9 @@ def main() -> None:
                 profiler = cProfile.Profile()
                 profiler.runcall(run_cycle, snapshot)
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-    print()
-    print("\n".join(notes))
+    if not args.json:
+        print()
+        print("\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -308,11 +308,16 @@ def _check_limits(snap: CycleSnapshot, result: CycleResult, tree: Tree) -> None:
                 assert now.get(gpu_type, 0.0) <= limit + EPS, (limited.name, gpu_type)
 
 
-@pytest.mark.parametrize("seed", range(100))
+# Random runs checked: 300 (100 before the cycle got cheaper).
+SEEDS = range(300)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_never_rules_victim_order_and_department_limits_on_every_cycle(seed: int) -> None:
     _run(seed)
 
 
 def test_the_random_runs_do_evict() -> None:
-    """The runs above are not vacuous: across them, reclaim and preempt evict often."""
-    assert sum(_run(seed) for seed in range(100)) >= 200
+    """The runs above are not vacuous: across them, reclaim and preempt evict often (2,742
+    evictions over the 300 runs when this was written; the bound leaves room for rule changes)."""
+    assert sum(_run(seed) for seed in SEEDS) >= 1_500

@@ -18,7 +18,7 @@ from cycle_builders import (
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
-from gpufair.domain.placement import never_fits
+from gpufair.domain.placement import Exclusion, PodShape, never_fits
 from gpufair.domain.snapshot import CycleResult, PendingCode
 
 BIG = {"q": 1_000.0}
@@ -173,3 +173,28 @@ def test_never_fits_names_the_offending_field() -> None:
     # Half a 16 GiB card gives 8 GiB: a 10 GiB fractional job cannot share one.
     shared = never_fits(workload("x", "q", gpus=0.5, min_gpu_memory_gib=10), pool, types)
     assert shared is not None and shared.field == "min_gpu_memory_gib"
+
+
+def test_pod_shape_derives_its_gpu_facts_once_and_compares_by_its_fields() -> None:
+    whole = PodShape(2.0, 8_000, 64_000)
+    shared = PodShape(0.25, 2_000, 16_000)
+    none = PodShape(0.0, 1_000, 1_000)
+    assert (whole.whole_gpus, whole.shares_gpu) == (2, False)
+    assert (shared.whole_gpus, shared.shares_gpu) == (0, True)
+    assert (none.whole_gpus, none.shares_gpu) == (0, False)
+    # Memo keys hold shapes: equal fields, equal shape and hash.
+    assert PodShape(2.0, 8_000, 64_000) == whole
+    assert hash(PodShape(2.0, 8_000, 64_000)) == hash(whole)
+    assert repr(whole) == "PodShape(gpus_per_pod=2.0, cpu_millicores=8000, memory_mib=64000)"
+
+
+def test_an_exclusion_blocks_any_node_only_when_something_is_held_or_promised() -> None:
+    assert not Exclusion().blocks_any()
+    assert Exclusion(held={3: "job-a"}).blocks_any()
+    # A cheap, safe test: held nodes make it true even when the owner itself places.
+    assert Exclusion(held={3: "job-a"}, owner="job-a").blocks_any()
+    assert not Exclusion(held={3: "job-a"}, owner="job-a").blocks(3)
+    # Gang-wait nodes block only beyond-fair-share work.
+    assert not Exclusion(gang_held=frozenset({1}), beyond_share=False).blocks_any()
+    assert Exclusion(gang_held=frozenset({1}), beyond_share=True).blocks_any()
+    assert Exclusion(gang_held=frozenset({1}), beyond_share=True).blocks(1)

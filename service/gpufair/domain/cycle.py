@@ -55,9 +55,15 @@ pending messages), the cheapest adequate type and the gang minimum are used: a l
 
 Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads only buckets that can
 hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
-(capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim;
-facts shared by workloads of one signature (fit, adequate types, CU) and pending messages are
-computed once per signature; reclaim reads few nodes (see `victim_search`).
+(capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim
+and a claim that did not fit free capacity; while a queue's turn binds nothing, a workload of the
+kind and preemptibility of one that failed fails the same way and is not tried again; facts
+shared by workloads of one signature (fit, adequate types, CU) and pending messages are computed
+once per signature; the gang reservations rank each type's nodes once (they take no capacity);
+reclaim and preemption read few nodes (see `victim_search`). Objects made per pod or per running
+workload (`PodUse`, `Ask`, `Victim`) are named tuples or plain slotted classes: cheaper to build
+than frozen dataclasses. `bench/cycle_equivalence.py` holds any change of this code to the same
+decisions as another checkout's over the benchmark's pools.
 """
 
 from __future__ import annotations

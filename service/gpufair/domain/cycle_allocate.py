@@ -38,6 +38,10 @@ def allocate(state: CycleState, within_share: bool) -> None:
         book = state.books[name]
         position = cursor[name]
         bound = False
+        # Until this pop binds, neither the queue's book nor the capacity changes, so a
+        # workload of the same kind (shape, gang, types) and preemptibility fails as the
+        # first did: its outcome is reused, not recomputed.
+        failures: dict[tuple[int, bool], Failure] = {}
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
         while position < len(items):
@@ -46,17 +50,29 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 break
             item = items[position]
             position += 1
-            if not within_share and item.uid in state.claim_victims:
-                continue  # evicted for a claim that still stands (`cycle_claims`)
-            if not item.done and _try_bind(state, item, within_share, exclusion):
-                bound = True
-                break
+            if item.done or (not within_share and item.uid in state.claim_victims):
+                continue  # a claim that still stands keeps its victims out (`cycle_claims`)
+            key = (id(item.kind), item.workload.preemptible)
+            failure = failures.get(key)
+            if failure is None:
+                failure = _try_bind(state, item, within_share, exclusion)
+                if failure is None:
+                    bound = True
+                    break
+                failures[key] = failure
+            _note(item, within_share, failure)
         cursor[name] = position
         if bound and position < len(items):
             heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
 
 
-def _try_bind(state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion) -> bool:
+Failure = tuple[bool, PendingCode | None]  # no room on some type; the first cap met
+
+
+def _try_bind(
+    state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion
+) -> Failure | None:
+    """Bind `item` on its cheapest type that admits and fits it (None), or say why not."""
     workload = item.workload
     kind = item.kind
     pods_min = workload.gang_min_pods
@@ -80,9 +96,14 @@ def _try_bind(state: CycleState, item: Pending, within_share: bool, exclusion: E
             no_room = True
             continue
         state.bind(item, gpu_type, plan)
-        return True
+        return None
+    return (no_room, capped)
+
+
+def _note(item: Pending, within_share: bool, failure: Failure) -> None:
+    """The pending reason of a workload that did not bind in this pass."""
+    no_room, capped = failure
     if within_share:
         item.code = PendingCode.NO_CAPACITY if no_room else capped or item.code
     elif capped is not None and not no_room:
         item.code = capped  # a hard cap; a plain lack of room keeps the first pass's reason
-    return False

@@ -28,13 +28,17 @@ def honour_claims(state: CycleState) -> None:
         for item in items
         if item.uid in state.leaving_for or item.uid in state.standing_claims
     ]
+    # Free capacity only shrinks in this phase (what a claimant's victims hold is released
+    # only under a journal, and restored), so a kind that did not fit free capacity on a type
+    # does not fit it later in the phase: (GPU type, kind's memo key).
+    no_free_fit: set[tuple[object, ...]] = set()
     for item in state.in_queue_order(claimants):
         before_cu = item.book.allocated_cu
-        _serve(state, item)
+        _serve(state, item, no_free_fit)
         item.book.claimed_cu += item.book.allocated_cu - before_cu
 
 
-def _serve(state: CycleState, item: Pending) -> None:
+def _serve(state: CycleState, item: Pending, no_free_fit: set[tuple[object, ...]]) -> None:
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
     exclusion = Exclusion()
     allowed = {
@@ -44,10 +48,14 @@ def _serve(state: CycleState, item: Pending) -> None:
     for gpu_type in item.types:
         if allowed[gpu_type] < pods_min:
             continue
+        key = (gpu_type, item.kind.memo_key)
+        if key in no_free_fit:
+            continue
         plan = state.place(item, gpu_type, allowed[gpu_type], exclusion)
         if plan is not None:
             state.bind(item, gpu_type, plan)
             return
+        no_free_fit.add(key)
     leaving = state.leaving_for.get(item.uid)
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses

@@ -57,9 +57,10 @@ def commit(
         state.evicted.add(victim.uid)
         victim_book.remove(victim.cu, victim.gpus, victim.gpu_type, True)
         victim_book.evicted_cu += victim.cu
+        surplus_cu = victim_book.surplus_cu()
         for index in state.reclaim_index.values():
             index.remove(victim)
-            index.prune(victim.queue, victim_book.surplus_cu())
+            index.prune(victim.queue, surplus_cu)
         for budget_type, budget in state.budgets.items():
             budget.evicted(victim, budget_type)
         guarantee_index = state.guarantee_index.get(victim.gpu_type)

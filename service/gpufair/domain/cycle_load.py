@@ -5,6 +5,7 @@ priority class, highest first, then submit time)."""
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 from gpufair.domain.capacity import binding_gpus, uses_of
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
@@ -21,15 +22,17 @@ def load(state: CycleState) -> None:
 
 
 def load_running(state: CycleState) -> None:
+    capacity = state.capacity
+    books = state.books
     for allocation in state.snapshot.running:
         workload = allocation.workload
         if workload.uid in state.running:
             continue
-        uses = tuple(uses_of(state.capacity, workload, allocation.bindings))
-        gpus = sum(binding_gpus(binding) for binding in allocation.bindings)
+        uses = uses_of(capacity, workload, allocation.bindings)
+        gpus = sum([binding_gpus(binding) for binding in allocation.bindings])
         cu = gpus * state.weight(allocation.gpu_type)
-        state.capacity.take(uses)
-        book = state.books.get(workload.queue)
+        capacity.take(uses)
+        book = books.get(workload.queue)
         if book is not None:
             book.add(cu, gpus, allocation.gpu_type, workload.preemptible)
             book.allocated_cu_before += cu
@@ -43,7 +46,9 @@ def load_running(state: CycleState) -> None:
             gpus=gpus,
             gpu_type=allocation.gpu_type,
             uses=uses,
-            nodes=tuple(dict.fromkeys(use.node for use in uses)),
+            nodes=(uses[0].node,)
+            if len(uses) == 1
+            else tuple(dict.fromkeys(use.node for use in uses)),
         )
         state.running[workload.uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
 
@@ -72,11 +77,14 @@ def load_evicting(state: CycleState) -> None:
 def load_pending(state: CycleState) -> None:
     pool = state.pool.name
     seen = set(state.running)
+    books = state.books
+    queue_pending = state.queue_pending
     for workload in state.snapshot.pending:
-        if workload.uid in seen:
+        uid = workload.uid
+        if uid in seen:
             continue
-        seen.add(workload.uid)
-        book = state.books.get(workload.queue)
+        seen.add(uid)
+        book = books.get(workload.queue)
         if workload.pool != pool:
             state.reason(workload, PendingCode.OTHER_POOL, f"belongs to pool {workload.pool}")
             continue
@@ -94,15 +102,22 @@ def load_pending(state: CycleState) -> None:
         if not kind.types:
             state.reason(workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type")
             continue
-        order = (-workload.priority_class, workload.submit_time_s, workload.uid)
-        state.queue_pending.setdefault(workload.queue, []).append(
-            Pending(workload, book, kind, workload.uid, order)
-        )
-    for name, items in state.queue_pending.items():
-        items.sort(key=lambda item: item.order)
+        order = (-workload.priority_class, workload.submit_time_s, uid)
+        pending = Pending(workload, book, kind, uid, order)
+        items = queue_pending.get(book.name)
+        if items is None:
+            queue_pending[book.name] = [pending]
+        else:
+            items.append(pending)
+    by_order = attrgetter("order")
+    for name, items in queue_pending.items():
+        items.sort(key=by_order)
         suffix = [math.inf] * (len(items) + 1)
+        least = math.inf
         for position in range(len(items) - 1, -1, -1):
-            suffix[position] = min(suffix[position + 1], items[position].kind.min_cu)
+            min_cu = items[position].kind.min_cu
+            least = min(least, min_cu)
+            suffix[position] = least
         state.suffix_min_cu[name] = suffix
 
 

@@ -8,6 +8,7 @@ but no more beyond-fair-share work, so small jobs cannot keep refilling the hole
 
 from __future__ import annotations
 
+from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import PodShape, pods_fit, pods_fit_empty
 from gpufair.domain.snapshot import PendingCode, Reservation, ReservationKind
@@ -27,32 +28,64 @@ def reserve_for_long_waits(state: CycleState) -> None:
         and now_s - item.workload.submit_time_s >= after_s
     ]
     served: set[str] = set()
+    ranking = _Ranking(state.capacity)
     for item in state.in_queue_order(waiting):
         if item.book.name in served:
             continue
-        if reserve_gang(state, item):
+        if reserve_gang(state, item, ranking=ranking):
             served.add(item.book.name)
 
 
-def reserve_gang(state: CycleState, item: Pending, within_share: bool = True) -> bool:
+class _Ranking:
+    """The nodes of each GPU type freest first (most free GPUs, then index), computed once for
+    the phase: this phase marks nodes but takes no capacity, so free GPUs do not change."""
+
+    def __init__(self, capacity: Capacity) -> None:
+        self._capacity = capacity
+        self._ranked: dict[str, list[int]] = {}
+        self._position: dict[str, dict[int, int]] = {}
+
+    def ranked(self, gpu_type: str) -> list[int]:
+        found = self._ranked.get(gpu_type)
+        if found is None:
+            nodes = self._capacity.nodes
+            free = {index: nodes[index].free_gpus() for index in self._capacity.by_type[gpu_type]}
+            found = self._ranked[gpu_type] = sorted(free, key=lambda index: (-free[index], index))
+            self._position[gpu_type] = {index: rank for rank, index in enumerate(found)}
+        return found
+
+    def position(self, gpu_type: str) -> dict[int, int]:
+        self.ranked(gpu_type)
+        return self._position[gpu_type]
+
+
+def reserve_gang(
+    state: CycleState, item: Pending, within_share: bool = True, ranking: _Ranking | None = None
+) -> bool:
     """Reserve for `item` the nodes that, emptied, would hold its gang; `within_share` False
-    checks only its queue's limits (a gang admitted beyond its share, `cycle_entitlement`)."""
+    checks only its queue's limits (a gang admitted beyond its share, `cycle_entitlement`).
+    `ranking` is the phase's node order, when the caller keeps one over several gangs."""
+    if ranking is None:
+        ranking = _Ranking(state.capacity)
     workload = item.workload
     pods = workload.gang_min_pods
     capacity = state.capacity
+    held = state.gang_held
     for gpu_type in item.types:
         if state.pods_allowed(item, gpu_type, within_share) < pods:
             continue
-        usable = [index for index in capacity.by_type[gpu_type] if index not in state.gang_held]
-        groups: list[list[int]] = [usable]
+        # Each group freest first.
+        groups: list[list[int]]
         if workload.topology is not None and workload.topology.required:
-            allowed = set(usable)
+            position = ranking.position(gpu_type)
             groups = [
-                [index for index in members if index in allowed]
+                sorted((index for index in members if index not in held), key=position.__getitem__)
                 for _, members in sorted(
                     capacity.domains(workload.topology.level).get(gpu_type, {}).items()
                 )
             ]
+        else:
+            groups = [[index for index in ranking.ranked(gpu_type) if index not in held]]
         chosen = _fullest_hole(state, groups, item.shape, pods)
         if chosen is None:
             continue
@@ -74,15 +107,15 @@ def _fullest_hole(
     state: CycleState, groups: list[list[int]], shape: PodShape, pods: int
 ) -> list[int] | None:
     """The nodes with the most free GPUs that, emptied, hold the gang; in the group (domain)
-    where they are freest. Most-free-first keeps the choice stable while the hole drains."""
+    where they are freest. Most-free-first keeps the choice stable while the hole drains.
+    Each group comes freest first."""
     best: tuple[float, list[int]] | None = None
     nodes = state.capacity.nodes
     for group in groups:
-        ranked = sorted(group, key=lambda index: (-nodes[index].free_gpus(), index))
         chosen: list[int] = []
         room = 0
         free = 0.0
-        for index in ranked:
+        for index in group:
             node = nodes[index]
             size = pods_fit_empty(node, shape)
             if size <= 0:

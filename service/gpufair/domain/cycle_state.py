@@ -83,9 +83,10 @@ class Pending:
         return self.kind.min_cu
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Running:
-    """A running workload: what it holds (as a possible victim) and whether it may be evicted."""
+    """A running workload: what it holds (as a possible victim) and whether it may be evicted.
+    Never changed once made (not frozen, like `Victim`: one per running workload)."""
 
     victim: Victim
     preemptible: bool
@@ -198,7 +199,17 @@ class CycleState:
 
     def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
         """`wanted`, ordered by their queues' current order, then inside each queue."""
-        return sorted(wanted, key=lambda item: (self.queue_key(item.book.name, 0)[:2], item.order))
+        heads: dict[str, tuple[int, float]] = {}  # per queue: its tier and ratio, read once
+
+        def key(item: Pending) -> tuple[tuple[int, float], tuple[int, float, str]]:
+            name = item.book.name
+            head = heads.get(name)
+            if head is None:
+                book = item.book
+                head = heads[name] = (-book.tier, book.ratio())
+            return (head, item.order)
+
+        return sorted(wanted, key=key)
 
     # -- placing, binding and holding -------------------------------------------------------
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse
 from gpufair.domain.model import (
@@ -55,6 +56,15 @@ class PodShape:
     gpus_per_pod: float
     cpu_millicores: int
     memory_mib: int
+    # Derived once (placement reads them in its innermost loops): GPUs per pod for whole-GPU
+    # pods (0 for shared or GPU-less pods), and whether a pod takes part of one GPU.
+    whole_gpus: int = field(init=False, compare=False, repr=False)
+    shares_gpu: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gpus = self.gpus_per_pod
+        object.__setattr__(self, "whole_gpus", round(gpus) if gpus >= 1.0 else 0)
+        object.__setattr__(self, "shares_gpu", 0.0 < gpus < 1.0)
 
     @staticmethod
     def of(workload: Workload) -> PodShape:
@@ -62,19 +72,10 @@ class PodShape:
             workload.gpus_per_pod, workload.cpu_millicores_per_pod, workload.memory_mib_per_pod
         )
 
-    @property
-    def whole_gpus(self) -> int:
-        """GPUs per pod for whole-GPU pods (0 for shared or GPU-less pods)."""
-        return round(self.gpus_per_pod) if self.gpus_per_pod >= 1.0 else 0
 
-    @property
-    def shares_gpu(self) -> bool:
-        return 0.0 < self.gpus_per_pod < 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """A placement request: `pods_min` to `pods_max` pods of `shape`, all on `gpu_type`."""
+class Ask(NamedTuple):
+    """A placement request: `pods_min` to `pods_max` pods of `shape`, all on `gpu_type`. A named
+    tuple: the cycle makes one per placement it tries."""
 
     shape: PodShape
     gpu_type: str
@@ -103,6 +104,11 @@ class Exclusion:
         if holder is not None and holder != self.owner:
             return True
         return self.beyond_share and node in self.gang_held
+
+    def blocks_any(self) -> bool:
+        """False when `blocks` is false for every node now, so hot loops may skip it; True
+        means it may be true for some (held nodes, even if only for the owner)."""
+        return bool(self.held) or (self.beyond_share and bool(self.gang_held))
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +327,9 @@ def _fill(
     spread = strategy is PlacementStrategy.SPREAD
     chosen: list[tuple[NodeState, int]] = []
     total = 0
+    blocking = exclusion.blocks_any()
     for index in order:
-        if exclusion.blocks(index):
+        if blocking and exclusion.blocks(index):
             continue
         state = capacity.nodes[index]
         fits = pods_fit(state, shape)

@@ -57,9 +57,11 @@ from gpufair.domain.placement import (
 )
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Victim:
-    """A running workload that may be evicted, with what it holds (compared by identity)."""
+    """A running workload that may be evicted, with what it holds (compared by identity).
+    Never changed once made; not a frozen dataclass only because the cycle makes one per
+    running workload, and a frozen one takes three times as long to build."""
 
     uid: str
     queue: str
@@ -389,6 +391,10 @@ def _search(
         plan = place(capacity, ask, strategy, exclusion)
         if plan is None:
             return None
+        if len(chosen) == 1 and subset is None:
+            # The search began because the type's free pods fell short: without its one
+            # victim, nothing fits (a domain search may find room outside its domain instead).
+            return Selection((chosen[0],), plan)
         needed: list[Victim] = []
         for victim in reversed(chosen):
             capacity.take(victim.uses, trial)
@@ -425,9 +431,10 @@ def _greedy(
     floors = index.floor_on_node
     nodes = capacity.nodes
     members = None if subset is None else set(subset)
+    blocking = exclusion.blocks_any()
 
     def usable(node: int) -> bool:
-        return (members is None or node in members) and not exclusion.blocks(node)
+        return (members is None or node in members) and not (blocking and exclusion.blocks(node))
 
     # Pods that fit now: the total from the memo, per node on first need (and always before
     # the node changes, so every change is counted exactly once).
@@ -446,38 +453,54 @@ def _greedy(
         total = sum(fit_now(node) for node in subset)
     released: set[str] = set()
     chosen: list[Victim] = []
+    whole = shape.whole_gpus
+    below = budget.below_priority_class
+    cu_left, gpus_left = budget.cu_left, budget.gpus_left
 
     def option(node: int) -> tuple[Key, list[Victim]] | None:
         state = nodes[node]
         used = state.gpu_used.copy()
+        free_whole = state.free_whole  # GPUs of `used` at most EPS, kept as victims go
         cpu, memory = state.cpu_free, state.memory_free
         now = fit_now(node)
         spent_cu: dict[str, float] = {}
         spent_gpus: dict[str, float] = {}
         prefix: list[Victim] = []
         cost = 0.0
+        top_tier = -_NEVER
         for victim in on_node.get(node, ()):
-            if victim.uid in released or not budget.allows(
-                victim, spent_cu.get(victim.queue, 0.0), spent_gpus.get(victim.queue, 0.0)
-            ):
+            if victim.uid in released or (below is not None and victim.priority_class >= below):
                 continue
+            queue = victim.queue
+            if victim.cu > cu_left.get(queue, 0.0) - spent_cu.get(queue, 0.0) + EPS or (
+                victim.gpus > gpus_left.get(queue, math.inf) - spent_gpus.get(queue, 0.0) + EPS
+            ):
+                continue  # `VictimBudget.allows`, inline: the innermost loop of the search
             prefix.append(victim)
             cost += victim.cu
+            top_tier = max(top_tier, victim.tier)
             spent_cu[victim.queue] = spent_cu.get(victim.queue, 0.0) + victim.cu
             spent_gpus[victim.queue] = spent_gpus.get(victim.queue, 0.0) + victim.gpus
             for use in victim.uses:
                 if use.node == node:
+                    amount = use.gpu_amount
                     for gpu in use.gpu_indices:
-                        used[gpu] -= use.gpu_amount
+                        before = used[gpu]
+                        after = used[gpu] = before - amount
+                        if before > EPS and after <= EPS:
+                            free_whole += 1
+                        elif before <= EPS and after > EPS:
+                            free_whole -= 1
                     cpu += use.cpu_millicores
                     memory += use.memory_mib
-            free_whole = sum(1 for amount in used if amount <= EPS)
+            if whole and free_whole // whole <= now:
+                continue  # no more whole-GPU pods than now, whatever CPU and memory say
             gained = fit_on(used, free_whole, cpu, memory, shape) - now
             if gained > 0:
                 # Ties on tier and cost go to the option whose first victim is preferred
                 # (lower priority class, then most recent): the order victims are listed in.
                 key = (
-                    max(v.tier for v in prefix),
+                    top_tier,
                     cost / gained,
                     prefix[0].priority_class,
                     -prefix[0].started_at_s,
@@ -486,7 +509,6 @@ def _greedy(
                 return key, prefix
         return None
 
-    whole = shape.whole_gpus
     # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
     per_pod = float(whole) if whole else shape.gpus_per_pod if shape.shares_gpu else 0.0
     partial = capacity.partial_nodes(ask.gpu_type)
@@ -521,15 +543,21 @@ def _greedy(
     walk: Iterator[WalkKey] | None = None
     if subset is None and per_pod > 0.0:
         # Nodes with some room and victims enter directly (their bound is below the walk's);
-        # read from whichever of the two sets is smaller.
-        if len(floors) <= _FEW_NODES:
-            starts = {node for node in floors if nodes[node].free_whole > 0}
-        else:
-            starts = set()
-            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1):
-                starts.update(capacity.bucket(ask.gpu_type, free))
+        # read from whichever of the two sets is smaller (a node without victims has no bound).
+        rooms = [
+            capacity.bucket(ask.gpu_type, free)
+            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
+        ]
         if not whole:
-            starts.update(partial)
+            rooms.append(partial)
+        if len(floors) <= _FEW_NODES or len(floors) <= sum(len(room) for room in rooms):
+            starts = {
+                node
+                for node in floors
+                if nodes[node].free_whole > 0 or (not whole and node in partial)
+            }
+        else:
+            starts = {node for room in rooms for node in room if node in floors}
         walk = (
             entry
             for entry in index.walk_order(whole > 0)

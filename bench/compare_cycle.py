@@ -1,0 +1,76 @@
+"""The cycle benchmark for several checkouts side by side, in one run: each round runs
+`bench_cycle.py --json` once per checkout, one after the other, so all of them see the same
+machine load; medians are taken over every cycle of every round.
+
+Run from the repository root, e.g. the code before issue 14, main, and this checkout:
+
+    python bench/compare_cycle.py --trees OLD,MAIN,. --mix steady,next,scrambled --sizes 1000,4000
+
+Each checkout's code is imported from `TREE/service`; the pools are built by this checkout's
+`bench_cycle.py`, so every version decides over the same snapshots. Prints one Markdown row per
+mix, size and checkout: wall and CPU medians, and each median's ratio to the first checkout's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent / "bench_cycle.py"
+
+
+def run(tree: str, mix: str, size: int, repeats: int) -> dict[str, object]:
+    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"))
+    command = [sys.executable, str(BENCH), "--json", "--mix", mix, "--sizes", str(size)]
+    command += ["--repeats", str(repeats)]
+    output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    line: dict[str, object] = json.loads(output.strip().splitlines()[-1])
+    return line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", required=True, help="checkout roots, comma-separated")
+    parser.add_argument("--mix", default="steady,next,scrambled")
+    parser.add_argument("--sizes", default="1000,4000")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of one run per checkout")
+    parser.add_argument("--repeats", type=int, default=3, help="timed cycles per run")
+    args = parser.parse_args()
+    trees = args.trees.split(",")
+    print(
+        "| mix | nodes | code | cycles | wall median s | CPU median s | CPU ratio | wall ratio "
+        "| binds / evictions / holds |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+    for mix in args.mix.split(","):
+        for size in (int(s) for s in args.sizes.split(",")):
+            wall: dict[str, list[float]] = {tree: [] for tree in trees}
+            cpu: dict[str, list[float]] = {tree: [] for tree in trees}
+            decisions: dict[str, object] = {}
+            for _ in range(args.rounds):
+                for tree in trees:
+                    line = run(tree, mix, size, args.repeats)
+                    wall[tree] += line["wall_s"]  # type: ignore[arg-type]
+                    cpu[tree] += line["cpu_s"]  # type: ignore[arg-type]
+                    decisions[tree] = line["decisions"]
+            first_cpu = statistics.median(cpu[trees[0]])
+            first_wall = statistics.median(wall[trees[0]])
+            for tree in trees:
+                cpu_median = statistics.median(cpu[tree])
+                wall_median = statistics.median(wall[tree])
+                binds, evicts, holds = decisions[tree]  # type: ignore[misc]
+                print(
+                    f"| {mix} | {size:,} | {tree} | {len(cpu[tree])} | {wall_median:.3f} | "
+                    f"{cpu_median:.3f} | {cpu_median / first_cpu:.2f} | "
+                    f"{wall_median / first_wall:.2f} | {binds:,} / {evicts:,} / {holds:,} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
