@@ -8,6 +8,12 @@ placement never scans every node:
 - `bucket(gpu_type, free_whole)`: the nodes of a type with exactly that many untouched GPUs;
 - `partial_nodes(gpu_type)`: the nodes with a GPU partly used by fractional pods.
 
+Partitions (`domain/partition_geometry.py`): a GPU holding MIG-style instances keeps their slice
+masks in `NodeState.slices` and counts as fully used (`gpu_used == 1.0`) for every other kind of
+pod, so whole-GPU and plain shared pods never land on it and a partition never lands on a GPU
+they use; it returns to 0.0 when its last instance leaves. Nodes that never held a partition
+carry `slices = None`, and pods without a partition never look at it.
+
 Trials (reclaim's "release these victims and see") write a `Journal`: the first time a trial
 touches a node its prior state is saved, and `restore` puts it back exactly, so no floating-point
 residue from add-then-subtract ever leaks into the real state.
@@ -19,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.model import Node, PodBinding, Workload
+from gpufair.domain.partition_geometry import Geometry
 
 # Tolerance for comparing GPU fractions and CU: sums of fractions such as 0.1 + 0.2 are inexact.
 EPS = 1e-9
@@ -33,6 +40,10 @@ class PodUse:
     gpu_amount: float
     cpu_millicores: int
     memory_mib: int
+    slice_mask: int = 0  # a partition: the slices it covers on gpu_indices[0]
+
+
+_NO_GEOMETRY: Mapping[str, Geometry] = {}
 
 
 class NodeState:
@@ -42,6 +53,7 @@ class NodeState:
         "cpu_free",
         "cpu_total",
         "free_whole",
+        "geometry",
         "gpu_count",
         "gpu_type",
         "gpu_used",
@@ -50,9 +62,12 @@ class NodeState:
         "memory_free",
         "memory_total",
         "name",
+        "slices",
     )
 
-    def __init__(self, index: int, node: Node) -> None:
+    def __init__(
+        self, index: int, node: Node, geometry: Mapping[str, Geometry] = _NO_GEOMETRY
+    ) -> None:
         self.index = index
         self.name = node.name
         self.gpu_type = node.gpu_type
@@ -64,6 +79,8 @@ class NodeState:
         self.cpu_free = node.cpu_millicores
         self.memory_total = node.memory_mib
         self.memory_free = node.memory_mib
+        self.geometry = geometry  # partition profiles of its GPU type, by name
+        self.slices: list[int] | None = None  # per GPU, slices held by partitions
 
     def free_gpus(self) -> float:
         """Free GPU capacity in GPUs, counting the unused part of shared GPUs."""
@@ -76,14 +93,18 @@ class Journal:
     __slots__ = ("nodes", "version")
 
     def __init__(self) -> None:
-        self.nodes: dict[int, tuple[list[float], int, int]] = {}
+        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None]] = {}
         self.version: int | None = None
 
 
 class Capacity:
     """Free capacity of the ready nodes of one pool, indexed by GPU type and free GPUs."""
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        geometry: Mapping[str, Mapping[str, Geometry]] | None = None,
+    ) -> None:
         self.nodes: list[NodeState] = []
         self.index_of: dict[str, int] = {}
         self.by_type: dict[str, list[int]] = {}
@@ -102,7 +123,8 @@ class Capacity:
         for node in nodes:
             if node.name in self.index_of:
                 continue  # a duplicate name would double-count one machine
-            state = NodeState(len(self.nodes), node)
+            shapes = geometry.get(node.gpu_type, _NO_GEOMETRY) if geometry else _NO_GEOMETRY
+            state = NodeState(len(self.nodes), node, shapes)
             self.index_of[node.name] = state.index
             self.nodes.append(state)
             self.by_type.setdefault(node.gpu_type, []).append(state.index)
@@ -142,9 +164,10 @@ class Capacity:
 
     def restore(self, journal: Journal) -> None:
         """Undo every change recorded in `journal` since it was empty."""
-        for index, (used, cpu_free, memory_free) in journal.nodes.items():
+        for index, (used, cpu_free, memory_free, slices) in journal.nodes.items():
             state = self.nodes[index]
             state.gpu_used = used
+            state.slices = slices
             state.cpu_free = cpu_free
             state.memory_free = memory_free
             self._reindex(state)
@@ -164,15 +187,20 @@ class Capacity:
         for use in uses:
             state = self.nodes[use.node]
             if journal is not None and use.node not in journal.nodes:
+                slices = state.slices
                 journal.nodes[use.node] = (
                     state.gpu_used.copy(),
                     state.cpu_free,
                     state.memory_free,
+                    None if slices is None else slices.copy(),
                 )
-            amount = sign * use.gpu_amount
-            used = state.gpu_used
-            for gpu in use.gpu_indices:
-                used[gpu] += amount
+            if use.slice_mask:
+                _apply_partition(state, use, sign)
+            else:
+                amount = sign * use.gpu_amount
+                used = state.gpu_used
+                for gpu in use.gpu_indices:
+                    used[gpu] += amount
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
             touched[use.node] = state
@@ -201,16 +229,35 @@ class Capacity:
             partial_nodes.pop(state.index, None)
 
 
+def _apply_partition(state: NodeState, use: PodUse, sign: int) -> None:
+    """Take (`sign` 1) or give back (-1) a partition's slices; see the module docstring."""
+    slices = state.slices
+    if slices is None:
+        slices = state.slices = [0] * state.gpu_count
+    gpu = use.gpu_indices[0]
+    slices[gpu] = slices[gpu] | use.slice_mask if sign > 0 else slices[gpu] & ~use.slice_mask
+    state.gpu_used[gpu] = 1.0 if slices[gpu] else 0.0
+
+
 def uses_of(
     capacity: Capacity, workload: Workload, bindings: Iterable[PodBinding]
 ) -> Iterator[PodUse]:
     """What a workload's bindings hold on the capacity's nodes. Bindings on nodes that are not
-    there (not ready, other pool) hold nothing here; GPU indices beyond the node are ignored."""
+    there (not ready, other pool) hold nothing here; GPU indices beyond the node are ignored.
+    A partition the batch system reported without its start is put where placement would put
+    it now (the highest free start): its slices are held either way."""
+    claimed: dict[tuple[int, int], int] = {}
     for binding in bindings:
         index = capacity.index_of.get(binding.node)
         if index is None:
             continue
-        count = capacity.nodes[index].gpu_count
+        state = capacity.nodes[index]
+        count = state.gpu_count
+        if workload.partition_profile and binding.gpu_indices:
+            use = _partition_use(state, workload, binding, claimed)
+            if use is not None:
+                yield use
+                continue
         shared = binding.gpu_fraction < 1.0
         gpus = binding.gpu_indices[:1] if shared else binding.gpu_indices
         yield PodUse(
@@ -220,6 +267,32 @@ def uses_of(
             workload.cpu_millicores_per_pod,
             workload.memory_mib_per_pod,
         )
+
+
+def _partition_use(
+    state: NodeState, workload: Workload, binding: PodBinding, claimed: dict[tuple[int, int], int]
+) -> PodUse | None:
+    """The slices a running partition holds; None when its node's type lacks the profile (it
+    then holds its fraction like a plain share)."""
+    shape = state.geometry.get(workload.partition_profile)
+    gpu = binding.gpu_indices[0]
+    if shape is None or not 0 <= gpu < state.gpu_count:
+        return None
+    occupied = claimed.get((state.index, gpu), 0)
+    if state.slices is not None:
+        occupied |= state.slices[gpu]
+    mask = shape.mask_at(binding.partition_start) if binding.partition_start is not None else 0
+    if not mask:
+        mask = shape.first_fit(occupied) or shape.masks[-1]
+    claimed[(state.index, gpu)] = occupied | mask
+    return PodUse(
+        state.index,
+        (gpu,),
+        shape.gpu_fraction,
+        workload.cpu_millicores_per_pod,
+        workload.memory_mib_per_pod,
+        mask,
+    )
 
 
 def binding_gpus(binding: PodBinding) -> float:

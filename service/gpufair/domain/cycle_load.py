@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from gpufair.domain import cu_request
 from gpufair.domain.capacity import binding_gpus, uses_of
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.model import Workload
@@ -72,7 +73,8 @@ def load_evicting(state: CycleState) -> None:
 def load_pending(state: CycleState) -> None:
     pool = state.pool.name
     seen = set(state.running)
-    for workload in state.snapshot.pending:
+    for submitted in state.snapshot.pending:
+        workload = submitted
         if workload.uid in seen:
             continue
         seen.add(workload.uid)
@@ -87,6 +89,8 @@ def load_pending(state: CycleState) -> None:
                 f"queue {workload.queue} is not a leaf queue of pool {pool}",
             )
             continue
+        if submitted.compute_units > 0.0:
+            workload = cu_request_for_cycle(state, submitted)
         kind = kind_of(state, workload)
         if kind.rejection is not None:
             state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
@@ -117,6 +121,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
         workload.cpu_millicores_per_pod,
         workload.memory_mib_per_pod,
         workload.topology,
+        workload.partition_profile,
     )
     found = state.kinds.get(signature)
     if found is None:
@@ -131,6 +136,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             shape.memory_mib,
             workload.gang_min_pods,
             None if topology is None else (topology.level, topology.required),
+            shape.profile,
         )
         found = Kind(
             rejection_in(workload, state.gpu_types, state.pool_room),
@@ -142,3 +148,25 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
         )
         state.kinds[signature] = found
     return found
+
+
+def cu_request_for_cycle(state: CycleState, workload: Workload) -> Workload:
+    """The gang that serves a compute-unit request this cycle (`domain/cu_request.py`): the
+    best option whose GPUs are free, counting down those taken by the requests resolved before
+    it; else the best the pool could ever hold; else the best (which never fits)."""
+    choices = cu_request.options(workload, state.gpu_types, tuple(state.capacity.by_type))
+    if not choices:
+        return workload  # never fits; `kind_of` says why
+    free = state.cu_free_gpus
+    if not free:
+        free.update(state.capacity.free_whole_by_type)
+    possible = []
+    for option in choices:
+        candidate = cu_request.concrete(workload, option)
+        if rejection_in(candidate, state.gpu_types, state.pool_room) is not None:
+            continue
+        if free[option.gpu_type] >= option.gpus - 1e-9:
+            free[option.gpu_type] -= option.gpus
+            return candidate
+        possible.append(candidate)
+    return possible[0] if possible else workload

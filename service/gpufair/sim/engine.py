@@ -201,7 +201,13 @@ class _Pool:
 
     def adequate(self, workload: Workload) -> tuple[str, ...]:
         """The pool's GPU types that serve `workload`, cheapest first (`placement`)."""
-        key = (workload.allowed_gpu_types, workload.min_gpu_memory_gib, workload.gpus_per_pod)
+        key = (
+            workload.allowed_gpu_types,
+            workload.min_gpu_memory_gib,
+            workload.gpus_per_pod,
+            workload.partition_profile,
+            workload.compute_units,
+        )
         types = self.types_memo.get(key)
         if types is None:
             types = adequate_types(workload, self.types_by_name, self.present)
@@ -483,6 +489,7 @@ class Simulation:
             ((j.workload.queue, j.gpu_type, j.gpus) for j in pool.running.values()),
             (j.workload for uid, j in pool.pending.items() if uid not in pool.hopeless),
             pool.cheapest_type,
+            {name: gpu_type.compute_weight for name, gpu_type in pool.types_by_name.items()},
         )
 
     # -- the cycle ----------------------------------------------------------------------------
