@@ -32,9 +32,6 @@ from dataclasses import dataclass
 
 from gpufair.domain.model import GpuType, PartitionProfile
 
-# Masks are Python ints; the limit keeps them small and the config readable.
-MAX_MEMORY_SLICES = 32
-
 
 @dataclass(frozen=True, slots=True)
 class Geometry:

@@ -41,6 +41,19 @@ def release_expired_binds(conn: Connection, pool: str, now_s: float) -> int:
     return result.rowcount or 0
 
 
+def _pod_json(binding: PodBinding) -> dict[str, Any]:
+    """One bound pod as stored; a partition's start only when there is one."""
+    found: dict[str, Any] = {
+        "pod_index": binding.pod_index,
+        "node": binding.node,
+        "gpu_indices": list(binding.gpu_indices),
+        "gpu_fraction": binding.gpu_fraction,
+    }
+    if binding.partition_start is not None:
+        found["partition_start"] = binding.partition_start
+    return found
+
+
 def _bindings(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
     return tuple(
         PodBinding(
@@ -48,6 +61,7 @@ def _bindings(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
             node=p["node"],
             gpu_indices=tuple(p["gpu_indices"]),
             gpu_fraction=p.get("gpu_fraction", 1.0),
+            partition_start=p.get("partition_start"),
         )
         for i, p in enumerate(pods)
     )
@@ -195,15 +209,7 @@ def record_cycle(
                                 "binding": {
                                     "gpu_type": b.gpu_type,
                                     "cycle_id": cycle_id,
-                                    "pods": [
-                                        {
-                                            "pod_index": p.pod_index,
-                                            "node": p.node,
-                                            "gpu_indices": list(p.gpu_indices),
-                                            "gpu_fraction": p.gpu_fraction,
-                                        }
-                                        for p in b.bindings
-                                    ],
+                                    "pods": [_pod_json(p) for p in b.bindings],
                                 },
                             }
                             for b in result.binds
