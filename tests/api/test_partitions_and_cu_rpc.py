@@ -9,8 +9,9 @@ import grpc
 import pytest
 from sqlalchemy import Engine
 
-from gpufair.client import GpufairClient, field_violations
+from gpufair.client import GpufairClient, field_violations, started
 from gpufair.config_file import parse_config
+from gpufair.v1 import ledger_pb2
 from gpufair.v1 import scheduler_pb2 as pb
 
 MIG = [
@@ -167,3 +168,31 @@ def test_profile_geometry_is_checked_with_the_config(client: GpufairClient) -> N
         ("3g.40gb", 4, [0, 4]),
         ("4g.40gb", 4, [0]),
     ]
+
+
+def test_a_started_event_says_where_the_instances_really_are(client: GpufairClient) -> None:
+    """The batch system put the three 1g instances at slices 0-2 instead of the bound 6-4: the
+    ledger keeps the starts it reported, so a 4g (only at slice 0) must open GPU 1."""
+    client.apply_config(parse_config(CONFIG))
+    submit(
+        client,
+        pb.Workload(uid="small", queue="team", pool="main", pods=3, partition_profile="1g.10gb"),
+    )
+    binds = schedule(client)
+    assert [p.partition_start for p in binds["small"].pods] == [6, 5, 4]
+    moved = [
+        ledger_pb2.EventPod(node="a1", gpu_indices=[0], gpu_fraction=1 / 7, partition_start=s)
+        for s in (0, 1, 2)
+    ]
+    reply = client.report_events([started("small", moved)])
+    assert [r.status for r in reply.results] == [ledger_pb2.EVENT_STATUS_STORED]
+    submit(
+        client,
+        pb.Workload(uid="four", queue="team", pool="main", pods=1, partition_profile="4g.40gb"),
+    )
+    binds = schedule(client)
+    assert instances(binds["four"]) == [("a1", 1, 0, round(4 / 7, 6))]
+    # A start outside the GPU's slices is refused with the reason.
+    bad = ledger_pb2.EventPod(node="a1", gpu_indices=[1], gpu_fraction=4 / 7, partition_start=40)
+    reply = client.report_events([started("four", [bad])])
+    assert "partition_start must be in [0, 31]" in reply.results[0].error
