@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from cycle_builders import POOL, V100, node, queue
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
@@ -19,7 +20,6 @@ from gpufair.domain.partition_geometry import MIG_80GB_PROFILES, geometry
 from gpufair.domain.partitions import with_profile_share
 from gpufair.domain.placement import never_fits
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, PendingCode
-from tests.domain.cycle_builders import POOL, V100, node, queue
 
 A100_MIG = GpuType("a100-80gb", 80, 10, MIG_80GB_PROFILES)
 H100_MIG = GpuType("h100-80gb", 80, 20, MIG_80GB_PROFILES)
