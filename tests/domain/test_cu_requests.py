@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from gpufair.domain.cu_request import options
-from gpufair.domain.cycle import run_cycle
-from gpufair.domain.demand import queue_demands
-from gpufair.domain.model import Allocation, PodBinding, Workload
-from gpufair.domain.placement import adequate_types, never_fits
-from gpufair.domain.snapshot import CycleResult, PendingCode
-from tests.domain.cycle_builders import (
+from cycle_builders import (
     A100,
     GPU_TYPES,
     POOL,
@@ -20,6 +13,13 @@ from tests.domain.cycle_builders import (
     queue,
     snapshot,
 )
+
+from gpufair.domain.cu_request import options
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.demand import queue_demands
+from gpufair.domain.model import Allocation, PodBinding, Workload
+from gpufair.domain.placement import adequate_types, never_fits
+from gpufair.domain.snapshot import CycleResult, PendingCode
 
 TYPES = {t.name: t for t in GPU_TYPES}
 PRESENT = ("a100-80gb", "v100-16gb", "rtx4090-24gb")
@@ -119,3 +119,11 @@ def test_waiting_request_is_demand_on_its_cheapest_option() -> None:
         {t.name: t.compute_weight for t in GPU_TYPES},
     )
     assert dict(demands["team"].pending_gpus_by_type) == {"rtx4090-24gb": pytest.approx(10.0)}
+
+
+def test_a_type_limit_of_the_queue_moves_the_request_to_the_next_option() -> None:
+    nodes = [node("r1", RTX4090, 8), node("r2", RTX4090, 8), node("a1", A100, 8)]
+    capped = queue("team", 100, limit_gpus_by_type={"rtx4090-24gb": 4})
+    result = run_cycle(snapshot(nodes, [capped], {"team": 100.0}, pending=[cu_job("j", 20)]))
+    # Ten RTX 4090s would pass the queue's limit of four: two A100s serve the 20 CU instead.
+    assert chosen(result, "j") == ("a100-80gb", 2, pytest.approx(20.0))

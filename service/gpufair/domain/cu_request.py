@@ -13,10 +13,12 @@ compute charged to the queue), then by the usual type order (lower weight, less 
 1 × A100 (10).
 
 **When it is decided.** Each cycle turns the request into a concrete workload before it is
-queued: the first option whose type has `gpus_t` untouched GPUs free when the cycle starts (less
-those the requests resolved before it in the same cycle chose, in snapshot order), else
-the first option the pool could ever hold (so reclaim works for it on that type), else the first
-option (then the workload never fits, with the reason of its cheapest option). From there it is
+queued (`cycle_load`): the first option that the queue's limits allow (its `limit_cu`, its
+`limit_gpus_by_type` and those of the queues above it) and whose type has `gpus_t` untouched GPUs
+free when the cycle starts (less those the requests resolved before it in the same cycle chose,
+in snapshot order); else the first option the limits allow and the pool could ever hold (so
+reclaim works for it on that type); else the first the pool could hold; else the first option
+(then the workload never fits, with the reason of its cheapest option). From there it is
 an ordinary gang of `gpus_t / gpus_per_pod` pods on type `t`: fair share, limits, reclaim and
 preemption see exactly that, and the bind (gpu_type, pods, cu) says what was chosen. The ledger
 counts what runs, so usage is the CU given.

@@ -11,6 +11,7 @@ from gpufair.domain.capacity import binding_gpus, uses_of
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
+from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import PendingCode
 from gpufair.domain.victim_search import Victim
 
@@ -90,7 +91,7 @@ def load_pending(state: CycleState) -> None:
             )
             continue
         if submitted.compute_units > 0.0:
-            workload = cu_request_for_cycle(state, submitted)
+            workload = cu_request_for_cycle(state, submitted, book)
         kind = kind_of(state, workload)
         if kind.rejection is not None:
             state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
@@ -150,23 +151,32 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
     return found
 
 
-def cu_request_for_cycle(state: CycleState, workload: Workload) -> Workload:
+def cu_request_for_cycle(state: CycleState, workload: Workload, book: QueueBook) -> Workload:
     """The gang that serves a compute-unit request this cycle (`domain/cu_request.py`): the
-    best option whose GPUs are free, counting down those taken by the requests resolved before
-    it; else the best the pool could ever hold; else the best (which never fits)."""
+    best option whose GPUs are free and that the queue's limits allow, counting down the GPUs
+    taken by the requests resolved before it; else the best the pool could ever hold and the
+    limits allow; else the best the pool could hold; else the best (which never fits)."""
     choices = cu_request.options(workload, state.gpu_types, tuple(state.capacity.by_type))
     if not choices:
         return workload  # never fits; `kind_of` says why
     free = state.cu_free_gpus
     if not free:
         free.update(state.capacity.free_whole_by_type)
-    possible = []
+    allowed: list[Workload] = []
+    possible: list[Workload] = []
     for option in choices:
         candidate = cu_request.concrete(workload, option)
         if rejection_in(candidate, state.gpu_types, state.pool_room) is not None:
             continue
+        possible.append(candidate)
+        cu_per_pod = option.gpus_per_pod * state.weight(option.gpu_type)
+        pods, _ = book.max_pods(
+            cu_per_pod, option.gpus_per_pod, option.gpu_type, workload.preemptible, False
+        )
+        if pods < option.pods:
+            continue  # a limit of the queue (or above it) rules this type out
         if free[option.gpu_type] >= option.gpus - 1e-9:
             free[option.gpu_type] -= option.gpus
             return candidate
-        possible.append(candidate)
-    return possible[0] if possible else workload
+        allowed.append(candidate)
+    return (allowed or possible or [workload])[0]
