@@ -6,7 +6,8 @@ fraction of each GPU, free CPU millicores and free memory MiB, and keeps two ind
 placement never scans every node:
 
 - `bucket(gpu_type, free_whole)`: the nodes of a type with exactly that many untouched GPUs;
-- `partial_nodes(gpu_type)`: the nodes with a GPU partly used by fractional pods.
+- `partial_nodes(gpu_type)`: the nodes with a GPU partly used by fractional pods;
+- `partitioned_nodes(gpu_type)`: the nodes with a GPU holding partitions.
 
 Partitions (`domain/partition_geometry.py`): a GPU holding MIG-style instances keeps their slice
 masks in `NodeState.slices` and counts as fully used (`gpu_used == 1.0`) for every other kind of
@@ -112,6 +113,7 @@ class Capacity:
         # bucket[type][k]: nodes with exactly k untouched GPUs (a dict used as an ordered set).
         self._buckets: dict[str, list[dict[int, None]]] = {}
         self._partial: dict[str, dict[int, None]] = {}
+        self._partitioned: dict[str, dict[int, None]] = {}
         self.free_whole_by_type: dict[str, int] = {}
         self._domains: dict[str, dict[str, dict[str, list[int]]]] = {}
         # `version` names the current state: every change gets a fresh number, and `restore`
@@ -135,6 +137,7 @@ class Capacity:
                 buckets[self.nodes[index].gpu_count][index] = None
             self._buckets[gpu_type] = buckets
             self._partial[gpu_type] = {}
+            self._partitioned[gpu_type] = {}
             self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
 
     def bucket(self, gpu_type: str, free_whole: int) -> dict[int, None]:
@@ -142,6 +145,9 @@ class Capacity:
 
     def partial_nodes(self, gpu_type: str) -> dict[int, None]:
         return self._partial.get(gpu_type, {})
+
+    def partitioned_nodes(self, gpu_type: str) -> dict[int, None]:
+        return self._partitioned.get(gpu_type, {})
 
     def domains(self, level: str) -> dict[str, dict[str, list[int]]]:
         """Nodes by GPU type, then by the value of topology label `level`; unlabelled nodes
@@ -227,6 +233,11 @@ class Capacity:
             partial_nodes[state.index] = None
         else:
             partial_nodes.pop(state.index, None)
+        if state.slices is not None:  # only nodes that ever held a partition
+            if any(state.slices):
+                self._partitioned[gpu_type][state.index] = None
+            else:
+                self._partitioned[gpu_type].pop(state.index, None)
 
 
 def _apply_partition(state: NodeState, use: PodUse, sign: int) -> None:

@@ -28,7 +28,7 @@ also the most instances a GPU can hold (equal-width intervals: greedy from one e
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufair.domain.model import GpuType, PartitionProfile
 
@@ -43,6 +43,8 @@ class Geometry:
     masks: tuple[int, ...]
     starts: tuple[int, ...]  # the start of each mask, same order
     per_empty_gpu: int  # instances an empty GPU holds
+    # `count` by occupancy, filled as asked: a cycle sees few distinct occupancies.
+    counts: dict[int, int] = field(default_factory=dict, compare=False, hash=False)
 
     def first_fit(self, occupied: int) -> int:
         """The mask of the instance to take on a GPU with slices `occupied`, or 0: none fits."""
@@ -53,13 +55,15 @@ class Geometry:
 
     def count(self, occupied: int) -> int:
         """How many more instances fit on a GPU with slices `occupied`."""
-        if not occupied:
-            return self.per_empty_gpu
-        found = 0
-        for mask in self.masks:
-            if not mask & occupied:
-                occupied |= mask
-                found += 1
+        found = self.counts.get(occupied)
+        if found is None:
+            found = 0
+            taken = occupied
+            for mask in self.masks:
+                if not mask & taken:
+                    taken |= mask
+                    found += 1
+            self.counts[occupied] = found
         return found
 
     def mask_at(self, start: int) -> int:

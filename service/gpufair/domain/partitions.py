@@ -95,7 +95,11 @@ def pods_fit(state: NodeState, profile: str, cpu: int, memory: int, empty: bool)
         count = shape.per_empty_gpu * state.gpu_count
         cpu_free, memory_free = state.cpu_total, state.memory_total
     else:
-        count = sum(shape.count(occupied) for occupied in _room(state))
+        # Untouched GPUs (`free_whole`) each hold the full count; a partitioned GPU counts as
+        # used for everything else (`capacity`), so it is only in `slices`.
+        count = shape.per_empty_gpu * state.free_whole
+        if state.slices is not None:
+            count += sum(shape.count(occupied) for occupied in state.slices if occupied)
         cpu_free, memory_free = state.cpu_free, state.memory_free
     if cpu > 0:
         count = min(count, cpu_free // cpu)
@@ -104,34 +108,25 @@ def pods_fit(state: NodeState, profile: str, cpu: int, memory: int, empty: bool)
     return max(count, 0)
 
 
-def _room(state: NodeState) -> Iterator[int]:
-    """The occupancy of each GPU that may take a partition (partitioned or untouched)."""
-    slices = state.slices
-    for gpu, used in enumerate(state.gpu_used):
-        if slices is not None and slices[gpu]:
-            yield slices[gpu]
-        elif used <= EPS:
-            yield 0
-
-
 def ordered_nodes(
     capacity: Capacity, profile: str, gpu_type: str, strategy: PlacementStrategy
 ) -> Iterator[int]:
-    """Nodes of `gpu_type` that may hold an instance, in the order of rule 4."""
-    binpack = strategy is PlacementStrategy.BINPACK
-    candidates = []
-    for index in capacity.by_type.get(gpu_type, ()):
-        state = capacity.nodes[index]
-        partitioned = state.slices is not None and any(state.slices)
-        if partitioned or state.free_whole:
-            shape = state.geometry.get(profile)
-            if shape is None:
-                continue
-            # Binpack: nodes with partitions before others, then fewest untouched GPUs.
-            key = (not partitioned, state.free_whole) if binpack else (-state.free_whole, 0)
-            candidates.append((key, index))
-    candidates.sort()
-    return (index for _, index in candidates)
+    """Nodes of `gpu_type` that may hold an instance, in the order of rule 4: read from the
+    capacity's indexes (nodes with partitions, nodes by untouched GPUs), never a scan."""
+    members = capacity.by_type.get(gpu_type)
+    if not members or profile not in capacity.nodes[members[0]].geometry:
+        return  # the type does not offer the profile
+    nodes = capacity.nodes
+    partitioned = capacity.partitioned_nodes(gpu_type)
+    top = capacity.max_gpus[gpu_type]
+    if strategy is PlacementStrategy.BINPACK:
+        yield from sorted(partitioned, key=lambda index: (nodes[index].free_whole, index))
+        for free in range(1, top + 1):
+            yield from (i for i in capacity.bucket(gpu_type, free) if i not in partitioned)
+    else:
+        for free in range(top, 0, -1):
+            yield from capacity.bucket(gpu_type, free)
+        yield from (i for i in partitioned if nodes[i].free_whole == 0)
 
 
 def assign(
