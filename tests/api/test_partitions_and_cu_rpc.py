@@ -196,3 +196,37 @@ def test_a_started_event_says_where_the_instances_really_are(client: GpufairClie
     bad = ledger_pb2.EventPod(node="a1", gpu_indices=[1], gpu_fraction=4 / 7, partition_start=40)
     reply = client.report_events([started("four", [bad])])
     assert "partition_start must be in [0, 31]" in reply.results[0].error
+
+
+def test_a_mixed_cu_request_is_bound_across_types_in_one_rack(client: GpufairClient) -> None:
+    a1 = {**node("a1", "a100-80gb", 1), "labels": {"rack": "r1"}}
+    r1 = {**node("r1", "rtx4090-24gb", 8), "labels": {"rack": "r1"}}
+    client.apply_config(parse_config({**CONFIG, "nodes": [a1, r1]}))
+    rack = pb.TopologyConstraint(level="rack", required=True)
+    with pytest.raises(grpc.RpcError) as caught:
+        submit(
+            client,
+            pb.Workload(uid="m", queue="team", pool="main", compute_units=20, mixed_gpu_types=True),
+        )
+    assert dict(field_violations(caught.value)) == {
+        "workloads[0].mixed_gpu_types": (
+            "needs compute_units and a topology level (the mix stays in one domain)"
+        )
+    }
+    reply = submit(
+        client,
+        pb.Workload(
+            uid="m",
+            queue="team",
+            pool="main",
+            compute_units=20,
+            mixed_gpu_types=True,
+            topology=rack,
+        ),
+    )
+    assert reply.results[0].accepted, reply.results[0].error
+    # Neither ten RTX 4090s nor two A100s are in the rack: one A100 and five RTX 4090s are.
+    bind = schedule(client)["m"]
+    assert dict(bind.gpus_by_type) == {"a100-80gb": 1.0, "rtx4090-24gb": 5.0}
+    assert (bind.gpu_type, bind.gpus, bind.cu) == ("a100-80gb", 6.0, 20.0)
+    assert sorted(p.node for p in bind.pods) == ["a1", "r1", "r1", "r1", "r1", "r1"]

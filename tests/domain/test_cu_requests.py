@@ -17,7 +17,7 @@ from cycle_builders import (
 from gpufair.domain.cu_request import options
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.demand import queue_demands
-from gpufair.domain.model import Allocation, PodBinding, Workload
+from gpufair.domain.model import Allocation, PodBinding, TopologyConstraint, Workload
 from gpufair.domain.placement import adequate_types, never_fits
 from gpufair.domain.snapshot import CycleResult, PendingCode
 
@@ -127,3 +127,50 @@ def test_a_type_limit_of_the_queue_moves_the_request_to_the_next_option() -> Non
     result = run_cycle(snapshot(nodes, [capped], {"team": 100.0}, pending=[cu_job("j", 20)]))
     # Ten RTX 4090s would pass the queue's limit of four: two A100s serve the 20 CU instead.
     assert chosen(result, "j") == ("a100-80gb", 2, pytest.approx(20.0))
+
+
+def mixed_job(uid: str, cu: float, **fields: object) -> Workload:
+    return cu_job(
+        uid, cu, mixed_gpu_types=True, topology=TopologyConstraint("rack", required=True), **fields
+    )
+
+
+def test_a_mixed_request_takes_several_types_inside_one_rack() -> None:
+    # Rack r1: one A100 (10 CU) and eight RTX 4090s (2 CU); rack r2: two V100s (4 CU).
+    nodes = [
+        node("a1", A100, 1, rack="r1"),
+        node("r1", RTX4090, 8, rack="r1"),
+        node("v1", V100, 2, rack="r2"),
+    ]
+    pending = [
+        mixed_job("mix", 20),
+        cu_job("plain", 20, 1.0, topology=TopologyConstraint("rack", required=True)),
+    ]
+    result = run_cycle(snapshot(nodes, [queue("team", 100)], {"team": 100.0}, pending=pending))
+    # No single type in one rack gives 20 CU (10 RTX 4090s, 2 A100s or 5 V100s): the mixed
+    # request takes the A100 and five RTX 4090s of r1; the plain one waits.
+    bind = next(b for b in result.binds if b.workload_uid == "mix")
+    assert dict(bind.gpus_by_type) == {"a100-80gb": 1.0, "rtx4090-24gb": 5.0}
+    assert bind.cu == pytest.approx(20.0)
+    assert bind.gpu_type == "a100-80gb"  # 10 CU each: the first name
+    assert sorted(b.node for b in bind.bindings) == ["a1"] + ["r1"] * 5
+    assert "plain" in result.pending
+
+
+def test_a_mix_stays_within_the_share_and_counts_its_cu_when_running() -> None:
+    nodes = [node("a1", A100, 1, rack="r1"), node("r1", RTX4090, 8, rack="r1")]
+    # A fair share of 18 CU cannot take 20 CU within its share; the beyond-share pass may.
+    within = run_cycle(
+        snapshot(nodes, [queue("team", 18)], {"team": 18.0}, pending=[mixed_job("m", 20)])
+    )
+    (bind,) = within.binds
+    assert bind.over_fair_share and bind.cu == pytest.approx(20.0)
+    # Running, the mix counts each GPU at its own type's weight: 10 + 5 × 2 CU.
+    running = Allocation(
+        mixed_job("m", 20),
+        (PodBinding(0, "a1", (0,)), *(PodBinding(i, "r1", (i,)) for i in range(1, 6))),
+        0.0,
+        "a100-80gb",
+    )
+    result = run_cycle(snapshot(nodes, [queue("team", 18)], {"team": 18.0}, running_work=[running]))
+    assert result.queues["team"].allocated_cu_before == pytest.approx(20.0)

@@ -72,3 +72,24 @@ def test_an_unknown_profile_in_a_scenario_is_a_problem_with_its_path() -> None:
         scenario_from(scenario(jobs))
     assert "workloads[0].partition_profile" in str(caught.value)
     assert "no GPU type declares partition profile '2g.20gb'" in str(caught.value)
+
+
+def test_a_mixed_cu_job_runs_on_an_a100_and_4090s_of_one_rack() -> None:
+    data = scenario([])
+    for item in data["cluster"]["nodes"]:
+        item["labels"] = {"rack": "r1"}
+    data["workloads"] = [
+        {
+            "uid": "mix",
+            "queue": "team",
+            "compute_units": 20,
+            "mixed_gpu_types": True,
+            "topology": {"level": "rack", "required": True},
+            "duration_s": "1h",
+        }
+    ]
+    result, metrics = run(scenario_from(data))
+    (job,) = result.jobs
+    # Ten 4090s or two A100s are not there (8 and 1): one A100 and five 4090s give 20 CU.
+    assert (job.first_start_s, job.gpus, job.cu) == (0.0, 6.0, 20.0)
+    assert queue_metrics(metrics, "team").allocated_cu_hours == pytest.approx(20.0)

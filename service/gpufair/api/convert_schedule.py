@@ -32,6 +32,8 @@ def result_to_proto(
                 cu=b.cu,
                 over_fair_share=b.over_fair_share,
                 gpus=math.fsum(binding_gpus(p) for p in b.bindings),
+                gpus_by_type=b.gpus_by_type
+                or {b.gpu_type: math.fsum(binding_gpus(p) for p in b.bindings)},
             )
             for b in result.binds
         ],

@@ -32,6 +32,7 @@ def workload_from_proto(msg: pb.Workload, received_at_s: float) -> Workload:
         min_runtime_s=msg.min_runtime_s,
         partition_profile=msg.partition_profile,
         compute_units=msg.compute_units,
+        mixed_gpu_types=msg.mixed_gpu_types,
     )
 
 
@@ -51,6 +52,7 @@ def workload_to_proto(w: Workload) -> pb.Workload:
         min_runtime_s=w.min_runtime_s,
         partition_profile=w.partition_profile,
         compute_units=w.compute_units,
+        mixed_gpu_types=w.mixed_gpu_types,
     )
     if w.min_pods is not None:
         msg.min_pods = w.min_pods

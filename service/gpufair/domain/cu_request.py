@@ -12,6 +12,12 @@ compute charged to the queue), then by the usual type order (lower weight, less 
 2 × A100 at 20 CU each: the RTX 4090 is first. 6 CU is 3 × RTX 4090 (6) before 2 × V100 (8) and
 1 × A100 (10).
 
+**A mix of types** (`mixed_gpu_types`, with a `topology` level): when the single-type gang does
+not fit, `cycle_cu_mix` looks for GPUs of several accepted types inside one domain of that level.
+`mix` picks them: the largest GPUs first while they do not overshoot, then the one GPU that
+covers the rest with the least CU (20 CU from 1 free A100 and 6 free RTX 4090s: 1 × A100 +
+5 × RTX 4090). The domain giving the least CU wins, then the fewest GPUs, then its name.
+
 **When it is decided.** Each cycle turns the request into a concrete workload before it is
 queued (`cycle_load`): the first option that the queue's limits allow (its `limit_cu`, its
 `limit_gpus_by_type` and those of the queues above it) and whose type has `gpus_t` untouched GPUs
@@ -93,3 +99,27 @@ def describe(option: Option) -> str:
     """E.g. `2 × a100 (1 GPU each) = 20 CU`."""
     each = "" if option.gpus_per_pod == 1.0 else f" of {option.gpus_per_pod:g} GPUs"
     return f"{option.pods} × {option.gpu_type}{each} = {option.given_cu:g} CU"
+
+
+def mix(
+    compute_units: float, free: Mapping[str, int], weights: Mapping[str, float]
+) -> dict[str, int] | None:
+    """GPUs per type, from `free` GPUs per type, giving at least `compute_units` CU (see the
+    module docstring); None when all of them together give less."""
+    order = sorted((t for t in free if weights.get(t, 0.0) > 0.0), key=lambda t: (-weights[t], t))
+    taken: dict[str, int] = {}
+    remaining = compute_units
+    for name in order:
+        count = min(free[name], math.floor((remaining + EPS) / weights[name]))
+        if count > 0:
+            taken[name] = count
+            remaining -= count * weights[name]
+    while remaining > EPS:
+        spare = [t for t in order if free[t] > taken.get(t, 0)]
+        if not spare:
+            return None
+        covering = [t for t in spare if weights[t] >= remaining - EPS]
+        name = min(covering, key=lambda t: (weights[t], t)) if covering else spare[0]
+        taken[name] = taken.get(name, 0) + 1
+        remaining -= weights[name]
+    return taken

@@ -26,6 +26,9 @@ Phases, in order:
 3. **Preempt.** Inside one queue, pending work evicts preemptible work of lower priority class
    (also past `min_runtime_s`), if the queue ends within its fair share or does not grow.
 4. **Long-waiting gangs** get `GANG_WAIT` nodes (see `snapshot`).
+1b, 5b. **Mixed compute-unit requests.** After each allocate pass, a compute-unit request that
+   allows mixed types and did not fit on one type may take a mix inside one topology domain
+   (`cycle_cu_mix`).
 5. **Allocate beyond fair share (work-conserving).** What nobody within their share could use
    goes, in the same order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds
    are flagged `over_fair_share`; their queues sit above their share, so reclaim takes them first.
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 from gpufair.domain.cycle_allocate import allocate
 from gpufair.domain.cycle_claims import honour_claims
+from gpufair.domain.cycle_cu_mix import allocate_mixed
 from gpufair.domain.cycle_guarantee import reclaim_for_guarantees
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_preempt import preempt
@@ -71,9 +75,11 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     load(state)
     honour_claims(state)
     allocate(state, within_share=True)
+    allocate_mixed(state, within_share=True)
     reclaim(state)
     reclaim_for_guarantees(state)
     preempt(state)
     reserve_for_long_waits(state)
     allocate(state, within_share=False)
+    allocate_mixed(state, within_share=False)
     return state.result()

@@ -4,6 +4,7 @@ priority class, highest first, then submit time)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from gpufair.domain import cu_request
@@ -30,6 +31,11 @@ def load_running(state: CycleState) -> None:
         uses = tuple(uses_of(state.capacity, workload, allocation.bindings))
         gpus = sum(binding_gpus(binding) for binding in allocation.bindings)
         cu = gpus * state.weight(allocation.gpu_type)
+        if workload.mixed_gpu_types:  # GPUs of several types: each at its node's weight
+            cu = sum(
+                len(use.gpu_indices) * state.weight(state.capacity.nodes[use.node].gpu_type)
+                for use in uses
+            )
         state.capacity.take(uses)
         book = state.books.get(workload.queue)
         if book is not None:
@@ -92,7 +98,15 @@ def load_pending(state: CycleState) -> None:
             continue
         if submitted.compute_units > 0.0:
             workload = cu_request_for_cycle(state, submitted, book)
+            state.cu_requests[submitted.uid] = submitted
         kind = kind_of(state, workload)
+        if (
+            kind.rejection is not None
+            and submitted.mixed_gpu_types
+            and rejection_in(submitted, state.gpu_types, state.pool_room) is None
+        ):
+            # No single type can ever hold it, a mix in one domain can (`cycle_cu_mix`).
+            kind = dataclasses.replace(kind, rejection=None)
         if kind.rejection is not None:
             state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
             continue
@@ -179,4 +193,8 @@ def cu_request_for_cycle(state: CycleState, workload: Workload, book: QueueBook)
             free[option.gpu_type] -= option.gpus
             return candidate
         allowed.append(candidate)
+    if not allowed and not possible and workload.mixed_gpu_types:
+        # No single type ever holds it: the gang of the first option stands in (it never
+        # places), and `cycle_cu_mix` looks for a mix.
+        return cu_request.concrete(workload, choices[0])
     return (allowed or possible or [workload])[0]

@@ -143,6 +143,8 @@ class CycleState:
         self.kinds: dict[tuple[object, ...], Kind] = {}
         # Free whole GPUs per type as compute-unit requests are resolved (`cycle_load`).
         self.cu_free_gpus: dict[str, float] = {}
+        # Compute-unit requests as submitted, by uid (their `Pending` holds the chosen gang).
+        self.cu_requests: dict[str, Workload] = {}
         self.turns: dict[str, int] = {}  # the work-conserving pass's tie-break (`queue_key`)
         # Memos of the phases: failures stay failures while capacity only shrinks.
         self.place_failed: set[tuple[object, ...]] = set()

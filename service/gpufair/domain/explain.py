@@ -268,9 +268,14 @@ def _request_sentence(
     if workload.compute_units > 0.0:
         choices = cu_request.options(workload, gpu_types, present)
         listed = "; ".join(cu_request.describe(option) for option in choices)
+        mixed = (
+            f" If none has room, a mix of these types inside one {workload.topology.level} domain."
+            if workload.mixed_gpu_types and workload.topology is not None
+            else ""
+        )
         return (
             f" It asks for {_num(workload.compute_units)} CU; placement tries, in order: "
-            f"{listed or 'no GPU type of this pool passes its filters'}."
+            f"{listed or 'no GPU type of this pool passes its filters'}.{mixed}"
         )
     return ""
 

@@ -231,6 +231,9 @@ class Workload:
     # An amount of compute instead of a GPU count: placement picks the GPU type and how many
     # one-GPU pods (`domain/cu_request.py`); 0 = `pods × gpus_per_pod` as given.
     compute_units: float = 0.0
+    # A compute-unit request that may take GPUs of several accepted types at once, all inside
+    # one domain of `topology.level` (`domain/cycle_cu_mix.py`), when no single type has room.
+    mixed_gpu_types: bool = False
 
     @property
     def gang_min_pods(self) -> int:

@@ -282,6 +282,17 @@ def _ordered_nodes(
         yield from (index for index in reversed(by_room) if capacity.nodes[index].free_whole == 0)
 
 
+def place_on_nodes(
+    capacity: Capacity,
+    ask: Ask,
+    order: Iterable[int],
+    strategy: PlacementStrategy,
+    exclusion: Exclusion,
+) -> list[PodUse] | None:
+    """`place` restricted to the nodes of `order`, taken in that order (`cycle_cu_mix`)."""
+    return _fill(capacity, ask, order, strategy, exclusion)
+
+
 def _choose_domain(
     capacity: Capacity, ask: Ask, strategy: PlacementStrategy, exclusion: Exclusion
 ) -> list[int] | None:
@@ -534,10 +545,32 @@ def _cu_rejection(
             return None
         first = first or rejection
     assert first is not None
+    if workload.mixed_gpu_types and _mix_fits(workload, gpu_types, pool.capacity):
+        return None
     return FitRejection(
         "compute_units",
         f"{workload.compute_units:g} CU fits no GPU type of this pool: as "
         f"{cu_request.describe(choices[0])}, {first.message}",
+    )
+
+
+def _mix_fits(workload: Workload, gpu_types: Mapping[str, GpuType], capacity: Capacity) -> bool:
+    """Whether some domain of the workload's topology level, empty, holds a mix of its
+    accepted types giving its CU (`cu_request.mix`)."""
+    if workload.topology is None:
+        return False
+    accepted = cu_request.options(workload, gpu_types, tuple(capacity.by_type))
+    shape = PodShape(1.0, workload.cpu_millicores_per_pod, workload.memory_mib_per_pod)
+    weights = {name: gpu_type.compute_weight for name, gpu_type in gpu_types.items()}
+    by_value: dict[str, dict[str, int]] = {}
+    domains = capacity.domains(workload.topology.level)
+    for option in accepted:
+        for value, members in domains.get(option.gpu_type, {}).items():
+            room = sum(pods_fit_empty(capacity.nodes[index], shape) for index in members)
+            by_value.setdefault(value, {})[option.gpu_type] = room
+    return any(
+        cu_request.mix(workload.compute_units, free, weights) is not None
+        for free in by_value.values()
     )
 
 

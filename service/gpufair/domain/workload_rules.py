@@ -41,6 +41,15 @@ def workload_violations(w: Workload, path: str) -> list[Violation]:
         v += _gpus_per_pod_violations(w, path)
         if w.min_pods is not None and not 1 <= w.min_pods <= w.pods:
             v.append(Violation(f"{path}.min_pods", "must be between 1 and pods"))
+    if w.mixed_gpu_types and (w.compute_units == 0.0 or w.topology is None):
+        v.append(
+            Violation(
+                f"{path}.mixed_gpu_types",
+                "needs compute_units and a topology level (the mix stays in one domain)",
+            )
+        )
+    elif w.mixed_gpu_types and w.gpus_per_pod not in (0.0, 1.0):
+        v.append(Violation(f"{path}.gpus_per_pod", "a mix of types takes one GPU a pod: 0 or 1"))
     v += number_violations(
         f"{path}.min_gpu_memory_gib", w.min_gpu_memory_gib, 0.0, limits.MAX_GPU_MEMORY_GIB
     )

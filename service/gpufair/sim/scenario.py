@@ -26,6 +26,7 @@ A workload: `queue` (a leaf), `pool` (may be left out when the cluster has one p
 `partition_profile` (each pod one MIG-style instance of that profile; `gpus_per_pod` then comes
 from the profile), `compute_units` (an amount of compute instead of `pods`: placement picks the
 GPU type and count, `domain/cu_request.py`; `gpus_per_pod` then 1 unless given),
+`mixed_gpu_types` (with `compute_units` and `topology`: a mix of types inside one domain),
 `preemptible` (true), `gpu_types` (allowed types, default any), `min_gpu_memory_gib`,
 `cpu_millicores_per_pod`, `memory_mib_per_pod`, `priority_class`, `min_runtime_s`, `topology`
 ({level, required}).
@@ -196,6 +197,7 @@ class WorkloadModel(_JobFields):
     min_pods: int | None = Field(None, ge=1)
     partition_profile: str = ""
     compute_units: float = Field(0.0, ge=0, allow_inf_nan=False)
+    mixed_gpu_types: bool = False
 
 
 class GeneratorModel(_JobFields):
@@ -567,6 +569,7 @@ class _Builder:
                 min_runtime_s=item.min_runtime_s,
                 partition_profile=item.partition_profile,
                 compute_units=item.compute_units,
+                mixed_gpu_types=item.mixed_gpu_types,
             )
             self._workload_rules(path, workload)
             workload, problem = with_profile_share(workload, {t.name: t for t in cluster.gpu_types})

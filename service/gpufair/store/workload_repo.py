@@ -42,6 +42,8 @@ def spec_json(w: Workload) -> dict[str, Any]:
         spec["partition_profile"] = w.partition_profile
     if w.compute_units:
         spec["compute_units"] = w.compute_units
+    if w.mixed_gpu_types:
+        spec["mixed_gpu_types"] = True
     return spec
 
 
@@ -65,6 +67,7 @@ def workload_from_json(spec: dict[str, Any]) -> Workload:
         min_runtime_s=spec.get("min_runtime_s", 0.0),
         partition_profile=spec.get("partition_profile", ""),
         compute_units=spec.get("compute_units", 0.0),
+        mixed_gpu_types=spec.get("mixed_gpu_types", False),
     )
 
 

@@ -95,6 +95,7 @@ class Workload(_message.Message):
     SUBMIT_TIME_FIELD_NUMBER: _builtins.int
     PARTITION_PROFILE_FIELD_NUMBER: _builtins.int
     COMPUTE_UNITS_FIELD_NUMBER: _builtins.int
+    MIXED_GPU_TYPES_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """stable id from the batch system, unique; [A-Za-z0-9._:/@-], at most 253"""
     queue: _builtins.str
@@ -128,6 +129,10 @@ class Workload(_message.Message):
     type (the least CU given, then the cheapest type) and the number of pods. pods and min_pods
     are then unset; gpus_per_pod is 0 (one GPU a pod) or a whole number of GPUs per pod.
     """
+    mixed_gpu_types: _builtins.bool
+    """With compute_units and a topology level: when no single type has room, placement may take
+    GPUs of several accepted types inside one domain of that level (gpus_by_type in the bind).
+    """
     @_builtins.property
     def allowed_gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty = any; at most 64, each once"""
@@ -158,10 +163,11 @@ class Workload(_message.Message):
         submit_time: _timestamp_pb2.Timestamp | None = ...,
         partition_profile: _builtins.str = ...,
         compute_units: _builtins.float = ...,
+        mixed_gpu_types: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "min_pods", b"min_pods", "preemptible", b"preemptible", "submit_time", b"submit_time", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "allowed_gpu_types", b"allowed_gpu_types", "compute_units", b"compute_units", "cpu_millicores_per_pod", b"cpu_millicores_per_pod", "gpus_per_pod", b"gpus_per_pod", "memory_mib_per_pod", b"memory_mib_per_pod", "min_gpu_memory_gib", b"min_gpu_memory_gib", "min_pods", b"min_pods", "min_runtime_s", b"min_runtime_s", "partition_profile", b"partition_profile", "pods", b"pods", "pool", b"pool", "preemptible", b"preemptible", "priority_class", b"priority_class", "queue", b"queue", "submit_time", b"submit_time", "topology", b"topology", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "allowed_gpu_types", b"allowed_gpu_types", "compute_units", b"compute_units", "cpu_millicores_per_pod", b"cpu_millicores_per_pod", "gpus_per_pod", b"gpus_per_pod", "memory_mib_per_pod", b"memory_mib_per_pod", "min_gpu_memory_gib", b"min_gpu_memory_gib", "min_pods", b"min_pods", "min_runtime_s", b"min_runtime_s", "mixed_gpu_types", b"mixed_gpu_types", "partition_profile", b"partition_profile", "pods", b"pods", "pool", b"pool", "preemptible", b"preemptible", "priority_class", b"priority_class", "queue", b"queue", "submit_time", b"submit_time", "topology", b"topology", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_pods: _TypeAlias = _typing.Literal["min_pods"]  # noqa: Y015
     _WhichOneofArgType__min_pods: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods"]  # noqa: Y015
@@ -356,12 +362,33 @@ Global___PodBinding: _TypeAlias = PodBinding  # noqa: Y015
 class BindDecision(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class GpusByTypeEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     UID_FIELD_NUMBER: _builtins.int
     GPU_TYPE_FIELD_NUMBER: _builtins.int
     PODS_FIELD_NUMBER: _builtins.int
     CU_FIELD_NUMBER: _builtins.int
     OVER_FAIR_SHARE_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
+    GPUS_BY_TYPE_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     gpu_type: _builtins.str
     cu: _builtins.float
@@ -373,6 +400,12 @@ class BindDecision(_message.Message):
     """
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodBinding]: ...
+    @_builtins.property
+    def gpus_by_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """GPUs given per type: one entry, or several for a compute-unit request bound to a mix of
+        types (gpu_type is then the one giving the most CU; each pod's type is its node's).
+        """
+
     def __init__(
         self,
         *,
@@ -382,10 +415,11 @@ class BindDecision(_message.Message):
         cu: _builtins.float = ...,
         over_fair_share: _builtins.bool = ...,
         gpus: _builtins.float = ...,
+        gpus_by_type: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cu", b"cu", "gpu_type", b"gpu_type", "gpus", b"gpus", "over_fair_share", b"over_fair_share", "pods", b"pods", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cu", b"cu", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_by_type", b"gpus_by_type", "over_fair_share", b"over_fair_share", "pods", b"pods", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
