@@ -103,9 +103,9 @@ class Workload(_message.Message):
     pool: _builtins.str
     """a node pool"""
     pods: _builtins.int
-    """in [1, 100000]"""
+    """in [1, 100000]; 0 with compute_units"""
     gpus_per_pod: _builtins.float
-    """in [0.001, 64]; below 1 shares one GPU, otherwise whole GPUs"""
+    """in [0.001, 64]; below 1 shares one GPU, otherwise whole GPUs; may be 0 with partition_profile or compute_units"""
     min_pods: _builtins.int
     """gang minimum, in [1, pods]; unset = all pods"""
     min_gpu_memory_gib: _builtins.float
