@@ -480,7 +480,11 @@ def started(
     """`uid` runs on `pods`: the bind's `PodBinding`s as they are, or `EventPod`s."""
     msg = _event(ledger_pb2.EVENT_KIND_STARTED, uid, at, event_id)
     for pod in pods:
-        msg.pods.add(node=pod.node, gpu_indices=pod.gpu_indices, gpu_fraction=pod.gpu_fraction)
+        added = msg.pods.add(
+            node=pod.node, gpu_indices=pod.gpu_indices, gpu_fraction=pod.gpu_fraction
+        )
+        if pod.HasField("partition_start"):
+            added.partition_start = pod.partition_start
     return msg
 
 

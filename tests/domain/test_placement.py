@@ -185,7 +185,11 @@ def test_pod_shape_derives_its_gpu_facts_once_and_compares_by_its_fields() -> No
     # Memo keys hold shapes: equal fields, equal shape and hash.
     assert PodShape(2.0, 8_000, 64_000) == whole
     assert hash(PodShape(2.0, 8_000, 64_000)) == hash(whole)
-    assert repr(whole) == "PodShape(gpus_per_pod=2.0, cpu_millicores=8000, memory_mib=64000)"
+    assert repr(whole) == (
+        "PodShape(gpus_per_pod=2.0, cpu_millicores=8000, memory_mib=64000, profile='')"
+    )
+    # A partition profile is part of the shape: the same fraction of another profile differs.
+    assert PodShape(0.25, 2_000, 16_000, "2g.20gb") != shared
 
 
 def test_an_exclusion_blocks_any_node_only_when_something_is_held_or_promised() -> None:

@@ -104,7 +104,10 @@ def config_from_proto(msg: pb.ClusterConfig) -> tuple[ClusterConfig, list[Violat
             memory_gib=g.memory_gib,
             compute_weight=g.compute_weight,
             partition_profiles=tuple(
-                PartitionProfile(p.name, p.gpu_fraction, p.memory_gib) for p in g.partition_profiles
+                PartitionProfile(
+                    p.name, p.gpu_fraction, p.memory_gib, p.memory_slices, tuple(p.starts)
+                )
+                for p in g.partition_profiles
             ),
         )
         for g in msg.gpu_types
@@ -215,7 +218,11 @@ def config_to_proto(config: ClusterConfig) -> pb.ClusterConfig:
             compute_weight=g.compute_weight,
             partition_profiles=[
                 pb.PartitionProfile(
-                    name=p.name, gpu_fraction=p.gpu_fraction, memory_gib=p.memory_gib
+                    name=p.name,
+                    gpu_fraction=p.gpu_fraction,
+                    memory_gib=p.memory_gib,
+                    memory_slices=p.memory_slices,
+                    starts=list(p.starts),
                 )
                 for p in g.partition_profiles
             ],

@@ -29,7 +29,12 @@ def event_from_proto(msg: pb.LedgerEvent) -> LedgerEvent | str:
         at.seconds + at.nanos / 1e9,
         msg.workload_uid,
         tuple(
-            EventPod(p.node, tuple(p.gpu_indices), p.gpu_fraction if p.gpu_fraction else 1.0)
+            EventPod(
+                p.node,
+                tuple(p.gpu_indices),
+                p.gpu_fraction if p.gpu_fraction else 1.0,
+                p.partition_start if p.HasField("partition_start") else None,
+            )
             for p in pods
         )
         if pods

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 from gpufair.api.convert_workload import bindings_to_proto
+from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.explain import Explanation
 from gpufair.domain.snapshot import CycleResult, EvictReason, PendingReason
 from gpufair.v1 import scheduler_pb2 as pb
@@ -73,6 +75,9 @@ def result_to_proto(
                 pods=bindings_to_proto(b.bindings),
                 cu=b.cu,
                 over_fair_share=b.over_fair_share,
+                gpus=math.fsum(binding_gpus(p) for p in b.bindings),
+                gpus_by_type=b.gpus_by_type
+                or {b.gpu_type: math.fsum(binding_gpus(p) for p in b.bindings)},
             )
             for b in result.binds
         ],

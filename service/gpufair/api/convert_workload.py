@@ -30,6 +30,9 @@ def workload_from_proto(msg: pb.Workload, received_at_s: float) -> Workload:
         priority_class=msg.priority_class,
         preemptible=msg.preemptible if msg.HasField("preemptible") else True,
         min_runtime_s=msg.min_runtime_s,
+        partition_profile=msg.partition_profile,
+        compute_units=msg.compute_units,
+        mixed_gpu_types=msg.mixed_gpu_types,
     )
 
 
@@ -47,6 +50,9 @@ def workload_to_proto(w: Workload) -> pb.Workload:
         priority_class=w.priority_class,
         preemptible=w.preemptible,
         min_runtime_s=w.min_runtime_s,
+        partition_profile=w.partition_profile,
+        compute_units=w.compute_units,
+        mixed_gpu_types=w.mixed_gpu_types,
     )
     if w.min_pods is not None:
         msg.min_pods = w.min_pods
@@ -64,6 +70,7 @@ def bindings_to_proto(bindings: tuple[PodBinding, ...]) -> list[pb.PodBinding]:
             node=b.node,
             gpu_indices=list(b.gpu_indices),
             gpu_fraction=b.gpu_fraction,
+            partition_start=b.partition_start,
         )
         for b in bindings
     ]

@@ -26,7 +26,7 @@ from gpufair.domain.ledger import WorkloadState
 from gpufair.domain.limits import MAX_WORKLOADS_PER_BATCH
 from gpufair.domain.request_rules import name_violations, request_id_violations, uid_violations
 from gpufair.domain.snapshot import EvictionInFlight
-from gpufair.domain.workload_rules import submit_problems, workload_violations
+from gpufair.domain.workload_rules import resolve_submitted, workload_violations
 from gpufair.metrics import observe_cycle
 from gpufair.services import schedule
 from gpufair.services.snapshot_source import SnapshotSource
@@ -104,8 +104,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
         def work(conn: Connection) -> pb.SubmitWorkloadsResponse:
             config = config_repo.load_config(conn)
-            problems = submit_problems(config, batch)
-            fitting = [w for w in batch if w.uid not in problems]
+            resolved, problems = resolve_submitted(config, batch)
+            fitting = [w for w in resolved if w.uid not in problems]
             outcomes = {o.uid: o for o in workload_repo.submit(conn, fitting)}
             results = []
             for w in batch:

@@ -2,6 +2,8 @@
 
     gpufair submit demo-1 --queue vision --pods 8 --gpus-per-pod 4
     gpufair submit big-1 --queue llm --pool main --gpu-type a100-80gb --min-runtime 1h30m
+    gpufair submit nb-1 --queue research --partition-profile 1g.10gb
+    gpufair submit sweep-1 --queue research --compute-units 20 --gpu-type a100-80gb
 
 The workload waits for a `Schedule` cycle of its pool, which a batch system's adapter asks for
 (examples/batch_adapter.py); `gpufair get workloads` and `gpufair explain` show where it stands.
@@ -31,12 +33,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
         args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
     ) as client:
         pool = default_pool(client, args.pool)
+        by_cu = args.compute_units > 0
+        shared = by_cu or bool(args.partition_profile)  # the share or the count comes later
         workload = scheduler_pb2.Workload(
             uid=args.uid,
             queue=args.queue,
             pool=pool,
-            pods=args.pods,
-            gpus_per_pod=args.gpus_per_pod,
+            pods=0 if by_cu else args.pods,
+            gpus_per_pod=0.0 if shared and args.gpus_per_pod is None else args.gpus_per_pod or 1.0,
+            partition_profile=args.partition_profile,
+            compute_units=args.compute_units,
             allowed_gpu_types=args.gpu_type or [],
             priority_class=args.priority_class,
             min_runtime_s=args.min_runtime,
@@ -48,8 +54,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not result.accepted:
         print(f"error: {result.uid} not accepted: {result.error}", file=sys.stderr)
         return 1
-    gpus = fmt_number(args.pods * args.gpus_per_pod)
-    print(f"submitted {result.uid}: {gpus} GPUs in queue {args.queue}, pool {pool}")
+    if args.compute_units > 0:
+        asked = f"{fmt_number(args.compute_units)} CU"
+    elif args.partition_profile:
+        asked = f"{args.pods} × {args.partition_profile} partition"
+    else:
+        asked = f"{fmt_number(args.pods * (args.gpus_per_pod or 1.0))} GPUs"
+    print(f"submitted {result.uid}: {asked} in queue {args.queue}, pool {pool}")
     return 0
 
 
@@ -74,7 +85,20 @@ def add_submit_command(
     submit.add_argument("--queue", required=True, help="a leaf queue")
     submit.add_argument("--pool", default="", help="node pool (default: the only pool)")
     submit.add_argument("--pods", type=int, default=1, help="pods of the gang")
-    submit.add_argument("--gpus-per-pod", type=float, default=1.0, help="GPUs of each pod")
+    submit.add_argument(
+        "--gpus-per-pod", type=float, default=None, help="GPUs of each pod (default 1)"
+    )
+    submit.add_argument(
+        "--partition-profile",
+        default="",
+        help="each pod takes one partition of this profile, e.g. 1g.10gb",
+    )
+    submit.add_argument(
+        "--compute-units",
+        type=float,
+        default=0.0,
+        help="an amount of CU instead of --pods: gpufair picks the GPU type and count",
+    )
     submit.add_argument("--min-pods", type=int, default=None, help="gang minimum (default all)")
     submit.add_argument(
         "--gpu-type", action="append", help="allowed GPU type (repeat; default any)"

@@ -6,7 +6,16 @@ fraction of each GPU, free CPU millicores and free memory MiB, and keeps two ind
 placement never scans every node:
 
 - `bucket(gpu_type, free_whole)`: the nodes of a type with exactly that many untouched GPUs;
-- `partial_nodes(gpu_type)`: the nodes with a GPU partly used by fractional pods.
+- `partial_nodes(gpu_type)`: the nodes with a GPU partly used by fractional pods;
+- `partitioned_nodes(gpu_type)`: the nodes with a GPU holding partitions.
+
+Partitions (`domain/partition_geometry.py`): a GPU holding MIG-style instances keeps their slice
+masks in `NodeState.slices` and counts as one whole GPU used (its first instance adds 1.0 to
+`gpu_used`, its last one out takes it back) for every other kind of pod, so whole-GPU and plain
+shared pods never land on it, and a partition never lands on a GPU they use: a GPU takes a
+partition only while `gpu_used` holds nothing but its partitions' 1.0. (Both at once happens
+only for a hold taken over a victim that still runs there until it stops.) Nodes that never held a partition
+carry `slices = None`, and pods without a partition never look at it.
 
 Trials (reclaim's "release these victims and see") write a `Journal`: the first time a trial
 touches a node its prior state is saved, and `restore` puts it back exactly, so no floating-point
@@ -19,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from gpufair.domain.model import Node, PodBinding, Workload
+from gpufair.domain.partition_geometry import Geometry
 
 # Tolerance for comparing GPU fractions and CU: sums of fractions such as 0.1 + 0.2 are inexact.
 EPS = 1e-9
@@ -34,6 +44,10 @@ class PodUse(NamedTuple):
     gpu_amount: float
     cpu_millicores: int
     memory_mib: int
+    slice_mask: int = 0  # a partition: the slices it covers on gpu_indices[0]
+
+
+_NO_GEOMETRY: Mapping[str, Geometry] = {}
 
 
 class NodeState:
@@ -43,6 +57,7 @@ class NodeState:
         "cpu_free",
         "cpu_total",
         "free_whole",
+        "geometry",
         "gpu_count",
         "gpu_type",
         "gpu_used",
@@ -51,9 +66,12 @@ class NodeState:
         "memory_free",
         "memory_total",
         "name",
+        "slices",
     )
 
-    def __init__(self, index: int, node: Node) -> None:
+    def __init__(
+        self, index: int, node: Node, geometry: Mapping[str, Geometry] = _NO_GEOMETRY
+    ) -> None:
         self.index = index
         self.name = node.name
         self.gpu_type = node.gpu_type
@@ -65,6 +83,8 @@ class NodeState:
         self.cpu_free = node.cpu_millicores
         self.memory_total = node.memory_mib
         self.memory_free = node.memory_mib
+        self.geometry = geometry  # partition profiles of its GPU type, by name
+        self.slices: list[int] | None = None  # per GPU, slices held by partitions
 
     def free_gpus(self) -> float:
         """Free GPU capacity in GPUs, counting the unused part of shared GPUs."""
@@ -77,14 +97,18 @@ class Journal:
     __slots__ = ("nodes", "version")
 
     def __init__(self) -> None:
-        self.nodes: dict[int, tuple[list[float], int, int]] = {}
+        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None]] = {}
         self.version: int | None = None
 
 
 class Capacity:
     """Free capacity of the ready nodes of one pool, indexed by GPU type and free GPUs."""
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        geometry: Mapping[str, Mapping[str, Geometry]] | None = None,
+    ) -> None:
         self.nodes: list[NodeState] = []
         self.index_of: dict[str, int] = {}
         self.by_type: dict[str, list[int]] = {}
@@ -92,6 +116,7 @@ class Capacity:
         # bucket[type][k]: nodes with exactly k untouched GPUs (a dict used as an ordered set).
         self._buckets: dict[str, list[dict[int, None]]] = {}
         self._partial: dict[str, dict[int, None]] = {}
+        self._partitioned: dict[str, dict[int, None]] = {}
         self.free_whole_by_type: dict[str, int] = {}
         self._domains: dict[str, dict[str, dict[str, list[int]]]] = {}
         # `version` names the current state: every change gets a fresh number, and `restore`
@@ -103,7 +128,8 @@ class Capacity:
         for node in nodes:
             if node.name in self.index_of:
                 continue  # a duplicate name would double-count one machine
-            state = NodeState(len(self.nodes), node)
+            shapes = geometry.get(node.gpu_type, _NO_GEOMETRY) if geometry else _NO_GEOMETRY
+            state = NodeState(len(self.nodes), node, shapes)
             self.index_of[node.name] = state.index
             self.nodes.append(state)
             self.by_type.setdefault(node.gpu_type, []).append(state.index)
@@ -114,6 +140,7 @@ class Capacity:
                 buckets[self.nodes[index].gpu_count][index] = None
             self._buckets[gpu_type] = buckets
             self._partial[gpu_type] = {}
+            self._partitioned[gpu_type] = {}
             self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
 
     def bucket(self, gpu_type: str, free_whole: int) -> dict[int, None]:
@@ -121,6 +148,9 @@ class Capacity:
 
     def partial_nodes(self, gpu_type: str) -> dict[int, None]:
         return self._partial.get(gpu_type, {})
+
+    def partitioned_nodes(self, gpu_type: str) -> dict[int, None]:
+        return self._partitioned.get(gpu_type, {})
 
     def domains(self, level: str) -> dict[str, dict[str, list[int]]]:
         """Nodes by GPU type, then by the value of topology label `level`; unlabelled nodes
@@ -143,9 +173,10 @@ class Capacity:
 
     def restore(self, journal: Journal) -> None:
         """Undo every change recorded in `journal` since it was empty."""
-        for index, (used, cpu_free, memory_free) in journal.nodes.items():
+        for index, (used, cpu_free, memory_free, slices) in journal.nodes.items():
             state = self.nodes[index]
             state.gpu_used = used
+            state.slices = slices
             state.cpu_free = cpu_free
             state.memory_free = memory_free
             self._reindex(state)
@@ -164,10 +195,13 @@ class Capacity:
         if len(uses) == 1 and journal is None:  # the common case: one pod on one node
             use = uses[0]
             state = self.nodes[use.node]
-            amount = sign * use.gpu_amount
-            used = state.gpu_used
-            for gpu in use.gpu_indices:
-                used[gpu] += amount
+            if use.slice_mask:
+                _apply_partition(state, use, sign)
+            else:
+                amount = sign * use.gpu_amount
+                used = state.gpu_used
+                for gpu in use.gpu_indices:
+                    used[gpu] += amount
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
             self._reindex(state)
@@ -176,15 +210,20 @@ class Capacity:
         for use in uses:
             state = self.nodes[use.node]
             if journal is not None and use.node not in journal.nodes:
+                slices = state.slices
                 journal.nodes[use.node] = (
                     state.gpu_used.copy(),
                     state.cpu_free,
                     state.memory_free,
+                    None if slices is None else slices.copy(),
                 )
-            amount = sign * use.gpu_amount
-            used = state.gpu_used
-            for gpu in use.gpu_indices:
-                used[gpu] += amount
+            if use.slice_mask:
+                _apply_partition(state, use, sign)
+            else:
+                amount = sign * use.gpu_amount
+                used = state.gpu_used
+                for gpu in use.gpu_indices:
+                    used[gpu] += amount
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
             touched[use.node] = state
@@ -211,22 +250,52 @@ class Capacity:
             partial_nodes[state.index] = None
         else:
             partial_nodes.pop(state.index, None)
+        if state.slices is not None:  # only nodes that ever held a partition
+            if any(state.slices):
+                self._partitioned[gpu_type][state.index] = None
+            else:
+                self._partitioned[gpu_type].pop(state.index, None)
+
+
+def _apply_partition(state: NodeState, use: PodUse, sign: int) -> None:
+    """Take (`sign` 1) or give back (-1) a partition's slices; see the module docstring."""
+    slices = state.slices
+    if slices is None:
+        slices = state.slices = [0] * state.gpu_count
+    gpu = use.gpu_indices[0]
+    before = slices[gpu]
+    slices[gpu] = before | use.slice_mask if sign > 0 else before & ~use.slice_mask
+    # The first partition on a GPU adds one whole GPU to `gpu_used`, the last one out takes it
+    # back: added, not assigned, so work that a hold was taken over (a victim still running
+    # there) keeps counting, and the GPU stays closed to further partitions until it leaves.
+    if bool(before) != bool(slices[gpu]):
+        state.gpu_used[gpu] += 1.0 if slices[gpu] else -1.0
 
 
 def uses_of(
     capacity: Capacity, workload: Workload, bindings: Iterable[PodBinding]
 ) -> tuple[PodUse, ...]:
     """What a workload's bindings hold on the capacity's nodes. Bindings on nodes that are not
-    there (not ready, other pool) hold nothing here; GPU indices beyond the node are ignored."""
+    there (not ready, other pool) hold nothing here; GPU indices beyond the node are ignored.
+    A partition the batch system reported without its start is put where placement would put
+    it now (the highest free start): its slices are held either way."""
     index_of = capacity.index_of
     nodes = capacity.nodes
     cpu, memory = workload.cpu_millicores_per_pod, workload.memory_mib_per_pod
+    partitioned = bool(workload.partition_profile)
+    claimed: dict[tuple[int, int], int] = {}
     uses = []
     for binding in bindings:
         index = index_of.get(binding.node)
         if index is None:
             continue
-        count = nodes[index].gpu_count
+        state = nodes[index]
+        count = state.gpu_count
+        if partitioned and binding.gpu_indices:
+            use = _partition_use(state, workload, binding, claimed)
+            if use is not None:
+                uses.append(use)
+                continue
         fraction = binding.gpu_fraction
         if fraction < 1.0:
             gpus = binding.gpu_indices[:1]
@@ -238,6 +307,32 @@ def uses_of(
             gpus = tuple(gpu for gpu in gpus if 0 <= gpu < count)
         uses.append(PodUse(index, gpus, amount, cpu, memory))
     return tuple(uses)
+
+
+def _partition_use(
+    state: NodeState, workload: Workload, binding: PodBinding, claimed: dict[tuple[int, int], int]
+) -> PodUse | None:
+    """The slices a running partition holds; None when its node's type lacks the profile (it
+    then holds its fraction like a plain share)."""
+    shape = state.geometry.get(workload.partition_profile)
+    gpu = binding.gpu_indices[0]
+    if shape is None or not 0 <= gpu < state.gpu_count:
+        return None
+    occupied = claimed.get((state.index, gpu), 0)
+    if state.slices is not None:
+        occupied |= state.slices[gpu]
+    mask = shape.mask_at(binding.partition_start) if binding.partition_start is not None else 0
+    if not mask:
+        mask = shape.first_fit(occupied) or shape.masks[-1]
+    claimed[(state.index, gpu)] = occupied | mask
+    return PodUse(
+        state.index,
+        (gpu,),
+        shape.gpu_fraction,
+        workload.cpu_millicores_per_pod,
+        workload.memory_mib_per_pod,
+        mask,
+    )
 
 
 def binding_gpus(binding: PodBinding) -> float:

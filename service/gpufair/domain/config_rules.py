@@ -20,6 +20,7 @@ from gpufair.domain.model import (
     FairSharePolicy,
     Node,
     NodePool,
+    PartitionProfile,
     Queue,
     QueueQuota,
     WindowKind,
@@ -110,6 +111,7 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
                 violations.append(
                     Violation(f"{ppath}.memory_gib", "exceeds the memory of the whole GPU")
                 )
+            violations += _geometry_violations(ppath, profile)
 
     for i, pool in enumerate(config.pools):
         violations += _validate_pool(f"pools[{i}]", pool)
@@ -389,3 +391,25 @@ def config_warnings(config: ClusterConfig) -> list[str]:
                 f"pools[{i}] {pool.name!r}: no window and no half-life: usage never fades"
             )
     return warnings
+
+
+def _geometry_violations(path: str, profile: PartitionProfile) -> list[Violation]:
+    """A profile's slice geometry (`domain/partition_geometry.py`): `memory_slices` in
+    [0, 32]; with slices, one or more distinct starts, each leaving the instance on the GPU."""
+    found = number_violations(
+        f"{path}.memory_slices", profile.memory_slices, 0, limits.MAX_MEMORY_SLICES
+    )
+    if found:
+        return found
+    if not profile.memory_slices:
+        if profile.starts:
+            found.append(Violation(f"{path}.starts", "starts need memory_slices"))
+        return found
+    if not profile.starts:
+        found.append(Violation(f"{path}.starts", "at least one start with memory_slices"))
+    if len(set(profile.starts)) != len(profile.starts):
+        found.append(Violation(f"{path}.starts", "lists a start twice"))
+    last = limits.MAX_MEMORY_SLICES - profile.memory_slices
+    for k, start in enumerate(profile.starts):
+        found += number_violations(f"{path}.starts[{k}]", start, 0, last)
+    return found

@@ -34,6 +34,9 @@ Phases, in order:
    beyond that share: bound, or by evicting beyond-share then over-quota work, or given a
    `GANG_WAIT` hole (`cycle_entitlement`; pool policy `gang_entitlement`).
 4. **Long-waiting gangs** get `GANG_WAIT` nodes (see `snapshot`).
+1b, 5b. **Mixed compute-unit requests.** After each allocate pass, a compute-unit request that
+   allows mixed types and did not fit on one type may take a mix inside one topology domain
+   (`cycle_cu_mix`).
 5. **Allocate beyond fair share (work-conserving).** What nobody within their share could use
    goes, in the same order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds
    are flagged `over_fair_share`; their queues sit above their share, so reclaim takes them first.
@@ -70,6 +73,7 @@ from __future__ import annotations
 
 from gpufair.domain.cycle_allocate import allocate
 from gpufair.domain.cycle_claims import honour_claims
+from gpufair.domain.cycle_cu_mix import allocate_mixed
 from gpufair.domain.cycle_defrag import defragment, honour_moves
 from gpufair.domain.cycle_entitlement import admit_entitled_gangs
 from gpufair.domain.cycle_guarantee import reclaim_for_guarantees
@@ -88,6 +92,7 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     honour_moves(state)
     honour_claims(state)
     allocate(state, within_share=True)
+    allocate_mixed(state, within_share=True)
     reclaim(state)
     reclaim_for_guarantees(state)
     preempt(state)
@@ -95,4 +100,5 @@ def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
     admit_entitled_gangs(state)
     reserve_for_long_waits(state)
     allocate(state, within_share=False)
+    allocate_mixed(state, within_share=False)
     return state.result()

@@ -4,13 +4,16 @@ priority class, highest first, then submit time)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from operator import attrgetter
 
+from gpufair.domain import cu_request
 from gpufair.domain.capacity import binding_gpus, uses_of
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
+from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import PendingCode
 from gpufair.domain.victim_search import Victim
 
@@ -31,6 +34,11 @@ def load_running(state: CycleState) -> None:
         uses = uses_of(capacity, workload, allocation.bindings)
         gpus = sum([binding_gpus(binding) for binding in allocation.bindings])
         cu = gpus * state.weight(allocation.gpu_type)
+        if workload.mixed_gpu_types:  # GPUs of several types: each at its node's weight
+            cu = sum(
+                len(use.gpu_indices) * state.weight(capacity.nodes[use.node].gpu_type)
+                for use in uses
+            )
         capacity.take(uses)
         book = books.get(workload.queue)
         if book is not None:
@@ -79,7 +87,8 @@ def load_pending(state: CycleState) -> None:
     seen = set(state.running)
     books = state.books
     queue_pending = state.queue_pending
-    for workload in state.snapshot.pending:
+    for submitted in state.snapshot.pending:
+        workload = submitted
         uid = workload.uid
         if uid in seen:
             continue
@@ -95,7 +104,17 @@ def load_pending(state: CycleState) -> None:
                 f"queue {workload.queue} is not a leaf queue of pool {pool}",
             )
             continue
+        if submitted.compute_units > 0.0:
+            workload = cu_request_for_cycle(state, submitted, book)
+            state.cu_requests[submitted.uid] = submitted
         kind = kind_of(state, workload)
+        if (
+            kind.rejection is not None
+            and submitted.mixed_gpu_types
+            and rejection_in(submitted, state.gpu_types, state.pool_room) is None
+        ):
+            # No single type can ever hold it, a mix in one domain can (`cycle_cu_mix`).
+            kind = dataclasses.replace(kind, rejection=None)
         if kind.rejection is not None:
             state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
             continue
@@ -132,6 +151,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
         workload.cpu_millicores_per_pod,
         workload.memory_mib_per_pod,
         workload.topology,
+        workload.partition_profile,
     )
     found = state.kinds.get(signature)
     if found is None:
@@ -146,6 +166,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             shape.memory_mib,
             workload.gang_min_pods,
             None if topology is None else (topology.level, topology.required),
+            shape.profile,
         )
         found = Kind(
             rejection_in(workload, state.gpu_types, state.pool_room),
@@ -157,3 +178,38 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
         )
         state.kinds[signature] = found
     return found
+
+
+def cu_request_for_cycle(state: CycleState, workload: Workload, book: QueueBook) -> Workload:
+    """The gang that serves a compute-unit request this cycle (`domain/cu_request.py`): the
+    best option whose GPUs are free and that the queue's limits allow, counting down the GPUs
+    taken by the requests resolved before it; else the best the pool could ever hold and the
+    limits allow; else the best the pool could hold; else the best (which never fits)."""
+    choices = cu_request.options(workload, state.gpu_types, tuple(state.capacity.by_type))
+    if not choices:
+        return workload  # never fits; `kind_of` says why
+    free = state.cu_free_gpus
+    if not free:
+        free.update(state.capacity.free_whole_by_type)
+    allowed: list[Workload] = []
+    possible: list[Workload] = []
+    for option in choices:
+        candidate = cu_request.concrete(workload, option)
+        if rejection_in(candidate, state.gpu_types, state.pool_room) is not None:
+            continue
+        possible.append(candidate)
+        cu_per_pod = option.gpus_per_pod * state.weight(option.gpu_type)
+        pods, _ = book.max_pods(
+            cu_per_pod, option.gpus_per_pod, option.gpu_type, workload.preemptible, False
+        )
+        if pods < option.pods:
+            continue  # a limit of the queue (or above it) rules this type out
+        if free[option.gpu_type] >= option.gpus - 1e-9:
+            free[option.gpu_type] -= option.gpus
+            return candidate
+        allowed.append(candidate)
+    if not allowed and not possible and workload.mixed_gpu_types:
+        # No single type ever holds it: the gang of the first option stands in (it never
+        # places), and `cycle_cu_mix` looks for a mix.
+        return cu_request.concrete(workload, choices[0])
+    return (allowed or possible or [workload])[0]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.explain import pending_message
 from gpufair.domain.model import PodBinding, Queue, Workload
+from gpufair.domain.partition_geometry import geometries, start_of
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
@@ -104,8 +105,9 @@ class CycleState:
         self.weights = {name: gpu_type.compute_weight for name, gpu_type in self.gpu_types.items()}
         pool_nodes = [node for node in snapshot.nodes if node.pool == self.pool.name]
         ready = [node for node in pool_nodes if node.ready]
-        self.capacity = Capacity(ready)
-        hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes)
+        shapes = geometries(snapshot.gpu_types)
+        self.capacity = Capacity(ready, shapes)
+        hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes, shapes)
         self.pool_room = PoolRoom(hardware)
         ancestors = _limit_ancestors(snapshot)
         self.books = {
@@ -141,6 +143,10 @@ class CycleState:
         self.queue_pending: dict[str, list[Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
         self.kinds: dict[tuple[object, ...], Kind] = {}
+        # Free whole GPUs per type as compute-unit requests are resolved (`cycle_load`).
+        self.cu_free_gpus: dict[str, float] = {}
+        # Compute-unit requests as submitted, by uid (their `Pending` holds the chosen gang).
+        self.cu_requests: dict[str, Workload] = {}
         self.turns: dict[str, int] = {}  # the work-conserving pass's tie-break (`queue_key`)
         # Memos of the phases: failures stay failures while capacity only shrinks.
         self.place_failed: set[tuple[object, ...]] = set()
@@ -257,6 +263,7 @@ class CycleState:
                 node=self.capacity.nodes[use.node].name,
                 gpu_indices=use.gpu_indices,
                 gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
+                partition_start=start_of(use.slice_mask) if use.slice_mask else None,
             )
             for position, use in enumerate(plan)
         )

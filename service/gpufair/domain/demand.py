@@ -6,14 +6,17 @@ The one statement of the rule, used by the server's recompute and by the simulat
 - waiting: each workload's whole request, counted on the GPU type placement would choose for it
   (the cheapest present type that serves it, `placement.adequate_types`); work that no present
   type serves is no demand at all (it cannot use anything this pool could give it);
+- a compute-unit request (`domain/cu_request.py`) waits for the GPUs of its first option:
+  `ceil(compute_units / weight)` on the serving type (which `adequate_types` gives first);
 - every leaf gets an entry (empty when it has no work), sums are exact (`math.fsum`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+from gpufair.domain import cu_request
 from gpufair.domain.fairshare import QueueDemand
 from gpufair.domain.model import Workload
 
@@ -23,9 +26,11 @@ def queue_demands(
     held: Iterable[tuple[str, str, float]],
     waiting: Iterable[Workload],
     serving_type: Callable[[Workload], str | None],
+    weights: Mapping[str, float] | None = None,
 ) -> dict[str, QueueDemand]:
     """Demand of each leaf queue. `held` is (queue, GPU type, GPUs) of what holds GPUs now;
-    `serving_type(w)` the type a waiting workload would be placed on, None when none serves it.
+    `serving_type(w)` the type a waiting workload would be placed on, None when none serves it;
+    `weights` the CU per GPU of each type (needed for compute-unit requests only).
     Entries for queues outside `leaves` are ignored."""
     names = tuple(leaves)
     allocated: dict[str, dict[str, list[float]]] = {q: {} for q in names}
@@ -37,8 +42,16 @@ def queue_demands(
         if workload.queue not in pending:
             continue
         serving = serving_type(workload)
-        if serving is not None:
-            pending[workload.queue].setdefault(serving, []).append(workload.total_gpus)
+        if serving is None:
+            continue
+        gpus = workload.total_gpus
+        if workload.compute_units > 0.0:
+            weight = (weights or {}).get(serving, 0.0)
+            if weight <= 0.0:
+                continue
+            per_pod = cu_request.pod_gpus(workload)
+            gpus = per_pod * math.ceil(workload.compute_units / weight / per_pod - 1e-9)
+        pending[workload.queue].setdefault(serving, []).append(gpus)
     return {q: QueueDemand(_sums(allocated[q]), _sums(pending[q])) for q in names}
 
 

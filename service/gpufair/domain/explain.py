@@ -10,7 +10,9 @@ Numbers:
 
 - `allocated_cu` is the queue's allocation as the cycle left it: running work, plus this cycle's
   binds, minus all evictions (decided now or earlier), plus capacity held for its waiting work.
-- `needed_cu` is the gang minimum on the cheapest adequate GPU type (the least it could cost).
+- `needed_cu` is the gang minimum on the cheapest adequate GPU type (the least it could cost); a
+  partition counts its profile's share, a compute-unit request the CU of its first option
+  (`cu_request`: `compute_units` rounded up to whole GPUs of that type).
 - `over_quota_needed_cu` is the part of `needed_cu` above the queue's deserved quota.
 - `queue_may_take_cu` is what the fair share still allows, `max(0, fair share − allocated)`, and
   `over_quota_may_take_cu` the part of it above deserved.
@@ -18,6 +20,10 @@ Numbers:
 Node filters are counted on the pool's nodes after the cycle's binds and holds, each node under
 the first filter it fails, in the order: not ready, GPU type, GPU memory, held for another workload
 (its free GPUs are all held for workloads waiting for their victims), free GPUs, CPU, memory.
+For a partition request the GPU type filter also fails types that do not offer the profile, GPU
+memory is the profile's, and free GPUs means room for one more instance (`partitions`); a
+compute-unit request is counted as pods of its GPUs per pod. The message then says what the
+request is: the profile and its share, or the CU and the options placement would choose from.
 """
 
 from __future__ import annotations
@@ -25,13 +31,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpufair.domain import cu_request
 from gpufair.domain.capacity import Capacity, uses_of
 from gpufair.domain.model import GpuType, Node, Workload
+from gpufair.domain.partition_geometry import geometries, profile_geometry
 from gpufair.domain.placement import (
     PodShape,
     adequate_types,
     fit_on,
     gpu_memory_per_pod_gib,
+    pods_fit,
 )
 from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.queuebook import QueueBook
@@ -160,7 +169,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
     pending = result.pending.get(workload_uid)
     gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}
     pool_nodes = [node for node in snapshot.nodes if node.pool == snapshot.pool.name]
-    capacity = Capacity(node for node in pool_nodes if node.ready)
+    capacity = Capacity((node for node in pool_nodes if node.ready), geometries(snapshot.gpu_types))
     for allocation in snapshot.running:
         capacity.take(list(uses_of(capacity, allocation.workload, allocation.bindings)))
     by_uid = {w.uid: w for w in snapshot.pending}
@@ -173,6 +182,10 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
     cheapest = types[0] if types else None
     weight = gpu_types[cheapest].compute_weight if cheapest is not None else 0.0
     needed_cu = workload.gang_min_pods * workload.gpus_per_pod * weight
+    asks = _request_sentence(workload, gpu_types, tuple(capacity.by_type))
+    if workload.compute_units > 0.0:
+        choices = cu_request.options(workload, gpu_types, tuple(capacity.by_type))
+        needed_cu = choices[0].given_cu if choices else workload.compute_units
     summary = result.queues.get(workload.queue)
     if summary is not None:
         allocated = summary.allocated_cu_after + summary.reserved_cu
@@ -195,8 +208,9 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
             f"{workload_uid} fits now: the next cycle of pool {snapshot.pool.name} would bind it "
             f"(it needs {_num(needed_cu)} CU)"
         )
+        message += asks
     elif pending is None:
-        message = f"{workload_uid} is not pending: it was bound or is running"
+        message = f"{workload_uid} is not pending: it was bound or is running" + asks
     else:
         message = (
             f"{workload_uid} is pending ({pending.code.value}): {pending.message}. "
@@ -210,6 +224,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
             f"{counts.too_little_cpu} too little CPU, {counts.too_little_memory} too little "
             f"memory, {counts.fits_a_pod} could take a pod."
         )
+        message += asks
         if borrow_s is not None:
             message += (
                 f" Loans are called back: the queue's work beyond its fair share may be "
@@ -233,6 +248,36 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         message=message,
         max_borrow_s=borrow_s,
     )
+
+
+def _request_sentence(
+    workload: Workload, gpu_types: Mapping[str, GpuType], present: tuple[str, ...]
+) -> str:
+    """What a partition or compute-unit request asks, as a sentence ("" for other work)."""
+    if workload.partition_profile:
+        offered = [
+            f"{name} ({_num(found.gpu_fraction * gpu_types[name].compute_weight)} CU each)"
+            for name in adequate_types(workload, gpu_types, present)
+            if (found := profile_geometry(gpu_types, name, workload.partition_profile))
+        ]
+        return (
+            f" Each pod asks for one {workload.partition_profile} partition "
+            f"({_num(workload.gpus_per_pod)} of a GPU), offered here by "
+            f"{', '.join(offered) or 'no GPU type'}."
+        )
+    if workload.compute_units > 0.0:
+        choices = cu_request.options(workload, gpu_types, present)
+        listed = "; ".join(cu_request.describe(option) for option in choices)
+        mixed = (
+            f" If none has room, a mix of these types inside one {workload.topology.level} domain."
+            if workload.mixed_gpu_types and workload.topology is not None
+            else ""
+        )
+        return (
+            f" It asks for {_num(workload.compute_units)} CU; placement tries, in order: "
+            f"{listed or 'no GPU type of this pool passes its filters'}.{mixed}"
+        )
+    return ""
 
 
 def _held_for_other(
@@ -269,6 +314,12 @@ def _count_filters(
     held_for_other: set[str],
 ) -> NodeFilterCounts:
     shape = PodShape.of(workload)
+    if workload.compute_units > 0.0:
+        shape = PodShape(
+            cu_request.pod_gpus(workload),
+            workload.cpu_millicores_per_pod,
+            workload.memory_mib_per_pod,
+        )
     tally = dict.fromkeys(_FILTERS, 0)
     for node in pool_nodes:
         failed = _first_failure(
@@ -306,16 +357,24 @@ def _first_failure(
         workload.allowed_gpu_types and node.gpu_type not in workload.allowed_gpu_types
     ):
         return "wrong_gpu_type"
-    if (
-        shape.gpus_per_pod > 0.0
-        and gpu_memory_per_pod_gib(gpu_type, shape.gpus_per_pod) < workload.min_gpu_memory_gib
-    ):
+    partition = profile_geometry(gpu_types, node.gpu_type, shape.profile) if shape.profile else None
+    if shape.profile and partition is None:
+        return "wrong_gpu_type"
+    memory_gib = (
+        partition.memory_gib
+        if partition is not None
+        else gpu_memory_per_pod_gib(gpu_type, shape.gpus_per_pod)
+    )
+    if shape.gpus_per_pod > 0.0 and memory_gib < workload.min_gpu_memory_gib:
         return "gpu_memory_too_small"
     if node.name in held:
         return "held_for_other"
     state = capacity.nodes[capacity.index_of[node.name]]
-    gpu_only = PodShape(shape.gpus_per_pod, 0, 0)
-    if fit_on(state.gpu_used, state.free_whole, 0, 0, gpu_only) <= 0:
+    gpu_only = PodShape(shape.gpus_per_pod, 0, 0, shape.profile)
+    if shape.profile:
+        if pods_fit(state, gpu_only) <= 0:
+            return "too_few_free_gpus"
+    elif fit_on(state.gpu_used, state.free_whole, 0, 0, gpu_only) <= 0:
         return "too_few_free_gpus"
     if shape.cpu_millicores > state.cpu_free:
         return "too_little_cpu"

@@ -62,6 +62,7 @@ class EventPod:
     node: str
     gpu_indices: tuple[int, ...]
     gpu_fraction: float = 1.0  # share of each listed GPU; below 1 for shared GPUs
+    partition_start: int | None = None  # a partition's first slice (`model.PodBinding`)
 
     @property
     def gpus(self) -> float:
@@ -321,6 +322,13 @@ def _pods_problem(
             return f"pods[{i}]: a GPU fraction is of exactly one GPU"
         if len(set(pod.gpu_indices)) != len(pod.gpu_indices):
             return f"pods[{i}]: a GPU index is listed twice"
+        if pod.partition_start is not None and (
+            not 0 <= pod.partition_start < limits.MAX_MEMORY_SLICES or len(pod.gpu_indices) != 1
+        ):
+            return (
+                f"pods[{i}]: partition_start must be in [0, {limits.MAX_MEMORY_SLICES - 1}], "
+                "on exactly one GPU"
+            )
         bad = [g for g in pod.gpu_indices if not 0 <= g < node.gpu_count]
         if bad:
             return f"pods[{i}]: GPU index {bad[0]} does not exist on {pod.node} ({node.gpu_count} GPUs)"

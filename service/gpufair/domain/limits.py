@@ -51,6 +51,9 @@ MAX_CPU_MILLICORES = 10**9  # a node's, or one pod's
 MAX_MEMORY_MIB = 10**12  # a node's, or one pod's
 MAX_LABELS_PER_NODE = 64
 MAX_PODS = 100_000
+MIN_COMPUTE_UNITS = 0.001  # a compute-unit request (Workload.compute_units)
+MAX_COMPUTE_UNITS = 1_000_000.0
+MAX_MEMORY_SLICES = 32  # slices of one partitionable GPU (an A100 has 8)
 MAX_GPUS_PER_POD = 64
 MAX_ALLOWED_GPU_TYPES = 64
 

@@ -63,11 +63,21 @@ class PlacementStrategy(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PartitionProfile:
-    """A MIG-style slice of one GPU, e.g. `1g.10gb` = 1/7 of an A100 with 10 GiB."""
+    """A MIG-style slice of one GPU, e.g. `1g.10gb` = 1/7 of an A100 with 10 GiB.
+
+    `gpu_fraction` is its compute share (the CU it counts: `gpu_fraction × compute_weight`).
+    Its geometry says where it may sit on a GPU: the GPU's memory is cut into slices numbered
+    from 0 (8 on an A100 or H100), an instance covers `memory_slices` consecutive slices, and it
+    may begin only at one of `starts`. Two instances on one GPU never share a slice. A profile
+    without geometry (`memory_slices == 0`) is declared but cannot be asked for by a workload
+    (see `domain/partition_geometry.py` for the A100 / H100 table).
+    """
 
     name: str
     gpu_fraction: float
     memory_gib: float
+    memory_slices: int = 0
+    starts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +246,15 @@ class Workload:
     priority_class: int = 0  # inside one queue, higher first
     preemptible: bool = True
     min_runtime_s: float = 0.0  # may not be reclaimed before running this long
+    # Each pod takes one instance of this partition profile (`gpus_per_pod` is its fraction,
+    # `domain/partitions.py`); "" = whole GPUs or a plain share.
+    partition_profile: str = ""
+    # An amount of compute instead of a GPU count: placement picks the GPU type and how many
+    # one-GPU pods (`domain/cu_request.py`); 0 = `pods × gpus_per_pod` as given.
+    compute_units: float = 0.0
+    # A compute-unit request that may take GPUs of several accepted types at once, all inside
+    # one domain of `topology.level` (`domain/cycle_cu_mix.py`), when no single type has room.
+    mixed_gpu_types: bool = False
 
     @property
     def gang_min_pods(self) -> int:
@@ -254,6 +273,9 @@ class PodBinding:
     node: str
     gpu_indices: tuple[int, ...]
     gpu_fraction: float = 1.0  # < 1 for shared GPUs: the share of gpu_indices[0]
+    # For a partition (`Workload.partition_profile`): the first memory slice of its instance on
+    # gpu_indices[0]; None otherwise, or when the batch system did not say.
+    partition_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

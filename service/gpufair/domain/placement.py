@@ -24,6 +24,11 @@ Rules, in the order they apply:
    add up to more than 1.0. Binpack puts a share on the fullest GPU with room, spread on the
    emptiest. Whole-GPU pods need `gpus_per_pod` to be a whole number and take untouched GPUs only.
 
+7. **Partitions** (`Workload.partition_profile`): each pod takes one MIG-style instance; the rules
+   of `domain/partitions.py` decide which GPUs and slices. **Compute-unit requests**
+   (`Workload.compute_units`) are turned into a gang of one type before placement
+   (`domain/cu_request.py`).
+
 An elastic workload (`min_pods < pods`) gets between `pods_min` and `pods_max` pods, as many as
 fit; fewer than `pods_min` is no placement at all (gang all-or-nothing).
 """
@@ -35,6 +40,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from gpufair.domain import cu_request, partitions
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse
 from gpufair.domain.model import (
     GpuType,
@@ -43,6 +49,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
+from gpufair.domain.partition_geometry import geometries
 from gpufair.domain.topology import ladder
 
 # "No limit from this resource" when a pod asks for none of it.
@@ -56,6 +63,8 @@ class PodShape:
     gpus_per_pod: float
     cpu_millicores: int
     memory_mib: int
+    profile: str = ""  # a partition profile: one instance per pod (`domain/partitions.py`)
+
     # Derived once (placement reads them in its innermost loops): GPUs per pod for whole-GPU
     # pods (0 for shared or GPU-less pods), and whether a pod takes part of one GPU.
     whole_gpus: int = field(init=False, compare=False, repr=False)
@@ -69,7 +78,10 @@ class PodShape:
     @staticmethod
     def of(workload: Workload) -> PodShape:
         return PodShape(
-            workload.gpus_per_pod, workload.cpu_millicores_per_pod, workload.memory_mib_per_pod
+            workload.gpus_per_pod,
+            workload.cpu_millicores_per_pod,
+            workload.memory_mib_per_pod,
+            workload.partition_profile,
         )
 
 
@@ -133,7 +145,12 @@ def adequate_types(
     workload: Workload, gpu_types: Mapping[str, GpuType], present: Collection[str]
 ) -> tuple[str, ...]:
     """The GPU types present in the pool that pass the type and GPU-memory filters, cheapest
-    first."""
+    first (for a compute-unit request: in the order of `cu_request.options`)."""
+    if workload.compute_units > 0.0:
+        return tuple(o.gpu_type for o in cu_request.options(workload, gpu_types, present))
+    if workload.partition_profile:
+        offered = partitions.adequate_partition_types(workload, gpu_types, present)
+        return tuple(gpu_type.name for gpu_type in sorted(offered, key=type_order_key))
     allowed = workload.allowed_gpu_types or tuple(present)
     found = [
         gpu_types[name]
@@ -174,11 +191,19 @@ def fit_on(
 
 def pods_fit(state: NodeState, shape: PodShape) -> int:
     """How many pods of `shape` fit on the node now."""
+    if shape.profile:
+        return partitions.pods_fit(
+            state, shape.profile, shape.cpu_millicores, shape.memory_mib, empty=False
+        )
     return fit_on(state.gpu_used, state.free_whole, state.cpu_free, state.memory_free, shape)
 
 
 def pods_fit_empty(state: NodeState, shape: PodShape) -> int:
     """How many pods of `shape` the node holds when nothing runs on it."""
+    if shape.profile:
+        return partitions.pods_fit(
+            state, shape.profile, shape.cpu_millicores, shape.memory_mib, empty=True
+        )
     return fit_on(
         [0.0] * state.gpu_count, state.gpu_count, state.cpu_total, state.memory_total, shape
     )
@@ -192,7 +217,11 @@ def place(
     if ask.gpu_type not in capacity.by_type or ask.pods_max < ask.pods_min:
         return None
     whole = ask.shape.whole_gpus
-    if whole and capacity.free_whole_by_type[ask.gpu_type] < ask.pods_min * whole:
+    if (
+        whole
+        and not ask.shape.profile
+        and capacity.free_whole_by_type[ask.gpu_type] < ask.pods_min * whole
+    ):
         return None  # cheap reject: a full type is the common case in a busy pool
     binpack = strategy is PlacementStrategy.BINPACK
     if ask.topology is None and binpack and whole and ask.pods_max > 1:
@@ -245,6 +274,9 @@ def nodes_with_room(capacity: Capacity, shape: PodShape, gpu_type: str) -> Itera
 def _ordered_nodes(
     capacity: Capacity, shape: PodShape, gpu_type: str, strategy: PlacementStrategy
 ) -> Iterator[int]:
+    if shape.profile:
+        yield from partitions.ordered_nodes(capacity, shape.profile, gpu_type, strategy)
+        return
     top = capacity.max_gpus[gpu_type]
     binpack = strategy is PlacementStrategy.BINPACK
     if shape.gpus_per_pod >= 1.0:
@@ -281,6 +313,17 @@ def _one_node(capacity: Capacity, ask: Ask, exclusion: Exclusion) -> int | None:
             ):
                 return index
     return None
+
+
+def place_on_nodes(
+    capacity: Capacity,
+    ask: Ask,
+    order: Iterable[int],
+    strategy: PlacementStrategy,
+    exclusion: Exclusion,
+) -> list[PodUse] | None:
+    """`place` restricted to the nodes of `order`, taken in that order (`cycle_cu_mix`)."""
+    return _fill(capacity, ask, order, strategy, exclusion)
 
 
 def _choose_domain(
@@ -375,6 +418,8 @@ def _assign(
 ) -> list[PodUse]:
     """GPU indices for `count` pods on one node (the node is known to hold them)."""
     cpu, memory = shape.cpu_millicores, shape.memory_mib
+    if shape.profile:
+        return partitions.assign(state, shape.profile, cpu, memory, count, strategy)
     if shape.gpus_per_pod >= 1.0:
         whole = shape.whole_gpus
         free = [gpu for gpu, used in enumerate(state.gpu_used) if used <= EPS]
@@ -443,18 +488,28 @@ def never_fits(
     domain holds. Pass every node of the pool, ready or not: they are its hardware.
     """
     by_name = {gpu_type.name: gpu_type for gpu_type in gpu_types}
-    return rejection_in(workload, by_name, PoolRoom(Capacity(nodes)))
+    return rejection_in(workload, by_name, PoolRoom(Capacity(nodes, geometries(by_name.values()))))
 
 
 def rejection_in(
     workload: Workload, gpu_types: Mapping[str, GpuType], pool: PoolRoom
 ) -> FitRejection | None:
     """`never_fits` against a prepared `PoolRoom` (the cycle checks many workloads)."""
+    if workload.compute_units > 0.0:
+        return _cu_rejection(workload, gpu_types, pool)
     rejection = _shape_rejection(workload)
     if rejection is not None:
         return rejection
     capacity = pool.capacity
     present = sorted(capacity.by_type)
+    if workload.partition_profile and not adequate_types(workload, gpu_types, present):
+        offered = sorted(partitions.offering_types(workload, gpu_types))
+        return FitRejection(
+            "partition_profile",
+            f"no GPU type of this pool offers partition profile {workload.partition_profile!r}"
+            + (f" with {workload.min_gpu_memory_gib:g} GiB" if workload.min_gpu_memory_gib else "")
+            + (f" (offered by {', '.join(offered)})" if offered else ""),
+        )
     if workload.allowed_gpu_types and not set(workload.allowed_gpu_types) & set(present):
         return FitRejection(
             "allowed_gpu_types",
@@ -503,6 +558,53 @@ def rejection_in(
         "pods",
         f"the gang needs {pods_min} pods of {workload.gpus_per_pod:g} GPU on one GPU type; "
         f"the pool holds at most {best_room} such pods of one type ({', '.join(types)})",
+    )
+
+
+def _cu_rejection(
+    workload: Workload, gpu_types: Mapping[str, GpuType], pool: PoolRoom
+) -> FitRejection | None:
+    """A compute-unit request fits when one of its options does (`cu_request`)."""
+    choices = cu_request.options(workload, gpu_types, tuple(pool.capacity.by_type))
+    if not choices:
+        return FitRejection(
+            "compute_units",
+            "no GPU type of this pool passes the workload's filters (allowed_gpu_types, "
+            "min_gpu_memory_gib)",
+        )
+    first: FitRejection | None = None
+    for option in choices:
+        rejection = rejection_in(cu_request.concrete(workload, option), gpu_types, pool)
+        if rejection is None:
+            return None
+        first = first or rejection
+    assert first is not None
+    if workload.mixed_gpu_types and _mix_fits(workload, gpu_types, pool.capacity):
+        return None
+    return FitRejection(
+        "compute_units",
+        f"{workload.compute_units:g} CU fits no GPU type of this pool: as "
+        f"{cu_request.describe(choices[0])}, {first.message}",
+    )
+
+
+def _mix_fits(workload: Workload, gpu_types: Mapping[str, GpuType], capacity: Capacity) -> bool:
+    """Whether some domain of the workload's topology level, empty, holds a mix of its
+    accepted types giving its CU (`cu_request.mix`)."""
+    if workload.topology is None:
+        return False
+    accepted = cu_request.options(workload, gpu_types, tuple(capacity.by_type))
+    shape = PodShape(1.0, workload.cpu_millicores_per_pod, workload.memory_mib_per_pod)
+    weights = {name: gpu_type.compute_weight for name, gpu_type in gpu_types.items()}
+    by_value: dict[str, dict[str, int]] = {}
+    domains = capacity.domains(workload.topology.level)
+    for option in accepted:
+        for value, members in domains.get(option.gpu_type, {}).items():
+            room = sum(pods_fit_empty(capacity.nodes[index], shape) for index in members)
+            by_value.setdefault(value, {})[option.gpu_type] = room
+    return any(
+        cu_request.mix(workload.compute_units, free, weights) is not None
+        for free in by_value.values()
     )
 
 

@@ -153,6 +153,9 @@ class BindDecision:
     cu: float
     # Bound with capacity nobody within their share could use: the first to be reclaimed.
     over_fair_share: bool
+    # A compute-unit request bound to a mix of types (`cycle_cu_mix`): GPUs per type; `gpu_type`
+    # is the one giving the most CU. Empty for all other binds (all on `gpu_type`).
+    gpus_by_type: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

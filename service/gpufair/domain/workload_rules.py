@@ -15,6 +15,7 @@ from gpufair.domain.limits import (
     texts_violations,
 )
 from gpufair.domain.model import ClusterConfig, Node, Workload
+from gpufair.domain.partitions import with_profile_share
 from gpufair.domain.placement import never_fits
 
 UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,252}$")
@@ -33,19 +34,22 @@ def workload_violations(w: Workload, path: str) -> list[Violation]:
         )
     v += text_violations(f"{path}.queue", w.queue, limits.MAX_NAME_LEN, required=True)
     v += text_violations(f"{path}.pool", w.pool, limits.MAX_NAME_LEN, required=True)
-    v += number_violations(f"{path}.pods", w.pods, 1, limits.MAX_PODS)
-    gpus = number_violations(
-        f"{path}.gpus_per_pod", w.gpus_per_pod, limits.MIN_GPU_FRACTION, limits.MAX_GPUS_PER_POD
-    )
-    v += gpus
-    if not gpus and w.gpus_per_pod > 1 and w.gpus_per_pod != int(w.gpus_per_pod):
+    if w.compute_units != 0.0 or w.partition_profile:
+        v += _request_kind_violations(w, path)
+    else:
+        v += number_violations(f"{path}.pods", w.pods, 1, limits.MAX_PODS)
+        v += _gpus_per_pod_violations(w, path)
+        if w.min_pods is not None and not 1 <= w.min_pods <= w.pods:
+            v.append(Violation(f"{path}.min_pods", "must be between 1 and pods"))
+    if w.mixed_gpu_types and (w.compute_units == 0.0 or w.topology is None):
         v.append(
             Violation(
-                f"{path}.gpus_per_pod", "above 1 it must be whole GPUs; fractions share one GPU"
+                f"{path}.mixed_gpu_types",
+                "needs compute_units and a topology level (the mix stays in one domain)",
             )
         )
-    if w.min_pods is not None and not 1 <= w.min_pods <= w.pods:
-        v.append(Violation(f"{path}.min_pods", "must be between 1 and pods"))
+    elif w.mixed_gpu_types and w.gpus_per_pod not in (0.0, 1.0):
+        v.append(Violation(f"{path}.gpus_per_pod", "a mix of types takes one GPU a pod: 0 or 1"))
     v += number_violations(
         f"{path}.min_gpu_memory_gib", w.min_gpu_memory_gib, 0.0, limits.MAX_GPU_MEMORY_GIB
     )
@@ -71,6 +75,82 @@ def workload_violations(w: Workload, path: str) -> list[Violation]:
     if not types and len(set(w.allowed_gpu_types)) != len(w.allowed_gpu_types):
         v.append(Violation(f"{path}.allowed_gpu_types", "lists a type twice"))
     return v
+
+
+def _gpus_per_pod_violations(w: Workload, path: str) -> list[Violation]:
+    gpus = number_violations(
+        f"{path}.gpus_per_pod", w.gpus_per_pod, limits.MIN_GPU_FRACTION, limits.MAX_GPUS_PER_POD
+    )
+    if not gpus and w.gpus_per_pod > 1 and w.gpus_per_pod != int(w.gpus_per_pod):
+        gpus.append(
+            Violation(
+                f"{path}.gpus_per_pod", "above 1 it must be whole GPUs; fractions share one GPU"
+            )
+        )
+    return gpus
+
+
+def _request_kind_violations(w: Workload, path: str) -> list[Violation]:
+    """A partition request (`partition_profile`) or a compute-unit request (`compute_units`):
+    they exclude each other; a CU request leaves pods to placement and asks whole GPUs."""
+    v: list[Violation] = []
+    if w.partition_profile:
+        v += text_violations(
+            f"{path}.partition_profile", w.partition_profile, limits.MAX_NAME_LEN, required=True
+        )
+    if w.compute_units == 0.0:  # a partition request: pods as usual, the share from the profile
+        v += number_violations(f"{path}.pods", w.pods, 1, limits.MAX_PODS)
+        if w.min_pods is not None and not 1 <= w.min_pods <= w.pods:
+            v.append(Violation(f"{path}.min_pods", "must be between 1 and pods"))
+        if w.gpus_per_pod != 0.0:
+            v += number_violations(
+                f"{path}.gpus_per_pod", w.gpus_per_pod, limits.MIN_GPU_FRACTION, 1.0
+            )
+        return v
+    v += number_violations(
+        f"{path}.compute_units",
+        w.compute_units,
+        limits.MIN_COMPUTE_UNITS,
+        limits.MAX_COMPUTE_UNITS,
+    )
+    if w.partition_profile:
+        v.append(
+            Violation(
+                f"{path}.compute_units", "a compute-unit request cannot ask for a partition profile"
+            )
+        )
+    if w.pods != 0:
+        v.append(Violation(f"{path}.pods", "leave it 0 with compute_units: placement sets it"))
+    if w.min_pods is not None:
+        v.append(Violation(f"{path}.min_pods", "leave it unset with compute_units"))
+    if w.gpus_per_pod != 0.0:
+        gpus = _gpus_per_pod_violations(w, path)
+        if not gpus and w.gpus_per_pod < 1.0:
+            gpus.append(
+                Violation(
+                    f"{path}.gpus_per_pod", "with compute_units: 0 (one GPU) or whole GPUs per pod"
+                )
+            )
+        v += gpus
+    return v
+
+
+def resolve_submitted(
+    config: ClusterConfig, batch: Sequence[Workload]
+) -> tuple[list[Workload], dict[str, str]]:
+    """The batch as stored (a partition request gets its profile's share as `gpus_per_pod`),
+    and per uid why a well-formed workload cannot be accepted (`submit_problems`)."""
+    gpu_types = {t.name: t for t in config.gpu_types}
+    resolved: list[Workload] = []
+    problems: dict[str, str] = {}
+    for w in batch:
+        found, problem = with_profile_share(w, gpu_types)
+        resolved.append(found)
+        if problem is not None:
+            problems[w.uid] = problem
+    checked = [w for w in resolved if w.uid not in problems]
+    problems.update(submit_problems(config, checked))
+    return resolved, problems
 
 
 def submit_problems(config: ClusterConfig, batch: Sequence[Workload]) -> dict[str, str]:

@@ -62,6 +62,7 @@ def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str
         workload_repo.held_gpus(conn, pool.name),
         workload_repo.workloads_in_states(conn, pool.name, ("pending", "bound")),
         cheapest,
+        {name: gpu_type.compute_weight for name, gpu_type in gpu_types.items()},
     )
 
 

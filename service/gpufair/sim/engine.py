@@ -44,6 +44,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpufair.domain import cu_request
+from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.demand import queue_demands
 from gpufair.domain.fairshare import (
@@ -236,7 +238,13 @@ class _Pool:
 
     def adequate(self, workload: Workload) -> tuple[str, ...]:
         """The pool's GPU types that serve `workload`, cheapest first (`placement`)."""
-        key = (workload.allowed_gpu_types, workload.min_gpu_memory_gib, workload.gpus_per_pod)
+        key = (
+            workload.allowed_gpu_types,
+            workload.min_gpu_memory_gib,
+            workload.gpus_per_pod,
+            workload.partition_profile,
+            workload.compute_units,
+        )
         types = self.types_memo.get(key)
         if types is None:
             types = adequate_types(workload, self.types_by_name, self.present)
@@ -422,7 +430,7 @@ class Simulation:
         job.pending_since_s = None
         job.allocation = allocation
         job.gpu_type = allocation.gpu_type
-        job.gpus = len(allocation.bindings) * job.workload.gpus_per_pod
+        job.gpus = math.fsum(binding_gpus(binding) for binding in allocation.bindings)
         job.cu = cu
         job.run_start_s = now_s
         job.token += 1
@@ -524,6 +532,7 @@ class Simulation:
             ((j.workload.queue, j.gpu_type, j.gpus) for j in pool.running.values()),
             (j.workload for uid, j in pool.pending.items() if uid not in pool.hopeless),
             pool.cheapest_type,
+            {name: gpu_type.compute_weight for name, gpu_type in pool.types_by_name.items()},
         )
 
     # -- the cycle ----------------------------------------------------------------------------
@@ -666,6 +675,9 @@ class Simulation:
             if gpu_type is None:
                 continue
             cu = job.workload.total_gpus * pool.types_by_name[gpu_type].compute_weight
+            if job.workload.compute_units > 0.0:
+                choices = cu_request.options(job.workload, pool.types_by_name, (gpu_type,))
+                cu = choices[0].given_cu if choices else 0.0
             name: str | None = job.workload.queue
             while name is not None:
                 parts.setdefault(name, []).append(cu)

@@ -23,6 +23,10 @@ config files). The shape:
 A workload: `queue` (a leaf), `pool` (may be left out when the cluster has one pool), `uid`
 (default `<queue>-<index>`), `submit_s` (default 0), `duration_s` (its run time, required), `pods`
 (1), `gpus_per_pod` (1; below 1 a share of one GPU), `min_pods` (default: all pods, a gang),
+`partition_profile` (each pod one MIG-style instance of that profile; `gpus_per_pod` then comes
+from the profile), `compute_units` (an amount of compute instead of `pods`: placement picks the
+GPU type and count, `domain/cu_request.py`; `gpus_per_pod` then 1 unless given),
+`mixed_gpu_types` (with `compute_units` and `topology`: a mix of types inside one domain),
 `preemptible` (true), `gpu_types` (allowed types, default any), `min_gpu_memory_gib`,
 `cpu_millicores_per_pod`, `memory_mib_per_pod`, `priority_class`, `min_runtime_s`, `topology`
 ({level, required}).
@@ -81,6 +85,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
+from gpufair.domain.partitions import with_profile_share
 from gpufair.domain.workload_rules import workload_violations
 from gpufair.sim.distributions import Distribution, constant, parse_distribution
 from gpufair.sim.generators import GeneratorSpec
@@ -195,6 +200,9 @@ class WorkloadModel(_JobFields):
     pods: int = Field(1, ge=1)
     gpus_per_pod: float = Field(1.0, gt=0)
     min_pods: int | None = Field(None, ge=1)
+    partition_profile: str = ""
+    compute_units: float = Field(0.0, ge=0, allow_inf_nan=False)
+    mixed_gpu_types: bool = False
 
 
 class GeneratorModel(_JobFields):
@@ -546,12 +554,14 @@ class _Builder:
         for index, item in enumerate(self.model.workloads):
             path = f"workloads[{index}]"
             pool = self._check_job_fields(path, item, cluster)
+            given = item.model_fields_set
+            asks_gpus = not (item.compute_units or item.partition_profile)
             workload = Workload(
                 uid=item.uid or f"{item.queue}-{index}",
                 queue=item.queue,
                 pool=pool,
-                pods=item.pods,
-                gpus_per_pod=item.gpus_per_pod,
+                pods=item.pods if "pods" in given or not item.compute_units else 0,
+                gpus_per_pod=item.gpus_per_pod if asks_gpus or "gpus_per_pod" in given else 0.0,
                 submit_time_s=item.submit_s,
                 min_pods=item.min_pods,
                 allowed_gpu_types=tuple(item.gpu_types),
@@ -562,8 +572,14 @@ class _Builder:
                 priority_class=item.priority_class,
                 preemptible=item.preemptible,
                 min_runtime_s=item.min_runtime_s,
+                partition_profile=item.partition_profile,
+                compute_units=item.compute_units,
+                mixed_gpu_types=item.mixed_gpu_types,
             )
             self._workload_rules(path, workload)
+            workload, problem = with_profile_share(workload, {t.name: t for t in cluster.gpu_types})
+            if problem is not None:
+                self.problem(f"{path}.partition_profile", problem)
             jobs.append(JobSpec(workload, item.duration_s))
         return tuple(jobs)
 

@@ -41,7 +41,7 @@ def load_config(conn: Connection) -> ClusterConfig:
             name=r.name,
             memory_gib=r.memory_gib,
             compute_weight=r.compute_weight,
-            partition_profiles=tuple(PartitionProfile(**p) for p in r.partition_profiles),
+            partition_profiles=tuple(_profile_from_json(p) for p in r.partition_profiles),
         )
         for r in conn.execute(select(t.gpu_types).order_by(t.gpu_types.c.name))
     )
@@ -161,10 +161,7 @@ def _upsert(conn: Connection, kind: str, obj: object) -> None:
                 "name": obj.name,
                 "memory_gib": obj.memory_gib,
                 "compute_weight": obj.compute_weight,
-                "partition_profiles": [
-                    {"name": p.name, "gpu_fraction": p.gpu_fraction, "memory_gib": p.memory_gib}
-                    for p in obj.partition_profiles
-                ],
+                "partition_profiles": [_profile_json(p) for p in obj.partition_profiles],
             },
         )
     elif isinstance(obj, NodePool):
@@ -288,3 +285,27 @@ def check_constraints_now(conn: Connection) -> None:
     """Check the deferred foreign keys now rather than at commit: what a dry run, rolled back
     afterwards, must still be refused for."""
     conn.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))
+
+
+def _profile_json(profile: PartitionProfile) -> dict[str, Any]:
+    """A profile as stored; the slice geometry only when declared, so profiles stored before it
+    existed read back equal."""
+    found: dict[str, Any] = {
+        "name": profile.name,
+        "gpu_fraction": profile.gpu_fraction,
+        "memory_gib": profile.memory_gib,
+    }
+    if profile.memory_slices:
+        found["memory_slices"] = profile.memory_slices
+        found["starts"] = list(profile.starts)
+    return found
+
+
+def _profile_from_json(stored: dict[str, Any]) -> PartitionProfile:
+    return PartitionProfile(
+        stored["name"],
+        stored["gpu_fraction"],
+        stored["memory_gib"],
+        stored.get("memory_slices", 0),
+        tuple(stored.get("starts", ())),
+    )

@@ -14,12 +14,35 @@ import math
 import struct
 from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii as _quote  # what json.dumps uses for str
+from typing import Any
 
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 
 _KIND_JSON = {kind: _quote(kind.value) for kind in EventKind}
 # PostgreSQL counts timestamps in microseconds from 2000-01-01 (946684800 s after the Unix epoch).
 _PG_EPOCH_S = 946_684_800
+
+
+def pod_json(pod: EventPod) -> dict[str, Any]:
+    """One pod of an event as stored; a partition's start only when given, so events without
+    one keep the payload (and digest) they always had."""
+    found: dict[str, Any] = {
+        "node": pod.node,
+        "gpu_indices": list(pod.gpu_indices),
+        "gpu_fraction": pod.gpu_fraction,
+    }
+    if pod.partition_start is not None:
+        found["partition_start"] = pod.partition_start
+    return found
+
+
+def pod_from_json(stored: dict[str, Any]) -> EventPod:
+    return EventPod(
+        stored["node"],
+        tuple(stored["gpu_indices"]),
+        stored["gpu_fraction"],
+        stored.get("partition_start"),
+    )
 
 
 def reference_payload_json(event: LedgerEvent) -> str:
@@ -29,10 +52,7 @@ def reference_payload_json(event: LedgerEvent) -> str:
             "kind": event.kind.value,
             "occurred_at_s": event.occurred_at_s,
             "workload_uid": event.workload_uid,
-            "pods": [
-                {"node": p.node, "gpu_indices": list(p.gpu_indices), "gpu_fraction": p.gpu_fraction}
-                for p in event.pods
-            ],
+            "pods": [pod_json(p) for p in event.pods],
             "node": event.node,
             "gpu_count": event.gpu_count,
         },
@@ -50,6 +70,15 @@ def _pods_json(pods: Sequence[EventPod]) -> str | None:
         if any(type(g) is not int for g in p.gpu_indices):
             return None
         indices = ",".join(map(str, p.gpu_indices))
+        start = p.partition_start
+        if start is not None:
+            if type(start) is not int:
+                return None
+            parts.append(
+                f'{{"gpu_fraction":{fraction!r},"gpu_indices":[{indices}],'
+                f'"node":{_quote(p.node)},"partition_start":{start}}}'
+            )
+            continue
         parts.append(
             f'{{"gpu_fraction":{fraction!r},"gpu_indices":[{indices}],"node":{_quote(p.node)}}}'
         )

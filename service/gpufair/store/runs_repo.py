@@ -20,7 +20,6 @@ from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import (
     EventKind,
-    EventPod,
     LedgerEvent,
     WorkloadRef,
     WorkloadState,
@@ -30,6 +29,7 @@ from gpufair.domain.ledger import (
 )
 from gpufair.domain.limits import MAX_COMPUTE_WEIGHT
 from gpufair.domain.model import GpuType, Node
+from gpufair.store.event_codec import pod_from_json, pod_json
 
 # Every run event of the workloads (heartbeats carry nothing runs are made of), and their
 # intervals. Written as a lookup per workload (OFFSET 0 keeps the planner from turning it back
@@ -117,10 +117,7 @@ def run_events_from_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, list[Ledg
                 EventKind(kind),
                 at,
                 uid,
-                tuple(
-                    EventPod(p["node"], tuple(p["gpu_indices"]), p["gpu_fraction"])
-                    for p in pods or ()
-                ),
+                tuple(pod_from_json(p) for p in pods or ()),
             )
         )
     return by_uid
@@ -151,10 +148,7 @@ def plan_runs(
     for uid, (ref, state) in workloads.items():
         runs = derive_runs(events.get(uid, ()))
         for r in interval_rows(runs, nodes, gpu_types):
-            pods = [
-                {"node": p.node, "gpu_indices": list(p.gpu_indices), "gpu_fraction": p.gpu_fraction}
-                for p in r.pods
-            ]
+            pods = [pod_json(p) for p in r.pods]
             end_kind = r.end_kind.value if r.end_kind else None
             derived.append(
                 IntervalRecord(

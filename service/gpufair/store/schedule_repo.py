@@ -42,6 +42,19 @@ def release_expired_binds(conn: Connection, pool: str, now_s: float) -> int:
     return result.rowcount or 0
 
 
+def _pod_json(binding: PodBinding) -> dict[str, Any]:
+    """One bound pod as stored; a partition's start only when there is one."""
+    found: dict[str, Any] = {
+        "pod_index": binding.pod_index,
+        "node": binding.node,
+        "gpu_indices": list(binding.gpu_indices),
+        "gpu_fraction": binding.gpu_fraction,
+    }
+    if binding.partition_start is not None:
+        found["partition_start"] = binding.partition_start
+    return found
+
+
 def bindings_from_json(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]:
     """Pod bindings as stored in `allocation_intervals.pods` and `workloads.binding`."""
     return tuple(
@@ -50,6 +63,7 @@ def bindings_from_json(pods: Sequence[dict[str, Any]]) -> tuple[PodBinding, ...]
             node=p["node"],
             gpu_indices=tuple(p["gpu_indices"]),
             gpu_fraction=p.get("gpu_fraction", 1.0),
+            partition_start=p.get("partition_start"),
         )
         for i, p in enumerate(pods)
     )
@@ -167,15 +181,7 @@ def moved_gpus_since(conn: Connection, pool: str, since_s: float) -> float:
 
 
 def _pods_doc(bindings: Sequence[PodBinding]) -> list[dict[str, Any]]:
-    return [
-        {
-            "pod_index": p.pod_index,
-            "node": p.node,
-            "gpu_indices": list(p.gpu_indices),
-            "gpu_fraction": p.gpu_fraction,
-        }
-        for p in bindings
-    ]
+    return [_pod_json(p) for p in bindings]
 
 
 CHANGED = PendingReason(
@@ -249,15 +255,7 @@ def record_cycle(
                                 "binding": {
                                     "gpu_type": b.gpu_type,
                                     "cycle_id": cycle_id,
-                                    "pods": [
-                                        {
-                                            "pod_index": p.pod_index,
-                                            "node": p.node,
-                                            "gpu_indices": list(p.gpu_indices),
-                                            "gpu_fraction": p.gpu_fraction,
-                                        }
-                                        for p in b.bindings
-                                    ],
+                                    "pods": [_pod_json(p) for p in b.bindings],
                                 },
                             }
                             for b in result.binds

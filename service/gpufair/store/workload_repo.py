@@ -17,7 +17,9 @@ from gpufair.store.ledger_tables import workloads
 
 
 def spec_json(w: Workload) -> dict[str, Any]:
-    return {
+    """A workload as stored. Fields added later are written only when set, so the spec (and
+    `spec_digest`) of a workload that does not use them is what it always was."""
+    spec: dict[str, Any] = {
         "uid": w.uid,
         "queue": w.queue,
         "pool": w.pool,
@@ -36,6 +38,13 @@ def spec_json(w: Workload) -> dict[str, Any]:
         "preemptible": w.preemptible,
         "min_runtime_s": w.min_runtime_s,
     }
+    if w.partition_profile:
+        spec["partition_profile"] = w.partition_profile
+    if w.compute_units:
+        spec["compute_units"] = w.compute_units
+    if w.mixed_gpu_types:
+        spec["mixed_gpu_types"] = True
+    return spec
 
 
 def workload_from_json(spec: dict[str, Any]) -> Workload:
@@ -56,6 +65,9 @@ def workload_from_json(spec: dict[str, Any]) -> Workload:
         priority_class=spec.get("priority_class", 0),
         preemptible=spec.get("preemptible", True),
         min_runtime_s=spec.get("min_runtime_s", 0.0),
+        partition_profile=spec.get("partition_profile", ""),
+        compute_units=spec.get("compute_units", 0.0),
+        mixed_gpu_types=spec.get("mixed_gpu_types", False),
     )
 
 

@@ -195,22 +195,37 @@ class PartitionProfile(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     GPU_FRACTION_FIELD_NUMBER: _builtins.int
     MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    MEMORY_SLICES_FIELD_NUMBER: _builtins.int
+    STARTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """e.g. "1g.10gb" """
     gpu_fraction: _builtins.float
     """share of one GPU, in [0.001, 1]"""
     memory_gib: _builtins.float
     """GPU memory of the slice, in [0.001, 65536], at most the GPU's"""
+    memory_slices: _builtins.int
+    """Slice geometry (MIG): an instance covers `memory_slices` consecutive memory slices of the
+    GPU and may begin only at one of `starts` (slice numbers from 0). An A100 or H100 has 8:
+    1g.10gb is 1 slice at 0-6, 3g.40gb 4 slices at 0 or 4, 7g.80gb 8 slices at 0. Instances on
+    one GPU never share a slice. 0 = no geometry: declared, but no workload may ask for it.
+    in [0, 32]
+    """
+    @_builtins.property
+    def starts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """each in [0, 32 - memory_slices], each once; required with memory_slices"""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         gpu_fraction: _builtins.float = ...,
         memory_gib: _builtins.float = ...,
+        memory_slices: _builtins.int = ...,
+        starts: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_fraction", b"gpu_fraction", "memory_gib", b"memory_gib", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_fraction", b"gpu_fraction", "memory_gib", b"memory_gib", "memory_slices", b"memory_slices", "name", b"name", "starts", b"starts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,47 +26,47 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gpufair.v1 import fairshare_pb2 as gpufair_dot_v1_dot_fairshare__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpufair/v1/ledger.proto\x12\ngpufair.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1agpufair/v1/fairshare.proto\"C\n\x08\x45ventPod\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x02 \x03(\x05\x12\x14\n\x0cgpu_fraction\x18\x03 \x01(\x01\"\xd0\x01\n\x0bLedgerEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x14\n\x0cworkload_uid\x18\x02 \x01(\t\x12#\n\x04kind\x18\x03 \x01(\x0e\x32\x15.gpufair.v1.EventKind\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04pods\x18\x05 \x03(\x0b\x32\x14.gpufair.v1.EventPod\x12\x0c\n\x04node\x18\x06 \x01(\t\x12\x11\n\tgpu_count\x18\x07 \x01(\x05\">\n\x13ReportEventsRequest\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.gpufair.v1.LedgerEvent\"W\n\x0b\x45ventResult\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.gpufair.v1.EventStatus\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"@\n\x14ReportEventsResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.gpufair.v1.EventResult\"#\n\x13GetFairShareRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\xa4\x01\n\x14GetFairShareResponse\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12/\n\x0b\x63omputed_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x63\x61pacity_cu\x18\x03 \x01(\x01\x12&\n\x06queues\x18\x04 \x03(\x0b\x32\x16.gpufair.v1.QueueShare\x12\x10\n\x08warnings\x18\x05 \x03(\t\"\x8f\x01\n\x1aGetFairShareHistoryRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x0e\x46\x61irSharePoint\x12/\n\x0b\x63omputed_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x05share\x18\x02 \x01(\x0b\x32\x16.gpufair.v1.QueueShare\"I\n\x1bGetFairShareHistoryResponse\x12*\n\x06points\x18\x01 \x03(\x0b\x32\x1a.gpufair.v1.FairSharePoint\"\xc8\x01\n\x0fGetUsageRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06period\x18\x03 \x01(\x0e\x32\x17.gpufair.v1.UsagePeriod\x12)\n\x05since\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11include_open_hour\x18\x06 \x01(\x08\"\xbe\x01\n\x08UsageRow\x12\x30\n\x0cperiod_start\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x10\n\x08gpu_type\x18\x04 \x01(\t\x12\x11\n\tgpu_hours\x18\x05 \x01(\x01\x12\x10\n\x08\x63u_hours\x18\x06 \x01(\x01\x12\x1b\n\x13over_quota_cu_hours\x18\x07 \x01(\x01\x12\x0f\n\x07partial\x18\x08 \x01(\x08\"\x93\x02\n\tBudgetRow\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06period\x18\x03 \x01(\t\x12\x30\n\x0cperiod_start\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x62udget_cu_hours\x18\x05 \x01(\x01\x12\x19\n\x11\x63onsumed_cu_hours\x18\x06 \x01(\x01\x12\x1a\n\x12remaining_cu_hours\x18\x07 \x01(\x01\x12\x1d\n\x15\x62urn_cu_hours_per_day\x18\x08 \x01(\x01\x12\x38\n\x14projected_exhaustion\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x89\x01\n\x10GetUsageResponse\x12\"\n\x04rows\x18\x01 \x03(\x0b\x32\x14.gpufair.v1.UsageRow\x12&\n\x07\x62udgets\x18\x02 \x03(\x0b\x32\x15.gpufair.v1.BudgetRow\x12)\n\x05\x61s_of\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xc0\x01\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45VENT_KIND_STARTED\x10\x01\x12\x16\n\x12\x45VENT_KIND_STOPPED\x10\x02\x12\x18\n\x14\x45VENT_KIND_HEARTBEAT\x10\x03\x12\x18\n\x14\x45VENT_KIND_PREEMPTED\x10\x04\x12\x15\n\x11\x45VENT_KIND_FAILED\x10\x05\x12\x1c\n\x18\x45VENT_KIND_NODE_CAPACITY\x10\x06*{\n\x0b\x45ventStatus\x12\x1c\n\x18\x45VENT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_STATUS_STORED\x10\x01\x12\x1a\n\x16\x45VENT_STATUS_DUPLICATE\x10\x02\x12\x19\n\x15\x45VENT_STATUS_REJECTED\x10\x03*p\n\x0bUsagePeriod\x12\x1c\n\x18USAGE_PERIOD_UNSPECIFIED\x10\x00\x12\x14\n\x10USAGE_PERIOD_DAY\x10\x01\x12\x15\n\x11USAGE_PERIOD_WEEK\x10\x02\x12\x16\n\x12USAGE_PERIOD_MONTH\x10\x03\x32\xb2\x03\n\x06Ledger\x12Q\n\x0cReportEvents\x12\x1f.gpufair.v1.ReportEventsRequest\x1a .gpufair.v1.ReportEventsResponse\x12S\n\x0cStreamEvents\x12\x1f.gpufair.v1.ReportEventsRequest\x1a .gpufair.v1.ReportEventsResponse(\x01\x12Q\n\x0cGetFairShare\x12\x1f.gpufair.v1.GetFairShareRequest\x1a .gpufair.v1.GetFairShareResponse\x12\x66\n\x13GetFairShareHistory\x12&.gpufair.v1.GetFairShareHistoryRequest\x1a\'.gpufair.v1.GetFairShareHistoryResponse\x12\x45\n\x08GetUsage\x12\x1b.gpufair.v1.GetUsageRequest\x1a\x1c.gpufair.v1.GetUsageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpufair/v1/ledger.proto\x12\ngpufair.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1agpufair/v1/fairshare.proto\"u\n\x08\x45ventPod\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x02 \x03(\x05\x12\x14\n\x0cgpu_fraction\x18\x03 \x01(\x01\x12\x1c\n\x0fpartition_start\x18\x04 \x01(\x05H\x00\x88\x01\x01\x42\x12\n\x10_partition_start\"\xd0\x01\n\x0bLedgerEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x14\n\x0cworkload_uid\x18\x02 \x01(\t\x12#\n\x04kind\x18\x03 \x01(\x0e\x32\x15.gpufair.v1.EventKind\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04pods\x18\x05 \x03(\x0b\x32\x14.gpufair.v1.EventPod\x12\x0c\n\x04node\x18\x06 \x01(\t\x12\x11\n\tgpu_count\x18\x07 \x01(\x05\">\n\x13ReportEventsRequest\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.gpufair.v1.LedgerEvent\"W\n\x0b\x45ventResult\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.gpufair.v1.EventStatus\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"@\n\x14ReportEventsResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.gpufair.v1.EventResult\"#\n\x13GetFairShareRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\xa4\x01\n\x14GetFairShareResponse\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12/\n\x0b\x63omputed_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x63\x61pacity_cu\x18\x03 \x01(\x01\x12&\n\x06queues\x18\x04 \x03(\x0b\x32\x16.gpufair.v1.QueueShare\x12\x10\n\x08warnings\x18\x05 \x03(\t\"\x8f\x01\n\x1aGetFairShareHistoryRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x0e\x46\x61irSharePoint\x12/\n\x0b\x63omputed_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x05share\x18\x02 \x01(\x0b\x32\x16.gpufair.v1.QueueShare\"I\n\x1bGetFairShareHistoryResponse\x12*\n\x06points\x18\x01 \x03(\x0b\x32\x1a.gpufair.v1.FairSharePoint\"\xc8\x01\n\x0fGetUsageRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06period\x18\x03 \x01(\x0e\x32\x17.gpufair.v1.UsagePeriod\x12)\n\x05since\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11include_open_hour\x18\x06 \x01(\x08\"\xbe\x01\n\x08UsageRow\x12\x30\n\x0cperiod_start\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x10\n\x08gpu_type\x18\x04 \x01(\t\x12\x11\n\tgpu_hours\x18\x05 \x01(\x01\x12\x10\n\x08\x63u_hours\x18\x06 \x01(\x01\x12\x1b\n\x13over_quota_cu_hours\x18\x07 \x01(\x01\x12\x0f\n\x07partial\x18\x08 \x01(\x08\"\x93\x02\n\tBudgetRow\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06period\x18\x03 \x01(\t\x12\x30\n\x0cperiod_start\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x62udget_cu_hours\x18\x05 \x01(\x01\x12\x19\n\x11\x63onsumed_cu_hours\x18\x06 \x01(\x01\x12\x1a\n\x12remaining_cu_hours\x18\x07 \x01(\x01\x12\x1d\n\x15\x62urn_cu_hours_per_day\x18\x08 \x01(\x01\x12\x38\n\x14projected_exhaustion\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x89\x01\n\x10GetUsageResponse\x12\"\n\x04rows\x18\x01 \x03(\x0b\x32\x14.gpufair.v1.UsageRow\x12&\n\x07\x62udgets\x18\x02 \x03(\x0b\x32\x15.gpufair.v1.BudgetRow\x12)\n\x05\x61s_of\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xc0\x01\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45VENT_KIND_STARTED\x10\x01\x12\x16\n\x12\x45VENT_KIND_STOPPED\x10\x02\x12\x18\n\x14\x45VENT_KIND_HEARTBEAT\x10\x03\x12\x18\n\x14\x45VENT_KIND_PREEMPTED\x10\x04\x12\x15\n\x11\x45VENT_KIND_FAILED\x10\x05\x12\x1c\n\x18\x45VENT_KIND_NODE_CAPACITY\x10\x06*{\n\x0b\x45ventStatus\x12\x1c\n\x18\x45VENT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_STATUS_STORED\x10\x01\x12\x1a\n\x16\x45VENT_STATUS_DUPLICATE\x10\x02\x12\x19\n\x15\x45VENT_STATUS_REJECTED\x10\x03*p\n\x0bUsagePeriod\x12\x1c\n\x18USAGE_PERIOD_UNSPECIFIED\x10\x00\x12\x14\n\x10USAGE_PERIOD_DAY\x10\x01\x12\x15\n\x11USAGE_PERIOD_WEEK\x10\x02\x12\x16\n\x12USAGE_PERIOD_MONTH\x10\x03\x32\xb2\x03\n\x06Ledger\x12Q\n\x0cReportEvents\x12\x1f.gpufair.v1.ReportEventsRequest\x1a .gpufair.v1.ReportEventsResponse\x12S\n\x0cStreamEvents\x12\x1f.gpufair.v1.ReportEventsRequest\x1a .gpufair.v1.ReportEventsResponse(\x01\x12Q\n\x0cGetFairShare\x12\x1f.gpufair.v1.GetFairShareRequest\x1a .gpufair.v1.GetFairShareResponse\x12\x66\n\x13GetFairShareHistory\x12&.gpufair.v1.GetFairShareHistoryRequest\x1a\'.gpufair.v1.GetFairShareHistoryResponse\x12\x45\n\x08GetUsage\x12\x1b.gpufair.v1.GetUsageRequest\x1a\x1c.gpufair.v1.GetUsageResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpufair.v1.ledger_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EVENTKIND']._serialized_start=1945
-  _globals['_EVENTKIND']._serialized_end=2137
-  _globals['_EVENTSTATUS']._serialized_start=2139
-  _globals['_EVENTSTATUS']._serialized_end=2262
-  _globals['_USAGEPERIOD']._serialized_start=2264
-  _globals['_USAGEPERIOD']._serialized_end=2376
+  _globals['_EVENTKIND']._serialized_start=1995
+  _globals['_EVENTKIND']._serialized_end=2187
+  _globals['_EVENTSTATUS']._serialized_start=2189
+  _globals['_EVENTSTATUS']._serialized_end=2312
+  _globals['_USAGEPERIOD']._serialized_start=2314
+  _globals['_USAGEPERIOD']._serialized_end=2426
   _globals['_EVENTPOD']._serialized_start=100
-  _globals['_EVENTPOD']._serialized_end=167
-  _globals['_LEDGEREVENT']._serialized_start=170
-  _globals['_LEDGEREVENT']._serialized_end=378
-  _globals['_REPORTEVENTSREQUEST']._serialized_start=380
-  _globals['_REPORTEVENTSREQUEST']._serialized_end=442
-  _globals['_EVENTRESULT']._serialized_start=444
-  _globals['_EVENTRESULT']._serialized_end=531
-  _globals['_REPORTEVENTSRESPONSE']._serialized_start=533
-  _globals['_REPORTEVENTSRESPONSE']._serialized_end=597
-  _globals['_GETFAIRSHAREREQUEST']._serialized_start=599
-  _globals['_GETFAIRSHAREREQUEST']._serialized_end=634
-  _globals['_GETFAIRSHARERESPONSE']._serialized_start=637
-  _globals['_GETFAIRSHARERESPONSE']._serialized_end=801
-  _globals['_GETFAIRSHAREHISTORYREQUEST']._serialized_start=804
-  _globals['_GETFAIRSHAREHISTORYREQUEST']._serialized_end=947
-  _globals['_FAIRSHAREPOINT']._serialized_start=949
-  _globals['_FAIRSHAREPOINT']._serialized_end=1053
-  _globals['_GETFAIRSHAREHISTORYRESPONSE']._serialized_start=1055
-  _globals['_GETFAIRSHAREHISTORYRESPONSE']._serialized_end=1128
-  _globals['_GETUSAGEREQUEST']._serialized_start=1131
-  _globals['_GETUSAGEREQUEST']._serialized_end=1331
-  _globals['_USAGEROW']._serialized_start=1334
-  _globals['_USAGEROW']._serialized_end=1524
-  _globals['_BUDGETROW']._serialized_start=1527
-  _globals['_BUDGETROW']._serialized_end=1802
-  _globals['_GETUSAGERESPONSE']._serialized_start=1805
-  _globals['_GETUSAGERESPONSE']._serialized_end=1942
-  _globals['_LEDGER']._serialized_start=2379
-  _globals['_LEDGER']._serialized_end=2813
+  _globals['_EVENTPOD']._serialized_end=217
+  _globals['_LEDGEREVENT']._serialized_start=220
+  _globals['_LEDGEREVENT']._serialized_end=428
+  _globals['_REPORTEVENTSREQUEST']._serialized_start=430
+  _globals['_REPORTEVENTSREQUEST']._serialized_end=492
+  _globals['_EVENTRESULT']._serialized_start=494
+  _globals['_EVENTRESULT']._serialized_end=581
+  _globals['_REPORTEVENTSRESPONSE']._serialized_start=583
+  _globals['_REPORTEVENTSRESPONSE']._serialized_end=647
+  _globals['_GETFAIRSHAREREQUEST']._serialized_start=649
+  _globals['_GETFAIRSHAREREQUEST']._serialized_end=684
+  _globals['_GETFAIRSHARERESPONSE']._serialized_start=687
+  _globals['_GETFAIRSHARERESPONSE']._serialized_end=851
+  _globals['_GETFAIRSHAREHISTORYREQUEST']._serialized_start=854
+  _globals['_GETFAIRSHAREHISTORYREQUEST']._serialized_end=997
+  _globals['_FAIRSHAREPOINT']._serialized_start=999
+  _globals['_FAIRSHAREPOINT']._serialized_end=1103
+  _globals['_GETFAIRSHAREHISTORYRESPONSE']._serialized_start=1105
+  _globals['_GETFAIRSHAREHISTORYRESPONSE']._serialized_end=1178
+  _globals['_GETUSAGEREQUEST']._serialized_start=1181
+  _globals['_GETUSAGEREQUEST']._serialized_end=1381
+  _globals['_USAGEROW']._serialized_start=1384
+  _globals['_USAGEROW']._serialized_end=1574
+  _globals['_BUDGETROW']._serialized_start=1577
+  _globals['_BUDGETROW']._serialized_end=1852
+  _globals['_GETUSAGERESPONSE']._serialized_start=1855
+  _globals['_GETUSAGERESPONSE']._serialized_end=1992
+  _globals['_LEDGER']._serialized_start=2429
+  _globals['_LEDGER']._serialized_end=2863
 # @@protoc_insertion_point(module_scope)

@@ -117,9 +117,14 @@ class EventPod(_message.Message):
     NODE_FIELD_NUMBER: _builtins.int
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     GPU_FRACTION_FIELD_NUMBER: _builtins.int
+    PARTITION_START_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_fraction: _builtins.float
     """1 for whole GPUs; in (0, 1]"""
+    partition_start: _builtins.int
+    """A partition (the workload's partition_profile): its first memory slice on gpu_indices[0],
+    as the bind's PodBinding.partition_start gave it; in [0, 31]. Unset: gpufair assumes it.
+    """
     @_builtins.property
     def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """at most 1,024"""
@@ -130,12 +135,15 @@ class EventPod(_message.Message):
         node: _builtins.str = ...,
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         gpu_fraction: _builtins.float = ...,
+        partition_start: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partition_start", b"_partition_start", "partition_start", b"partition_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_fraction", b"gpu_fraction", "gpu_indices", b"gpu_indices", "node", b"node"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition_start", b"_partition_start", "gpu_fraction", b"gpu_fraction", "gpu_indices", b"gpu_indices", "node", b"node", "partition_start", b"partition_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__partition_start: _TypeAlias = _typing.Literal["partition_start"]  # noqa: Y015
+    _WhichOneofArgType__partition_start: _TypeAlias = _typing.Literal["_partition_start", b"_partition_start"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition_start) -> _WhichOneofReturnType__partition_start | None: ...
 
 Global___EventPod: _TypeAlias = EventPod  # noqa: Y015
 

@@ -110,6 +110,9 @@ class Workload(_message.Message):
     PREEMPTIBLE_FIELD_NUMBER: _builtins.int
     MIN_RUNTIME_S_FIELD_NUMBER: _builtins.int
     SUBMIT_TIME_FIELD_NUMBER: _builtins.int
+    PARTITION_PROFILE_FIELD_NUMBER: _builtins.int
+    COMPUTE_UNITS_FIELD_NUMBER: _builtins.int
+    MIXED_GPU_TYPES_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """stable id from the batch system, unique; [A-Za-z0-9._:/@-], at most 253"""
     queue: _builtins.str
@@ -117,9 +120,9 @@ class Workload(_message.Message):
     pool: _builtins.str
     """a node pool"""
     pods: _builtins.int
-    """in [1, 100000]"""
+    """in [1, 100000]; 0 with compute_units"""
     gpus_per_pod: _builtins.float
-    """in [0.001, 64]; below 1 shares one GPU, otherwise whole GPUs"""
+    """in [0.001, 64]; below 1 shares one GPU, otherwise whole GPUs; may be 0 with partition_profile or compute_units"""
     min_pods: _builtins.int
     """gang minimum, in [1, pods]; unset = all pods"""
     min_gpu_memory_gib: _builtins.float
@@ -134,6 +137,19 @@ class Workload(_message.Message):
     """default true"""
     min_runtime_s: _builtins.float
     """may not be reclaimed before running this long; in [0, 10 years]"""
+    partition_profile: _builtins.str
+    """Each pod takes one instance of this partition profile of its GPU type (e.g. "1g.10gb");
+    gpus_per_pod is then 0 (set from the profile's gpu_fraction) or that fraction. At most 63.
+    """
+    compute_units: _builtins.float
+    """An amount of compute instead of a GPU count, in [0.001, 1e6] CU: placement picks the GPU
+    type (the least CU given, then the cheapest type) and the number of pods. pods and min_pods
+    are then unset; gpus_per_pod is 0 (one GPU a pod) or a whole number of GPUs per pod.
+    """
+    mixed_gpu_types: _builtins.bool
+    """With compute_units and a topology level: when no single type has room, placement may take
+    GPUs of several accepted types inside one domain of that level (gpus_by_type in the bind).
+    """
     @_builtins.property
     def allowed_gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty = any; at most 64, each once"""
@@ -162,10 +178,13 @@ class Workload(_message.Message):
         preemptible: _builtins.bool | None = ...,
         min_runtime_s: _builtins.float = ...,
         submit_time: _timestamp_pb2.Timestamp | None = ...,
+        partition_profile: _builtins.str = ...,
+        compute_units: _builtins.float = ...,
+        mixed_gpu_types: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "min_pods", b"min_pods", "preemptible", b"preemptible", "submit_time", b"submit_time", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "allowed_gpu_types", b"allowed_gpu_types", "cpu_millicores_per_pod", b"cpu_millicores_per_pod", "gpus_per_pod", b"gpus_per_pod", "memory_mib_per_pod", b"memory_mib_per_pod", "min_gpu_memory_gib", b"min_gpu_memory_gib", "min_pods", b"min_pods", "min_runtime_s", b"min_runtime_s", "pods", b"pods", "pool", b"pool", "preemptible", b"preemptible", "priority_class", b"priority_class", "queue", b"queue", "submit_time", b"submit_time", "topology", b"topology", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "allowed_gpu_types", b"allowed_gpu_types", "compute_units", b"compute_units", "cpu_millicores_per_pod", b"cpu_millicores_per_pod", "gpus_per_pod", b"gpus_per_pod", "memory_mib_per_pod", b"memory_mib_per_pod", "min_gpu_memory_gib", b"min_gpu_memory_gib", "min_pods", b"min_pods", "min_runtime_s", b"min_runtime_s", "mixed_gpu_types", b"mixed_gpu_types", "partition_profile", b"partition_profile", "pods", b"pods", "pool", b"pool", "preemptible", b"preemptible", "priority_class", b"priority_class", "queue", b"queue", "submit_time", b"submit_time", "topology", b"topology", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_pods: _TypeAlias = _typing.Literal["min_pods"]  # noqa: Y015
     _WhichOneofArgType__min_pods: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods"]  # noqa: Y015
@@ -326,10 +345,15 @@ class PodBinding(_message.Message):
     NODE_FIELD_NUMBER: _builtins.int
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     GPU_FRACTION_FIELD_NUMBER: _builtins.int
+    PARTITION_START_FIELD_NUMBER: _builtins.int
     pod_index: _builtins.int
     node: _builtins.str
     gpu_fraction: _builtins.float
     """share of gpu_indices[0] for shared GPUs; 1 for whole GPUs"""
+    partition_start: _builtins.int
+    """A partition: the first memory slice of its instance on gpu_indices[0] (with the workload's
+    partition_profile, what the batch system configures, e.g. a MIG GPU instance placement).
+    """
     @_builtins.property
     def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -339,12 +363,15 @@ class PodBinding(_message.Message):
         node: _builtins.str = ...,
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         gpu_fraction: _builtins.float = ...,
+        partition_start: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partition_start", b"_partition_start", "partition_start", b"partition_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_fraction", b"gpu_fraction", "gpu_indices", b"gpu_indices", "node", b"node", "pod_index", b"pod_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition_start", b"_partition_start", "gpu_fraction", b"gpu_fraction", "gpu_indices", b"gpu_indices", "node", b"node", "partition_start", b"partition_start", "pod_index", b"pod_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__partition_start: _TypeAlias = _typing.Literal["partition_start"]  # noqa: Y015
+    _WhichOneofArgType__partition_start: _TypeAlias = _typing.Literal["_partition_start", b"_partition_start"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition_start) -> _WhichOneofReturnType__partition_start | None: ...
 
 Global___PodBinding: _TypeAlias = PodBinding  # noqa: Y015
 
@@ -352,18 +379,50 @@ Global___PodBinding: _TypeAlias = PodBinding  # noqa: Y015
 class BindDecision(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class GpusByTypeEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     UID_FIELD_NUMBER: _builtins.int
     GPU_TYPE_FIELD_NUMBER: _builtins.int
     PODS_FIELD_NUMBER: _builtins.int
     CU_FIELD_NUMBER: _builtins.int
     OVER_FAIR_SHARE_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    GPUS_BY_TYPE_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     gpu_type: _builtins.str
     cu: _builtins.float
     over_fair_share: _builtins.bool
     """placed beyond its queue's fair share: reclaimed first"""
+    gpus: _builtins.float
+    """GPUs given (sum over pods; a partition counts its fraction): for a compute-unit request,
+    the count placement chose on gpu_type (cu is then at least the compute_units asked).
+    """
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodBinding]: ...
+    @_builtins.property
+    def gpus_by_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """GPUs given per type: one entry, or several for a compute-unit request bound to a mix of
+        types (gpu_type is then the one giving the most CU; each pod's type is its node's).
+        """
+
     def __init__(
         self,
         *,
@@ -372,10 +431,12 @@ class BindDecision(_message.Message):
         pods: _abc.Iterable[Global___PodBinding] | None = ...,
         cu: _builtins.float = ...,
         over_fair_share: _builtins.bool = ...,
+        gpus: _builtins.float = ...,
+        gpus_by_type: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cu", b"cu", "gpu_type", b"gpu_type", "over_fair_share", b"over_fair_share", "pods", b"pods", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cu", b"cu", "gpu_type", b"gpu_type", "gpus", b"gpus", "gpus_by_type", b"gpus_by_type", "over_fair_share", b"over_fair_share", "pods", b"pods", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
