@@ -258,3 +258,50 @@ def test_concurrent_batches_of_the_same_new_events_in_opposite_orders(
         ).scalar_one()
         conn.commit()
         assert stored == 3000
+
+
+class _Hooks(ingest_pipeline.Overlap):
+    """Records the order the hooks are called in."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def reading(self) -> None:
+        self.calls.append("reading")
+
+    def copying(self) -> None:
+        self.calls.append("copying")
+
+    def copied(self) -> None:
+        self.calls.append("copied")
+
+    def writing(self) -> None:
+        self.calls.append("writing")
+
+    def committing(self) -> None:
+        self.calls.append("committing")
+
+
+@pytest.mark.parametrize("opens_a_run", [True, False])
+def test_the_caller_works_in_every_wait_and_the_batch_is_committed(
+    conn: Connection, db: Engine, opens_a_run: bool
+) -> None:
+    """A batch that opens a run waits for the overlap check before its commit; the caller's
+    `committing` runs during that commit, as it does during the commit that travels with the
+    writes of other batches. Either way, once `write` returns the batch is committed."""
+    events = [start("w0", NOW - 600), start("w1", NOW - 600)]
+    if not opens_a_run:
+        events += [stop("w0", NOW - 60), stop("w1", NOW - 60)]
+    hooks = _Hooks()
+    outcomes = ingest_pipeline.write(
+        conn, ingest_pipeline.prepare(events, NOW), overlap=hooks, commit=True
+    )
+    assert outcomes.final() == [STORED] * len(events)
+    assert hooks.calls == ["reading", "copying", "copied", "writing", "committing"]
+    with db.connect() as other:
+        stored = other.execute(text("SELECT count(*) FROM ledger_events")).scalar_one()
+        open_runs = other.execute(
+            text("SELECT count(*) FROM allocation_intervals WHERE ended_at IS NULL")
+        ).scalar_one()
+    assert stored == len(events)
+    assert open_runs == (2 if opens_a_run else 0)

@@ -6,8 +6,9 @@ clock. `write` does the rest in the caller's transaction, in a constant number o
 whatever the batch size: one pipelined read of everything the batch needs (its workloads, locked;
 nodes; the earlier run events and intervals of the workloads whose runs it changes), one COPY of
 the new events, and one pipelined set of writes, which can end with the commit. Only then does
-the caller acknowledge. While the database works on each of the three, the caller can do work of
-its own (`Overlap`): a stream prepares its next message, and reports the one before.
+the caller acknowledge. While the database works on each of the three (and on the commit, when
+it waits for an overlap check), the caller can do work of its own (`Overlap`): a stream prepares
+its next message, and reports the one before.
 """
 
 from __future__ import annotations
@@ -132,7 +133,11 @@ class Overlap:
         """The COPY is done (a mark in time, for a caller that measures its waits)."""
 
     def writing(self) -> None:
-        """While the database applies the batch's writes (and the commit)."""
+        """While the database applies the batch's writes."""
+
+    def committing(self) -> None:
+        """While the database commits (called right after `writing` when the commit travels
+        with the writes; later, on its own, when it waits for the overlap check's answer)."""
 
 
 @dataclass(slots=True)
@@ -550,11 +555,13 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
 def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:
     """All writes of the plan in one round trip, and the commit if asked. In a pipeline each
     statement goes out as it is issued, so the server is at work while the caller's `writing`
-    runs.
+    and `committing` run.
 
     A plan that opens runs adds GPU holders: the check of `bind_overlaps` goes out with the
     writes, and the withdrawals it finds (bound decisions on the GPUs the runs took) and the
-    commit follow in a second round trip."""
+    commit follow in a second round trip. The caller's `committing` runs during that one: the
+    commit (its flush of the batch's WAL) is the longer wait of the two, and the thread would
+    otherwise sit through it idle."""
     opened = [r for r in plan.change.insert if r.ended_at_s is None]
     if opened:
         pools = {r.pool for r in opened}
@@ -565,14 +572,17 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, co
                 bind_overlaps.send_check(lock, bound, pools, nodes, cycle=False)
                 hooks.writing()
             bind_overlaps.withdraw(cur, pools, bound.fetchall())
-            if commit:
-                cur.execute("COMMIT")
+            with pg.pipeline():
+                if commit:
+                    cur.execute("COMMIT")
+                hooks.committing()
         return
     with pg.cursor() as cur, pg.pipeline():
         _queue_writes(cur, plan)
         if commit:
             cur.execute("COMMIT")
         hooks.writing()
+        hooks.committing()
 
 
 def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan) -> None:
