@@ -8,9 +8,10 @@ A database is made as `bench_ingest.py` makes it and the churn mix is streamed t
 on one connection, statement by statement as `store/ingest_pipeline.py` sends them (not
 pipelined), in a transaction that is rolled back, and the CPU the backend spent on each is read
 from `/proc/<pid>/schedstat` (nanoseconds on CPU: steady on a shared machine, where wall time
-is not). Variants of the interval insert show where its cost lies: the same rows by binary
-COPY, by COPY with the GiST index on the run's time range dropped, and with that index built as
-SP-GiST instead (all inside the transaction, rolled back).
+is not). The intervals are written both ways ingest has written them (one JSON document unpacked
+by the server, then binary COPY), and two variants show where the rest of their cost lies: the
+COPY with the GiST index on the run's time range dropped, and with that index built as SP-GiST
+instead (all inside the transaction, rolled back).
 PostgreSQL must run on this machine.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,46 +34,17 @@ from gpufair.config_file import parse_config
 from gpufair.domain.model import Workload
 from gpufair.store import ingest_pipeline, migrate, runs_repo, workload_repo
 from gpufair.store.database import make_engine
-from gpufair.store.event_codec import COPY_EVENTS_SQL, copy_stream, text_array
+from gpufair.store.event_codec import (
+    COPY_EVENTS_SQL,
+    COPY_INTERVALS_SQL,
+    copy_stream,
+    interval_copy_row,
+    text_array,
+)
 from gpufair.store.known_workloads import KnownWorkloads
 from gpufair.store.scratch import scratch_database, test_server
 
 BATCH = 2000
-_PG_EPOCH_S = 946_684_800
-_INTERVALS_COPY = (
-    "COPY allocation_intervals (workload_uid, start_event_id, gpu_type, pool, gpus, cu, "
-    "started_at, ended_at, queue, end_kind, pods) FROM STDIN (FORMAT BINARY)"
-)
-
-
-def _field(data: bytes | None) -> bytes:
-    return struct.pack(">i", -1) if data is None else struct.pack(">i", len(data)) + data
-
-
-def _micros(epoch_s: float) -> bytes:
-    return struct.pack(">q", round((epoch_s - _PG_EPOCH_S) * 1e6))
-
-
-def interval_row(r: runs_repo.IntervalRecord) -> bytes:
-    """One allocation interval as a row of binary COPY (an experiment: ingest inserts them from
-    one JSON document)."""
-    ended = None if r.ended_at_s is None else _micros(r.ended_at_s)
-    return b"".join(
-        (
-            struct.pack(">h", 11),
-            _field(r.workload_uid.encode()),
-            _field(bytes.fromhex(r.start_event_id.replace("-", ""))),
-            _field(r.gpu_type.encode()),
-            _field(r.pool.encode()),
-            _field(struct.pack(">d", r.gpus)),
-            _field(struct.pack(">d", r.cu)),
-            _field(_micros(r.started_at_s)),
-            _field(ended),
-            _field(r.queue.encode()),
-            _field(None if r.end_kind is None else r.end_kind.encode()),
-            _field(b"\x01" + json.dumps(r.pods).encode()),
-        )
-    )
 
 
 def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]:
@@ -123,20 +94,25 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
             pg.execute("SAVEPOINT variants")
             document = (json.dumps([r[1:] for r in plan.insert]),)
             timed(
-                "write: intervals (JSON insert, as ingest)",
+                "write: intervals by one JSON document (before)",
                 pg.execute,
                 runs_repo._INSERT_SQL,
                 document,
             )
-            intervals = copy_stream(interval_row(r) for r in plan.insert)
+            intervals = copy_stream(interval_copy_row(*r[1:]) for r in plan.insert)
             pg.execute("ROLLBACK TO SAVEPOINT variants")
-            timed("variant: intervals by binary COPY", copy_in, _INTERVALS_COPY, intervals)
+            timed(
+                "write: intervals by binary COPY (ingest now)",
+                copy_in,
+                COPY_INTERVALS_SQL,
+                intervals,
+            )
             pg.execute("ROLLBACK TO SAVEPOINT variants")
             pg.execute("DROP INDEX ix_allocation_intervals_span")
             timed(
                 "variant: the same COPY without the GiST span index",
                 copy_in,
-                _INTERVALS_COPY,
+                COPY_INTERVALS_SQL,
                 intervals,
             )
             pg.execute("ROLLBACK TO SAVEPOINT variants")
@@ -145,7 +121,9 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
                 "CREATE INDEX span_spgist ON allocation_intervals "
                 "USING spgist (tstzrange(started_at, ended_at, '[)'))"
             )
-            timed("variant: the same COPY, span index SP-GiST", copy_in, _INTERVALS_COPY, intervals)
+            timed(
+                "variant: the same COPY, span index SP-GiST", copy_in, COPY_INTERVALS_SQL, intervals
+            )
             spent.setdefault("runs in the batch", []).append(len(plan.insert))
             pg.rollback()
     return spent
