@@ -8,10 +8,9 @@ A database is made as `bench_ingest.py` makes it and the churn mix is streamed t
 on one connection, statement by statement as `store/ingest_pipeline.py` sends them (not
 pipelined), in a transaction that is rolled back, and the CPU the backend spent on each is read
 from `/proc/<pid>/schedstat` (nanoseconds on CPU: steady on a shared machine, where wall time
-is not). The intervals are written both ways ingest has written them (one JSON document unpacked
-by the server, then binary COPY), and two variants show where the rest of their cost lies: the
-COPY with the GiST index on the run's time range dropped, and with that index built as SP-GiST
-instead (all inside the transaction, rolled back).
+is not). Variants of the interval insert show where its cost lies: the same rows by binary COPY
+(encoded here as the events are), that COPY with the GiST index on the run's time range dropped,
+and with that index built as SP-GiST instead (all inside the transaction, rolled back).
 PostgreSQL must run on this machine.
 """
 
@@ -19,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
+import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +36,87 @@ from gpufair.config_file import parse_config
 from gpufair.domain.model import Workload
 from gpufair.store import ingest_pipeline, migrate, runs_repo, workload_repo
 from gpufair.store.database import make_engine
-from gpufair.store.event_codec import (
-    COPY_EVENTS_SQL,
-    COPY_INTERVALS_SQL,
-    copy_stream,
-    interval_copy_row,
-    text_array,
-)
+from gpufair.store.event_codec import COPY_EVENTS_SQL, copy_stream, text_array
 from gpufair.store.known_workloads import KnownWorkloads
 from gpufair.store.scratch import scratch_database, test_server
 
 BATCH = 2000
+
+
+# The experiment: a batch's intervals by binary COPY, encoded as store/event_codec.py encodes
+# events (ingest itself sends them as one JSON document, `runs_repo.queue_writes`).
+COPY_INTERVALS_SQL = (
+    "COPY allocation_intervals (workload_uid, start_event_id, gpu_type, pool, gpus, cu, "
+    "started_at, ended_at, queue, end_kind, pods) FROM STDIN (FORMAT BINARY)"
+)
+_LENGTH_PACK = struct.Struct(">i").pack
+_INTERVAL_FIELDS = b"\x00\x0b"  # 11
+_UUID_FIELD = struct.Struct(">i16s")
+_AMOUNTS = struct.Struct(">idid")  # gpus, cu: float8 each
+_INSTANT = struct.Struct(">iq")  # a timestamptz
+_NULL = _LENGTH_PACK(-1)
+
+
+def _micros(epoch_s: float) -> int:
+    """As `to_timestamp` stores it (event_codec does the same for events)."""
+    return round((epoch_s - 946_684_800) * 1e6)
+
+
+def _text_field(value: str) -> bytes:
+    data = value.encode()
+    return _LENGTH_PACK(len(data)) + data
+
+
+def interval_copy_row(
+    workload_uid: str,
+    start_event_id: str,
+    gpu_type: str,
+    pool: str,
+    gpus: float,
+    cu: float,
+    started_at_s: float,
+    ended_at_s: float | None,
+    queue: str,
+    end_kind: str | None,
+    pods: Sequence[Mapping[str, Any]],
+) -> bytes:
+    """One row of COPY_INTERVALS_SQL (the fields of an interval record after its id).
+    Instants are stored as `to_timestamp` stores them."""
+    pods_json = _interval_pods_json(pods).encode()
+    return b"".join(
+        (
+            _INTERVAL_FIELDS,
+            _text_field(workload_uid),
+            _UUID_FIELD.pack(16, bytes.fromhex(start_event_id.replace("-", ""))),
+            _text_field(gpu_type),
+            _text_field(pool),
+            _AMOUNTS.pack(8, gpus, 8, cu),
+            _INSTANT.pack(8, _micros(started_at_s)),
+            _NULL if ended_at_s is None else _INSTANT.pack(8, _micros(ended_at_s)),
+            _text_field(queue),
+            _NULL if end_kind is None else _text_field(end_kind),
+            _LENGTH_PACK(len(pods_json) + 1),
+            b"\x01",
+            pods_json,
+        )
+    )
+
+
+def _interval_pods_json(pods: Sequence[Mapping[str, Any]]) -> str:
+    """An interval's pods as JSON: written out for the plain types runs are made of (the
+    server keeps jsonb, so only the value counts), through json.dumps for anything else."""
+    parts = []
+    for p in pods:
+        fraction, indices = p["gpu_fraction"], p["gpu_indices"]
+        if type(fraction) is not float or not math.isfinite(fraction):
+            return json.dumps(pods)
+        if any(type(g) is not int for g in indices):
+            return json.dumps(pods)
+        parts.append(
+            f'{{"gpu_fraction":{fraction!r},"gpu_indices":[{",".join(map(str, indices))}],'
+            f'"node":{_quote(p["node"])}}}'
+        )
+    return "[" + ",".join(parts) + "]"
 
 
 def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]:
@@ -94,7 +166,7 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
             pg.execute("SAVEPOINT variants")
             document = (json.dumps([r[1:] for r in plan.insert]),)
             timed(
-                "write: intervals by one JSON document (before)",
+                "write: intervals by one JSON document (as ingest)",
                 pg.execute,
                 runs_repo._INSERT_SQL,
                 document,
@@ -102,7 +174,7 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
             intervals = copy_stream(interval_copy_row(*r[1:]) for r in plan.insert)
             pg.execute("ROLLBACK TO SAVEPOINT variants")
             timed(
-                "write: intervals by binary COPY (ingest now)",
+                "variant: the same intervals by binary COPY",
                 copy_in,
                 COPY_INTERVALS_SQL,
                 intervals,

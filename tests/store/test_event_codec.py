@@ -1,7 +1,6 @@
 """How events are written down: the fast canonical payload is byte for byte the json.dumps one
 (stored digests must keep matching replays), instants round as PostgreSQL rounds them, and the
-hand-encoded binary COPYs (of events and of allocation intervals) store what an INSERT of the
-same values stores."""
+hand-encoded binary COPY stores what an INSERT of the same values stores."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
-from gpufair.store import runs_repo
 from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
     copy_row,
@@ -152,52 +150,3 @@ def test_text_array_round_trips_any_text(conn: Connection) -> None:
         text("SELECT unnest(CAST(:a AS text[]))"), {"a": text_array(values)}
     ).scalars()
     assert list(got) == values
-
-
-def test_interval_copy_stores_what_the_json_insert_stores(conn: Connection) -> None:
-    rng = random.Random(5)
-    fractions = [1.0, 0.25, 1 / 3, 1]  # an int goes through json.dumps
-    records = []
-    for i in range(300):
-        start = rng.uniform(1e9, 2e9)
-        ended = rng.random() < 0.5
-        records.append(
-            runs_repo.IntervalRecord(
-                0,
-                rng.choice(AWKWARD[1:]) + str(i),
-                str(uuid.UUID(int=rng.getrandbits(128))),
-                rng.choice(AWKWARD),
-                rng.choice(AWKWARD),
-                rng.choice([1.0, 0.5, 8.0, rng.random() * 8]),
-                rng.random() * 100,
-                start,
-                start + rng.uniform(0, 1e5) if ended else None,
-                rng.choice(AWKWARD),
-                rng.choice(["stopped", "preempted", "stale"]) if ended else None,
-                [
-                    {
-                        "node": rng.choice(AWKWARD),
-                        "gpu_indices": [k, k + 1],
-                        "gpu_fraction": rng.choice(fractions),
-                    }
-                    for k in range(rng.randrange(3))
-                ],
-            )
-        )
-    columns = (
-        "SELECT workload_uid, start_event_id::text, gpu_type, pool, gpus, cu, started_at, "
-        "ended_at, queue, end_kind, pods FROM allocation_intervals ORDER BY workload_uid"
-    )
-    pg = conn.connection.driver_connection
-    assert pg is not None
-    with pg.cursor() as cur:
-        runs_repo.queue_writes(cur, runs_repo.RunsChange(insert=records))
-    want = conn.execute(text(columns)).all()
-    conn.execute(text("DELETE FROM allocation_intervals"))
-    during: list[int] = []
-    runs_repo.copy_intervals(pg, records, lambda: during.append(1))
-    got = conn.execute(text(columns)).all()
-    assert len(want) == len(records)
-    assert sum(1 for r in got if r.ended_at is None) == sum(r.ended_at_s is None for r in records)
-    assert got == want
-    assert during == [1]

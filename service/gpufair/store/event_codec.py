@@ -12,9 +12,8 @@ import hashlib
 import json
 import math
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii as _quote  # what json.dumps uses for str
-from typing import Any
 
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 
@@ -146,74 +145,3 @@ def text_array(values: Iterable[str]) -> str:
         + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
         + "}"
     )
-
-
-# The allocation intervals a batch derives go in by binary COPY as well: from one JSON document,
-# with a timestamp and a UUID parsed per row, they cost PostgreSQL about a third more
-# (`bench/ingest_statements.py`). Text travels as UTF-8 here too.
-COPY_INTERVALS_SQL = (
-    "COPY allocation_intervals (workload_uid, start_event_id, gpu_type, pool, gpus, cu, "
-    "started_at, ended_at, queue, end_kind, pods) FROM STDIN (FORMAT BINARY)"
-)
-_INTERVAL_FIELDS = b"\x00\x0b"  # 11
-_UUID_FIELD = struct.Struct(">i16s")
-_AMOUNTS = struct.Struct(">idid")  # gpus, cu: float8 each
-_INSTANT = struct.Struct(">iq")  # a timestamptz
-_NULL = _LENGTH.pack(-1)
-
-
-def _text_field(value: str) -> bytes:
-    data = value.encode()
-    return _LENGTH.pack(len(data)) + data
-
-
-def interval_copy_row(
-    workload_uid: str,
-    start_event_id: str,
-    gpu_type: str,
-    pool: str,
-    gpus: float,
-    cu: float,
-    started_at_s: float,
-    ended_at_s: float | None,
-    queue: str,
-    end_kind: str | None,
-    pods: Sequence[Mapping[str, Any]],
-) -> bytes:
-    """One row of COPY_INTERVALS_SQL (the fields of an interval record after its id).
-    Instants are stored as `to_timestamp` stores them."""
-    pods_json = _interval_pods_json(pods).encode()
-    return b"".join(
-        (
-            _INTERVAL_FIELDS,
-            _text_field(workload_uid),
-            _UUID_FIELD.pack(16, bytes.fromhex(start_event_id.replace("-", ""))),
-            _text_field(gpu_type),
-            _text_field(pool),
-            _AMOUNTS.pack(8, gpus, 8, cu),
-            _INSTANT.pack(8, _pg_internal_micros(started_at_s)),
-            _NULL if ended_at_s is None else _INSTANT.pack(8, _pg_internal_micros(ended_at_s)),
-            _text_field(queue),
-            _NULL if end_kind is None else _text_field(end_kind),
-            _LENGTH.pack(len(pods_json) + 1),
-            _JSONB_VERSION,
-            pods_json,
-        )
-    )
-
-
-def _interval_pods_json(pods: Sequence[Mapping[str, Any]]) -> str:
-    """An interval's pods as JSON: written out for the plain types runs are made of (the
-    server keeps jsonb, so only the value counts), through json.dumps for anything else."""
-    parts = []
-    for p in pods:
-        fraction, indices = p["gpu_fraction"], p["gpu_indices"]
-        if type(fraction) is not float or not math.isfinite(fraction):
-            return json.dumps(pods)
-        if any(type(g) is not int for g in indices):
-            return json.dumps(pods)
-        parts.append(
-            f'{{"gpu_fraction":{fraction!r},"gpu_indices":[{",".join(map(str, indices))}],'
-            f'"node":{_quote(p["node"])}}}'
-        )
-    return "[" + ",".join(parts) + "]"

@@ -564,30 +564,24 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
 
 
 def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:
-    """All writes of the plan, and the commit if asked, in as few round trips as they allow.
-    The new intervals go first, by COPY, while the caller's `writing` runs; then the rest, in
-    a pipeline with the commit, each statement going out as it is issued, so the server is at
-    work while the caller's `committing` runs.
+    """All writes of the plan in one round trip, and the commit if asked. In a pipeline each
+    statement goes out as it is issued, so the server is at work while the caller's `writing`
+    and `committing` run.
 
     A plan that opens runs adds GPU holders (unless they lie within their workloads' own bound
     decisions, `bind_overlaps.runs_within_bindings`): the check of `bind_overlaps` goes out with
     the writes, and the withdrawals it finds (bound decisions on the GPUs the runs took) and the
-    commit follow in a round trip of their own, during which `committing` runs: the commit (its
-    flush of the batch's WAL) is the longer wait, and the thread would sit through it idle."""
-    change = plan.change
-    copied = bool(change.insert) and pg.info.encoding == "utf-8"
-    if copied:
-        runs_repo.copy_intervals(pg, change.insert, hooks.writing)
+    commit follow in a second round trip, during which `committing` runs: the commit (its flush
+    of the batch's WAL) is the longer wait of the two, and the thread would sit through it idle."""
     opened = plan.new_holders
     if opened:
         pools = {r.pool for r in opened}
         nodes = {p["node"] for r in opened for p in r.pods}
         with pg.cursor() as cur, pg.cursor() as lock, pg.cursor() as bound:
             with pg.pipeline():
-                _queue_writes(cur, plan, intervals=not copied)
+                _queue_writes(cur, plan)
                 bind_overlaps.send_check(lock, bound, pools, nodes, cycle=False)
-                if not copied:
-                    hooks.writing()
+                hooks.writing()
             bind_overlaps.withdraw(cur, pools, bound.fetchall())
             with pg.pipeline():
                 if commit:
@@ -595,15 +589,14 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, co
                 hooks.committing()
         return
     with pg.cursor() as cur, pg.pipeline():
-        _queue_writes(cur, plan, intervals=not copied)
+        _queue_writes(cur, plan)
         if commit:
             cur.execute("COMMIT")
-        if not copied:
-            hooks.writing()
+        hooks.writing()
         hooks.committing()
 
 
-def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan, *, intervals: bool) -> None:
+def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan) -> None:
     states = plan.change.states
     cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
     if states:
@@ -611,7 +604,7 @@ def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan, *, intervals: bool) -> 
         cur.execute(
             _STATE_UPDATE_SQL, (text_array(uids), text_array(states[u].value for u in uids))
         )
-    runs_repo.queue_writes(cur, plan.change, insert=intervals)
+    runs_repo.queue_writes(cur, plan.change)
 
 
 def _apply_node_capacity(conn: Connection, events: Iterable[LedgerEvent]) -> None:

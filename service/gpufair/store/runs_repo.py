@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -30,7 +30,6 @@ from gpufair.domain.ledger import (
 )
 from gpufair.domain.limits import MAX_COMPUTE_WEIGHT
 from gpufair.domain.model import GpuType, Node
-from gpufair.store.event_codec import COPY_INTERVALS_SQL, copy_stream, interval_copy_row
 
 # Every run event of the workloads (heartbeats carry nothing runs are made of), and their
 # intervals. Written as a lookup per workload (OFFSET 0 keeps the planner from turning it back
@@ -220,25 +219,12 @@ def _dirty_from(
     return {pool: at_s for pool, at_s in earliest.items() if math.isfinite(at_s)}
 
 
-def copy_intervals(
-    pg: psycopg.Connection[Any], rows: Sequence[IntervalRecord], during: Callable[[], None]
-) -> None:
-    """Insert `rows` by binary COPY (the client encoding must be UTF-8); `during` runs while
-    the server takes them. A COPY cannot travel in a pipeline: this is a round trip of its own,
-    which costs less than the server's work on a JSON document of the same rows."""
-    data = copy_stream(interval_copy_row(*r[1:]) for r in rows)
-    with pg.cursor() as cur, cur.copy(COPY_INTERVALS_SQL) as copy:
-        copy.write(data)
-        during()
-
-
-def queue_writes(cur: psycopg.Cursor[Any], change: RunsChange, *, insert: bool = True) -> None:
+def queue_writes(cur: psycopg.Cursor[Any], change: RunsChange) -> None:
     """Send the interval and watermark writes of `change` (state changes travel with the
-    workload update of the ingest, one row version per workload); the new intervals too,
-    unless `insert` is false (`copy_intervals` wrote them)."""
+    workload update of the ingest, one row version per workload)."""
     if change.delete_ids:
         cur.execute(_DELETE_SQL, ("{" + ",".join(map(str, change.delete_ids)) + "}",))
-    if change.insert and insert:
+    if change.insert:
         cur.execute(_INSERT_SQL, (json.dumps([r[1:] for r in change.insert]),))
     for pool, at_s in change.dirty_from.items():
         cur.execute(_DIRTY_SQL, {"pool": pool, "at": at_s})
