@@ -173,6 +173,7 @@ def copy_rate(url: str, events: list[LedgerEvent]) -> float:
 def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "gpufair.cli", "serve", "--no-jobs"]
     command += ["--address", f"127.0.0.1:{port}", "--database-url", url, "--log-level", "warning"]
+    command += ["--metrics-address", ""]  # no fixed port for another server to collide with
     return subprocess.Popen(command)
 
 

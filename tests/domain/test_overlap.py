@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufair.domain.model import PodBinding
-from gpufair.domain.overlap import Holding, withdrawals
+from gpufair.domain.overlap import Holding, holds_within, withdrawals
 
 
 def on(node: str, *gpus: int, fraction: float = 1.0) -> tuple[PodBinding, ...]:
@@ -45,3 +45,15 @@ def test_runs_are_never_withdrawn_even_where_they_overlap_each_other() -> None:
     assert withdrawals(running, []) == []
     # A bind of a workload that has started meanwhile counts as its run only.
     assert withdrawals(running, [Holding("r1", on("n1", 0), 5)]) == []
+
+
+def test_a_run_holds_within_its_binding_only_on_the_same_gpus_and_shares() -> None:
+    binding = (PodBinding(0, "n0", (0, 1), 1.0), PodBinding(1, "n1", (4,), 0.5))
+    assert holds_within(on("n0", 1), binding)
+    assert holds_within(on("n0", 0, 1) + on("n1", 4, fraction=0.5), binding)
+    assert holds_within(on("n1", 4, fraction=0.2) + on("n1", 4, fraction=0.3), binding)
+    assert not holds_within(on("n0", 2), binding)  # another GPU of the node
+    assert not holds_within(on("n2", 0), binding)  # another node
+    assert not holds_within(on("n1", 4), binding)  # a whole GPU where half was bound
+    assert not holds_within(on("n1", 4, fraction=0.3) * 2, binding)  # 0.6 of it, together
+    assert holds_within((), binding)

@@ -4,6 +4,7 @@ arrived in (to the microsecond PostgreSQL keeps), and intervals that do not chan
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from gpufair.domain.model import (
     Workload,
     frozen_map,
 )
-from gpufair.store import config_repo, ingest_pipeline, workload_repo
+from gpufair.store import config_repo, ingest_pipeline, locks, workload_repo
 from gpufair.store.ingest_pipeline import EventStatus
 
 NOW = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
@@ -258,3 +259,102 @@ def test_concurrent_batches_of_the_same_new_events_in_opposite_orders(
         ).scalar_one()
         conn.commit()
         assert stored == 3000
+
+
+class _Hooks(ingest_pipeline.Overlap):
+    """Records the order the hooks are called in."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def reading(self) -> None:
+        self.calls.append("reading")
+
+    def copying(self) -> None:
+        self.calls.append("copying")
+
+    def copied(self) -> None:
+        self.calls.append("copied")
+
+    def writing(self) -> None:
+        self.calls.append("writing")
+
+    def committing(self) -> None:
+        self.calls.append("committing")
+
+
+@pytest.mark.parametrize("opens_a_run", [True, False])
+def test_the_caller_works_in_every_wait_and_the_batch_is_committed(
+    conn: Connection, db: Engine, opens_a_run: bool
+) -> None:
+    """A batch that opens a run waits for the overlap check before its commit; the caller's
+    `committing` runs during that commit, as it does during the commit that travels with the
+    writes of other batches. Either way, once `write` returns the batch is committed."""
+    events = [start("w0", NOW - 600), start("w1", NOW - 600)]
+    if not opens_a_run:
+        events += [stop("w0", NOW - 60), stop("w1", NOW - 60)]
+    hooks = _Hooks()
+    outcomes = ingest_pipeline.write(
+        conn, ingest_pipeline.prepare(events, NOW), overlap=hooks, commit=True
+    )
+    assert outcomes.final() == [STORED] * len(events)
+    assert hooks.calls == ["reading", "copying", "copied", "writing", "committing"]
+    with db.connect() as other:
+        stored = other.execute(text("SELECT count(*) FROM ledger_events")).scalar_one()
+        open_runs = other.execute(
+            text("SELECT count(*) FROM allocation_intervals WHERE ended_at IS NULL")
+        ).scalar_one()
+    assert stored == len(events)
+    assert open_runs == (2 if opens_a_run else 0)
+
+
+def _bind(conn: Connection, uid: str, gpus: list[int]) -> None:
+    pods = [{"pod_index": 0, "node": "a0", "gpu_indices": gpus, "gpu_fraction": 1.0}]
+    conn.execute(
+        text(
+            "UPDATE workloads SET state = 'bound', binding = CAST(:b AS jsonb), "
+            "bound_at = now(), bind_expires_at = now() + interval '1 hour' WHERE uid = :uid"
+        ),
+        {"uid": uid, "b": json.dumps({"gpu_type": "a100", "cycle_id": 1, "pods": pods})},
+    )
+
+
+def test_a_start_within_its_own_binding_skips_the_overlap_check(
+    conn: Connection, db: Engine
+) -> None:
+    """A cycle holds the check lock (exclusive) until it commits. A start within its
+    workload's own bound decision adds no GPU holder, commits without the check and so without
+    waiting for the cycle; a start of an unbound workload, or of a bound one on other GPUs,
+    waits for the check lock, as before."""
+    _bind(conn, "w0", [0, 1])
+    _bind(conn, "w1", [4])
+    conn.commit()
+    done: dict[str, float] = {}
+
+    def report(name: str, event: LedgerEvent) -> None:
+        with db.connect() as own:
+            began = time.monotonic()
+            outcome = ingest_pipeline.write(own, ingest_pipeline.prepare([event], NOW), commit=True)
+            own.commit()
+            assert outcome.final() == [STORED]
+            done[name] = time.monotonic() - began
+
+    with db.connect() as cycle:
+        cycle.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": locks.BIND_CHECK})
+        starts = {
+            "within": start("w0", NOW - 60, gpu=1),
+            "elsewhere": start("w1", NOW - 60, gpu=5),
+            "unbound": start("w2", NOW - 60, gpu=6),
+        }
+        threads = [threading.Thread(target=report, args=item) for item in starts.items()]
+        for t in threads:
+            t.start()
+        threads[0].join(timeout=20)
+        time.sleep(0.5)
+        assert set(done) == {"within"}  # the other two wait for the check lock
+        cycle.commit()
+    for t in threads[1:]:
+        t.join(timeout=20)
+    assert set(done) == {"within", "elsewhere", "unbound"}
+    states = dict(conn.execute(text("SELECT uid, state FROM workloads")).all())
+    assert states == {"w0": "running", "w1": "running", "w2": "running", "w3": "pending"}

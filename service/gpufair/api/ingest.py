@@ -213,7 +213,8 @@ class Ingest:
 class _Ahead(ingest_pipeline.Overlap):
     """A stream's work while message N is in the database: the outcomes of message N-1,
     committed already, go into the reply, and message N+1, if it has arrived, is converted and
-    prepared: `share` of it during N's COPY, the rest during N's writes. What goes wrong with
+    prepared: `share` of it during N's COPY, the rest during N's writes and commit (half of it
+    each, when an overlap check makes the commit wait on its own). What goes wrong with
     N+1 is kept, and raised by `following` once N is committed. It also times how long the
     thread waited for the database after each of the two, for `_Split`."""
 
@@ -252,6 +253,11 @@ class _Ahead(ingest_pipeline.Overlap):
         self._marks["copied"] = time.perf_counter()
 
     def writing(self) -> None:
+        # Half of what is left; the rest during the commit, which follows at once when it
+        # travels with the writes, and is a wait of its own after an overlap check.
+        self._advance((1.0 + self._share) / 2)
+
+    def committing(self) -> None:
         self._advance(1.0)
         self._marks["writing"] = time.perf_counter()
 

@@ -82,3 +82,15 @@ def withdrawals(running: Sequence[Holding], bound: Sequence[Holding]) -> list[Wi
             used[gpu] = used.get(gpu, 0.0) + fraction
             holders.setdefault(gpu, []).append(decision.uid)
     return out
+
+
+def holds_within(inner: Iterable[PodBinding], outer: Iterable[PodBinding]) -> bool:
+    """Whether `inner` takes no share of any GPU beyond what `outer` takes of it: a run that
+    starts within its own bound decision adds nothing the pool's holders did not count."""
+    held: dict[tuple[str, int], float] = {}
+    for gpu, fraction in _gpus(outer):
+        held[gpu] = held.get(gpu, 0.0) + fraction
+    taken: dict[tuple[str, int], float] = {}
+    for gpu, fraction in _gpus(inner):
+        taken[gpu] = taken.get(gpu, 0.0) + fraction
+    return all(share <= held.get(gpu, 0.0) + _EPSILON for gpu, share in taken.items())

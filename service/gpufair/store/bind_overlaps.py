@@ -11,6 +11,11 @@ Whichever of the two commits second therefore sees the other's holders: no overl
 committed state, whatever the interleaving. (An overlap it could make involves one of its own
 holders, hence one of those nodes.)
 
+An ingest whose new runs all lie within their own workloads' bound decisions (read under the
+workloads' row locks, so no cycle can release or rebind them until it commits) skips the check:
+those runs take no GPU share beyond their decision's, which every cycle since it was made has
+counted as held (`runs_within_bindings`). Work that gpufair scheduled starts this way.
+
 Withdrawal skips rows locked by another transaction (`SKIP LOCKED`): a bound row locked elsewhere
 is being changed (its own start, a cancellation, a release) by a transaction that checks again
 before it commits, or by a cycle that releases it. So nothing waits for a row lock while holding
@@ -21,13 +26,13 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 
 from gpufair.domain.model import PodBinding
-from gpufair.domain.overlap import Holding, Withdrawal, withdrawals
+from gpufair.domain.overlap import Holding, Withdrawal, holds_within, withdrawals
 from gpufair.store import locks
 
 log = logging.getLogger(__name__)
@@ -76,7 +81,8 @@ def send_check(
     bound.execute(BOUND_SQL, {"pools": sorted(pools), "nodes": sorted(nodes)})
 
 
-def _pods(pods: Iterable[dict[str, Any]] | None) -> tuple[PodBinding, ...]:
+def pod_bindings(pods: Iterable[dict[str, Any]] | None) -> tuple[PodBinding, ...]:
+    """Pods as stored (a run's or a binding's JSON list) as the overlap rule takes them."""
     return tuple(
         PodBinding(i, p["node"], tuple(p["gpu_indices"]), p.get("gpu_fraction", 1.0))
         for i, p in enumerate(pods or ())
@@ -90,11 +96,11 @@ def withdraw(
     run or an earlier decision beyond a whole GPU; returns those withdrawn."""
     if not bound_rows:
         return []
-    bound = [Holding(uid, _pods(pods), cycle_id) for uid, cycle_id, pods in bound_rows]
+    bound = [Holding(uid, pod_bindings(pods), cycle_id) for uid, cycle_id, pods in bound_rows]
     nodes = sorted({p.node for b in bound for p in b.pods})
     runs: dict[str, list[PodBinding]] = defaultdict(list)
     for uid, pods in cur.execute(RUNS_SQL, {"pools": sorted(pools), "nodes": nodes}):
-        runs[uid].extend(_pods(pods))
+        runs[uid].extend(pod_bindings(pods))
     found = withdrawals([Holding(uid, tuple(p)) for uid, p in runs.items()], bound)
     if not found:
         return []
@@ -112,3 +118,19 @@ def check(
     with pg.cursor() as lock, pg.cursor() as bound:
         send_check(lock, bound, pools, nodes, cycle=cycle)
         return withdraw(bound, pools, bound.fetchall())
+
+
+def runs_within_bindings(
+    runs: Iterable[tuple[str, Sequence[dict[str, Any]]]], bindings: Mapping[str, Any]
+) -> bool:
+    """Whether the (workload uid, pods) of new runs all lie within the bound decisions of their
+    workloads (`bindings`: uid -> the binding's pods, for the workloads bound when locked), all
+    of a workload's new runs together: then they add no GPU holder and need no check."""
+    pods: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for uid, run_pods in runs:
+        if uid not in bindings:
+            return False
+        pods[uid].extend(run_pods)
+    return all(
+        holds_within(pod_bindings(p), pod_bindings(bindings[uid])) for uid, p in pods.items()
+    )

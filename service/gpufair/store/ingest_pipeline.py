@@ -6,8 +6,9 @@ clock. `write` does the rest in the caller's transaction, in a constant number o
 whatever the batch size: one pipelined read of everything the batch needs (its workloads, locked;
 nodes; the earlier run events and intervals of the workloads whose runs it changes), one COPY of
 the new events, and one pipelined set of writes, which can end with the commit. Only then does
-the caller acknowledge. While the database works on each of the three, the caller can do work of
-its own (`Overlap`): a stream prepares its next message, and reports the one before.
+the caller acknowledge. While the database works on each of the three (and on the commit, when
+it waits for an overlap check), the caller can do work of its own (`Overlap`): a stream prepares
+its next message, and reports the one before.
 """
 
 from __future__ import annotations
@@ -132,7 +133,11 @@ class Overlap:
         """The COPY is done (a mark in time, for a caller that measures its waits)."""
 
     def writing(self) -> None:
-        """While the database applies the batch's writes (and the commit)."""
+        """While the database applies the batch's writes."""
+
+    def committing(self) -> None:
+        """While the database commits (called right after `writing` when the commit travels
+        with the writes; later, on its own, when it waits for the overlap check's answer)."""
 
 
 @dataclass(slots=True)
@@ -148,7 +153,8 @@ class PreparedBatch:
 # the lock makes the second wait, then read what the first committed. Every workload the batch
 # may update is locked here, in one order, so that two batches cannot deadlock on them.
 _RUN_WORKLOADS_SQL = (
-    "SELECT w.uid, w.queue, w.pool, w.state, w.events_purged_at IS NOT NULL FROM workloads w "
+    "SELECT w.uid, w.queue, w.pool, w.state, w.events_purged_at IS NOT NULL, "
+    "CASE WHEN w.state = 'bound' THEN w.binding->'pods' END FROM workloads w "
     "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[]) "
     "ORDER BY w.uid FOR NO KEY UPDATE OF w"
 )
@@ -275,6 +281,7 @@ class _Context:
 
     workloads: dict[str, tuple[WorkloadRef, WorkloadState]]  # those with run events, locked
     purged: set[str]  # of those, the ones whose events retention removed
+    bindings: dict[str, Any]  # of those, the pods of the ones bound by a Schedule cycle
     missing: set[str]  # of the batch's other workloads, those that do not exist
     nodes: dict[str, Node]
     run_events: dict[str, list[LedgerEvent]]  # of the batch's workloads, stored before it
@@ -288,6 +295,9 @@ class _Plan:
 
     change: runs_repo.RunsChange
     node_events: list[LedgerEvent]
+    # Runs it opens that may add GPU holders, which the overlap check must look at: none when
+    # every run it opens lies within its workload's own bound decision.
+    new_holders: list[runs_repo.IntervalRecord]
 
 
 def write(
@@ -383,6 +393,7 @@ def _read_context(
         ctx = _Context(
             {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in rows},
             {r[0] for r in rows if r[4]},
+            {r[0]: r[5] for r in rows if r[5] is not None},
             {r[0] for r in other.fetchall()} if others else set(),
             runs_repo.nodes_from_rows(n.fetchall()),
             {},
@@ -544,18 +555,25 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     if rebuild:
         events = {u: ctx.run_events.get(u, []) + new_run_events[u] for u in rebuild}
         change = runs_repo.plan_runs(rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types)
-    return _Plan(change, node_events)
+    opened = [r for r in change.insert if r.ended_at_s is None]
+    if opened and bind_overlaps.runs_within_bindings(
+        ((r.workload_uid, r.pods) for r in opened), ctx.bindings
+    ):
+        opened = []
+    return _Plan(change, node_events, opened)
 
 
 def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:
     """All writes of the plan in one round trip, and the commit if asked. In a pipeline each
     statement goes out as it is issued, so the server is at work while the caller's `writing`
-    runs.
+    and `committing` run.
 
-    A plan that opens runs adds GPU holders: the check of `bind_overlaps` goes out with the
-    writes, and the withdrawals it finds (bound decisions on the GPUs the runs took) and the
-    commit follow in a second round trip."""
-    opened = [r for r in plan.change.insert if r.ended_at_s is None]
+    A plan that opens runs adds GPU holders (unless they lie within their workloads' own bound
+    decisions, `bind_overlaps.runs_within_bindings`): the check of `bind_overlaps` goes out with
+    the writes, and the withdrawals it finds (bound decisions on the GPUs the runs took) and the
+    commit follow in a second round trip, during which `committing` runs: the commit (its flush
+    of the batch's WAL) is the longer wait of the two, and the thread would sit through it idle."""
+    opened = plan.new_holders
     if opened:
         pools = {r.pool for r in opened}
         nodes = {p["node"] for r in opened for p in r.pods}
@@ -565,14 +583,17 @@ def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, co
                 bind_overlaps.send_check(lock, bound, pools, nodes, cycle=False)
                 hooks.writing()
             bind_overlaps.withdraw(cur, pools, bound.fetchall())
-            if commit:
-                cur.execute("COMMIT")
+            with pg.pipeline():
+                if commit:
+                    cur.execute("COMMIT")
+                hooks.committing()
         return
     with pg.cursor() as cur, pg.pipeline():
         _queue_writes(cur, plan)
         if commit:
             cur.execute("COMMIT")
         hooks.writing()
+        hooks.committing()
 
 
 def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan) -> None:

@@ -1,0 +1,249 @@
+"""PostgreSQL's CPU per statement of one ingest batch of the churn mix, against the COPY of the
+batch's events alone: what a run costs the database beyond its events.
+
+    python bench/ingest_statements.py [--events 50000] [--batches 5]
+
+A database is made as `bench_ingest.py` makes it and the churn mix is streamed through a
+`gpufair serve` process until `--batches` messages are left. Each of those is then taken apart
+on one connection, statement by statement as `store/ingest_pipeline.py` sends them (not
+pipelined), in a transaction that is rolled back, and the CPU the backend spent on each is read
+from `/proc/<pid>/schedstat` (nanoseconds on CPU: steady on a shared machine, where wall time
+is not). Variants of the interval insert show where its cost lies: the same rows by binary COPY
+(encoded here as the events are), that COPY with the GiST index on the run's time range dropped,
+and with that index built as SP-GiST instead (all inside the transaction, rolled back).
+PostgreSQL must run on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import struct
+import time
+from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _quote
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from bench_ingest import cluster, events_for, libpq_url, messages, start_server
+from server_process import free_port, wait_serving
+
+from gpufair.client import GpufairClient
+from gpufair.config_file import parse_config
+from gpufair.domain.model import Workload
+from gpufair.store import ingest_pipeline, migrate, runs_repo, workload_repo
+from gpufair.store.database import make_engine
+from gpufair.store.event_codec import COPY_EVENTS_SQL, copy_stream, text_array
+from gpufair.store.known_workloads import KnownWorkloads
+from gpufair.store.scratch import scratch_database, test_server
+
+BATCH = 2000
+
+
+# The experiment: a batch's intervals by binary COPY, encoded as store/event_codec.py encodes
+# events (ingest itself sends them as one JSON document, `runs_repo.queue_writes`).
+COPY_INTERVALS_SQL = (
+    "COPY allocation_intervals (workload_uid, start_event_id, gpu_type, pool, gpus, cu, "
+    "started_at, ended_at, queue, end_kind, pods) FROM STDIN (FORMAT BINARY)"
+)
+_LENGTH_PACK = struct.Struct(">i").pack
+_INTERVAL_FIELDS = b"\x00\x0b"  # 11
+_UUID_FIELD = struct.Struct(">i16s")
+_AMOUNTS = struct.Struct(">idid")  # gpus, cu: float8 each
+_INSTANT = struct.Struct(">iq")  # a timestamptz
+_NULL = _LENGTH_PACK(-1)
+
+
+def _micros(epoch_s: float) -> int:
+    """As `to_timestamp` stores it (event_codec does the same for events)."""
+    return round((epoch_s - 946_684_800) * 1e6)
+
+
+def _text_field(value: str) -> bytes:
+    data = value.encode()
+    return _LENGTH_PACK(len(data)) + data
+
+
+def interval_copy_row(
+    workload_uid: str,
+    start_event_id: str,
+    gpu_type: str,
+    pool: str,
+    gpus: float,
+    cu: float,
+    started_at_s: float,
+    ended_at_s: float | None,
+    queue: str,
+    end_kind: str | None,
+    pods: Sequence[Mapping[str, Any]],
+) -> bytes:
+    """One row of COPY_INTERVALS_SQL (the fields of an interval record after its id).
+    Instants are stored as `to_timestamp` stores them."""
+    pods_json = _interval_pods_json(pods).encode()
+    return b"".join(
+        (
+            _INTERVAL_FIELDS,
+            _text_field(workload_uid),
+            _UUID_FIELD.pack(16, bytes.fromhex(start_event_id.replace("-", ""))),
+            _text_field(gpu_type),
+            _text_field(pool),
+            _AMOUNTS.pack(8, gpus, 8, cu),
+            _INSTANT.pack(8, _micros(started_at_s)),
+            _NULL if ended_at_s is None else _INSTANT.pack(8, _micros(ended_at_s)),
+            _text_field(queue),
+            _NULL if end_kind is None else _text_field(end_kind),
+            _LENGTH_PACK(len(pods_json) + 1),
+            b"\x01",
+            pods_json,
+        )
+    )
+
+
+def _interval_pods_json(pods: Sequence[Mapping[str, Any]]) -> str:
+    """An interval's pods as JSON: written out for the plain types runs are made of (the
+    server keeps jsonb, so only the value counts), through json.dumps for anything else."""
+    parts = []
+    for p in pods:
+        fraction, indices = p["gpu_fraction"], p["gpu_indices"]
+        if type(fraction) is not float or not math.isfinite(fraction):
+            return json.dumps(pods)
+        if any(type(g) is not int for g in indices):
+            return json.dumps(pods)
+        parts.append(
+            f'{{"gpu_fraction":{fraction!r},"gpu_indices":[{",".join(map(str, indices))}],'
+            f'"node":{_quote(p["node"])}}}'
+        )
+    return "[" + ",".join(parts) + "]"
+
+
+def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]:
+    spent: dict[str, list[float]] = {}
+    with psycopg.connect(libpq_url(url)) as pg:
+        backend = pg.execute("SELECT pg_backend_pid()").fetchone()
+        assert backend is not None
+        stat = Path(f"/proc/{backend[0]}/schedstat")
+
+        def cpu_ms() -> float:
+            return int(stat.read_text().split()[0]) / 1e6
+
+        def timed(name: str, action: Callable[..., object], *args: object) -> None:
+            before = cpu_ms()
+            action(*args)
+            spent.setdefault(name, []).append(cpu_ms() - before)
+
+        def fetch(sql: str, params: tuple[object, ...]) -> None:
+            pg.execute(sql, params).fetchall()
+
+        def copy_in(sql: str, data: bytes) -> None:
+            with pg.cursor() as cur, cur.copy(sql) as copy:
+                copy.write(data)
+
+        for k in range(batches):
+            chunk = events[len(events) - (batches - k) * BATCH :][:BATCH]
+            batch = ingest_pipeline.prepare(chunk, time.time())
+            uids = (text_array(sorted({e.workload_uid for e in chunk})),)
+            pg.execute("SET LOCAL jit = off")
+            pg.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            # The internals of the pipeline, taken apart on purpose.
+            timed(
+                "read: lock the batch's workloads", fetch, ingest_pipeline._RUN_WORKLOADS_SQL, uids
+            )
+            timed("read: their earlier run events", fetch, runs_repo.RUN_EVENTS_SQL, uids)
+            timed("read: their intervals", fetch, runs_repo.INTERVALS_SQL, uids)
+            ctx = ingest_pipeline._read_context(
+                pg, batch.candidates, ingest_pipeline.Overlap(), KnownWorkloads(0)
+            )
+            keep = ingest_pipeline._validate(batch, ctx)
+            plan = ingest_pipeline._plan(keep, ctx).change
+            rows = copy_stream(c.copy_row for c in sorted(keep, key=lambda c: c.event_id))
+            timed("COPY of the batch's events", copy_in, COPY_EVENTS_SQL, rows)
+            states = sorted(plan.states)
+            values = (text_array(states), text_array(plan.states[u].value for u in states))
+            timed("write: workload states", pg.execute, ingest_pipeline._STATE_UPDATE_SQL, values)
+            pg.execute("SAVEPOINT variants")
+            document = (json.dumps([r[1:] for r in plan.insert]),)
+            timed(
+                "write: intervals by one JSON document (as ingest)",
+                pg.execute,
+                runs_repo._INSERT_SQL,
+                document,
+            )
+            intervals = copy_stream(interval_copy_row(*r[1:]) for r in plan.insert)
+            pg.execute("ROLLBACK TO SAVEPOINT variants")
+            timed(
+                "variant: the same intervals by binary COPY",
+                copy_in,
+                COPY_INTERVALS_SQL,
+                intervals,
+            )
+            pg.execute("ROLLBACK TO SAVEPOINT variants")
+            pg.execute("DROP INDEX ix_allocation_intervals_span")
+            timed(
+                "variant: the same COPY without the GiST span index",
+                copy_in,
+                COPY_INTERVALS_SQL,
+                intervals,
+            )
+            pg.execute("ROLLBACK TO SAVEPOINT variants")
+            pg.execute("DROP INDEX ix_allocation_intervals_span")
+            pg.execute(
+                "CREATE INDEX span_spgist ON allocation_intervals "
+                "USING spgist (tstzrange(started_at, ended_at, '[)'))"
+            )
+            timed(
+                "variant: the same COPY, span index SP-GiST", copy_in, COPY_INTERVALS_SQL, intervals
+            )
+            spent.setdefault("runs in the batch", []).append(len(plan.insert))
+            pg.rollback()
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=50_000)
+    parser.add_argument("--batches", type=int, default=5)
+    args = parser.parse_args()
+    t0 = time.time() - 3 * 86400
+    n_workloads = args.events // 5
+    events = events_for(n_workloads, t0)
+    streamed = events[: len(events) - args.batches * BATCH]
+    with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
+        migrate.upgrade(url)
+        port = free_port()
+        process = start_server(url, port)
+        engine = make_engine(url)
+        try:
+            wait_serving(f"127.0.0.1:{port}", process)
+            with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
+                client.apply_config(parse_config(cluster()))
+                with engine.connect() as conn:
+                    for i in range(0, n_workloads, 5000):
+                        workload_repo.submit(
+                            conn,
+                            [
+                                Workload(f"w{w}", f"q{w % 8}", "main", 1, 1, t0)
+                                for w in range(i, min(n_workloads, i + 5000))
+                            ],
+                        )
+                    conn.commit()
+                client.ledger.StreamEvents(iter(messages(streamed, BATCH)), timeout=900)
+        finally:
+            process.terminate()
+            process.wait(30)
+            engine.dispose()
+        spent = measure(url, events, args.batches)
+    copy = statistics.median(spent["COPY of the batch's events"])
+    print(f"PostgreSQL CPU per message of {BATCH} churn events (median of {args.batches}):")
+    for name, values in spent.items():
+        median = statistics.median(values)
+        if name == "runs in the batch":
+            print(f"  {name}: {median:.0f}")
+        else:
+            print(f"  {name:55s} {median:7.2f} ms  {median / copy:5.2f} x COPY")
+
+
+if __name__ == "__main__":
+    main()
