@@ -230,3 +230,24 @@ def test_a_mixed_cu_request_is_bound_across_types_in_one_rack(client: GpufairCli
     assert dict(bind.gpus_by_type) == {"a100-80gb": 1.0, "rtx4090-24gb": 5.0}
     assert (bind.gpu_type, bind.gpus, bind.cu) == ("a100-80gb", 6.0, 20.0)
     assert sorted(p.node for p in bind.pods) == ["a1", "r1", "r1", "r1", "r1", "r1"]
+
+
+def test_pods_on_distinct_nodes_travel_and_are_placed_one_per_node(client: GpufairClient) -> None:
+    """A multi-node job asks for distinct nodes: ListWorkloads returns the field as sent, and
+    Schedule puts its two pods on r1 and r2 where binpack alone would put both on r1."""
+    client.apply_config(parse_config(CONFIG))
+    job = pb.Workload(
+        uid="two-nodes",
+        queue="team",
+        pool="main",
+        pods=2,
+        gpus_per_pod=4,
+        allowed_gpu_types=["rtx4090-24gb"],
+        pods_on_distinct_nodes=True,
+    )
+    assert submit(client, job).results[0].accepted
+    [listed] = client.list_workloads(pool="main")
+    assert listed.workload.pods_on_distinct_nodes is True
+    bind = schedule(client)["two-nodes"]
+    assert sorted(p.node for p in bind.pods) == ["r1", "r2"]
+    assert [len(p.gpu_indices) for p in bind.pods] == [4, 4]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from cycle_builders import (
@@ -130,6 +131,27 @@ def test_binpack_fills_the_fullest_node_and_spread_the_emptiest() -> None:
     assert sorted(_only_bind(spread, "job")[1]) == ["n1", "n2"]
 
 
+def test_pods_on_distinct_nodes_never_share_a_node() -> None:
+    """A multi-node job (Slurm --nodes=N) gets one pod per node: the two pods that binpack
+    would put on the fullest node go to two nodes; three pods on two nodes never fit."""
+    nodes = [node("n1", gpus=4), node("n2", gpus=4)]
+    busy = running(workload("busy", "q"), [("n1", (0, 1))])
+    plain = workload("plain", "q", pods=2)
+    distinct = dataclasses.replace(plain, uid="distinct", pods_on_distinct_nodes=True)
+    packed = run_cycle(
+        snapshot(nodes, [queue("q", 100)], BIG, running_work=[busy], pending=[plain])
+    )
+    assert _only_bind(packed, "plain")[1] == ["n1", "n1"]
+    apart = run_cycle(
+        snapshot(nodes, [queue("q", 100)], BIG, running_work=[busy], pending=[distinct])
+    )
+    assert sorted(_only_bind(apart, "distinct")[1]) == ["n1", "n2"]
+    three = dataclasses.replace(distinct, uid="three", pods=3)
+    result = run_cycle(snapshot(nodes, [queue("q", 100)], BIG, pending=[three]))
+    assert result.binds == ()
+    assert result.pending["three"].code is PendingCode.NEVER_FITS
+
+
 def test_required_topology_keeps_gang_in_smallest_fitting_domain() -> None:
     nodes = [
         node("r1a", gpus=4, rack="r1"),
@@ -186,7 +208,8 @@ def test_pod_shape_derives_its_gpu_facts_once_and_compares_by_its_fields() -> No
     assert PodShape(2.0, 8_000, 64_000) == whole
     assert hash(PodShape(2.0, 8_000, 64_000)) == hash(whole)
     assert repr(whole) == (
-        "PodShape(gpus_per_pod=2.0, cpu_millicores=8000, memory_mib=64000, profile='')"
+        "PodShape(gpus_per_pod=2.0, cpu_millicores=8000, memory_mib=64000, profile='', "
+        "one_per_node=False)"
     )
     # A partition profile is part of the shape: the same fraction of another profile differs.
     assert PodShape(0.25, 2_000, 16_000, "2g.20gb") != shared

@@ -33,6 +33,7 @@ def workload_from_proto(msg: pb.Workload, received_at_s: float) -> Workload:
         partition_profile=msg.partition_profile,
         compute_units=msg.compute_units,
         mixed_gpu_types=msg.mixed_gpu_types,
+        pods_on_distinct_nodes=msg.pods_on_distinct_nodes,
     )
 
 
@@ -53,6 +54,7 @@ def workload_to_proto(w: Workload) -> pb.Workload:
         partition_profile=w.partition_profile,
         compute_units=w.compute_units,
         mixed_gpu_types=w.mixed_gpu_types,
+        pods_on_distinct_nodes=w.pods_on_distinct_nodes,
     )
     if w.min_pods is not None:
         msg.min_pods = w.min_pods

@@ -152,6 +152,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
         workload.memory_mib_per_pod,
         workload.topology,
         workload.partition_profile,
+        workload.pods_on_distinct_nodes,
     )
     found = state.kinds.get(signature)
     if found is None:
@@ -167,6 +168,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             workload.gang_min_pods,
             None if topology is None else (topology.level, topology.required),
             shape.profile,
+            shape.one_per_node,
         )
         found = Kind(
             rejection_in(workload, state.gpu_types, state.pool_room),

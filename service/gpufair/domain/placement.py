@@ -23,11 +23,13 @@ Rules, in the order they apply:
 6. **Fractional pods** (`0 < gpus_per_pod < 1`) each take a share of one GPU; a GPU's shares never
    add up to more than 1.0. Binpack puts a share on the fullest GPU with room, spread on the
    emptiest. Whole-GPU pods need `gpus_per_pod` to be a whole number and take untouched GPUs only.
-
 7. **Partitions** (`Workload.partition_profile`): each pod takes one MIG-style instance; the rules
    of `domain/partitions.py` decide which GPUs and slices. **Compute-unit requests**
    (`Workload.compute_units`) are turned into a gang of one type before placement
    (`domain/cu_request.py`).
+8. **Distinct nodes** (`Workload.pods_on_distinct_nodes`, a batch system's multi-node job): a
+   node holds at most one of the workload's pods (`fit_on` counts at most one), so such a gang
+   needs as many qualifying nodes as pods, and the one-node rule of 4 never applies to it.
 
 An elastic workload (`min_pods < pods`) gets between `pods_min` and `pods_max` pods, as many as
 fit; fewer than `pods_min` is no placement at all (gang all-or-nothing).
@@ -64,6 +66,7 @@ class PodShape:
     cpu_millicores: int
     memory_mib: int
     profile: str = ""  # a partition profile: one instance per pod (`domain/partitions.py`)
+    one_per_node: bool = False  # `Workload.pods_on_distinct_nodes`: at most one pod a node
 
     # Derived once (placement reads them in its innermost loops): GPUs per pod for whole-GPU
     # pods (0 for shared or GPU-less pods), and whether a pod takes part of one GPU.
@@ -82,6 +85,7 @@ class PodShape:
             workload.cpu_millicores_per_pod,
             workload.memory_mib_per_pod,
             workload.partition_profile,
+            workload.pods_on_distinct_nodes,
         )
 
 
@@ -186,24 +190,28 @@ def fit_on(
         count = min(count, cpu_free // shape.cpu_millicores)
     if shape.memory_mib > 0:
         count = min(count, memory_free // shape.memory_mib)
+    if shape.one_per_node and count > 1:
+        return 1
     return max(count, 0)
 
 
 def pods_fit(state: NodeState, shape: PodShape) -> int:
     """How many pods of `shape` fit on the node now."""
     if shape.profile:
-        return partitions.pods_fit(
+        count = partitions.pods_fit(
             state, shape.profile, shape.cpu_millicores, shape.memory_mib, empty=False
         )
+        return min(count, 1) if shape.one_per_node else count
     return fit_on(state.gpu_used, state.free_whole, state.cpu_free, state.memory_free, shape)
 
 
 def pods_fit_empty(state: NodeState, shape: PodShape) -> int:
     """How many pods of `shape` the node holds when nothing runs on it."""
     if shape.profile:
-        return partitions.pods_fit(
+        count = partitions.pods_fit(
             state, shape.profile, shape.cpu_millicores, shape.memory_mib, empty=True
         )
+        return min(count, 1) if shape.one_per_node else count
     return fit_on(
         [0.0] * state.gpu_count, state.gpu_count, state.cpu_total, state.memory_total, shape
     )

@@ -44,6 +44,8 @@ def spec_json(w: Workload) -> dict[str, Any]:
         spec["compute_units"] = w.compute_units
     if w.mixed_gpu_types:
         spec["mixed_gpu_types"] = True
+    if w.pods_on_distinct_nodes:  # only when set: other specs and their digests are unchanged
+        spec["pods_on_distinct_nodes"] = True
     return spec
 
 
@@ -68,6 +70,7 @@ def workload_from_json(spec: dict[str, Any]) -> Workload:
         partition_profile=spec.get("partition_profile", ""),
         compute_units=spec.get("compute_units", 0.0),
         mixed_gpu_types=spec.get("mixed_gpu_types", False),
+        pods_on_distinct_nodes=spec.get("pods_on_distinct_nodes", False),
     )
 
 

@@ -113,6 +113,7 @@ class Workload(_message.Message):
     PARTITION_PROFILE_FIELD_NUMBER: _builtins.int
     COMPUTE_UNITS_FIELD_NUMBER: _builtins.int
     MIXED_GPU_TYPES_FIELD_NUMBER: _builtins.int
+    PODS_ON_DISTINCT_NODES_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """stable id from the batch system, unique; [A-Za-z0-9._:/@-], at most 253"""
     queue: _builtins.str
@@ -150,6 +151,10 @@ class Workload(_message.Message):
     """With compute_units and a topology level: when no single type has room, placement may take
     GPUs of several accepted types inside one domain of that level (gpus_by_type in the bind).
     """
+    pods_on_distinct_nodes: _builtins.bool
+    """Each pod on a node of its own, never two on one node: a batch system's multi-node job
+    (Slurm's --nodes=N, one task per node) that cannot run two of its pods on one machine.
+    """
     @_builtins.property
     def allowed_gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty = any; at most 64, each once"""
@@ -181,10 +186,11 @@ class Workload(_message.Message):
         partition_profile: _builtins.str = ...,
         compute_units: _builtins.float = ...,
         mixed_gpu_types: _builtins.bool = ...,
+        pods_on_distinct_nodes: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "min_pods", b"min_pods", "preemptible", b"preemptible", "submit_time", b"submit_time", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "allowed_gpu_types", b"allowed_gpu_types", "compute_units", b"compute_units", "cpu_millicores_per_pod", b"cpu_millicores_per_pod", "gpus_per_pod", b"gpus_per_pod", "memory_mib_per_pod", b"memory_mib_per_pod", "min_gpu_memory_gib", b"min_gpu_memory_gib", "min_pods", b"min_pods", "min_runtime_s", b"min_runtime_s", "mixed_gpu_types", b"mixed_gpu_types", "partition_profile", b"partition_profile", "pods", b"pods", "pool", b"pool", "preemptible", b"preemptible", "priority_class", b"priority_class", "queue", b"queue", "submit_time", b"submit_time", "topology", b"topology", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods", "_preemptible", b"_preemptible", "allowed_gpu_types", b"allowed_gpu_types", "compute_units", b"compute_units", "cpu_millicores_per_pod", b"cpu_millicores_per_pod", "gpus_per_pod", b"gpus_per_pod", "memory_mib_per_pod", b"memory_mib_per_pod", "min_gpu_memory_gib", b"min_gpu_memory_gib", "min_pods", b"min_pods", "min_runtime_s", b"min_runtime_s", "mixed_gpu_types", b"mixed_gpu_types", "partition_profile", b"partition_profile", "pods", b"pods", "pods_on_distinct_nodes", b"pods_on_distinct_nodes", "pool", b"pool", "preemptible", b"preemptible", "priority_class", b"priority_class", "queue", b"queue", "submit_time", b"submit_time", "topology", b"topology", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_pods: _TypeAlias = _typing.Literal["min_pods"]  # noqa: Y015
     _WhichOneofArgType__min_pods: _TypeAlias = _typing.Literal["_min_pods", b"_min_pods"]  # noqa: Y015

@@ -118,6 +118,10 @@ def test_held_two_node_job_becomes_a_gang_workload() -> None:
     assert workload.priority_class == 5 and workload.preemptible
     assert workload.submit_time.seconds == 1796136508
     assert job_id_of(CONFIG, workload.uid) == 42
+    # Slurm runs the job's two tasks on two distinct nodes: gpufair must never put both on one.
+    assert workload.pods_on_distinct_nodes is True
+    single = map_job(CONFIG, job(node_count=1, max_nodes=1))
+    assert not isinstance(single, Unmappable) and single.pods_on_distinct_nodes is False
 
 
 def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:

@@ -292,7 +292,9 @@ class Bridge:
         nodes = [p.node for p in sorted(pods, key=lambda p: p.pod_index)]
         if len(set(nodes)) < len(nodes):
             # Slurm runs one task set per node of a job: two pods on one node cannot be pinned.
-            # The job stays held; gpufair releases the binding when no start confirms it.
+            # Mapped jobs ask for distinct nodes (`pods_on_distinct_nodes`), so this guards
+            # only against a binding made otherwise. The job stays held; gpufair releases the
+            # binding when no start confirms it.
             reason = f"gpufair bound several pods to one node ({','.join(nodes)})"
             report.errors.append(f"{uid}: {reason}")
             self._explain(job, uid, reason, report)

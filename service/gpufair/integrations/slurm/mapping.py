@@ -166,6 +166,8 @@ def map_job(config: BridgeConfig, job: SlurmJob) -> scheduler_pb2.Workload | Unm
         memory_mib_per_pod=memory_mib,
         priority_class=-job.nice,
         preemptible=job.qos not in config.non_preemptible_qos,
+        # Slurm runs a multi-node job on as many distinct nodes: never two pods on one.
+        pods_on_distinct_nodes=nodes > 1,
     )
     if job.submit_time:
         workload.submit_time.FromSeconds(job.submit_time)
