@@ -5,7 +5,6 @@ pool as the default, one number format, defaults in help, shell completion."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -186,7 +185,6 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     assert "[$GPUFAIR_WORKERS] (default: 32)" in text
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_completion_script_completes_commands_and_options() -> None:
     script = completion_script(build_parser(), "bash")
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0

@@ -154,6 +154,9 @@ class Workload(_message.Message):
     pods_on_distinct_nodes: _builtins.bool
     """Each pod on a node of its own, never two on one node: a batch system's multi-node job
     (Slurm's --nodes=N, one task per node) that cannot run two of its pods on one machine.
+    Default false. A gang of N pods then needs N qualifying nodes; where the pool has fewer,
+    SubmitWorkloads refuses it (WorkloadResult.error "never fits pool ..."). Not applied to a
+    compute-unit request's mix of types (mixed_gpu_types).
     """
     @_builtins.property
     def allowed_gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
