@@ -53,6 +53,9 @@ def preempt(state: CycleState) -> None:
     failed: set[tuple[object, ...]] = set()
     for item in state.in_queue_order(wanting):
         _try_preempt(state, item, failed)
+    # Only this phase reads them: later evictions need not keep them current.
+    state.preempt_index = {}
+    state.preempt_totals = {}
 
 
 def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...]]) -> bool:

@@ -67,6 +67,9 @@ def reclaim(state: CycleState) -> None:
     }
     for item in state.in_queue_order(wanting):
         _try_reclaim(state, item)
+    # Only this phase reads them: later evictions need not keep them current.
+    state.reclaim_index = {}
+    state.budgets = {}
 
 
 def on_loan_too_long(book: QueueBook, victim: Victim, now_s: float) -> bool:
@@ -81,18 +84,22 @@ def _try_reclaim(state: CycleState, item: Pending) -> bool:
     book = item.book
     pods = workload.gang_min_pods  # never evict for more than the gang minimum
     leaving = state.leaving_for.get(item.uid, [])
+    failed = state.reclaim_failed
+    memo_key = item.kind.memo_key
     for gpu_type in item.types:
-        if state.pods_allowed(item, gpu_type, within_share=True) < pods:
+        # The memo first: most workloads of a busy pool repeat a kind that already failed, and
+        # the share test costs more than the look-up (it has no effect, so the order is free).
+        key = (gpu_type, memo_key)
+        if not leaving and key in failed:
             continue
-        key = (gpu_type, item.kind.memo_key)
-        if not leaving and key in state.reclaim_failed:
+        if state.pods_allowed(item, gpu_type, within_share=True) < pods:
             continue
         index = state.reclaim_index.get(gpu_type) or VictimIndex((), state.capacity)
         # Only queues above their floor give anything; the reclaimer, within its share,
         # is below its own floor and so never a victim of itself.
         budget = _budget(state, gpu_type)
         if not budget.cu_left and not leaving:
-            state.reclaim_failed.add(key)
+            failed.add(key)
             continue
         selection = select_victims(
             state.capacity,
@@ -105,7 +112,7 @@ def _try_reclaim(state: CycleState, item: Pending) -> bool:
         )
         if selection is None:
             if not leaving:
-                state.reclaim_failed.add(key)
+                failed.add(key)
             continue
         gained_cu = pods * state.cu_per_pod(item, gpu_type)
         if not _no_ping_pong(state, book, gained_cu, selection):

@@ -149,12 +149,15 @@ class VictimIndex:
         # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
         self.whole_tier_on_node: dict[int, int] = {}
         self.by_queue: dict[str, list[Victim]] = {}
+        self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
+        self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
         self.total_gpus = 0.0
         self._domain_gpus: dict[str, dict[str, float]] = {}
         for victim in sorted(victims, key=Victim.preference):
             for node in victim.nodes:
                 self.on_node.setdefault(node, []).append(victim)
             self.by_queue.setdefault(victim.queue, []).append(victim)
+            self._present.add(victim)
             self.total_gpus += victim.gpus
         for node in self.on_node:
             self._refresh(node)
@@ -208,15 +211,26 @@ class VictimIndex:
         return found
 
     def prune(self, queue: str, max_cu: float) -> None:
-        """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink."""
-        for victim in [v for v in self.by_queue.get(queue, ()) if v.cu > max_cu + EPS]:
+        """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink. Usually
+        none is: the queue's largest victim, remembered, says so without a scan."""
+        queued = self.by_queue.get(queue)
+        if not queued:
+            return
+        top = self._top_cu.get(queue)
+        if top is None:
+            top = self._top_cu[queue] = max(victim.cu for victim in queued)
+        if top <= max_cu + EPS:
+            return
+        for victim in [v for v in queued if v.cu > max_cu + EPS]:
             self.remove(victim)
 
     def remove(self, victim: Victim) -> None:
-        queued = self.by_queue.get(victim.queue)
-        if queued is None or victim not in queued:
+        if victim not in self._present:
             return
-        queued.remove(victim)
+        self._present.discard(victim)
+        if victim.cu >= self._top_cu.get(victim.queue, math.inf):
+            del self._top_cu[victim.queue]
+        self.by_queue[victim.queue].remove(victim)
         self.total_gpus -= victim.gpus
         for use in victim.uses:
             gpus = use.gpu_amount * len(use.gpu_indices)
@@ -456,6 +470,13 @@ def _greedy(
     whole = shape.whole_gpus
     below = budget.below_priority_class
     cu_left, gpus_left = budget.cu_left, budget.gpus_left
+    # No victim's queue has a capped loss (preemption inside one queue): the budget test
+    # always passes and is skipped.
+    bounded = (
+        bool(gpus_left)
+        or any(cu != math.inf for cu in cu_left.values())
+        or any(queue not in cu_left for queue in index.by_queue)
+    )
 
     def option(node: int) -> tuple[Key, list[Victim]] | None:
         state = nodes[node]
@@ -471,16 +492,19 @@ def _greedy(
         for victim in on_node.get(node, ()):
             if victim.uid in released or (below is not None and victim.priority_class >= below):
                 continue
-            queue = victim.queue
-            if victim.cu > cu_left.get(queue, 0.0) - spent_cu.get(queue, 0.0) + EPS or (
-                victim.gpus > gpus_left.get(queue, math.inf) - spent_gpus.get(queue, 0.0) + EPS
-            ):
-                continue  # `VictimBudget.allows`, inline: the innermost loop of the search
+            if bounded:
+                queue = victim.queue
+                spent = spent_cu.get(queue, 0.0)
+                spent_gpu = spent_gpus.get(queue, 0.0)
+                if victim.cu > cu_left.get(queue, 0.0) - spent + EPS or (
+                    victim.gpus > gpus_left.get(queue, math.inf) - spent_gpu + EPS
+                ):
+                    continue  # `VictimBudget.allows`, inline: the innermost loop of the search
+                spent_cu[queue] = spent + victim.cu
+                spent_gpus[queue] = spent_gpu + victim.gpus
             prefix.append(victim)
             cost += victim.cu
             top_tier = max(top_tier, victim.tier)
-            spent_cu[victim.queue] = spent_cu.get(victim.queue, 0.0) + victim.cu
-            spent_gpus[victim.queue] = spent_gpus.get(victim.queue, 0.0) + victim.gpus
             for use in victim.uses:
                 if use.node == node:
                     amount = use.gpu_amount
