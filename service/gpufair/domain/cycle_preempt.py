@@ -30,17 +30,25 @@ def preempt(state: CycleState) -> None:
         ):
             own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
     lowest: dict[str, int] = {}
-    for (name, _), victims in own.items():
-        found = min(victim.priority_class for victim in victims)
-        lowest[name] = min(lowest.get(name, found), found)
+    lowest_on: dict[tuple[str, str], int] = {}  # (queue, GPU type) → its lowest class
+    for key, victims in own.items():
+        found = lowest_on[key] = min(victim.priority_class for victim in victims)
+        lowest[key[0]] = min(lowest.get(key[0], found), found)
+    # Someone to preempt at all, on a type the workload could use: a workload without one
+    # could only fail (no class below its own on any of its types), and later workloads of
+    # its queue, of no higher class, fail the same way whatever it left in the memo.
     wanting = [
         item
         for name, items in state.queue_pending.items()
         if name in lowest
         for item in items
         if not item.done
-        and item.workload.priority_class > lowest[name]  # someone to preempt at all
+        and item.workload.priority_class > lowest[name]
         and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
+        and any(
+            item.workload.priority_class > lowest_on.get((name, gpu_type), math.inf)
+            for gpu_type in item.types
+        )
     ]
     state.preempt_own = own
     for key, victims in own.items():

@@ -44,6 +44,7 @@ class _Ranking:
         self._capacity = capacity
         self._ranked: dict[str, list[int]] = {}
         self._position: dict[str, dict[int, int]] = {}
+        self._fits: dict[PodShape, dict[int, tuple[int, int]]] = {}
 
     def ranked(self, gpu_type: str) -> list[int]:
         found = self._ranked.get(gpu_type)
@@ -57,6 +58,14 @@ class _Ranking:
     def position(self, gpu_type: str) -> dict[int, int]:
         self.ranked(gpu_type)
         return self._position[gpu_type]
+
+    def fits(self, shape: PodShape) -> dict[int, tuple[int, int]]:
+        """Per node, pods of `shape` it holds emptied and now (at most the former), filled in
+        as `_fullest_hole` reads nodes: neither changes while the phase runs."""
+        found = self._fits.get(shape)
+        if found is None:
+            found = self._fits[shape] = {}
+        return found
 
 
 def reserve_gang(
@@ -86,7 +95,7 @@ def reserve_gang(
             ]
         else:
             groups = [[index for index in ranking.ranked(gpu_type) if index not in held]]
-        chosen = _fullest_hole(state, groups, item.shape, pods)
+        chosen = _fullest_hole(state, groups, item.shape, pods, ranking)
         if chosen is None:
             continue
         state.gang_held.update(chosen)
@@ -104,25 +113,30 @@ def reserve_gang(
 
 
 def _fullest_hole(
-    state: CycleState, groups: list[list[int]], shape: PodShape, pods: int
+    state: CycleState, groups: list[list[int]], shape: PodShape, pods: int, ranking: _Ranking
 ) -> list[int] | None:
     """The nodes with the most free GPUs that, emptied, hold the gang; in the group (domain)
     where they are freest. Most-free-first keeps the choice stable while the hole drains.
     Each group comes freest first."""
     best: tuple[float, list[int]] | None = None
     nodes = state.capacity.nodes
+    fits = ranking.fits(shape)
     for group in groups:
         chosen: list[int] = []
         room = 0
         free = 0.0
         for index in group:
-            node = nodes[index]
-            size = pods_fit_empty(node, shape)
+            found = fits.get(index)
+            if found is None:
+                node = nodes[index]
+                size = pods_fit_empty(node, shape)
+                found = fits[index] = (size, min(pods_fit(node, shape), size) if size > 0 else 0)
+            size, now = found
             if size <= 0:
                 continue
             chosen.append(index)
             room += size
-            free += min(pods_fit(node, shape), size)
+            free += now
             if room >= pods:
                 break
         if room >= pods and (best is None or free > best[0]):

@@ -11,10 +11,12 @@ runs the phases over it in order.
 
 from __future__ import annotations
 
+import heapq
 import math
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.explain import pending_message
@@ -44,6 +46,7 @@ from gpufair.domain.topology_reason import topology_note
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
 
 QueueKey = tuple[int, float, float, float, int, str]
+_by_order = attrgetter("order")
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,18 +207,37 @@ class CycleState:
         return found
 
     def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
-        """`wanted`, ordered by their queues' current order, then inside each queue."""
-        heads: dict[str, tuple[int, float]] = {}  # per queue: its tier and ratio, read once
-
-        def key(item: Pending) -> tuple[tuple[int, float], tuple[int, float, str]]:
-            name = item.book.name
-            head = heads.get(name)
-            if head is None:
-                book = item.book
-                head = heads[name] = (-book.tier, book.ratio())
-            return (head, item.order)
-
-        return sorted(wanted, key=key)
+        """`wanted`, ordered by their queues' current order, then inside each queue: sorted by
+        (tier, ratio, workload order). Built as that sort would: each queue's items in their
+        order (already so when taken from `queue_pending`), queues by tier and ratio, and the
+        items of queues that tie there merged by their order (orders are unique: the uid)."""
+        groups: dict[str, list[Pending]] = {}
+        for item in wanted:
+            found = groups.get(item.book.name)
+            if found is None:
+                groups[item.book.name] = [item]
+            else:
+                found.append(item)
+        heads: list[tuple[tuple[int, float], str]] = []
+        for name, items in groups.items():
+            book = items[0].book
+            heads.append(((-book.tier, book.ratio()), name))
+            items.sort(key=_by_order)  # nearly free when already in order
+        heads.sort(key=itemgetter(0))
+        ordered: list[Pending] = []
+        start = 0
+        while start < len(heads):
+            end = start + 1
+            while end < len(heads) and heads[end][0] == heads[start][0]:
+                end += 1
+            if end == start + 1:
+                ordered += groups[heads[start][1]]
+            else:
+                ordered += heapq.merge(
+                    *(groups[name] for _, name in heads[start:end]), key=_by_order
+                )
+            start = end
+        return ordered
 
     # -- placing, binding and holding -------------------------------------------------------
 
