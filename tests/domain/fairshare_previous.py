@@ -8,7 +8,7 @@ same numbers, to the last bit, on random trees. It is not used by the service.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -38,8 +38,6 @@ from gpufair.domain.rounding import (
 from gpufair.domain.snapshot import UsageStanding
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import UsageInputs
-from gpufair.domain.waterfill import water_fill
-from gpufair.domain.weights import stage_weights
 
 
 class ShareRecords(Mapping[str, QueueShare]):
@@ -693,3 +691,113 @@ def _grant_type_guarantees(
 
 def _type_names(members: list[QueueState]) -> list[str]:
     return sorted({t for m in members for t in m.claims_by_type})
+
+
+# The water-filling and stage weights as they were, so that the oracle shares no arithmetic
+# with the engine it checks.
+
+
+@dataclass(frozen=True, slots=True)
+class WaterFill:
+    shares: list[float]  # what each item receives
+    capped: list[bool]  # True: the item received exactly its cap
+    leftover: float  # amount no positive-weight item could take
+
+
+def water_fill(amount: float, weights: Sequence[float], caps: Sequence[float]) -> WaterFill:
+    """Divide `amount` in proportion to `weights`, nobody above their cap.
+
+    The rounds of DESIGN §3.2 (split by weight; a satisfied item keeps its cap; the leftover goes
+    round again) converge to one water level λ: item i gets min(cap_i, λ · w_i) with
+    Σ_i min(cap_i, λ · w_i) = amount, or its cap when the amount covers every cap. Sorting by
+    cap_i / w_i finds λ in one pass, O(n log n), with no tolerance loop: items are visited from
+    the lowest ratio; one whose ratio is at or below the level the remaining items would share
+    takes its cap, and the first one above it fixes λ for all the rest.
+
+    Items with weight 0 get nothing (the caller decides what they may have of the leftover), and
+    so do items with cap ≤ 0. Capped items receive their cap exactly, not a float near it.
+    """
+    count = len(weights)
+    shares = [0.0] * count
+    capped = [False] * count
+    order = [i for i in range(count) if weights[i] > 0.0 and caps[i] > 0.0]
+    order.sort(key=lambda i: caps[i] / weights[i])
+    # Suffix sums rather than a running difference: subtracting weights one by one drifts, and the
+    # last few items would then share an amount divided by a float residue.
+    weight_after = [0.0] * (len(order) + 1)
+    for position in range(len(order) - 1, -1, -1):
+        weight_after[position] = weight_after[position + 1] + weights[order[position]]
+    remaining = amount
+    for position, i in enumerate(order):
+        level = remaining / weight_after[position]
+        if caps[i] <= level * weights[i]:
+            shares[i] = caps[i]
+            capped[i] = True
+            remaining -= caps[i]
+            continue
+        for j in order[position:]:
+            shares[j] = level * weights[j]
+        return WaterFill(shares=shares, capped=capped, leftover=0.0)
+    return WaterFill(shares=shares, capped=capped, leftover=max(0.0, remaining))
+
+
+def priority_weight(weight_share: float, usage_share: float, k: float) -> float:
+    """P = max(0, W' + k · (W' - U')): below-share users gain, above-share users give way."""
+    return max(0.0, weight_share + k * (weight_share - usage_share))
+
+
+@dataclass(frozen=True, slots=True)
+class StageWeights:
+    """One division stage's weights, index-aligned with the queues passed in."""
+
+    weight_shares: list[float]  # W'
+    priority_weights: list[float]  # P
+    effective_weights: list[float]  # P / ΣP (W' if every P is 0), after the dead band
+
+
+def stage_weights(
+    over_quota_weights: Sequence[float],
+    usage_shares: Sequence[float],
+    k: float,
+    previous_effective_weights: Sequence[float | None],
+    dead_band: float,
+) -> StageWeights:
+    """The effective weights of the queues competing in one over-quota stage.
+
+    W'_q = w_q / Σ w over the competing queues; when every configured weight is 0 (best-effort
+    queues only) they share equally, so leftover capacity is still used. If every P is 0 the
+    division falls back to W' (DESIGN §3.3). Effective weights are P normalised to sum to 1.
+
+    Dead band (absolute, on the normalised weight): a queue whose new effective weight is within
+    `dead_band` of its previous one keeps the previous value, so shares do not jitter between
+    recomputes. Should that leave every weight at 0, the unbanded weights are used instead —
+    stability must never idle capacity. A queue whose weight falls to 0 (P = 0: it is to give
+    way entirely) always moves: keeping a sliver of its old weight would keep the others a sliver
+    short for as long as its P stays pinned at 0, so a gang needing all they are due would wait
+    forever.
+    """
+    count = len(over_quota_weights)
+    total_weight = math.fsum(over_quota_weights)
+    if total_weight > 0.0:
+        weight_shares = [w / total_weight for w in over_quota_weights]
+    else:
+        weight_shares = [1.0 / count] * count
+    priority_weights = [
+        priority_weight(w, u, k) for w, u in zip(weight_shares, usage_shares, strict=True)
+    ]
+    total_priority = math.fsum(priority_weights)
+    if total_priority > 0.0:
+        unbanded = [p / total_priority for p in priority_weights]
+    else:
+        unbanded = list(weight_shares)
+    banded = [
+        previous if previous is not None and new > 0.0 and abs(new - previous) < dead_band else new
+        for new, previous in zip(unbanded, previous_effective_weights, strict=True)
+    ]
+    if not any(weight > 0.0 for weight in banded):
+        banded = unbanded
+    return StageWeights(
+        weight_shares=weight_shares,
+        priority_weights=priority_weights,
+        effective_weights=banded,
+    )

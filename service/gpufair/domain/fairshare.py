@@ -339,8 +339,10 @@ def _aggregate_demand(
         for child in children[i] or ():
             for type_name, gpus in allowed_col[child].items():
                 holds[type_name] = holds.get(type_name, 0.0) + gpus
-            for type_name, gpus in claims_col[child].items():
-                claimed[type_name] = claimed.get(type_name, 0.0) + gpus
+            child_claims = claims_col[child]
+            if child_claims is not NO_GPUS:  # most queues claim no type
+                for type_name, gpus in child_claims.items():
+                    claimed[type_name] = claimed.get(type_name, 0.0) + gpus
             children_allowed_cu += allowed_cu_col[child]
         type_limits = type_limits_of[i]
         allowed = {}
