@@ -53,6 +53,14 @@ CU; the cycle keeps the parent under the per-type limit when it admits work).
 
 `fair_share_gpus_by_type` is reported where it is well defined: in a single-type pool, and for a
 queue whose allowed demand is all on one type; otherwise it is empty.
+
+Static and per-call parts (issue 17). What only the configuration decides — the tree, each
+queue's quota, weights, limits and per-type guarantees, the sibling groups and their tiers — is
+compiled into a `FairSharePlan` (`fairshare_plan`), which a caller keeps across calls (the
+recompute does, per pool). A call reads the demands and the history into `ShareColumns`, one list
+per quantity indexed like the plan, divides group by group (`fairshare_groups`) and returns a
+result that reads those columns. Every sum and comparison is the one the division has always
+made, in the same order, so the numbers do not depend on whether a plan was passed.
 """
 
 from __future__ import annotations
