@@ -4,6 +4,8 @@ Run from the repository root:
 
     PYTHONPATH=service python bench/bench_fairshare.py
     PYTHONPATH=service python bench/bench_fairshare.py --baseline REV   # old code beside new
+    PYTHONPATH=service python bench/bench_fairshare.py --baseline REV --gc serve
+    PYTHONPATH=service python bench/bench_fairshare.py --plan none      # compile every call
 
 With `--baseline`, the same cases run on the code of git revision REV (exported to a temporary
 folder) and on the working tree, in separate worker processes taking turns, so both see the same
@@ -15,6 +17,13 @@ departments (1,000 leaves → 50 departments), with the features a real recomput
 history for every queue, previous effective weights for the dead band, three priority tiers,
 CU and per-type limits, per-type guarantees, and demands spread over the types. The timed call
 is `compute_fair_shares` alone, validation included; building the input is not timed.
+
+The pool's configuration is compiled once into a `FairSharePlan` (as a recompute keeps it across
+calls, issue 17) and passed with every call (`--plan reuse`, the default); `--plan none` times
+calls that compile it each time, as a caller without a plan pays. Code from before the plan
+existed has none either way. The compile itself is timed in its own row (`--plan compile`).
+`--gc serve` runs the workers with the garbage collector set as `gpufair serve` sets it
+(`gc_tuning.tune_for_serving`); the default leaves Python's defaults.
 """
 
 from __future__ import annotations
@@ -29,16 +38,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
 from gpufair.domain.model import FairSharePolicy, GpuType, Queue, QueueQuota, Rounding
 from gpufair.domain.usage import UsageInputs
+from gpufair.gc_tuning import tune_for_serving
 
 try:  # the division profile exists from the code that added it on
     from gpufair.domain.model import Division
 except ImportError:  # a baseline before it: every case is gpufair
     Division = None  # type: ignore[assignment,misc]
+
+try:  # the compiled plan exists from issue 17's second step on
+    from gpufair.domain.fairshare import FairSharePlan
+except ImportError:  # a baseline before it compiles nothing
+    FairSharePlan = None  # type: ignore[assignment,misc]
 
 POOL = "bench"
 GPU_TYPES = {
@@ -145,21 +161,35 @@ def build_input(
     )
 
 
-def time_division(inp: FairShareInput, repeats: int) -> tuple[list[float], list[float]]:
+def _call(inp: FairShareInput, plan_mode: str) -> Callable[[], object]:
+    """The timed call: a division with the plan kept (`reuse`), without one (`none`), or the
+    compile alone (`compile`)."""
+    if FairSharePlan is None or plan_mode == "none":
+        return lambda: compute_fair_shares(inp)
+    if plan_mode == "compile":
+        return lambda: FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
+    plan = FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
+    return lambda: compute_fair_shares(inp, plan)
+
+
+def time_division(
+    inp: FairShareInput, repeats: int, plan_mode: str = "reuse"
+) -> tuple[list[float], list[float]]:
     """`repeats` samples of one call, in ms: (CPU, wall), after 3 warm-up calls."""
+    call = _call(inp, plan_mode)
     for _ in range(3):
-        compute_fair_shares(inp)
+        call()
     cpu_ms, wall_ms = [], []
     for _ in range(repeats):
         wall = time.perf_counter()
         cpu = time.process_time()
-        compute_fair_shares(inp)
+        call()
         cpu_ms.append((time.process_time() - cpu) * 1000.0)
         wall_ms.append((time.perf_counter() - wall) * 1000.0)
     return cpu_ms, wall_ms
 
 
-# (leaves, rounding, division) of every row; kai exists only in the new code.
+# (leaves, rounding, division) of every row; a baseline without the kai division skips its rows.
 CASES = [
     (10, "continuous", "gpufair"),
     (100, "continuous", "gpufair"),
@@ -175,20 +205,24 @@ def _repeats(leaves: int, asked: int) -> int:
     return asked or max(10, min(300, 200_000 // leaves))
 
 
-def worker(leaves: int, rounding: str, division: str, repeats: int) -> None:
+def worker(
+    leaves: int, rounding: str, division: str, repeats: int, plan_mode: str, gc_mode: str
+) -> None:
     """One case in this process; prints its samples as JSON."""
     inp = build_input(leaves, rounding=Rounding(rounding), division=division)
-    cpu_ms, wall_ms = time_division(inp, repeats)
+    if gc_mode == "serve":
+        tune_for_serving()
+    cpu_ms, wall_ms = time_division(inp, repeats, plan_mode)
     print(json.dumps({"cpu_ms": cpu_ms, "wall_ms": wall_ms, "queues": len(inp.queues)}))
 
 
 def _run_worker(
-    service_dir: Path, case: tuple[int, str, str], repeats: int
+    service_dir: Path, case: tuple[int, str, str], repeats: int, plan_mode: str, gc_mode: str
 ) -> dict[str, list[float]]:
     leaves, rounding, division = case
     env = {**os.environ, "PYTHONPATH": str(service_dir)}
     command = [sys.executable, __file__, "--worker", str(leaves), rounding, division]
-    command += ["--repeats", str(repeats)]
+    command += ["--repeats", str(repeats), "--plan", plan_mode, "--gc", gc_mode]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     samples: dict[str, list[float]] = json.loads(done.stdout)
     return samples
@@ -207,11 +241,21 @@ def _median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def compare(baseline: str, sizes: list[int], rounds: int, asked_repeats: int) -> None:
+def compare(
+    baseline: str,
+    sizes: list[int],
+    rounds: int,
+    asked_repeats: int,
+    plan_mode: str,
+    gc_mode: str,
+) -> None:
     new_service = Path(__file__).resolve().parents[1] / "service"
     with tempfile.TemporaryDirectory() as folder:
         old_service = _export(baseline, Path(folder))
-        print(f"baseline {baseline} against the working tree; {rounds} rounds, taking turns\n")
+        print(
+            f"baseline {baseline} against the working tree; {rounds} rounds, taking turns; "
+            f"plan {plan_mode}, gc {gc_mode}\n"
+        )
         print(
             "| leaves | rounding | division | old CPU ms | new CPU ms | CPU old/new "
             "| old wall ms | new wall ms | wall old/new | new µs/queue (CPU) |"
@@ -225,12 +269,17 @@ def compare(baseline: str, sizes: list[int], rounds: int, asked_repeats: int) ->
             old: dict[str, list[float]] = {"cpu_ms": [], "wall_ms": []}
             new: dict[str, list[float]] = {"cpu_ms": [], "wall_ms": []}
             queues = 0
+            old_runs = True  # until the baseline turns out not to know the case (kai)
             for _ in range(rounds):
-                if division == "gpufair":
-                    got = _run_worker(old_service, case, repeats)
-                    old["cpu_ms"] += got["cpu_ms"]
-                    old["wall_ms"] += got["wall_ms"]
-                got = _run_worker(new_service, case, repeats)
+                if old_runs:
+                    try:
+                        got = _run_worker(old_service, case, repeats, plan_mode, gc_mode)
+                    except subprocess.CalledProcessError:
+                        old_runs = False
+                    else:
+                        old["cpu_ms"] += got["cpu_ms"]
+                        old["wall_ms"] += got["wall_ms"]
+                got = _run_worker(new_service, case, repeats, plan_mode, gc_mode)
                 new["cpu_ms"] += got["cpu_ms"]
                 new["wall_ms"] += got["wall_ms"]
                 queues = int(got["queues"])  # type: ignore[call-overload]
@@ -249,8 +298,13 @@ def compare(baseline: str, sizes: list[int], rounds: int, asked_repeats: int) ->
             )
 
 
-def alone(sizes: list[int], asked_repeats: int) -> None:
-    print(f"python {platform.python_version()} on {platform.machine()}\n")
+def alone(sizes: list[int], asked_repeats: int, plan_mode: str, gc_mode: str) -> None:
+    print(
+        f"python {platform.python_version()} on {platform.machine()}; "
+        f"plan {plan_mode}, gc {gc_mode}\n"
+    )
+    if gc_mode == "serve":
+        tune_for_serving()
     print(
         "| leaves | departments | rounding | division | CPU median ms | wall median ms "
         "| wall p90 ms | µs per queue (CPU) |"
@@ -260,7 +314,7 @@ def alone(sizes: list[int], asked_repeats: int) -> None:
         if leaves not in sizes:
             continue
         inp = build_input(leaves, rounding=Rounding(rounding), division=division)
-        cpu_ms, wall_ms = time_division(inp, _repeats(leaves, asked_repeats))
+        cpu_ms, wall_ms = time_division(inp, _repeats(leaves, asked_repeats), plan_mode)
         cpu, wall = _median(cpu_ms), _median(wall_ms)
         p90 = statistics.quantiles(wall_ms, n=10)[-1]
         queues = len(inp.queues)
@@ -269,7 +323,7 @@ def alone(sizes: list[int], asked_repeats: int) -> None:
             f"| {wall:.2f} | {p90:.2f} | {1000 * cpu / queues:.1f} |"
         )
         target = TARGETS_MS.get(leaves)
-        if target is not None and rounding == "continuous":
+        if target is not None and rounding == "continuous" and plan_mode != "compile":
             verdict = "met" if cpu <= target else "MISSED"
             print(f"|  |  | target ≤ {target:.0f} ms (CPU median): {verdict} | | | | | |")
 
@@ -280,15 +334,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=0, help="samples per size (0: by size)")
     parser.add_argument("--baseline", default=None, help="git revision to compare against")
     parser.add_argument("--rounds", type=int, default=4, help="turns per case with --baseline")
+    parser.add_argument(
+        "--plan",
+        choices=["reuse", "none", "compile"],
+        default="reuse",
+        help="reuse one compiled plan (default), compile in every call, or time the compile",
+    )
+    parser.add_argument(
+        "--gc", choices=["default", "serve"], default="default", help="garbage collector settings"
+    )
     parser.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         leaves, rounding, division = args.worker
-        worker(int(leaves), rounding, division, _repeats(int(leaves), args.repeats))
+        worker(
+            int(leaves),
+            rounding,
+            division,
+            _repeats(int(leaves), args.repeats),
+            args.plan,
+            args.gc,
+        )
     elif args.baseline is not None:
-        compare(args.baseline, args.sizes, args.rounds, args.repeats)
+        compare(args.baseline, args.sizes, args.rounds, args.repeats, args.plan, args.gc)
     else:
-        alone(args.sizes, args.repeats)
+        alone(args.sizes, args.repeats, args.plan, args.gc)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,26 @@ def test_reference_case_llm_gang_fits_only_with_time_based_share(
     assert (shares["llm"].fair_share_cu >= 70) == (k > 0)
 
 
+def test_recompute_keeps_the_pool_plan_while_the_configuration_is_equal(db: Engine) -> None:
+    """Issue 17: the compiled configuration is reused by the next recompute (the stored
+    configuration read anew equals it), and replaced, with the new numbers, once it changes."""
+    now_s = time.time()
+    config = reference_config(1.0)
+    with db.connect() as conn:
+        build_history(conn, config, now_s)
+        first = recompute_pool(conn, "default", now_s)
+        again = recompute_pool(conn, "default", now_s + 60)
+        assert again.result.shares.plan is first.result.shares.plan
+        assert again.result.fair_share_cu == first.result.fair_share_cu
+        changed = reference_config(0.0)  # k = 0: classic fair share, 55 / 45
+        install(conn, changed, now_s + 61)
+        after = recompute_pool(conn, "default", now_s + 120)
+        conn.commit()
+    assert after.result.shares.plan is not first.result.shares.plan
+    assert after.result.shares["llm"].fair_share_cu == pytest.approx(55.0)
+    assert after.result.shares["vision"].fair_share_cu == pytest.approx(45.0)
+
+
 def test_get_fair_share_reads_the_latest_run_and_history(client: GpufairClient, db: Engine) -> None:
     now_s = time.time()
     with db.connect() as conn:

@@ -53,6 +53,14 @@ CU; the cycle keeps the parent under the per-type limit when it admits work).
 
 `fair_share_gpus_by_type` is reported where it is well defined: in a single-type pool, and for a
 queue whose allowed demand is all on one type; otherwise it is empty.
+
+Static and per-call parts (issue 17). What only the configuration decides — the tree, each
+queue's quota, weights, limits and per-type guarantees, the sibling groups and their tiers — is
+compiled into a `FairSharePlan` (`fairshare_plan`), which a caller keeps across calls (the
+recompute does, per pool). A call reads the demands and the history into `ShareColumns`, one list
+per quantity indexed like the plan, divides group by group (`fairshare_groups`) and returns a
+result that reads those columns. Every sum and comparison is the one the division has always
+made, in the same order, so the numbers do not depend on whether a plan was passed.
 """
 
 from __future__ import annotations
@@ -63,40 +71,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.fairshare_groups import divide_group
+from gpufair.domain.fairshare_plan import (
+    TOP,
+    FairSharePlan,
+    quota_violations,
+    type_violations,
+)
 from gpufair.domain.fairshare_result import (
     NO_GPUS,
     FairShareResult,
     QueueShare,
-    QueueState,
+    ShareColumns,
     ShareRecords,
 )
-from gpufair.domain.kai_division import kai_over_quota
 from gpufair.domain.model import (
-    Division,
     FairSharePolicy,
     GpuType,
     Queue,
-    QueueQuota,
     Rounding,
     frozen_map,
 )
-from gpufair.domain.policy import (
-    validate_gpu_types,
-    validate_policy,
-    validate_pool_quotas,
-)
-from gpufair.domain.rounding import (
-    round_over_quota,
-    round_scaled_guarantees,
-    whole_gpu_unit_cu,
-)
-from gpufair.domain.tree import QueueTree
+from gpufair.domain.rounding import whole_gpu_unit_cu
 from gpufair.domain.usage import UsageInputs
-from gpufair.domain.waterfill import water_fill
-from gpufair.domain.weights import stage_weights
 
 __all__ = [
     "FairShareInput",
+    "FairSharePlan",
     "FairShareResult",
     "QueueDemand",
     "QueueShare",
@@ -131,72 +132,87 @@ class FairShareInput:
     previous_effective_weights: Mapping[str, float] = field(default_factory=frozen_map)
 
 
-def compute_fair_shares(inp: FairShareInput) -> FairShareResult:
+def compute_fair_shares(inp: FairShareInput, plan: FairSharePlan | None = None) -> FairShareResult:
     """Divide one pool's capacity among its queues (module docstring).
+
+    `plan` is the pool's compiled configuration (`fairshare_plan`), kept by the caller across
+    calls; without one, or with one compiled from another configuration, a plan is compiled
+    for this input (the result is the same either way).
 
     Raises `InvalidInputError` for an invalid policy, GPU type, quota, tree, demand or history.
     """
-    _validate(inp)
-    tree = QueueTree.build(inp.queues)
-    _validate_demands(inp, tree)
-    compute_weights = {name: t.compute_weight for name, t in inp.gpu_types.items()}
+    if plan is None or not plan.fits(inp.pool, inp.policy, inp.gpu_types, inp.queues):
+        _validate(inp)
+        plan = FairSharePlan.compile_checked(inp.pool, inp.policy, inp.gpu_types, inp.queues)
+    else:
+        call_violations = [*_capacity_violations(inp), *_history_violations(inp)]
+        if call_violations:
+            raise InvalidInputError(call_violations)
+    compute_weights = plan.compute_weights
     capacity_by_type = {t: g for t, g in inp.capacity_gpus_by_type.items() if g > 0.0}
     capacity_cu = math.fsum(g * compute_weights[t] for t, g in capacity_by_type.items())
-    children = tree.children
-    states = _aggregate_demand(inp, tree, compute_weights, capacity_by_type)
+    columns = ShareColumns(len(plan.names))
+    _aggregate_demand(inp, plan, columns, capacity_by_type)
 
     policy = inp.policy
     unit_cu = None
     if policy.rounding == Rounding.WHOLE_GPUS:
         unit_cu = whole_gpu_unit_cu(list(inp.gpu_types.values()), capacity_by_type)
     usage_cu_s = inp.usage.usage_cu_s
-    for group in tree.inner_groups():
-        members = [states[name] for name in children[group]]
-        group_capacity_cu = capacity_cu if group is None else states[group].fair_share_cu
-        denominator = inp.usage.group_capacity_cu_s.get(group, 0.0)
+    group_capacity_cu_s = inp.usage.group_capacity_cu_s
+    usage_share = columns.usage_share
+    fair_share = columns.fair_share_cu
+    names = plan.names
+    for group in plan.groups:
+        parent = group.parent
+        if parent == TOP:
+            group_capacity_cu = capacity_cu
+            denominator = group_capacity_cu_s.get(None, 0.0)
+        else:
+            group_capacity_cu = fair_share[parent]
+            denominator = group_capacity_cu_s.get(names[parent], 0.0)
         if denominator > 0.0:  # `weights.usage_share`, inline: it runs for every queue
-            for member in members:
-                member.usage_share = usage_cu_s.get(member.name, 0.0) / denominator
-        _divide_group(group_capacity_cu, members, policy, inp.previous_effective_weights, unit_cu)
-    _grant_type_guarantees(tree, states, capacity_by_type)
+            usage_share[group.start : group.end] = [
+                usage_cu_s.get(name, 0.0) / denominator for name in group.names
+            ]
+        divide_group(
+            group_capacity_cu, group, columns, policy, inp.previous_effective_weights, unit_cu
+        )
+    _grant_type_guarantees(plan, columns, capacity_by_type)
 
     single_type = next(iter(capacity_by_type)) if len(capacity_by_type) == 1 else None
     return FairShareResult(
         pool=inp.pool,
         capacity_cu=capacity_cu,
         whole_gpu_unit_cu=unit_cu,
-        shares=ShareRecords(
-            states, tree.preorder, tree.children, inp.usage, compute_weights, single_type
-        ),
+        shares=ShareRecords(plan, columns, inp.usage, single_type),
     )
 
 
 def _validate(inp: FairShareInput) -> None:
-    violations = [
-        Violation(f"policy.{v.field_path}", v.message) for v in validate_policy(inp.policy)
-    ]
-    types = list(inp.gpu_types.values())
-    violations.extend(
-        Violation(f"gpu_types{v.field_path}", v.message) for v in validate_gpu_types(types)
-    )
-    for key, gpu_type in inp.gpu_types.items():
-        if key != gpu_type.name:
-            violations.append(Violation(f'gpu_types["{key}"]', f"is named {gpu_type.name!r}"))
+    """Every check of an input, in the order of its messages: policy and GPU types, capacity,
+    quotas, history (the tree and the demands are checked next)."""
+    violations = type_violations(inp.policy, inp.gpu_types)
+    violations.extend(_capacity_violations(inp))
+    violations.extend(quota_violations(inp.pool, inp.policy, inp.gpu_types, inp.queues))
+    violations.extend(_history_violations(inp))
+    if violations:
+        raise InvalidInputError(violations)
+
+
+def _capacity_violations(inp: FairShareInput) -> list[Violation]:
+    violations = []
     for type_name, gpus in inp.capacity_gpus_by_type.items():
         path = f'capacity_gpus_by_type["{type_name}"]'
         if type_name not in inp.gpu_types:
             violations.append(Violation(path, f"unknown GPU type {type_name!r}"))
         elif not (math.isfinite(gpus) and gpus >= 0.0):
             violations.append(Violation(path, f"must be a finite number ≥ 0, got {gpus!r}"))
-    violations.extend(
-        Violation(f"queues{v.field_path}", v.message)
-        for v in validate_pool_quotas(
-            inp.queues,
-            inp.pool,
-            gpu_types=inp.gpu_types,
-            limit_below_deserved=inp.policy.division == Division.KAI,
-        )
-    )
+    return violations
+
+
+def _history_violations(inp: FairShareInput) -> list[Violation]:
+    violations = []
     history: tuple[tuple[str, Mapping[Any, float]], ...] = (
         ("usage.usage_cu_s", inp.usage.usage_cu_s),
         ("usage.group_capacity_cu_s", inp.usage.group_capacity_cu_s),
@@ -214,37 +230,16 @@ def _validate(inp: FairShareInput) -> None:
                         f'{map_path}["{map_key}"]', f"must be a finite number ≥ 0, got {value!r}"
                     )
                 )
-    if violations:
-        raise InvalidInputError(violations)
+    return violations
 
 
-def _validate_demands(inp: FairShareInput, tree: QueueTree) -> None:
-    gpu_types = inp.gpu_types
-    children = tree.children
-    queues = tree.queues
-    inf = math.inf
-    for name, demand in inp.demands.items():
-        if name in queues and name not in children:
-            for by_type in (demand.allocated_gpus_by_type, demand.pending_gpus_by_type):
-                for type_name, gpus in by_type.items():
-                    if not (type_name in gpu_types and 0.0 <= gpus < inf):
-                        break
-                else:
-                    continue
-                break
-            else:
-                continue
-        # Something is wrong with this demand: the full check finds and words it.
-        _raise_demand_violations(inp, tree)
-
-
-def _raise_demand_violations(inp: FairShareInput, tree: QueueTree) -> None:
+def _raise_demand_violations(inp: FairShareInput, plan: FairSharePlan) -> None:
     violations: list[Violation] = []
     for name, demand in inp.demands.items():
-        if name not in tree.queues:
+        if name not in plan.index:
             violations.append(Violation(f'demands["{name}"]', f"unknown queue {name!r}"))
             continue
-        if not tree.is_leaf(name):
+        if plan.children[plan.index[name]] is not None:
             violations.append(
                 Violation(f'demands["{name}"]', "demand is given for leaf queues only")
             )
@@ -268,84 +263,99 @@ def _raise_demand_violations(inp: FairShareInput, tree: QueueTree) -> None:
 
 def _aggregate_demand(
     inp: FairShareInput,
-    tree: QueueTree,
-    compute_weights: dict[str, float],
+    plan: FairSharePlan,
+    columns: ShareColumns,
     capacity_by_type: dict[str, float],
-) -> dict[str, QueueState]:
-    """Every queue's working record with its demand, allowed demand and per-type claims, made
-    children before parents (the returned dict is in post-order).
+) -> None:
+    """Every queue's demand, allowed demand and per-type claims into `columns`, leaves first,
+    then inner queues children before parents; the demands are checked on the way.
 
     The hot loop of a large pool (one pass over every queue): written with local names and
     plain dict operations rather than helpers, since a call per queue and type is most of its
-    cost. Sums run over children in name order, so they are deterministic.
+    cost. Sums run over children in name order, and over a leaf's types in the order of its
+    maps (allocated, then pending), so they are deterministic.
     """
     demands = inp.demands
-    children = tree.children
-    queues = tree.queues
-    pool = inp.pool
+    compute_weights = plan.compute_weights
+    allocated_col = columns.allocated_by_type
+    pending_col = columns.pending_by_type
+    demand_col = columns.demand_by_type
+    allowed_col = columns.allowed_by_type
+    claims_col = columns.claims_by_type
+    allowed_cu_col = columns.allowed_cu
     inf = math.inf
-    states: dict[str, QueueState] = {}
-    for name in reversed(tree.preorder):
-        kids = children.get(name)
-        state = QueueState(queues[name], pool, kids is None, compute_weights)
-        states[name] = state
-        quota = state.quota
-        claims: Mapping[str, float] = NO_GPUS
-        if kids is None:
-            demand = demands.get(name)
-            if demand is None:
-                may_hold: Mapping[str, float] = NO_GPUS
-                state.allocated_by_type = state.demand_by_type = NO_GPUS
-            else:
-                # The leaf's demand (allocated + pending) is summed into what becomes its
-                # allowed demand; its explain record sums it again (`ShareRecords`).
-                allocated = demand.allocated_gpus_by_type
-                state.allocated_by_type = allocated
-                state.pending_by_type = demand.pending_gpus_by_type
-                state.claims_by_type = NO_GPUS
-                summed = dict(allocated)
-                for type_name, gpus in demand.pending_gpus_by_type.items():
-                    summed[type_name] = summed.get(type_name, 0.0) + gpus
-                state.allowed_by_type = summed
-                allowed_cu = 0.0
-                dropped: list[str] | None = None
-                type_limits = quota.limit_gpus_by_type
-                for type_name, gpus in summed.items():
-                    capacity = capacity_by_type.get(type_name, 0.0)
-                    bound = gpus if gpus < capacity else capacity  # min(), without the call
-                    if type_limits and type_name in type_limits:
-                        bound = min(bound, type_limits[type_name])
-                    if bound > 0.0:
-                        if bound != gpus:
-                            summed[type_name] = bound
-                        allowed_cu += bound * compute_weights[type_name]
-                    else:
-                        dropped = [type_name] if dropped is None else [*dropped, type_name]
-                if dropped is not None:
-                    for type_name in dropped:
-                        del summed[type_name]
-                _finish(state, quota, summed, allowed_cu, inf)
-                continue
-            children_allowed_cu = inf
+    found = 0
+    for i, name, type_limits, deserved_by_type, limit_cu in plan.leaves:
+        demand = demands.get(name)
+        if demand is None:
+            allocated_col[i] = demand_col[i] = NO_GPUS
+            allowed: dict[str, float] = {}
+            allowed_cu = 0.0
         else:
-            # An inner queue's demand and allocation are its children's sums; only its explain
-            # record shows them, so they are summed there (`ShareRecords`), not here.
-            holds: dict[str, float] = {}
-            claimed: dict[str, float] = {}
-            children_allowed_cu = 0.0
-            for child_name in kids:
-                child = states[child_name]
-                for type_name, gpus in child.allowed_by_type.items():
-                    holds[type_name] = holds.get(type_name, 0.0) + gpus
-                for type_name, gpus in child.claims_by_type.items():
+            found += 1
+            # The leaf's demand (allocated + pending) is summed into what becomes its allowed
+            # demand; its explain record sums it again (`ShareRecords`).
+            allocated = demand.allocated_gpus_by_type
+            pending = demand.pending_gpus_by_type
+            allocated_col[i] = allocated
+            pending_col[i] = pending
+            for gpus in allocated.values():
+                if not 0.0 <= gpus < inf:
+                    _raise_demand_violations(inp, plan)
+            allowed = dict(allocated)
+            for type_name, gpus in pending.items():
+                if not 0.0 <= gpus < inf:
+                    _raise_demand_violations(inp, plan)
+                allowed[type_name] = allowed.get(type_name, 0.0) + gpus
+            allowed_cu = 0.0
+            dropped: list[str] | None = None
+            for type_name, gpus in allowed.items():
+                capacity = capacity_by_type.get(type_name)
+                if capacity is None:  # a type without capacity, or an unknown one
+                    if type_name not in compute_weights:
+                        _raise_demand_violations(inp, plan)
+                    capacity = 0.0
+                bound = gpus if gpus < capacity else capacity  # min(), without the call
+                if type_limits and type_name in type_limits:
+                    bound = min(bound, type_limits[type_name])
+                if bound > 0.0:
+                    if bound != gpus:
+                        allowed[type_name] = bound
+                    allowed_cu += bound * compute_weights[type_name]
+                else:
+                    dropped = [type_name] if dropped is None else [*dropped, type_name]
+            if dropped is not None:
+                for type_name in dropped:
+                    del allowed[type_name]
+        allowed_col[i] = allowed
+        if deserved_by_type:  # most queues declare none: they share one empty claims map
+            claims_col[i] = _claims(NO_GPUS, deserved_by_type, allowed)
+        if limit_cu is not None and limit_cu < allowed_cu:
+            allowed_cu = limit_cu
+        allowed_cu_col[i] = allowed_cu
+    if found != len(demands):  # a demand for an unknown or inner queue
+        _raise_demand_violations(inp, plan)
+
+    # An inner queue's demand and allocation are its children's sums; only its explain record
+    # shows them, so they are summed there (`ShareRecords`), not here.
+    children = plan.children
+    type_limits_of = plan.limit_gpus_by_type
+    for i in plan.inner_postorder:
+        holds: dict[str, float] = {}
+        claimed: dict[str, float] = {}
+        children_allowed_cu = 0.0
+        for child in children[i] or ():
+            for type_name, gpus in allowed_col[child].items():
+                holds[type_name] = holds.get(type_name, 0.0) + gpus
+            child_claims = claims_col[child]
+            if child_claims is not NO_GPUS:  # most queues claim no type
+                for type_name, gpus in child_claims.items():
                     claimed[type_name] = claimed.get(type_name, 0.0) + gpus
-                children_allowed_cu += child.allowed_cu
-            may_hold = holds
-            claims = claimed
-        allowed: dict[str, float] = {}
+            children_allowed_cu += allowed_cu_col[child]
+        type_limits = type_limits_of[i]
+        allowed = {}
         allowed_cu = 0.0
-        type_limits = quota.limit_gpus_by_type
-        for type_name, gpus in may_hold.items():
+        for type_name, gpus in holds.items():
             bound = capacity_by_type.get(type_name, 0.0)
             bound = min(bound, gpus)
             if type_limits and type_name in type_limits and type_limits[type_name] < bound:
@@ -353,189 +363,53 @@ def _aggregate_demand(
             if bound > 0.0:
                 allowed[type_name] = bound
                 allowed_cu += bound * compute_weights[type_name]
-        state.allowed_by_type = allowed
-        state.claims_by_type = claims
-        _finish(state, quota, allowed, allowed_cu, children_allowed_cu)
-    return states
+        allowed_col[i] = allowed
+        deserved_by_type = plan.deserved_gpus_by_type[i]
+        claims_col[i] = _claims(claimed, deserved_by_type, allowed) if deserved_by_type else claimed
+        allowed_cu = min(allowed_cu, children_allowed_cu)
+        limit_cu = plan.limit_cu[i]
+        if limit_cu is not None and limit_cu < allowed_cu:
+            allowed_cu = limit_cu
+        allowed_cu_col[i] = allowed_cu
 
 
-def _finish(
-    state: QueueState,
-    quota: QueueQuota,
+def _claims(
+    children_claims: Mapping[str, float],
+    deserved_by_type: Mapping[str, float],
     allowed: Mapping[str, float],
-    allowed_cu: float,
-    children_allowed_cu: float,
-) -> None:
-    """A queue's per-type claims and allowed demand in CU, from its allowed demand by type."""
-    if quota.deserved_gpus_by_type:  # most queues declare none: they share one empty map
-        own = dict(state.claims_by_type)
-        for type_name, deserved_gpus in quota.deserved_gpus_by_type.items():
-            claim = min(deserved_gpus, allowed.get(type_name, 0.0))
-            if claim > 0.0:
-                own[type_name] = claim
-            else:
-                own.pop(type_name, None)
-        state.claims_by_type = own
-    allowed_cu = min(allowed_cu, children_allowed_cu)
-    limit_cu = quota.limit_cu
-    if limit_cu is not None and limit_cu < allowed_cu:
-        allowed_cu = limit_cu
-    state.allowed_cu = allowed_cu
-
-
-def _divide_group(
-    capacity_cu: float,
-    members: list[QueueState],
-    policy: FairSharePolicy,
-    previous: Mapping[str, float],
-    unit_cu: float | None,
-) -> None:
-    """Phases 1 and 2 for one sibling group; writes guaranteed, over-quota and fair shares."""
-    bases = [min(m.deserved_cu, m.allowed_cu) for m in members]
-    total_base = math.fsum(bases)
-    if total_base <= capacity_cu:
-        guaranteed = bases
-        remaining = capacity_cu - total_base
-    else:
-        guaranteed = water_fill(capacity_cu, [m.deserved_cu for m in members], bases).shares
-        remaining = 0.0
-        if unit_cu is not None:
-            guaranteed = round_scaled_guarantees(
-                guaranteed,
-                base_cu=bases,
-                unit_cu=unit_cu,
-                created_at_s=[m.created_at_s for m in members],
-                names=[m.name for m in members],
-            )
-    for member, amount in zip(members, guaranteed, strict=True):
-        member.guaranteed_cu = amount
-        member.over_quota_cu = 0.0
-        member.satisfied = amount >= member.allowed_cu
-
-    if policy.division == Division.KAI:
-        _divide_kai(remaining, members, policy, unit_cu)
-    else:
-        _divide_gpufair(remaining, members, policy, previous, unit_cu)
-    for member in members:
-        # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
-        member.fair_share_cu = (
-            member.allowed_cu if member.satisfied else member.guaranteed_cu + member.over_quota_cu
-        )
-
-
-def _divide_kai(
-    remaining: float, members: list[QueueState], policy: FairSharePolicy, unit_cu: float | None
-) -> None:
-    """Phase 2 by KAI-Scheduler's rules (`kai_division`): weights per round, rounding inside."""
-    division = kai_over_quota(
-        remaining,
-        needs=[0.0 if m.satisfied else m.allowed_cu - m.guaranteed_cu for m in members],
-        weights=[m.over_quota_weight for m in members],
-        usage_shares=[m.usage_share for m in members],
-        priorities=[m.priority for m in members],
-        created_at_s=[m.created_at_s for m in members],
-        names=[m.name for m in members],
-        k=policy.k,
-        unit_cu=unit_cu,
-    )
-    for i, member in enumerate(members):
-        if member.satisfied:
-            continue
-        member.over_quota_cu = division.shares[i]
-        member.satisfied = member.guaranteed_cu + division.shares[i] >= member.allowed_cu
-        if division.competed[i]:
-            member.competes = True
-            member.weight_share = division.weight_shares[i]
-            member.priority_weight = division.priority_weights[i]
-            member.effective_weight = division.effective_weights[i]
-
-
-def _divide_gpufair(
-    remaining: float,
-    members: list[QueueState],
-    policy: FairSharePolicy,
-    previous: Mapping[str, float],
-    unit_cu: float | None,
-) -> None:
-    """Phase 2 by gpufair's rules (module docstring), then whole-GPU rounding."""
-    # Weighted queues of every tier first, then best effort (weight 0) of every tier.
-    for best_effort in (False, True):
-        tiers: dict[int, list[QueueState]] = {}
-        for member in members:
-            if not member.satisfied and (member.over_quota_weight <= 0.0) is best_effort:
-                tiers.setdefault(member.priority, []).append(member)
-        for priority in sorted(tiers, reverse=True):
-            if remaining <= 0.0:
-                break
-            remaining = _divide_tier(remaining, tiers[priority], policy, previous)
-
-    if unit_cu is not None:
-        rounded = round_over_quota(
-            [m.over_quota_cu for m in members],
-            over_quota_need_cu=[m.allowed_cu - m.guaranteed_cu for m in members],
-            satisfied=[m.satisfied for m in members],
-            unit_cu=unit_cu,
-            created_at_s=[m.created_at_s for m in members],
-            names=[m.name for m in members],
-        )
-        for member, amount in zip(members, rounded, strict=True):
-            member.over_quota_cu = amount
-
-
-def _divide_tier(
-    amount_cu: float,
-    competing: list[QueueState],
-    policy: FairSharePolicy,
-    previous: Mapping[str, float],
-) -> float:
-    """Water-fill one priority tier in stages (module docstring); returns what is left."""
-    first_stage = True
-    while competing and amount_cu > 0.0:
-        weights = stage_weights(
-            [m.over_quota_weight for m in competing],
-            [m.usage_share for m in competing],
-            policy.k,
-            [previous.get(m.name) for m in competing] if first_stage else [None] * len(competing),
-            policy.dead_band,
-        )
-        needs = [m.allowed_cu - m.guaranteed_cu for m in competing]
-        fill = water_fill(amount_cu, weights.effective_weights, needs)
-        for i, member in enumerate(competing):
-            if first_stage:
-                member.competes = True
-                member.weight_share = weights.weight_shares[i]
-                member.priority_weight = weights.priority_weights[i]
-                member.effective_weight = weights.effective_weights[i]
-            member.over_quota_cu = fill.shares[i]
-            member.satisfied = fill.capped[i]
-        amount_cu = fill.leftover
-        competing = [
-            m for m, w in zip(competing, weights.effective_weights, strict=True) if w <= 0.0
-        ]
-        first_stage = False
-    return amount_cu
+) -> dict[str, float]:
+    """A queue's per-type claims: its children's, where it declares a per-type guarantee
+    replaced by min(deserved GPUs, allowed demand) of the type (dropped at 0)."""
+    own = dict(children_claims)
+    for type_name, deserved_gpus in deserved_by_type.items():
+        claim = min(deserved_gpus, allowed.get(type_name, 0.0))
+        if claim > 0.0:
+            own[type_name] = claim
+        else:
+            own.pop(type_name, None)
+    return own
 
 
 def _grant_type_guarantees(
-    tree: QueueTree, states: dict[str, QueueState], capacity_by_type: dict[str, float]
+    plan: FairSharePlan, columns: ShareColumns, capacity_by_type: dict[str, float]
 ) -> None:
-    """Per-type claims shrunk, group by group, to what is available (module docstring)."""
-    for group in tree.inner_groups():
-        members = [states[name] for name in tree.children_of(group)]
+    """Per-type claims shrunk, group by group, to what is available (module docstring).
+
+    Only the groups and members whose subtrees declare a per-type guarantee are visited: no
+    other queue claims a type (`FairSharePlan.typed_groups`)."""
+    claims_col = columns.claims_by_type
+    granted_col = columns.guaranteed_by_type
+    for parent, claiming in plan.typed_groups:
         # A parent that declares no guarantee for a type claimed its children's sum, so its
         # grant bounds them either way.
-        available = capacity_by_type if group is None else states[group].guaranteed_by_type
-        for type_name in _type_names(members):
-            claims = [m.claims_by_type.get(type_name, 0.0) for m in members]
+        available = capacity_by_type if parent == TOP else granted_col[parent]
+        for type_name in sorted({t for i in claiming for t in claims_col[i]}):
+            claims = [claims_col[i].get(type_name, 0.0) for i in claiming]
             total = math.fsum(claims)
             scale = min(1.0, available.get(type_name, 0.0) / total) if total > 0.0 else 0.0
-            for member, claim in zip(members, claims, strict=True):
+            for i, claim in zip(claiming, claims, strict=True):
                 if claim > 0.0:
                     # Few queues hold per-type guarantees: a new map for those only.
-                    granted = dict(member.guaranteed_by_type)
+                    granted = dict(granted_col[i])
                     granted[type_name] = claim * scale
-                    member.guaranteed_by_type = granted
-
-
-def _type_names(members: list[QueueState]) -> list[str]:
-    return sorted({t for m in members for t in m.claims_by_type})
+                    granted_col[i] = granted

@@ -1,9 +1,10 @@
 """What a fair-share computation returns: shares, and explain records built on request.
 
-`compute_fair_shares` leaves one `QueueState` per queue; `FairShareResult` reads the numbers most
-callers need (fair shares, effective weights, who competed) straight from them, and turns a
-queue's state into its explain record `QueueShare` only when `shares[name]` is read, once. A pool
-of 10,000 queues whose recompute only needs the shares never pays for 10,000 records.
+`compute_fair_shares` leaves its working numbers in `ShareColumns`, one list per quantity indexed
+like its `FairSharePlan`'s queues; `FairShareResult` reads the numbers most callers need (fair
+shares, effective weights, who competed) straight from those columns, and turns a queue's entries
+into its explain record `QueueShare` only when `shares[name]` is read, once. A pool of 10,000
+queues whose recompute only needs the shares never pays for 10,000 records.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import compress
 from types import MappingProxyType
 
-from gpufair.domain.model import Queue
-from gpufair.domain.policy import deserved_cu_with_types
+from gpufair.domain.fairshare_plan import FairSharePlan
 from gpufair.domain.snapshot import UsageStanding
 from gpufair.domain.usage import UsageInputs
 
@@ -59,84 +60,70 @@ class QueueShare:
 
 class ShareRecords(Mapping[str, QueueShare]):
     """The explain records of one computation, by queue name in tree pre-order, each built from
-    its working state the first time it is read (and kept)."""
+    the division's columns the first time it is read (and kept)."""
 
-    __slots__ = (
-        "_built",
-        "_children",
-        "_compute_weights",
-        "_single_type",
-        "_summed",
-        "_usage",
-        "order",
-        "states",
-    )
+    __slots__ = ("_built", "_single_type", "_summed", "_usage", "columns", "plan")
 
     def __init__(
         self,
-        states: dict[str, QueueState],
-        order: tuple[str, ...],
-        children: Mapping[str | None, tuple[str, ...]],
+        plan: FairSharePlan,
+        columns: ShareColumns,
         usage: UsageInputs,
-        compute_weights: dict[str, float],
         single_type: str | None,
     ) -> None:
-        self.states = states  # children before parents
-        self.order = order  # the tree's pre-order: how records are listed
-        self._children = children
+        self.plan = plan
+        self.columns = columns
         self._summed = False
         self._usage = usage
-        self._compute_weights = compute_weights
         self._single_type = single_type
         self._built: dict[str, QueueShare] = {}
 
     def __getitem__(self, name: str) -> QueueShare:
         record = self._built.get(name)
         if record is None:
+            i = self.plan.index[name]
             if not self._summed:
                 self._sum_inner_demand()
-            record = _explain(
-                self.states[name], self._usage, self._compute_weights, self._single_type
-            )
+            record = _explain(i, self.plan, self.columns, self._usage, self._single_type)
             self._built[name] = record
         return record
 
     def _sum_inner_demand(self) -> None:
         """Every queue's demand (a leaf's allocated + pending) and every inner queue's
         allocation: its children's sums, children in name order, once for all records."""
-        states = self.states
-        for name in states:  # children before parents
-            kids = self._children.get(name)
+        columns = self.columns
+        allocated_col, demand_col = columns.allocated_by_type, columns.demand_by_type
+        for i in range(len(allocated_col) - 1, -1, -1):  # children before parents
+            kids = self.plan.children[i]
             if kids is None:
-                leaf = states[name]
-                if leaf.demand_by_type is None:
-                    assert leaf.allocated_by_type is not None
-                    leaf_demand = dict(leaf.allocated_by_type)
-                    for type_name, gpus in leaf.pending_by_type.items():
+                if demand_col[i] is None:
+                    leaf_demand = dict(allocated_col[i])
+                    for type_name, gpus in columns.pending_by_type[i].items():
                         leaf_demand[type_name] = leaf_demand.get(type_name, 0.0) + gpus
-                    leaf.demand_by_type = leaf_demand
+                    demand_col[i] = leaf_demand
                 continue
             allocated: dict[str, float] = {}
             wanted: dict[str, float] = {}
-            for child_name in kids:
-                child = states[child_name]
-                assert child.allocated_by_type is not None and child.demand_by_type is not None
-                for type_name, gpus in child.allocated_by_type.items():
+            for child in kids:
+                child_demand = demand_col[child]
+                assert child_demand is not None
+                for type_name, gpus in allocated_col[child].items():
                     allocated[type_name] = allocated.get(type_name, 0.0) + gpus
-                for type_name, gpus in child.demand_by_type.items():
+                for type_name, gpus in child_demand.items():
                     wanted[type_name] = wanted.get(type_name, 0.0) + gpus
-            states[name].allocated_by_type = allocated
-            states[name].demand_by_type = wanted
+            allocated_col[i] = allocated
+            demand_col[i] = wanted
         self._summed = True
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.order)
+        names = self.plan.names
+        return (names[i] for i in self.plan.preorder)
 
     def __len__(self) -> int:
-        return len(self.states)
+        return len(self.plan.names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.states
+        return name in self.plan.index
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,41 +136,54 @@ class FairShareResult:
     @property
     def fair_share_cu(self) -> Mapping[str, float]:
         """Every queue's fair share in CU, without building explain records."""
-        states = self.shares.states
-        return {name: states[name].fair_share_cu for name in self.shares.order}
+        return self._by_name(self.shares.columns.fair_share_cu)
 
     @property
     def effective_weights(self) -> Mapping[str, float]:
         """What the next computation takes as `previous_effective_weights`."""
-        states = self.shares.states
-        return {name: states[name].effective_weight for name in self.shares.order}
+        return self._by_name(self.shares.columns.effective_weight)
 
     @property
     def standing(self) -> Mapping[str, UsageStanding]:
         """Every queue's W' and U', what the cycle's gang entitlement rule reads."""
-        states = self.shares.states
+        names = self.shares.plan.names
+        weight_share = self.shares.columns.weight_share
+        usage_share = self.shares.columns.usage_share
         return {
-            name: UsageStanding(states[name].weight_share, states[name].usage_share)
-            for name in self.shares.order
+            names[i]: UsageStanding(weight_share[i], usage_share[i])
+            for i in self.shares.plan.preorder
         }
+
+    def _by_name(self, column: list[float]) -> dict[str, float]:
+        """One column as a map by queue name, in tree pre-order."""
+        names = self.shares.plan.names
+        return {names[i]: column[i] for i in self.shares.plan.preorder}
 
     @property
     def competing(self) -> frozenset[str]:
         """The queues that took part in the over-quota division."""
-        return frozenset(name for name, state in self.shares.states.items() if state.competes)
+        return frozenset(compress(self.shares.plan.names, self.shares.columns.competes))
 
     @property
     def idle_cu(self) -> float:
         """Capacity no queue may use: the pool minus the top-level fair shares."""
-        top = math.fsum(s.fair_share_cu for s in self.shares.states.values() if s.parent is None)
+        fair = self.shares.columns.fair_share_cu
+        top = math.fsum(fair[i] for i, parent in enumerate(self.shares.plan.parents) if parent < 0)
         return max(0.0, self.capacity_cu - top)
 
 
 NO_GPUS: Mapping[str, float] = MappingProxyType({})  # one read-only empty map, shared
 
 
-class QueueState:
-    """The engine's working record of one queue; the explain record is built from it on request."""
+class ShareColumns:
+    """The division's working numbers, one list per quantity, indexed like the plan's queues
+    (pre-order positions); the explain record of a queue is built from its entries on request.
+
+    Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their CU)
+    are set by the demand aggregation, for every queue, before anything reads them. Demand
+    (allocated + pending) stays None until an explain record sums it; an inner queue's
+    allocation too.
+    """
 
     __slots__ = (
         "allocated_by_type",
@@ -191,104 +191,83 @@ class QueueState:
         "allowed_cu",
         "claims_by_type",
         "competes",
-        "created_at_s",
         "demand_by_type",
-        "deserved_cu",
         "effective_weight",
         "fair_share_cu",
         "guaranteed_by_type",
         "guaranteed_cu",
-        "is_leaf",
-        "limit_cu",
-        "name",
         "over_quota_cu",
-        "over_quota_weight",
-        "parent",
         "pending_by_type",
-        "priority",
         "priority_weight",
-        "quota",
         "satisfied",
         "usage_share",
         "weight_share",
     )
 
-    def __init__(self, queue: Queue, pool: str, is_leaf: bool, compute_weights: dict[str, float]):
-        quota = queue.quotas.get(pool) or queue.quota(pool)
-        self.quota = quota
-        self.name = queue.name
-        self.parent = queue.parent
-        self.is_leaf = is_leaf
-        self.created_at_s = queue.created_at_s
-        self.priority = quota.priority
-        self.over_quota_weight = quota.over_quota_weight
-        self.deserved_cu = (
-            deserved_cu_with_types(quota, compute_weights)
-            if quota.deserved_gpus_by_type
-            else quota.deserved_cu
-        )
-        self.limit_cu = quota.limit_cu
-        # Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their
-        # CU) are set by the demand aggregation, for every queue, before anything reads them.
-        # Demand (allocated + pending) stays None until an explain record sums it; an inner
-        # queue's allocation too.
-        self.demand_by_type: Mapping[str, float] | None = None
-        self.allocated_by_type: Mapping[str, float] | None = None
-        self.pending_by_type: Mapping[str, float] = NO_GPUS  # a leaf's, as given
-        self.allowed_by_type: dict[str, float]
-        self.claims_by_type: Mapping[str, float]
-        self.allowed_cu: float
+    def __init__(self, count: int) -> None:
+        self.demand_by_type: list[Mapping[str, float] | None] = [None] * count
+        self.allocated_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
+        self.pending_by_type: list[Mapping[str, float]] = [NO_GPUS] * count  # a leaf's, as given
+        self.allowed_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
+        self.claims_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
+        self.allowed_cu: list[float] = [0.0] * count
         # Shared and empty until a per-type guarantee is granted (most queues have none).
-        self.guaranteed_by_type: Mapping[str, float] = NO_GPUS
-        self.guaranteed_cu = 0.0
-        self.over_quota_cu = 0.0
-        self.fair_share_cu = 0.0
-        self.satisfied = False
-        self.competes = False
-        self.weight_share = 0.0
-        self.usage_share = 0.0
-        self.priority_weight = 0.0
-        self.effective_weight = 0.0
+        self.guaranteed_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
+        self.guaranteed_cu: list[float] = [0.0] * count
+        self.over_quota_cu: list[float] = [0.0] * count
+        self.fair_share_cu: list[float] = [0.0] * count
+        self.satisfied: list[bool] = [False] * count
+        self.competes: list[bool] = [False] * count
+        self.weight_share: list[float] = [0.0] * count
+        self.usage_share: list[float] = [0.0] * count
+        self.priority_weight: list[float] = [0.0] * count
+        self.effective_weight: list[float] = [0.0] * count
 
 
 def _explain(
-    state: QueueState,
+    i: int,
+    plan: FairSharePlan,
+    columns: ShareColumns,
     usage: UsageInputs,
-    compute_weights: dict[str, float],
     single_type: str | None,
 ) -> QueueShare:
-    demand, allocated = state.demand_by_type, state.allocated_by_type
-    assert demand is not None and allocated is not None  # summed by ShareRecords
+    demand, allocated = columns.demand_by_type[i], columns.allocated_by_type[i]
+    assert demand is not None  # summed by ShareRecords
+    compute_weights = plan.compute_weights
+    allowed_by_type = columns.allowed_by_type[i]
     only_type = single_type
-    if only_type is None and len(state.allowed_by_type) == 1:
-        only_type = next(iter(state.allowed_by_type))
+    if only_type is None and len(allowed_by_type) == 1:
+        only_type = next(iter(allowed_by_type))
+    fair_share_cu = columns.fair_share_cu[i]
     fair_share_gpus_by_type: Mapping[str, float] = {}
     if only_type is not None:
-        fair_share_gpus_by_type = {only_type: state.fair_share_cu / compute_weights[only_type]}
+        fair_share_gpus_by_type = {only_type: fair_share_cu / compute_weights[only_type]}
+    name = plan.names[i]
+    parent = None if plan.parents[i] < 0 else plan.names[plan.parents[i]]
     return QueueShare(
-        queue=state.name,
-        parent=state.parent,
-        is_leaf=state.is_leaf,
-        priority=state.priority,
-        over_quota_weight=state.over_quota_weight,
-        created_at_s=state.created_at_s,
-        deserved_cu=state.deserved_cu,
-        limit_cu=state.limit_cu,
+        queue=name,
+        parent=parent,
+        is_leaf=plan.children[i] is None,
+        priority=plan.priorities[i],
+        over_quota_weight=plan.over_quota_weights[i],
+        created_at_s=plan.created_at_s[i],
+        deserved_cu=plan.deserved_cu[i],
+        limit_cu=plan.limit_cu[i],
         demand_cu=_cu(demand, compute_weights),
         allocated_cu=_cu(allocated, compute_weights),
-        allowed_demand_cu=state.allowed_cu,
-        guaranteed_cu=state.guaranteed_cu,
-        competes_over_quota=state.competes,
-        weight_share=state.weight_share,
-        decayed_usage_cu_s=usage.usage_cu_s.get(state.name, 0.0),
-        group_capacity_cu_s=usage.group_capacity_cu_s.get(state.parent, 0.0),
-        usage_share=state.usage_share,
-        priority_weight=state.priority_weight,
-        effective_weight=state.effective_weight,
-        fair_share_cu=state.fair_share_cu,
+        allowed_demand_cu=columns.allowed_cu[i],
+        guaranteed_cu=columns.guaranteed_cu[i],
+        competes_over_quota=columns.competes[i],
+        weight_share=columns.weight_share[i],
+        decayed_usage_cu_s=usage.usage_cu_s.get(name, 0.0),
+        group_capacity_cu_s=usage.group_capacity_cu_s.get(parent, 0.0),
+        usage_share=columns.usage_share[i],
+        priority_weight=columns.priority_weight[i],
+        effective_weight=columns.effective_weight[i],
+        fair_share_cu=fair_share_cu,
         demand_gpus_by_type=MappingProxyType(demand),
         allocated_gpus_by_type=MappingProxyType(allocated),
-        guaranteed_gpus_by_type=MappingProxyType(state.guaranteed_by_type),
+        guaranteed_gpus_by_type=MappingProxyType(columns.guaranteed_by_type[i]),
         fair_share_gpus_by_type=MappingProxyType(fair_share_gpus_by_type),
     )
 

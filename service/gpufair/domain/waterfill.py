@@ -29,8 +29,15 @@ def water_fill(amount: float, weights: Sequence[float], caps: Sequence[float]) -
     count = len(weights)
     shares = [0.0] * count
     capped = [False] * count
-    order = [i for i in range(count) if weights[i] > 0.0 and caps[i] > 0.0]
-    order.sort(key=lambda i: caps[i] / weights[i])
+    # (ratio, index) pairs sort as the indices by ratio would, ties in index order.
+    by_ratio = sorted(
+        [
+            (c / w, i)
+            for i, (w, c) in enumerate(zip(weights, caps, strict=True))
+            if w > 0.0 and c > 0.0
+        ]
+    )
+    order = [i for _, i in by_ratio]
     # Suffix sums rather than a running difference: subtracting weights one by one drifts, and the
     # last few items would then share an amount divided by a float residue.
     weight_after = [0.0] * (len(order) + 1)

@@ -60,8 +60,10 @@ def stage_weights(
         weight_shares = [w / total_weight for w in over_quota_weights]
     else:
         weight_shares = [1.0 / count] * count
+    # `priority_weight`, inline (it runs for every competing queue): max(0, p) without the call.
     priority_weights = [
-        priority_weight(w, u, k) for w, u in zip(weight_shares, usage_shares, strict=True)
+        p if p > 0.0 else 0.0
+        for p in [w + k * (w - u) for w, u in zip(weight_shares, usage_shares, strict=True)]
     ]
     total_priority = math.fsum(priority_weights)
     if total_priority > 0.0:

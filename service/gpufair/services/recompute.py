@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from gpufair.domain.demand import queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
+    FairSharePlan,
     FairShareResult,
     QueueDemand,
     compute_fair_shares,
@@ -37,6 +38,12 @@ from gpufair.store import (
 )
 
 log = logging.getLogger(__name__)
+
+# Each pool's compiled configuration (`FairSharePlan`, issue 17), kept across recomputes of this
+# process: the stored configuration is read anew every time, and the plan is reused while that
+# configuration equals the one it was compiled from (compared by value, a few ms at 10,000
+# queues against tens of ms to compile).
+_plans: dict[str, FairSharePlan] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +86,18 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
         log.warning("recompute of pool %s: %s", pool.name, warning)
     previous = fairshare_repo.latest_run(conn, pool.name)
     capacity = capacity_repo.capacity_now(conn).get(pool.name, (0.0, {}))
+    gpu_types = {t.name: t for t in config.gpu_types}
+    plan = _plans.get(pool.name)
+    if plan is not None and not plan.fits(pool.name, pool.policy, gpu_types, config.queues):
+        plan = None
     result = compute_fair_shares(
         FairShareInput(
             pool=pool.name,
             policy=pool.policy,
-            gpu_types={t.name: t for t in config.gpu_types},
+            gpu_types=gpu_types,
             capacity_gpus_by_type=capacity[1],
-            queues=config.queues,
+            # The plan's own (equal) queue tuple: the division then knows it by identity.
+            queues=config.queues if plan is None else plan.queues,
             demands=demands(conn, config, pool),
             usage=usage,
             previous_effective_weights=(
@@ -97,8 +109,10 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
                 if previous
                 else {}
             ),
-        )
+        ),
+        plan,
     )
+    _plans[pool.name] = result.shares.plan
     run_id = fairshare_repo.store_run(conn, result, now_s, config_repo.config_version(conn))
     return Recomputed(result, run_id, now_s, tuple(warnings))
 

@@ -1,0 +1,203 @@
+"""One sibling group's division, phases 1 and 2 (`fairshare` module docstring), on columns.
+
+`divide_group` reads the group's static numbers from its `GroupPlan` and its members' allowed
+demand and usage share from the call's `ShareColumns`, divides in lists local to the group
+(positions 0..n-1 in the group's name order) and writes guaranteed, over-quota and fair shares,
+and the weights of the queues that competed, back into the columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from gpufair.domain.fairshare_plan import GroupPlan
+from gpufair.domain.fairshare_result import ShareColumns
+from gpufair.domain.kai_division import kai_over_quota
+from gpufair.domain.model import Division, FairSharePolicy
+from gpufair.domain.rounding import round_over_quota, round_scaled_guarantees
+from gpufair.domain.waterfill import water_fill
+from gpufair.domain.weights import stage_weights
+
+
+def divide_group(
+    capacity_cu: float,
+    group: GroupPlan,
+    columns: ShareColumns,
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+    unit_cu: float | None,
+) -> None:
+    """Phases 1 and 2 for one sibling group; writes guaranteed, over-quota and fair shares."""
+    start, end = group.start, group.end
+    allowed = columns.allowed_cu[start:end]
+    bases = list(map(min, group.deserved_cu, allowed))
+    total_base = math.fsum(bases)
+    if total_base <= capacity_cu:
+        guaranteed = bases
+        remaining = capacity_cu - total_base
+    else:
+        guaranteed = water_fill(capacity_cu, group.deserved_cu, bases).shares
+        remaining = 0.0
+        if unit_cu is not None:
+            guaranteed = round_scaled_guarantees(
+                guaranteed,
+                base_cu=bases,
+                unit_cu=unit_cu,
+                created_at_s=group.created_at_s,
+                names=group.names,
+            )
+    satisfied = [got >= most for got, most in zip(guaranteed, allowed, strict=True)]
+    over_quota = [0.0] * (end - start)
+
+    if policy.division == Division.KAI:
+        _divide_kai(
+            remaining, group, columns, policy, unit_cu, allowed, guaranteed, satisfied, over_quota
+        )
+    else:
+        _divide_gpufair(
+            remaining,
+            group,
+            columns,
+            policy,
+            previous,
+            unit_cu,
+            allowed,
+            guaranteed,
+            satisfied,
+            over_quota,
+        )
+    columns.guaranteed_cu[start:end] = guaranteed
+    columns.over_quota_cu[start:end] = over_quota
+    columns.satisfied[start:end] = satisfied
+    # A satisfied queue holds its allowed demand exactly, not guaranteed + need in floats.
+    columns.fair_share_cu[start:end] = [
+        most if done else got + more
+        for most, done, got, more in zip(allowed, satisfied, guaranteed, over_quota, strict=True)
+    ]
+
+
+def _divide_kai(
+    remaining: float,
+    group: GroupPlan,
+    columns: ShareColumns,
+    policy: FairSharePolicy,
+    unit_cu: float | None,
+    allowed: list[float],
+    guaranteed: list[float],
+    satisfied: list[bool],
+    over_quota: list[float],
+) -> None:
+    """Phase 2 by KAI-Scheduler's rules (`kai_division`): weights per round, rounding inside."""
+    division = kai_over_quota(
+        remaining,
+        needs=[
+            0.0 if done else most - got
+            for done, most, got in zip(satisfied, allowed, guaranteed, strict=True)
+        ],
+        weights=group.over_quota_weights,
+        usage_shares=columns.usage_share[group.start : group.end],
+        priorities=group.priorities,
+        created_at_s=group.created_at_s,
+        names=group.names,
+        k=policy.k,
+        unit_cu=unit_cu,
+    )
+    for j in range(len(satisfied)):
+        if satisfied[j]:
+            continue
+        i = group.start + j
+        over_quota[j] = division.shares[j]
+        satisfied[j] = guaranteed[j] + division.shares[j] >= allowed[j]
+        if division.competed[j]:
+            columns.competes[i] = True
+            columns.weight_share[i] = division.weight_shares[j]
+            columns.priority_weight[i] = division.priority_weights[j]
+            columns.effective_weight[i] = division.effective_weights[j]
+
+
+def _divide_gpufair(
+    remaining: float,
+    group: GroupPlan,
+    columns: ShareColumns,
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+    unit_cu: float | None,
+    allowed: list[float],
+    guaranteed: list[float],
+    satisfied: list[bool],
+    over_quota: list[float],
+) -> None:
+    """Phase 2 by gpufair's rules (`fairshare` module docstring), then whole-GPU rounding."""
+    # Weighted queues of every tier first, then best effort (weight 0) of every tier
+    # (`GroupPlan.tiers`); a tier's queues satisfied by their guarantee do not compete.
+    for tier in group.tiers:
+        competing = [j for j in tier if not satisfied[j]]
+        if not competing:
+            continue
+        if remaining <= 0.0:
+            break
+        remaining = _divide_tier(
+            remaining,
+            competing,
+            group,
+            columns,
+            policy,
+            previous,
+            allowed,
+            guaranteed,
+            satisfied,
+            over_quota,
+        )
+
+    if unit_cu is not None:
+        over_quota[:] = round_over_quota(
+            over_quota,
+            over_quota_need_cu=[most - got for most, got in zip(allowed, guaranteed, strict=True)],
+            satisfied=satisfied,
+            unit_cu=unit_cu,
+            created_at_s=group.created_at_s,
+            names=group.names,
+        )
+
+
+def _divide_tier(
+    amount_cu: float,
+    competing: list[int],
+    group: GroupPlan,
+    columns: ShareColumns,
+    policy: FairSharePolicy,
+    previous: Mapping[str, float],
+    allowed: list[float],
+    guaranteed: list[float],
+    satisfied: list[bool],
+    over_quota: list[float],
+) -> float:
+    """Water-fill one priority tier in stages (`fairshare` module docstring); returns what is
+    left. `competing` are positions in the group."""
+    start, names, weights = group.start, group.names, group.over_quota_weights
+    usage_share = columns.usage_share
+    first_stage = True
+    while competing and amount_cu > 0.0:
+        stage = stage_weights(
+            [weights[j] for j in competing],
+            [usage_share[start + j] for j in competing],
+            policy.k,
+            [previous.get(names[j]) for j in competing] if first_stage else [None] * len(competing),
+            policy.dead_band,
+        )
+        needs = [allowed[j] - guaranteed[j] for j in competing]
+        fill = water_fill(amount_cu, stage.effective_weights, needs)
+        for position, j in enumerate(competing):
+            if first_stage:
+                i = start + j
+                columns.competes[i] = True
+                columns.weight_share[i] = stage.weight_shares[position]
+                columns.priority_weight[i] = stage.priority_weights[position]
+                columns.effective_weight[i] = stage.effective_weights[position]
+            over_quota[j] = fill.shares[position]
+            satisfied[j] = fill.capped[position]
+        amount_cu = fill.leftover
+        competing = [j for j, w in zip(competing, stage.effective_weights, strict=True) if w <= 0.0]
+        first_stage = False
+    return amount_cu
