@@ -1,5 +1,6 @@
-"""The index on an allocation interval's time range, GiST against SP-GiST (and none): what each
-costs an ingest that writes intervals, and what each gives the window queries that read them.
+"""The index on an allocation interval's time range: GiST over all runs (as before migration
+0015), GiST over long and open runs only (`split`, as now), SP-GiST, and none: what each costs
+an ingest that writes intervals, and what each gives the window queries that read them.
 
     python bench/span_index.py [--intervals 300000] [--days 30] [--repeats 9]
 
@@ -9,7 +10,8 @@ at work leaves them. For each index kind in turn (alternating, `--repeats` times
 
 - the write: a churn message's intervals (400 closed runs of the last hour) inserted in a
   transaction that is rolled back; PostgreSQL's CPU from `/proc/<pid>/schedstat`;
-- the reads: `rollup_repo.intervals_between`'s statement for the last hour (what a fair share's
+- the reads: `rollup_repo.intervals_between`'s statement (for `split`; the single statement
+  before it for the others) for the last hour (what a fair share's
   edge reads), an hour 20 days back (a rollup that redoes history), and the last day; CPU of the
   backend and wall time, and the plan's index.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +31,8 @@ from pathlib import Path
 import psycopg
 from bench_ingest import libpq_url
 
-from gpufair.store import migrate
+from gpufair.store import migrate, rollup_repo
+from gpufair.store.ledger_tables import LONG_OR_OPEN
 from gpufair.store.scratch import scratch_database, test_server
 
 KINDS = {
@@ -36,6 +40,8 @@ KINDS = {
     "USING gist (tstzrange(started_at, ended_at, '[)'))",
     "spgist": "CREATE INDEX ix_allocation_intervals_span ON allocation_intervals "
     "USING spgist (tstzrange(started_at, ended_at, '[)'))",
+    "split": "CREATE INDEX ix_allocation_intervals_long_span ON allocation_intervals "
+    "USING gist (tstzrange(started_at, ended_at, '[)')) WHERE " + LONG_OR_OPEN,
     "none": "",  # the floor: what the rest of the table's indexes cost
 }
 # Durations: a quarter each of about 5 minutes, 1 hour, 8 hours and 2 days (random within
@@ -66,7 +72,7 @@ _WRITE_SQL = """
            'stopped', '[{"node": "n1", "gpu_indices": [1], "gpu_fraction": 1.0}]'
     FROM generate_series(1, 400) AS g
 """
-# rollup_repo.intervals_between's statement.
+# rollup_repo.intervals_between's statement before migration 0015, and now.
 _WINDOW_SQL = """
     SELECT queue, gpu_type, gpus, cu, extract(epoch FROM started_at)::float8 AS s,
            COALESCE(extract(epoch FROM ended_at)::float8, 'Infinity'::float8) AS e
@@ -76,6 +82,7 @@ _WINDOW_SQL = """
       AND pool = %(pool)s
       AND gpus < 'Infinity'::float8 AND cu < 'Infinity'::float8
 """
+_SPLIT_SQL = re.sub(r"(?<!:):(lo|hi|pool)\b", r"%(\1)s", str(rollup_repo._BETWEEN_SQL))
 
 
 def measure(pg: psycopg.Connection, kind: str, now_s: float) -> dict[str, float | str]:
@@ -90,6 +97,7 @@ def measure(pg: psycopg.Connection, kind: str, now_s: float) -> dict[str, float 
         return cpu_ms() - cpu, (time.perf_counter() - wall) * 1e3
 
     pg.execute("DROP INDEX IF EXISTS ix_allocation_intervals_span")
+    pg.execute("DROP INDEX IF EXISTS ix_allocation_intervals_long_span")
     if KINDS[kind]:
         pg.execute(KINDS[kind])
     pg.execute("ANALYZE allocation_intervals")
@@ -107,12 +115,13 @@ def measure(pg: psycopg.Connection, kind: str, now_s: float) -> dict[str, float 
     }
     for name, (lo, hi) in windows.items():
         params = {"lo": lo, "hi": hi, "pool": "main"}
-        runs = [timed(lambda p=params: pg.execute(_WINDOW_SQL, p).fetchall()) for _ in range(3)]
+        sql = _SPLIT_SQL if kind == "split" else _WINDOW_SQL
+        runs = [timed(lambda p=params, q=sql: pg.execute(q, p).fetchall()) for _ in range(3)]
         found[f"read {name}, CPU ms"] = statistics.median(r[0] for r in runs)
         found[f"read {name}, wall ms"] = statistics.median(r[1] for r in runs)
-        plan = pg.execute("EXPLAIN (FORMAT JSON) " + _WINDOW_SQL, params).fetchone()
+        plan = pg.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
         found[f"read {name}, plan"] = _index_of(plan[0] if plan else None)
-        found[f"read {name}, rows"] = len(pg.execute(_WINDOW_SQL, params).fetchall())
+        found[f"read {name}, rows"] = len(pg.execute(sql, params).fetchall())
     pg.rollback()
     return found
 
