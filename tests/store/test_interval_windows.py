@@ -1,7 +1,7 @@
 """`rollup_repo.intervals_between` reads open and long runs by the partial GiST index and short
 ones by their start (migration 0015): it must return exactly the intervals whose time range
 overlaps the window, as the single overlap statement over the whole table did, whichever side of
-the one-hour line a run falls on."""
+the one-hour line a run falls on; and the migration keeps every row and every answer."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Connection, Engine, text
+from alembic import command
+from sqlalchemy import Connection, Engine, create_engine, text
 
-from gpufair.store import rollup_repo
+from gpufair.store import migrate, rollup_repo
+from gpufair.store.database import Database, normalise_url
+from gpufair.store.scratch import scratch_database
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 HOUR = 3600.0
@@ -126,3 +129,66 @@ def test_same_rows_as_the_single_overlap_statement(conn: Connection) -> None:
         assert sorted(iv.queue for iv in got) == want
         checked += len(got)
     assert checked > 500  # the windows did find rows, short and long
+
+
+def test_migration_0015_keeps_every_interval_and_every_window(pg_server: Database) -> None:
+    """A database populated at 0014 (GiST over every run) upgraded to 0015: the same rows, the
+    same answer for every window, the GiST index now over long and open runs only; and back."""
+    with scratch_database(pg_server.url) as url:
+        migrate.upgrade(url, "0014")
+        engine = create_engine(normalise_url(url))
+        try:
+            rng = random.Random(15)
+            rows: list[tuple[str, float, float | None, float]] = []
+            for _ in range(300):
+                start = T0 + rng.uniform(0, 5 * 86400)
+                length = rng.choice([rng.uniform(0, 2 * HOUR), rng.uniform(0, 3 * 86400)])
+                rows.append(("p", start, None if rng.random() < 0.1 else start + length, 10.0))
+            windows = [(T0 + k * 7200.0, T0 + k * 7200.0 + HOUR) for k in range(60)]
+            with engine.begin() as conn:
+                add(conn, rows)
+                before = [
+                    Counter(conn.execute(_ONE_STATEMENT, {"pool": "p", "lo": lo, "hi": hi}))
+                    for lo, hi in windows
+                ]
+            migrate.upgrade(url)
+            with engine.connect() as conn:
+                assert (
+                    conn.execute(text("SELECT count(*) FROM allocation_intervals")).scalar() == 300
+                )
+                after = [
+                    Counter(
+                        (iv.queue, iv.gpu_type, iv.gpus, iv.cu, iv.start_s, iv.end_s)
+                        for iv in rollup_repo.intervals_between(conn, "p", lo, hi)
+                    )
+                    for lo, hi in windows
+                ]
+                assert after == [Counter({tuple(k): v for k, v in c.items()}) for c in before]
+                assert sum(sum(c.values()) for c in after) > 300
+                assert span_indexes(conn) == {
+                    "ix_allocation_intervals_long_span": "((ended_at IS NULL) OR "
+                    "((ended_at - started_at) >= '01:00:00'::interval))"
+                }
+            command.downgrade(migrate.alembic_config(url), "0014")
+            with engine.connect() as conn:
+                assert span_indexes(conn) == {"ix_allocation_intervals_span": None}
+                assert (
+                    conn.execute(text("SELECT count(*) FROM allocation_intervals")).scalar() == 300
+                )
+        finally:
+            engine.dispose()
+
+
+def span_indexes(conn: Connection) -> dict[str, str | None]:
+    """The GiST indexes of allocation_intervals and their predicates."""
+    return {
+        r.name: r.predicate
+        for r in conn.execute(
+            text(
+                "SELECT i.relname AS name, pg_get_expr(x.indpred, x.indrelid) AS predicate "
+                "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                "JOIN pg_am a ON a.oid = i.relam "
+                "WHERE x.indrelid = 'allocation_intervals'::regclass AND a.amname = 'gist'"
+            )
+        )
+    }
