@@ -1,6 +1,7 @@
 """Ledger ingest through gRPC streaming vs a raw psycopg COPY into the same table, in one run.
 
     python bench/bench_ingest.py [--events 100000] [--batch 2000] [--rounds 3] [--mix both]
+                                 [--streams 1] [--spread]
 
 The gRPC path is the whole service path: `gpufair serve` started as its own process (as it is
 deployed), on a loopback port, StreamEvents, per-event validation, idempotent insert, runs
@@ -11,6 +12,13 @@ client could reach for that table. Each round uses a new database and runs both,
 other, so the ratio is fair on a shared, noisy machine; the summary is the median of the rounds'
 ratios. The CPU seconds of the server process, the client and the PostgreSQL backends during the
 stream, per event, show which side bounds the rate.
+
+With `--streams N` the timed events go over N streams at once, each on a connection of its own
+(a batch system reporting from several places), split by workload so that each workload's
+events stay in order on one stream. `gpufair serve` runs a worker process per core behind one
+port; the kernel picks a worker for each connection, so the CPU of every worker is reported
+(`server_cpu_share_by_worker`), and how many streams each took (`streams_by_worker`); with
+`--spread` the connections are opened again until they are spread evenly.
 
 Two mixes of events:
 - `churn`: every run is new and short: started, 3 heartbeats, stopped (40% run events, so each
@@ -25,18 +33,32 @@ Two mixes of events:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+import grpc
 import psycopg
-from server_process import backend_cpu_s, backends_used, free_port, tree_cpu_s, wait_serving
+from server_process import (
+    backend_cpu_s,
+    backends_used,
+    cpu_seconds,
+    free_port,
+    tree,
+    tree_cpu_s,
+    wait_serving,
+)
 from sqlalchemy.engine import make_url
 
 from gpufair.client import GpufairClient
@@ -47,7 +69,7 @@ from gpufair.store import migrate, workload_repo
 from gpufair.store.database import make_engine
 from gpufair.store.event_codec import payload_json
 from gpufair.store.scratch import scratch_database, test_server
-from gpufair.v1 import ledger_pb2
+from gpufair.v1 import ledger_pb2, ledger_pb2_grpc
 
 NODES = 64
 EVENTS_PER_WORKLOAD = 5  # started, 3 heartbeats, stopped
@@ -177,7 +199,129 @@ def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command)
 
 
-def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
+def split_by_workload(events: list[LedgerEvent], n: int) -> list[list[LedgerEvent]]:
+    """`events` over `n` streams, each workload's on one (by the number in its uid), in order."""
+    parts: list[list[LedgerEvent]] = [[] for _ in range(n)]
+    for e in events:
+        parts[int(e.workload_uid[1:]) % n].append(e)
+    return parts
+
+
+def connections_by_worker(server_pid: int, port: int) -> dict[int, int]:
+    """How many established connections to `port` each process of the server holds (read from
+    /proc: the sockets among each process's open files)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    inodes.add(fields[9])
+    found: dict[int, int] = {}
+    for pid in tree(server_pid):
+        count = 0
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:[") and target[8:-1] in inodes:
+                        count += 1
+        found[pid] = count
+    return found
+
+
+def open_streams(
+    address: str, n: int, server_pid: int, *, spread: bool
+) -> tuple[list[grpc.Channel], list[int]]:
+    """`n` channels, each on a connection of its own (channels with the same target would
+    otherwise share one), connected; and how many of them each server process took. With
+    `spread`, connections are opened again (up to 50 times) until no process holds more than
+    its even share: the kernel places each connection on a worker by a hash of its addresses."""
+    port = int(address.rsplit(":", 1)[1])
+    before = connections_by_worker(server_pid, port)
+    for _ in range(50):
+        channels = [
+            grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(n)
+        ]
+        for c in channels:
+            ledger_pb2_grpc.LedgerStub(c).StreamEvents(iter(()), timeout=60)
+        after = connections_by_worker(server_pid, port)
+        taken = sorted((after[p] - before.get(p, 0) for p in after), reverse=True)
+        workers = max(1, sum(1 for p in after if p != server_pid))
+        if not spread or taken[0] <= math.ceil(n / workers):
+            return channels, [t for t in taken if t > 0]
+        for c in channels:
+            c.close()
+        time.sleep(0.2)  # let the server drop them
+    raise RuntimeError("connections did not spread over the server's workers")
+
+
+def stream_all(
+    channels: list[grpc.Channel], parts: list[list[ledger_pb2.ReportEventsRequest]]
+) -> list[ledger_pb2.ReportEventsResponse]:
+    """Each part on a stream of its own, on its own channel, all at once."""
+    replies: list[ledger_pb2.ReportEventsResponse | None] = [None] * len(parts)
+    errors: list[BaseException] = []
+    stubs = [ledger_pb2_grpc.LedgerStub(c) for c in channels]
+
+    def run(i: int) -> None:
+        try:
+            replies[i] = stubs[i].StreamEvents(iter(parts[i]), timeout=900)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [r for r in replies if r is not None]
+
+
+class LockWaits:
+    """Samples, every 50 ms while it runs, how many of the database's backends wait for a lock
+    (two streams must not wait for each other): the count of such sightings."""
+
+    def __init__(self, url: str) -> None:
+        self._url, self.seen, self.samples = libpq_url(url), 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> LockWaits:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with psycopg.connect(self._url, autocommit=True) as conn:
+            while not self._stop.wait(0.05):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                ).fetchone()
+                self.seen += row[0] if row else 0
+                self.samples += 1
+
+
+def worker_cpu_s(pid: int) -> dict[int, float]:
+    found: dict[int, float] = {}
+    for p in tree(pid):
+        try:
+            found[p] = cpu_seconds(p)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def one_round(
+    mix: str, n_events: int, batch: int, streams: int = 1, *, spread: bool = False
+) -> dict[str, Any]:
     t0 = time.time() - 3 * 86400
     if mix == "churn":
         n_workloads = n_events // EVENTS_PER_WORKLOAD
@@ -206,18 +350,34 @@ def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
                 if before:
                     client.ledger.StreamEvents(iter(messages(before, batch)), timeout=900)
                 copy_eps = copy_rate(url, events)
-                requests = messages(events, batch)
+                parts = [messages(p, batch) for p in split_by_workload(events, streams)]
+                channels, placed = open_streams(
+                    f"127.0.0.1:{port}", streams, process.pid, spread=spread
+                )
 
                 pg_before = backend_cpu_s(url)
+                workers_before = worker_cpu_s(process.pid)
                 server_before, client_before = tree_cpu_s(process.pid), time.process_time()
                 start = time.perf_counter()
-                reply = client.ledger.StreamEvents(iter(requests), timeout=900)
+                with LockWaits(url) as waits:
+                    replies = stream_all(channels, parts)
                 grpc_s = time.perf_counter() - start
                 server_cpu = tree_cpu_s(process.pid) - server_before
                 client_cpu = time.process_time() - client_before
+                workers = {
+                    p: cpu - workers_before.get(p, 0.0)
+                    for p, cpu in worker_cpu_s(process.pid).items()
+                }
                 used = backends_used(pg_before, backend_cpu_s(url))
                 pg_cpu = math.nan if used is None else used  # backends not on this machine
-                stored = sum(1 for r in reply.results if r.status == ledger_pb2.EVENT_STATUS_STORED)
+                for c in channels:
+                    c.close()
+                stored = sum(
+                    1
+                    for reply in replies
+                    for r in reply.results
+                    if r.status == ledger_pb2.EVENT_STATUS_STORED
+                )
                 assert stored == len(events), f"only {stored} of {len(events)} stored"
         finally:
             process.terminate()
@@ -233,6 +393,12 @@ def one_round(mix: str, n_events: int, batch: int) -> dict[str, float]:
         "us_per_event_server_cpu": round(server_cpu / n * 1e6, 2),
         "us_per_event_postgres_cpu": round(pg_cpu / n * 1e6, 2),
         "us_per_event_client_cpu": round(client_cpu / n * 1e6, 2),
+        "streams_by_worker": placed,
+        "lock_waits_seen": f"{waits.seen} in {waits.samples} samples",
+        "server_cpu_share_by_worker": sorted(
+            (round(cpu / server_cpu, 2) for cpu in workers.values() if server_cpu > 0),
+            reverse=True,
+        ),
     }
 
 
@@ -242,18 +408,30 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mix", choices=["churn", "steady", "both"], default="both")
+    parser.add_argument("--streams", type=int, default=1, help="streams at once, by workload")
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="reconnect until the streams are spread evenly over the server's workers",
+    )
     args = parser.parse_args()
     mixes = ["churn", "steady"] if args.mix == "both" else [args.mix]
     # Rounds alternate between the mixes, so both see the same stretch of the machine's noise.
-    rounds: dict[str, list[dict[str, float]]] = {mix: [] for mix in mixes}
+    rounds: dict[str, list[dict[str, Any]]] = {mix: [] for mix in mixes}
     for _ in range(args.rounds):
         for mix in mixes:
-            rounds[mix].append(one_round(mix, args.events, args.batch))
+            rounds[mix].append(
+                one_round(mix, args.events, args.batch, args.streams, spread=args.spread)
+            )
             print(json.dumps({"mix": mix, **rounds[mix][-1]}), file=sys.stderr)
     summary = {
         mix: {
             "rounds": len(results),
-            **{f"median_{key}": statistics.median(r[key] for r in results) for key in results[0]},
+            **{
+                f"median_{key}": statistics.median(r[key] for r in results)
+                for key in results[0]
+                if not isinstance(results[0][key], list)
+            },
         }
         for mix, results in rounds.items()
     }
@@ -262,6 +440,7 @@ def main() -> None:
             {
                 "events": args.events,
                 "batch": args.batch,
+                "streams": args.streams,
                 **summary,
                 "targets": {"grpc_stream_events_per_s": 20000, "ratio_grpc_to_copy": 0.5},
             },
