@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from sqlalchemy import Engine, event
 
@@ -138,4 +139,34 @@ def test_reads_run_no_query_and_a_replica_reads_its_own_writes_at_once(
     finally:
         event.remove(engine_b, "before_cursor_execute", count)
         b.close()
+        running.stop(0.5)
+
+
+def test_reads_from_memory_are_answered_while_every_work_slot_is_held(db: Engine) -> None:
+    """GetFairShare and GetConfig served from memory take no work slot: with the server's one
+    slot held (as by database work), they answer, and a call that needs the database waits
+    until its deadline for the slot (api/work_slots.py)."""
+    running = build_server(
+        db, "127.0.0.1:0", max_workers=1, read_staleness_s=60.0, health_interval_s=3600.0
+    )
+    address = f"127.0.0.1:{running.port}"
+    client = GpufairClient(address, attempts=1, timeout_s=20)
+    quick = GpufairClient(address, attempts=1, timeout_s=0.5)
+    try:
+        client.apply_config(cluster(8))
+        client.get_fair_share("default")  # computes and commits the first run: checks again
+        client.get_config()
+        client.get_fair_share("default")
+        assert running.slots is not None
+        with running.slots.held(None):
+            for _ in range(20):
+                assert quick.get_fair_share("default").capacity_cu == pytest.approx(80.0)
+                assert quick.get_config().config_version == 1
+            with pytest.raises(grpc.RpcError) as waited:
+                quick.list_workloads()
+            assert waited.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert client.list_workloads() is not None
+    finally:
+        client.close()
+        quick.close()
         running.stop(0.5)
