@@ -170,3 +170,40 @@ def test_reads_from_memory_are_answered_while_every_work_slot_is_held(db: Engine
         client.close()
         quick.close()
         running.stop(0.5)
+
+
+def test_only_commits_that_move_a_key_make_the_next_read_check(engine_b: Engine) -> None:
+    """Submissions (like reported events and recorded cycles) leave the cached replies current:
+    the reads after them run no check. A recompute or a config apply of this replica makes the
+    very next read check, and serve what it committed."""
+    running, b = serve(engine_b, read_staleness_s=60.0, health_interval_s=3600.0)
+    try:
+        b.apply_config(cluster(8))
+        b.get_fair_share("default")
+        b.get_fair_share("default")
+        b.get_config()
+        checks = running.keys.checks
+        for n in range(5):
+            b.submit_workloads(
+                [
+                    scheduler_pb2.Workload(
+                        uid=f"w{n}", queue="beta", pool="default", pods=1, gpus_per_pod=2
+                    )
+                ]
+            )
+            assert b.get_fair_share("default").capacity_cu == pytest.approx(80.0)
+            assert b.get_config().config_version == 1
+        assert running.keys.checks == checks
+
+        with engine_b.begin() as conn:
+            recompute_pool(conn, "default", time.time())
+        share = b.get_fair_share("default")
+        assert running.keys.checks == checks + 1
+        assert {q.queue: q.demand_cu for q in share.queues} == {"alpha": 0.0, "beta": 100.0}
+        b.apply_config(cluster(16))
+        assert b.get_config().config_version == 2
+        b.get_fair_share("default")  # its key names the config version too
+        assert running.keys.checks == checks + 3
+    finally:
+        b.close()
+        running.stop(0.5)
