@@ -3,17 +3,18 @@ a recompute commits, GetConfig when a config write does), kept in memory per pro
 
 Each entry holds a reply and the key of the stored state it was built from
 (`store/read_versions.py`). A call is answered from memory when its entry's key was confirmed
-current by a check that started at most `staleness_s` before the call arrived; otherwise one
-caller per entry runs the check (one indexed query) while the others wait for it, and the reply
-is rebuilt only when the key moved. So every replica serves what any replica committed at most
-`staleness_s` earlier, whichever of them committed it, with at most one query per entry per
-`staleness_s` however many calls arrive. Under steady traffic the check runs ahead of time,
-once an entry is past half its bounds, on a thread of the cache's own while the calls are
-answered from memory, so no call waits for a check and none pays for one. A commit of this process (`store/commit_watch.py`)
-also makes the next call check, so a caller reads its own writes on the replica that took them
-at once. Entries are also rebuilt at least every `max_age_s`, so
-what changes without a new key (a value edited in the database by hand, the usage window
-sliding over stored history for the warnings) shows within that bound.
+current by a check that started at most `staleness_s` before the call arrived; otherwise one caller
+per entry runs the check (one indexed query) while the others wait for it, and the reply is rebuilt
+only when the key moved. So every replica serves what any replica committed at most `staleness_s`
+earlier, whichever of them committed it, with at most one query per entry per `staleness_s` however
+many calls arrive. Under steady traffic the check runs ahead of time, once an entry is past half
+its bounds, on a thread of the cache's own while the calls are answered from memory, so no call
+waits for a check and none pays for one. A commit of this process that wrote a fair-share run or a
+config version (`store/commit_watch.py`) also makes the next call check, so a caller reads its own
+writes on the replica that took them at once; other commits (events, submissions, cycles) do not,
+as they leave the keys as they were. Entries are also rebuilt at least every `max_age_s`, so
+what changes without a new key (a value edited in the database by hand, the usage window sliding
+over stored history for the warnings) shows within that bound.
 
 A build that raises (an unknown pool: NOT_FOUND) leaves no entry, so the cache holds only what
 exists.
