@@ -2,6 +2,7 @@
 Python server answering the same bytes, in one run.
 
     python bench/bench_serving.py [--processes N] [--seconds 10] [--connections 8 --streams 4]
+                                  [--baseline CHECKOUT]
 
 `gpufair serve --processes N` (default: the number of cores) runs on a scratch database with the
 cluster of `load.py` (pool `main`: 60 nodes, four queues) and its first recompute; the reply it
@@ -12,6 +13,11 @@ warm-up of two seconds; it is written in C and uses one thread, so the load gene
 the limit (its CPU time is printed beside the servers'). Rates are replies per second of wall
 time; latencies come from h2load's per-request log. Each target's CPU time (the whole process
 tree) is read from /proc before and after. The JSON printed is what `results/serving.md` shows.
+
+With `--baseline`, gpufair is also run from another checkout's `service/` (the code before a
+change) in the same run, right after this one's, on a database of its own. `spread` is how the
+kernel's SO_REUSEPORT hash dealt h2load's connections to the server's processes (read with `ss`
+during the run): with 8 connections and 2 workers, 4 + 4 is even, 5 + 3 or worse is not.
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from load import cluster
-from server_process import free_port, tree_cpu_s, wait_serving
+from server_process import free_port, tree, tree_cpu_s, wait_serving
 
 from gpufair.client import GpufairClient
 from gpufair.store.scratch import scratch_database, test_server
@@ -44,6 +52,24 @@ PATH = "/gpufair.v1.Ledger/GetFairShare"
 
 def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def connection_spread(port: int, server_pid: int) -> list[int]:
+    """Established connections to `port` per process of the server's tree, most first."""
+    pids = set(tree(server_pid))
+    out = subprocess.run(
+        ["ss", "-Htnp", "state", "established", f"( sport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    counts: Counter[int] = Counter()
+    for line in out.splitlines():
+        for owner in line.split("pid=")[1:]:
+            pid = int(owner.split(",", 1)[0])
+            if pid in pids:
+                counts[pid] += 1
+    return sorted(counts.values(), reverse=True)
 
 
 def h2load(
@@ -60,7 +86,11 @@ def h2load(
         ]
         own_0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         server_0 = tree_cpu_s(server_pid)
+        spread: list[int] = []
+        timer = threading.Timer(1.0, lambda: spread.extend(connection_spread(port, server_pid)))
+        timer.start()
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        timer.join()
         server_cpu = tree_cpu_s(server_pid) - server_0
         own_1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
@@ -83,6 +113,7 @@ def h2load(
         "server_cpu_ms_per_reply": round(1000 * server_cpu / max(1, len(succeeded)), 3),
         "h2load_cpu_s": round(own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime, 2),
         "h2load_summary": summary,
+        "spread": spread,
     }
 
 
@@ -95,12 +126,47 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait(timeout=60)
 
 
+def run_gpufair(
+    url: str, env: dict[str, str], body: Path, args: argparse.Namespace, log: Any
+) -> tuple[dict[str, Any], bytes, int]:
+    """h2load against `gpufair serve` on `url` (the cluster of `load.py`, its first recompute):
+    the figures, the reply's bytes and the group's exit status."""
+    port = free_port()
+    gpufair = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gpufair.cli", "serve", "--address", f"127.0.0.1:{port}"),
+            *("--database-url", url, "--metrics-address", "", "--grace-s", "5"),
+            *("--processes", str(args.processes)),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_serving(f"127.0.0.1:{port}", gpufair)
+        with GpufairClient(f"127.0.0.1:{port}", timeout_s=120) as c:
+            c.apply_config(cluster(200))
+            reply = c.get_fair_share("main")
+        assert len(reply.queues) == 4, reply
+        time.sleep(1.0)
+        figures = h2load(port, body, args.seconds, args.connections, args.streams, gpufair.pid)
+    finally:
+        code = stop(gpufair)
+    return figures, reply.SerializeToString(), code
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams per connection")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="also run gpufair from this checkout's service/ (the code before), same run",
+    )
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         print("h2load not found: install nghttp2 (Debian: nghttp2-client)", file=sys.stderr)
@@ -115,38 +181,24 @@ def main() -> int:
     }
     with (
         test_server() as server,
-        scratch_database(server.url, prefix="gpufair_bench") as url,
         tempfile.TemporaryDirectory() as tmp,
         tempfile.TemporaryFile() as log,
     ):
-        port = free_port()
-        gpufair = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "gpufair.cli", "serve", "--address", f"127.0.0.1:{port}"),
-                *("--database-url", url, "--metrics-address", "", "--grace-s", "5"),
-                *("--processes", str(args.processes)),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_serving(f"127.0.0.1:{port}", gpufair)
-            with GpufairClient(f"127.0.0.1:{port}", timeout_s=120) as c:
-                c.apply_config(cluster(200))
-                reply = c.get_fair_share("main")
-            assert len(reply.queues) == 4, reply
-            reply_file, body = Path(tmp) / "reply.bin", Path(tmp) / "request.bin"
-            reply_file.write_bytes(reply.SerializeToString())
-            request = ledger_pb2.GetFairShareRequest(pool="main").SerializeToString()
-            body.write_bytes(struct.pack(">BI", 0, len(request)) + request)
-            results["reply_bytes"] = len(reply.SerializeToString())
-            time.sleep(1.0)
-            results["gpufair"] = h2load(
-                port, body, args.seconds, args.connections, args.streams, gpufair.pid
-            )
-        finally:
-            results["gpufair_exit_code"] = stop(gpufair)
+        reply_file, body = Path(tmp) / "reply.bin", Path(tmp) / "request.bin"
+        request = ledger_pb2.GetFairShareRequest(pool="main").SerializeToString()
+        body.write_bytes(struct.pack(">BI", 0, len(request)) + request)
+        targets = [("gpufair", env)]
+        if args.baseline is not None:
+            path = str((args.baseline / "service").resolve())
+            targets.append(("gpufair_baseline", {**env, "PYTHONPATH": path}))
+        for name, target_env in targets:
+            with scratch_database(server.url, prefix="gpufair_bench") as url:
+                results[name], reply, results[f"{name}_exit_code"] = run_gpufair(
+                    url, target_env, body, args, log
+                )
+            if name == "gpufair":
+                reply_file.write_bytes(reply)
+                results["reply_bytes"] = len(reply)
 
         for name, processes in (("trivial_1_process", 1), ("trivial_n_processes", args.processes)):
             port = free_port()
@@ -169,6 +221,8 @@ def main() -> int:
     g = results["gpufair"]["per_s"]
     results["ratio_to_trivial_1_process"] = round(g / results["trivial_1_process"]["per_s"], 2)
     results["ratio_to_trivial_n_processes"] = round(g / results["trivial_n_processes"]["per_s"], 2)
+    if "gpufair_baseline" in results:
+        results["ratio_to_baseline"] = round(g / results["gpufair_baseline"]["per_s"], 2)
     print(json.dumps(results, indent=2))
     return 0
 

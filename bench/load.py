@@ -277,6 +277,35 @@ def round_or_none(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 1)
 
 
+DATABASE_WORK = (
+    "xact_commit",
+    "xact_rollback",
+    "tup_returned",
+    "tup_fetched",
+    "tup_inserted",
+    "tup_updated",
+    "blks_hit",
+)
+
+
+def database_work(url: str) -> dict[str, int]:
+    """The database's cumulative counters (pg_stat_database): the run reports their growth per
+    call, what each call costs PostgreSQL (transactions, rows scanned and read, pages touched)."""
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+            row = conn.execute(
+                text(
+                    f"SELECT {', '.join(DATABASE_WORK)} FROM pg_stat_database "
+                    "WHERE datname = current_database()"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return dict(zip(DATABASE_WORK, (int(v) for v in row), strict=True))
+
+
 def check_database(url: str, acknowledged: int) -> dict[str, Any]:
     engine = create_engine(normalise_url(url))
     try:
@@ -331,9 +360,18 @@ def main() -> int:
         "--processes", type=int, default=None, help="gpufair serve --processes (its default: cores)"
     )
     parser.add_argument("--max-calls", type=int, default=2_000_000, help="stop after this many")
+    parser.add_argument(
+        "--server-tree",
+        type=Path,
+        default=None,
+        help="run the server from this checkout's service/ (another commit, side by side); "
+        "the clients and checks stay this one's",
+    )
     args = parser.parse_args()
     weights = [float(w) for w in args.mix.split(",")]
     env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+    if args.server_tree is not None:
+        env["PYTHONPATH"] = str((args.server_tree / "service").resolve())
 
     with (
         test_server() as server,
@@ -376,6 +414,7 @@ def main() -> int:
             load_before = os.getloadavg()
             server_cpu_0 = tree_cpu_s(proc.pid)
             backends_0 = backend_cpu_s(url)
+            database_0 = database_work(url)
             own_0 = resource.getrusage(resource.RUSAGE_SELF)
             sampler.start()
             started = time.monotonic()
@@ -386,6 +425,7 @@ def main() -> int:
             own_1 = resource.getrusage(resource.RUSAGE_SELF)
             server_cpu = tree_cpu_s(proc.pid) - server_cpu_0
             backends_1 = backend_cpu_s(url)
+            database_1 = database_work(url)
             load_after = os.getloadavg()
             alive = proc.poll() is None
         finally:
@@ -439,6 +479,10 @@ def main() -> int:
             "available": round(elapsed * (os.cpu_count() or 1), 1),
             "load_average_before": round(load_before[0], 2),
             "load_average_after": round(load_after[0], 2),
+        },
+        "database_work": {
+            name: round((database_1[name] - database_0[name]) / max(1, sum(calls.values())), 1)
+            for name in database_0
         },
         "server_alive_after": alive,
         "server_exit_code": exit_code,

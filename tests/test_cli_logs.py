@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+
 from gpufair.cli import build_parser
-from gpufair.cli.logs import JsonFormatter
+from gpufair.cli.logs import JsonFormatter, setup_logging, stop_logging
 
 
 def _record(**extra: object) -> logging.LogRecord:
@@ -57,3 +59,33 @@ def test_serve_takes_the_log_format() -> None:
     args = build_parser().parse_args(["serve", "--log-format", "json"])
     assert args.log_format == "json"
     assert build_parser().parse_args(["serve"]).log_format == "text"
+
+
+def test_queued_lines_are_written_whole_in_order_with_their_arguments_as_logged(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The server's logging (`queued`): a thread of its own writes what RPC threads queued, in
+    batches; every line arrives once, in order, and a mutable argument shows as it was when
+    the line was logged."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging._srcfile)
+    try:
+        setup_logging("info", "json", queued=True)
+        log = logging.getLogger("gpufair.rpc")
+        seen: list[str] = []
+        for n in range(2000):
+            log.info("call %d %s %.1f ms", n, "OK", n / 10, extra={"method": "GetFairShare"})
+        log.info("seen %s", seen)
+        seen.append("later")  # changed after the line was logged
+        stop_logging()
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        stop_logging()
+        root.handlers[:], logging._srcfile = saved[0], saved[2]
+        root.setLevel(saved[1])
+    assert [e["message"] for e in lines[:2000]] == [
+        f"call {n} OK {n / 10:.1f} ms" for n in range(2000)
+    ]
+    assert {e["method"] for e in lines[:2000]} == {"GetFairShare"}
+    assert lines[2000]["message"] == "seen []"
+    assert len(lines) == 2001

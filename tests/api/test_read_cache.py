@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from sqlalchemy import Engine, event
 
@@ -137,5 +138,72 @@ def test_reads_run_no_query_and_a_replica_reads_its_own_writes_at_once(
         assert {q.queue: q.demand_cu for q in share.queues} == {"alpha": 0.0, "beta": 20.0}
     finally:
         event.remove(engine_b, "before_cursor_execute", count)
+        b.close()
+        running.stop(0.5)
+
+
+def test_reads_from_memory_are_answered_while_every_work_slot_is_held(db: Engine) -> None:
+    """GetFairShare and GetConfig served from memory take no work slot: with the server's one
+    slot held (as by database work), they answer, and a call that needs the database waits
+    until its deadline for the slot (api/work_slots.py)."""
+    running = build_server(
+        db, "127.0.0.1:0", max_workers=1, read_staleness_s=60.0, health_interval_s=3600.0
+    )
+    address = f"127.0.0.1:{running.port}"
+    client = GpufairClient(address, attempts=1, timeout_s=20)
+    quick = GpufairClient(address, attempts=1, timeout_s=0.5)
+    try:
+        client.apply_config(cluster(8))
+        client.get_fair_share("default")  # computes and commits the first run: checks again
+        client.get_config()
+        client.get_fair_share("default")
+        assert running.slots is not None
+        with running.slots.held(None):
+            for _ in range(20):
+                assert quick.get_fair_share("default").capacity_cu == pytest.approx(80.0)
+                assert quick.get_config().config_version == 1
+            with pytest.raises(grpc.RpcError) as waited:
+                quick.list_workloads()
+            assert waited.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert client.list_workloads() is not None
+    finally:
+        client.close()
+        quick.close()
+        running.stop(0.5)
+
+
+def test_only_commits_that_move_a_key_make_the_next_read_check(engine_b: Engine) -> None:
+    """Submissions (like reported events and recorded cycles) leave the cached replies current:
+    the reads after them run no check. A recompute or a config apply of this replica makes the
+    very next read check, and serve what it committed."""
+    running, b = serve(engine_b, read_staleness_s=60.0, health_interval_s=3600.0)
+    try:
+        b.apply_config(cluster(8))
+        b.get_fair_share("default")
+        b.get_fair_share("default")
+        b.get_config()
+        checks = running.keys.checks
+        for n in range(5):
+            b.submit_workloads(
+                [
+                    scheduler_pb2.Workload(
+                        uid=f"w{n}", queue="beta", pool="default", pods=1, gpus_per_pod=2
+                    )
+                ]
+            )
+            assert b.get_fair_share("default").capacity_cu == pytest.approx(80.0)
+            assert b.get_config().config_version == 1
+        assert running.keys.checks == checks
+
+        with engine_b.begin() as conn:
+            recompute_pool(conn, "default", time.time())
+        share = b.get_fair_share("default")
+        assert running.keys.checks == checks + 1
+        assert {q.queue: q.demand_cu for q in share.queues} == {"alpha": 0.0, "beta": 100.0}
+        b.apply_config(cluster(16))
+        assert b.get_config().config_version == 2
+        b.get_fair_share("default")  # its key names the config version too
+        assert running.keys.checks == checks + 3
+    finally:
         b.close()
         running.stop(0.5)

@@ -10,7 +10,9 @@ from collections.abc import Hashable
 import pytest
 
 from gpufair.api.read_cache import ReadCache
+from gpufair.api.work_slots import WorkSlots
 from gpufair.store.commit_watch import CommitCount
+from gpufair.store.deadline import DeadlineExceeded
 
 
 class Clock:
@@ -107,4 +109,23 @@ def test_a_failed_build_leaves_no_entry() -> None:
         with pytest.raises(LookupError, match="no such pool"):
             cache.get("nope", missing)
     assert cache.get("nope", lambda _held: (1, "now it exists")) == "now it exists"
+    cache.close()
+
+
+def test_a_reply_from_memory_waits_for_no_work_slot_and_a_check_waits_for_one() -> None:
+    clock, store, slots = Clock(), Store(), WorkSlots(1)
+    cache: ReadCache[str, str] = ReadCache(
+        staleness_s=0.02, max_age_s=5.0, monotonic=clock, slots=slots
+    )
+    assert cache.get("p", store.refresh, lambda: 1.0) == "reply 1"
+    with slots.held(None):  # every slot busy with database work
+        clock.now += 0.005
+        assert [cache.get("p", store.refresh, lambda: 0.0) for _ in range(20)] == ["reply 1"] * 20
+        clock.now += 0.05  # past the bound: this call must check, and no slot frees in time
+        with pytest.raises(DeadlineExceeded, match="work slot"):
+            cache.get("p", store.refresh, lambda: 0.05)
+        assert (store.checks, store.builds) == (1, 1)
+    # The slot is free again: the entry was kept, so the check confirms it and builds nothing.
+    assert cache.get("p", store.refresh, lambda: 1.0) == "reply 1"
+    assert (store.checks, store.builds) == (2, 1)
     cache.close()

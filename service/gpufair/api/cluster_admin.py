@@ -142,7 +142,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
     ) -> pb.GetConfigResponse:
         """From memory (`api/read_cache.py`), current with what any replica applied; the reply
         is shared: nothing may change it."""
-        return self.configs.get(None, self._config)
+        return self.configs.get(None, self._config, context.time_remaining)
 
     def _config(self, held: Hashable) -> tuple[Hashable, pb.GetConfigResponse | None]:
         """The check of `configs`: the latest version's key, and the reply when it is not

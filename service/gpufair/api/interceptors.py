@@ -213,6 +213,19 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         method = full.rsplit("/", 1)[-1]
         # Probes and tooling call health and reflection all day: counted, not logged.
         logged = not full.startswith(("/grpc.health.", "/grpc.reflection."))
+        # The method's metric children, looked up once each (a label lookup takes the metric's
+        # lock and builds its key on every call otherwise).
+        counted: dict[str, Any] = {}
+        timings: list[Any] = []
+
+        def count(code: str, duration_s: float) -> None:
+            child = counted.get(code)
+            if child is None:
+                child = counted[code] = RPCS.labels(method, code)
+            child.inc()
+            if not timings:
+                timings.append(RPC_SECONDS.labels(method))
+            timings[0].observe(duration_s)
 
         def decorate(behavior: Behavior) -> Behavior:
             def timed(request: Any, context: grpc.ServicerContext) -> Any:
@@ -226,8 +239,7 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     raise
                 finally:
                     duration_s = time.perf_counter() - start
-                    RPCS.labels(method, code).inc()
-                    RPC_SECONDS.labels(method).observe(duration_s)
+                    count(code, duration_s)
                     if logged and rpc_log.isEnabledFor(logging.INFO):
                         extra = {"method": method, "code": code, "duration_s": round(duration_s, 6)}
                         extra |= _request_fields(request)
@@ -273,8 +285,9 @@ class SharedReplyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Encodes a reply object once however many calls return it: the members of a coalesced
     `Schedule` cycle (`api/cycle_gate.py`) all get the one reply message, which grpc would
     otherwise serialize per call (at 200 callers and 3,000 waiting workloads, about 100 copies
-    of 300 kB each cycle). The last few replies are kept with their bytes, matched by identity;
-    a reply is not changed once returned (it is the slot's, shared by all its members)."""
+    of 300 kB each cycle), and the read caches (`api/read_cache.py`) return one reply per entry
+    until it is rebuilt. The last few replies are kept with their bytes, matched by identity;
+    a reply is not changed once returned (it is the slot's or the cache entry's, shared)."""
 
     def __init__(self, methods: frozenset[str], keep: int = 8) -> None:
         self._methods = methods
@@ -293,10 +306,9 @@ class SharedReplyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return self._memo.get(details.method, continuation(details), self._wrap)
 
     def _serialize(self, message: Any) -> bytes:
-        with self._lock:
-            for kept, encoded in self._last:
-                if kept is message:
-                    return encoded
+        for kept, encoded in self._last:  # the list is replaced whole, never changed in place
+            if kept is message:
+                return encoded
         data: bytes = message.SerializeToString()
         with self._lock:
             self._last = [*self._last[-(self._keep - 1) :], (message, data)]

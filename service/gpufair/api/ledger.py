@@ -94,7 +94,11 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         violations = name_violations("pool", request.pool)
         if violations:
             raise InvalidInputError(violations)
-        return self.fair_shares.get(request.pool, lambda held: self._fair_share(request.pool, held))
+        return self.fair_shares.get(
+            request.pool,
+            lambda held: self._fair_share(request.pool, held),
+            context.time_remaining,
+        )
 
     def _fair_share(
         self, pool: str, held: Hashable

@@ -3,20 +3,26 @@ a recompute commits, GetConfig when a config write does), kept in memory per pro
 
 Each entry holds a reply and the key of the stored state it was built from
 (`store/read_versions.py`). A call is answered from memory when its entry's key was confirmed
-current by a check that started at most `staleness_s` before the call arrived; otherwise one
-caller per entry runs the check (one indexed query) while the others wait for it, and the reply
-is rebuilt only when the key moved. So every replica serves what any replica committed at most
-`staleness_s` earlier, whichever of them committed it, with at most one query per entry per
-`staleness_s` however many calls arrive. Under steady traffic the check runs ahead of time,
-once an entry is past half its bounds, on a thread of the cache's own while the calls are
-answered from memory, so no call waits for a check and none pays for one. A commit of this process (`store/commit_watch.py`)
-also makes the next call check, so a caller reads its own writes on the replica that took them
-at once. Entries are also rebuilt at least every `max_age_s`, so
-what changes without a new key (a value edited in the database by hand, the usage window
-sliding over stored history for the warnings) shows within that bound.
+current by a check that started at most `staleness_s` before the call arrived; otherwise one caller
+per entry runs the check (one indexed query) while the others wait for it, and the reply is rebuilt
+only when the key moved. So every replica serves what any replica committed at most `staleness_s`
+earlier, whichever of them committed it, with at most one query per entry per `staleness_s` however
+many calls arrive. Under steady traffic the check runs ahead of time, once an entry is past half
+its bounds, on a thread of the cache's own while the calls are answered from memory, so no call
+waits for a check and none pays for one. A commit of this process that wrote a fair-share run or a
+config version (`store/commit_watch.py`) also makes the next call check, so a caller reads its own
+writes on the replica that took them at once; other commits (events, submissions, cycles) do not,
+as they leave the keys as they were. Entries are also rebuilt at least every `max_age_s`, so
+what changes without a new key (a value edited in the database by hand, the usage window sliding
+over stored history for the warnings) shows within that bound.
 
 A build that raises (an unknown pool: NOT_FOUND) leaves no entry, so the cache holds only what
 exists.
+
+A call answered from memory holds no work slot (`api/work_slots.py`): only a caller that runs
+the check itself takes one, for the check, waiting at most until its deadline. So while every
+slot is held by database work (200 clients reporting events), a read waits for none of it; the
+cache's own thread checks without a slot (one check at a time per cache).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gpufair.api.work_slots import WorkSlots
 from gpufair.store.commit_watch import CommitCount
 
 log = logging.getLogger(__name__)
@@ -55,8 +62,10 @@ class ReadCache(Generic[Key, Reply]):
         staleness_s: float = DEFAULT_STALENESS_S,
         max_age_s: float = DEFAULT_MAX_AGE_S,
         monotonic: Callable[[], float] = time.monotonic,
+        slots: WorkSlots | None = None,
     ) -> None:
         self.commits = commits if commits is not None else CommitCount()
+        self.slots = slots if slots is not None else WorkSlots(None)
         self.staleness_s = staleness_s
         self.max_age_s = max_age_s
         self._monotonic = monotonic
@@ -69,10 +78,17 @@ class ReadCache(Generic[Key, Reply]):
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def get(self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]) -> Reply:
+    def get(
+        self,
+        key: Key,
+        refresh: Callable[[Hashable], tuple[Hashable, Reply | None]],
+        time_left: Callable[[], float | None] | None = None,
+    ) -> Reply:
         """The reply for `key`. `refresh(held)` runs the check: given the version of the reply
         held (None to ask for a new one), it returns the current version and, unless that is
-        `held`, the reply built for it (a version of None is never held: rebuilt each time)."""
+        `held`, the reply built for it (a version of None is never held: rebuilt each time).
+        `time_left()` is the caller's time left (gRPC's `context.time_remaining`), the longest
+        it waits for a work slot when it has to check itself (None: without bound)."""
         arrived = self._monotonic()
         entry = self._entries.get(key)
         if entry is not None and self._fresh(entry, arrived):
@@ -83,13 +99,15 @@ class ReadCache(Generic[Key, Reply]):
             entry = self._entries.get(key)
             if entry is not None and self._fresh(entry, arrived):
                 return entry.reply  # checked by another caller while this one waited
-            try:
-                return self._check(key, refresh).reply
-            except BaseException:
-                self._entries.pop(key, None)
-                with self._guard:
-                    self._locks.pop(key, None)
-                raise
+            # A call that gets no slot in time leaves the entry as it was.
+            with self.slots.held(None if time_left is None else time_left()):
+                try:
+                    return self._check(key, refresh).reply
+                except BaseException:
+                    self._entries.pop(key, None)
+                    with self._guard:
+                        self._locks.pop(key, None)
+                    raise
 
     def _check_ahead(
         self, key: Key, refresh: Callable[[Hashable], tuple[Hashable, Reply | None]]

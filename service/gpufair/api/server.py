@@ -50,6 +50,15 @@ SERVICE_NAMES = (
 )
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_GRACE_S = 10.0
+# Methods whose reply object is shared by many calls, encoded once (`SharedReplyInterceptor`): a
+# coalesced cycle's, and the read caches' (`api/read_cache.py`) until the entry is rebuilt.
+SHARED_REPLIES = frozenset(
+    {
+        "/gpufair.v1.Scheduler/Schedule",
+        "/gpufair.v1.Ledger/GetFairShare",
+        "/gpufair.v1.ClusterAdmin/GetConfig",
+    }
+)
 # How long past the grace period `stop` waits for grpc to finish cancelling calls.
 SHUTDOWN_MARGIN_S = 5.0
 
@@ -62,6 +71,7 @@ class RunningServer:
     database_health: DatabaseHealth
     keys: KeyReader
     caches: tuple[ReadCache[Any, Any], ...] = ()
+    slots: WorkSlots | None = None  # what the RPCs that work hold (`api/work_slots.py`)
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
         """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
@@ -120,7 +130,7 @@ def build_server(
             DeadlineInterceptor(),
             *interceptors_extra,
             ErrorMappingInterceptor(),
-            SharedReplyInterceptor(frozenset({"/gpufair.v1.Scheduler/Schedule"})),
+            SharedReplyInterceptor(SHARED_REPLIES),
             WorkSlotInterceptor(slots),
         ],
         options=[
@@ -132,12 +142,18 @@ def build_server(
     commits = commit_count(engine)
     keys = KeyReader(engine)  # the read caches' checks, on one connection of their own
     cluster_admin = ClusterAdminServicer(
-        engine, clock, configs=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
+        engine,
+        clock,
+        configs=ReadCache(commits, staleness_s=read_staleness_s, slots=slots),
+        keys=keys,
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(cluster_admin, server)
     scheduler = SchedulerServicer(engine, clock, slots=slots)
     ledger = LedgerServicer(
-        engine, clock, fair_shares=ReadCache(commits, staleness_s=read_staleness_s), keys=keys
+        engine,
+        clock,
+        fair_shares=ReadCache(commits, staleness_s=read_staleness_s, slots=slots),
+        keys=keys,
     )
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
     ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)
@@ -168,4 +184,5 @@ def build_server(
         database_health=database_health,
         keys=keys,
         caches=(cluster_admin.configs, ledger.fair_shares),
+        slots=slots,
     )

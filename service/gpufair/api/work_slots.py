@@ -10,7 +10,8 @@ So the two are separate: the pool has `workers + waiters` threads, and a work sl
 `workers`) is what a call holds while it works. Every RPC takes one for its whole run
 (`WorkSlotInterceptor` in `api/interceptors.py`), except health and reflection (answered from
 memory) and `Schedule`, which takes one itself for what it does: a dry run, and the cycle a
-slot's leader runs for all its members. A caller that waits for a cycle holds a thread and nothing else, so the `waiters`
+slot's leader runs for all its members, and GetFairShare and GetConfig, which take one only when
+their reply is not served from memory. A caller that waits for a cycle holds a thread and nothing else, so the `waiters`
 threads (256 by default) let 200 callers share each cycle while no more calls than before touch
 the database at once. An idle thread costs its stack's touched pages only (the threads are
 started as calls arrive; measured in docs/RELIABILITY.md).
@@ -31,7 +32,15 @@ DEFAULT_WAITERS = 256
 
 # Methods that take their slot themselves, or need none (answered from memory).
 EXEMPT_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
-SELF_SLOTTED = frozenset({"/gpufair.v1.Scheduler/Schedule"})
+# The read caches' methods (`api/read_cache.py`) take a slot only when the caller itself checks
+# or rebuilds a reply: a reply served from memory waits for no slot held by database work.
+SELF_SLOTTED = frozenset(
+    {
+        "/gpufair.v1.Scheduler/Schedule",
+        "/gpufair.v1.Ledger/GetFairShare",
+        "/gpufair.v1.ClusterAdmin/GetConfig",
+    }
+)
 
 
 class WorkSlots:

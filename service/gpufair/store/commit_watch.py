@@ -1,6 +1,13 @@
-"""A per-engine count of the commits this process has finished, for the read caches
-(`api/read_cache.py`): a reply checked before one of this process's own writes committed is not
-served after it, so a caller reads its own writes on the replica that took them at once.
+"""A per-engine count of the commits this process has finished that moved a read cache's key,
+for the read caches (`api/read_cache.py`): a reply checked before one of this process's own
+writes committed is not served after it, so a caller reads its own writes on the replica that
+took them at once.
+
+Only transactions that wrote what a key names count: a fair-share run or a config version
+(`store/read_versions.py`); their writers call `wrote_read_key` in the transaction. Other
+commits (events reported, workloads submitted, cycles recorded: hundreds a second under load)
+leave the cached replies current, and counting them made nearly every read after them check the
+database, one caller at a time per entry.
 
 A commit is counted when its connection goes back to the pool, which is after the database
 confirmed it and before the writing RPC replies. Commits made on the raw driver connection are
@@ -33,6 +40,12 @@ class CommitCount:
 _COUNTS: weakref.WeakKeyDictionary[Engine, CommitCount] = weakref.WeakKeyDictionary()
 _GUARD = threading.Lock()
 _COMMITTED = "gpufair_committed"
+_KEY_WRITTEN = "gpufair_read_key_written"
+
+
+def wrote_read_key(conn: Connection) -> None:
+    """Mark `conn`'s transaction as one that moves a read cache's key: its commit is counted."""
+    conn.info[_KEY_WRITTEN] = True
 
 
 def commit_count(engine: Engine) -> CommitCount:
@@ -44,12 +57,17 @@ def commit_count(engine: Engine) -> CommitCount:
         count = _COUNTS[engine] = CommitCount()
 
     def committed(conn: Connection) -> None:
-        conn.info[_COMMITTED] = True
+        if conn.info.pop(_KEY_WRITTEN, False):
+            conn.info[_COMMITTED] = True
+
+    def rolled_back(conn: Connection) -> None:
+        conn.info.pop(_KEY_WRITTEN, None)
 
     def checked_in(_dbapi_conn: Any, record: Any) -> None:
         if record is not None and record.info.pop(_COMMITTED, False):
             count.bump()
 
     event.listen(engine, "commit", committed)
+    event.listen(engine, "rollback", rolled_back)
     event.listen(engine.pool, "checkin", checked_in)
     return count

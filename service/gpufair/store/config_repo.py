@@ -32,6 +32,7 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.store import tables as t
+from gpufair.store.commit_watch import wrote_read_key
 
 
 def load_config(conn: Connection) -> ClusterConfig:
@@ -104,6 +105,7 @@ def config_version(conn: Connection) -> int:
 
 def record_version(conn: Connection, changes: Sequence[ConfigChange]) -> int:
     version = config_version(conn) + 1
+    wrote_read_key(conn)  # GetConfig's and GetFairShare's cached replies check again
     conn.execute(
         insert(t.config_versions).values(
             version=version, changes=[_change_json(c) for c in changes]

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.dialects import postgresql
 
 from gpufair.domain.fairshare import FairShareResult
+from gpufair.store.commit_watch import wrote_read_key
 from gpufair.store.ledger_tables import fair_share_history
 
 
@@ -51,6 +52,7 @@ def _jsonable(value: object) -> object:
 def store_run(
     conn: Connection, result: FairShareResult, computed_at_s: float, config_version: int
 ) -> int:
+    wrote_read_key(conn)  # GetFairShare's cached replies check again once this commits
     run_id = int(
         conn.execute(
             text(
