@@ -21,9 +21,12 @@ read from /proc/<pid>/status every second; the run fails if it grows by 10 % or 
 second half. Afterwards the database is checked: every acknowledged event stored, no GPU of
 `main` held twice.
 
-The clients are asyncio tasks of one process (grpc.aio), so that 200 of them cost one thread.
-On a small machine they share its cores with the server and PostgreSQL; the CPU time each used
-is printed, to show whether the clients or the server were the limit.
+The clients are asyncio tasks of one process (grpc.aio), so that 200 of them cost one thread;
+`--client-processes N` spreads them over N processes (client i in process i mod N), so that the
+replies of one coalesced cycle, which arrive together, are not read one after another by one
+event loop (that wait counts in the latencies). On a small machine they share its cores with the
+server and PostgreSQL; the CPU time each used is printed, to show whether the clients or the
+server were the limit.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -152,9 +156,36 @@ class Stats:
     acknowledged: int = 0
     binds: int = 0
     # Cycles whose binds a client has taken on. Calls of one pool that arrive while a cycle
-    # runs share the next one (api/cycle_gate.py): every caller gets the same binds, and, as
-    # one batch system with several callers would, only the first to see a cycle starts them.
+    # runs share it or the next one (api/cycle_gate.py): every caller gets the same binds, and,
+    # as one batch system with several callers would, only the first to see a cycle starts them.
+    # With several client processes, process k takes on the cycles whose id is k modulo their
+    # number (`share`).
     cycles_taken: set[int] = field(default_factory=set)
+    share: tuple[int, int] = (0, 1)
+
+    def takes(self, cycle_id: int) -> bool:
+        k, n = self.share
+        if cycle_id % n != k or cycle_id in self.cycles_taken:
+            return False
+        self.cycles_taken.add(cycle_id)
+        return True
+
+    def plain(self) -> dict[str, Any]:
+        """What a client process sends back (picklable)."""
+        return {
+            "latencies": dict(self.latencies),
+            "errors": dict(self.errors),
+            "acknowledged": self.acknowledged,
+            "binds": self.binds,
+        }
+
+    def add(self, plain: dict[str, Any]) -> None:
+        for rpc, values in plain["latencies"].items():
+            self.latencies[rpc].extend(values)
+        for error, count in plain["errors"].items():
+            self.errors[error] += count
+        self.acknowledged += plain["acknowledged"]
+        self.binds += plain["binds"]
 
 
 class Client:
@@ -219,8 +250,7 @@ class Client:
                 scheduler_pb2.ScheduleRequest(pool="main", request_id=str(uuid.uuid4())),
                 timeout=30,
             )
-            if cycle.cycle_id not in self.stats.cycles_taken:
-                self.stats.cycles_taken.add(cycle.cycle_id)
+            if self.stats.takes(cycle.cycle_id):
                 self.to_start += cycle.binds
                 self.stats.binds += len(cycle.binds)
 
@@ -263,13 +293,59 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def drive(
-    address: str, clients: int, seconds: float, weights: list[float], max_calls: int
+    address: str,
+    clients: int,
+    seconds: float,
+    weights: list[float],
+    max_calls: int,
+    share: tuple[int, int] = (0, 1),
 ) -> Stats:
-    stats = Stats()
+    """Run the clients of process `share[0]` of `share[1]` for `seconds`."""
+    stats = Stats(share=share)
     budget = [max_calls]
     until = time.monotonic() + seconds
-    pool = [Client(i, address, weights, stats) for i in range(clients)]
+    k, n = share
+    pool = [Client(i, address, weights, stats) for i in range(k, clients, n)]
     await asyncio.gather(*(c.run(until, budget) for c in pool))
+    return stats
+
+
+def drive_process(
+    address: str,
+    clients: int,
+    seconds: float,
+    weights: list[float],
+    max_calls: int,
+    share: tuple[int, int],
+    out: Any,
+) -> None:
+    """A client process: its share of the clients; its results go to `out` (a queue)."""
+    stats = asyncio.run(drive(address, clients, seconds, weights, max_calls, share))
+    out.put(stats.plain())
+
+
+def drive_processes(
+    address: str, clients: int, seconds: float, weights: list[float], max_calls: int, n: int
+) -> Stats:
+    """The clients spread over `n` processes (started fresh: the parent has used grpc)."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    procs = [
+        context.Process(
+            target=drive_process,
+            args=(address, clients, seconds, weights, max_calls // n, (k, n), out),
+        )
+        for k in range(n)
+    ]
+    for p in procs:
+        p.start()
+    stats = Stats()
+    for _ in procs:
+        stats.add(out.get())
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            stats.errors[f"client process exited {p.exitcode}"] += 1
     return stats
 
 
@@ -331,6 +407,12 @@ def main() -> int:
         "--processes", type=int, default=None, help="gpufair serve --processes (its default: cores)"
     )
     parser.add_argument("--max-calls", type=int, default=2_000_000, help="stop after this many")
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="processes the clients are spread over (default 1: asyncio tasks of this one)",
+    )
     args = parser.parse_args()
     weights = [float(w) for w in args.mix.split(",")]
     env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
@@ -377,13 +459,28 @@ def main() -> int:
             server_cpu_0 = tree_cpu_s(proc.pid)
             backends_0 = backend_cpu_s(url)
             own_0 = resource.getrusage(resource.RUSAGE_SELF)
+            children_0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             sampler.start()
             started = time.monotonic()
-            stats = asyncio.run(drive(address, args.clients, args.seconds, weights, args.max_calls))
+            if args.client_processes > 1:
+                stats = drive_processes(
+                    address,
+                    args.clients,
+                    args.seconds,
+                    weights,
+                    args.max_calls,
+                    args.client_processes,
+                )
+            else:
+                stats = asyncio.run(
+                    drive(address, args.clients, args.seconds, weights, args.max_calls)
+                )
             elapsed = time.monotonic() - started
             stop.set()
             sampler.join()
             own_1 = resource.getrusage(resource.RUSAGE_SELF)
+            # The client processes, joined by now (the server is still running: not counted).
+            children_1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             server_cpu = tree_cpu_s(proc.pid) - server_cpu_0
             backends_1 = backend_cpu_s(url)
             load_after = os.getloadavg()
@@ -398,9 +495,13 @@ def main() -> int:
     half = [rss for t, rss in samples if t >= elapsed / 2]
     growth = (max(half) - half[0]) / half[0]
     calls = {rpc: len(stats.latencies[rpc]) for rpc in RPCS}
+    under_load_s = elapsed / database["schedule_cycles"] if database["schedule_cycles"] else None
     client_cpu = own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime
+    client_cpu += children_1.ru_utime + children_1.ru_stime
+    client_cpu -= children_0.ru_utime + children_0.ru_stime
     result = {
         "clients": args.clients,
+        "client_processes": args.client_processes,
         "server_workers": args.server_workers,
         "seconds": round(elapsed, 1),
         "mix": dict(zip(RPCS, weights, strict=True)),
@@ -420,6 +521,16 @@ def main() -> int:
         "schedule_p99_in_cycles": (
             round(percentile(stats.latencies["Schedule"], 0.99) / statistics.median(cycle_s), 1)
             if stats.latencies["Schedule"]
+            else None
+        ),
+        # The cycle under this load: the run's wall time over the cycles it stored.
+        "cycle_ms_under_load": round(1000 * under_load_s, 1) if under_load_s else None,
+        "schedule_p50_p99_in_cycles_under_load": (
+            [
+                round(statistics.median(stats.latencies["Schedule"]) / under_load_s, 1),
+                round(percentile(stats.latencies["Schedule"], 0.99) / under_load_s, 1),
+            ]
+            if stats.latencies["Schedule"] and under_load_s
             else None
         ),
         "errors": dict(stats.errors),

@@ -16,7 +16,7 @@ from gpufair.api.convert_schedule import (
     without_binds,
 )
 from gpufair.api.convert_workload import workload_from_proto
-from gpufair.api.cycle_gate import CycleGate, Member
+from gpufair.api.cycle_gate import Batch, CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
 from gpufair.api.work_slots import WorkSlots
@@ -39,6 +39,7 @@ from gpufair.store import (
     schedule_repo,
     workload_repo,
 )
+from gpufair.store.commit_watch import commit_count
 from gpufair.store.idempotency import (
     CYCLE_REFERENCE,
     StoredReply,
@@ -73,7 +74,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.slots = slots if slots is not None else WorkSlots(None)
         self.clock = clock
         self.bind_timeout_s = bind_timeout_s
-        self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate()
+        # Callers may join a running cycle when no commit of this process came between its
+        # first read and their arrival (`api/cycle_gate.py`).
+        commits = commit_count(engine)
+        self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate(lambda: commits.value)
         # Kept between cycles, checked against the database in each cycle's transaction.
         self.snapshots = SnapshotSource()
         self._pending = PendingEncoder()
@@ -178,7 +182,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 request.pool,
                 asked,
                 context.time_remaining(),
-                lambda members, deadline_s: self._run_slot(request.pool, members, deadline_s),
+                lambda batch: self._run_slot(request.pool, batch),
             )
         now_s = self.clock()
         with self.slots.held(context.time_remaining()), self.engine.connect() as conn:
@@ -189,15 +193,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return dry
 
     def _run_slot(
-        self, pool: str, members: list[Member[_Asked]], deadline_s: float | None
+        self, pool: str, batch: Batch[_Asked, pb.ScheduleResponse]
     ) -> dict[int, pb.ScheduleResponse | BaseException]:
-        """One cycle for the `members` of a slot, in one transaction under the pool's lock.
+        """One cycle for the members of a slot, in one transaction under the pool's lock.
 
         Members whose request id has a stored reply get it (or a Conflict if the id was used
         for another request). If the others' pool got a cycle from another replica while this
         one waited for the lock (a cycle begun after they all arrived: `last_cycle_id` is read
         before the lock), they get that cycle's stored reply, and no second cycle runs on its
-        heels; else a cycle runs. Its reply is stored under the others' request ids with it."""
+        heels; else a cycle runs, and callers arriving while it runs may join it
+        (`api/cycle_gate.py`: from `batch.reading()`, just before its first read of the pool,
+        to `batch.late()`, just before its reply is stored under the members' request ids)."""
+        deadline_s = batch.deadline_s
         remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
         results: dict[int, pb.ScheduleResponse | BaseException] = {}
         with (
@@ -207,22 +214,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         ):
             seen = schedule_repo.last_cycle_id(conn)
             locks.xact_lock(conn, locks.pool_key(pool))
-            asked = {m.key.request_id for m in members if m.key.request_id}
-            stored = stored_replies(conn, asked) if asked else {}
             digests: dict[str, str] = {}  # request id -> digest, of those the cycle answers
-            todo = []
-            for m in members:
-                rid, digest = m.key.request_id, m.key.digest
-                if rid in stored and stored[rid].digest != digest:
-                    results[id(m)] = conflict(rid)
-                elif rid in stored:
-                    results[id(m)] = self._stored_reply(conn, stored[rid])
-                elif rid in digests and digests[rid] != digest:
-                    results[id(m)] = conflict(rid)  # twice in this slot, for two requests
-                else:
-                    todo.append(m)
-                    if rid:
-                        digests[rid] = digest
+            todo = self._sort_members(conn, batch.members, digests, results)
             if not todo:
                 conn.rollback()
                 return results
@@ -233,7 +226,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 reply = pb.ScheduleResponse.FromString(found[1])
                 reply.cycle_id = found[0]
             else:
+                batch.reading()
                 reply, observe = self._decide_and_record(conn, pool, self.clock())
+                todo += self._sort_members(conn, batch.late(), digests, results)
             store_cycle_references(conn, digests, reply.cycle_id)
             conn.commit()
         if observe is not None:  # a cycle this replica ran, counted once it committed
@@ -241,6 +236,32 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         for m in todo:
             results[id(m)] = reply
         return results
+
+    def _sort_members(
+        self,
+        conn: Connection,
+        members: list[Member[_Asked]],
+        digests: dict[str, str],
+        results: dict[int, pb.ScheduleResponse | BaseException],
+    ) -> list[Member[_Asked]]:
+        """The `members` the cycle answers; the others get their stored reply or a Conflict in
+        `results`. Adds the request ids the cycle answers to `digests`."""
+        asked = {m.key.request_id for m in members if m.key.request_id}
+        stored = stored_replies(conn, asked) if asked else {}
+        todo = []
+        for m in members:
+            rid, digest = m.key.request_id, m.key.digest
+            if rid in stored and stored[rid].digest != digest:
+                results[id(m)] = conflict(rid)
+            elif rid in stored:
+                results[id(m)] = self._stored_reply(conn, stored[rid])
+            elif rid in digests and digests[rid] != digest:
+                results[id(m)] = conflict(rid)  # twice in this slot, for two requests
+            else:
+                todo.append(m)
+                if rid:
+                    digests[rid] = digest
+        return todo
 
     @staticmethod
     def _stored_reply(conn: Connection, stored: StoredReply) -> pb.ScheduleResponse:
