@@ -153,7 +153,7 @@ def test_a_commit_after_the_cycle_read_sends_later_callers_to_the_next_cycle() -
     assert cycles.started == [["a"], ["c"]] and cycles.late == [["b"], []]
 
 
-def test_callers_join_only_between_the_cycles_first_read_and_the_close_of_its_members() -> None:
+def test_callers_join_a_started_cycle_until_it_closes_its_members() -> None:
     marker = Marker()
     gate: CycleGate[str, object] = CycleGate(marker)
     reading, closed = threading.Event(), threading.Event()
@@ -177,6 +177,7 @@ def test_callers_join_only_between_the_cycles_first_read_and_the_close_of_its_me
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(gate.call, "main", "a", None, run)
         time.sleep(0.05)  # started, not yet reading (waiting for the pool's lock, say)
+        marker.value += 1  # a commit before the cycle's first read: it will see it
         early = pool.submit(gate.call, "main", "b", None, second)
         time.sleep(0.05)
         go_read.set()
@@ -189,5 +190,7 @@ def test_callers_join_only_between_the_cycles_first_read_and_the_close_of_its_me
         time.sleep(0.05)
         go_end.set()
         replies = [f.result(10) for f in (first, early, during, late)]
-    assert replies == ["first", "second", "first", "second"]
-    assert lates == [["c"]] and gate.joined_running == 1
+    # b joined before the first read (whatever the marker), c after it by the rule, d after
+    # the close: d alone waits for the next cycle.
+    assert replies == ["first", "first", "first", "second"]
+    assert lates == [["b", "c"]] and gate.joined_running == 1

@@ -123,6 +123,47 @@ def test_a_caller_that_waited_for_another_replicas_cycle_gets_its_reply(
         assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 1
 
 
+def test_a_caller_that_wrote_after_another_replicas_cycle_read_gets_a_cycle_of_its_own(
+    client: GpufairClient, db: Engine
+) -> None:
+    """The slot waits for the pool's lock while another replica's cycle (which read the pool
+    already) holds it. A caller that submits `c` and then joins that slot must not get the other
+    replica's cycle, which missed `c`: the slot runs a cycle for it right after."""
+    client.apply_config(parse_config(CLUSTER))
+    client.submit_workloads([one_gpu("a"), one_gpu("b")])
+    other_replica = SchedulerServicer(db)
+    got: dict[str, scheduler_pb2.ScheduleResponse] = {}
+    with db.connect() as conn:
+        locks.xact_lock(conn, locks.pool_key("main"))
+        first = threading.Thread(target=lambda: got.setdefault("first", client.schedule("main")))
+        first.start()
+        for _ in range(1000):  # until the call waits for the lock (20 s at most)
+            with db.connect() as watcher:
+                waiting = watcher.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND wait_event = 'advisory' AND datname = current_database()"
+                    )
+                ).scalar_one()
+            if waiting:
+                break
+            time.sleep(0.02)
+        theirs, _ = other_replica._decide_and_record(conn, "main", time.time())  # read: no c
+        client.submit_workloads([one_gpu("c")])
+        second = threading.Thread(target=lambda: got.setdefault("second", client.schedule("main")))
+        second.start()
+        time.sleep(0.3)  # it joins the waiting slot
+        conn.commit()
+    first.join(30)
+    second.join(30)
+
+    assert got["first"].cycle_id == theirs.cycle_id  # arrived before it: no cycle on its heels
+    assert got["second"].cycle_id > theirs.cycle_id
+    assert [b.uid for b in got["second"].binds] == ["c"]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 2
+
+
 def test_dry_runs_are_not_coalesced_and_store_nothing(client: GpufairClient, db: Engine) -> None:
     client.apply_config(parse_config(CLUSTER))
     client.submit_workloads([one_gpu("a")])

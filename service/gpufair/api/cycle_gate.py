@@ -2,11 +2,13 @@
 while a cycle runs share it or the next one, instead of each queueing for the pool's lock.
 
 Per pool there is at most one cycle running and one waiting (a `Slot`). A caller joins the
-waiting slot if there is one; otherwise it opens a new slot and leads it: it waits for the
-running cycle to end, closes its slot to newcomers (they open the next), runs one cycle for all
-of its members and hands each its reply. Every caller thus gets the decisions of a cycle that
-began after it arrived, within about two cycle times of its arrival however many callers there
-are, and the pool's lock sees at most one waiter per process.
+running slot while its cycle has not read the pool yet (its leader may still wait for the pool's
+lock, held by another process's cycle), else the waiting slot if there is one; otherwise it
+opens a new slot and leads it: it waits for the running cycle to end, runs one cycle for all of
+its members, closes its slot to newcomers (they open the next) and hands each its reply. Every
+caller thus gets the decisions of a cycle that read the pool after it arrived, within about two
+cycle times of its arrival however many callers there are, and the pool's lock sees at most one
+waiter per process.
 
 Joining the running cycle (issue 21). A caller that arrives while a cycle runs may take that
 cycle's decisions, within one cycle time of its arrival, when the cycle cannot have missed
@@ -64,10 +66,12 @@ class Member(Generic[K]):
 class Slot(Generic[K, T]):
     members: list[Member[K]] = field(default_factory=list)
     started: bool = False
-    # The commit marker sampled before the cycle's first read; None while newcomers may not
-    # join the running cycle (before the sample, and once the cycle closed its members).
+    # Once started, the slot's cycle has not read the pool yet while `read` is False: any
+    # newcomer may join it. Then `mark` is the commit marker it sampled before its first read;
+    # None once it closed its members (or failed).
+    read: bool = False
     mark: int | None = None
-    late: list[Member[K]] = field(default_factory=list)  # joined the running cycle
+    late: list[Member[K]] = field(default_factory=list)  # joined once the cycle had started
     done: threading.Event = field(default_factory=threading.Event)
     results: dict[int, T | BaseException] = field(default_factory=dict)  # by id() of a member
 
@@ -79,7 +83,9 @@ class Slot(Generic[K, T]):
 
 class Batch(Generic[K, T]):
     """What the leader's `run` gets: the slot's members when the cycle began, their deadline,
-    and the two moments of the rule above (`reading`, `late`)."""
+    and the two moments of the rule above (`reading`, `late`). Newcomers join the slot until
+    `reading` whatever the marker says (the cycle has not read the pool yet), and from then on
+    by the rule, until `late`; `late` returns them all."""
 
     def __init__(self, gate: CycleGate[K, T], slot: Slot[K, T]) -> None:
         self._gate = gate
@@ -88,12 +94,12 @@ class Batch(Generic[K, T]):
         self.deadline_s = slot.deadline_s()
 
     def reading(self) -> None:
-        """Call just before the cycle's first read of the pool: from now on, newcomers whose
-        arrival finds the commit marker unchanged join this cycle."""
+        """Call just before the cycle's first read of the pool: from now on, only newcomers
+        whose arrival finds the commit marker unchanged join this cycle."""
         self._gate._open(self._slot)
 
     def late(self) -> list[Member[K]]:
-        """Close the cycle to newcomers; the members that joined it since `reading` (the run
+        """Close the cycle to newcomers; the members that joined it since it started (the run
         must answer them too)."""
         return self._gate._close(self._slot)
 
@@ -126,7 +132,11 @@ class CycleGate(Generic[K, T]):
         with self._lock:
             tail = self._tail.get(pool)
             running = self._running.get(pool)
-            if running is not None and running.mark is not None and running.mark == self._mark():
+            if running is not None and not running.read:  # it has not read the pool yet
+                slot, before, leader = running, None, False
+                slot.members.append(me)
+                slot.late.append(me)
+            elif running is not None and running.mark is not None and running.mark == self._mark():
                 slot, before, leader = running, None, False
                 slot.members.append(me)
                 slot.late.append(me)
@@ -155,10 +165,12 @@ class CycleGate(Generic[K, T]):
 
     def _open(self, slot: Slot[K, T]) -> None:
         with self._lock:
+            slot.read = True
             slot.mark = self._mark()
 
     def _close(self, slot: Slot[K, T]) -> list[Member[K]]:
         with self._lock:
+            slot.read = True
             slot.mark = None
             late, slot.late = slot.late, []
         return late
@@ -181,13 +193,14 @@ class CycleGate(Generic[K, T]):
             slot.results.update(results)
         except BaseException as exc:  # every member gets the leader's failure, then it is raised
             with self._lock:
+                slot.read = True
                 slot.mark = None
                 members = list(slot.members)
             for m in members:
                 slot.results.setdefault(id(m), exc)
         finally:
             with self._lock:
-                slot.started = True
+                slot.started = slot.read = True
                 slot.mark = None
                 if self._tail.get(pool) is slot:
                     del self._tail[pool]

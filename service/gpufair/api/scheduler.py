@@ -201,9 +201,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         for another request). If the others' pool got a cycle from another replica while this
         one waited for the lock (a cycle begun after they all arrived: `last_cycle_id` is read
         before the lock), they get that cycle's stored reply, and no second cycle runs on its
-        heels; else a cycle runs, and callers arriving while it runs may join it
-        (`api/cycle_gate.py`: from `batch.reading()`, just before its first read of the pool,
-        to `batch.late()`, just before its reply is stored under the members' request ids)."""
+        heels; else a cycle runs. Callers that joined the slot after it started (while it
+        waited for the lock) and, by the commit-marker rule, those arriving while its cycle
+        runs (`api/cycle_gate.py`: from `batch.reading()`, just before the cycle's first read
+        of the pool, to `batch.late()`, just before its reply is stored under their request
+        ids) get the slot's own cycle, never another replica's."""
         deadline_s = batch.deadline_s
         remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
         results: dict[int, pb.ScheduleResponse | BaseException] = {}
@@ -216,25 +218,37 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             locks.xact_lock(conn, locks.pool_key(pool))
             digests: dict[str, str] = {}  # request id -> digest, of those the cycle answers
             todo = self._sort_members(conn, batch.members, digests, results)
-            if not todo:
-                conn.rollback()
-                return results
-            found = schedule_repo.cycle_after(conn, pool, seen)
+            found = schedule_repo.cycle_after(conn, pool, seen) if todo else None
             observe: Callable[[float], None] | None = None
             started = time.perf_counter()
+            own: list[Member[_Asked]] = []  # answered by a cycle of this slot
             if found is not None:
                 reply = pb.ScheduleResponse.FromString(found[1])
                 reply.cycle_id = found[0]
+                store_cycle_references(conn, digests, reply.cycle_id)
+                # Members that joined after `seen` was read may have written after that cycle
+                # read the pool: they get a cycle of their own, run now under the same lock.
+                digests = {}
+                own = self._sort_members(conn, batch.late(), digests, results)
             else:
+                own, todo = todo, []
                 batch.reading()
-                reply, observe = self._decide_and_record(conn, pool, self.clock())
-                todo += self._sort_members(conn, batch.late(), digests, results)
-            store_cycle_references(conn, digests, reply.cycle_id)
-            conn.commit()
+                if not own:  # every first member had its stored reply; newcomers may not
+                    own = self._sort_members(conn, batch.late(), digests, results)
+            if own:
+                mine, observe = self._decide_and_record(conn, pool, self.clock())
+                own += self._sort_members(conn, batch.late(), digests, results)
+                store_cycle_references(conn, digests, mine.cycle_id)
+            if found is None and not own:
+                conn.rollback()
+            else:
+                conn.commit()
         if observe is not None:  # a cycle this replica ran, counted once it committed
             observe(time.perf_counter() - started)
         for m in todo:
             results[id(m)] = reply
+        for m in own:
+            results[id(m)] = mine
         return results
 
     def _sort_members(
