@@ -162,6 +162,13 @@ class Stats:
     # number (`share`).
     cycles_taken: set[int] = field(default_factory=set)
     share: tuple[int, int] = (0, 1)
+    # For each Schedule call: its cycle's id less the highest cycle id any client of this
+    # process had received when the call was sent. 1: the cycle running at the call (or the next
+    # to start); each cycle of the pool the caller waited through adds one. Unlike the latency
+    # it does not stretch when other work slows the machine down.
+    latest_cycle: int = 0
+    cycles_after_known: list[int] = field(default_factory=list)
+    window_s: float = 0.0  # from the clients' start (connected) to the last one's end
 
     def takes(self, cycle_id: int) -> bool:
         k, n = self.share
@@ -177,6 +184,8 @@ class Stats:
             "errors": dict(self.errors),
             "acknowledged": self.acknowledged,
             "binds": self.binds,
+            "cycles_after_known": self.cycles_after_known,
+            "window_s": self.window_s,
         }
 
     def add(self, plain: dict[str, Any]) -> None:
@@ -186,6 +195,8 @@ class Stats:
             self.errors[error] += count
         self.acknowledged += plain["acknowledged"]
         self.binds += plain["binds"]
+        self.cycles_after_known += plain["cycles_after_known"]
+        self.window_s = max(self.window_s, plain["window_s"])
 
 
 class Client:
@@ -246,10 +257,14 @@ class Client:
                 else:
                     self.stats.errors[f"ReportEvents event {r.status}: {r.error}"] += 1
         else:
+            known = self.stats.latest_cycle
             cycle = await self.scheduler.Schedule(
                 scheduler_pb2.ScheduleRequest(pool="main", request_id=str(uuid.uuid4())),
                 timeout=30,
             )
+            if known:
+                self.stats.cycles_after_known.append(cycle.cycle_id - known)
+            self.stats.latest_cycle = max(self.stats.latest_cycle, cycle.cycle_id)
             if self.stats.takes(cycle.cycle_id):
                 self.to_start += cycle.binds
                 self.stats.binds += len(cycle.binds)
@@ -307,8 +322,10 @@ async def drive(
     pool = [Client(i, address, weights, stats) for i in range(k, clients, n)]
     # Connected first: the latencies are of calls, not of 200 TCP and HTTP/2 handshakes at once.
     await asyncio.gather(*(c.channel.channel_ready() for c in pool))
-    until = time.monotonic() + seconds
+    start = time.monotonic()
+    until = start + seconds
     await asyncio.gather(*(c.run(until, budget) for c in pool))
+    stats.window_s = time.monotonic() - start
     return stats
 
 
@@ -497,7 +514,10 @@ def main() -> int:
     half = [rss for t, rss in samples if t >= elapsed / 2]
     growth = (max(half) - half[0]) / half[0]
     calls = {rpc: len(stats.latencies[rpc]) for rpc in RPCS}
-    under_load_s = elapsed / database["schedule_cycles"] if database["schedule_cycles"] else None
+    # Rates over the clients' own window: client processes take seconds to start.
+    window = stats.window_s or elapsed
+    cycles = database["schedule_cycles"]
+    under_load_s = window / cycles if cycles else None
     client_cpu = own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime
     client_cpu += children_1.ru_utime + children_1.ru_stime
     client_cpu -= children_0.ru_utime + children_0.ru_stime
@@ -505,14 +525,15 @@ def main() -> int:
         "clients": args.clients,
         "client_processes": args.client_processes,
         "server_workers": args.server_workers,
-        "seconds": round(elapsed, 1),
+        "seconds": round(window, 1),
+        "wall_s": round(elapsed, 1),
         "mix": dict(zip(RPCS, weights, strict=True)),
         "calls": sum(calls.values()),
-        "throughput_per_s": round(sum(calls.values()) / elapsed, 1),
+        "throughput_per_s": round(sum(calls.values()) / window, 1),
         "per_rpc": {
             rpc: {
                 "calls": calls[rpc],
-                "per_s": round(calls[rpc] / elapsed, 1),
+                "per_s": round(calls[rpc] / window, 1),
                 "p50_ms": round(1000 * statistics.median(stats.latencies[rpc]), 1),
                 "p90_ms": round(1000 * percentile(stats.latencies[rpc], 0.90), 1),
                 "p99_ms": round(1000 * percentile(stats.latencies[rpc], 0.99), 1),
@@ -534,6 +555,16 @@ def main() -> int:
                 round(percentile(stats.latencies["Schedule"], 0.99) / under_load_s, 1),
             ]
             if stats.latencies["Schedule"] and under_load_s
+            else None
+        ),
+        "schedule_cycles_after_known": (
+            {
+                "p50": statistics.median(stats.cycles_after_known),
+                "p90": percentile(stats.cycles_after_known, 0.90),
+                "p99": percentile(stats.cycles_after_known, 0.99),
+                "max": max(stats.cycles_after_known),
+            }
+            if stats.cycles_after_known
             else None
         ),
         "errors": dict(stats.errors),
