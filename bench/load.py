@@ -67,6 +67,7 @@ OWN_WORKLOADS = 50  # `batch` workloads per client, reused (as new runs) once al
 OWN_SLOTS = 4  # GPUs of `batch` each client runs on at once
 MAIN_RUN_S = (3.0, 10.0)  # how long a workload placed by Schedule runs
 RPCS = ("GetFairShare", "ReportEvents", "Schedule")
+SLOW_S = 2.0  # calls slower than this are counted by when they ended in the run
 
 
 QUEUES = (("llm", 0.4), ("vision", 0.3), ("speech", 0.2), ("robotics", 0.1))
@@ -169,6 +170,8 @@ class Stats:
     latest_cycle: int = 0
     cycles_after_known: list[int] = field(default_factory=list)
     window_s: float = 0.0  # from the clients' start (connected) to the last one's end
+    seconds: float = 0.0  # the run's length asked for
+    slow: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # by 5 s step
 
     def takes(self, cycle_id: int) -> bool:
         k, n = self.share
@@ -186,6 +189,7 @@ class Stats:
             "binds": self.binds,
             "cycles_after_known": self.cycles_after_known,
             "window_s": self.window_s,
+            "slow": dict(self.slow),
         }
 
     def add(self, plain: dict[str, Any]) -> None:
@@ -197,6 +201,8 @@ class Stats:
         self.binds += plain["binds"]
         self.cycles_after_known += plain["cycles_after_known"]
         self.window_s = max(self.window_s, plain["window_s"])
+        for step, count in plain["slow"].items():
+            self.slow[step] += count
 
 
 class Client:
@@ -279,7 +285,10 @@ class Client:
             except grpc.aio.AioRpcError as exc:
                 self.stats.errors[f"{rpc} {exc.code().name}: {exc.details()}"] += 1
                 continue
-            self.stats.latencies[rpc].append(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.stats.latencies[rpc].append(took)
+            if took > SLOW_S:  # when in the run the slow calls ended, in 5 s steps
+                self.stats.slow[int((time.monotonic() - until + self.stats.seconds) // 5) * 5] += 1
         await self.channel.close(None)
 
 
@@ -316,7 +325,7 @@ async def drive(
     share: tuple[int, int] = (0, 1),
 ) -> Stats:
     """Run the clients of process `share[0]` of `share[1]` for `seconds`."""
-    stats = Stats(share=share)
+    stats = Stats(share=share, seconds=seconds)
     budget = [max_calls]
     k, n = share
     pool = [Client(i, address, weights, stats) for i in range(k, clients, n)]
@@ -511,11 +520,12 @@ def main() -> int:
         internal = log.read().decode(errors="replace").count("internal error")
         database = check_database(url, stats.acknowledged)
 
-    half = [rss for t, rss in samples if t >= elapsed / 2]
-    growth = (max(half) - half[0]) / half[0]
-    calls = {rpc: len(stats.latencies[rpc]) for rpc in RPCS}
     # Rates over the clients' own window: client processes take seconds to start.
     window = stats.window_s or elapsed
+    # Memory over the second half of that window.
+    half = [rss for t, rss in samples if t >= elapsed - window / 2]
+    growth = (max(half) - half[0]) / half[0]
+    calls = {rpc: len(stats.latencies[rpc]) for rpc in RPCS}
     cycles = database["schedule_cycles"]
     under_load_s = window / cycles if cycles else None
     client_cpu = own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime
@@ -567,6 +577,7 @@ def main() -> int:
             if stats.cycles_after_known
             else None
         ),
+        f"calls_over_{SLOW_S:g}_s_by_5_s_of_the_run": dict(sorted(stats.slow.items())),
         "errors": dict(stats.errors),
         "binds": stats.binds,
         "rss_mib": {

@@ -15,10 +15,10 @@ from typing import Any
 import grpc
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, create_engine, event, text
 
 from gpufair.api.scheduler import SchedulerServicer
-from gpufair.api.server import RunningServer
+from gpufair.api.server import RunningServer, build_server
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
 from gpufair.store import locks
@@ -162,6 +162,58 @@ def test_a_caller_that_wrote_after_another_replicas_cycle_read_gets_a_cycle_of_i
     assert [b.uid for b in got["second"].binds] == ["c"]
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 2
+
+
+def test_a_caller_with_no_write_since_this_replicas_last_cycle_takes_a_later_cycle_of_another(
+    db: Engine,
+) -> None:
+    """Another replica (its own engine: its commits are not this server's) stores a cycle after
+    this server's last one. A caller that wrote nothing through this server since gets that
+    cycle, no new one; the next such caller gets a fresh cycle (never the same one twice). A
+    caller that submitted `b` while the other replica's next cycle ran (after its read) does not
+    get that cycle, which missed `b`, but one that binds it. A server of its own: the shared
+    one remembers cycle ids of earlier tests, which restart at 1 after each."""
+    running = build_server(db, "127.0.0.1:0", max_workers=8)
+    try:
+        with GpufairClient(f"127.0.0.1:{running.port}", timeout_s=20, attempts=1) as mine:
+            replies = _take_a_later_cycle(mine, db)
+    finally:
+        running.stop(1.0)
+    own, theirs, taken, fresh, wrote = replies
+
+    assert [b.uid for b in own.binds] == ["a"] and theirs.cycle_id > own.cycle_id
+    assert taken.cycle_id == theirs.cycle_id and taken.binds == theirs.binds
+    assert fresh.cycle_id > theirs.cycle_id
+    assert wrote.cycle_id > fresh.cycle_id and [b.uid for b in wrote.binds] == ["b"]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 5
+
+
+def _take_a_later_cycle(
+    client: GpufairClient, db: Engine
+) -> tuple[scheduler_pb2.ScheduleResponse, ...]:
+    client.apply_config(parse_config(CLUSTER))
+    client.submit_workloads([one_gpu("a")])
+    own = client.schedule("main")
+    other_engine = create_engine(db.url)
+    other = SchedulerServicer(other_engine)
+    try:
+        with other_engine.connect() as conn:
+            theirs, _ = other._decide_and_record(conn, "main", time.time())
+            conn.commit()
+        taken = client.schedule("main")
+        fresh = client.schedule("main")
+        with other_engine.connect() as conn:
+            # The other replica's next cycle reads the pool, then `b` is submitted here and
+            # acknowledged, then that cycle commits (after this replica's last own one).
+            missed, _ = other._decide_and_record(conn, "main", time.time())
+            client.submit_workloads([one_gpu("b")])
+            conn.commit()
+    finally:
+        other_engine.dispose()
+    wrote = client.schedule("main")
+    assert not missed.binds and wrote.cycle_id > missed.cycle_id
+    return own, theirs, taken, fresh, wrote
 
 
 def test_dry_runs_are_not_coalesced_and_store_nothing(client: GpufairClient, db: Engine) -> None:

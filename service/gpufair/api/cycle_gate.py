@@ -56,10 +56,12 @@ K = TypeVar("K")
 
 @dataclass(eq=False)
 class Member(Generic[K]):
-    """A caller in a slot: what it asked (`key`), and until when it waits (monotonic s)."""
+    """A caller in a slot: what it asked (`key`), until when it waits (monotonic s), and the
+    commit marker at its arrival (None without a marker)."""
 
     key: K
     deadline_s: float | None
+    mark: int | None = None
 
 
 @dataclass(eq=False)
@@ -130,13 +132,14 @@ class CycleGate(Generic[K, T]):
         me: Member[K] = Member(key, deadline_s)
         joined = False
         with self._lock:
+            me.mark = self._mark()
             tail = self._tail.get(pool)
             running = self._running.get(pool)
             if running is not None and not running.read:  # it has not read the pool yet
                 slot, before, leader = running, None, False
                 slot.members.append(me)
                 slot.late.append(me)
-            elif running is not None and running.mark is not None and running.mark == self._mark():
+            elif running is not None and running.mark is not None and running.mark == me.mark:
                 slot, before, leader = running, None, False
                 slot.members.append(me)
                 slot.late.append(me)

@@ -76,8 +76,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.bind_timeout_s = bind_timeout_s
         # Callers may join a running cycle when no commit of this process came between its
         # first read and their arrival (`api/cycle_gate.py`).
-        commits = commit_count(engine)
+        commits = self._commits = commit_count(engine)
         self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate(lambda: commits.value)
+        # Per pool, touched only by slot leaders under the pool's lock (one slot runs at a
+        # time per pool and process): this process's last own cycle with the commit marker just
+        # after it, and the latest cycle it answered callers with.
+        self._after_own: dict[str, tuple[int, int]] = {}
+        self._handed: dict[str, int] = {}
         # Kept between cycles, checked against the database in each cycle's transaction.
         self.snapshots = SnapshotSource()
         self._pending = PendingEncoder()
@@ -201,14 +206,26 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         for another request). If the others' pool got a cycle from another replica while this
         one waited for the lock (a cycle begun after they all arrived: `last_cycle_id` is read
         before the lock), they get that cycle's stored reply, and no second cycle runs on its
-        heels; else a cycle runs. Callers that joined the slot after it started (while it
-        waited for the lock) and, by the commit-marker rule, those arriving while its cycle
-        runs (`api/cycle_gate.py`: from `batch.reading()`, just before the cycle's first read
-        of the pool, to `batch.late()`, just before its reply is stored under their request
-        ids) get the slot's own cycle, never another replica's."""
+        heels. Callers that joined the slot later (while it waited for the lock) get another
+        process's cycle only by the commit-marker rule below, else the slot's own cycle, which
+        callers arriving while it runs may also join (`api/cycle_gate.py`: from
+        `batch.reading()`, just before the cycle's first read of the pool, to `batch.late()`,
+        just before its reply is stored under their request ids).
+
+        The rule across processes: a cycle of the pool stored after this process's last own
+        cycle `k` of it read the pool after `k` committed (the pool's lock orders them). A
+        member whose arrival found the commit marker where it stood just after `k` committed
+        (only `k`'s own commit counted since the marker was read before its COMMIT) wrote
+        nothing this process acknowledged after that, so such a cycle saw all of it; it is
+        given only if no member of this process got it or a later one before."""
         deadline_s = batch.deadline_s
         remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
         results: dict[int, pb.ScheduleResponse | BaseException] = {}
+        after = self._after_own.get(pool)  # (own cycle id, marker just after its commit)
+        asked: dict[str, str] = {}  # request id -> digest, of the members a cycle answers
+        groups: list[tuple[pb.ScheduleResponse, list[Member[_Asked]]]] = []
+        mine: pb.ScheduleResponse | None = None
+        observe: Callable[[float], None] | None = None
         with (
             self.slots.held(remaining_s),
             deadline.call_deadline(remaining_s),
@@ -216,40 +233,59 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         ):
             seen = schedule_repo.last_cycle_id(conn)
             locks.xact_lock(conn, locks.pool_key(pool))
-            digests: dict[str, str] = {}  # request id -> digest, of those the cycle answers
-            todo = self._sort_members(conn, batch.members, digests, results)
+            todo = self._sort_members(conn, batch.members, asked, results)
             found = schedule_repo.cycle_after(conn, pool, seen) if todo else None
-            observe: Callable[[float], None] | None = None
-            started = time.perf_counter()
-            own: list[Member[_Asked]] = []  # answered by a cycle of this slot
             if found is not None:
-                reply = pb.ScheduleResponse.FromString(found[1])
-                reply.cycle_id = found[0]
-                store_cycle_references(conn, digests, reply.cycle_id)
-                # Members that joined after `seen` was read may have written after that cycle
-                # read the pool: they get a cycle of their own, run now under the same lock.
-                digests = {}
-                own = self._sort_members(conn, batch.late(), digests, results)
-            else:
-                own, todo = todo, []
+                groups.append((self._stored_cycle(found), todo))
+                todo = []
+            # Members that joined after `seen` was read may have written after that cycle read
+            # the pool: the rule across processes, or a cycle of this slot.
+            todo += self._sort_members(conn, batch.late(), asked, results)
+            handed = self._handed.get(pool, 0)
+            later = None
+            if todo and after is not None and any(m.mark == after[1] for m in todo):
+                later = schedule_repo.cycle_after(conn, pool, max(after[0], handed))
+            if later is not None and after is not None:
+                shared = [m for m in todo if m.mark == after[1]]
+                groups.append((self._stored_cycle(later), shared))
+                todo = [m for m in todo if m.mark != after[1]]
+            started = time.perf_counter()
+            if todo:
                 batch.reading()
-                if not own:  # every first member had its stored reply; newcomers may not
-                    own = self._sort_members(conn, batch.late(), digests, results)
-            if own:
                 mine, observe = self._decide_and_record(conn, pool, self.clock())
-                own += self._sort_members(conn, batch.late(), digests, results)
-                store_cycle_references(conn, digests, mine.cycle_id)
-            if found is None and not own:
-                conn.rollback()
-            else:
+                todo += self._sort_members(conn, batch.late(), asked, results)
+                groups.append((mine, todo))
+            for reply, members in groups:
+                ids = {m.key.request_id for m in members if m.key.request_id}
+                store_cycle_references(conn, {i: asked[i] for i in ids}, reply.cycle_id)
+            marker = self._commits.value  # before the COMMIT: what it counted committed before
+            if groups:
                 conn.commit()
+            else:
+                conn.rollback()
+        only_this = self._commits.value == marker + 1  # no other commit counted meanwhile
+        if mine is not None:
+            if only_this:
+                self._after_own[pool] = (mine.cycle_id, marker + 1)
+            else:
+                self._after_own.pop(pool, None)
+        elif after is not None and groups and only_this and marker == after[1]:
+            # This commit stored only request ids: no caller's write came after the own cycle.
+            self._after_own[pool] = (after[0], marker + 1)
+        if groups:
+            self._handed[pool] = max(handed, *(reply.cycle_id for reply, _ in groups))
         if observe is not None:  # a cycle this replica ran, counted once it committed
             observe(time.perf_counter() - started)
-        for m in todo:
-            results[id(m)] = reply
-        for m in own:
-            results[id(m)] = mine
+        for reply, members in groups:
+            for m in members:
+                results[id(m)] = reply
         return results
+
+    @staticmethod
+    def _stored_cycle(found: tuple[int, bytes]) -> pb.ScheduleResponse:
+        reply = pb.ScheduleResponse.FromString(found[1])
+        reply.cycle_id = found[0]
+        return reply
 
     def _sort_members(
         self,
