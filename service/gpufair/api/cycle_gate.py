@@ -31,7 +31,9 @@ there gets a cycle that began reading at most one cycle time before its call (th
 read caches allow for other replicas, `api/read_cache.py`), and no decision of any cycle can
 share a GPU with another's (the pool's lock, and `store/bind_overlaps.py` for starts). Any
 commit of the process (another client's, a periodic job's) closes the running cycle to
-newcomers: they wait for the next, as before.
+newcomers: they wait for the next, as before. Each member keeps the marker at its arrival
+(`Member.mark`): `SchedulerServicer._run_slot` uses it for the same rule against a cycle another
+process stored after this one's last own cycle.
 
 A member's wait is bounded by its own deadline; a member that gives up leaves the slot's cycle
 running for the others (its request id, if any, still gets the stored reply, so a retry replays
