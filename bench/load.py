@@ -5,8 +5,8 @@
 `gpufair serve` runs as a child process with its default settings (one process per core, 32 work
 slots and 256 Schedule waiter threads each, periodic jobs on; `--processes` sets the count) on a scratch database, loopback only. The cluster has two pools of 8-GPU nodes: `main`
 (60 nodes), with a backlog of 3,000 waiting workloads that `Schedule` places, and `batch` (four
-GPUs per client), whose workloads the clients run by reporting events. Each client has its own channel (its own TCP connection)
-and calls one RPC after another without pause, choosing each call by weight:
+GPUs per client), whose workloads the clients run by reporting events. Each client has its own channel (its own TCP connection),
+connected before the clock starts, and calls one RPC after another without pause, choosing each call by weight:
 
 - GetFairShare of either pool;
 - ReportEvents: what a batch system reports: `started` for the binds its last Schedule gave it
@@ -21,9 +21,12 @@ read from /proc/<pid>/status every second; the run fails if it grows by 10 % or 
 second half. Afterwards the database is checked: every acknowledged event stored, no GPU of
 `main` held twice.
 
-The clients are asyncio tasks of one process (grpc.aio), so that 200 of them cost one thread.
-On a small machine they share its cores with the server and PostgreSQL; the CPU time each used
-is printed, to show whether the clients or the server were the limit.
+The clients are asyncio tasks of one process (grpc.aio), so that 200 of them cost one thread;
+`--client-processes N` spreads them over N processes (client i in process i mod N), so that the
+replies of one coalesced cycle, which arrive together, are not read one after another by one
+event loop (that wait counts in the latencies). On a small machine they share its cores with the
+server and PostgreSQL; the CPU time each used is printed, to show whether the clients or the
+server were the limit.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -63,6 +67,7 @@ OWN_WORKLOADS = 50  # `batch` workloads per client, reused (as new runs) once al
 OWN_SLOTS = 4  # GPUs of `batch` each client runs on at once
 MAIN_RUN_S = (3.0, 10.0)  # how long a workload placed by Schedule runs
 RPCS = ("GetFairShare", "ReportEvents", "Schedule")
+SLOW_S = 2.0  # calls slower than this are counted by when they ended in the run
 
 
 QUEUES = (("llm", 0.4), ("vision", 0.3), ("speech", 0.2), ("robotics", 0.1))
@@ -152,9 +157,52 @@ class Stats:
     acknowledged: int = 0
     binds: int = 0
     # Cycles whose binds a client has taken on. Calls of one pool that arrive while a cycle
-    # runs share the next one (api/cycle_gate.py): every caller gets the same binds, and, as
-    # one batch system with several callers would, only the first to see a cycle starts them.
+    # runs share it or the next one (api/cycle_gate.py): every caller gets the same binds, and,
+    # as one batch system with several callers would, only the first to see a cycle starts them.
+    # With several client processes, process k takes on the cycles whose id is k modulo their
+    # number (`share`).
     cycles_taken: set[int] = field(default_factory=set)
+    share: tuple[int, int] = (0, 1)
+    # For each Schedule call: its cycle's id less the highest cycle id any client of this
+    # process had received when the call was sent. 1: the cycle running at the call (or the next
+    # to start); each cycle of the pool the caller waited through adds one. Unlike the latency
+    # it does not stretch when other work slows the machine down.
+    latest_cycle: int = 0
+    cycles_after_known: list[int] = field(default_factory=list)
+    window_s: float = 0.0  # from the clients' start (connected) to the last one's end
+    seconds: float = 0.0  # the run's length asked for
+    slow: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # by 5 s step
+
+    def takes(self, cycle_id: int) -> bool:
+        k, n = self.share
+        if cycle_id % n != k or cycle_id in self.cycles_taken:
+            return False
+        self.cycles_taken.add(cycle_id)
+        return True
+
+    def plain(self) -> dict[str, Any]:
+        """What a client process sends back (picklable)."""
+        return {
+            "latencies": dict(self.latencies),
+            "errors": dict(self.errors),
+            "acknowledged": self.acknowledged,
+            "binds": self.binds,
+            "cycles_after_known": self.cycles_after_known,
+            "window_s": self.window_s,
+            "slow": dict(self.slow),
+        }
+
+    def add(self, plain: dict[str, Any]) -> None:
+        for rpc, values in plain["latencies"].items():
+            self.latencies[rpc].extend(values)
+        for error, count in plain["errors"].items():
+            self.errors[error] += count
+        self.acknowledged += plain["acknowledged"]
+        self.binds += plain["binds"]
+        self.cycles_after_known += plain["cycles_after_known"]
+        self.window_s = max(self.window_s, plain["window_s"])
+        for step, count in plain["slow"].items():
+            self.slow[step] += count
 
 
 class Client:
@@ -215,12 +263,15 @@ class Client:
                 else:
                     self.stats.errors[f"ReportEvents event {r.status}: {r.error}"] += 1
         else:
+            known = self.stats.latest_cycle
             cycle = await self.scheduler.Schedule(
                 scheduler_pb2.ScheduleRequest(pool="main", request_id=str(uuid.uuid4())),
                 timeout=30,
             )
-            if cycle.cycle_id not in self.stats.cycles_taken:
-                self.stats.cycles_taken.add(cycle.cycle_id)
+            if known:
+                self.stats.cycles_after_known.append(cycle.cycle_id - known)
+            self.stats.latest_cycle = max(self.stats.latest_cycle, cycle.cycle_id)
+            if self.stats.takes(cycle.cycle_id):
                 self.to_start += cycle.binds
                 self.stats.binds += len(cycle.binds)
 
@@ -234,7 +285,10 @@ class Client:
             except grpc.aio.AioRpcError as exc:
                 self.stats.errors[f"{rpc} {exc.code().name}: {exc.details()}"] += 1
                 continue
-            self.stats.latencies[rpc].append(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.stats.latencies[rpc].append(took)
+            if took > SLOW_S:  # when in the run the slow calls ended, in 5 s steps
+                self.stats.slow[int((time.monotonic() - until + self.stats.seconds) // 5) * 5] += 1
         await self.channel.close(None)
 
 
@@ -263,13 +317,63 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def drive(
-    address: str, clients: int, seconds: float, weights: list[float], max_calls: int
+    address: str,
+    clients: int,
+    seconds: float,
+    weights: list[float],
+    max_calls: int,
+    share: tuple[int, int] = (0, 1),
 ) -> Stats:
-    stats = Stats()
+    """Run the clients of process `share[0]` of `share[1]` for `seconds`."""
+    stats = Stats(share=share, seconds=seconds)
     budget = [max_calls]
-    until = time.monotonic() + seconds
-    pool = [Client(i, address, weights, stats) for i in range(clients)]
+    k, n = share
+    pool = [Client(i, address, weights, stats) for i in range(k, clients, n)]
+    # Connected first: the latencies are of calls, not of 200 TCP and HTTP/2 handshakes at once.
+    await asyncio.gather(*(c.channel.channel_ready() for c in pool))
+    start = time.monotonic()
+    until = start + seconds
     await asyncio.gather(*(c.run(until, budget) for c in pool))
+    stats.window_s = time.monotonic() - start
+    return stats
+
+
+def drive_process(
+    address: str,
+    clients: int,
+    seconds: float,
+    weights: list[float],
+    max_calls: int,
+    share: tuple[int, int],
+    out: Any,
+) -> None:
+    """A client process: its share of the clients; its results go to `out` (a queue)."""
+    stats = asyncio.run(drive(address, clients, seconds, weights, max_calls, share))
+    out.put(stats.plain())
+
+
+def drive_processes(
+    address: str, clients: int, seconds: float, weights: list[float], max_calls: int, n: int
+) -> Stats:
+    """The clients spread over `n` processes (started fresh: the parent has used grpc)."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    procs = [
+        context.Process(
+            target=drive_process,
+            args=(address, clients, seconds, weights, max_calls // n, (k, n), out),
+        )
+        for k in range(n)
+    ]
+    for p in procs:
+        p.start()
+    stats = Stats()
+    for _ in procs:
+        stats.add(out.get())
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            stats.errors[f"client process exited {p.exitcode}"] += 1
     return stats
 
 
@@ -367,6 +471,12 @@ def main() -> int:
         help="run the server from this checkout's service/ (another commit, side by side); "
         "the clients and checks stay this one's",
     )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="processes the clients are spread over (default 1: asyncio tasks of this one)",
+    )
     args = parser.parse_args()
     weights = [float(w) for w in args.mix.split(",")]
     env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
@@ -416,13 +526,28 @@ def main() -> int:
             backends_0 = backend_cpu_s(url)
             database_0 = database_work(url)
             own_0 = resource.getrusage(resource.RUSAGE_SELF)
+            children_0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             sampler.start()
             started = time.monotonic()
-            stats = asyncio.run(drive(address, args.clients, args.seconds, weights, args.max_calls))
+            if args.client_processes > 1:
+                stats = drive_processes(
+                    address,
+                    args.clients,
+                    args.seconds,
+                    weights,
+                    args.max_calls,
+                    args.client_processes,
+                )
+            else:
+                stats = asyncio.run(
+                    drive(address, args.clients, args.seconds, weights, args.max_calls)
+                )
             elapsed = time.monotonic() - started
             stop.set()
             sampler.join()
             own_1 = resource.getrusage(resource.RUSAGE_SELF)
+            # The client processes, joined by now (the server is still running: not counted).
+            children_1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             server_cpu = tree_cpu_s(proc.pid) - server_cpu_0
             backends_1 = backend_cpu_s(url)
             database_1 = database_work(url)
@@ -435,22 +560,32 @@ def main() -> int:
         internal = log.read().decode(errors="replace").count("internal error")
         database = check_database(url, stats.acknowledged)
 
-    half = [rss for t, rss in samples if t >= elapsed / 2]
+    # Rates over the clients' own window: client processes take seconds to start.
+    window = stats.window_s or elapsed
+    # Memory over the second half of that window.
+    half = [rss for t, rss in samples if t >= elapsed - window / 2]
     growth = (max(half) - half[0]) / half[0]
     calls = {rpc: len(stats.latencies[rpc]) for rpc in RPCS}
+    cycles = database["schedule_cycles"]
+    under_load_s = window / cycles if cycles else None
     client_cpu = own_1.ru_utime + own_1.ru_stime - own_0.ru_utime - own_0.ru_stime
+    client_cpu += children_1.ru_utime + children_1.ru_stime
+    client_cpu -= children_0.ru_utime + children_0.ru_stime
     result = {
         "clients": args.clients,
+        "client_processes": args.client_processes,
         "server_workers": args.server_workers,
-        "seconds": round(elapsed, 1),
+        "seconds": round(window, 1),
+        "wall_s": round(elapsed, 1),
         "mix": dict(zip(RPCS, weights, strict=True)),
         "calls": sum(calls.values()),
-        "throughput_per_s": round(sum(calls.values()) / elapsed, 1),
+        "throughput_per_s": round(sum(calls.values()) / window, 1),
         "per_rpc": {
             rpc: {
                 "calls": calls[rpc],
-                "per_s": round(calls[rpc] / elapsed, 1),
+                "per_s": round(calls[rpc] / window, 1),
                 "p50_ms": round(1000 * statistics.median(stats.latencies[rpc]), 1),
+                "p90_ms": round(1000 * percentile(stats.latencies[rpc], 0.90), 1),
                 "p99_ms": round(1000 * percentile(stats.latencies[rpc], 0.99), 1),
             }
             for rpc in RPCS
@@ -462,6 +597,27 @@ def main() -> int:
             if stats.latencies["Schedule"]
             else None
         ),
+        # The cycle under this load: the run's wall time over the cycles it stored.
+        "cycle_ms_under_load": round(1000 * under_load_s, 1) if under_load_s else None,
+        "schedule_p50_p99_in_cycles_under_load": (
+            [
+                round(statistics.median(stats.latencies["Schedule"]) / under_load_s, 1),
+                round(percentile(stats.latencies["Schedule"], 0.99) / under_load_s, 1),
+            ]
+            if stats.latencies["Schedule"] and under_load_s
+            else None
+        ),
+        "schedule_cycles_after_known": (
+            {
+                "p50": statistics.median(stats.cycles_after_known),
+                "p90": percentile(stats.cycles_after_known, 0.90),
+                "p99": percentile(stats.cycles_after_known, 0.99),
+                "max": max(stats.cycles_after_known),
+            }
+            if stats.cycles_after_known
+            else None
+        ),
+        f"calls_over_{SLOW_S:g}_s_by_5_s_of_the_run": dict(sorted(stats.slow.items())),
         "errors": dict(stats.errors),
         "binds": stats.binds,
         "rss_mib": {

@@ -80,6 +80,11 @@ SCHEDULE_SECONDS = Histogram(
     ["pool"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+SCHEDULE_JOINED_RUNNING = Counter(
+    "gpufair_schedule_joined_running_total",
+    "Schedule callers that took the decisions of the cycle running when they arrived",
+    ["pool"],
+)
 SCHEDULE_DECISIONS = Counter(
     "gpufair_schedule_decisions_total",
     "Decisions of recorded Schedule cycles: bind or evict",

@@ -1,23 +1,28 @@
 """Concurrent `Schedule` calls of one pool share cycles instead of queueing for the pool's lock
-(api/cycle_gate.py), within a replica and across replicas."""
+(api/cycle_gate.py), within a replica and across replicas; a caller may take the decisions of the
+cycle running when it arrives only if nothing this replica committed since could be missed."""
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 import pytest
-from sqlalchemy import Engine, text
+from prometheus_client import REGISTRY
+from sqlalchemy import Engine, create_engine, event, text
 
 from gpufair.api.scheduler import SchedulerServicer
-from gpufair.api.server import RunningServer
+from gpufair.api.server import RunningServer, build_server
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
 from gpufair.store import locks
-from gpufair.v1 import scheduler_pb2
+from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 CLUSTER = {
     "gpu_types": [{"name": "a100", "memory_gib": 80, "compute_weight": 1}],
@@ -118,6 +123,99 @@ def test_a_caller_that_waited_for_another_replicas_cycle_gets_its_reply(
         assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 1
 
 
+def test_a_caller_that_wrote_after_another_replicas_cycle_read_gets_a_cycle_of_its_own(
+    client: GpufairClient, db: Engine
+) -> None:
+    """The slot waits for the pool's lock while another replica's cycle (which read the pool
+    already) holds it. A caller that submits `c` and then joins that slot must not get the other
+    replica's cycle, which missed `c`: the slot runs a cycle for it right after."""
+    client.apply_config(parse_config(CLUSTER))
+    client.submit_workloads([one_gpu("a"), one_gpu("b")])
+    other_replica = SchedulerServicer(db)
+    got: dict[str, scheduler_pb2.ScheduleResponse] = {}
+    with db.connect() as conn:
+        locks.xact_lock(conn, locks.pool_key("main"))
+        first = threading.Thread(target=lambda: got.setdefault("first", client.schedule("main")))
+        first.start()
+        for _ in range(1000):  # until the call waits for the lock (20 s at most)
+            with db.connect() as watcher:
+                waiting = watcher.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND wait_event = 'advisory' AND datname = current_database()"
+                    )
+                ).scalar_one()
+            if waiting:
+                break
+            time.sleep(0.02)
+        theirs, _ = other_replica._decide_and_record(conn, "main", time.time())  # read: no c
+        client.submit_workloads([one_gpu("c")])
+        second = threading.Thread(target=lambda: got.setdefault("second", client.schedule("main")))
+        second.start()
+        time.sleep(0.3)  # it joins the waiting slot
+        conn.commit()
+    first.join(30)
+    second.join(30)
+
+    assert got["first"].cycle_id == theirs.cycle_id  # arrived before it: no cycle on its heels
+    assert got["second"].cycle_id > theirs.cycle_id
+    assert [b.uid for b in got["second"].binds] == ["c"]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 2
+
+
+def test_a_caller_with_no_write_since_this_replicas_last_cycle_takes_a_later_cycle_of_another(
+    db: Engine,
+) -> None:
+    """Another replica (its own engine: its commits are not this server's) stores a cycle after
+    this server's last one. A caller that wrote nothing through this server since gets that
+    cycle, no new one; the next such caller gets a fresh cycle (never the same one twice). A
+    caller that submitted `b` while the other replica's next cycle ran (after its read) does not
+    get that cycle, which missed `b`, but one that binds it. A server of its own: the shared
+    one remembers cycle ids of earlier tests, which restart at 1 after each."""
+    running = build_server(db, "127.0.0.1:0", max_workers=8)
+    try:
+        with GpufairClient(f"127.0.0.1:{running.port}", timeout_s=20, attempts=1) as mine:
+            replies = _take_a_later_cycle(mine, db)
+    finally:
+        running.stop(1.0)
+    own, theirs, taken, fresh, wrote = replies
+
+    assert [b.uid for b in own.binds] == ["a"] and theirs.cycle_id > own.cycle_id
+    assert taken.cycle_id == theirs.cycle_id and taken.binds == theirs.binds
+    assert fresh.cycle_id > theirs.cycle_id
+    assert wrote.cycle_id > fresh.cycle_id and [b.uid for b in wrote.binds] == ["b"]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one() == 5
+
+
+def _take_a_later_cycle(
+    client: GpufairClient, db: Engine
+) -> tuple[scheduler_pb2.ScheduleResponse, ...]:
+    client.apply_config(parse_config(CLUSTER))
+    client.submit_workloads([one_gpu("a")])
+    own = client.schedule("main")
+    other_engine = create_engine(db.url)
+    other = SchedulerServicer(other_engine)
+    try:
+        with other_engine.connect() as conn:
+            theirs, _ = other._decide_and_record(conn, "main", time.time())
+            conn.commit()
+        taken = client.schedule("main")
+        fresh = client.schedule("main")
+        with other_engine.connect() as conn:
+            # The other replica's next cycle reads the pool, then `b` is submitted here and
+            # acknowledged, then that cycle commits (after this replica's last own one).
+            missed, _ = other._decide_and_record(conn, "main", time.time())
+            client.submit_workloads([one_gpu("b")])
+            conn.commit()
+    finally:
+        other_engine.dispose()
+    wrote = client.schedule("main")
+    assert not missed.binds and wrote.cycle_id > missed.cycle_id
+    return own, theirs, taken, fresh, wrote
+
+
 def test_dry_runs_are_not_coalesced_and_store_nothing(client: GpufairClient, db: Engine) -> None:
     client.apply_config(parse_config(CLUSTER))
     client.submit_workloads([one_gpu("a")])
@@ -139,3 +237,94 @@ def test_a_request_id_reused_for_another_request_is_refused_in_a_coalesced_cycle
     assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert "same-id" in (err.value.details() or "")
     assert client.schedule("main", request_id="same-id") == first
+
+
+def whole_node(uid: str) -> scheduler_pb2.Workload:
+    return scheduler_pb2.Workload(uid=uid, queue="q", pool="main", pods=1, gpus_per_pod=8)
+
+
+def run_event(kind: int, uid: str, pods: Any = ()) -> ledger_pb2.LedgerEvent:
+    msg = ledger_pb2.LedgerEvent(event_id=str(uuid.uuid4()), workload_uid=uid, kind=kind)  # type: ignore[arg-type]
+    msg.occurred_at.FromNanoseconds(time.time_ns())
+    for pod in pods:
+        msg.pods.add(node=pod.node, gpu_indices=list(pod.gpu_indices), gpu_fraction=1.0)
+    return msg
+
+
+def joined_running() -> float:
+    return REGISTRY.get_sample_value("gpufair_schedule_joined_running_total", {"pool": "main"}) or 0
+
+
+@pytest.fixture
+def held_at_bind_write(db: Engine) -> Iterator[dict[str, threading.Event]]:
+    """Once `armed` is set, the next cycle that writes binds stops just before it (its snapshot
+    read, its decisions made) until `go` is set; `held` is set once it stops."""
+    gates = {"armed": threading.Event(), "held": threading.Event(), "go": threading.Event()}
+
+    def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "SET state = 'bound'" in statement and gates["armed"].is_set():
+            gates["armed"].clear()
+            gates["held"].set()
+            gates["go"].wait(30)
+
+    event.listen(db, "before_cursor_execute", hold)
+    try:
+        yield gates
+    finally:
+        gates["go"].set()
+        event.remove(db, "before_cursor_execute", hold)
+
+
+def test_a_caller_joins_the_running_cycle_unless_a_write_it_made_could_be_missed(
+    client: GpufairClient,
+    db: Engine,
+    server: RunningServer,
+    held_at_bind_write: dict[str, threading.Event],
+) -> None:
+    """Two 8-GPU nodes; `r` runs on one, `a` and `p` (8 GPUs each) wait. A cycle C reads the
+    pool and is held before it writes its bind (one of `a`, `p`, on the free node). A caller
+    that wrote nothing joins C. A caller that then reports `r` stopped and calls must get a cycle
+    that saw the stop: it binds the other of `a`, `p` onto r's node."""
+    config = dict(CLUSTER, nodes=CLUSTER["nodes"][:2])
+    config["queues"] = [{"name": "q", "quotas": [{"pool": "main", "deserved_cu": 16}]}]
+    client.apply_config(parse_config(config))
+    client.submit_workloads([whole_node("r")])
+    [bind_r] = client.schedule("main").binds
+    client.report_events([run_event(ledger_pb2.EVENT_KIND_STARTED, "r", bind_r.pods)])
+    client.submit_workloads([whole_node("a"), whole_node("p")])
+    address = f"127.0.0.1:{server.port}"
+    joined_before = joined_running()
+
+    def schedule() -> scheduler_pb2.ScheduleResponse:
+        with GpufairClient(address, timeout_s=60, attempts=1) as c:
+            return c.schedule("main")
+
+    held_at_bind_write["armed"].set()
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(schedule)  # cycle C
+        assert held_at_bind_write["held"].wait(30)
+        joiner = pool.submit(schedule)  # no write since C read the pool: joins C
+        end = time.monotonic() + 20
+        while joined_running() < joined_before + 1:
+            assert time.monotonic() < end, "the caller did not join the running cycle"
+            time.sleep(0.01)
+        # A batch system reports r stopped (acknowledged), then asks for a cycle.
+        ack = client.report_events([run_event(ledger_pb2.EVENT_KIND_STOPPED, "r")])
+        assert [r.status for r in ack.results] == [ledger_pb2.EVENT_STATUS_STORED]
+        writer = pool.submit(schedule)
+        time.sleep(0.3)  # it arrived, and waits for the next cycle
+        assert joined_running() == joined_before + 1
+        held_at_bind_write["go"].set()
+        c, joined, after = first.result(30), joiner.result(30), writer.result(30)
+
+    assert joined.cycle_id == c.cycle_id and joined.binds == c.binds
+    [taken] = [b.uid for b in c.binds]
+    assert taken in ("a", "p")
+    assert after.cycle_id > c.cycle_id
+    # The writer's cycle saw r stopped: the other whole-node workload goes onto r's node.
+    [other] = after.binds
+    assert other.uid == ({"a", "p"} - {taken}).pop()
+    assert [pod.node for pod in other.pods] == [pod.node for pod in bind_r.pods]
+    with db.connect() as conn:
+        cycles = conn.execute(text("SELECT count(*) FROM schedule_cycles")).scalar_one()
+    assert cycles == 3  # r's, C (two callers) and the writer's

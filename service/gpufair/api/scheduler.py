@@ -16,7 +16,7 @@ from gpufair.api.convert_schedule import (
     without_binds,
 )
 from gpufair.api.convert_workload import workload_from_proto
-from gpufair.api.cycle_gate import CycleGate, Member
+from gpufair.api.cycle_gate import Batch, CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
 from gpufair.api.work_slots import WorkSlots
@@ -39,6 +39,7 @@ from gpufair.store import (
     schedule_repo,
     workload_repo,
 )
+from gpufair.store.commit_watch import commit_count
 from gpufair.store.idempotency import (
     CYCLE_REFERENCE,
     StoredReply,
@@ -73,7 +74,15 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.slots = slots if slots is not None else WorkSlots(None)
         self.clock = clock
         self.bind_timeout_s = bind_timeout_s
-        self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate()
+        # Callers may join a running cycle when no commit of this process came between its
+        # first read and their arrival (`api/cycle_gate.py`).
+        commits = self._commits = commit_count(engine)
+        self._gate: CycleGate[_Asked, pb.ScheduleResponse] = CycleGate(lambda: commits.value)
+        # Per pool, touched only by slot leaders under the pool's lock (one slot runs at a
+        # time per pool and process): this process's last own cycle with the commit marker just
+        # after it, and the latest cycle it answered callers with.
+        self._after_own: dict[str, tuple[int, int]] = {}
+        self._handed: dict[str, int] = {}
         # Kept between cycles, checked against the database in each cycle's transaction.
         self.snapshots = SnapshotSource()
         self._pending = PendingEncoder()
@@ -178,7 +187,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 request.pool,
                 asked,
                 context.time_remaining(),
-                lambda members, deadline_s: self._run_slot(request.pool, members, deadline_s),
+                lambda batch: self._run_slot(request.pool, batch),
             )
         now_s = self.clock()
         with self.slots.held(context.time_remaining()), self.engine.connect() as conn:
@@ -189,17 +198,34 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return dry
 
     def _run_slot(
-        self, pool: str, members: list[Member[_Asked]], deadline_s: float | None
+        self, pool: str, batch: Batch[_Asked, pb.ScheduleResponse]
     ) -> dict[int, pb.ScheduleResponse | BaseException]:
-        """One cycle for the `members` of a slot, in one transaction under the pool's lock.
+        """One cycle for the members of a slot, in one transaction under the pool's lock.
 
         Members whose request id has a stored reply get it (or a Conflict if the id was used
         for another request). If the others' pool got a cycle from another replica while this
         one waited for the lock (a cycle begun after they all arrived: `last_cycle_id` is read
         before the lock), they get that cycle's stored reply, and no second cycle runs on its
-        heels; else a cycle runs. Its reply is stored under the others' request ids with it."""
+        heels. Callers that joined the slot later (while it waited for the lock) get another
+        process's cycle only by the commit-marker rule below, else the slot's own cycle, which
+        callers arriving while it runs may also join (`api/cycle_gate.py`: from
+        `batch.reading()`, just before the cycle's first read of the pool, to `batch.late()`,
+        just before its reply is stored under their request ids).
+
+        The rule across processes: a cycle of the pool stored after this process's last own
+        cycle `k` of it read the pool after `k` committed (the pool's lock orders them). A
+        member whose arrival found the commit marker where it stood just after `k` committed
+        (only `k`'s own commit counted since the marker was read before its COMMIT) wrote
+        nothing this process acknowledged after that, so such a cycle saw all of it; it is
+        given only if no member of this process got it or a later one before."""
+        deadline_s = batch.deadline_s
         remaining_s = None if deadline_s is None else deadline_s - time.monotonic()
         results: dict[int, pb.ScheduleResponse | BaseException] = {}
+        after = self._after_own.get(pool)  # (own cycle id, marker just after its commit)
+        asked: dict[str, str] = {}  # request id -> digest, of the members a cycle answers
+        groups: list[tuple[pb.ScheduleResponse, list[Member[_Asked]]]] = []
+        mine: pb.ScheduleResponse | None = None
+        observe: Callable[[float], None] | None = None
         with (
             self.slots.held(remaining_s),
             deadline.call_deadline(remaining_s),
@@ -207,40 +233,85 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         ):
             seen = schedule_repo.last_cycle_id(conn)
             locks.xact_lock(conn, locks.pool_key(pool))
-            asked = {m.key.request_id for m in members if m.key.request_id}
-            stored = stored_replies(conn, asked) if asked else {}
-            digests: dict[str, str] = {}  # request id -> digest, of those the cycle answers
-            todo = []
-            for m in members:
-                rid, digest = m.key.request_id, m.key.digest
-                if rid in stored and stored[rid].digest != digest:
-                    results[id(m)] = conflict(rid)
-                elif rid in stored:
-                    results[id(m)] = self._stored_reply(conn, stored[rid])
-                elif rid in digests and digests[rid] != digest:
-                    results[id(m)] = conflict(rid)  # twice in this slot, for two requests
-                else:
-                    todo.append(m)
-                    if rid:
-                        digests[rid] = digest
-            if not todo:
-                conn.rollback()
-                return results
-            found = schedule_repo.cycle_after(conn, pool, seen)
-            observe: Callable[[float], None] | None = None
-            started = time.perf_counter()
+            todo = self._sort_members(conn, batch.members, asked, results)
+            found = schedule_repo.cycle_after(conn, pool, seen) if todo else None
             if found is not None:
-                reply = pb.ScheduleResponse.FromString(found[1])
-                reply.cycle_id = found[0]
+                groups.append((self._stored_cycle(found), todo))
+                todo = []
+            # Members that joined after `seen` was read may have written after that cycle read
+            # the pool: the rule across processes, or a cycle of this slot.
+            todo += self._sort_members(conn, batch.late(), asked, results)
+            handed = self._handed.get(pool, 0)
+            later = None
+            if todo and after is not None and any(m.mark == after[1] for m in todo):
+                later = schedule_repo.cycle_after(conn, pool, max(after[0], handed))
+            if later is not None and after is not None:
+                shared = [m for m in todo if m.mark == after[1]]
+                groups.append((self._stored_cycle(later), shared))
+                todo = [m for m in todo if m.mark != after[1]]
+            started = time.perf_counter()
+            if todo:
+                batch.reading()
+                mine, observe = self._decide_and_record(conn, pool, self.clock())
+                todo += self._sort_members(conn, batch.late(), asked, results)
+                groups.append((mine, todo))
+            for reply, members in groups:
+                ids = {m.key.request_id for m in members if m.key.request_id}
+                store_cycle_references(conn, {i: asked[i] for i in ids}, reply.cycle_id)
+            marker = self._commits.value  # before the COMMIT: what it counted committed before
+            if groups:
+                conn.commit()
             else:
-                reply, observe = self._decide_and_record(conn, pool, self.clock())
-            store_cycle_references(conn, digests, reply.cycle_id)
-            conn.commit()
+                conn.rollback()
+        only_this = self._commits.value == marker + 1  # no other commit counted meanwhile
+        if mine is not None:
+            if only_this:
+                self._after_own[pool] = (mine.cycle_id, marker + 1)
+            else:
+                self._after_own.pop(pool, None)
+        elif after is not None and groups and only_this and marker == after[1]:
+            # This commit stored only request ids: no caller's write came after the own cycle.
+            self._after_own[pool] = (after[0], marker + 1)
+        if groups:
+            self._handed[pool] = max(handed, *(reply.cycle_id for reply, _ in groups))
         if observe is not None:  # a cycle this replica ran, counted once it committed
             observe(time.perf_counter() - started)
-        for m in todo:
-            results[id(m)] = reply
+        for reply, members in groups:
+            for m in members:
+                results[id(m)] = reply
         return results
+
+    @staticmethod
+    def _stored_cycle(found: tuple[int, bytes]) -> pb.ScheduleResponse:
+        reply = pb.ScheduleResponse.FromString(found[1])
+        reply.cycle_id = found[0]
+        return reply
+
+    def _sort_members(
+        self,
+        conn: Connection,
+        members: list[Member[_Asked]],
+        digests: dict[str, str],
+        results: dict[int, pb.ScheduleResponse | BaseException],
+    ) -> list[Member[_Asked]]:
+        """The `members` the cycle answers; the others get their stored reply or a Conflict in
+        `results`. Adds the request ids the cycle answers to `digests`."""
+        asked = {m.key.request_id for m in members if m.key.request_id}
+        stored = stored_replies(conn, asked) if asked else {}
+        todo = []
+        for m in members:
+            rid, digest = m.key.request_id, m.key.digest
+            if rid in stored and stored[rid].digest != digest:
+                results[id(m)] = conflict(rid)
+            elif rid in stored:
+                results[id(m)] = self._stored_reply(conn, stored[rid])
+            elif rid in digests and digests[rid] != digest:
+                results[id(m)] = conflict(rid)  # twice in this slot, for two requests
+            else:
+                todo.append(m)
+                if rid:
+                    digests[rid] = digest
+        return todo
 
     @staticmethod
     def _stored_reply(conn: Connection, stored: StoredReply) -> pb.ScheduleResponse:
