@@ -511,7 +511,10 @@ class Simulation:
                 demands=self._demands(pool),
                 usage=usage,
                 previous_effective_weights=pool.previous_weights,
-            )
+            ),
+            # The last division's compiled configuration: reused while it fits (a policy switch
+            # or another queue tree compiles a new one), the same numbers in about half the work.
+            pool.shares.shares.plan if pool.shares is not None else None,
         )
         pool.shares = result
         pool.standing = {
