@@ -44,7 +44,7 @@ from gpufair.domain.limits import MAX_OBJECTS
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import kind_violations, object_names_violations
 from gpufair.store import config_repo, locks
-from gpufair.store.commit_watch import commit_count
+from gpufair.store.commit_watch import key_commit_count
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import cluster_pb2 as pb
 from gpufair.v1 import cluster_pb2_grpc
@@ -82,7 +82,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
         self.clock = clock
         # GetConfig's reply, current with what any replica applied.
         self.keys = keys if keys is not None else KeyReader(engine)
-        self.configs = configs if configs is not None else ReadCache(commit_count(engine))
+        self.configs = configs if configs is not None else ReadCache(key_commit_count(engine))
 
     def ApplyConfig(
         self, request: pb.ApplyConfigRequest, context: grpc.ServicerContext

@@ -18,7 +18,7 @@ from gpufair.domain.request_rules import name_violations, time_range_violations
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services.recompute import history_warnings, recompute_pool
 from gpufair.store import config_repo, fairshare_repo
-from gpufair.store.commit_watch import commit_count
+from gpufair.store.commit_watch import key_commit_count
 from gpufair.store.fairshare_repo import StoredShare
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
@@ -72,7 +72,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         # GetFairShare's replies per pool, current with what any replica committed.
         self.keys = keys if keys is not None else KeyReader(engine)
         self.fair_shares = (
-            fair_shares if fair_shares is not None else ReadCache(commit_count(engine))
+            fair_shares if fair_shares is not None else ReadCache(key_commit_count(engine))
         )
 
     def ReportEvents(

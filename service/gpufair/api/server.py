@@ -30,7 +30,7 @@ from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
 from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
-from gpufair.store.commit_watch import commit_count
+from gpufair.store.commit_watch import key_commit_count
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
     cluster_pb2,
@@ -139,7 +139,7 @@ def build_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
-    commits = commit_count(engine)
+    commits = key_commit_count(engine)
     keys = KeyReader(engine)  # the read caches' checks, on one connection of their own
     cluster_admin = ClusterAdminServicer(
         engine,
