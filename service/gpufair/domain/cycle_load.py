@@ -10,7 +10,7 @@ from itertools import accumulate
 from operator import attrgetter
 
 from gpufair.domain import cu_request
-from gpufair.domain.capacity import binding_gpus, uses_of
+from gpufair.domain.capacity import PodUse, binding_gpus, uses_of
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
@@ -26,40 +26,75 @@ def load(state: CycleState) -> None:
 
 
 def load_running(state: CycleState) -> None:
+    """Running work into the capacity and the books, one `Victim` each. Hot (one pass over
+    every running workload): a workload of one binding without a partition, the common case,
+    is read inline (what `uses_of` would make of it)."""
     capacity = state.capacity
+    index_of = capacity.index_of
+    nodes = capacity.nodes
+    take = capacity.take
     books = state.books
+    weights = state.weights
+    running = state.running
     for allocation in state.snapshot.running:
         workload = allocation.workload
-        if workload.uid in state.running:
+        uid = workload.uid
+        if uid in running:
             continue
-        uses = uses_of(capacity, workload, allocation.bindings)
-        gpus = sum([binding_gpus(binding) for binding in allocation.bindings])
-        cu = gpus * state.weight(allocation.gpu_type)
+        bindings = allocation.bindings
+        uses: tuple[PodUse, ...]
+        if len(bindings) == 1 and not workload.partition_profile:
+            binding = bindings[0]
+            fraction = binding.gpu_fraction
+            if fraction < 1.0:
+                gpus = fraction
+                indices = binding.gpu_indices[:1]
+                amount = fraction
+            else:
+                indices = binding.gpu_indices
+                gpus = float(len(indices))
+                amount = 1.0
+            index = index_of.get(binding.node)
+            if index is None:
+                uses = ()
+            else:
+                count = nodes[index].gpu_count
+                if indices and (min(indices) < 0 or max(indices) >= count):
+                    indices = tuple(gpu for gpu in indices if 0 <= gpu < count)
+                uses = (
+                    PodUse(
+                        index,
+                        indices,
+                        amount,
+                        workload.cpu_millicores_per_pod,
+                        workload.memory_mib_per_pod,
+                    ),
+                )
+        else:
+            uses = uses_of(capacity, workload, bindings)
+            gpus = sum([binding_gpus(binding) for binding in bindings])
+        gpu_type = allocation.gpu_type
+        cu = gpus * weights.get(gpu_type, 0.0)
         if workload.mixed_gpu_types:  # GPUs of several types: each at its node's weight
-            cu = sum(
-                len(use.gpu_indices) * state.weight(capacity.nodes[use.node].gpu_type)
-                for use in uses
-            )
-        capacity.take(uses)
+            cu = sum(len(use.gpu_indices) * state.weight(nodes[use.node].gpu_type) for use in uses)
+        take(uses)
         book = books.get(workload.queue)
         if book is not None:
-            book.add(cu, gpus, allocation.gpu_type, workload.preemptible)
+            book.add(cu, gpus, gpu_type, workload.preemptible)
             book.allocated_cu_before += cu
         victim = Victim(
-            uid=workload.uid,
-            queue=workload.queue,
-            tier=book.victim_rank if book is not None else 0,
-            priority_class=workload.priority_class,
-            started_at_s=allocation.started_at_s,
-            cu=cu,
-            gpus=gpus,
-            gpu_type=allocation.gpu_type,
-            uses=uses,
-            nodes=(uses[0].node,)
-            if len(uses) == 1
-            else tuple(dict.fromkeys(use.node for use in uses)),
+            uid,
+            workload.queue,
+            book.victim_rank if book is not None else 0,
+            workload.priority_class,
+            allocation.started_at_s,
+            cu,
+            gpus,
+            gpu_type,
+            uses,
+            (uses[0].node,) if len(uses) == 1 else tuple(dict.fromkeys(use.node for use in uses)),
         )
-        state.running[workload.uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
+        running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
 
 
 def load_evicting(state: CycleState) -> None:

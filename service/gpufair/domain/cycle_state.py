@@ -15,6 +15,7 @@ import math
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.explain import pending_message
@@ -44,6 +45,7 @@ from gpufair.domain.topology_reason import topology_note
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
 
 QueueKey = tuple[int, float, float, float, int, str]
+_BY_ORDER = attrgetter("order")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,18 +244,33 @@ class CycleState:
         return found
 
     def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
-        """`wanted`, ordered by their queues' current order, then inside each queue."""
-        heads: dict[str, tuple[int, float]] = {}  # per queue: its tier and ratio, read once
-
-        def key(item: Pending) -> tuple[tuple[int, float], tuple[int, float, str]]:
-            name = item.book.name
-            head = heads.get(name)
-            if head is None:
-                book = item.book
-                head = heads[name] = (-book.tier, book.ratio())
-            return (head, item.order)
-
-        return sorted(wanted, key=key)
+        """`wanted`, ordered by their queues' current order (tier, then allocated/fair-share
+        ratio), then inside each queue (`Pending.order`, unique per workload). Sorted by parts:
+        workloads grouped by queue, the queues by their head (tier and ratio, read once each),
+        and each group of queues with equal heads by `order`; the same order as one sort by
+        (head, order), without a key function called per workload."""
+        groups: dict[str, list[Pending]] = {}
+        for item in wanted:
+            found = groups.get(item.book.name)
+            if found is None:
+                groups[item.book.name] = [item]
+            else:
+                found.append(item)
+        by_head: dict[tuple[int, float], list[Pending]] = {}
+        for items in groups.values():
+            book = items[0].book
+            head = (-book.tier, book.ratio())
+            same = by_head.get(head)
+            if same is None:
+                by_head[head] = items
+            else:
+                same.extend(items)
+        ordered: list[Pending] = []
+        for head in sorted(by_head):
+            items = by_head[head]
+            items.sort(key=_BY_ORDER)
+            ordered.extend(items)
+        return ordered
 
     # -- placing, binding and holding -------------------------------------------------------
 
