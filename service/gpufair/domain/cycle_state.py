@@ -353,14 +353,18 @@ class CycleState:
     # -- the result -----------------------------------------------------------------------
 
     def result(self) -> CycleResult:
-        # One reason per (code, queue, kind, held nodes): the sentence depends on nothing
-        # else, and a busy pool has tens of thousands of pending workloads of few kinds. Hot
-        # (one pass over every pending workload): the common case is a dict lookup.
+        """The decisions, with one reason per pending workload. Hot (one pass over every
+        pending workload), so sentences are shared: per queue, one reason per (code, kind,
+        held nodes), whose sentence is made once per set of the numbers `pending_message`
+        reads (code, CU needed, gang size, GPUs per pod, held nodes); a topology note, which
+        reads only the workload's kind and the capacity, once per kind."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+        notes: dict[int, str] = {}
         for items in self.queue_pending.values():  # one queue's items share its book
-            shared: dict[tuple[PendingCode, object, int], PendingReason] = {}
+            shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
+            messages: dict[tuple[PendingCode, float, int, float, int], str] = {}
             for item in items:
                 code = item.code
                 if item.done and code is not waiting:
@@ -377,13 +381,10 @@ class CycleState:
                             "its queue's share while that claim stands",
                         )
                         continue
-                if code is waiting:  # the sentence names only the queue and the nodes
-                    key: tuple[PendingCode, object, int] = (code, None, item.held_nodes)
-                else:
-                    key = (code, id(item.kind), item.held_nodes)
+                key = (code, id(item.kind), item.held_nodes)
                 reason = shared.get(key)
                 if reason is None:
-                    reason = shared[key] = self._reason_of(item)
+                    reason = shared[key] = self._reason_of(item, messages, notes)
                 reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
@@ -393,17 +394,31 @@ class CycleState:
             queues={name: book.summary() for name, book in self.books.items()},
         )
 
-    def _reason_of(self, item: Pending) -> PendingReason:
+    def _reason_of(
+        self,
+        item: Pending,
+        messages: dict[tuple[PendingCode, float, int, float, int], str],
+        notes: dict[int, str],
+    ) -> PendingReason:
         code = item.code
-        message = pending_message(code, item.workload, item.book, item.min_cu, item.held_nodes)
-        if code is PendingCode.NO_CAPACITY and item.workload.topology:
-            message += topology_note(
-                self.capacity,
-                item.workload,
-                item.types,
-                self.pool.topology_levels,
-                self.strategy,
+        workload = item.workload
+        key = (code, item.min_cu, workload.gang_min_pods, workload.gpus_per_pod, item.held_nodes)
+        message = messages.get(key)
+        if message is None:
+            message = messages[key] = pending_message(
+                code, workload, item.book, item.min_cu, item.held_nodes
             )
+        if code is PendingCode.NO_CAPACITY and workload.topology:
+            note = notes.get(id(item.kind))
+            if note is None:
+                note = notes[id(item.kind)] = topology_note(
+                    self.capacity,
+                    workload,
+                    item.types,
+                    self.pool.topology_levels,
+                    self.strategy,
+                )
+            message += note
         return PendingReason(code, message)
 
 
