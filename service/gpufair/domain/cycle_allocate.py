@@ -18,6 +18,7 @@ that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 from __future__ import annotations
 
 import heapq
+import math
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_state import CycleState, Pending
@@ -31,26 +32,30 @@ def allocate(state: CycleState, within_share: bool) -> None:
     rotate = not within_share
     heap = [(state.queue_key(name, 0, rotate), name) for name in state.queue_pending]
     heapq.heapify(heap)
+    claim_victims = state.claim_victims
     while heap:
         _, name = heapq.heappop(heap)
         items = state.queue_pending[name]
+        end = len(items)
         suffix = state.suffix_min_cu[name]
         book = state.books[name]
         position = cursor[name]
         bound = False
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
         # workload of the same kind (shape, gang, types) and preemptibility fails as the
-        # first did: its outcome is reused, not recomputed.
+        # first did: its outcome is reused, not recomputed; and the queue's headroom is read
+        # once.
         failures: dict[tuple[int, bool], Failure] = {}
+        headroom = book.headroom_cu() if within_share else math.inf
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
-        while position < len(items):
-            if within_share and book.headroom_cu() < suffix[position] - EPS:
-                position = len(items)  # nothing left here fits in the remaining share
+        while position < end:
+            if headroom < suffix[position] - EPS:
+                position = end  # nothing left here fits in the remaining share
                 break
             item = items[position]
             position += 1
-            if item.done or (not within_share and item.uid in state.claim_victims):
+            if item.done or (not within_share and item.uid in claim_victims):
                 continue  # a claim that still stands keeps its victims out (`cycle_claims`)
             key = (id(item.kind), item.workload.preemptible)
             failure = failures.get(key)
@@ -60,9 +65,16 @@ def allocate(state: CycleState, within_share: bool) -> None:
                     bound = True
                     break
                 failures[key] = failure
-            _note(item, within_share, failure)
+            no_room, capped = failure
+            if within_share:
+                if no_room:
+                    item.code = PendingCode.NO_CAPACITY
+                elif capped is not None:
+                    item.code = capped
+            elif capped is not None and not no_room:
+                item.code = capped  # a hard cap; a plain lack of room keeps the first reason
         cursor[name] = position
-        if bound and position < len(items):
+        if bound and position < end:
             heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
 
 
@@ -78,10 +90,8 @@ def _try_bind(
     pods_min = workload.gang_min_pods
     capped: PendingCode | None = None
     no_room = False
-    for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
-        allowed, code = item.book.max_pods(
-            cu_per_pod, workload.gpus_per_pod, gpu_type, workload.preemptible, within_share
-        )
+    for gpu_type in kind.types:
+        allowed, code = state.max_pods(item.book, workload, gpu_type, within_share)
         allowed = min(allowed, workload.pods)
         if allowed < pods_min:
             capped = capped or code
@@ -98,12 +108,3 @@ def _try_bind(
         state.bind(item, gpu_type, plan)
         return None
     return (no_room, capped)
-
-
-def _note(item: Pending, within_share: bool, failure: Failure) -> None:
-    """The pending reason of a workload that did not bind in this pass."""
-    no_room, capped = failure
-    if within_share:
-        item.code = PendingCode.NO_CAPACITY if no_room else capped or item.code
-    elif capped is not None and not no_room:
-        item.code = capped  # a hard cap; a plain lack of room keeps the first pass's reason

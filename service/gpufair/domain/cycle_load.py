@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from itertools import accumulate
 from operator import attrgetter
 
 from gpufair.domain import cu_request
-from gpufair.domain.capacity import binding_gpus, uses_of
+from gpufair.domain.capacity import PodUse, binding_gpus, uses_of
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
@@ -25,40 +26,75 @@ def load(state: CycleState) -> None:
 
 
 def load_running(state: CycleState) -> None:
+    """Running work into the capacity and the books, one `Victim` each. Hot (one pass over
+    every running workload): a workload of one binding without a partition, the common case,
+    is read inline (what `uses_of` would make of it)."""
     capacity = state.capacity
+    index_of = capacity.index_of
+    nodes = capacity.nodes
+    take = capacity.take
     books = state.books
+    weights = state.weights
+    running = state.running
     for allocation in state.snapshot.running:
         workload = allocation.workload
-        if workload.uid in state.running:
+        uid = workload.uid
+        if uid in running:
             continue
-        uses = uses_of(capacity, workload, allocation.bindings)
-        gpus = sum([binding_gpus(binding) for binding in allocation.bindings])
-        cu = gpus * state.weight(allocation.gpu_type)
+        bindings = allocation.bindings
+        uses: tuple[PodUse, ...]
+        if len(bindings) == 1 and not workload.partition_profile:
+            binding = bindings[0]
+            fraction = binding.gpu_fraction
+            if fraction < 1.0:
+                gpus = fraction
+                indices = binding.gpu_indices[:1]
+                amount = fraction
+            else:
+                indices = binding.gpu_indices
+                gpus = float(len(indices))
+                amount = 1.0
+            index = index_of.get(binding.node)
+            if index is None:
+                uses = ()
+            else:
+                count = nodes[index].gpu_count
+                if indices and (min(indices) < 0 or max(indices) >= count):
+                    indices = tuple(gpu for gpu in indices if 0 <= gpu < count)
+                uses = (
+                    PodUse(
+                        index,
+                        indices,
+                        amount,
+                        workload.cpu_millicores_per_pod,
+                        workload.memory_mib_per_pod,
+                    ),
+                )
+        else:
+            uses = uses_of(capacity, workload, bindings)
+            gpus = sum([binding_gpus(binding) for binding in bindings])
+        gpu_type = allocation.gpu_type
+        cu = gpus * weights.get(gpu_type, 0.0)
         if workload.mixed_gpu_types:  # GPUs of several types: each at its node's weight
-            cu = sum(
-                len(use.gpu_indices) * state.weight(capacity.nodes[use.node].gpu_type)
-                for use in uses
-            )
-        capacity.take(uses)
+            cu = sum(len(use.gpu_indices) * state.weight(nodes[use.node].gpu_type) for use in uses)
+        take(uses)
         book = books.get(workload.queue)
         if book is not None:
-            book.add(cu, gpus, allocation.gpu_type, workload.preemptible)
+            book.add(cu, gpus, gpu_type, workload.preemptible)
             book.allocated_cu_before += cu
         victim = Victim(
-            uid=workload.uid,
-            queue=workload.queue,
-            tier=book.victim_rank if book is not None else 0,
-            priority_class=workload.priority_class,
-            started_at_s=allocation.started_at_s,
-            cu=cu,
-            gpus=gpus,
-            gpu_type=allocation.gpu_type,
-            uses=uses,
-            nodes=(uses[0].node,)
-            if len(uses) == 1
-            else tuple(dict.fromkeys(use.node for use in uses)),
+            uid,
+            workload.queue,
+            book.victim_rank if book is not None else 0,
+            workload.priority_class,
+            allocation.started_at_s,
+            cu,
+            gpus,
+            gpu_type,
+            uses,
+            (uses[0].node,) if len(uses) == 1 else tuple(dict.fromkeys(use.node for use in uses)),
         )
-        state.running[workload.uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
+        running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
 
 
 def load_evicting(state: CycleState) -> None:
@@ -83,9 +119,13 @@ def load_evicting(state: CycleState) -> None:
 
 
 def load_pending(state: CycleState) -> None:
+    """Pending work into its queues, sorted. Hot (one pass over every pending workload): the
+    signature lookup of `kind_of` is made inline, and a workload of a known signature costs a
+    tuple, a dict lookup and its `Pending`."""
     pool = state.pool.name
     seen = set(state.running)
     books = state.books
+    kinds = state.kinds
     queue_pending = state.queue_pending
     for submitted in state.snapshot.pending:
         workload = submitted
@@ -94,35 +134,34 @@ def load_pending(state: CycleState) -> None:
             continue
         seen.add(uid)
         book = books.get(workload.queue)
-        if workload.pool != pool:
-            state.reason(workload, PendingCode.OTHER_POOL, f"belongs to pool {workload.pool}")
-            continue
-        if book is None:
-            state.reason(
-                workload,
-                PendingCode.UNKNOWN_QUEUE,
-                f"queue {workload.queue} is not a leaf queue of pool {pool}",
-            )
-            continue
-        if submitted.compute_units > 0.0:
-            workload = cu_request_for_cycle(state, submitted, book)
-            state.cu_requests[submitted.uid] = submitted
-        kind = kind_of(state, workload)
-        if (
-            kind.rejection is not None
-            and submitted.mixed_gpu_types
-            and rejection_in(submitted, state.gpu_types, state.pool_room) is None
-        ):
-            # No single type can ever hold it, a mix in one domain can (`cycle_cu_mix`).
-            kind = dataclasses.replace(kind, rejection=None)
-        if kind.rejection is not None:
-            state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
-            continue
-        if not kind.types:
-            state.reason(workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type")
-            continue
-        order = (-workload.priority_class, workload.submit_time_s, uid)
-        pending = Pending(workload, book, kind, uid, order)
+        kind: Kind | None
+        if book is None or workload.pool != pool or submitted.compute_units > 0.0:
+            found = _unusual(state, submitted, book)
+            if found is None or book is None:
+                continue
+            workload, kind = found
+        else:
+            kind = kinds.get(
+                (
+                    workload.pods,
+                    workload.min_pods,
+                    workload.gpus_per_pod,
+                    workload.allowed_gpu_types,
+                    workload.min_gpu_memory_gib,
+                    workload.cpu_millicores_per_pod,
+                    workload.memory_mib_per_pod,
+                    workload.topology,
+                    workload.partition_profile,
+                    workload.pods_on_distinct_nodes,
+                )
+            ) or kind_of(state, workload)
+            if kind.rejection is not None or not kind.types:
+                kind = _usable_kind(state, submitted, workload, kind)
+                if kind is None:
+                    continue
+        pending = Pending(
+            workload, book, kind, uid, (-workload.priority_class, workload.submit_time_s, uid)
+        )
         items = queue_pending.get(book.name)
         if items is None:
             queue_pending[book.name] = [pending]
@@ -131,13 +170,59 @@ def load_pending(state: CycleState) -> None:
     by_order = attrgetter("order")
     for name, items in queue_pending.items():
         items.sort(key=by_order)
-        suffix = [math.inf] * (len(items) + 1)
-        least = math.inf
-        for position in range(len(items) - 1, -1, -1):
-            min_cu = items[position].kind.min_cu
-            least = min(least, min_cu)
-            suffix[position] = least
-        state.suffix_min_cu[name] = suffix
+        # suffix[i]: the least CU of any of items[i:] (math.inf past the end)
+        least = list(
+            accumulate([item.kind.min_cu for item in reversed(items)], min, initial=math.inf)
+        )
+        least.reverse()
+        state.suffix_min_cu[name] = least
+
+
+def _unusual(
+    state: CycleState, submitted: Workload, book: QueueBook | None
+) -> tuple[Workload, Kind] | None:
+    """A pending workload of another pool, of no known leaf queue (its reason written, None),
+    or a compute-unit request (the gang that serves it this cycle, and that gang's kind)."""
+    pool = state.pool.name
+    if submitted.pool != pool:
+        state.reason(submitted, PendingCode.OTHER_POOL, f"belongs to pool {submitted.pool}")
+        return None
+    if book is None:
+        state.reason(
+            submitted,
+            PendingCode.UNKNOWN_QUEUE,
+            f"queue {submitted.queue} is not a leaf queue of pool {pool}",
+        )
+        return None
+    workload = submitted
+    if submitted.compute_units > 0.0:
+        workload = cu_request_for_cycle(state, submitted, book)
+        state.cu_requests[submitted.uid] = submitted
+    kind: Kind | None = kind_of(state, workload)
+    if kind is not None and (kind.rejection is not None or not kind.types):
+        kind = _usable_kind(state, submitted, workload, kind)
+    return None if kind is None else (workload, kind)
+
+
+def _usable_kind(
+    state: CycleState, submitted: Workload, workload: Workload, kind: Kind
+) -> Kind | None:
+    """`kind` if the workload can be scheduled at all, else None with its `NEVER_FITS` reason
+    written. A mix of types in one domain may serve what no single type can hold
+    (`cycle_cu_mix`)."""
+    if (
+        kind.rejection is not None
+        and submitted.mixed_gpu_types
+        and rejection_in(submitted, state.gpu_types, state.pool_room) is None
+    ):
+        kind = dataclasses.replace(kind, rejection=None)
+    if kind.rejection is not None:
+        state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
+        return None
+    if not kind.types:
+        state.reason(workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type")
+        return None
+    return kind
 
 
 def kind_of(state: CycleState, workload: Workload) -> Kind:

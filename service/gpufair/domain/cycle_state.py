@@ -150,6 +150,16 @@ class CycleState:
         self.cu_free_gpus: dict[str, float] = {}
         # Compute-unit requests as submitted, by uid (their `Pending` holds the chosen gang).
         self.cu_requests: dict[str, Workload] = {}
+        # `max_pods` answers per queue: its allocated and non-preemptible CU when asked, and
+        # the answers by (GPUs per pod, GPU type, preemptible, within share).
+        self._max_pods: dict[
+            str,
+            tuple[
+                float,
+                float,
+                dict[tuple[float, str, bool, bool], tuple[int, PendingCode | None]],
+            ],
+        ] = {}
         self.turns: dict[str, int] = {}  # the work-conserving pass's tie-break (`queue_key`)
         # Memos of the phases: failures stay failures while capacity only shrinks.
         self.place_failed: set[tuple[object, ...]] = set()
@@ -175,14 +185,42 @@ class CycleState:
         return item.workload.gpus_per_pod * self.weight(gpu_type)
 
     def pods_allowed(self, item: Pending, gpu_type: str, within_share: bool) -> int:
-        allowed, _ = item.book.max_pods(
-            self.cu_per_pod(item, gpu_type),
-            item.workload.gpus_per_pod,
-            gpu_type,
-            item.workload.preemptible,
-            within_share,
-        )
-        return min(allowed, item.workload.pods)
+        workload = item.workload
+        allowed, _ = self.max_pods(item.book, workload, gpu_type, within_share)
+        return min(allowed, workload.pods)
+
+    def max_pods(
+        self, book: QueueBook, workload: Workload, gpu_type: str, within_share: bool
+    ) -> tuple[int, PendingCode | None]:
+        """`book.max_pods` for pods of `workload` on `gpu_type`, memoised while the queue's
+        usage stays the same. Phases ask it for every workload they try, most of them while
+        the queue's book has not changed. A book without per-type or inner-queue limits reads
+        nothing mutable but its allocated and non-preemptible CU, so those two numbers
+        validate its memo; other books are asked each time."""
+        gpus_per_pod = workload.gpus_per_pod
+        if book.ancestors or book.limit_gpus_by_type:
+            return book.max_pods(
+                gpus_per_pod * self.weight(gpu_type),
+                gpus_per_pod,
+                gpu_type,
+                workload.preemptible,
+                within_share,
+            )
+        memo = self._max_pods.get(book.name)
+        if memo is None or memo[0] != book.allocated_cu or memo[1] != book.nonpreemptible_cu:
+            memo = self._max_pods[book.name] = (book.allocated_cu, book.nonpreemptible_cu, {})
+        answers = memo[2]
+        key = (gpus_per_pod, gpu_type, workload.preemptible, within_share)
+        found = answers.get(key)
+        if found is None:
+            found = answers[key] = book.max_pods(
+                gpus_per_pod * self.weight(gpu_type),
+                gpus_per_pod,
+                gpu_type,
+                workload.preemptible,
+                within_share,
+            )
+        return found
 
     # -- ordering -------------------------------------------------------------------------
 
@@ -320,40 +358,39 @@ class CycleState:
     # -- the result -----------------------------------------------------------------------
 
     def result(self) -> CycleResult:
-        # One reason per (code, queue, kind): the sentence depends on nothing else, and a
-        # busy pool has tens of thousands of pending workloads of few kinds.
-        shared: dict[tuple[PendingCode, str, int, int], PendingReason] = {}
-        for items in self.queue_pending.values():
+        """The decisions, with one reason per pending workload. Hot (one pass over every
+        pending workload), so sentences are shared: per queue, one reason per (code, kind,
+        held nodes), whose sentence is made once per set of the numbers `pending_message`
+        reads (code, CU needed, gang size, GPUs per pod, held nodes); a topology note, which
+        reads only the workload's kind and the capacity, once per kind."""
+        reasons = self.reasons
+        claim_victims = self.claim_victims
+        waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+        notes: dict[int, str] = {}
+        for items in self.queue_pending.values():  # one queue's items share its book
+            shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
+            messages: dict[tuple[PendingCode, float, int, float, int], str] = {}
             for item in items:
-                if item.done and item.code is not PendingCode.WAITING_FOR_EVICTED_CAPACITY:
+                code = item.code
+                if item.done and code is not waiting:
                     continue  # bound
-                beneficiary = self.claim_victims.get(item.uid)
-                if beneficiary is not None and item.code is PendingCode.OVER_FAIR_SHARE:
-                    message = pending_message(
-                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
-                    )
-                    self.reasons[item.uid] = PendingReason(
-                        item.code,
-                        f"{message}; evicted for {beneficiary}, it is not re-bound beyond its "
-                        "queue's share while that claim stands",
-                    )
-                    continue
-                key = (item.code, item.book.name, id(item.kind), item.held_nodes)
+                if claim_victims and code is PendingCode.OVER_FAIR_SHARE:
+                    beneficiary = claim_victims.get(item.uid)
+                    if beneficiary is not None:
+                        message = pending_message(
+                            code, item.workload, item.book, item.min_cu, item.held_nodes
+                        )
+                        reasons[item.uid] = PendingReason(
+                            code,
+                            f"{message}; evicted for {beneficiary}, it is not re-bound beyond "
+                            "its queue's share while that claim stands",
+                        )
+                        continue
+                key = (code, id(item.kind), item.held_nodes)
                 reason = shared.get(key)
                 if reason is None:
-                    message = pending_message(
-                        item.code, item.workload, item.book, item.min_cu, item.held_nodes
-                    )
-                    if item.code is PendingCode.NO_CAPACITY and item.workload.topology:
-                        message += topology_note(
-                            self.capacity,
-                            item.workload,
-                            item.types,
-                            self.pool.topology_levels,
-                            self.strategy,
-                        )
-                    reason = shared[key] = PendingReason(item.code, message)
-                self.reasons[item.uid] = reason
+                    reason = shared[key] = self._reason_of(item, messages, notes)
+                reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
             evicts=tuple(self.evicts),
@@ -361,6 +398,33 @@ class CycleState:
             reservations=tuple(self.reservations),
             queues={name: book.summary() for name, book in self.books.items()},
         )
+
+    def _reason_of(
+        self,
+        item: Pending,
+        messages: dict[tuple[PendingCode, float, int, float, int], str],
+        notes: dict[int, str],
+    ) -> PendingReason:
+        code = item.code
+        workload = item.workload
+        key = (code, item.min_cu, workload.gang_min_pods, workload.gpus_per_pod, item.held_nodes)
+        message = messages.get(key)
+        if message is None:
+            message = messages[key] = pending_message(
+                code, workload, item.book, item.min_cu, item.held_nodes
+            )
+        if code is PendingCode.NO_CAPACITY and workload.topology:
+            note = notes.get(id(item.kind))
+            if note is None:
+                note = notes[id(item.kind)] = topology_note(
+                    self.capacity,
+                    workload,
+                    item.types,
+                    self.pool.topology_levels,
+                    self.strategy,
+                )
+            message += note
+        return PendingReason(code, message)
 
 
 def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:

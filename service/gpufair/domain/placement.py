@@ -262,13 +262,64 @@ def free_pods(capacity: Capacity, shape: PodShape, gpu_type: str, exclusion: Exc
     )
     found = capacity.memo.get(key)
     if found is None:
-        found = sum(
-            pods_fit(capacity.nodes[node], shape)
-            for node in nodes_with_room(capacity, shape, gpu_type)
-            if not exclusion.blocks(node)
-        )
-        capacity.memo[key] = found
+        found = capacity.memo[key] = _count_free_pods(capacity, shape, gpu_type, exclusion)
     return found
+
+
+def _count_free_pods(
+    capacity: Capacity, shape: PodShape, gpu_type: str, exclusion: Exclusion
+) -> int:
+    """`free_pods` without the memo. The order of nodes does not matter for a count, so it
+    reads the buckets as they are (no sort of part-used nodes); whole-GPU pods are counted per
+    bucket (a node of bucket `k` holds `k // whole` pods before CPU and memory), node by node
+    only where CPU, memory or an exclusion can lower that."""
+    if gpu_type not in capacity.by_type:
+        return 0
+    nodes = capacity.nodes
+    blocking = exclusion.blocks_any()
+    top = capacity.max_gpus[gpu_type]
+    whole = shape.whole_gpus
+    if shape.profile or not whole:
+        if shape.shares_gpu and not shape.profile:
+            partial = capacity.partial_nodes(gpu_type)
+            members: Iterable[int] = [
+                *partial,
+                *(
+                    index
+                    for free in range(1, top + 1)
+                    for index in capacity.bucket(gpu_type, free)
+                    if index not in partial
+                ),
+            ]
+        else:
+            members = nodes_with_room(capacity, shape, gpu_type)
+        return sum(
+            pods_fit(nodes[index], shape)
+            for index in members
+            if not (blocking and exclusion.blocks(index))
+        )
+    cpu, memory = shape.cpu_millicores, shape.memory_mib
+    total = 0
+    for free in range(whole, top + 1):
+        bucket = capacity.bucket(gpu_type, free)
+        if not bucket:
+            continue
+        per_node = 1 if shape.one_per_node else free // whole
+        if cpu <= 0 and memory <= 0 and not blocking:
+            total += per_node * len(bucket)
+            continue
+        for index in bucket:
+            if blocking and exclusion.blocks(index):
+                continue
+            state = nodes[index]
+            count = per_node
+            if cpu > 0 and state.cpu_free // cpu < count:
+                count = state.cpu_free // cpu
+            if memory > 0 and state.memory_free // memory < count:
+                count = state.memory_free // memory
+            if count > 0:
+                total += count
+    return total
 
 
 def nodes_with_room(capacity: Capacity, shape: PodShape, gpu_type: str) -> Iterator[int]:
