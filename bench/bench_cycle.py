@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import pstats
 import random
@@ -241,6 +242,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=0, help="runs per size (0: by size)")
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
     parser.add_argument(
+        "--gc",
+        choices=("default", "serve"),
+        default="default",
+        help="the garbage collector as Python starts it, or as `gpufair serve` sets it "
+        "(gc_tuning: what exists frozen, young threshold 50,000), after the pool is built",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="one JSON line per mix and size (compare_cycle.py)"
     )
     args = parser.parse_args()
@@ -254,6 +262,12 @@ def main() -> None:
             if mix == "next":
                 snapshot = next_snapshot(snapshot, run_cycle(snapshot))
             repeats = args.repeats or (15 if size <= 100 else 9 if size <= 1000 else 5)
+            if args.gc == "serve":
+                # gpufair serve's settings, written out here so that the code of an older
+                # checkout (without gc_tuning) is measured the same way.
+                gc.collect()
+                gc.freeze()
+                gc.set_threshold(50_000, *gc.get_threshold()[1:])
             result = run_cycle(snapshot)  # warm-up: imports, first-touch allocations
             times = []
             cpu_times = []

@@ -24,10 +24,10 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent / "bench_cycle.py"
 
 
-def run(tree: str, mix: str, size: int, repeats: int) -> dict[str, object]:
+def run(tree: str, mix: str, size: int, repeats: int, gc: str) -> dict[str, object]:
     env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"))
     command = [sys.executable, str(BENCH), "--json", "--mix", mix, "--sizes", str(size)]
-    command += ["--repeats", str(repeats)]
+    command += ["--repeats", str(repeats), "--gc", gc]
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     line: dict[str, object] = json.loads(output.strip().splitlines()[-1])
     return line
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,4000")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of one run per checkout")
     parser.add_argument("--repeats", type=int, default=3, help="timed cycles per run")
+    parser.add_argument("--gc", choices=("default", "serve"), default="default")
     args = parser.parse_args()
     trees = args.trees.split(",")
     print(
@@ -54,7 +55,7 @@ def main() -> None:
             decisions: dict[str, object] = {}
             for _ in range(args.rounds):
                 for tree in trees:
-                    line = run(tree, mix, size, args.repeats)
+                    line = run(tree, mix, size, args.repeats, args.gc)
                     wall[tree] += line["wall_s"]  # type: ignore[arg-type]
                     cpu[tree] += line["cpu_s"]  # type: ignore[arg-type]
                     decisions[tree] = line["decisions"]
