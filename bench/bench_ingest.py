@@ -59,7 +59,7 @@ from server_process import (
     tree_cpu_s,
     wait_serving,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
@@ -319,6 +319,20 @@ def worker_cpu_s(pid: int) -> dict[int, float]:
     return found
 
 
+def submit_workloads(engine: Engine, n_workloads: int, t0: float) -> None:
+    """Workloads w0.. of the events, eight queues, in batches of 5,000 (one transaction)."""
+    with engine.connect() as conn:
+        for i in range(0, n_workloads, 5000):
+            workload_repo.submit(
+                conn,
+                [
+                    Workload(f"w{w}", f"q{w % 8}", "main", 1, 1, t0)
+                    for w in range(i, min(n_workloads, i + 5000))
+                ],
+            )
+        conn.commit()
+
+
 def one_round(
     mix: str, n_events: int, batch: int, streams: int = 1, *, spread: bool = False
 ) -> dict[str, Any]:
@@ -337,16 +351,7 @@ def one_round(
             wait_serving(f"127.0.0.1:{port}", process)
             with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
                 client.apply_config(parse_config(cluster()))
-                with engine.connect() as conn:
-                    for i in range(0, n_workloads, 5000):
-                        workload_repo.submit(
-                            conn,
-                            [
-                                Workload(f"w{w}", f"q{w % 8}", "main", 1, 1, t0)
-                                for w in range(i, min(n_workloads, i + 5000))
-                            ],
-                        )
-                    conn.commit()
+                submit_workloads(engine, n_workloads, t0)
                 if before:
                     client.ledger.StreamEvents(iter(messages(before, batch)), timeout=900)
                 copy_eps = copy_rate(url, events)

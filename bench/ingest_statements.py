@@ -29,13 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from bench_ingest import cluster, events_for, libpq_url, messages, start_server
+from bench_ingest import (
+    cluster,
+    events_for,
+    libpq_url,
+    messages,
+    start_server,
+    submit_workloads,
+)
 from server_process import free_port, wait_serving
 
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
-from gpufair.domain.model import Workload
-from gpufair.store import ingest_pipeline, migrate, runs_repo, workload_repo
+from gpufair.store import ingest_pipeline, migrate, runs_repo
 from gpufair.store.database import make_engine
 from gpufair.store.event_codec import COPY_EVENTS_SQL, copy_stream, text_array
 from gpufair.store.known_workloads import KnownWorkloads
@@ -227,16 +233,7 @@ def main() -> None:
             wait_serving(f"127.0.0.1:{port}", process)
             with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
                 client.apply_config(parse_config(cluster()))
-                with engine.connect() as conn:
-                    for i in range(0, n_workloads, 5000):
-                        workload_repo.submit(
-                            conn,
-                            [
-                                Workload(f"w{w}", f"q{w % 8}", "main", 1, 1, t0)
-                                for w in range(i, min(n_workloads, i + 5000))
-                            ],
-                        )
-                    conn.commit()
+                submit_workloads(engine, n_workloads, t0)
                 client.ledger.StreamEvents(iter(messages(streamed, BATCH)), timeout=900)
         finally:
             process.terminate()
