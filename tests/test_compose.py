@@ -50,7 +50,9 @@ def test_compose_file_runs_the_service_against_its_postgres() -> None:
     assert duration_s(app["stop_grace_period"]) >= args.grace_s + 10
     # PostgreSQL is reachable for SQL reports, from the host's loopback only.
     assert services["postgres"]["ports"] == ["127.0.0.1:5433:5432"]
-    assert app["ports"] == ["127.0.0.1:50051:50051", "127.0.0.1:9464:9464"]  # gRPC, metrics
+    # gRPC, then one metrics port per server process.
+    assert app["ports"] == ["127.0.0.1:50051:50051", "127.0.0.1:9464:9464", "127.0.0.1:9465:9465"]
+    assert args.processes == 2
 
 
 def test_dockerfile_installs_the_project_and_serves() -> None:

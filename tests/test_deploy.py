@@ -100,7 +100,8 @@ def test_compose_stack_scrapes_gpufair_and_provisions_grafana() -> None:
 
     prometheus_config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     targets = prometheus_config["scrape_configs"][0]["static_configs"][0]["targets"]
-    assert targets == ["gpufair:9464"]
+    # One target per server process: the metrics port plus the process's index.
+    assert targets == [f"gpufair:{9464 + i}" for i in range(args.processes)]
     assert prometheus_config["rule_files"] == ["alerts.yml"]
     prometheus = services["prometheus"]
     assert "./deploy/prometheus:/etc/prometheus:ro" in prometheus["volumes"]

@@ -73,7 +73,7 @@ def alert_expressions() -> dict[str, str]:
 class Prometheus:
     """A Prometheus server of the test's own, on a free loopback port, stopped by its pid."""
 
-    def __init__(self, binary: str, folder: Path, metrics_port: int) -> None:
+    def __init__(self, binary: str, folder: Path, metrics_ports: list[int]) -> None:
         config = {
             # A scrape reads the database: on a busy machine it may take more than a second.
             "global": {
@@ -85,7 +85,9 @@ class Prometheus:
             "scrape_configs": [
                 {
                     "job_name": "gpufair",
-                    "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{port}" for port in metrics_ports]}
+                    ],
                 }
             ],
         }
@@ -210,7 +212,7 @@ def stack(pg_server: Database, tmp_path: Path) -> Iterator[tuple[ServeProcess, P
         # One process: its one endpoint has every series (a group has one per worker).
         args += ["--processes", "1"]
         serve = ServeProcess(args, env, tmp_path / "serve.log")
-        prometheus = Prometheus(prometheus_binary, tmp_path, metrics_port)
+        prometheus = Prometheus(prometheus_binary, tmp_path, [metrics_port])
         try:
             serve.wait_serving()
             prometheus.wait_ready()
@@ -317,3 +319,78 @@ def test_every_dashboard_and_alert_expression_returns_data(
     assert all(0 < e["duration_s"] < 30 for e in schedules)
     start = [e for e in lines if e["level"] == "warning" and e["time"] < schedules[0]["time"]]
     assert start == []  # a normal start warns of nothing
+
+
+def _get_config_calls(text: str) -> float:
+    """The GetConfig RPCs one worker's endpoint has counted."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("gpufair_rpcs_total{") and 'GetConfig"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            return str(reply.read().decode())
+    except OSError:  # the worker's endpoint is not listening yet
+        return ""
+
+
+def test_a_process_group_is_scraped_per_worker_and_counts_the_cluster_once(
+    pg_server: Database, tmp_path: Path
+) -> None:
+    """`gpufair serve --processes 2` as the compose stack runs it: Prometheus scrapes both
+    workers' endpoints; the dashboard's sums over the targets count every RPC exactly once, and
+    the state gauges (worker 0 alone exports them) give one series per queue."""
+    prometheus_binary, _ = _tools()
+    env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
+    with scratch_database(pg_server.url) as url:
+        metrics = free_port()
+        args = ["--database-url", url, "--grace-s", "1", "--job-tick-s", "0.5"]
+        args += ["--metrics-address", f"127.0.0.1:{metrics}", "--processes", "2"]
+        serve = ServeProcess(args, env, tmp_path / "serve.log")
+        prometheus = Prometheus(prometheus_binary, tmp_path, [metrics, metrics + 1])
+        try:
+            serve.wait_serving()
+            prometheus.wait_ready()
+            config = load_config_file(EXAMPLE)
+            config.pools[0].policy.recompute_interval_s = 1
+            with GpufairClient(serve.address, attempts=1, timeout_s=30) as writer:
+                writer.apply_config(config)
+            # Each client is one connection, which the kernel gives to one worker: calls go
+            # on, 20 at a time, until both workers have answered some (at most 200).
+            calls = 0
+            while calls < 200:
+                for _ in range(20):
+                    with GpufairClient(serve.address, attempts=1, timeout_s=30) as reader:
+                        assert reader.get_config().config_version == 1
+                calls += 20
+                if all(_get_config_calls(_scrape(p)) > 0 for p in (metrics, metrics + 1)):
+                    break
+            per_worker = [_get_config_calls(_scrape(p)) for p in (metrics, metrics + 1)]
+            assert min(per_worker) > 0 and sum(per_worker) == calls, per_worker
+
+            def value(expr: str) -> float | None:
+                result = prometheus.query(expr)
+                return float(result[0]["value"][1]) if result else None
+
+            wait_for(lambda: value('count(up{job="gpufair"} == 1)') == 2, 60, "both targets up")
+            counted = 'sum(gpufair_rpcs_total{method=~".*GetConfig"})'
+            wait_for(lambda: value(counted) == calls, 60, f"{counted} == {calls}")
+            by_instance = prometheus.query(
+                'sum by (instance) (gpufair_rpcs_total{method=~".*GetConfig"})'
+            )
+            assert sorted(float(r["value"][1]) for r in by_instance) == sorted(per_worker)
+
+            # The dashboard's fair-share panel: one series per queue, from worker 0 only.
+            shares = "max by (pool, queue) (gpufair_fair_share_cu)"
+            wait_for(lambda: len(prometheus.query(shares)) == 2, 60, shares)
+            assert {r["metric"]["queue"] for r in prometheus.query(shares)} == {"llm", "vision"}
+            exporters = prometheus.query("count by (instance) (gpufair_fair_share_cu)")
+            assert [r["metric"]["instance"] for r in exporters] == [f"127.0.0.1:{metrics}"]
+        finally:
+            prometheus.stop()
+            if serve.proc.poll() is None:
+                assert serve.terminate() == 0
