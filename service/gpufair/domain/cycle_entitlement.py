@@ -43,6 +43,7 @@ from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_reclaim import on_loan_too_long
 from gpufair.domain.cycle_reserve import reserve_gang
 from gpufair.domain.cycle_state import CycleState, Pending, QueueKey
+from gpufair.domain.entitlement_reach import reachable_share_cu
 from gpufair.domain.model import WindowKind
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.queuebook import QueueBook
@@ -87,31 +88,6 @@ def _most_under_served(state: CycleState) -> list[QueueBook]:
         ):
             chosen.append(book)
     return chosen
-
-
-def reachable_share_cu(
-    weight_share: float, held_over_quota_cu: float, over_quota_cu: float, k: float
-) -> float:
-    """The largest over-quota share the formula can ever give a queue that keeps holding
-    `held_over_quota_cu` of a group dividing `over_quota_cu` (DESIGN §3.3).
-
-    Kept for a window, what it holds makes its usage share at least u = held / capacity, so its
-    P is at most W'(1 + k) - k u. The others' usage shares add up to at most 1 - u, so their Ps
-    add up to at least (1 + k)(1 - W') - k (1 - u) (each P is W' + k (W' - U'), floored at 0).
-    The share is the group's capacity times P over the sum of Ps: at most
-    capacity × P / (P + max(0, that least sum)).
-
-    With three equal queues at k = 1 and nothing held: 2/3 of the group, the burst case's
-    10.67 of 16 GPUs; with weights 3 : 1 holding 40 of 64: 0.875 × 64 = 56.
-    """
-    if over_quota_cu <= EPS:
-        return 0.0
-    usage = min(1.0, max(0.0, held_over_quota_cu / over_quota_cu))
-    own = max(0.0, weight_share * (1.0 + k) - k * usage)
-    others = max(0.0, (1.0 + k) * (1.0 - weight_share) - k * (1.0 - usage))
-    if own + others <= EPS:
-        return over_quota_cu
-    return over_quota_cu * own / (own + others)
 
 
 def _candidate(state: CycleState, book: QueueBook, after_s: float) -> Pending | None:

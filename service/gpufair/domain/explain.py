@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 from gpufair.domain import cu_request
 from gpufair.domain.capacity import Capacity, uses_of
+from gpufair.domain.entitlement_reach import outlook
 from gpufair.domain.model import GpuType, Node, Workload
+from gpufair.domain.number_text import number_text as _num
 from gpufair.domain.partition_geometry import geometries, profile_geometry
 from gpufair.domain.placement import (
     PodShape,
@@ -51,17 +53,6 @@ from gpufair.domain.snapshot import (
     PendingReason,
     ReservationKind,
 )
-
-
-def _num(value: float) -> str:
-    """A number in a message as the command line prints numbers (`render.fmt_number`): whole
-    ones bare (60, not 60.0), others to at most three decimals, so `gpufair explain` shows one
-    precision throughout."""
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    if abs(value) < 0.001:
-        return f"{value:.3g}"
-    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +90,9 @@ class Explanation:
     # How long the queue's work beyond its fair share may run before it may be reclaimed even
     # ahead of its min_runtime_s (`policy.max_borrow_s`); None: no limit.
     max_borrow_s: float | None = None
+    # Waiting beyond its fair share: the largest share time-based fair share can give its queue
+    # while it keeps what it holds (`entitlement_reach`); None otherwise or without a standing.
+    reachable_share_cu: float | None = None
 
 
 def pending_message(
@@ -202,6 +196,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
     may_take = max(0.0, fair_share - allocated)
     over_quota_may_take = max(0.0, fair_share - max(allocated, deserved))
     counts = _count_filters(workload, pool_nodes, capacity, gpu_types, held_for_other)
+    reachable: float | None = None
     if pending is None and any(b.workload_uid == workload_uid for b in result.binds):
         # Pending, and it fits: only a cycle has not run since it arrived or room freed up.
         message = (
@@ -230,6 +225,18 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
                 f" Loans are called back: the queue's work beyond its fair share may be "
                 f"reclaimed after {borrow_s:.0f} s (max_borrow_s), even before its min_runtime_s."
             )
+        if pending.code is PendingCode.OVER_FAIR_SHARE:
+            reach = outlook(
+                snapshot.pool,
+                snapshot.standing,
+                result.queues,
+                workload,
+                needed_cu,
+                snapshot.now_s,
+            )
+            if reach is not None:
+                reachable = reach.reachable_cu
+                message += " " + reach.sentence
     return Explanation(
         workload_uid=workload_uid,
         queue=workload.queue,
@@ -247,6 +254,7 @@ def explain(snapshot: CycleSnapshot, result: CycleResult, workload_uid: str) -> 
         nodes=counts,
         message=message,
         max_borrow_s=borrow_s,
+        reachable_share_cu=reachable,
     )
 
 
