@@ -79,6 +79,20 @@ def connection_spread(port: int, server_pid: int) -> list[int]:
     return sorted(counts.values(), reverse=True)
 
 
+def wait_listening(port: int, sockets: int, timeout_s: float = 120.0) -> None:
+    """Until `sockets` sockets listen on `port` (one per process of a group sharing it): h2load
+    connects all at once, and a process not yet listening would get none of them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["ss", "-Htln", f"( sport = :{port} )"], capture_output=True, text=True, check=False
+        ).stdout
+        if len(out.splitlines()) >= sockets:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"fewer than {sockets} sockets listen on port {port}")
+
+
 def h2load(
     port: int, body: Path, seconds: float, connections: int, streams: int, server_pid: int
 ) -> dict[str, Any]:
@@ -155,6 +169,7 @@ def run_gpufair(
             c.apply_config(cluster(200))
             reply = c.get_fair_share("main")
         assert len(reply.queues) == 4, reply
+        wait_listening(port, args.processes)
         time.sleep(1.0)
         figures = h2load(port, body, args.seconds, args.connections, args.streams, gpufair.pid)
     finally:
@@ -218,7 +233,8 @@ def main() -> int:
                 log,
             )
             try:
-                time.sleep(2.0)
+                wait_listening(port, processes)
+                time.sleep(1.0)
                 results[name] = h2load(
                     port, body, args.seconds, args.connections, args.streams, trivial.pid
                 )

@@ -42,6 +42,44 @@ def _request_fields(request: Any) -> dict[str, str]:
     return fields
 
 
+class RpcRecord(logging.LogRecord):
+    """An RPC's line as a log record, made with what the line carries only. `LogRecord`'s own
+    constructor also works out the source file's name and module from a path (there is none:
+    the server does not walk the stack for it), the thread, the process and their names, per
+    call; here the attributes every record has and that are the same for every RPC line are
+    copied in from one dict (`_SAME_FOR_EVERY_LINE`), and the line's fields are set as `extra=`
+    would have set them."""
+
+    def __init__(self, method: str, code: str, duration_s: float, request: Any) -> None:
+        # Not LogRecord.__init__ (above): what it would set from its arguments and the clock.
+        now = time.time()
+        fields = self.__dict__
+        fields.update(_SAME_FOR_EVERY_LINE)
+        self.msg, self.args = "%s %s %.1f ms", (method, code, duration_s * 1000)
+        self.created, self.msecs = now, int((now - int(now)) * 1000) + 0.0
+        self.relativeCreated = (now - _STARTED_S) * 1000
+        self.method, self.code, self.duration_s = method, code, round(duration_s, 6)
+        fields.update(_request_fields(request))
+
+
+_STARTED_S = time.time()  # `relativeCreated` is from here (logging's own start differs little)
+_SAME_FOR_EVERY_LINE = {
+    **vars(logging.LogRecord("", 0, "", 0, "", None, None)),
+    "name": rpc_log.name,
+    "levelno": logging.INFO,
+    "levelname": "INFO",
+    "pathname": "(unknown file)",
+    "filename": "(unknown file)",
+    "module": "(unknown file)",
+    "lineno": 0,
+    "funcName": "(unknown function)",
+    "thread": None,
+    "threadName": None,
+    "process": None,
+    "processName": None,
+}
+
+
 def _aborted(context: grpc.ServicerContext) -> Any:
     return getattr(context, "code", lambda: None)()
 
@@ -247,9 +285,7 @@ class MetricsInterceptor(Layer):
                     duration_s = time.perf_counter() - start
                     count(code, duration_s)
                     if logged and rpc_log.isEnabledFor(logging.INFO):
-                        extra = {"method": method, "code": code, "duration_s": round(duration_s, 6)}
-                        extra |= _request_fields(request)
-                        rpc_log.info("%s %s %.1f ms", method, code, duration_s * 1000, extra=extra)
+                        rpc_log.handle(RpcRecord(method, code, duration_s, request))
 
             return timed
 
