@@ -96,15 +96,16 @@ class _InProcessQueueHandler(logging.handlers.QueueHandler):
 
 class _BatchWriter(logging.handlers.QueueListener):
     """The writing thread: it takes every record waiting (up to `BATCH` at a time, gathered
-    for `GATHER_S`), formats them and writes them with one write and one flush. Under load the RPC threads queue lines
-    faster than one write each could keep up with, and each write lets go of the interpreter
-    lock and waits to take it back, with a line's worth of work in between."""
+    for `GATHER_S`), formats them and writes them with one write and one flush. Under load the
+    RPC threads queue lines faster than one write each could keep up with, and each write lets
+    go of the interpreter lock and waits to take it back, with a line's worth of work in
+    between."""
 
     BATCH = 2048
     # Once a record arrives, how long the thread lets more gather before it writes: it then
-    # wakes at most 20 times a second rather than about once per RPC. Each wake takes the
-    # interpreter lock from the RPC threads and hands it back (two switches of threads on a
-    # machine whose cores are busy), which under h2load cost more than formatting the lines.
+    # wakes at most 20 times a second rather than about once per RPC, and each wake takes the
+    # interpreter lock from the RPC threads and hands it back (two switches of threads, on a
+    # machine whose cores are busy). A line shows at most this much later.
     GATHER_S = 0.05
 
     def __init__(self, records: queue.SimpleQueue[logging.LogRecord], handler: Any) -> None:
