@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import sys
 
 import pytest
 
 from gpufair.cli import build_parser
-from gpufair.cli.logs import JsonFormatter, setup_logging, stop_logging
+from gpufair.cli.logs import TEXT_FORMAT, JsonFormatter, TextFormatter, setup_logging, stop_logging
 
 
 def _record(**extra: object) -> logging.LogRecord:
@@ -53,6 +55,34 @@ def test_a_traceback_stays_on_the_line() -> None:
     assert "\n" not in line
     entry = json.loads(line)
     assert "RuntimeError: disk full\nsecond line" in entry["exception"]
+
+
+def test_the_text_lines_are_the_standard_formatters() -> None:
+    """`TextFormatter` renders the time once per second; its lines are those of
+    `logging.Formatter(TEXT_FORMAT)` for the same records: plain, with a traceback, with a
+    stack, and across a change of second."""
+    try:
+        raise RuntimeError("disk full")
+    except RuntimeError:
+        failure = sys.exc_info()
+    records = []
+    for second, msecs, exc_info, stack in (
+        (1_764_633_600, 123, None, None),
+        (1_764_633_600, 999, failure, None),
+        (1_764_633_601, 4, None, "Stack (most recent call last):\n  here"),
+        (1_764_633_599, 500, failure, "Stack"),
+    ):
+        record = logging.LogRecord(
+            "gpufair.rpc", logging.INFO, __file__, 1, "%s %s %.1f ms", ("Schedule", "OK", 1.25),
+            exc_info, sinfo=stack,
+        )  # fmt: skip
+        record.created, record.msecs = second + msecs / 1000, msecs
+        records.append(record)
+    fast, standard = TextFormatter(), logging.Formatter(TEXT_FORMAT)
+    lines = [fast.format(copy.copy(r)) for r in records]
+    assert lines == [standard.format(copy.copy(r)) for r in records]
+    assert lines[0].endswith(",123 INFO gpufair.rpc: Schedule OK 1.2 ms")
+    assert "RuntimeError: disk full" in lines[1]
 
 
 def test_serve_takes_the_log_format() -> None:

@@ -102,6 +102,34 @@ def test_a_call_waits_for_a_slot_until_its_deadline() -> None:
         pass
 
 
+def test_slots_are_counted_and_a_call_without_a_deadline_waits_for_one() -> None:
+    """Two slots: two holders at once, a third caller gets none within 0.05 s; a caller with
+    grpc's "time remaining" of a call without a deadline (about 1e19 s, more than a lock's
+    wait can take) waits until a slot is released, and every slot comes back."""
+    slots = WorkSlots(2)
+    with slots.held(None), slots.held(5.0), pytest.raises(DeadlineExceeded), slots.held(0.05):
+        pass
+    got = threading.Event()
+    first, second = slots.held(None), slots.held(None)
+    first.__enter__()
+    second.__enter__()
+
+    def wait_without_deadline() -> None:
+        with slots.held(1.8e19):
+            got.set()
+
+    waiter = threading.Thread(target=wait_without_deadline)
+    waiter.start()
+    assert not got.wait(0.1)
+    first.__exit__(None, None, None)
+    assert got.wait(10.0)
+    waiter.join()
+    second.__exit__(None, None, None)
+    # Both free again, none lost or made.
+    with slots.held(0.0), slots.held(0.0), pytest.raises(DeadlineExceeded), slots.held(0.0):
+        pass
+
+
 def test_a_call_past_its_deadline_while_slots_are_busy_is_told_so(
     slow_engine: Engine, db: Engine
 ) -> None:

@@ -40,7 +40,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy import Engine
 
 from gpufair.api.errors import abort_for
-from gpufair.api.interceptors import Behavior, _rewrap
+from gpufair.api.interceptors import Behavior, Layer, _rewrap
 from gpufair.store import token_repo
 from gpufair.store.token_repo import TokenRecord
 from gpufair.tokens import Role, digest, looks_like_token
@@ -165,23 +165,19 @@ def _guard(handler: Any, decorate: Callable[[Behavior], Behavior]) -> Any:
     )
 
 
-class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class AuthInterceptor(Layer):
     """Checks the caller's token and role before the handler runs (in the handler's thread, not
-    gRPC's polling thread: a lookup may wait on the database)."""
+    gRPC's polling thread: a lookup may wait on the database). The check reads the call's
+    metadata when the call runs, so the wrapping is the method's alone, built once."""
 
     def __init__(
         self, tokens: TokenCache, rpc_roles: Mapping[str, frozenset[Role]] = RPC_ROLES
     ) -> None:
+        super().__init__()
         self._tokens = tokens
         self._rpc_roles = rpc_roles
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = continuation(details)
-        method = details.method
+    def wrap(self, method: str, handler: Any) -> Any:
         if handler is None or method.lstrip("/").split("/", 1)[0] in OPEN_SERVICES:
             return handler
         allowed = self._rpc_roles.get(method, frozenset())

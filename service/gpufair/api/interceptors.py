@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -40,6 +40,44 @@ def _request_fields(request: Any) -> dict[str, str]:
         if isinstance(value, str) and value:
             fields[name] = value[:200]
     return fields
+
+
+class RpcRecord(logging.LogRecord):
+    """An RPC's line as a log record, made with what the line carries only. `LogRecord`'s own
+    constructor also works out the source file's name and module from a path (there is none:
+    the server does not walk the stack for it), the thread, the process and their names, per
+    call; here the attributes every record has and that are the same for every RPC line are
+    copied in from one dict (`_SAME_FOR_EVERY_LINE`), and the line's fields are set as `extra=`
+    would have set them."""
+
+    def __init__(self, method: str, code: str, duration_s: float, request: Any) -> None:
+        # Not LogRecord.__init__ (above): what it would set from its arguments and the clock.
+        now = time.time()
+        fields = self.__dict__
+        fields.update(_SAME_FOR_EVERY_LINE)
+        self.msg, self.args = "%s %s %.1f ms", (method, code, duration_s * 1000)
+        self.created, self.msecs = now, int((now - int(now)) * 1000) + 0.0
+        self.relativeCreated = (now - _STARTED_S) * 1000
+        self.method, self.code, self.duration_s = method, code, round(duration_s, 6)
+        fields.update(_request_fields(request))
+
+
+_STARTED_S = time.time()  # `relativeCreated` is from here (logging's own start differs little)
+_SAME_FOR_EVERY_LINE = {
+    **vars(logging.LogRecord("", 0, "", 0, "", None, None)),
+    "name": rpc_log.name,
+    "levelno": logging.INFO,
+    "levelname": "INFO",
+    "pathname": "(unknown file)",
+    "filename": "(unknown file)",
+    "module": "(unknown file)",
+    "lineno": 0,
+    "funcName": "(unknown function)",
+    "thread": None,
+    "threadName": None,
+    "process": None,
+    "processName": None,
+}
 
 
 def _aborted(context: grpc.ServicerContext) -> Any:
@@ -84,6 +122,46 @@ class _Memo:
         return outer
 
 
+class Layer(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """An interceptor whose wrapping of a handler depends on the method and that handler only
+    (what it does per call, it does inside the wrapped behaviour): built once per method."""
+
+    def __init__(self) -> None:
+        self._memo = _Memo()
+
+    def wrap(self, method: str, inner: Any) -> Any:
+        """`inner`, the handler of `method` (or None: no such method), as this layer serves it."""
+        raise NotImplementedError
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        method = details.method
+        return self._memo.get(method, continuation(details), lambda h: self.wrap(method, h))
+
+
+class Layers(Layer):
+    """Several layers as one interceptor, the first outermost: per call, one lookup of the
+    method's composed handler instead of one interceptor call each.
+
+    grpc's synchronous server finds a call's handler on its one polling thread, the thread that
+    also receives every call and hands it to the pool, and it runs the interceptors there, each
+    through a continuation made for the call. With six of them that was six calls, six
+    continuations and six lookups of a memoized wrapping per RPC on the thread every RPC goes
+    through (`bench/results/serving.md`)."""
+
+    def __init__(self, layers: Sequence[Layer]) -> None:
+        super().__init__()
+        self.layers = tuple(layers)
+
+    def wrap(self, method: str, inner: Any) -> Any:
+        for layer in reversed(self.layers):
+            inner = layer.wrap(method, inner)
+        return inner
+
+
 class MalformedRequest:
     """What a request message deserializes to when its bytes are not a valid message."""
 
@@ -115,22 +193,11 @@ def _checked_stream(requests: Iterator[Any], method: str) -> Iterator[Any]:
         yield request
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class ErrorMappingInterceptor(Layer):
     """No exception leaves a handler as UNKNOWN: each gets the status `abort_for` gives it, and
     malformed request bytes are INVALID_ARGUMENT (module docstring)."""
 
-    def __init__(self) -> None:
-        self._memo = _Memo()
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        method = details.method
-        return self._memo.get(method, continuation(details), lambda h: self._wrap(method, h))
-
-    def _wrap(self, method: str, inner: Any) -> Any:
+    def wrap(self, method: str, inner: Any) -> Any:
         short = method.rsplit("/", 1)[-1]
 
         def decorate(behavior: Behavior) -> Behavior:
@@ -167,23 +234,12 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return handler
 
 
-class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class DeadlineInterceptor(Layer):
     """Hands the call's deadline to the database layer for as long as the handler runs, so its
     transactions get a statement timeout no longer than the caller waits (store/deadline.py).
     Placed outside the auth interceptor, whose token lookup is database work too."""
 
-    def __init__(self) -> None:
-        self._memo = _Memo()
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        return self._memo.get(details.method, continuation(details), self._wrap)
-
-    @staticmethod
-    def _wrap(inner: Any) -> Any:
+    def wrap(self, method: str, inner: Any) -> Any:
         def decorate(behavior: Behavior) -> Behavior:
             def bounded(request: Any, context: grpc.ServicerContext) -> Any:
                 with call_deadline(context.time_remaining()):
@@ -194,22 +250,10 @@ class DeadlineInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return _rewrap(inner, decorate)
 
 
-class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class MetricsInterceptor(Layer):
     """Counts, times and logs every RPC by method and final status (placed outermost)."""
 
-    def __init__(self) -> None:
-        self._memo = _Memo()
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        full = details.method
-        return self._memo.get(full, continuation(details), lambda h: self._wrap(full, h))
-
-    @staticmethod
-    def _wrap(full: str, inner: Any) -> Any:
+    def wrap(self, full: str, inner: Any) -> Any:
         method = full.rsplit("/", 1)[-1]
         # Probes and tooling call health and reflection all day: counted, not logged.
         logged = not full.startswith(("/grpc.health.", "/grpc.reflection."))
@@ -241,34 +285,24 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     duration_s = time.perf_counter() - start
                     count(code, duration_s)
                     if logged and rpc_log.isEnabledFor(logging.INFO):
-                        extra = {"method": method, "code": code, "duration_s": round(duration_s, 6)}
-                        extra |= _request_fields(request)
-                        rpc_log.info("%s %s %.1f ms", method, code, duration_s * 1000, extra=extra)
+                        rpc_log.handle(RpcRecord(method, code, duration_s, request))
 
             return timed
 
         return _rewrap(inner, decorate)
 
 
-class WorkSlotInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class WorkSlotInterceptor(Layer):
     """Each call holds one of `slots` while its handler runs (`api/work_slots.py`); placed inside
     error mapping, so a deadline passed while waiting is answered as such."""
 
     def __init__(self, slots: WorkSlots) -> None:
+        super().__init__()
         self.slots = slots
-        self._memo = _Memo()
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        method = details.method
+    def wrap(self, method: str, inner: Any) -> Any:
         if method in SELF_SLOTTED or method.startswith(EXEMPT_PREFIXES):
-            return continuation(details)
-        return self._memo.get(method, continuation(details), self._wrap)
-
-    def _wrap(self, inner: Any) -> Any:
+            return inner
         slots = self.slots
 
         def decorate(behavior: Behavior) -> Behavior:
@@ -281,7 +315,7 @@ class WorkSlotInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return _rewrap(inner, decorate)
 
 
-class SharedReplyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class SharedReplyInterceptor(Layer):
     """Encodes a reply object once however many calls return it: the members of a coalesced
     `Schedule` cycle (`api/cycle_gate.py`) all get the one reply message, which grpc would
     otherwise serialize per call (at 200 callers and 3,000 waiting workloads, about 100 copies
@@ -290,20 +324,11 @@ class SharedReplyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     a reply is not changed once returned (it is the slot's or the cache entry's, shared)."""
 
     def __init__(self, methods: frozenset[str], keep: int = 8) -> None:
+        super().__init__()
         self._methods = methods
         self._keep = keep
         self._lock = threading.Lock()
         self._last: list[tuple[Any, bytes]] = []
-        self._memo = _Memo()
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        if details.method not in self._methods:
-            return continuation(details)
-        return self._memo.get(details.method, continuation(details), self._wrap)
 
     def _serialize(self, message: Any) -> bytes:
         for kept, encoded in self._last:  # the list is replaced whole, never changed in place
@@ -314,8 +339,8 @@ class SharedReplyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             self._last = [*self._last[-(self._keep - 1) :], (message, data)]
         return data
 
-    def _wrap(self, handler: Any) -> Any:
-        if handler is None or handler.unary_unary is None:
+    def wrap(self, method: str, handler: Any) -> Any:
+        if method not in self._methods or handler is None or handler.unary_unary is None:
             return handler
         return grpc.unary_unary_rpc_method_handler(
             handler.unary_unary,

@@ -21,6 +21,8 @@ from gpufair.api.health import DEFAULT_INTERVAL_S, DatabaseHealth
 from gpufair.api.interceptors import (
     DeadlineInterceptor,
     ErrorMappingInterceptor,
+    Layer,
+    Layers,
     MetricsInterceptor,
     SharedReplyInterceptor,
     WorkSlotInterceptor,
@@ -119,20 +121,24 @@ def build_server(
     for a shared cycle without a work slot (`api/work_slots.py`).
 
     `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
-    (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext."""
+    (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext.
+    When every interceptor is a `Layer` (gpufair's own are), they run as one (`Layers`)."""
     slots = WorkSlots(max_workers)
+    interceptors = [
+        MetricsInterceptor(),
+        DeadlineInterceptor(),
+        *interceptors_extra,
+        ErrorMappingInterceptor(),
+        SharedReplyInterceptor(SHARED_REPLIES),
+        WorkSlotInterceptor(slots),
+    ]
+    if all(isinstance(i, Layer) for i in interceptors):
+        interceptors = [Layers([i for i in interceptors if isinstance(i, Layer)])]
     server = grpc.server(
         futures.ThreadPoolExecutor(
             max_workers=max_workers + schedule_waiters, thread_name_prefix="rpc"
         ),
-        interceptors=[
-            MetricsInterceptor(),
-            DeadlineInterceptor(),
-            *interceptors_extra,
-            ErrorMappingInterceptor(),
-            SharedReplyInterceptor(SHARED_REPLIES),
-            WorkSlotInterceptor(slots),
-        ],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

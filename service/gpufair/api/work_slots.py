@@ -22,9 +22,9 @@ while queued for a thread.
 
 from __future__ import annotations
 
-import contextlib
+import queue
 import threading
-from collections.abc import Iterator
+from types import TracebackType
 
 from gpufair.store.deadline import DeadlineExceeded
 
@@ -44,22 +44,58 @@ SELF_SLOTTED = frozenset(
 
 
 class WorkSlots:
-    """`count` slots; None: no limit (tests and tools that build a servicer alone)."""
+    """`count` slots; None: no limit (tests and tools that build a servicer alone).
+
+    The free slots are tokens in a `queue.SimpleQueue`, whose `get` and `put` are C and wait
+    without the interpreter lock. A `threading.Semaphore` is Python code around a condition
+    variable: each release, and each wait (which makes a lock of its own), ran a few dozen lines
+    of Python holding the lock, and in the 200-client mixed run, with every slot taken by calls
+    waiting for PostgreSQL, the semaphore's release alone was 6 % of the samples that held the
+    interpreter lock (`bench/results/serving.md`)."""
 
     def __init__(self, count: int | None) -> None:
         self.count = count
-        self._free = None if count is None else threading.BoundedSemaphore(count)
+        self._free: queue.SimpleQueue[None] | None = None
+        if count is not None:
+            self._free = queue.SimpleQueue()
+            for _ in range(count):
+                self._free.put(None)
 
-    @contextlib.contextmanager
-    def held(self, remaining_s: float | None) -> Iterator[None]:
-        """Hold a slot for the block, waiting at most `remaining_s` (None: without bound)."""
+    def held(self, remaining_s: float | None) -> _Held:
+        """Hold a slot for the `with` block, waiting at most `remaining_s` (None: without bound);
+        DeadlineExceeded when none came free in time."""
+        return _Held(self._free, remaining_s)
+
+
+class _Held:
+    """One call's hold on a slot (the context manager `WorkSlots.held` returns)."""
+
+    __slots__ = ("_free", "_remaining_s")
+
+    def __init__(self, free: queue.SimpleQueue[None] | None, remaining_s: float | None) -> None:
+        self._free = free
+        self._remaining_s = remaining_s
+
+    def __enter__(self) -> None:
         if self._free is None:
-            yield
             return
-        timeout = None if remaining_s is None else max(0.0, remaining_s)
-        if not self._free.acquire(timeout=timeout):
-            raise DeadlineExceeded("the call's deadline passed while it waited for a work slot")
+        remaining_s = self._remaining_s
+        # A call without a deadline has grpc's "time remaining" of centuries: past what a
+        # lock's wait can be given (threading.TIMEOUT_MAX), so it waits without a bound.
+        if remaining_s is not None and remaining_s >= threading.TIMEOUT_MAX:
+            remaining_s = None
         try:
-            yield
-        finally:
-            self._free.release()
+            self._free.get(timeout=None if remaining_s is None else max(0.0, remaining_s))
+        except queue.Empty:
+            raise DeadlineExceeded(
+                "the call's deadline passed while it waited for a work slot"
+            ) from None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._free is not None:
+            self._free.put(None)

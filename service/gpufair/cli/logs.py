@@ -13,6 +13,7 @@ import json
 import logging
 import logging.handlers
 import queue
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +41,42 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, line for line what `logging.Formatter(TEXT_FORMAT)` writes, with the date
+    and time of day rendered once per second rather than once per line: the writing thread of
+    a server renders one line per RPC, and `time.localtime` with `strftime` per line was the
+    larger part of that (`bench/results/serving.md`)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        # (second, its rendering); replaced whole, so a reader on any thread sees a pair.
+        self._second: tuple[int, str] = (-1, "")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """What `logging.Formatter.format` makes of `TEXT_FORMAT`, without its general path
+        (a style object's checks and a `%` over the record's whole dict)."""
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record)
+        line = f"{record.asctime} {record.levelname} {record.name}: {record.message}"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line = f"{line}\n{record.exc_text}" if line[-1:] != "\n" else line + record.exc_text
+        if record.stack_info:
+            line = f"{line}\n{self.formatStack(record.stack_info)}"
+        return line
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached = self._second
+        if cached[0] != second:
+            cached = (second, time.strftime(self.default_time_format, self.converter(second)))
+            self._second = cached
+        return f"{cached[1]},{int(record.msecs):03d}"  # the default msec format, %s,%03d
+
+
 _IMMUTABLE = (str, int, float, bool, type(None))
 
 
@@ -58,12 +95,18 @@ class _InProcessQueueHandler(logging.handlers.QueueHandler):
 
 
 class _BatchWriter(logging.handlers.QueueListener):
-    """The writing thread: it takes every record waiting (up to `BATCH` at a time), formats
-    them and writes them with one write and one flush. Under load the RPC threads queue lines
-    faster than one write each could keep up with, and each write lets go of the interpreter
-    lock and waits to take it back, with a line's worth of work in between."""
+    """The writing thread: it takes every record waiting (up to `BATCH` at a time, gathered
+    for `GATHER_S`), formats them and writes them with one write and one flush. Under load the
+    RPC threads queue lines faster than one write each could keep up with, and each write lets
+    go of the interpreter lock and waits to take it back, with a line's worth of work in
+    between."""
 
-    BATCH = 512
+    BATCH = 2048
+    # Once a record arrives, how long the thread lets more gather before it writes: it then
+    # wakes at most 20 times a second rather than about once per RPC, and each wake takes the
+    # interpreter lock from the RPC threads and hands it back (two switches of threads, on a
+    # machine whose cores are busy). A line shows at most this much later.
+    GATHER_S = 0.05
 
     def __init__(self, records: queue.SimpleQueue[logging.LogRecord], handler: Any) -> None:
         super().__init__(records, handler)
@@ -74,6 +117,8 @@ class _BatchWriter(logging.handlers.QueueListener):
         records, handler = self.records, self.stream_handler
         while True:
             batch = [records.get()]
+            if batch[0] is not None:
+                time.sleep(self.GATHER_S)
             while len(batch) < self.BATCH:
                 try:
                     batch.append(records.get_nowait())
@@ -110,15 +155,16 @@ def setup_logging(level: str, log_format: str = "text", *, queued: bool = False)
     `stop_logging` writes what is queued."""
     stop_logging()
     handler: logging.Handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     if queued:
         records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
         listener = _BatchWriter(records, handler)
         listener.start()
-        # Neither format shows where a line was logged from: no walk up the stack per record.
+        # Neither format shows where a line was logged from, nor the thread or process that
+        # logged it: no walk up the stack per record, and no lookup of the thread's and the
+        # process's names (a server makes a record per RPC, on the RPC's thread).
         logging._srcfile = None
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
         _listeners.append(listener)
         atexit.register(stop_logging)  # a return from main, not only `gpufair serve`'s own exit
         handler = _InProcessQueueHandler(records)
