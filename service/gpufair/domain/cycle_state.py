@@ -20,7 +20,7 @@ from operator import attrgetter, itemgetter
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.explain import pending_message
-from gpufair.domain.model import PodBinding, Queue, Workload
+from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
 from gpufair.domain.placement import (
     Ask,
@@ -316,16 +316,19 @@ class CycleState:
         item.done = True
 
     def bind_plan(self, item: Pending, plan: list[PodUse]) -> tuple[PodBinding, ...]:
-        shape = item.shape
+        nodes = self.capacity.nodes
+        shares = item.shape.shares_gpu
         return tuple(
-            PodBinding(
-                pod_index=position,
-                node=self.capacity.nodes[use.node].name,
-                gpu_indices=use.gpu_indices,
-                gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
-                partition_start=start_of(use.slice_mask) if use.slice_mask else None,
-            )
-            for position, use in enumerate(plan)
+            [
+                pod_binding(
+                    position,
+                    nodes[use.node].name,
+                    use.gpu_indices,
+                    use.gpu_amount if shares else 1.0,
+                    start_of(use.slice_mask) if use.slice_mask else None,
+                )
+                for position, use in enumerate(plan)
+            ]
         )
 
     def hold(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
@@ -333,21 +336,25 @@ class CycleState:
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold."""
-        self.capacity.take(plan)
-        nodes = sorted({use.node for use in plan})
+        capacity = self.capacity
+        capacity.take(plan)
+        if len(plan) == 1:
+            names: tuple[str, ...] = (capacity.nodes[plan[0].node].name,)
+        else:
+            names = tuple([capacity.nodes[index].name for index in sorted({u.node for u in plan})])
         gpus = len(plan) * item.workload.gpus_per_pod
         cu = gpus * self.weight(gpu_type)
         item.book.add(cu, gpus, gpu_type, item.workload.preemptible)
         item.book.reserved_cu += cu
         item.done = True
         item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
-        item.held_nodes = len(nodes)  # its reason is written with the others, in `result`
+        item.held_nodes = len(names)  # its reason is written with the others, in `result`
         self.reservations.append(
             Reservation(
                 item.uid,
                 ReservationKind.EVICTED_CAPACITY,
                 gpu_type,
-                tuple(self.capacity.nodes[index].name for index in nodes),
+                names,
                 self.bind_plan(item, plan),
             )
         )
