@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
-from gpufair.domain.explain import pending_message
+from gpufair.domain.explain import pending_message, queue_numbers
 from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
 from gpufair.domain.placement import (
@@ -368,8 +368,9 @@ class CycleState:
         """The decisions, with one reason per pending workload. Hot (one pass over every
         pending workload), so sentences are shared: per queue, one reason per (code, kind,
         held nodes), whose sentence is made once per set of the numbers `pending_message`
-        reads (code, CU needed, gang size, GPUs per pod, held nodes); a topology note, which
-        reads only the workload's kind and the capacity, once per kind."""
+        reads (code, CU needed, gang size, GPUs per pod, held nodes), and the queue's part of
+        those sentences (its CU numbers) once per queue; a topology note, which reads only the
+        workload's kind and the capacity, once per kind."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
@@ -377,6 +378,7 @@ class CycleState:
         for items in self.queue_pending.values():  # one queue's items share its book
             shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
             messages: dict[tuple[PendingCode, float, int, float, int], str] = {}
+            queue: list[str] = []  # the queue's part of its sentences, made once (`_reason_of`)
             for item in items:
                 code = item.code
                 if item.done and code is not waiting:
@@ -396,7 +398,7 @@ class CycleState:
                 key = (code, id(item.kind), item.held_nodes)
                 reason = shared.get(key)
                 if reason is None:
-                    reason = shared[key] = self._reason_of(item, messages, notes)
+                    reason = shared[key] = self._reason_of(item, messages, notes, queue)
                 reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
@@ -411,14 +413,17 @@ class CycleState:
         item: Pending,
         messages: dict[tuple[PendingCode, float, int, float, int], str],
         notes: dict[int, str],
+        queue: list[str],
     ) -> PendingReason:
         code = item.code
         workload = item.workload
         key = (code, item.min_cu, workload.gang_min_pods, workload.gpus_per_pod, item.held_nodes)
         message = messages.get(key)
         if message is None:
+            if not queue:
+                queue.append(queue_numbers(item.book))
             message = messages[key] = pending_message(
-                code, workload, item.book, item.min_cu, item.held_nodes
+                code, workload, item.book, item.min_cu, item.held_nodes, queue[0]
             )
         if code is PendingCode.NO_CAPACITY and workload.topology:
             note = notes.get(id(item.kind))
