@@ -168,6 +168,35 @@ class Capacity:
     def take(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
         self._apply(uses, 1, journal)
 
+    def take_one(self, use: PodUse) -> None:
+        """`take((use,))`, outside any trial: what loading running work does once per running
+        workload. Whole GPUs on a node with no part-used GPU (the common case) are counted out
+        of its free GPUs as they are taken (each GPU free before is used after, and none is
+        left part-used), without the full re-count of `_reindex`; other pods go through
+        `take`. The node changes bucket at the same moment either way, so the buckets' order
+        is the same."""
+        state = self.nodes[use.node]
+        gpu_type = state.gpu_type
+        if use.gpu_amount != 1.0 or use.slice_mask or use.node in self._partial[gpu_type]:
+            self._apply((use,), 1, None)
+            return
+        self.version = self._next_version
+        self._next_version += 1
+        used = state.gpu_used
+        free_whole = before = state.free_whole
+        for gpu in use.gpu_indices:
+            if used[gpu] <= EPS:
+                free_whole -= 1
+            used[gpu] += 1.0
+        state.cpu_free -= use.cpu_millicores
+        state.memory_free -= use.memory_mib
+        if free_whole != before:
+            buckets = self._buckets[gpu_type]
+            del buckets[before][use.node]
+            buckets[free_whole][use.node] = None
+            self.free_whole_by_type[gpu_type] += free_whole - before
+            state.free_whole = free_whole
+
     def release(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
         self._apply(uses, -1, journal)
 

@@ -41,17 +41,20 @@ def honour_claims(state: CycleState) -> None:
 def _serve(state: CycleState, item: Pending, no_free_fit: set[tuple[object, ...]]) -> None:
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
     exclusion = Exclusion()
-    allowed = {
-        gpu_type: state.pods_allowed(item, gpu_type, within_share=False) for gpu_type in item.types
-    }
+    # The pods the queue's limits allow per type, asked only of the types tried (nothing
+    # changes the queue's book before the bind or hold that ends the claim's turn); a type
+    # whose kind did not fit free capacity earlier in the phase is not tried on it again.
+    allowed: dict[str, int] = {}
     pods_min = item.workload.gang_min_pods
+    memo_key = item.kind.memo_key
     for gpu_type in item.types:
-        if allowed[gpu_type] < pods_min:
-            continue
-        key = (gpu_type, item.kind.memo_key)
+        key = (gpu_type, memo_key)
         if key in no_free_fit:
             continue
-        plan = state.place(item, gpu_type, allowed[gpu_type], exclusion)
+        pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, within_share=False)
+        if pods < pods_min:
+            continue
+        plan = state.place(item, gpu_type, pods, exclusion)
         if plan is not None:
             state.bind(item, gpu_type, plan)
             return
@@ -65,7 +68,10 @@ def _serve(state: CycleState, item: Pending, no_free_fit: set[tuple[object, ...]
         state.capacity.release(victim.uses, journal)
     try:
         for gpu_type in item.types:
-            if allowed[gpu_type] < pods_min:
+            asked = allowed.get(gpu_type)
+            if asked is None:
+                asked = allowed[gpu_type] = state.pods_allowed(item, gpu_type, within_share=False)
+            if asked < pods_min:
                 continue
             plan = state.place(item, gpu_type, pods_min, exclusion)
             if plan is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from itertools import accumulate
 from operator import attrgetter
 
 from gpufair.domain import cu_request
@@ -28,14 +27,17 @@ def load(state: CycleState) -> None:
 def load_running(state: CycleState) -> None:
     """Running work into the capacity and the books, one `Victim` each. Hot (one pass over
     every running workload): a workload of one binding without a partition, the common case,
-    is read inline (what `uses_of` would make of it)."""
+    is read inline (what `uses_of` would make of it) and taken with `Capacity.take_one`; the
+    one-node tuple of its `Victim.nodes` is shared by all workloads on that node."""
     capacity = state.capacity
     index_of = capacity.index_of
     nodes = capacity.nodes
     take = capacity.take
+    take_one = capacity.take_one
     books = state.books
     weights = state.weights
     running = state.running
+    one_node: dict[int, tuple[int]] = {}
     for allocation in state.snapshot.running:
         workload = allocation.workload
         uid = workload.uid
@@ -57,27 +59,37 @@ def load_running(state: CycleState) -> None:
             index = index_of.get(binding.node)
             if index is None:
                 uses = ()
+                on_nodes: tuple[int, ...] = ()
             else:
                 count = nodes[index].gpu_count
                 if indices and (min(indices) < 0 or max(indices) >= count):
                     indices = tuple(gpu for gpu in indices if 0 <= gpu < count)
-                uses = (
-                    PodUse(
-                        index,
-                        indices,
-                        amount,
-                        workload.cpu_millicores_per_pod,
-                        workload.memory_mib_per_pod,
-                    ),
+                use = PodUse(
+                    index,
+                    indices,
+                    amount,
+                    workload.cpu_millicores_per_pod,
+                    workload.memory_mib_per_pod,
                 )
+                uses = (use,)
+                take_one(use)
+                found = one_node.get(index)
+                if found is None:
+                    found = one_node[index] = (index,)
+                on_nodes = found
         else:
             uses = uses_of(capacity, workload, bindings)
             gpus = sum([binding_gpus(binding) for binding in bindings])
+            take(uses)
+            on_nodes = (
+                (uses[0].node,)
+                if len(uses) == 1
+                else tuple(dict.fromkeys(use.node for use in uses))
+            )
         gpu_type = allocation.gpu_type
         cu = gpus * weights.get(gpu_type, 0.0)
         if workload.mixed_gpu_types:  # GPUs of several types: each at its node's weight
             cu = sum(len(use.gpu_indices) * state.weight(nodes[use.node].gpu_type) for use in uses)
-        take(uses)
         book = books.get(workload.queue)
         if book is not None:
             book.add(cu, gpus, gpu_type, workload.preemptible)
@@ -92,7 +104,7 @@ def load_running(state: CycleState) -> None:
             gpus,
             gpu_type,
             uses,
-            (uses[0].node,) if len(uses) == 1 else tuple(dict.fromkeys(use.node for use in uses)),
+            on_nodes,
         )
         running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
 
@@ -170,11 +182,15 @@ def load_pending(state: CycleState) -> None:
     by_order = attrgetter("order")
     for name, items in queue_pending.items():
         items.sort(key=by_order)
-        # suffix[i]: the least CU of any of items[i:] (math.inf past the end)
-        least = list(
-            accumulate([item.kind.min_cu for item in reversed(items)], min, initial=math.inf)
-        )
-        least.reverse()
+        # suffix[i]: the least CU of any of items[i:] (math.inf past the end); a loop, not
+        # `accumulate(..., min)`, which calls `min` through its argument parsing per item
+        least = [math.inf] * (len(items) + 1)
+        lowest = math.inf
+        for position in range(len(items) - 1, -1, -1):
+            cu = items[position].kind.min_cu
+            if cu < lowest:  # noqa: PLR1730 (`min` parses its arguments: slower here)
+                lowest = cu
+            least[position] = lowest
         state.suffix_min_cu[name] = least
 
 

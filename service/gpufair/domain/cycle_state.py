@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
-from gpufair.domain.explain import pending_message
-from gpufair.domain.model import PodBinding, Queue, Workload
+from gpufair.domain.explain import pending_message, queue_numbers
+from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
 from gpufair.domain.placement import (
     Ask,
@@ -316,16 +316,19 @@ class CycleState:
         item.done = True
 
     def bind_plan(self, item: Pending, plan: list[PodUse]) -> tuple[PodBinding, ...]:
-        shape = item.shape
+        nodes = self.capacity.nodes
+        shares = item.shape.shares_gpu
         return tuple(
-            PodBinding(
-                pod_index=position,
-                node=self.capacity.nodes[use.node].name,
-                gpu_indices=use.gpu_indices,
-                gpu_fraction=use.gpu_amount if shape.shares_gpu else 1.0,
-                partition_start=start_of(use.slice_mask) if use.slice_mask else None,
-            )
-            for position, use in enumerate(plan)
+            [
+                pod_binding(
+                    position,
+                    nodes[use.node].name,
+                    use.gpu_indices,
+                    use.gpu_amount if shares else 1.0,
+                    start_of(use.slice_mask) if use.slice_mask else None,
+                )
+                for position, use in enumerate(plan)
+            ]
         )
 
     def hold(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
@@ -333,21 +336,25 @@ class CycleState:
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold."""
-        self.capacity.take(plan)
-        nodes = sorted({use.node for use in plan})
+        capacity = self.capacity
+        capacity.take(plan)
+        if len(plan) == 1:
+            names: tuple[str, ...] = (capacity.nodes[plan[0].node].name,)
+        else:
+            names = tuple([capacity.nodes[index].name for index in sorted({u.node for u in plan})])
         gpus = len(plan) * item.workload.gpus_per_pod
         cu = gpus * self.weight(gpu_type)
         item.book.add(cu, gpus, gpu_type, item.workload.preemptible)
         item.book.reserved_cu += cu
         item.done = True
         item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
-        item.held_nodes = len(nodes)  # its reason is written with the others, in `result`
+        item.held_nodes = len(names)  # its reason is written with the others, in `result`
         self.reservations.append(
             Reservation(
                 item.uid,
                 ReservationKind.EVICTED_CAPACITY,
                 gpu_type,
-                tuple(self.capacity.nodes[index].name for index in nodes),
+                names,
                 self.bind_plan(item, plan),
             )
         )
@@ -361,8 +368,9 @@ class CycleState:
         """The decisions, with one reason per pending workload. Hot (one pass over every
         pending workload), so sentences are shared: per queue, one reason per (code, kind,
         held nodes), whose sentence is made once per set of the numbers `pending_message`
-        reads (code, CU needed, gang size, GPUs per pod, held nodes); a topology note, which
-        reads only the workload's kind and the capacity, once per kind."""
+        reads (code, CU needed, gang size, GPUs per pod, held nodes), and the queue's part of
+        those sentences (its CU numbers) once per queue; a topology note, which reads only the
+        workload's kind and the capacity, once per kind."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
@@ -370,6 +378,7 @@ class CycleState:
         for items in self.queue_pending.values():  # one queue's items share its book
             shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
             messages: dict[tuple[PendingCode, float, int, float, int], str] = {}
+            queue: list[str] = []  # the queue's part of its sentences, made once (`_reason_of`)
             for item in items:
                 code = item.code
                 if item.done and code is not waiting:
@@ -389,7 +398,7 @@ class CycleState:
                 key = (code, id(item.kind), item.held_nodes)
                 reason = shared.get(key)
                 if reason is None:
-                    reason = shared[key] = self._reason_of(item, messages, notes)
+                    reason = shared[key] = self._reason_of(item, messages, notes, queue)
                 reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
@@ -404,14 +413,17 @@ class CycleState:
         item: Pending,
         messages: dict[tuple[PendingCode, float, int, float, int], str],
         notes: dict[int, str],
+        queue: list[str],
     ) -> PendingReason:
         code = item.code
         workload = item.workload
         key = (code, item.min_cu, workload.gang_min_pods, workload.gpus_per_pod, item.held_nodes)
         message = messages.get(key)
         if message is None:
+            if not queue:
+                queue.append(queue_numbers(item.book))
             message = messages[key] = pending_message(
-                code, workload, item.book, item.min_cu, item.held_nodes
+                code, workload, item.book, item.min_cu, item.held_nodes, queue[0]
             )
         if code is PendingCode.NO_CAPACITY and workload.topology:
             note = notes.get(id(item.kind))

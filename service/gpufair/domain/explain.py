@@ -95,14 +95,27 @@ class Explanation:
     reachable_share_cu: float | None = None
 
 
-def pending_message(
-    code: PendingCode, workload: Workload, book: QueueBook, needed_cu: float, held_nodes: int
-) -> str:
-    """One sentence for a pending workload, from its queue's numbers at the end of the cycle."""
-    queue = (
+def queue_numbers(book: QueueBook) -> str:
+    """The queue's part of a pending sentence: its allocated CU, fair share and deserved CU."""
+    return (
         f"queue {book.name}: allocated {_num(book.allocated_cu)} CU, fair share "
         f"{_num(book.fair_share_cu)} CU, deserved {_num(book.deserved_cu)} CU"
     )
+
+
+def pending_message(
+    code: PendingCode,
+    workload: Workload,
+    book: QueueBook,
+    needed_cu: float,
+    held_nodes: int,
+    queue: str | None = None,
+) -> str:
+    """One sentence for a pending workload, from its queue's numbers at the end of the cycle.
+    `queue`: `queue_numbers(book)` when the caller has it already (the cycle's result writes
+    many sentences per queue, all with the same numbers)."""
+    if queue is None:
+        queue = queue_numbers(book)
     if code is PendingCode.OVER_FAIR_SHARE:
         return (
             f"needs {_num(needed_cu)} CU, beyond its queue's fair share ({queue}), and no spare "

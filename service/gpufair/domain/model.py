@@ -281,6 +281,34 @@ class PodBinding:
     partition_start: int | None = None
 
 
+_new_object = object.__new__
+_set_binding_fields = tuple(
+    vars(PodBinding)[name].__set__
+    for name in ("pod_index", "node", "gpu_indices", "gpu_fraction", "partition_start")
+)
+
+
+def pod_binding(
+    pod_index: int,
+    node: str,
+    gpu_indices: tuple[int, ...],
+    gpu_fraction: float,
+    partition_start: int | None,
+) -> PodBinding:
+    """`PodBinding(pod_index, node, gpu_indices, gpu_fraction, partition_start)`, the same
+    value, built in about half the time: its slots are filled through their descriptors, not
+    through the frozen class's `__init__` (one `object.__setattr__` per field). The cycle makes
+    one per pod it binds or holds."""
+    binding: PodBinding = _new_object(PodBinding)
+    set_index, set_node, set_gpus, set_fraction, set_start = _set_binding_fields
+    set_index(binding, pod_index)
+    set_node(binding, node)
+    set_gpus(binding, gpu_indices)
+    set_fraction(binding, gpu_fraction)
+    set_start(binding, partition_start)
+    return binding
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """A workload's pods bound to nodes, from `started_at_s` until it stops."""

@@ -505,11 +505,17 @@ def _assign(
 
 class PoolRoom:
     """How many pods of a shape an *empty* pool holds, per GPU type (in one topology domain when
-    `level` is given): the yardstick for "can never fit". Memoised: nodes do not change."""
+    `level` is given): the yardstick for "can never fit". Memoised: nodes do not change.
+
+    What an empty node holds depends only on its type's partition geometry (one per type), its
+    GPU count, CPU and memory, so the nodes of a type (of a domain) are counted once per such
+    class of hardware, not one by one: pools are made of few kinds of machine."""
 
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
         self._room: dict[tuple[str, PodShape, str | None], int] = {}
+        # Per (GPU type, level, domain): one node of each class of hardware, and how many.
+        self._classes: dict[tuple[str, str | None, str | None], list[tuple[int, int]]] = {}
 
     @property
     def capacity(self) -> Capacity:
@@ -521,20 +527,38 @@ class PoolRoom:
         if found is None:
             capacity = self._capacity
             if level is None:
-                found = sum(
-                    pods_fit_empty(capacity.nodes[index], shape)
-                    for index in capacity.by_type.get(gpu_type, [])
+                found = self._held(
+                    (gpu_type, None, None), capacity.by_type.get(gpu_type, []), shape
                 )
             else:
                 found = max(
                     (
-                        sum(pods_fit_empty(capacity.nodes[index], shape) for index in group)
-                        for group in capacity.domains(level).get(gpu_type, {}).values()
+                        self._held((gpu_type, level, value), group, shape)
+                        for value, group in capacity.domains(level).get(gpu_type, {}).items()
                     ),
                     default=0,
                 )
             self._room[key] = found
         return found
+
+    def _held(
+        self, where: tuple[str, str | None, str | None], members: list[int], shape: PodShape
+    ) -> int:
+        """Pods of `shape` the empty nodes `members` hold: each class of hardware once."""
+        nodes = self._capacity.nodes
+        classes = self._classes.get(where)
+        if classes is None:
+            first: dict[tuple[int, int, int], list[int]] = {}
+            for index in members:
+                state = nodes[index]
+                hardware = (state.gpu_count, state.cpu_total, state.memory_total)
+                found = first.get(hardware)
+                if found is None:
+                    first[hardware] = [index, 1]
+                else:
+                    found[1] += 1
+            classes = self._classes[where] = [(index, count) for index, count in first.values()]
+        return sum(pods_fit_empty(nodes[index], shape) * count for index, count in classes)
 
 
 def never_fits(
