@@ -68,6 +68,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from gpufair.domain.errors import InvalidInputError, Violation
@@ -155,6 +156,8 @@ def compute_fair_shares(inp: FairShareInput, plan: FairSharePlan | None = None) 
     usage_share = columns.usage_share
     fair_share = columns.fair_share_cu
     names = plan.names
+    # Every queue's decayed usage in one pass (C-level lookups), divided group by group below.
+    usage_of = list(map(usage_cu_s.get, names, repeat(0.0, len(names))))
     for group in plan.groups:
         parent = group.parent
         if parent == TOP:
@@ -165,7 +168,7 @@ def compute_fair_shares(inp: FairShareInput, plan: FairSharePlan | None = None) 
             denominator = group_capacity_cu_s.get(names[parent], 0.0)
         if denominator > 0.0:  # `weights.usage_share`, inline: it runs for every queue
             usage_share[group.start : group.end] = [
-                usage_cu_s.get(name, 0.0) / denominator for name in group.names
+                usage / denominator for usage in usage_of[group.start : group.end]
             ]
         divide_group(
             group_capacity_cu, group, columns, policy, inp.previous_effective_weights, unit_cu

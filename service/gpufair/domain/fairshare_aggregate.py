@@ -137,16 +137,21 @@ def _children_sums(
 
 def _claim_types(plan: FairSharePlan, allowed: np.ndarray, columns: ShareColumns) -> None:
     """Per-type claims of the queues whose subtree declares a per-type guarantee: a leaf's
-    min(deserved GPUs, allowed demand) of each type it declares; an inner queue's, its
-    children's summed in name order, its own declarations replacing theirs."""
-    types = plan.type_names
+    min(deserved GPUs, allowed demand) of each type it declares (dropped at 0); an inner
+    queue's, its children's summed in name order, its own declarations replacing theirs."""
+    column = {t: j for j, t in enumerate(plan.type_names)}
     claims_col = columns.claims_by_type
     deserved_of = plan.deserved_gpus_by_type
     leaves = plan.typed_leaves
     for i, row in zip(leaves, allowed[list(leaves)].tolist(), strict=True):
         deserved = deserved_of[i]
         assert deserved is not None
-        claims_col[i] = _claims(NO_GPUS, deserved, _held(types, row))
+        own: dict[str, float] = {}
+        for type_name, deserved_gpus in deserved.items():
+            claim = min(deserved_gpus, row[column[type_name]])
+            if claim > 0.0:
+                own[type_name] = claim
+        claims_col[i] = own
     inner = plan.typed_inner
     children = plan.children
     for i, row in zip(inner, allowed[list(inner)].tolist(), strict=True):
@@ -156,26 +161,10 @@ def _claim_types(plan: FairSharePlan, allowed: np.ndarray, columns: ShareColumns
             if child_claims is not NO_GPUS:
                 for type_name, gpus in child_claims.items():
                     claimed[type_name] = claimed.get(type_name, 0.0) + gpus
-        deserved = deserved_of[i]
-        claims_col[i] = _claims(claimed, deserved, _held(types, row)) if deserved else claimed
-
-
-def _held(types: tuple[str, ...], row: list[float]) -> dict[str, float]:
-    return {t: gpus for t, gpus in zip(types, row, strict=True) if gpus > 0.0}
-
-
-def _claims(
-    children_claims: Mapping[str, float],
-    deserved_by_type: Mapping[str, float],
-    allowed: Mapping[str, float],
-) -> dict[str, float]:
-    """A queue's per-type claims: its children's, where it declares a per-type guarantee
-    replaced by min(deserved GPUs, allowed demand) of the type (dropped at 0)."""
-    own = dict(children_claims)
-    for type_name, deserved_gpus in deserved_by_type.items():
-        claim = min(deserved_gpus, allowed.get(type_name, 0.0))
-        if claim > 0.0:
-            own[type_name] = claim
-        else:
-            own.pop(type_name, None)
-    return own
+        for type_name, deserved_gpus in (deserved_of[i] or {}).items():
+            claim = min(deserved_gpus, row[column[type_name]])
+            if claim > 0.0:
+                claimed[type_name] = claim
+            else:
+                claimed.pop(type_name, None)
+        claims_col[i] = claimed
