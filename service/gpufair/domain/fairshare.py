@@ -57,10 +57,14 @@ queue whose allowed demand is all on one type; otherwise it is empty.
 Static and per-call parts (issue 17). What only the configuration decides — the tree, each
 queue's quota, weights, limits and per-type guarantees, the sibling groups and their tiers — is
 compiled into a `FairSharePlan` (`fairshare_plan`), which a caller keeps across calls (the
-recompute does, per pool). A call reads the demands and the history into `ShareColumns`, one list
-per quantity indexed like the plan, divides group by group (`fairshare_groups`) and returns a
-result that reads those columns. Every sum and comparison is the one the division has always
-made, in the same order, so the numbers do not depend on whether a plan was passed.
+recompute does, per pool). The demands come as columns in the plan's leaf order
+(`fairshare_demand.LeafDemands`, which the recompute and the simulator build from their rows,
+`demand.leaf_demand_columns`) or as maps by name, which the call turns into columns. The demand
+pass bounds them on arrays (`fairshare_aggregate`); the call reads the history into
+`ShareColumns`, one list per quantity indexed like the plan, divides group by group
+(`fairshare_groups`) and returns a result that reads those columns; explain records are built
+only when read. Every sum and comparison is the one the division has always made, in the same
+order, so the numbers do not depend on whether a plan was passed or how the demands came.
 """
 
 from __future__ import annotations
