@@ -24,11 +24,20 @@ calls that compile it each time, as a caller without a plan pays. Code from befo
 existed has none either way. The compile itself is timed in its own row (`--plan compile`).
 `--gc serve` runs the workers with the garbage collector set as `gpufair serve` sets it
 (`gc_tuning.tune_for_serving`); the default leaves Python's defaults.
+
+The demands go to the call as the recompute and the simulator pass them with a plan kept: as
+columns in the plan's leaf order (`LeafDemands`, `--demands columns`, the default; issue 17's
+third step), converted from the case's maps before timing. `--demands maps` passes the maps,
+which the call converts itself. Code from before the columns existed gets the maps either way.
+`--plan demands` times what builds the demands from the pool's rows instead of the division:
+`demand.leaf_demand_columns` (columns) or `demand.queue_demands` (maps) over one held row per
+leaf and type and one waiting workload per leaf and type, as a recompute reads them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -41,8 +50,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpufair.domain.demand import queue_demands
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
-from gpufair.domain.model import FairSharePolicy, GpuType, Queue, QueueQuota, Rounding
+from gpufair.domain.model import FairSharePolicy, GpuType, Queue, QueueQuota, Rounding, Workload
 from gpufair.domain.usage import UsageInputs
 from gpufair.gc_tuning import tune_for_serving
 
@@ -55,6 +65,13 @@ try:  # the compiled plan exists from issue 17's second step on
     from gpufair.domain.fairshare import FairSharePlan
 except ImportError:  # a baseline before it compiles nothing
     FairSharePlan = None  # type: ignore[assignment,misc]
+
+try:  # demands as columns exist from issue 17's third step on
+    from gpufair.domain.demand import leaf_demand_columns
+    from gpufair.domain.fairshare import LeafDemands
+except ImportError:  # a baseline before it passes maps
+    LeafDemands = None  # type: ignore[assignment,misc]
+    leaf_demand_columns = None  # type: ignore[assignment]
 
 POOL = "bench"
 GPU_TYPES = {
@@ -161,22 +178,60 @@ def build_input(
     )
 
 
-def _call(inp: FairShareInput, plan_mode: str) -> Callable[[], object]:
-    """The timed call: a division with the plan kept (`reuse`), without one (`none`), or the
-    compile alone (`compile`)."""
+def _rows(inp: FairShareInput) -> tuple[list[tuple[str, str, float]], list[Workload]]:
+    """The case's demands as a recompute reads them: a held row per leaf and type, a waiting
+    workload per leaf and type (its GPUs on that type, which serves it)."""
+    assert not isinstance(inp.demands, LeafDemands or ())
+    held = [
+        (name, t, gpus)
+        for name, demand in inp.demands.items()
+        for t, gpus in demand.allocated_gpus_by_type.items()
+    ]
+    waiting = [
+        Workload(
+            uid=f"{name}/{t}", queue=name, pool=POOL, pods=1, gpus_per_pod=gpus, submit_time_s=0.0
+        )
+        for name, demand in inp.demands.items()
+        for t, gpus in demand.pending_gpus_by_type.items()
+    ]
+    return held, waiting
+
+
+def _call(inp: FairShareInput, plan_mode: str, demands_mode: str) -> Callable[[], object]:
+    """The timed call: a division with the plan kept (`reuse`), without one (`none`), the
+    compile alone (`compile`), or the demands built from rows (`demands`)."""
+    if plan_mode == "demands":
+        held, waiting = _rows(inp)
+        serving = {w.uid: w.uid.rsplit("/", 1)[1] for w in waiting}
+
+        def serving_type(workload: Workload) -> str:
+            return serving[workload.uid]
+
+        weights = {t: g.compute_weight for t, g in GPU_TYPES.items()}
+        if leaf_demand_columns is None or demands_mode == "maps":
+            leaves = [q.name for q in inp.queues if q.name in inp.demands]
+            return lambda: queue_demands(leaves, held, waiting, serving_type, weights)
+        plan = FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
+        return lambda: leaf_demand_columns(
+            plan.leaf_names, plan.type_names, held, waiting, serving_type, weights
+        )
     if FairSharePlan is None or plan_mode == "none":
         return lambda: compute_fair_shares(inp)
     if plan_mode == "compile":
         return lambda: FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
     plan = FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
+    if LeafDemands is not None and demands_mode == "columns":
+        assert not isinstance(inp.demands, LeafDemands)
+        columns = LeafDemands.from_maps(plan.leaf_names, plan.type_names, inp.demands)
+        inp = dataclasses.replace(inp, demands=columns)
     return lambda: compute_fair_shares(inp, plan)
 
 
 def time_division(
-    inp: FairShareInput, repeats: int, plan_mode: str = "reuse"
+    inp: FairShareInput, repeats: int, plan_mode: str = "reuse", demands_mode: str = "columns"
 ) -> tuple[list[float], list[float]]:
     """`repeats` samples of one call, in ms: (CPU, wall), after 3 warm-up calls."""
-    call = _call(inp, plan_mode)
+    call = _call(inp, plan_mode, demands_mode)
     for _ in range(3):
         call()
     cpu_ms, wall_ms = [], []
@@ -206,23 +261,35 @@ def _repeats(leaves: int, asked: int) -> int:
 
 
 def worker(
-    leaves: int, rounding: str, division: str, repeats: int, plan_mode: str, gc_mode: str
+    leaves: int,
+    rounding: str,
+    division: str,
+    repeats: int,
+    plan_mode: str,
+    gc_mode: str,
+    demands_mode: str = "columns",
 ) -> None:
     """One case in this process; prints its samples as JSON."""
     inp = build_input(leaves, rounding=Rounding(rounding), division=division)
     if gc_mode == "serve":
         tune_for_serving()
-    cpu_ms, wall_ms = time_division(inp, repeats, plan_mode)
+    cpu_ms, wall_ms = time_division(inp, repeats, plan_mode, demands_mode)
     print(json.dumps({"cpu_ms": cpu_ms, "wall_ms": wall_ms, "queues": len(inp.queues)}))
 
 
 def _run_worker(
-    service_dir: Path, case: tuple[int, str, str], repeats: int, plan_mode: str, gc_mode: str
+    service_dir: Path,
+    case: tuple[int, str, str],
+    repeats: int,
+    plan_mode: str,
+    gc_mode: str,
+    demands_mode: str,
 ) -> dict[str, list[float]]:
     leaves, rounding, division = case
     env = {**os.environ, "PYTHONPATH": str(service_dir)}
     command = [sys.executable, __file__, "--worker", str(leaves), rounding, division]
     command += ["--repeats", str(repeats), "--plan", plan_mode, "--gc", gc_mode]
+    command += ["--demands", demands_mode]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     samples: dict[str, list[float]] = json.loads(done.stdout)
     return samples
@@ -248,13 +315,14 @@ def compare(
     asked_repeats: int,
     plan_mode: str,
     gc_mode: str,
+    demands_mode: str = "columns",
 ) -> None:
     new_service = Path(__file__).resolve().parents[1] / "service"
     with tempfile.TemporaryDirectory() as folder:
         old_service = _export(baseline, Path(folder))
         print(
             f"baseline {baseline} against the working tree; {rounds} rounds, taking turns; "
-            f"plan {plan_mode}, gc {gc_mode}\n"
+            f"plan {plan_mode}, gc {gc_mode}, demands {demands_mode}\n"
         )
         print(
             "| leaves | rounding | division | old CPU ms | new CPU ms | CPU old/new "
@@ -273,13 +341,15 @@ def compare(
             for _ in range(rounds):
                 if old_runs:
                     try:
-                        got = _run_worker(old_service, case, repeats, plan_mode, gc_mode)
+                        got = _run_worker(
+                            old_service, case, repeats, plan_mode, gc_mode, demands_mode
+                        )
                     except subprocess.CalledProcessError:
                         old_runs = False
                     else:
                         old["cpu_ms"] += got["cpu_ms"]
                         old["wall_ms"] += got["wall_ms"]
-                got = _run_worker(new_service, case, repeats, plan_mode, gc_mode)
+                got = _run_worker(new_service, case, repeats, plan_mode, gc_mode, demands_mode)
                 new["cpu_ms"] += got["cpu_ms"]
                 new["wall_ms"] += got["wall_ms"]
                 queues = int(got["queues"])  # type: ignore[call-overload]
@@ -298,10 +368,12 @@ def compare(
             )
 
 
-def alone(sizes: list[int], asked_repeats: int, plan_mode: str, gc_mode: str) -> None:
+def alone(
+    sizes: list[int], asked_repeats: int, plan_mode: str, gc_mode: str, demands_mode: str
+) -> None:
     print(
         f"python {platform.python_version()} on {platform.machine()}; "
-        f"plan {plan_mode}, gc {gc_mode}\n"
+        f"plan {plan_mode}, gc {gc_mode}, demands {demands_mode}\n"
     )
     if gc_mode == "serve":
         tune_for_serving()
@@ -314,7 +386,9 @@ def alone(sizes: list[int], asked_repeats: int, plan_mode: str, gc_mode: str) ->
         if leaves not in sizes:
             continue
         inp = build_input(leaves, rounding=Rounding(rounding), division=division)
-        cpu_ms, wall_ms = time_division(inp, _repeats(leaves, asked_repeats), plan_mode)
+        cpu_ms, wall_ms = time_division(
+            inp, _repeats(leaves, asked_repeats), plan_mode, demands_mode
+        )
         cpu, wall = _median(cpu_ms), _median(wall_ms)
         p90 = statistics.quantiles(wall_ms, n=10)[-1]
         queues = len(inp.queues)
@@ -323,7 +397,7 @@ def alone(sizes: list[int], asked_repeats: int, plan_mode: str, gc_mode: str) ->
             f"| {wall:.2f} | {p90:.2f} | {1000 * cpu / queues:.1f} |"
         )
         target = TARGETS_MS.get(leaves)
-        if target is not None and rounding == "continuous" and plan_mode != "compile":
+        if target is not None and rounding == "continuous" and plan_mode in ("reuse", "none"):
             verdict = "met" if cpu <= target else "MISSED"
             print(f"|  |  | target ≤ {target:.0f} ms (CPU median): {verdict} | | | | | |")
 
@@ -336,9 +410,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="turns per case with --baseline")
     parser.add_argument(
         "--plan",
-        choices=["reuse", "none", "compile"],
+        choices=["reuse", "none", "compile", "demands"],
         default="reuse",
-        help="reuse one compiled plan (default), compile in every call, or time the compile",
+        help="reuse one compiled plan (default), compile in every call, time the compile, or "
+        "time building the demands from rows",
+    )
+    parser.add_argument(
+        "--demands",
+        choices=["columns", "maps"],
+        default="columns",
+        help="pass the demands as columns in the plan's order (default) or as maps",
     )
     parser.add_argument(
         "--gc", choices=["default", "serve"], default="default", help="garbage collector settings"
@@ -354,11 +435,14 @@ def main() -> None:
             _repeats(int(leaves), args.repeats),
             args.plan,
             args.gc,
+            args.demands,
         )
     elif args.baseline is not None:
-        compare(args.baseline, args.sizes, args.rounds, args.repeats, args.plan, args.gc)
+        compare(
+            args.baseline, args.sizes, args.rounds, args.repeats, args.plan, args.gc, args.demands
+        )
     else:
-        alone(args.sizes, args.repeats, args.plan, args.gc)
+        alone(args.sizes, args.repeats, args.plan, args.gc, args.demands)
 
 
 if __name__ == "__main__":

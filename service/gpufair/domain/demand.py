@@ -9,15 +9,21 @@ The one statement of the rule, used by the server's recompute and by the simulat
 - a compute-unit request (`domain/cu_request.py`) waits for the GPUs of its first option:
   `ceil(compute_units / weight)` on the serving type (which `adequate_types` gives first);
 - every leaf gets an entry (empty when it has no work), sums are exact (`math.fsum`).
+
+`queue_demands` gives each leaf's two maps (types by name); `leaf_demand_columns` the same
+numbers as the division's columns (`fairshare_demand.LeafDemands`), in a compiled plan's leaf
+and type order, with no per-leaf object: what a caller that keeps the plan passes (issue 17).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
 
 from gpufair.domain import cu_request
-from gpufair.domain.fairshare import QueueDemand
+from gpufair.domain.fairshare_demand import LeafDemands, QueueDemand
 from gpufair.domain.model import Workload
 
 
@@ -38,8 +44,80 @@ def queue_demands(
     for queue, gpu_type, gpus in held:
         if queue in allocated:
             allocated[queue].setdefault(gpu_type, []).append(gpus)
+    for queue, serving, gpus in _waiting_gpus(waiting, pending, serving_type, weights):
+        pending[queue].setdefault(serving, []).append(gpus)
+    return {q: QueueDemand(_sums(allocated[q]), _sums(pending[q])) for q in names}
+
+
+def leaf_demand_columns(
+    leaves: tuple[str, ...],
+    types: tuple[str, ...],
+    held: Iterable[tuple[str, str, float]],
+    waiting: Iterable[Workload],
+    serving_type: Callable[[Workload], str | None],
+    weights: Mapping[str, float] | None = None,
+) -> LeafDemands | dict[str, QueueDemand]:
+    """`queue_demands` as columns: a row per leaf of `leaves`, a column per type of `types`
+    (a plan's `leaf_names` and `type_names`), each leaf's types in the order its maps would
+    list them (held types by name, then types only waited for, by name). Work on a type outside
+    `types` cannot be a column: then the maps are returned, for the division to refuse."""
+    held = list(held)
+    waiting = list(waiting)
+    width = len(types)
+    column = {t: j for j, t in enumerate(types)}
+    row_of = dict(zip(leaves, range(len(leaves)), strict=True))
+    allocated: dict[int, list[float]] = {}
+    pending: dict[int, list[float]] = {}
+    for queue, gpu_type, gpus in held:
+        row = row_of.get(queue)
+        if row is None:
+            continue
+        j = column.get(gpu_type)
+        if j is None:
+            return queue_demands(leaves, held, waiting, serving_type, weights)
+        allocated.setdefault(row * width + j, []).append(gpus)
+    for queue, serving, gpus in _waiting_gpus(waiting, row_of, serving_type, weights):
+        j = column.get(serving)
+        if j is None:
+            return queue_demands(leaves, held, waiting, serving_type, weights)
+        pending.setdefault(row_of[queue] * width + j, []).append(gpus)
+    shape = (len(leaves), width)
+    held_gpus = np.zeros(len(leaves) * width)
+    held_here = np.zeros(len(leaves) * width, dtype=bool)
+    for cell, values in allocated.items():
+        held_gpus[cell] = math.fsum(values)
+        held_here[cell] = True
+    waiting_gpus = np.zeros(len(leaves) * width)
+    waiting_here = np.zeros(len(leaves) * width, dtype=bool)
+    for cell, values in pending.items():
+        waiting_gpus[cell] = math.fsum(values)
+        waiting_here[cell] = True
+    held_here = held_here.reshape(shape)
+    waiting_here = waiting_here.reshape(shape)
+    # Held types first, then types only waited for, each by name; a type in neither last.
+    by_name = np.argsort(np.argsort(np.array(types, dtype=object), kind="stable")).astype(np.intp)
+    key = np.where(held_here, 0, np.where(waiting_here, width, 2 * width)) + by_name
+    order = np.argsort(key, axis=1, kind="stable")
+    order = np.where(np.take_along_axis(key, order, axis=1) < 2 * width, order, width)
+    return LeafDemands(
+        leaves=leaves,
+        types=types,
+        allocated=held_gpus.reshape(shape),
+        pending=waiting_gpus.reshape(shape),
+        order=order.astype(np.intp),
+        allocated_count=held_here.sum(axis=1).astype(np.intp),
+    )
+
+
+def _waiting_gpus(
+    waiting: Iterable[Workload],
+    queues: Mapping[str, object],
+    serving_type: Callable[[Workload], str | None],
+    weights: Mapping[str, float] | None,
+) -> Iterator[tuple[str, str, float]]:
+    """(queue, serving type, GPUs) of each waiting workload of `queues` that a type serves."""
     for workload in waiting:
-        if workload.queue not in pending:
+        if workload.queue not in queues:
             continue
         serving = serving_type(workload)
         if serving is None:
@@ -51,8 +129,7 @@ def queue_demands(
                 continue
             per_pod = cu_request.pod_gpus(workload)
             gpus = per_pod * math.ceil(workload.compute_units / weight / per_pod - 1e-9)
-        pending[workload.queue].setdefault(serving, []).append(gpus)
-    return {q: QueueDemand(_sums(allocated[q]), _sums(pending[q])) for q in names}
+        yield workload.queue, serving, gpus
 
 
 def _sums(parts: dict[str, list[float]]) -> dict[str, float]:

@@ -57,10 +57,14 @@ queue whose allowed demand is all on one type; otherwise it is empty.
 Static and per-call parts (issue 17). What only the configuration decides — the tree, each
 queue's quota, weights, limits and per-type guarantees, the sibling groups and their tiers — is
 compiled into a `FairSharePlan` (`fairshare_plan`), which a caller keeps across calls (the
-recompute does, per pool). A call reads the demands and the history into `ShareColumns`, one list
-per quantity indexed like the plan, divides group by group (`fairshare_groups`) and returns a
-result that reads those columns. Every sum and comparison is the one the division has always
-made, in the same order, so the numbers do not depend on whether a plan was passed.
+recompute does, per pool). The demands come as columns in the plan's leaf order
+(`fairshare_demand.LeafDemands`, which the recompute and the simulator build from their rows,
+`demand.leaf_demand_columns`) or as maps by name, which the call turns into columns. The demand
+pass bounds them on arrays (`fairshare_aggregate`); the call reads the history into
+`ShareColumns`, one list per quantity indexed like the plan, divides group by group
+(`fairshare_groups`) and returns a result that reads those columns; explain records are built
+only when read. Every sum and comparison is the one the division has always made, in the same
+order, so the numbers do not depend on whether a plan was passed or how the demands came.
 """
 
 from __future__ import annotations
@@ -68,9 +72,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.fairshare_aggregate import aggregate_demand
+from gpufair.domain.fairshare_demand import LeafDemands, QueueDemand
 from gpufair.domain.fairshare_groups import divide_group
 from gpufair.domain.fairshare_plan import (
     TOP,
@@ -79,7 +86,6 @@ from gpufair.domain.fairshare_plan import (
     type_violations,
 )
 from gpufair.domain.fairshare_result import (
-    NO_GPUS,
     FairShareResult,
     QueueShare,
     ShareColumns,
@@ -99,22 +105,11 @@ __all__ = [
     "FairShareInput",
     "FairSharePlan",
     "FairShareResult",
+    "LeafDemands",
     "QueueDemand",
     "QueueShare",
     "compute_fair_shares",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class QueueDemand:
-    """A leaf queue's work in the pool, in GPUs per type (fractions allowed).
-
-    Pending work that may run on several types is counted on the type placement would choose
-    (DESIGN §4.2: the cheapest that serves it); the engine cannot guess it.
-    """
-
-    allocated_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
-    pending_gpus_by_type: Mapping[str, float] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +121,8 @@ class FairShareInput:
     gpu_types: Mapping[str, GpuType]  # by name; at least the types in the pool and in demands
     capacity_gpus_by_type: Mapping[str, float]  # GPUs of each type on the pool's ready nodes
     queues: Sequence[Queue]  # the whole tree; a queue without terms in the pool is best effort
-    demands: Mapping[str, QueueDemand] = field(default_factory=frozen_map)  # leaves only
+    # Leaves only, by name, or as columns (`LeafDemands`, what the recompute passes).
+    demands: Mapping[str, QueueDemand] | LeafDemands = field(default_factory=frozen_map)
     usage: UsageInputs = field(default_factory=UsageInputs)  # empty: no history
     # The last computation's `FairShareResult.effective_weights`, for the dead band.
     previous_effective_weights: Mapping[str, float] = field(default_factory=frozen_map)
@@ -152,7 +148,8 @@ def compute_fair_shares(inp: FairShareInput, plan: FairSharePlan | None = None) 
     capacity_by_type = {t: g for t, g in inp.capacity_gpus_by_type.items() if g > 0.0}
     capacity_cu = math.fsum(g * compute_weights[t] for t, g in capacity_by_type.items())
     columns = ShareColumns(len(plan.names))
-    _aggregate_demand(inp, plan, columns, capacity_by_type)
+    columns.leaf_demands = _leaf_demands(inp, plan)
+    aggregate_demand(plan, columns.leaf_demands, capacity_by_type, columns)
 
     policy = inp.policy
     unit_cu = None
@@ -163,6 +160,8 @@ def compute_fair_shares(inp: FairShareInput, plan: FairSharePlan | None = None) 
     usage_share = columns.usage_share
     fair_share = columns.fair_share_cu
     names = plan.names
+    # Every queue's decayed usage in one pass (C-level lookups), divided group by group below.
+    usage_of = list(map(usage_cu_s.get, names, repeat(0.0, len(names))))
     for group in plan.groups:
         parent = group.parent
         if parent == TOP:
@@ -173,7 +172,7 @@ def compute_fair_shares(inp: FairShareInput, plan: FairSharePlan | None = None) 
             denominator = group_capacity_cu_s.get(names[parent], 0.0)
         if denominator > 0.0:  # `weights.usage_share`, inline: it runs for every queue
             usage_share[group.start : group.end] = [
-                usage_cu_s.get(name, 0.0) / denominator for name in group.names
+                usage / denominator for usage in usage_of[group.start : group.end]
             ]
         divide_group(
             group_capacity_cu, group, columns, policy, inp.previous_effective_weights, unit_cu
@@ -233,9 +232,29 @@ def _history_violations(inp: FairShareInput) -> list[Violation]:
     return violations
 
 
-def _raise_demand_violations(inp: FairShareInput, plan: FairSharePlan) -> None:
+def _leaf_demands(inp: FairShareInput, plan: FairSharePlan) -> LeafDemands:
+    """The input's demands as columns in the plan's leaf and type order; raises
+    `InvalidInputError` for a demand of an unknown or inner queue, of an unknown type, or a
+    number that is not finite and ≥ 0."""
+    demands = inp.demands
+    if isinstance(demands, LeafDemands):
+        if demands.leaves == plan.leaf_names and demands.types == plan.type_names:
+            if demands.valid():
+                return demands
+            _raise_demand_violations(inp, plan, demands.as_maps())
+        demands = demands.as_maps()  # another leaf or type order: read again
+    columns = LeafDemands.from_maps(plan.leaf_names, plan.type_names, demands)
+    if columns is None:
+        _raise_demand_violations(inp, plan, demands)
+        raise AssertionError("demands refused without a reason")  # pragma: no cover
+    return columns
+
+
+def _raise_demand_violations(
+    inp: FairShareInput, plan: FairSharePlan, demands: Mapping[str, QueueDemand]
+) -> None:
     violations: list[Violation] = []
-    for name, demand in inp.demands.items():
+    for name, demand in demands.items():
         if name not in plan.index:
             violations.append(Violation(f'demands["{name}"]', f"unknown queue {name!r}"))
             continue
@@ -259,135 +278,6 @@ def _raise_demand_violations(inp: FairShareInput, plan: FairSharePlan) -> None:
                     )
     if violations:
         raise InvalidInputError(violations)
-
-
-def _aggregate_demand(
-    inp: FairShareInput,
-    plan: FairSharePlan,
-    columns: ShareColumns,
-    capacity_by_type: dict[str, float],
-) -> None:
-    """Every queue's demand, allowed demand and per-type claims into `columns`, leaves first,
-    then inner queues children before parents; the demands are checked on the way.
-
-    The hot loop of a large pool (one pass over every queue): written with local names and
-    plain dict operations rather than helpers, since a call per queue and type is most of its
-    cost. Sums run over children in name order, and over a leaf's types in the order of its
-    maps (allocated, then pending), so they are deterministic.
-    """
-    demands = inp.demands
-    compute_weights = plan.compute_weights
-    allocated_col = columns.allocated_by_type
-    pending_col = columns.pending_by_type
-    demand_col = columns.demand_by_type
-    allowed_col = columns.allowed_by_type
-    claims_col = columns.claims_by_type
-    allowed_cu_col = columns.allowed_cu
-    inf = math.inf
-    found = 0
-    for i, name, type_limits, deserved_by_type, limit_cu in plan.leaves:
-        demand = demands.get(name)
-        if demand is None:
-            allocated_col[i] = demand_col[i] = NO_GPUS
-            allowed: dict[str, float] = {}
-            allowed_cu = 0.0
-        else:
-            found += 1
-            # The leaf's demand (allocated + pending) is summed into what becomes its allowed
-            # demand; its explain record sums it again (`ShareRecords`).
-            allocated = demand.allocated_gpus_by_type
-            pending = demand.pending_gpus_by_type
-            allocated_col[i] = allocated
-            pending_col[i] = pending
-            for gpus in allocated.values():
-                if not 0.0 <= gpus < inf:
-                    _raise_demand_violations(inp, plan)
-            allowed = dict(allocated)
-            for type_name, gpus in pending.items():
-                if not 0.0 <= gpus < inf:
-                    _raise_demand_violations(inp, plan)
-                allowed[type_name] = allowed.get(type_name, 0.0) + gpus
-            allowed_cu = 0.0
-            dropped: list[str] | None = None
-            for type_name, gpus in allowed.items():
-                capacity = capacity_by_type.get(type_name)
-                if capacity is None:  # a type without capacity, or an unknown one
-                    if type_name not in compute_weights:
-                        _raise_demand_violations(inp, plan)
-                    capacity = 0.0
-                bound = gpus if gpus < capacity else capacity  # min(), without the call
-                if type_limits and type_name in type_limits:
-                    bound = min(bound, type_limits[type_name])
-                if bound > 0.0:
-                    if bound != gpus:
-                        allowed[type_name] = bound
-                    allowed_cu += bound * compute_weights[type_name]
-                else:
-                    dropped = [type_name] if dropped is None else [*dropped, type_name]
-            if dropped is not None:
-                for type_name in dropped:
-                    del allowed[type_name]
-        allowed_col[i] = allowed
-        if deserved_by_type:  # most queues declare none: they share one empty claims map
-            claims_col[i] = _claims(NO_GPUS, deserved_by_type, allowed)
-        if limit_cu is not None and limit_cu < allowed_cu:
-            allowed_cu = limit_cu
-        allowed_cu_col[i] = allowed_cu
-    if found != len(demands):  # a demand for an unknown or inner queue
-        _raise_demand_violations(inp, plan)
-
-    # An inner queue's demand and allocation are its children's sums; only its explain record
-    # shows them, so they are summed there (`ShareRecords`), not here.
-    children = plan.children
-    type_limits_of = plan.limit_gpus_by_type
-    for i in plan.inner_postorder:
-        holds: dict[str, float] = {}
-        claimed: dict[str, float] = {}
-        children_allowed_cu = 0.0
-        for child in children[i] or ():
-            for type_name, gpus in allowed_col[child].items():
-                holds[type_name] = holds.get(type_name, 0.0) + gpus
-            child_claims = claims_col[child]
-            if child_claims is not NO_GPUS:  # most queues claim no type
-                for type_name, gpus in child_claims.items():
-                    claimed[type_name] = claimed.get(type_name, 0.0) + gpus
-            children_allowed_cu += allowed_cu_col[child]
-        type_limits = type_limits_of[i]
-        allowed = {}
-        allowed_cu = 0.0
-        for type_name, gpus in holds.items():
-            bound = capacity_by_type.get(type_name, 0.0)
-            bound = min(bound, gpus)
-            if type_limits and type_name in type_limits and type_limits[type_name] < bound:
-                bound = type_limits[type_name]
-            if bound > 0.0:
-                allowed[type_name] = bound
-                allowed_cu += bound * compute_weights[type_name]
-        allowed_col[i] = allowed
-        deserved_by_type = plan.deserved_gpus_by_type[i]
-        claims_col[i] = _claims(claimed, deserved_by_type, allowed) if deserved_by_type else claimed
-        allowed_cu = min(allowed_cu, children_allowed_cu)
-        limit_cu = plan.limit_cu[i]
-        if limit_cu is not None and limit_cu < allowed_cu:
-            allowed_cu = limit_cu
-        allowed_cu_col[i] = allowed_cu
-
-
-def _claims(
-    children_claims: Mapping[str, float],
-    deserved_by_type: Mapping[str, float],
-    allowed: Mapping[str, float],
-) -> dict[str, float]:
-    """A queue's per-type claims: its children's, where it declares a per-type guarantee
-    replaced by min(deserved GPUs, allowed demand) of the type (dropped at 0)."""
-    own = dict(children_claims)
-    for type_name, deserved_gpus in deserved_by_type.items():
-        claim = min(deserved_gpus, allowed.get(type_name, 0.0))
-        if claim > 0.0:
-            own[type_name] = claim
-        else:
-            own.pop(type_name, None)
-    return own
 
 
 def _grant_type_guarantees(

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.model import Division, FairSharePolicy, GpuType, Queue
 from gpufair.domain.policy import (
@@ -92,6 +94,18 @@ class FairSharePlan:
     limit_cu: tuple[float | None, ...]
     limit_gpus_by_type: tuple[Mapping[str, float] | None, ...]
     deserved_gpus_by_type: tuple[Mapping[str, float] | None, ...]
+    # The same terms as arrays, for the demand pass on columns (`fairshare_aggregate`): the
+    # pool's GPU types in `gpu_types` order (a column each), their CU per GPU, every queue's
+    # per-type limits (inf where none) and CU limit (inf where None).
+    type_names: tuple[str, ...]
+    type_cu: np.ndarray
+    type_limit_array: np.ndarray  # (queues, types)
+    limit_cu_array: np.ndarray  # (queues,)
+    leaf_names: tuple[str, ...]  # the leaves in plan order: `LeafDemands`' rows
+    leaf_numbers: np.ndarray  # each leaf's number
+    inner_levels: tuple[InnerLevel, ...]  # inner queues by height, lowest first
+    typed_leaves: tuple[int, ...]  # leaves declaring a per-type guarantee
+    typed_inner: tuple[int, ...]  # inner queues whose subtree declares one, children first
 
     @classmethod
     def compile(
@@ -176,6 +190,8 @@ class FairSharePlan:
             if claiming:
                 typed_groups.append((TOP if key is None else index[key], claiming))
             start = end
+        type_names = tuple(gpu_types)
+        leaf_list = [i for i in range(count) if children[i] is None]
         return cls(
             pool=pool,
             policy=policy,
@@ -202,6 +218,22 @@ class FairSharePlan:
             limit_cu=limit_cu,
             limit_gpus_by_type=type_limits,
             deserved_gpus_by_type=deserved_by_type,
+            type_names=type_names,
+            type_cu=np.array([compute_weights[t] for t in type_names], dtype=float),
+            type_limit_array=np.array(
+                [[(lim or {}).get(t, np.inf) for t in type_names] for lim in type_limits],
+                dtype=float,
+            ).reshape(count, len(type_names)),
+            limit_cu_array=np.array(
+                [np.inf if lim is None else lim for lim in limit_cu], dtype=float
+            ),
+            leaf_names=tuple(names[i] for i in leaf_list),
+            leaf_numbers=np.array(leaf_list, dtype=np.intp),
+            inner_levels=_inner_levels(children),
+            typed_leaves=tuple(i for i in leaf_list if deserved_by_type[i]),
+            typed_inner=tuple(
+                i for i in range(count - 1, -1, -1) if children[i] is not None and typed[i]
+            ),
         )
 
     def fits(
@@ -219,6 +251,53 @@ class FairSharePlan:
         # Tuple equality compares identical queues by identity first: the common case of a
         # caller that rebuilt the list from the same queue objects stays cheap.
         return len(queues) == len(self.queues) and tuple(queues) == self.queues
+
+
+LONG_GROUP = 32  # children beyond which a group's sums run on its own (`InnerLevel.long`)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class InnerLevel:
+    """Inner queues of one height (1: every child a leaf; h: children below h, one at h - 1),
+    whose sums over their children can run side by side once the lower heights are done.
+
+    Each queue's children are the contiguous numbers `start .. start + size`. The queues with at
+    most `LONG_GROUP` children are ordered by size, largest first, so that the queues with more
+    than k children are the first `live[k]` (sums go child by child, in name order, across all
+    of them at once); larger groups are listed in `long` and summed one by one.
+    """
+
+    parents: np.ndarray  # the short groups' queue numbers, largest group first
+    starts: np.ndarray  # their first child's number
+    live: tuple[int, ...]  # live[k]: how many of them have more than k children
+    long: tuple[tuple[int, int, int], ...]  # (queue, first child, children) of larger groups
+
+
+def _inner_levels(children: tuple[tuple[int, ...] | None, ...]) -> tuple[InnerLevel, ...]:
+    height = [0] * len(children)
+    for i in range(len(children) - 1, -1, -1):  # children (higher numbers) first
+        kids = children[i]
+        if kids is not None:
+            height[i] = 1 + max(height[k] for k in kids)
+    levels = []
+    for h in range(1, max(height, default=0) + 1):
+        members = [i for i in range(len(children)) if height[i] == h]
+        short = [i for i in members if len(children[i] or ()) <= LONG_GROUP]
+        short.sort(key=lambda i: -len(children[i] or ()))
+        sizes = [len(children[i] or ()) for i in short]
+        levels.append(
+            InnerLevel(
+                parents=np.array(short, dtype=np.intp),
+                starts=np.array([(children[i] or (0,))[0] for i in short], dtype=np.intp),
+                live=tuple(sum(1 for n in sizes if n > k) for k in range(max(sizes, default=0))),
+                long=tuple(
+                    (i, (children[i] or (0,))[0], len(children[i] or ()))
+                    for i in members
+                    if len(children[i] or ()) > LONG_GROUP
+                ),
+            )
+        )
+    return tuple(levels)
 
 
 def _tiers(weights: tuple[float, ...], priorities: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from itertools import compress
 from types import MappingProxyType
 
+import numpy as np
+
+from gpufair.domain.fairshare_demand import LeafDemands
 from gpufair.domain.fairshare_plan import FairSharePlan
 from gpufair.domain.snapshot import UsageStanding
 from gpufair.domain.usage import UsageInputs
@@ -89,22 +92,19 @@ class ShareRecords(Mapping[str, QueueShare]):
         return record
 
     def _sum_inner_demand(self) -> None:
-        """Every queue's demand (a leaf's allocated + pending) and every inner queue's
-        allocation: its children's sums, children in name order, once for all records."""
+        """Every queue's demand (a leaf's allocated + pending) and allocation by type: a leaf's
+        from its demand row, an inner queue's its children's sums, children in name order, once
+        for all records."""
         columns = self.columns
         allocated_col, demand_col = columns.allocated_by_type, columns.demand_by_type
-        for i in range(len(allocated_col) - 1, -1, -1):  # children before parents
-            kids = self.plan.children[i]
-            if kids is None:
-                if demand_col[i] is None:
-                    leaf_demand = dict(allocated_col[i])
-                    for type_name, gpus in columns.pending_by_type[i].items():
-                        leaf_demand[type_name] = leaf_demand.get(type_name, 0.0) + gpus
-                    demand_col[i] = leaf_demand
-                continue
+        leaf_demands = columns.leaf_demands
+        assert leaf_demands is not None
+        for row, i in enumerate(self.plan.leaf_numbers.tolist()):
+            allocated_col[i], demand_col[i] = leaf_demands.row_maps(row)
+        for i in self.plan.inner_postorder:  # children before parents
             allocated: dict[str, float] = {}
             wanted: dict[str, float] = {}
-            for child in kids:
+            for child in self.plan.children[i] or ():
                 child_demand = demand_col[child]
                 assert child_demand is not None
                 for type_name, gpus in allocated_col[child].items():
@@ -179,16 +179,17 @@ class ShareColumns:
     """The division's working numbers, one list per quantity, indexed like the plan's queues
     (pre-order positions); the explain record of a queue is built from its entries on request.
 
-    Demand, allocation, allowed demand and per-type claims (the `*_by_type` maps and their CU)
-    are set by the demand aggregation, for every queue, before anything reads them. Demand
-    (allocated + pending) stays None until an explain record sums it; an inner queue's
-    allocation too.
+    The leaves' demands (`leaf_demands`), every queue's allowed demand by type (`allowed_gpus`,
+    a row per queue, a column per `FairSharePlan.type_names`, 0 where none) and in CU, and the
+    per-type claims of the queues that can claim, are set by the demand pass
+    (`fairshare_aggregate`) before anything reads them. Demand (allocated + pending) and
+    allocation maps stay empty until an explain record sums them.
     """
 
     __slots__ = (
         "allocated_by_type",
-        "allowed_by_type",
         "allowed_cu",
+        "allowed_gpus",
         "claims_by_type",
         "competes",
         "demand_by_type",
@@ -196,8 +197,8 @@ class ShareColumns:
         "fair_share_cu",
         "guaranteed_by_type",
         "guaranteed_cu",
+        "leaf_demands",
         "over_quota_cu",
-        "pending_by_type",
         "priority_weight",
         "satisfied",
         "usage_share",
@@ -207,8 +208,8 @@ class ShareColumns:
     def __init__(self, count: int) -> None:
         self.demand_by_type: list[Mapping[str, float] | None] = [None] * count
         self.allocated_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
-        self.pending_by_type: list[Mapping[str, float]] = [NO_GPUS] * count  # a leaf's, as given
-        self.allowed_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
+        self.leaf_demands: LeafDemands | None = None
+        self.allowed_gpus: np.ndarray = np.zeros((count, 0))
         self.claims_by_type: list[Mapping[str, float]] = [NO_GPUS] * count
         self.allowed_cu: list[float] = [0.0] * count
         # Shared and empty until a per-type guarantee is granted (most queues have none).
@@ -234,10 +235,12 @@ def _explain(
     demand, allocated = columns.demand_by_type[i], columns.allocated_by_type[i]
     assert demand is not None  # summed by ShareRecords
     compute_weights = plan.compute_weights
-    allowed_by_type = columns.allowed_by_type[i]
     only_type = single_type
-    if only_type is None and len(allowed_by_type) == 1:
-        only_type = next(iter(allowed_by_type))
+    if only_type is None:
+        row = columns.allowed_gpus[i].tolist()
+        held = [t for t, gpus in zip(plan.type_names, row, strict=True) if gpus > 0.0]
+        if len(held) == 1:
+            only_type = held[0]
     fair_share_cu = columns.fair_share_cu[i]
     fair_share_gpus_by_type: Mapping[str, float] = {}
     if only_type is not None:

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from gpufair.domain.demand import queue_demands
+from gpufair.domain.demand import leaf_demand_columns, queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
     FairSharePlan,
     FairShareResult,
+    LeafDemands,
     QueueDemand,
     compute_fair_shares,
 )
@@ -55,8 +56,11 @@ class Recomputed:
     warnings: tuple[str, ...] = ()
 
 
-def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str, QueueDemand]:
-    """Each leaf queue's demand in `pool` now (`domain.demand`)."""
+def demands(
+    conn: Connection, config: ClusterConfig, pool: NodePool, plan: FairSharePlan | None = None
+) -> dict[str, QueueDemand] | LeafDemands:
+    """Each leaf queue's demand in `pool` now (`domain.demand`): as columns in `plan`'s leaf
+    and type order when a plan is given, else as maps by queue name."""
     gpu_types = {t.name: t for t in config.gpu_types}
     present = {n.gpu_type for n in config.nodes if n.pool == pool.name and n.ready}
 
@@ -64,13 +68,14 @@ def demands(conn: Connection, config: ClusterConfig, pool: NodePool) -> dict[str
         types = adequate_types(workload, gpu_types, present)
         return types[0] if types else None
 
-    return queue_demands(
-        (q.name for q in config.leaf_queues()),
-        workload_repo.held_gpus(conn, pool.name),
-        workload_repo.workloads_in_states(conn, pool.name, ("pending", "bound")),
-        cheapest,
-        {name: gpu_type.compute_weight for name, gpu_type in gpu_types.items()},
-    )
+    held = workload_repo.held_gpus(conn, pool.name)
+    waiting = workload_repo.workloads_in_states(conn, pool.name, ("pending", "bound"))
+    weights = {name: gpu_type.compute_weight for name, gpu_type in gpu_types.items()}
+    if plan is not None:
+        return leaf_demand_columns(
+            plan.leaf_names, plan.type_names, held, waiting, cheapest, weights
+        )
+    return queue_demands((q.name for q in config.leaf_queues()), held, waiting, cheapest, weights)
 
 
 def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed:
@@ -98,7 +103,8 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
             capacity_gpus_by_type=capacity[1],
             # The plan's own (equal) queue tuple: the division then knows it by identity.
             queues=config.queues if plan is None else plan.queues,
-            demands=demands(conn, config, pool),
+            # Columns in the plan's leaf order when a plan is kept (issue 17).
+            demands=demands(conn, config, pool, plan),
             usage=usage,
             previous_effective_weights=(
                 {

@@ -47,10 +47,12 @@ from dataclasses import dataclass
 from gpufair.domain import cu_request
 from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.demand import queue_demands
+from gpufair.domain.demand import leaf_demand_columns, queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
+    FairSharePlan,
     FairShareResult,
+    LeafDemands,
     QueueDemand,
     compute_fair_shares,
 )
@@ -501,20 +503,24 @@ class Simulation:
             capacity=capacity,
             now_s=now_s,
         )
+        # The last division's compiled configuration: reused while it fits (a policy switch
+        # or another queue tree compiles a new one), the same numbers in about half the work;
+        # with it, the demands go as columns in its leaf order (issue 17).
+        plan = pool.shares.shares.plan if pool.shares is not None else None
+        if plan is not None and not plan.fits(pool.name, policy, pool.types_by_name, pool.queues):
+            plan = None
         result = compute_fair_shares(
             FairShareInput(
                 pool=pool.name,
                 policy=policy,
                 gpu_types=pool.types_by_name,
                 capacity_gpus_by_type=pool.capacity_gpus_by_type,
-                queues=pool.queues,
-                demands=self._demands(pool),
+                queues=pool.queues if plan is None else plan.queues,
+                demands=self._demands(pool, plan),
                 usage=usage,
                 previous_effective_weights=pool.previous_weights,
             ),
-            # The last division's compiled configuration: reused while it fits (a policy switch
-            # or another queue tree compiles a new one), the same numbers in about half the work.
-            pool.shares.shares.plan if pool.shares is not None else None,
+            plan,
         )
         pool.shares = result
         pool.standing = {
@@ -529,13 +535,18 @@ class Simulation:
             pool.dirty = True
         pool.competed.update(result.competing)
 
-    def _demands(self, pool: _Pool) -> dict[str, QueueDemand]:
+    def _demands(
+        self, pool: _Pool, plan: FairSharePlan | None
+    ) -> dict[str, QueueDemand] | LeafDemands:
+        held = ((j.workload.queue, j.gpu_type, j.gpus) for j in pool.running.values())
+        waiting = (j.workload for uid, j in pool.pending.items() if uid not in pool.hopeless)
+        weights = {name: gpu_type.compute_weight for name, gpu_type in pool.types_by_name.items()}
+        if plan is not None:
+            return leaf_demand_columns(
+                plan.leaf_names, plan.type_names, held, waiting, pool.cheapest_type, weights
+            )
         return queue_demands(
-            (q.name for q in pool.leaves),
-            ((j.workload.queue, j.gpu_type, j.gpus) for j in pool.running.values()),
-            (j.workload for uid, j in pool.pending.items() if uid not in pool.hopeless),
-            pool.cheapest_type,
-            {name: gpu_type.compute_weight for name, gpu_type in pool.types_by_name.items()},
+            (q.name for q in pool.leaves), held, waiting, pool.cheapest_type, weights
         )
 
     # -- the cycle ----------------------------------------------------------------------------
