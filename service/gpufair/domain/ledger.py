@@ -196,13 +196,13 @@ class WorkloadRef:
 
 
 # The form PostgreSQL prints and most clients send: recognised without building a UUID object.
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 def canonical_event_id(event_id: str) -> str | None:
     """The event id in PostgreSQL's text form (lowercase, hyphenated), or None if it is not a
     UUID. Replays are recognised by this form, so `{...}` or upper case is the same event."""
-    if _CANONICAL_UUID.match(event_id):
+    if CANONICAL_UUID.match(event_id):
         return event_id
     try:
         return str(uuid.UUID(event_id))

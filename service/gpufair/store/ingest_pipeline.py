@@ -14,6 +14,7 @@ its next message, and reports the one before.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,7 @@ import psycopg
 from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import (
+    CANONICAL_UUID,
     END_KINDS,
     RUN_KINDS,
     EventKind,
@@ -46,7 +48,6 @@ from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
     copy_row,
     copy_stream,
-    payload_digest,
     payload_json,
     stored_epoch_s,
     text_array,
@@ -226,6 +227,7 @@ class Preparation:
         event_ids, statuses = outcomes.event_ids, outcomes.statuses
         now_s, internal = self.now_s, self._internal
         stale, run_kinds = EventKind.STALE, RUN_KINDS
+        sha256, canonical = hashlib.sha256, CANONICAL_UUID.match
         for item in events:
             i = len(event_ids)
             statuses.append(None)
@@ -233,18 +235,20 @@ class Preparation:
                 event_ids.append(item[0])
                 outcomes.reject(i, item[1])
                 continue
-            event_ids.append(item.event_id)
+            event_id = item.event_id
+            event_ids.append(event_id)
             payload = payload_json(item).encode()
-            digest = payload_digest(payload)
-            key = canonical_event_id(item.event_id)
-            seen = first_seen.get(key or item.event_id)
+            digest = sha256(payload).hexdigest()  # `payload_digest`, without a call per event
+            # `canonical_event_id`: the canonical form is recognised here, the rest goes there.
+            key = event_id if canonical(event_id) else canonical_event_id(event_id)
+            seen = first_seen.get(key or event_id)
             if seen is not None:
                 if seen == digest:
                     statuses[i] = EventStatus.DUPLICATE
                 else:
                     outcomes.reject(i, REUSED)
                 continue
-            first_seen[key or item.event_id] = digest
+            first_seen[key or event_id] = digest
             # The sweeper's own events skip the checks meant for reports (see `_validate`);
             # still, only a UUID can be stored.
             if key is None:
