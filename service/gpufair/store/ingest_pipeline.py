@@ -421,7 +421,8 @@ def _read_context(
 def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     """The checks that need the workloads and nodes; rejects what fails them, returns the rest."""
     outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
-    heartbeat = EventKind.HEARTBEAT
+    # The enum's members read once, not once per event (see domain/ledger.py).
+    heartbeat, stale, started = EventKind.HEARTBEAT, EventKind.STALE, EventKind.STARTED
     valid: list[Candidate] = []
     for c in batch.candidates:
         event = c.event
@@ -433,7 +434,7 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
                 valid.append(c)
             continue
         ref = workloads.get(event.workload_uid)
-        if batch.internal and event.kind is EventKind.STALE:
+        if batch.internal and event.kind is stale:
             problem = (
                 None
                 if ref is not None
@@ -451,12 +452,12 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
     earliest: dict[str, float] = {}
     for uid, events in ctx.run_events.items():
-        starts = [e.occurred_at_s for e in events if e.kind is EventKind.STARTED]
+        starts = [e.occurred_at_s for e in events if e.kind is started]
         if starts:
             earliest[uid] = min(starts)
     for c in valid:
         e = c.event
-        if e.kind is EventKind.STARTED:
+        if e.kind is started:
             earliest[e.workload_uid] = min(
                 earliest.get(e.workload_uid, e.occurred_at_s), e.occurred_at_s
             )
@@ -547,11 +548,12 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     neither: it is only kept, as a sign of life the sweeper reads back."""
     new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
     node_events: list[LedgerEvent] = []
+    node_capacity = EventKind.NODE_CAPACITY
     for c in stored:
         e, read_back = c.event, c.read_back
         if read_back is not None:
             new_run_events[e.workload_uid].append(read_back)
-        elif e.kind is EventKind.NODE_CAPACITY:
+        elif e.kind is node_capacity:
             node_events.append(e)
 
     change = runs_repo.RunsChange()
