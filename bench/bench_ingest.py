@@ -11,7 +11,8 @@ payload and digest) straight into `ledger_events` and does nothing else: the cei
 client could reach for that table. Each round uses a new database and runs both, one after the
 other, so the ratio is fair on a shared, noisy machine; the summary is the median of the rounds'
 ratios. The CPU seconds of the server process, the client and the PostgreSQL backends during the
-stream, per event, show which side bounds the rate.
+stream, per event, show which side bounds the rate; the CPU of the COPY's own backend and client
+(`copy_us_per_event_*`) is what the same rows cost the database and a client without the service.
 
 With `--streams N` the timed events go over N streams at once, each on a connection of its own
 (a batch system reporting from several places), split by workload so that each workload's
@@ -46,7 +47,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import psycopg
@@ -161,10 +162,26 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(False)
 
 
-def copy_rate(url: str, events: list[LedgerEvent]) -> float:
+class CopyRun(NamedTuple):
+    events_per_s: float
+    postgres_cpu_s: float  # of the COPY's backend (nan when PostgreSQL is not on this machine)
+    client_cpu_s: float
+
+
+def copy_rate(url: str, events: list[LedgerEvent]) -> CopyRun:
     with psycopg.connect(libpq_url(url)) as conn:
         conn.execute("TRUNCATE ledger_events")
         conn.commit()
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()
+        pid = backend[0] if backend else 0
+
+        def backend_cpu() -> float:
+            try:
+                return cpu_seconds(pid)
+            except OSError:
+                return math.nan
+
+        pg_before, client_before = backend_cpu(), time.process_time()
         start = time.perf_counter()
         with (
             conn.cursor() as cur,
@@ -187,9 +204,14 @@ def copy_rate(url: str, events: list[LedgerEvent]) -> float:
                 )
         conn.commit()
         elapsed = time.perf_counter() - start
+        run = CopyRun(
+            len(events) / elapsed,
+            backend_cpu() - pg_before,
+            time.process_time() - client_before,
+        )
         conn.execute("TRUNCATE ledger_events")
         conn.commit()
-    return len(events) / elapsed
+    return run
 
 
 def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
@@ -354,7 +376,7 @@ def one_round(
                 submit_workloads(engine, n_workloads, t0)
                 if before:
                     client.ledger.StreamEvents(iter(messages(before, batch)), timeout=900)
-                copy_eps = copy_rate(url, events)
+                copy = copy_rate(url, events)
                 parts = [messages(p, batch) for p in split_by_workload(events, streams)]
                 channels, placed = open_streams(
                     f"127.0.0.1:{port}", streams, process.pid, spread=spread
@@ -392,12 +414,14 @@ def one_round(
     grpc_eps = n / grpc_s
     return {
         "grpc_stream_events_per_s": round(grpc_eps),
-        "raw_copy_events_per_s": round(copy_eps),
-        "ratio_grpc_to_copy": round(grpc_eps / copy_eps, 3),
+        "raw_copy_events_per_s": round(copy.events_per_s),
+        "ratio_grpc_to_copy": round(grpc_eps / copy.events_per_s, 3),
         "us_per_event_wall": round(grpc_s / n * 1e6, 2),
         "us_per_event_server_cpu": round(server_cpu / n * 1e6, 2),
         "us_per_event_postgres_cpu": round(pg_cpu / n * 1e6, 2),
         "us_per_event_client_cpu": round(client_cpu / n * 1e6, 2),
+        "copy_us_per_event_postgres_cpu": round(copy.postgres_cpu_s / n * 1e6, 2),
+        "copy_us_per_event_client_cpu": round(copy.client_cpu_s / n * 1e6, 2),
         "streams_by_worker": placed,
         "lock_waits_seen": f"{waits.seen} in {waits.samples} samples",
         "server_cpu_share_by_worker": sorted(

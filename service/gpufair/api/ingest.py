@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -53,29 +52,60 @@ class _Message:
 
 
 def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
-    """Append the outcomes of a committed message to `reply`, and count them in the metrics."""
+    """Append the outcomes of a committed message to `reply`, and count them in the metrics.
+
+    The results are appended as their encoded bytes, parsed by the protobuf runtime in one call:
+    setting two fields on each of thousands of result objects cost the stream's thread more than
+    encoding them (`result_bytes`)."""
     outcomes = message.outcomes
     if outcomes is None:
         raise RuntimeError("a message is reported only once written")
     statuses = outcomes.final()
-    # add() and then the fields: keyword arguments cost the protobuf runtime twice as much.
-    add, errors = reply.results.add, outcomes.errors
+    errors = outcomes.errors
     stored, as_stored = EventStatus.STORED, pb.EVENT_STATUS_STORED
-    lags: list[float] = []
-    for i, (item, event_id, status) in enumerate(
-        zip(message.converted, outcomes.event_ids, statuses, strict=True)
-    ):
-        result = add()
-        result.event_id = event_id
-        if status is stored:
-            result.status = as_stored
-            if isinstance(item, LedgerEvent):
-                lags.append(message.now_s - item.occurred_at_s)
-        else:
-            result.status = _STATUS[status]
-            if i in errors:
-                result.error = errors[i]
-    observe_events(lags, Counter(s.value for s in statuses))
+    encoded = [
+        result_bytes(event_id, as_stored if status is stored else _STATUS[status], errors.get(i))
+        for i, (event_id, status) in enumerate(zip(outcomes.event_ids, statuses, strict=True))
+    ]
+    reply.MergeFromString(b"".join(encoded))
+    now_s = message.now_s
+    lags = [
+        now_s - c.event.occurred_at_s
+        for c in message.batch.candidates
+        if statuses[c.position] is stored
+    ]
+    observe_events(lags, {s.value: n for s in EventStatus if (n := statuses.count(s))})
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# An EventResult as field 1 of ReportEventsResponse, for an event id of n < 124 UTF-8 bytes and no
+# error: tag and length of the result, tag and length of the id; then the id, tag and status.
+_SHORT_HEAD = [bytes((0x0A, n + 4, 0x0A, n)) for n in range(124)]
+
+
+def result_bytes(event_id: str, status: int, error: str | None) -> bytes:
+    """One `results` entry of ReportEventsResponse in the protobuf wire format: what
+    `reply.results.add()` with `event_id`, `status` and `error` set would serialize to."""
+    eid = event_id.encode()
+    n = len(eid)
+    if not error and n < 124 and 0 < status < 128:
+        return _SHORT_HEAD[n] + eid + bytes((0x10, status))
+    body = b"".join(
+        (
+            b"\x0a" + _varint(n) + eid if n else b"",
+            b"\x10" + _varint(status) if status else b"",
+            b"\x1a" + _varint(len(e := error.encode())) + e if error else b"",
+        )
+    )
+    return b"\x0a" + _varint(len(body)) + body
 
 
 class _Split:

@@ -131,31 +131,28 @@ COPY_EVENTS_SQL = (
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, no flags, no extension
 _COPY_TRAILER = b"\xff\xff"
 _ROW_HEAD = struct.Struct(">hi16si")  # 6 fields; uuid; length of workload_uid (-1: NULL)
-_ROW_TIME = struct.Struct(">iqi")  # timestamptz; length of the jsonb that follows
+_ROW_TIME = struct.Struct(">iqiB")  # timestamptz; length of the jsonb that follows, its version (1)
 _KIND_FIELD = {k: struct.pack(">i", len(k.value)) + k.value.encode() for k in EventKind}
 _LENGTH = struct.Struct(">i")
-_JSONB_VERSION = b"\x01"
+_DIGEST_LENGTH = _LENGTH.pack(64)  # of a SHA-256 in hex, as every digest is
 
 
 def copy_row(
     event_id: str, workload_uid: str, kind: EventKind, epoch_s: float, payload: bytes, digest: str
 ) -> bytes:
-    """One row of COPY_EVENTS_SQL: `event_id` canonical, `workload_uid` "" for NULL."""
+    """One row of COPY_EVENTS_SQL: `event_id` canonical, `workload_uid` "" for NULL. The instant
+    is `_pg_internal_micros(epoch_s)`, written out: this runs once per event."""
     id_bytes = bytes.fromhex(event_id.replace("-", ""))
-    if workload_uid:
-        uid = workload_uid.encode()
-        head = _ROW_HEAD.pack(6, 16, id_bytes, len(uid)) + uid
-    else:
-        head = _ROW_HEAD.pack(6, 16, id_bytes, -1)
+    uid = workload_uid.encode()
     digest_bytes = digest.encode()
     return b"".join(
         (
-            head,
+            _ROW_HEAD.pack(6, 16, id_bytes, len(uid) if uid else -1),
+            uid,
             _KIND_FIELD[kind],
-            _ROW_TIME.pack(8, _pg_internal_micros(epoch_s), len(payload) + 1),
-            _JSONB_VERSION,
+            _ROW_TIME.pack(8, round((epoch_s - _PG_EPOCH_S) * 1e6), len(payload) + 1, 1),
             payload,
-            _LENGTH.pack(len(digest_bytes)),
+            _DIGEST_LENGTH if len(digest_bytes) == 64 else _LENGTH.pack(len(digest_bytes)),
             digest_bytes,
         )
     )

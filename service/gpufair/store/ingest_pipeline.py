@@ -14,6 +14,7 @@ its next message, and reports the one before.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,7 @@ import psycopg
 from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import (
+    CANONICAL_UUID,
     END_KINDS,
     RUN_KINDS,
     EventKind,
@@ -46,7 +48,6 @@ from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
     copy_row,
     copy_stream,
-    payload_digest,
     payload_json,
     stored_epoch_s,
     text_array,
@@ -226,6 +227,7 @@ class Preparation:
         event_ids, statuses = outcomes.event_ids, outcomes.statuses
         now_s, internal = self.now_s, self._internal
         stale, run_kinds = EventKind.STALE, RUN_KINDS
+        sha256, canonical = hashlib.sha256, CANONICAL_UUID.match
         for item in events:
             i = len(event_ids)
             statuses.append(None)
@@ -233,18 +235,20 @@ class Preparation:
                 event_ids.append(item[0])
                 outcomes.reject(i, item[1])
                 continue
-            event_ids.append(item.event_id)
+            event_id = item.event_id
+            event_ids.append(event_id)
             payload = payload_json(item).encode()
-            digest = payload_digest(payload)
-            key = canonical_event_id(item.event_id)
-            seen = first_seen.get(key or item.event_id)
+            digest = sha256(payload).hexdigest()  # `payload_digest`, without a call per event
+            # `canonical_event_id`: the canonical form is recognised here, the rest goes there.
+            key = event_id if canonical(event_id) else canonical_event_id(event_id)
+            seen = first_seen.get(key or event_id)
             if seen is not None:
                 if seen == digest:
                     statuses[i] = EventStatus.DUPLICATE
                 else:
                     outcomes.reject(i, REUSED)
                 continue
-            first_seen[key or item.event_id] = digest
+            first_seen[key or event_id] = digest
             # The sweeper's own events skip the checks meant for reports (see `_validate`);
             # still, only a UUID can be stored.
             if key is None:
@@ -417,7 +421,8 @@ def _read_context(
 def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     """The checks that need the workloads and nodes; rejects what fails them, returns the rest."""
     outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
-    heartbeat = EventKind.HEARTBEAT
+    # The enum's members read once, not once per event (see domain/ledger.py).
+    heartbeat, stale, started = EventKind.HEARTBEAT, EventKind.STALE, EventKind.STARTED
     valid: list[Candidate] = []
     for c in batch.candidates:
         event = c.event
@@ -429,7 +434,7 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
                 valid.append(c)
             continue
         ref = workloads.get(event.workload_uid)
-        if batch.internal and event.kind is EventKind.STALE:
+        if batch.internal and event.kind is stale:
             problem = (
                 None
                 if ref is not None
@@ -447,12 +452,12 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
     earliest: dict[str, float] = {}
     for uid, events in ctx.run_events.items():
-        starts = [e.occurred_at_s for e in events if e.kind is EventKind.STARTED]
+        starts = [e.occurred_at_s for e in events if e.kind is started]
         if starts:
             earliest[uid] = min(starts)
     for c in valid:
         e = c.event
-        if e.kind is EventKind.STARTED:
+        if e.kind is started:
             earliest[e.workload_uid] = min(
                 earliest.get(e.workload_uid, e.occurred_at_s), e.occurred_at_s
             )
@@ -543,11 +548,12 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     neither: it is only kept, as a sign of life the sweeper reads back."""
     new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
     node_events: list[LedgerEvent] = []
+    node_capacity = EventKind.NODE_CAPACITY
     for c in stored:
         e, read_back = c.event, c.read_back
         if read_back is not None:
             new_run_events[e.workload_uid].append(read_back)
-        elif e.kind is EventKind.NODE_CAPACITY:
+        elif e.kind is node_capacity:
             node_events.append(e)
 
     change = runs_repo.RunsChange()

@@ -1,0 +1,90 @@
+"""The reply of ReportEvents/StreamEvents is appended as encoded results: each must read back as
+the result the protobuf runtime would have built field by field."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+
+from gpufair.api.ingest import _Message, _report, result_bytes
+from gpufair.domain.ledger import EventKind, LedgerEvent
+from gpufair.store import ingest_pipeline
+from gpufair.v1 import ledger_pb2 as pb
+
+CASES = [
+    ("0b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e", pb.EVENT_STATUS_STORED, None),
+    ("0b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e", pb.EVENT_STATUS_DUPLICATE, None),
+    ("not-a-uuid", pb.EVENT_STATUS_REJECTED, "event_id 'not-a-uuid' is not a UUID"),
+    ("", pb.EVENT_STATUS_REJECTED, "event_id '' is not a UUID"),
+    ("x" * 123, pb.EVENT_STATUS_STORED, None),  # the longest id of the short form
+    ("x" * 124, pb.EVENT_STATUS_STORED, None),  # the result's length takes two bytes
+    ("x" * 300, pb.EVENT_STATUS_REJECTED, "e" * 200),  # the id's and the error's too
+    ("événement-é", pb.EVENT_STATUS_REJECTED, "workload_uid must be printable: 'ü\\x00'"),
+]
+
+
+@pytest.mark.parametrize(("event_id", "status", "error"), CASES)
+def test_an_encoded_result_is_the_runtime_s_own(
+    event_id: str, status: int, error: str | None
+) -> None:
+    expected = pb.ReportEventsResponse()
+    result = expected.results.add()
+    result.event_id = event_id
+    result.status = status  # type: ignore[assignment]
+    if error:
+        result.error = error
+    encoded = result_bytes(event_id, status, error)
+    assert encoded == expected.SerializeToString()
+    parsed = pb.ReportEventsResponse.FromString(encoded)
+    assert (parsed.results[0].event_id, parsed.results[0].status, parsed.results[0].error) == (
+        event_id,
+        status,
+        error or "",
+    )
+
+
+def test_results_appended_to_a_reply_keep_their_order_after_the_ones_before() -> None:
+    reply = pb.ReportEventsResponse()
+    reply.results.add(event_id="first", status=pb.EVENT_STATUS_STORED)
+    reply.MergeFromString(
+        result_bytes("second", pb.EVENT_STATUS_DUPLICATE, None)
+        + result_bytes("third", pb.EVENT_STATUS_REJECTED, "occurred_at is missing")
+    )
+    assert [(r.event_id, r.status, r.error) for r in reply.results] == [
+        ("first", pb.EVENT_STATUS_STORED, ""),
+        ("second", pb.EVENT_STATUS_DUPLICATE, ""),
+        ("third", pb.EVENT_STATUS_REJECTED, "occurred_at is missing"),
+    ]
+
+
+def test_a_reported_message_lists_every_outcome_and_counts_them() -> None:
+    """`_report` of a message of 3 events (one stored, one duplicate of it, one that is no UUID):
+    3 results in order, the metrics count 1 stored, 1 duplicate, 1 rejected and 1 lag of 60 s."""
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    now = 1_800_000_000.0
+    event_id = "0b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e"
+    stored = LedgerEvent(event_id, EventKind.HEARTBEAT, now - 60.0, "w1")
+    converted: list[LedgerEvent | tuple[str, str]] = [stored, stored, ("nope", "not a UUID")]
+    batch = ingest_pipeline.prepare(converted, now)
+    assert len(batch.candidates) == 1  # the second is a duplicate within the batch
+    batch.outcomes.statuses[batch.candidates[0].position] = ingest_pipeline.EventStatus.STORED
+    names = ("stored", "duplicate", "rejected")
+    before = [sample("gpufair_events_total", status=s) for s in names]
+    lags_before = sample("gpufair_ingest_lag_seconds_count")
+    in_60 = sample("gpufair_ingest_lag_seconds_bucket", le="60.0")
+
+    reply = pb.ReportEventsResponse()
+    _report(reply, _Message(converted, now, batch, batch.outcomes))
+
+    assert [(r.event_id, r.status, r.error) for r in reply.results] == [
+        (event_id, pb.EVENT_STATUS_STORED, ""),
+        (event_id, pb.EVENT_STATUS_DUPLICATE, ""),
+        ("nope", pb.EVENT_STATUS_REJECTED, "not a UUID"),
+    ]
+    after = [sample("gpufair_events_total", status=s) for s in names]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+    assert sample("gpufair_ingest_lag_seconds_count") - lags_before == 1
+    assert sample("gpufair_ingest_lag_seconds_bucket", le="60.0") - in_60 == 1
