@@ -67,6 +67,7 @@ class NodeState:
         "memory_total",
         "name",
         "slices",
+        "version",
     )
 
     def __init__(
@@ -85,6 +86,11 @@ class NodeState:
         self.memory_free = node.memory_mib
         self.geometry = geometry  # partition profiles of its GPU type, by name
         self.slices: list[int] | None = None  # per GPU, slices held by partitions
+        # Names the node's current state, as `Capacity.version` names the pool's: every change
+        # of the node gets a fresh number and `Capacity.restore` gives the old one back, so a
+        # result computed from this node alone (the victim search's options) stays valid
+        # whenever the number comes back.
+        self.version = 0
 
     def free_gpus(self) -> float:
         """Free GPU capacity in GPUs, counting the unused part of shared GPUs."""
@@ -92,12 +98,13 @@ class NodeState:
 
 
 class Journal:
-    """Prior states of the nodes a trial touched, and the capacity's version before it."""
+    """Prior states (and versions) of the nodes a trial touched, and the capacity's version
+    before it."""
 
     __slots__ = ("nodes", "version")
 
     def __init__(self) -> None:
-        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None]] = {}
+        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None, int]] = {}
         self.version: int | None = None
 
 
@@ -173,8 +180,9 @@ class Capacity:
 
     def restore(self, journal: Journal) -> None:
         """Undo every change recorded in `journal` since it was empty."""
-        for index, (used, cpu_free, memory_free, slices) in journal.nodes.items():
+        for index, (used, cpu_free, memory_free, slices, version) in journal.nodes.items():
             state = self.nodes[index]
+            state.version = version
             state.gpu_used = used
             state.slices = slices
             state.cpu_free = cpu_free
@@ -190,11 +198,12 @@ class Capacity:
             return
         if journal is not None and journal.version is None:
             journal.version = self.version
-        self.version = self._next_version
+        self.version = version = self._next_version
         self._next_version += 1
         if len(uses) == 1 and journal is None:  # the common case: one pod on one node
             use = uses[0]
             state = self.nodes[use.node]
+            state.version = version
             if use.slice_mask:
                 _apply_partition(state, use, sign)
             else:
@@ -216,7 +225,9 @@ class Capacity:
                     state.cpu_free,
                     state.memory_free,
                     None if slices is None else slices.copy(),
+                    state.version,
                 )
+            state.version = version
             if use.slice_mask:
                 _apply_partition(state, use, sign)
             else:
