@@ -133,8 +133,9 @@ _NEVER = 1 << 30
 WalkKey = tuple[int, float, int, float, int]
 Key = tuple[int, float, int, float, int]
 Option = tuple[Key, list[Victim]] | None
-# Per node, per version of its capacity: ((queue, CU budget, GPU budget) read, the option).
-OptionTable = dict[int, dict[int, tuple[tuple[tuple[str, float, float], ...], Option]]]
+# Per node, its last option: the version of the node's capacity it was computed at, the
+# (queue, CU budget, GPU budget) it read, and the option.
+OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
 
 
 class VictimIndex:
@@ -256,8 +257,10 @@ class VictimIndex:
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
         """The options found so far for pods of `shape` (victims of a priority class below
-        `below`; budgets tested or not): per node, per version of the node's capacity, the
-        budgets the option read and the option. An option is a function of the node's
+        `below`; budgets tested or not): per node, the last option computed, with the version
+        of the node's capacity it was computed at and the budgets it read (one per node: an
+        option of a state a search made, victims released, is of no use once the search is
+        over). An option is a function of the node's
         capacity, its victims, the shape and the budgets of the queues of the victims it read,
         and nothing else: a search finding an entry at the node's current version whose
         budgets are unchanged has the option without computing it."""
@@ -507,17 +510,13 @@ def _greedy(
         capacity, victims and the budgets it read are unchanged, else computed and kept."""
         state = nodes[node]
         version = state.version
-        kept = table.get(node)
-        if kept is None:
-            kept = table[node] = {}
-        else:
-            entry = kept.get(version)
-            if entry is not None:
-                for queue, cu, gpus in entry[0]:
-                    if cu_left.get(queue, 0.0) != cu or gpus_left.get(queue, math.inf) != gpus:
-                        break
-                else:
-                    return entry[1]
+        entry = table.get(node)
+        if entry is not None and entry[0] == version:
+            for queue, cu, gpus in entry[1]:
+                if cu_left.get(queue, 0.0) != cu or gpus_left.get(queue, math.inf) != gpus:
+                    break
+            else:
+                return entry[2]
         read: list[tuple[str, float, float]] = []  # the budgets read, in first-read order
         used = state.gpu_used.copy()
         free_whole = state.free_whole  # GPUs of `used` at most EPS, kept as victims go
@@ -573,9 +572,9 @@ def _greedy(
                     -prefix[0].started_at_s,
                     node,
                 )
-                kept[version] = (tuple(read), (key, prefix))
+                table[node] = (version, tuple(read), (key, prefix))
                 return key, prefix
-        kept[version] = (tuple(read), None)
+        table[node] = (version, tuple(read), None)
         return None
 
     # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
