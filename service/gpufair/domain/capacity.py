@@ -66,7 +66,9 @@ class NodeState:
         "memory_free",
         "memory_total",
         "name",
+        "partial_gpus",
         "slices",
+        "version",
     )
 
     def __init__(
@@ -79,12 +81,18 @@ class NodeState:
         self.labels: Mapping[str, str] = node.labels
         self.gpu_used: list[float] = [0.0] * node.gpu_count
         self.free_whole = node.gpu_count
+        self.partial_gpus = 0  # GPUs partly used (more than EPS, less than 1 - EPS)
         self.cpu_total = node.cpu_millicores
         self.cpu_free = node.cpu_millicores
         self.memory_total = node.memory_mib
         self.memory_free = node.memory_mib
         self.geometry = geometry  # partition profiles of its GPU type, by name
         self.slices: list[int] | None = None  # per GPU, slices held by partitions
+        # Names the node's current state, as `Capacity.version` names the pool's: every change
+        # of the node gets a fresh number and `Capacity.restore` gives the old one back, so a
+        # result computed from this node alone (the victim search's options) stays valid
+        # whenever the number comes back.
+        self.version = 0
 
     def free_gpus(self) -> float:
         """Free GPU capacity in GPUs, counting the unused part of shared GPUs."""
@@ -92,12 +100,13 @@ class NodeState:
 
 
 class Journal:
-    """Prior states of the nodes a trial touched, and the capacity's version before it."""
+    """Prior states (and versions) of the nodes a trial touched, and the capacity's version
+    before it."""
 
     __slots__ = ("nodes", "version")
 
     def __init__(self) -> None:
-        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None]] = {}
+        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None, int, int, int]] = {}
         self.version: int | None = None
 
 
@@ -202,13 +211,15 @@ class Capacity:
 
     def restore(self, journal: Journal) -> None:
         """Undo every change recorded in `journal` since it was empty."""
-        for index, (used, cpu_free, memory_free, slices) in journal.nodes.items():
+        for index, saved in journal.nodes.items():
+            used, cpu_free, memory_free, slices, version, free_whole, partial = saved
             state = self.nodes[index]
+            state.version = version
             state.gpu_used = used
             state.slices = slices
             state.cpu_free = cpu_free
             state.memory_free = memory_free
-            self._reindex(state)
+            self._index(state, free_whole, partial)
         if journal.version is not None:
             self.version = journal.version
         journal.nodes.clear()
@@ -219,23 +230,39 @@ class Capacity:
             return
         if journal is not None and journal.version is None:
             journal.version = self.version
-        self.version = self._next_version
+        self.version = version = self._next_version
         self._next_version += 1
         if len(uses) == 1 and journal is None:  # the common case: one pod on one node
             use = uses[0]
             state = self.nodes[use.node]
-            if use.slice_mask:
-                _apply_partition(state, use, sign)
-            else:
-                amount = sign * use.gpu_amount
-                used = state.gpu_used
-                for gpu in use.gpu_indices:
-                    used[gpu] += amount
+            state.version = version
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
-            self._reindex(state)
+            if use.slice_mask:
+                _apply_partition(state, use, sign)
+                self._reindex(state)
+                return
+            # Only the GPUs the pod uses change class (free, partly used, full): the node's
+            # counts move by theirs, without a scan of the node's GPUs.
+            amount = sign * use.gpu_amount
+            used = state.gpu_used
+            free_whole, partial = state.free_whole, state.partial_gpus
+            for gpu in use.gpu_indices:
+                before = used[gpu]
+                after = used[gpu] = before + amount
+                if before <= EPS:
+                    free_whole -= 1
+                elif before < 1.0 - EPS:
+                    partial -= 1
+                if after <= EPS:
+                    free_whole += 1
+                elif after < 1.0 - EPS:
+                    partial += 1
+            self._index(state, free_whole, partial)
             return
-        touched: dict[int, NodeState] = {}
+        # Per node touched: its state, its counts as they move, and whether a partition
+        # changed it (its counts are then taken by a scan).
+        touched: dict[int, tuple[NodeState, int, int, bool]] = {}
         for use in uses:
             state = self.nodes[use.node]
             if journal is not None and use.node not in journal.nodes:
@@ -245,28 +272,55 @@ class Capacity:
                     state.cpu_free,
                     state.memory_free,
                     None if slices is None else slices.copy(),
+                    state.version,
+                    state.free_whole,
+                    state.partial_gpus,
                 )
+            state.version = version
+            _, free_whole, partial, scan = touched.get(
+                use.node, (state, state.free_whole, state.partial_gpus, False)
+            )
             if use.slice_mask:
                 _apply_partition(state, use, sign)
+                scan = True
             else:
                 amount = sign * use.gpu_amount
                 used = state.gpu_used
                 for gpu in use.gpu_indices:
-                    used[gpu] += amount
+                    before = used[gpu]
+                    after = used[gpu] = before + amount
+                    if before <= EPS:
+                        free_whole -= 1
+                    elif before < 1.0 - EPS:
+                        partial -= 1
+                    if after <= EPS:
+                        free_whole += 1
+                    elif after < 1.0 - EPS:
+                        partial += 1
+            touched[use.node] = (state, free_whole, partial, scan)
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
-            touched[use.node] = state
-        for state in touched.values():
-            self._reindex(state)
+        for state, free_whole, partial, scan in touched.values():
+            if scan:
+                self._reindex(state)
+            else:
+                self._index(state, free_whole, partial)
 
     def _reindex(self, state: NodeState) -> None:
+        """The node's counts by a scan of its GPUs (after a partition changed it)."""
         free_whole = 0
-        partial = False
+        partial = 0
         for used in state.gpu_used:
             if used <= EPS:
                 free_whole += 1
             elif used < 1.0 - EPS:
-                partial = True
+                partial += 1
+        self._index(state, free_whole, partial)
+
+    def _index(self, state: NodeState, free_whole: int, partial: int) -> None:
+        """Put the node in the buckets of its counts: `free_whole` untouched GPUs, `partial`
+        partly used ones."""
+        state.partial_gpus = partial
         gpu_type = state.gpu_type
         if free_whole != state.free_whole:
             buckets = self._buckets[gpu_type]

@@ -49,6 +49,7 @@ from gpufair.domain.model import PlacementStrategy
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
+    PodShape,
     fit_on,
     free_pods,
     nodes_with_room,
@@ -130,6 +131,11 @@ _FEW_NODES = 64
 # A tier no victim has: a node where no GPU can ever be wholly freed.
 _NEVER = 1 << 30
 WalkKey = tuple[int, float, int, float, int]
+Key = tuple[int, float, int, float, int]
+Option = tuple[Key, list[Victim]] | None
+# Per node, its last option: the version of the node's capacity it was computed at, the
+# (queue, CU budget, GPU budget) it read, and the option.
+OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
 
 
 class VictimIndex:
@@ -153,6 +159,9 @@ class VictimIndex:
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
         self.total_gpus = 0.0
         self._domain_gpus: dict[str, dict[str, float]] = {}
+        # Options kept between searches (`option_table`), emptied for a node when its victims
+        # change.
+        self._options: dict[tuple[PodShape, int | None, bool], OptionTable] = {}
         for victim in sorted(victims, key=Victim.preference):
             for node in victim.nodes:
                 self.on_node.setdefault(node, []).append(victim)
@@ -246,7 +255,24 @@ class VictimIndex:
                 self._refresh(node)
                 self._rewalk(node)
 
+    def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
+        """The options found so far for pods of `shape` (victims of a priority class below
+        `below`; budgets tested or not): per node, the last option computed, with the version
+        of the node's capacity it was computed at and the budgets it read (one per node: an
+        option of a state a search made, victims released, is of no use once the search is
+        over). An option is a function of the node's
+        capacity, its victims, the shape and the budgets of the queues of the victims it read,
+        and nothing else: a search finding an entry at the node's current version whose
+        budgets are unchanged has the option without computing it."""
+        key = (shape, below, bounded)
+        found = self._options.get(key)
+        if found is None:
+            found = self._options[key] = {}
+        return found
+
     def _refresh(self, node: int) -> None:
+        for table in self._options.values():
+            table.pop(node, None)
         victims = self.on_node[node]
         if not victims:
             del self.on_node[node]
@@ -424,7 +450,6 @@ def _search(
         capacity.restore(trial)
 
 
-Key = tuple[int, float, int, float, int]
 _LOWER_BOUND, _EXACT, _WALK = 0, 1, 2
 
 
@@ -478,8 +503,21 @@ def _greedy(
         or any(queue not in cu_left for queue in index.by_queue)
     )
 
-    def option(node: int) -> tuple[Key, list[Victim]] | None:
+    table = index.option_table(shape, below, bounded)
+
+    def option(node: int) -> Option:
+        """The node's best option now: kept from an earlier search or step if the node's
+        capacity, victims and the budgets it read are unchanged, else computed and kept."""
         state = nodes[node]
+        version = state.version
+        entry = table.get(node)
+        if entry is not None and entry[0] == version:
+            for queue, cu, gpus in entry[1]:
+                if cu_left.get(queue, 0.0) != cu or gpus_left.get(queue, math.inf) != gpus:
+                    break
+            else:
+                return entry[2]
+        read: list[tuple[str, float, float]] = []  # the budgets read, in first-read order
         used = state.gpu_used.copy()
         free_whole = state.free_whole  # GPUs of `used` at most EPS, kept as victims go
         cpu, memory = state.cpu_free, state.memory_free
@@ -494,8 +532,12 @@ def _greedy(
                 continue
             if bounded:
                 queue = victim.queue
-                spent = spent_cu.get(queue, 0.0)
-                spent_gpu = spent_gpus.get(queue, 0.0)
+                spent = spent_cu.get(queue)
+                if spent is None:
+                    spent = spent_gpu = spent_cu[queue] = spent_gpus[queue] = 0.0
+                    read.append((queue, cu_left.get(queue, 0.0), gpus_left.get(queue, math.inf)))
+                else:
+                    spent_gpu = spent_gpus[queue]
                 if victim.cu > cu_left.get(queue, 0.0) - spent + EPS or (
                     victim.gpus > gpus_left.get(queue, math.inf) - spent_gpu + EPS
                 ):
@@ -530,7 +572,9 @@ def _greedy(
                     -prefix[0].started_at_s,
                     node,
                 )
+                table[node] = (version, tuple(read), (key, prefix))
                 return key, prefix
+        table[node] = (version, tuple(read), None)
         return None
 
     # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
@@ -582,13 +626,7 @@ def _greedy(
             }
         else:
             starts = {node for room in rooms for node in room if node in floors}
-        walk = (
-            entry
-            for entry in index.walk_order(whole > 0)
-            if nodes[entry[4]].free_whole == 0
-            and (whole or entry[4] not in partial)
-            and usable(entry[4])
-        )
+        walk = iter(index.walk_order(whole > 0))
     else:
         starts = set(subset) if subset is not None else set(floors)
     for node in starts:
@@ -597,10 +635,20 @@ def _greedy(
             heap.append((key, _LOWER_BOUND, node))
     heapq.heapify(heap)
 
+    every_node = members is None and not blocking  # `usable` holds for every node
+
     def advance() -> None:
+        """Push the next full node of the walk (nodes with room entered the heap at once)."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
-                if whole <= nodes[node].gpu_count and tier != _NEVER:
+                state = nodes[node]
+                if (
+                    state.free_whole == 0
+                    and (whole or node not in partial)
+                    and (every_node or usable(node))
+                    and whole <= state.gpu_count
+                    and tier != _NEVER
+                ):
                     key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
                     heapq.heappush(heap, (key, _WALK, node))
                     return
