@@ -34,7 +34,13 @@ def test_pod_binding_is_the_same_value_as_the_dataclass_built_one() -> None:
 def _state(capacity: Capacity) -> list[object]:
     return [
         [
-            (state.gpu_used, state.free_whole, state.cpu_free, state.memory_free)
+            (
+                state.gpu_used,
+                state.free_whole,
+                state.partial_gpus,
+                state.cpu_free,
+                state.memory_free,
+            )
             for state in capacity.nodes
         ],
         [list(capacity.bucket("a100", free)) for free in range(9)],
@@ -55,9 +61,14 @@ def test_take_one_changes_the_capacity_and_its_bucket_order_as_take_does() -> No
     ]
     one, plain = Capacity(nodes), Capacity(nodes)
     for use in uses:
+        before = [state.version for state in one.nodes]
         one.take_one(use)
         plain.take((use,))
         assert _state(one) == _state(plain)
+        # The node's state is a new one (the victim search keeps options per node version).
+        after = [state.version for state in one.nodes]
+        changed = [i for i in range(len(nodes)) if after[i] != before[i]]
+        assert changed == [use.node] and after[use.node] == one.version
     assert [list(one.bucket("a100", free)) for free in (5, 6, 7, 8)] == [[1], [0], [2], [3]]
     assert one.free_whole_by_type["a100"] == 5 + 6 + 7 + 8
     assert one.nodes[1].cpu_free == 63_000

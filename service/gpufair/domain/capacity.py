@@ -189,9 +189,9 @@ class Capacity:
         if use.gpu_amount != 1.0 or use.slice_mask or use.node in self._partial[gpu_type]:
             self._apply((use,), 1, None)
             return
-        self.version = self._next_version
+        self.version = state.version = self._next_version
         self._next_version += 1
-        used = state.gpu_used
+        used = state.gpu_used  # no GPU of the node is part-used: `partial_gpus` stays 0
         free_whole = before = state.free_whole
         for gpu in use.gpu_indices:
             if used[gpu] <= EPS:
