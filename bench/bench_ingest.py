@@ -459,7 +459,7 @@ def main() -> None:
             **{
                 f"median_{key}": statistics.median(r[key] for r in results)
                 for key in results[0]
-                if not isinstance(results[0][key], list)
+                if isinstance(results[0][key], int | float)  # not the lists and notes
             },
         }
         for mix, results in rounds.items()
