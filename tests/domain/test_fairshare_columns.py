@@ -10,7 +10,13 @@ import random
 import fairshare_previous
 import pytest
 from fairshare_support import ALL_TYPES, POOL
-from test_fairshare_plan import _assert_same, _random_input, _random_policy, _random_tree
+from test_fairshare_plan import (
+    _assert_same,
+    _random_input,
+    _random_policy,
+    _random_tree,
+    assert_same_result,
+)
 
 from gpufair.domain.demand import leaf_demand_columns, queue_demands
 from gpufair.domain.errors import InvalidInputError
@@ -39,18 +45,10 @@ def _as_columns(
 
 def _assert_columns_same(inp: FairShareInput, plan: FairSharePlan) -> None:
     """`inp` (maps) divided by the previous engine, and as columns by this one."""
-    old = fairshare_previous.compute_fair_shares(inp)
-    new = compute_fair_shares(_as_columns(inp, plan), plan)
-    assert new.capacity_cu == old.capacity_cu
-    assert new.whole_gpu_unit_cu == old.whole_gpu_unit_cu
-    assert list(new.fair_share_cu.items()) == list(old.fair_share_cu.items())
-    assert new.effective_weights == old.effective_weights
-    assert new.standing == old.standing
-    assert new.competing == old.competing
-    assert new.idle_cu == old.idle_cu
-    assert list(new.shares) == list(old.shares)
-    for name in old.shares:
-        assert new.shares[name] == old.shares[name], name
+    assert_same_result(
+        compute_fair_shares(_as_columns(inp, plan), plan),
+        fairshare_previous.compute_fair_shares(inp),
+    )
 
 
 @pytest.mark.parametrize("seed", range(120))

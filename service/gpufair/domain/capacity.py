@@ -244,20 +244,13 @@ class Capacity:
                 return
             # Only the GPUs the pod uses change class (free, partly used, full): the node's
             # counts move by theirs, without a scan of the node's GPUs.
-            amount = sign * use.gpu_amount
-            used = state.gpu_used
-            free_whole, partial = state.free_whole, state.partial_gpus
-            for gpu in use.gpu_indices:
-                before = used[gpu]
-                after = used[gpu] = before + amount
-                if before <= EPS:
-                    free_whole -= 1
-                elif before < 1.0 - EPS:
-                    partial -= 1
-                if after <= EPS:
-                    free_whole += 1
-                elif after < 1.0 - EPS:
-                    partial += 1
+            free_whole, partial = _move(
+                state.gpu_used,
+                use.gpu_indices,
+                sign * use.gpu_amount,
+                state.free_whole,
+                state.partial_gpus,
+            )
             self._index(state, free_whole, partial)
             return
         # Per node touched: its state, its counts as they move, and whether a partition
@@ -284,19 +277,9 @@ class Capacity:
                 _apply_partition(state, use, sign)
                 scan = True
             else:
-                amount = sign * use.gpu_amount
-                used = state.gpu_used
-                for gpu in use.gpu_indices:
-                    before = used[gpu]
-                    after = used[gpu] = before + amount
-                    if before <= EPS:
-                        free_whole -= 1
-                    elif before < 1.0 - EPS:
-                        partial -= 1
-                    if after <= EPS:
-                        free_whole += 1
-                    elif after < 1.0 - EPS:
-                        partial += 1
+                free_whole, partial = _move(
+                    state.gpu_used, use.gpu_indices, sign * use.gpu_amount, free_whole, partial
+                )
             touched[use.node] = (state, free_whole, partial, scan)
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
@@ -338,6 +321,26 @@ class Capacity:
                 self._partitioned[gpu_type][state.index] = None
             else:
                 self._partitioned[gpu_type].pop(state.index, None)
+
+
+def _move(
+    used: list[float], gpus: Sequence[int], amount: float, free_whole: int, partial: int
+) -> tuple[int, int]:
+    """Add `amount` to the use of each of `gpus` and return the node's counts of untouched and
+    partly used GPUs as they move: only the GPUs a pod uses change class (free, partly used,
+    full), so no scan of the node's GPUs is needed."""
+    for gpu in gpus:
+        before = used[gpu]
+        after = used[gpu] = before + amount
+        if before <= EPS:
+            free_whole -= 1
+        elif before < 1.0 - EPS:
+            partial -= 1
+        if after <= EPS:
+            free_whole += 1
+        elif after < 1.0 - EPS:
+            partial += 1
+    return free_whole, partial
 
 
 def _apply_partition(state: NodeState, use: PodUse, sign: int) -> None:
