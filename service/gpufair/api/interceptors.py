@@ -10,6 +10,7 @@ the call is counted in the metrics like every other refused one.
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 import time
@@ -129,9 +130,9 @@ class Layer(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self) -> None:
         self._memo = _Memo()
 
+    @abc.abstractmethod
     def wrap(self, method: str, inner: Any) -> Any:
         """`inner`, the handler of `method` (or None: no such method), as this layer serves it."""
-        raise NotImplementedError
 
     def intercept_service(
         self,

@@ -130,10 +130,26 @@ def load_evicting(state: CycleState) -> None:
             state.leaving_for.setdefault(eviction.beneficiary_uid, []).append(victim)
 
 
+# What makes two workloads of one kind (`kind_of`): everything placement and admission read of a
+# workload but its identity, queue and times. One C call builds the tuple.
+signature = attrgetter(
+    "pods",
+    "min_pods",
+    "gpus_per_pod",
+    "allowed_gpu_types",
+    "min_gpu_memory_gib",
+    "cpu_millicores_per_pod",
+    "memory_mib_per_pod",
+    "topology",
+    "partition_profile",
+    "pods_on_distinct_nodes",
+)
+
+
 def load_pending(state: CycleState) -> None:
     """Pending work into its queues, sorted. Hot (one pass over every pending workload): the
     signature lookup of `kind_of` is made inline, and a workload of a known signature costs a
-    tuple, a dict lookup and its `Pending`."""
+    tuple (`signature`, one C call), a dict lookup and its `Pending`."""
     pool = state.pool.name
     seen = set(state.running)
     books = state.books
@@ -153,20 +169,7 @@ def load_pending(state: CycleState) -> None:
                 continue
             workload, kind = found
         else:
-            kind = kinds.get(
-                (
-                    workload.pods,
-                    workload.min_pods,
-                    workload.gpus_per_pod,
-                    workload.allowed_gpu_types,
-                    workload.min_gpu_memory_gib,
-                    workload.cpu_millicores_per_pod,
-                    workload.memory_mib_per_pod,
-                    workload.topology,
-                    workload.partition_profile,
-                    workload.pods_on_distinct_nodes,
-                )
-            ) or kind_of(state, workload)
+            kind = kinds.get(signature(workload)) or kind_of(state, workload)
             if kind.rejection is not None or not kind.types:
                 kind = _usable_kind(state, submitted, workload, kind)
                 if kind is None:
@@ -243,19 +246,8 @@ def _usable_kind(
 
 def kind_of(state: CycleState, workload: Workload) -> Kind:
     """The shared facts of a workload's signature, memoised: pending work comes in few."""
-    signature = (
-        workload.pods,
-        workload.min_pods,
-        workload.gpus_per_pod,
-        workload.allowed_gpu_types,
-        workload.min_gpu_memory_gib,
-        workload.cpu_millicores_per_pod,
-        workload.memory_mib_per_pod,
-        workload.topology,
-        workload.partition_profile,
-        workload.pods_on_distinct_nodes,
-    )
-    found = state.kinds.get(signature)
+    key = signature(workload)
+    found = state.kinds.get(key)
     if found is None:
         shape = PodShape.of(workload)
         types = adequate_types(workload, state.gpu_types, tuple(state.capacity.by_type))
@@ -279,7 +271,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             min_cu,
             memo_key,
         )
-        state.kinds[signature] = found
+        state.kinds[key] = found
     return found
 
 
