@@ -1,5 +1,11 @@
 """Ledger.ReportEvents and Ledger.StreamEvents: events from protobuf to committed, and the reply.
 
+ReportEvents calls that arrive together share a transaction: while one group of them is in the
+database, the next calls wait, and the first of them then writes all that waited in one
+(`GroupCommit`, `ingest_pipeline.write_group`): one read, one COPY, one set of writes and one
+commit for the group instead of per call. Each caller is answered once the group's commit is
+done, with the outcomes its message would get alone.
+
 A stream is written one message after the other on one connection, each message in its own
 transaction, which starts only after the previous one committed (its stops may pair with the
 starts before it). What overlaps is work without the database. While the database reads for
@@ -16,12 +22,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
 
 from gpufair.api.convert_ledger import event_from_proto
+from gpufair.api.group_commit import GroupCommit
 from gpufair.api.prefetch import Pending, Prefetch
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.ledger import LedgerEvent
@@ -39,6 +46,10 @@ _STATUS = {
 }
 
 Converted = LedgerEvent | tuple[str, str]
+
+# Messages of concurrent ReportEvents calls written in one transaction at most: a process runs
+# 32 calls at once by default (`serve --workers`), so a group seldom reaches it.
+GROUP_MAX_MESSAGES = 32
 
 
 @dataclass(slots=True)
@@ -128,17 +139,54 @@ class _Split:
 class Ingest:
     """Ingestion for one server: its engine, clock and the workloads it has seen to exist."""
 
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, engine: Engine, clock: Callable[[], float] = time.time, *, writers: int = 2
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.known = KnownWorkloads()
+        self.group: GroupCommit[_Message] = GroupCommit(
+            self.write_group, writers=writers, max_items=GROUP_MAX_MESSAGES
+        )
 
     def unary(self, request: pb.ReportEventsRequest) -> pb.ReportEventsResponse:
+        """A message is committed before its reply, with the messages of concurrent calls that
+        wait for a writer meanwhile (`GroupCommit`, `write_group`)."""
         reply = pb.ReportEventsResponse()
         message = self.prepare(request, "events")
-        self.write(message)
+        if message.batch.candidates:
+            self.group.submit(message)
+        else:  # nothing to store: every outcome is known already
+            message.outcomes = message.batch.outcomes
         _report(reply, message)
         return reply
+
+    def write_group(self, messages: Sequence[_Message]) -> list[BaseException | None]:
+        """Write `messages` (of concurrent calls), each committed before this returns; one entry
+        per message: None once written, or the error it got. Those that can share a transaction
+        (`ingest_pipeline.groupable`, no event id in common) go in one; the others, and all of
+        them when the shared transaction cannot be committed as it is, each in its own, as if
+        alone: an event of one caller never changes another's outcomes."""
+        together, alone = _compose(messages)
+        if len(together) > 1:
+            with self.engine.connect() as conn:
+                written = ingest_pipeline.write_group(
+                    conn, [messages[i].batch for i in together], known=self.known
+                )
+            if written:
+                for i in together:
+                    messages[i].outcomes = messages[i].batch.outcomes
+            else:
+                alone = sorted(together + alone)
+        else:
+            alone = sorted(together + alone)
+        errors: list[BaseException | None] = [None] * len(messages)
+        for i in alone:
+            try:
+                self.write(messages[i])
+            except Exception as error:
+                errors[i] = error
+        return errors
 
     def stream(self, requests: Iterator[pb.ReportEventsRequest]) -> pb.ReportEventsResponse:
         """Each message is committed as it is written; the reply lists every event's outcome. If
@@ -238,6 +286,24 @@ class Ingest:
             known=self.known,
         )
         conn.commit()  # what `write` left to commit, if anything; acknowledged only after
+
+
+def _compose(messages: Sequence[_Message]) -> tuple[list[int], list[int]]:
+    """The positions of the messages that can share a transaction, and of the rest: a message
+    with an event id of one before it in the group would be a duplicate or a reuse of it, which
+    only a transaction after that one's tells apart, so it goes alone, after them."""
+    together: list[int] = []
+    alone: list[int] = []
+    ids: set[str] = set()
+    for i, message in enumerate(messages):
+        batch = message.batch
+        mine = {c.event_id for c in batch.candidates}
+        if ingest_pipeline.groupable(batch) and ids.isdisjoint(mine):
+            together.append(i)
+            ids |= mine
+        else:
+            alone.append(i)
+    return together, alone
 
 
 class _Ahead(ingest_pipeline.Overlap):

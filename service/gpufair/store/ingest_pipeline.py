@@ -36,8 +36,10 @@ from gpufair.domain.ledger import (
     WorkloadState,
     canonical_event_id,
     context_problem,
+    derive_runs,
     event_problem,
     sign_of_life_problem,
+    state_after,
     static_problem,
     static_problem_of_uuid,
     stop_before_start,
@@ -345,6 +347,114 @@ def write(
     return outcomes
 
 
+def groupable(batch: PreparedBatch) -> bool:
+    """Whether `batch` may share a transaction with others (`write_group`): a report with
+    something to store and no node capacity change (those take their own transaction, which
+    records the capacity's new version)."""
+    node_capacity = EventKind.NODE_CAPACITY
+    return (
+        not batch.internal
+        and bool(batch.candidates)
+        and all(c.event.kind is not node_capacity for c in batch.candidates)
+    )
+
+
+def write_group(
+    conn: Connection, batches: Sequence[PreparedBatch], *, known: KnownWorkloads
+) -> bool:
+    """Store several `groupable` batches, of which no two share an event id, in one transaction
+    on `conn` and commit it: one read of what they all need, one COPY, one set of writes, one
+    commit. Returns False when nothing was committed and the caller must write each batch on its
+    own (a COPY that meets an id stored already, or any error of the database with the
+    connection still usable): every outcome is then as `prepare` left it. A lost connection
+    raises, as for `write`: whether the commit landed is not known.
+
+    Each batch's outcomes are those it would get written alone, one after the other in the
+    order given: a batch is validated with the run events of the batches before it as if they
+    were stored (a stop may pair with a start of an earlier batch), and a workload's state goes
+    through each batch's runs in turn. Runs are derived once, from all the events, so a run
+    started in one batch and stopped in a later one is written once, closed, instead of open and
+    then replaced."""
+    saved = [(list(b.outcomes.statuses), dict(b.outcomes.errors)) for b in batches]
+    pg = _driver(conn)
+    if pg.info.encoding != "utf-8":
+        conn.rollback()
+        return False
+    try:
+        return _write_group(pg, batches, known)
+    except psycopg.Error:
+        if pg.closed or pg.broken:
+            raise
+        conn.rollback()
+        for b, (statuses, errors) in zip(batches, saved, strict=True):
+            b.outcomes.statuses[:] = statuses
+            b.outcomes.errors.clear()
+            b.outcomes.errors.update(errors)
+        return False
+
+
+def _write_group(
+    pg: psycopg.Connection[Any], batches: Sequence[PreparedBatch], known: KnownWorkloads
+) -> bool:
+    hooks = Overlap()
+    ctx = _read_context(pg, [c for b in batches for c in b.candidates], hooks, known)
+    started = EventKind.STARTED
+    starts: dict[str, float] = {}  # earliest start per workload in the batches validated so far
+    kept: list[list[Candidate]] = []
+    for b in batches:
+        keep = _validate(b, ctx, starts)
+        kept.append(keep)
+        for c in keep:
+            e = c.event
+            if e.kind is started:
+                at = starts.get(e.workload_uid)
+                starts[e.workload_uid] = e.occurred_at_s if at is None else min(at, e.occurred_at_s)
+    every = [c for keep in kept for c in keep]
+    if every:
+        # An id stored already fails the COPY (UniqueViolation): `write_group` rolls back.
+        with pg.cursor() as cur, cur.copy(COPY_EVENTS_SQL) as copy:
+            copy.write(copy_stream(c.copy_row for c in sorted(every, key=_BY_ID)))
+            plan = _plan_group(kept, ctx)
+    else:
+        plan = _plan([], ctx)
+    stored = EventStatus.STORED
+    for b, keep in zip(batches, kept, strict=True):
+        statuses = b.outcomes.statuses
+        for c in keep:
+            statuses[c.position] = stored
+    _send_writes(pg, plan, hooks, commit=True)
+    return True
+
+
+def _plan_group(kept: Sequence[Sequence[Candidate]], ctx: _Context) -> _Plan:
+    """`_plan` of the batches' stored events together, with the state of each workload that
+    several of them change taken through their runs batch after batch, as separate
+    transactions would (a workload's state depends on the state it had: `state_after`)."""
+    plan = _plan([c for keep in kept for c in keep], ctx)
+    by_batch: dict[str, list[list[LedgerEvent]]] = defaultdict(list)
+    for keep in kept:
+        mine: dict[str, list[LedgerEvent]] = defaultdict(list)
+        for c in keep:
+            if c.read_back is not None:
+                mine[c.event.workload_uid].append(c.read_back)
+        for uid, events in mine.items():
+            by_batch[uid].append(events)
+    states = plan.change.states
+    for uid, parts in by_batch.items():
+        if len(parts) < 2 or uid not in ctx.workloads:
+            continue
+        before = state = ctx.workloads[uid][1]
+        events = list(ctx.run_events.get(uid, []))
+        for part in parts:
+            events += part
+            state = state_after(derive_runs(events), state)
+        if state is before:
+            states.pop(uid, None)
+        else:
+            states[uid] = state
+    return plan
+
+
 def _read_context(
     pg: psycopg.Connection[Any],
     candidates: Sequence[Candidate],
@@ -418,8 +528,12 @@ def _read_context(
     return ctx
 
 
-def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
-    """The checks that need the workloads and nodes; rejects what fails them, returns the rest."""
+def _validate(
+    batch: PreparedBatch, ctx: _Context, earlier_starts: dict[str, float] | None = None
+) -> list[Candidate]:
+    """The checks that need the workloads and nodes; rejects what fails them, returns the rest.
+    `earlier_starts`: the earliest start per workload of the batches written before this one in
+    the same transaction (`write_group`), which a stop here may pair with as if they were stored."""
     outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
     # The enum's members read once, not once per event (see domain/ledger.py).
     heartbeat, stale, started = EventKind.HEARTBEAT, EventKind.STALE, EventKind.STARTED
@@ -450,11 +564,11 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
             valid.append(c)
 
     # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
-    earliest: dict[str, float] = {}
+    earliest: dict[str, float] = dict(earlier_starts) if earlier_starts else {}
     for uid, events in ctx.run_events.items():
         starts = [e.occurred_at_s for e in events if e.kind is started]
         if starts:
-            earliest[uid] = min(starts)
+            earliest[uid] = min(earliest.get(uid, starts[0]), *starts)
     for c in valid:
         e = c.event
         if e.kind is started:
