@@ -564,11 +564,14 @@ def _validate(
             valid.append(c)
 
     # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
-    earliest: dict[str, float] = dict(earlier_starts) if earlier_starts else {}
+    earliest: dict[str, float] = {}
     for uid, events in ctx.run_events.items():
         starts = [e.occurred_at_s for e in events if e.kind is started]
         if starts:
-            earliest[uid] = min(earliest.get(uid, starts[0]), *starts)
+            earliest[uid] = min(starts)
+    if earlier_starts:
+        for uid, at in earlier_starts.items():
+            earliest[uid] = min(earliest.get(uid, at), at)
     for c in valid:
         e = c.event
         if e.kind is started:
