@@ -91,3 +91,23 @@ def test_messages_of_one_group_answer_as_if_written_one_after_the_other(
         _report(reply, m)
         replies.append([r.status for r in reply.results])
     assert replies == [[STORED], [DUPLICATE, REJECTED], [STORED], [STORED]]
+
+
+def test_a_write_that_fails_fails_its_group_and_the_next_call_writes() -> None:
+    calls: list[list[str]] = []
+
+    def write(items: list[str]) -> list[BaseException | None]:
+        calls.append(list(items))
+        if len(calls) == 1:
+            raise ConnectionError("the database went away")
+        return [None] * len(items)
+
+    commit: GroupCommit[str] = GroupCommit(write, writers=1)  # type: ignore[arg-type]
+    try:
+        commit.submit("lost")
+    except ConnectionError as error:
+        failure = str(error)
+    assert failure == "the database went away"
+    commit.submit("next")  # the writer that failed gave the writing up
+    assert calls == [["lost"], ["next"]]
+    assert (commit.groups, commit.items) == (2, 2)

@@ -23,19 +23,21 @@ WriteGroup = Callable[[Sequence[T]], Sequence[BaseException | None]]
 
 
 class _Ticket(Generic[T]):
-    __slots__ = ("error", "item", "lead", "wake")
+    __slots__ = ("error", "item", "wake", "writes")
 
-    # `lead` is set before `wake` is released: a caller woken with it set writes.
+    # `writes` is set before `wake` is released: a caller woken with it set writes.
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.error: BaseException | None = None
-        self.lead = False  # woken to write, not because its item is written
+        self.writes = False  # woken to write, not because its item is written
         self.wake = threading.Lock()
         self.wake.acquire()
 
 
 class GroupCommit(Generic[T]):
+    """Callers' items written in groups by `write`, at most `writers` groups at once."""
+
     def __init__(self, write: WriteGroup[T], *, writers: int = 2, max_items: int = 64) -> None:
         if writers < 1 or max_items < 1:
             raise ValueError("a group commit needs at least one writer and one item a group")
@@ -54,12 +56,12 @@ class GroupCommit(Generic[T]):
         with self._lock:
             if self._active < self._writers:
                 self._active += 1
-                ticket.lead = True
+                ticket.writes = True
             else:
                 self._waiting.append(ticket)
-        if not ticket.lead:
+        if not ticket.writes:
             ticket.wake.acquire()  # released once written, or to write
-        if ticket.lead:
+        if ticket.writes:
             self._write_from(ticket)
         if ticket.error is not None:
             raise ticket.error
@@ -72,19 +74,28 @@ class GroupCommit(Generic[T]):
             del self._waiting[:take]
             self.groups += 1
             self.items += len(group)
-        errors: list[BaseException | None]
+        # Until the write says otherwise (an interrupt gets past `except Exception`): the
+        # callers are woken in any case, and the writing handed on.
+        interrupted = RuntimeError("the group's write was interrupted")
+        errors: list[BaseException | None] = [interrupted] * len(group)
         try:
-            errors = list(self._write([t.item for t in group]))
-            if len(errors) != len(group):
-                raise RuntimeError(f"{len(errors)} outcomes for a group of {len(group)}")
-        except Exception as failure:  # every caller of the group gets it: none was written
-            errors = [failure] * len(group)
+            try:
+                written = list(self._write([t.item for t in group]))
+                if len(written) != len(group):
+                    raise RuntimeError(f"{len(written)} outcomes for a group of {len(group)}")
+                errors = written
+            except Exception as failure:  # every caller of the group gets it: none was written
+                errors = [failure] * len(group)
+        finally:
+            self._hand_on(group, errors)
+
+    def _hand_on(self, group: list[_Ticket[T]], errors: list[BaseException | None]) -> None:
         with self._lock:
             successor = self._waiting.pop(0) if self._waiting else None
             if successor is None:
                 self._active -= 1
             else:
-                successor.lead = True
+                successor.writes = True
         for ticket, outcome in zip(group, errors, strict=True):
             ticket.error = outcome
         if successor is not None:
