@@ -149,8 +149,11 @@ class KeyNotices:
         return self
 
     def close(self) -> None:
+        """Stop the thread, waiting at most a heartbeat and a second for it: a thread still
+        connecting (the database is down, `connect_timeout` is 5 s) is a daemon and ends with
+        the process, so a server's bounded shutdown does not wait for it."""
         self._stop.set()
-        self._thread.join(timeout=self.heartbeat_s + 5.0)
+        self._thread.join(timeout=self.heartbeat_s + 1.0)
 
     def _connect(self) -> Any:
         proxy = self._engine.raw_connection()
