@@ -147,11 +147,32 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait(timeout=60)
 
 
+def handler_times(log: Any, since: int) -> dict[str, Any]:
+    """From gpufair's RPC log lines written after byte `since` of `log` (the h2load run, its
+    warm-up included): how many GetFairShare calls took over 10 ms inside the server's handler
+    (waiting there for a check or a rebuild of the read cache, or for the interpreter lock),
+    and the 99th percentile of that time. h2load's latency adds the wait before the handler
+    and the reply's way back."""
+    log.flush()
+    log.seek(since)
+    durations = sorted(
+        float(line.rsplit(b" ", 2)[-2])
+        for line in log.read().splitlines()
+        if b" gpufair.rpc: GetFairShare OK " in line and line.endswith(b" ms")
+    )
+    log.seek(0, os.SEEK_END)
+    return {
+        "handler_calls": len(durations),
+        "handler_over_10ms": sum(1 for d in durations if d > 10.0),
+        "handler_p99_ms": round(percentile(durations, 0.99), 2) if durations else None,
+    }
+
+
 def run_gpufair(
     url: str, env: dict[str, str], body: Path, args: argparse.Namespace, log: Any
 ) -> tuple[dict[str, Any], bytes, int]:
     """h2load against `gpufair serve` on `url` (the cluster of `load.py`, its first recompute):
-    the figures, the reply's bytes and the group's exit status."""
+    the figures (with `handler_times`), the reply's bytes and the group's exit status."""
     port = free_port()
     gpufair = subprocess.Popen(
         [
@@ -171,9 +192,12 @@ def run_gpufair(
         assert len(reply.queues) == 4, reply
         wait_listening(port, args.processes)
         time.sleep(1.0)
+        log.flush()
+        since = log.seek(0, os.SEEK_END)
         figures = h2load(port, body, args.seconds, args.connections, args.streams, gpufair.pid)
     finally:
         code = stop(gpufair)
+    figures.update(handler_times(log, since))
     return figures, reply.SerializeToString(), code
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 from gpufair.api.server import RunningServer, build_server
 from gpufair.client import GpufairClient
 from gpufair.store import migrate
+from gpufair.store.commit_watch import wrote_read_key
 from gpufair.store.database import Database, make_engine
 from gpufair.store.schema import metadata
 from gpufair.store.scratch import scratch_database, test_server
@@ -43,6 +44,9 @@ def engine(database_url: str) -> Iterator[Engine]:
 def truncate_all(engine: Engine) -> None:
     names = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
     with engine.begin() as conn:
+        # Emptied, the read caches' keys move: the servers on `engine` check at once, the
+        # others when the notification arrives (store/commit_watch.py).
+        wrote_read_key(conn)
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
 
 

@@ -207,3 +207,43 @@ def test_only_commits_that_move_a_key_make_the_next_read_check(engine_b: Engine)
     finally:
         b.close()
         running.stop(0.5)
+
+
+def test_another_replicas_commit_shows_when_its_notification_arrives(
+    db: Engine, engine_b: Engine
+) -> None:
+    """With a staleness bound of a minute, only the notification can tell replica b that a
+    committed a new config or a recompute: b serves each within a quarter of a second (the
+    notification is counted a median 0.3 ms after the commit), far inside the bound."""
+    server_a, a = serve(db, read_staleness_s=60.0, health_interval_s=3600.0)
+    server_b, b = serve(engine_b, read_staleness_s=60.0, health_interval_s=3600.0)
+    try:
+        a.apply_config(cluster(8))
+        assert b.get_config().config_version == 1
+        assert b.get_fair_share("default").capacity_cu == pytest.approx(80.0)
+
+        assert a.apply_config(cluster(16)).config_version == 2
+        shown = time.monotonic()
+        while b.get_config().config_version != 2:
+            assert time.monotonic() - shown < 0.25
+            time.sleep(0.002)
+
+        a.submit_workloads(
+            [
+                scheduler_pb2.Workload(
+                    uid="w1", queue="alpha", pool="default", pods=1, gpus_per_pod=4
+                )
+            ]
+        )
+        with db.begin() as conn:
+            recompute_pool(conn, "default", time.time())
+        shown = time.monotonic()
+        while {q.queue: q.demand_cu for q in b.get_fair_share("default").queues}["alpha"] != 40.0:
+            assert time.monotonic() - shown < 0.25
+            time.sleep(0.002)
+        assert b.get_fair_share("default").capacity_cu == pytest.approx(160.0)
+    finally:
+        a.close()
+        b.close()
+        server_a.stop(0.5)
+        server_b.stop(0.5)

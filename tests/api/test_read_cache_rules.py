@@ -129,3 +129,45 @@ def test_a_reply_from_memory_waits_for_no_work_slot_and_a_check_waits_for_one() 
     assert cache.get("p", store.refresh, lambda: 1.0) == "reply 1"
     assert (store.checks, store.builds) == (2, 1)
     cache.close()
+
+
+class Listener:
+    """What the cache reads of `KeyNotices`: when it last confirmed the count."""
+
+    def __init__(self, confirmed_at: float) -> None:
+        self.confirmed_at = confirmed_at
+
+
+def test_the_listeners_confirmations_keep_an_entry_current_past_its_own_check() -> None:
+    """With the listener confirming every 0.25 s, an entry checked once is served for minutes
+    without a check; a notification (a bump of the count) makes the next call check; and if the
+    listener stops confirming, the call 1 s after its last confirmation checks itself."""
+    clock, store, commits = Clock(), Store(), CommitCount()
+    listener = Listener(clock.now)
+    cache: ReadCache[str, str] = ReadCache(
+        commits,
+        staleness_s=1.0,
+        max_age_s=600.0,
+        monotonic=clock,
+        notices=listener,  # type: ignore[arg-type]
+    )
+    assert cache.get("p", store.refresh) == "reply 1"
+    for _ in range(240):  # a minute of confirmations, 0.25 s apart
+        clock.now += 0.25
+        listener.confirmed_at = clock.now
+        assert cache.get("p", store.refresh) == "reply 1"
+    assert (store.checks, store.builds) == (1, 1)
+
+    store.version = 2
+    commits.bump()  # the notification of the commit that made version 2
+    assert cache.get("p", store.refresh) == "reply 2"
+    assert (store.checks, store.builds) == (2, 2)
+
+    store.version = 3  # committed, but no notification comes: the listener went quiet
+    clock.now += 0.4
+    assert cache.get("p", store.refresh) == "reply 2"  # within the bound
+    assert store.checks == 2
+    clock.now += 0.61  # 1.01 s after the last confirmation (and the last check)
+    assert cache.get("p", store.refresh) == "reply 3"
+    assert (store.checks, store.builds) == (3, 3)
+    cache.close()

@@ -2,17 +2,31 @@
 a recompute commits, GetConfig when a config write does), kept in memory per process.
 
 Each entry holds a reply and the key of the stored state it was built from
-(`store/read_versions.py`). A call is answered from memory when its entry's key was confirmed
-current by a check that started at most `staleness_s` before the call arrived; otherwise one caller
-per entry runs the check (one indexed query) while the others wait for it, and the reply is rebuilt
-only when the key moved. So every replica serves what any replica committed at most `staleness_s`
-earlier, whichever of them committed it, with at most one query per entry per `staleness_s` however
-many calls arrive. Under steady traffic the check runs ahead of time, once an entry is past half
-its bounds, on a thread of the cache's own while the calls are answered from memory, so no call
-waits for a check and none pays for one. A commit of this process that wrote a fair-share run or a
-config version (`store/commit_watch.py`) also makes the next call check, so a caller reads its own
-writes on the replica that took them at once; other commits (events, submissions, cycles) do not,
-as they leave the keys as they were. Entries are also rebuilt at least every `max_age_s`, so
+(`store/read_versions.py`). A call is answered from memory while nothing committed a new key since
+its entry's check: every process counts the commits that move a key, its own when they commit and
+those of every other process (replicas, `--processes` siblings) when PostgreSQL's notification of
+them arrives (`store/commit_watch.py`, `KeyNotices`). A call that finds the count moved since its
+entry's check runs the check itself (one caller per entry, one indexed query; the others wait for
+it), and the reply is rebuilt only when the key moved. So a caller reads its own writes on the
+replica that took them at once, and another process's commit as soon as its notification is
+received (median 0.3 ms after the commit returns, `bench/results/serving.md`); events, submissions and cycles move
+no key and notify nothing.
+
+The bound for what a notification cannot show: an entry is served only while it was confirmed
+current at most `staleness_s` before the call arrived, by its own check or by the listener's
+round trip (`KeyNotices.confirmed_at`, every 0.25 s: the count then holds every key committed
+before it). If the listener's connection dies, entries are checked again by their own queries,
+so any commit shows within `staleness_s` (1 s) whatever happens to the notifications. Without a
+listener (`notices` None) only the checks confirm, once an entry is past half its bound. Rows
+written other than through gpufair's writers (by hand, a restore) send no notification: they show
+when the entry is rebuilt, within `max_age_s` (5 s), as values edited in place always did.
+
+The bound was 20 ms, kept by checking every entry every 10 ms; under load a check waits for
+the interpreter lock (each of its round trips gives it up and takes it back), often longer than
+10 ms, and every call arriving past the bound then waited for that check: most of the slow
+replies of `bench_serving.py` were such waits. Notifications let the bound be loose and the
+freshness tight. Under steady traffic a due check runs ahead of time, once an entry is past half
+its bounds, on a thread of the cache's own while the calls are answered from memory. Entries are also rebuilt at least every `max_age_s`, so
 what changes without a new key (a value edited in the database by hand, the usage window sliding
 over stored history for the warnings) shows within that bound.
 
@@ -35,14 +49,14 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gpufair.api.work_slots import WorkSlots
-from gpufair.store.commit_watch import CommitCount
+from gpufair.store.commit_watch import CommitCount, KeyNotices
 
 log = logging.getLogger(__name__)
 
 Key = TypeVar("Key", bound=Hashable)
 Reply = TypeVar("Reply")
 
-DEFAULT_STALENESS_S = 0.02
+DEFAULT_STALENESS_S = 1.0
 DEFAULT_MAX_AGE_S = 5.0
 
 
@@ -63,8 +77,10 @@ class ReadCache(Generic[Key, Reply]):
         max_age_s: float = DEFAULT_MAX_AGE_S,
         monotonic: Callable[[], float] = time.monotonic,
         slots: WorkSlots | None = None,
+        notices: KeyNotices | None = None,
     ) -> None:
         self.commits = commits if commits is not None else CommitCount()
+        self.notices = notices  # bumps `commits` for other processes' commits, and confirms
         self.slots = slots if slots is not None else WorkSlots(None)
         self.staleness_s = staleness_s
         self.max_age_s = max_age_s
@@ -168,16 +184,24 @@ class ReadCache(Generic[Key, Reply]):
         self._entries[key] = entry
         return entry
 
+    def _confirmed_at(self, entry: _Entry[Reply]) -> float:
+        """The latest instant up to which `entry` is known current, provided the count has not
+        moved since its check: its check's start, or the listener's later confirmation. Read
+        before the count, so a notification counted after this reading is seen."""
+        if self.notices is None:
+            return entry.checked_at
+        return max(entry.checked_at, self.notices.confirmed_at)
+
     def _fresh(self, entry: _Entry[Reply], arrived: float) -> bool:
         return (
-            entry.checked_at >= arrived - self.staleness_s
+            self._confirmed_at(entry) >= arrived - self.staleness_s
             and entry.commits == self.commits.value
             and arrived - entry.built_at <= self.max_age_s
         )
 
     def _due(self, entry: _Entry[Reply], arrived: float) -> bool:
         return (
-            arrived - entry.checked_at > self.staleness_s / 2
+            arrived - self._confirmed_at(entry) > self.staleness_s / 2
             or arrived - entry.built_at > self.max_age_s / 2
         )
 

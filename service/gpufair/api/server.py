@@ -32,7 +32,7 @@ from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
 from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
-from gpufair.store.commit_watch import key_commit_count
+from gpufair.store.commit_watch import KeyNotices, key_commit_count
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
     cluster_pb2,
@@ -72,6 +72,7 @@ class RunningServer:
     health: health.HealthServicer
     database_health: DatabaseHealth
     keys: KeyReader
+    notices: KeyNotices | None = None
     caches: tuple[ReadCache[Any, Any], ...] = ()
     slots: WorkSlots | None = None  # what the RPCs that work hold (`api/work_slots.py`)
 
@@ -89,6 +90,8 @@ class RunningServer:
         for cache in self.caches:
             cache.close()
         self.keys.close()
+        if self.notices is not None:
+            self.notices.close()
         return done
 
 
@@ -112,8 +115,9 @@ def build_server(
     (`api/health.py`). With `metrics_registry`, the state gauges read from the database at scrape
     time (`api/state_metrics.py`) are registered there; one registry per process holds them once.
 
-    GetFairShare and GetConfig answer from memory (`api/read_cache.py`): what another replica
-    commits shows here within `read_staleness_s`, what this process commits at once. With
+    GetFairShare and GetConfig answer from memory (`api/read_cache.py`): what this process
+    commits shows here at once, what another process commits when its notification arrives
+    (`store/commit_watch.py`), and within `read_staleness_s` even if notifications stop. With
     `reuse_port`, several processes listen on one port (SO_REUSEPORT; `gpufair serve
     --processes`), and the kernel spreads connections over them.
 
@@ -147,10 +151,11 @@ def build_server(
     )
     commits = key_commit_count(engine)
     keys = KeyReader(engine)  # the read caches' checks, on one connection of their own
+    notices = KeyNotices(engine, commits).start()  # other processes' key commits
     cluster_admin = ClusterAdminServicer(
         engine,
         clock,
-        configs=ReadCache(commits, staleness_s=read_staleness_s, slots=slots),
+        configs=ReadCache(commits, staleness_s=read_staleness_s, slots=slots, notices=notices),
         keys=keys,
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(cluster_admin, server)
@@ -158,7 +163,7 @@ def build_server(
     ledger = LedgerServicer(
         engine,
         clock,
-        fair_shares=ReadCache(commits, staleness_s=read_staleness_s, slots=slots),
+        fair_shares=ReadCache(commits, staleness_s=read_staleness_s, slots=slots, notices=notices),
         keys=keys,
     )
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
@@ -189,6 +194,7 @@ def build_server(
         health=health_servicer,
         database_health=database_health,
         keys=keys,
+        notices=notices,
         caches=(cluster_admin.configs, ledger.fair_shares),
         slots=slots,
     )

@@ -15,15 +15,36 @@
 A commit is counted when its connection goes back to the pool, which is after the database
 confirmed it and before the writing RPC replies. Commits made on the raw driver connection are
 not seen; the caches' staleness bound covers them as it covers other replicas.
+
+Commits of other processes (replicas, the siblings of `gpufair serve --processes`) reach the same
+count through PostgreSQL: a transaction that moves a key also sends `NOTIFY gpufair_read_keys`
+(delivered only if it commits, once however many keys it moved), and `KeyNotices` listens on a
+connection of its own and bumps the count for each notification it receives. So a read cache
+checks again as soon as any process committed a new key, instead of checking every few
+milliseconds in case one did. A notification cannot show that nothing was committed, though:
+a listener whose connection died silently hears nothing. `KeyNotices` therefore sends one
+round trip every `heartbeat_s`; PostgreSQL delivers the notifications of every commit before
+that statement ahead of its reply, so when the reply comes, the count includes every key
+committed before the round trip started (`confirmed_at`). A cache serves a reply only while
+its own check or that confirmation is at most its staleness bound old (`api/read_cache.py`).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Connection, Engine, event, text
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "gpufair_read_keys"
+DEFAULT_HEARTBEAT_S = 0.25
 
 
 class CommitCount:
@@ -50,7 +71,9 @@ _KEY_WRITTEN = "gpufair_read_key_written"
 
 
 def wrote_read_key(conn: Connection) -> None:
-    """Mark `conn`'s transaction as one that moves a read cache's key: its commit is counted."""
+    """Mark `conn`'s transaction as one that moves a read cache's key: its commit is counted
+    here, and every listening process (`KeyNotices`) is told when it commits."""
+    conn.execute(text(f"NOTIFY {CHANNEL}"))  # PostgreSQL sends one per transaction
     conn.info[_KEY_WRITTEN] = True
 
 
@@ -93,3 +116,84 @@ def _counts(engine: Engine) -> tuple[CommitCount, CommitCount]:
     event.listen(engine, "rollback", rolled_back)
     event.listen(engine.pool, "checkin", checked_in)
     return counts
+
+
+class KeyNotices:
+    """Bumps `count` for each `NOTIFY gpufair_read_keys` PostgreSQL delivers (module docstring),
+    on a thread and a connection of its own (taken from `engine`'s pool and detached from it).
+
+    `confirmed_at` (on `monotonic`'s scale) is when the last round trip that came back started:
+    every key committed before it is in `count`. It stays where it was while the connection is
+    down (the thread connects again every `heartbeat_s`), and the count is bumped on every new
+    connection, since a commit may have gone unheard between two."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        count: CommitCount,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._engine = engine
+        self.count = count
+        self.heartbeat_s = heartbeat_s
+        self._monotonic = monotonic
+        self.confirmed_at = -math.inf
+        self.heard = 0  # notifications received
+        self._stop = threading.Event()
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._listen, name="key-notices", daemon=True)
+
+    def start(self) -> KeyNotices:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the thread, waiting at most a heartbeat and a second for it: a thread still
+        connecting (the database is down, `connect_timeout` is 5 s) is a daemon and ends with
+        the process, so a server's bounded shutdown does not wait for it."""
+        self._stop.set()
+        self._thread.join(timeout=self.heartbeat_s + 1.0)
+
+    def _connect(self) -> Any:
+        proxy = self._engine.raw_connection()
+        conn: Any = proxy.driver_connection
+        proxy.detach()
+        conn.rollback()  # the engine's connect hook may have left a transaction open
+        conn.autocommit = True
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                    self.count.bump()
+                self._confirm_and_wait(self._conn)
+            except Exception:
+                log.warning("listening for read-key commits failed", exc_info=True)
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+                self._stop.wait(self.heartbeat_s)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _confirm_and_wait(self, conn: Any) -> None:
+        """One round trip, then the notifications it brought and those that come within
+        `heartbeat_s`, each counted as it is received."""
+        started = self._monotonic()
+        conn.execute("SELECT 1")
+        for _ in conn.notifies(timeout=0):  # what arrived with the round trip
+            self._heard()
+        self.confirmed_at = started
+        for _ in conn.notifies(timeout=self.heartbeat_s):
+            self._heard()
+            if self._stop.is_set():
+                return
+
+    def _heard(self) -> None:
+        self.heard += 1
+        self.count.bump()

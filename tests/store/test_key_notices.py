@@ -1,0 +1,88 @@
+"""`store/commit_watch.py`'s `KeyNotices`: a commit that moves a read cache's key, made on
+another engine (another process), is counted here when PostgreSQL's notification arrives; a
+rolled-back one is not; the listener confirms every heartbeat and comes back after its
+connection is cut."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import Engine, text
+
+from gpufair.store.commit_watch import CommitCount, KeyNotices, wrote_read_key
+from gpufair.store.database import make_engine
+
+
+@pytest.fixture
+def other(database_url: str, db: Engine) -> Iterator[Engine]:
+    """Another process's engine: its commits reach this one only through PostgreSQL."""
+    engine = make_engine(database_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> float:
+    """Seconds until `condition` held (fails after `timeout_s`)."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout_s, "not within the time allowed"
+        time.sleep(0.001)
+    return time.monotonic() - started
+
+
+def test_a_key_committed_elsewhere_is_counted_within_milliseconds(
+    db: Engine, other: Engine
+) -> None:
+    count = CommitCount()
+    notices = KeyNotices(db, count, heartbeat_s=0.25).start()
+    try:
+        until(lambda: notices.confirmed_at > float("-inf"))
+        before = count.value
+        with other.connect() as conn:
+            wrote_read_key(conn)
+            wrote_read_key(conn)  # one notification per transaction, however many keys
+            conn.rollback()  # rolled back: nothing is told
+        time.sleep(0.3)
+        assert (count.value, notices.heard) == (before, 0)
+
+        delays = []
+        for n in range(5):
+            with other.begin() as conn:
+                wrote_read_key(conn)
+                wrote_read_key(conn)
+            delays.append(until(lambda n=n: notices.heard == n + 1))
+        assert count.value == before + 5
+        # Measured from the commit's return: median 0.3 ms, p99 58 ms with the load average at
+        # 24 (bench/results/serving.md); the test allows a heartbeat.
+        assert max(delays) < 0.25
+    finally:
+        notices.close()
+
+
+def test_the_listener_confirms_each_heartbeat_and_comes_back_after_a_cut(db: Engine) -> None:
+    count = CommitCount()
+    notices = KeyNotices(db, count, heartbeat_s=0.05).start()
+    try:
+        until(lambda: notices.confirmed_at > float("-inf"))
+        first = notices.confirmed_at
+        until(lambda: notices.confirmed_at >= first + 0.2, timeout_s=2.0)  # about 4 heartbeats
+
+        bumped = count.value
+        with db.connect() as conn:
+            cut = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query = 'SELECT 1' AND pid <> pg_backend_pid() "
+                    "AND datname = current_database()"
+                )
+            ).all()
+        assert cut, "the listener's connection was found"
+        # A new connection: the count moves (a commit may have gone unheard), and the
+        # confirmations go on.
+        until(lambda: count.value > bumped)
+        resumed = time.monotonic()
+        until(lambda: notices.confirmed_at > resumed)
+    finally:
+        notices.close()
