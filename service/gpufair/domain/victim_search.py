@@ -33,7 +33,8 @@ score (its first victim's tier, class and start, its cheapest CU per GPU, and th
 to free one whole GPU), and a list of nodes sorted by floor that stays current as victims go.
 Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
 its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
-therefore reads a handful of nodes.
+therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
+all its victims gone (`freeable_on_node`) is passed over without being scored.
 """
 
 from __future__ import annotations
@@ -495,7 +496,9 @@ def _greedy(
 
     `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
     (no capacity outside the index was released for the search), so a node that could not free
-    one pod's GPUs, its option None whatever the budgets, is never read."""
+    one pod's GPUs, its option None whatever the budgets, never has its option computed: it
+    does not enter the heap, and the walk passes it as before (so the walk reads the nodes
+    after it at the same moments) without scoring it."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
@@ -682,7 +685,6 @@ def _greedy(
                     and (every_node or usable(node))
                     and whole <= state.gpu_count
                     and tier != _NEVER
-                    and freeable[node] >= least_freeable
                 ):
                     key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
                     heapq.heappush(heap, (key, _WALK, node))
@@ -693,10 +695,14 @@ def _greedy(
         key, kind, node = heapq.heappop(heap)
         if kind == _WALK:
             advance()
+            if freeable[node] < least_freeable:
+                continue  # its option is None (the walk still passes it, in the same order)
         found = option(node)
         if found is None:
             continue
-        if kind != _EXACT or found[0] != key:
+        if found[0] != key:
+            # A bound that is exact is taken at once: its exact entry would be the next pop
+            # (every other entry sorts after this one, and nothing changes in between).
             heapq.heappush(heap, (found[0], _EXACT, node))
             continue
         touched: set[int] = set()
