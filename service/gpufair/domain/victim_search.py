@@ -583,7 +583,7 @@ def _greedy(
                 spent_gpus[queue] = spent_gpu + victim.gpus
             prefix.append(victim)
             cost += victim.cu
-            top_tier = max(top_tier, victim.tier)
+            top_tier = victim.tier  # the highest so far: a node's victims come tier by tier
             for use in victim.uses:
                 if use.node == node:
                     amount = use.gpu_amount
@@ -649,13 +649,17 @@ def _greedy(
     if subset is None and per_pod > 0.0:
         # Nodes with some room and victims enter directly (their bound is below the walk's);
         # read from whichever of the two sets is smaller (a node without victims has no bound).
-        rooms = [
-            capacity.bucket(ask.gpu_type, free)
-            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
-        ]
-        if not whole:
-            rooms.append(partial)
-        if len(floors) <= _FEW_NODES or len(floors) <= sum(len(room) for room in rooms):
+        rooms: list[dict[int, None]] = []
+        few = len(floors) <= _FEW_NODES
+        if not few:
+            rooms = [
+                capacity.bucket(ask.gpu_type, free)
+                for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
+            ]
+            if not whole:
+                rooms.append(partial)
+            few = len(floors) <= sum(len(room) for room in rooms)
+        if few:
             starts = {
                 node
                 for node in floors
