@@ -34,7 +34,7 @@ to free one whole GPU), and a list of nodes sorted by floor that stays current a
 Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
 its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
 therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
-all its victims gone (`freeable_on_node`) is passed over without being scored.
+all its victims gone (`VictimIndex.may_gain`) is passed over without being scored.
 """
 
 from __future__ import annotations
@@ -155,11 +155,12 @@ class VictimIndex:
         # Per node, the highest tier among the victims that must go, in preference order,
         # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
         self.whole_tier_on_node: dict[int, int] = {}
-        # Per node, the GPUs wholly free once every victim on it has gone: no option of the
-        # node frees more for whole-GPU pods. Counted against the capacity when the node's
-        # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
-        # it stays a bound as long as nothing outside the index is released (`_greedy`).
-        self.freeable_on_node: dict[int, int] = {}
+        # Per node, its free resources once every victim on it has gone (GPU use, whole free
+        # GPUs, CPU, memory): no option of the node frees more. Counted against the capacity
+        # when the node's victims last changed; capacity taken since (binds, holds) only lowers
+        # the truth, so it stays a bound while nothing outside the index is released.
+        self.gone_on_node: dict[int, tuple[list[float], int, int, int]] = {}
+        self._may_gain: dict[PodShape, dict[int, bool]] = {}  # `may_gain`, per shape and node
         self.by_queue: dict[str, list[Victim]] = {}
         self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
@@ -279,13 +280,15 @@ class VictimIndex:
     def _refresh(self, node: int) -> None:
         for table in self._options.values():
             table.pop(node, None)
+        for answers in self._may_gain.values():
+            answers.pop(node, None)
         victims = self.on_node[node]
         if not victims:
             del self.on_node[node]
             del self.gpus_on_node[node]
             del self.floor_on_node[node]
             del self.whole_tier_on_node[node]
-            del self.freeable_on_node[node]
+            del self.gone_on_node[node]
             return
         self.gpus_on_node[node] = sum(
             use.gpu_amount * len(use.gpu_indices)
@@ -302,10 +305,12 @@ class VictimIndex:
             first.priority_class,
             first.started_at_s,
         )
-        used = self._capacity.nodes[node].gpu_used.copy()
+        state = self._capacity.nodes[node]
+        used = state.gpu_used.copy()
+        cpu, memory = state.cpu_free, state.memory_free
         whole_tier = _NEVER
-        freeable = sum(1 for amount in used if amount <= EPS)
-        if freeable:
+        free_whole = sum(1 for amount in used if amount <= EPS)
+        if free_whole:
             whole_tier = first.tier
         for victim in victims:
             for use in victim.uses:
@@ -314,11 +319,26 @@ class VictimIndex:
                         before = used[gpu]
                         after = used[gpu] = before - use.gpu_amount
                         if before > EPS and after <= EPS:
-                            freeable += 1
+                            free_whole += 1
                             if whole_tier == _NEVER:
                                 whole_tier = victim.tier
+                    cpu += use.cpu_millicores
+                    memory += use.memory_mib
         self.whole_tier_on_node[node] = whole_tier
-        self.freeable_on_node[node] = freeable
+        self.gone_on_node[node] = (used, free_whole, cpu, memory)
+
+    def may_gain(self, node: int, shape: PodShape) -> bool:
+        """Whether a pod of `shape` would fit on the node with every victim on it gone (see
+        `gone_on_node`). If not, no prefix of its victims gains a pod (a pod's fit only grows
+        with free GPUs, CPU and memory): its option is None whatever the budgets."""
+        answers = self._may_gain.get(shape)
+        if answers is None:
+            answers = self._may_gain[shape] = {}
+        found = answers.get(node)
+        if found is None:
+            used, free_whole, cpu, memory = self.gone_on_node[node]
+            found = answers[node] = fit_on(used, free_whole, cpu, memory, shape) > 0
+        return found
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
@@ -494,18 +514,16 @@ def _greedy(
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
     `subset` (None: every node of the type). Releases them in the capacity under `trial`.
 
-    `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
-    (no capacity outside the index was released for the search), so a node that could not free
-    one pod's GPUs, its option None whatever the budgets, never has its option computed: it
-    does not enter the heap, and the walk passes it as before (so the walk reads the nodes
-    after it at the same moments) without scoring it."""
+    `freeable_bounds`: the index's `gone_on_node` bounds what a node can free (no capacity
+    outside the index was released for the search), so a node where one pod would not fit
+    even with every victim gone (`VictimIndex.may_gain`), its option None whatever the
+    budgets, never has its option computed: it does not enter the heap, and the walk passes it
+    as before (so the walk reads the nodes after it at the same moments) without scoring it."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
     nodes = capacity.nodes
-    freeable = index.freeable_on_node
-    # Whole GPUs a node must be able to free to be read at all (0: no such bound).
-    least_freeable = shape.whole_gpus if freeable_bounds else 0
+    may_gain = index.may_gain
     members = None if subset is None else set(subset)
     blocking = exclusion.blocks_any()
 
@@ -631,7 +649,9 @@ def _greedy(
     def bound(node: int) -> Key | None:
         """A lower bound of the node's option, component by component: one more pod needs
         `missing(node)` GPUs freed, each costing at least the node's cheapest CU per GPU."""
-        if node not in floors or whole > nodes[node].gpu_count or freeable[node] < least_freeable:
+        if node not in floors or whole > nodes[node].gpu_count:
+            return None
+        if freeable_bounds and not may_gain(node, shape):
             return None
         gap = missing(node)
         tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
@@ -678,8 +698,12 @@ def _greedy(
 
     every_node = members is None and not blocking  # `usable` holds for every node
 
-    def advance() -> None:
-        """Push the next full node of the walk (nodes with room entered the heap at once)."""
+    def advance(skip: bool = False) -> None:
+        """Push the next full node of the walk (nodes with room entered the heap at once).
+
+        `skip` (the walk's last node was passed without a score, nothing changed since): a next
+        node that would also be passed, and would be the heap's next pop, is passed here at
+        once; the loop would pop it, advance and pass it with nothing in between."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
                 state = nodes[node]
@@ -691,16 +715,22 @@ def _greedy(
                     and tier != _NEVER
                 ):
                     key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
-                    heapq.heappush(heap, (key, _WALK, node))
+                    entry = (key, _WALK, node)
+                    if skip and not may_gain(node, shape) and (not heap or entry < heap[0]):
+                        continue
+                    heapq.heappush(heap, entry)
                     return
 
     advance()
     while total < pods and heap:
         key, kind, node = heapq.heappop(heap)
         if kind == _WALK:
+            if freeable_bounds and not may_gain(node, shape):
+                # Its option is None: the walk passes it (in the same order as it would pass a
+                # node it scores) and moves on.
+                advance(skip=True)
+                continue
             advance()
-            if freeable[node] < least_freeable:
-                continue  # its option is None (the walk still passes it, in the same order)
         found = option(node)
         if found is None:
             continue
