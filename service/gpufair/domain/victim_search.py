@@ -34,7 +34,7 @@ to free one whole GPU), and a list of nodes sorted by floor that stays current a
 Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
 its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
 therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
-all its victims gone (`VictimIndex.may_gain`) is passed over without being scored.
+all its victims gone (`VictimIndex.gain_test`) is passed over without being scored.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
@@ -134,6 +134,8 @@ _NEVER = 1 << 30
 WalkKey = tuple[int, float, int, float, int]
 Key = tuple[int, float, int, float, int]
 Option = tuple[Key, list[Victim]] | None
+# A node's free resources with every victim on it gone: GPU use, whole free GPUs, CPU, memory.
+Gone = tuple[list[float], int, int, int]
 # Per node, its last option: the version of the node's capacity it was computed at, the
 # (queue, CU budget, GPU budget) it read, and the option.
 OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
@@ -159,8 +161,10 @@ class VictimIndex:
         # GPUs, CPU, memory): no option of the node frees more. Counted against the capacity
         # when the node's victims last changed; capacity taken since (binds, holds) only lowers
         # the truth, so it stays a bound while nothing outside the index is released.
-        self.gone_on_node: dict[int, tuple[list[float], int, int, int]] = {}
-        self._may_gain: dict[PodShape, dict[int, bool]] = {}  # `may_gain`, per shape and node
+        # A new tuple each time the node's victims change, so a memo can tell it is current.
+        self.gone_on_node: dict[int, Gone] = {}
+        # `gain_test` for shared-GPU shapes, per shape and node: the answer and what it read.
+        self._gains: dict[PodShape, dict[int, tuple[Gone, bool]]] = {}
         self.by_queue: dict[str, list[Victim]] = {}
         self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
@@ -280,8 +284,6 @@ class VictimIndex:
     def _refresh(self, node: int) -> None:
         for table in self._options.values():
             table.pop(node, None)
-        for answers in self._may_gain.values():
-            answers.pop(node, None)
         victims = self.on_node[node]
         if not victims:
             del self.on_node[node]
@@ -327,18 +329,31 @@ class VictimIndex:
         self.whole_tier_on_node[node] = whole_tier
         self.gone_on_node[node] = (used, free_whole, cpu, memory)
 
-    def may_gain(self, node: int, shape: PodShape) -> bool:
-        """Whether a pod of `shape` would fit on the node with every victim on it gone (see
-        `gone_on_node`). If not, no prefix of its victims gains a pod (a pod's fit only grows
-        with free GPUs, CPU and memory): its option is None whatever the budgets."""
-        answers = self._may_gain.get(shape)
+    def gain_test(self, shape: PodShape) -> Callable[[int], bool]:
+        """A test of a node for pods of `shape`: False if one pod would not fit there even
+        with every victim on it gone (see `gone_on_node`). Then no prefix of its victims gains
+        a pod (a pod's fit only grows with free GPUs, CPU and memory): the node's option is
+        None whatever the budgets. Whole-GPU pods read the node's GPUs only (one comparison);
+        shared ones ask `fit_on` once per node and victims."""
+        gone = self.gone_on_node
+        whole = shape.whole_gpus
+        if whole:
+            return lambda node: gone[node][1] >= whole
+        answers = self._gains.get(shape)
         if answers is None:
-            answers = self._may_gain[shape] = {}
-        found = answers.get(node)
-        if found is None:
-            used, free_whole, cpu, memory = self.gone_on_node[node]
-            found = answers[node] = fit_on(used, free_whole, cpu, memory, shape) > 0
-        return found
+            answers = self._gains[shape] = {}
+
+        def test(node: int) -> bool:
+            now = gone[node]
+            entry = answers.get(node)
+            if entry is not None and entry[0] is now:
+                return entry[1]
+            used, free_whole, cpu, memory = now
+            found = fit_on(used, free_whole, cpu, memory, shape) > 0
+            answers[node] = (now, found)
+            return found
+
+        return test
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
@@ -516,14 +531,14 @@ def _greedy(
 
     `freeable_bounds`: the index's `gone_on_node` bounds what a node can free (no capacity
     outside the index was released for the search), so a node where one pod would not fit
-    even with every victim gone (`VictimIndex.may_gain`), its option None whatever the
+    even with every victim gone (`VictimIndex.gain_test`), its option None whatever the
     budgets, never has its option computed: it does not enter the heap, and the walk passes it
     as before (so the walk reads the nodes after it at the same moments) without scoring it."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
     nodes = capacity.nodes
-    may_gain = index.may_gain
+    may_gain = index.gain_test(shape) if freeable_bounds else None
     members = None if subset is None else set(subset)
     blocking = exclusion.blocks_any()
 
@@ -651,7 +666,7 @@ def _greedy(
         `missing(node)` GPUs freed, each costing at least the node's cheapest CU per GPU."""
         if node not in floors or whole > nodes[node].gpu_count:
             return None
-        if freeable_bounds and not may_gain(node, shape):
+        if may_gain is not None and not may_gain(node):
             return None
         gap = missing(node)
         tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
@@ -716,7 +731,12 @@ def _greedy(
                 ):
                     key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
                     entry = (key, _WALK, node)
-                    if skip and not may_gain(node, shape) and (not heap or entry < heap[0]):
+                    if (
+                        skip
+                        and may_gain is not None
+                        and not may_gain(node)
+                        and (not heap or entry < heap[0])
+                    ):
                         continue
                     heapq.heappush(heap, entry)
                     return
@@ -725,7 +745,7 @@ def _greedy(
     while total < pods and heap:
         key, kind, node = heapq.heappop(heap)
         if kind == _WALK:
-            if freeable_bounds and not may_gain(node, shape):
+            if may_gain is not None and not may_gain(node):
                 # Its option is None: the walk passes it (in the same order as it would pass a
                 # node it scores) and moves on.
                 advance(skip=True)
