@@ -34,7 +34,7 @@ to free one whole GPU), and a list of nodes sorted by floor that stays current a
 Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
 its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
 therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
-all its victims gone (`VictimIndex.gain_test`) is passed over without being scored.
+all its victims gone (`freeable_on_node`) is passed over without being scored.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
@@ -134,8 +134,6 @@ _NEVER = 1 << 30
 WalkKey = tuple[int, float, int, float, int]
 Key = tuple[int, float, int, float, int]
 Option = tuple[Key, list[Victim]] | None
-# A node's free resources with every victim on it gone: GPU use, whole free GPUs, CPU, memory.
-Gone = tuple[list[float], int, int, int]
 # Per node, its last option: the version of the node's capacity it was computed at, the
 # (queue, CU budget, GPU budget) it read, and the option.
 OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
@@ -157,14 +155,11 @@ class VictimIndex:
         # Per node, the highest tier among the victims that must go, in preference order,
         # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
         self.whole_tier_on_node: dict[int, int] = {}
-        # Per node, its free resources once every victim on it has gone (GPU use, whole free
-        # GPUs, CPU, memory): no option of the node frees more. Counted against the capacity
-        # when the node's victims last changed; capacity taken since (binds, holds) only lowers
-        # the truth, so it stays a bound while nothing outside the index is released.
-        # A new tuple each time the node's victims change, so a memo can tell it is current.
-        self.gone_on_node: dict[int, Gone] = {}
-        # `gain_test` for shared-GPU shapes, per shape and node: the answer and what it read.
-        self._gains: dict[PodShape, dict[int, tuple[Gone, bool]]] = {}
+        # Per node, the GPUs wholly free once every victim on it has gone: no option of the
+        # node frees more for whole-GPU pods. Counted against the capacity when the node's
+        # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
+        # it stays a bound as long as nothing outside the index is released (`_greedy`).
+        self.freeable_on_node: dict[int, int] = {}
         self.by_queue: dict[str, list[Victim]] = {}
         self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
@@ -290,7 +285,7 @@ class VictimIndex:
             del self.gpus_on_node[node]
             del self.floor_on_node[node]
             del self.whole_tier_on_node[node]
-            del self.gone_on_node[node]
+            del self.freeable_on_node[node]
             return
         self.gpus_on_node[node] = sum(
             use.gpu_amount * len(use.gpu_indices)
@@ -307,12 +302,10 @@ class VictimIndex:
             first.priority_class,
             first.started_at_s,
         )
-        state = self._capacity.nodes[node]
-        used = state.gpu_used.copy()
-        cpu, memory = state.cpu_free, state.memory_free
+        used = self._capacity.nodes[node].gpu_used.copy()
         whole_tier = _NEVER
-        free_whole = sum(1 for amount in used if amount <= EPS)
-        if free_whole:
+        freeable = sum(1 for amount in used if amount <= EPS)
+        if freeable:
             whole_tier = first.tier
         for victim in victims:
             for use in victim.uses:
@@ -321,39 +314,11 @@ class VictimIndex:
                         before = used[gpu]
                         after = used[gpu] = before - use.gpu_amount
                         if before > EPS and after <= EPS:
-                            free_whole += 1
+                            freeable += 1
                             if whole_tier == _NEVER:
                                 whole_tier = victim.tier
-                    cpu += use.cpu_millicores
-                    memory += use.memory_mib
         self.whole_tier_on_node[node] = whole_tier
-        self.gone_on_node[node] = (used, free_whole, cpu, memory)
-
-    def gain_test(self, shape: PodShape) -> Callable[[int], bool]:
-        """A test of a node for pods of `shape`: False if one pod would not fit there even
-        with every victim on it gone (see `gone_on_node`). Then no prefix of its victims gains
-        a pod (a pod's fit only grows with free GPUs, CPU and memory): the node's option is
-        None whatever the budgets. Whole-GPU pods read the node's GPUs only (one comparison);
-        shared ones ask `fit_on` once per node and victims."""
-        gone = self.gone_on_node
-        whole = shape.whole_gpus
-        if whole:
-            return lambda node: gone[node][1] >= whole
-        answers = self._gains.get(shape)
-        if answers is None:
-            answers = self._gains[shape] = {}
-
-        def test(node: int) -> bool:
-            now = gone[node]
-            entry = answers.get(node)
-            if entry is not None and entry[0] is now:
-                return entry[1]
-            used, free_whole, cpu, memory = now
-            found = fit_on(used, free_whole, cpu, memory, shape) > 0
-            answers[node] = (now, found)
-            return found
-
-        return test
+        self.freeable_on_node[node] = freeable
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
@@ -529,16 +494,18 @@ def _greedy(
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
     `subset` (None: every node of the type). Releases them in the capacity under `trial`.
 
-    `freeable_bounds`: the index's `gone_on_node` bounds what a node can free (no capacity
-    outside the index was released for the search), so a node where one pod would not fit
-    even with every victim gone (`VictimIndex.gain_test`), its option None whatever the
-    budgets, never has its option computed: it does not enter the heap, and the walk passes it
-    as before (so the walk reads the nodes after it at the same moments) without scoring it."""
+    `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
+    (no capacity outside the index was released for the search), so a node that could not free
+    one pod's GPUs, its option None whatever the budgets, never has its option computed: it
+    does not enter the heap, and the walk passes it as before (so the walk reads the nodes
+    after it at the same moments) without scoring it."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
     nodes = capacity.nodes
-    may_gain = index.gain_test(shape) if freeable_bounds else None
+    freeable = index.freeable_on_node
+    # Whole GPUs a node must be able to free to be read at all (0: no such bound).
+    least_freeable = shape.whole_gpus if freeable_bounds else 0
     members = None if subset is None else set(subset)
     blocking = exclusion.blocks_any()
 
@@ -664,9 +631,7 @@ def _greedy(
     def bound(node: int) -> Key | None:
         """A lower bound of the node's option, component by component: one more pod needs
         `missing(node)` GPUs freed, each costing at least the node's cheapest CU per GPU."""
-        if node not in floors or whole > nodes[node].gpu_count:
-            return None
-        if may_gain is not None and not may_gain(node):
+        if node not in floors or whole > nodes[node].gpu_count or freeable[node] < least_freeable:
             return None
         gap = missing(node)
         tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
@@ -713,12 +678,8 @@ def _greedy(
 
     every_node = members is None and not blocking  # `usable` holds for every node
 
-    def advance(skip: bool = False) -> None:
-        """Push the next full node of the walk (nodes with room entered the heap at once).
-
-        `skip` (the walk's last node was passed without a score, nothing changed since): a next
-        node that would also be passed, and would be the heap's next pop, is passed here at
-        once; the loop would pop it, advance and pass it with nothing in between."""
+    def advance() -> None:
+        """Push the next full node of the walk (nodes with room entered the heap at once)."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
                 state = nodes[node]
@@ -730,27 +691,16 @@ def _greedy(
                     and tier != _NEVER
                 ):
                     key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
-                    entry = (key, _WALK, node)
-                    if (
-                        skip
-                        and may_gain is not None
-                        and not may_gain(node)
-                        and (not heap or entry < heap[0])
-                    ):
-                        continue
-                    heapq.heappush(heap, entry)
+                    heapq.heappush(heap, (key, _WALK, node))
                     return
 
     advance()
     while total < pods and heap:
         key, kind, node = heapq.heappop(heap)
         if kind == _WALK:
-            if may_gain is not None and not may_gain(node):
-                # Its option is None: the walk passes it (in the same order as it would pass a
-                # node it scores) and moves on.
-                advance(skip=True)
-                continue
             advance()
+            if freeable[node] < least_freeable:
+                continue  # its option is None (the walk still passes it, in the same order)
         found = option(node)
         if found is None:
             continue
