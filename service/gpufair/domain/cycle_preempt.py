@@ -50,14 +50,14 @@ def preempt(state: CycleState) -> None:
             priority_class = item.workload.priority_class
             if item.done or priority_class <= floor or item.code not in codes:
                 continue
-            key = (name, item.types, priority_class)
-            found = on_some_type.get(key)
-            if found is None:
-                found = on_some_type[key] = any(
+            asked = (name, item.types, priority_class)
+            answer = on_some_type.get(asked)
+            if answer is None:
+                answer = on_some_type[asked] = any(
                     priority_class > lowest_on.get((name, gpu_type), math.inf)
                     for gpu_type in item.types
                 )
-            if found:
+            if answer:
                 wanting.append(item)
     state.preempt_own = own
     for key, victims in own.items():
