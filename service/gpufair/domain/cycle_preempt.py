@@ -37,19 +37,28 @@ def preempt(state: CycleState) -> None:
     # Someone to preempt at all, on a type the workload could use: a workload without one
     # could only fail (no class below its own on any of its types), and later workloads of
     # its queue, of no higher class, fail the same way whatever it left in the memo.
-    wanting = [
-        item
-        for name, items in state.queue_pending.items()
-        if name in lowest
-        for item in items
-        if not item.done
-        and item.workload.priority_class > lowest[name]
-        and item.code in (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
-        and any(
-            item.workload.priority_class > lowest_on.get((name, gpu_type), math.inf)
-            for gpu_type in item.types
-        )
-    ]
+    # The type test is the same for every workload of a queue with the same types and class:
+    # answered once per (queue, types, class).
+    codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
+    on_some_type: dict[tuple[str, tuple[str, ...], int], bool] = {}
+    wanting: list[Pending] = []
+    for name, items in state.queue_pending.items():
+        floor = lowest.get(name)
+        if floor is None:
+            continue
+        for item in items:
+            priority_class = item.workload.priority_class
+            if item.done or priority_class <= floor or item.code not in codes:
+                continue
+            asked = (name, item.types, priority_class)
+            answer = on_some_type.get(asked)
+            if answer is None:
+                answer = on_some_type[asked] = any(
+                    priority_class > lowest_on.get((name, gpu_type), math.inf)
+                    for gpu_type in item.types
+                )
+            if answer:
+                wanting.append(item)
     state.preempt_own = own
     for key, victims in own.items():
         totals: dict[int, list[float]] = {}

@@ -52,14 +52,25 @@ def reclaim(state: CycleState) -> None:
     # Reclaim only shrinks a victim queue's surplus, and the reclaimers, within their share,
     # never gain one: a victim too big for its queue's surplus now never becomes one.
     books = state.books
+    # Per victim queue, its surplus and (per type) its GPUs above a guarantee: asked once each,
+    # not once per victim (nothing changes while the indexes are built).
+    surplus: dict[str, float] = {}
+    above: dict[tuple[str, str], float] = {}
+    for found in by_type.values():
+        for victim in found:
+            queue = victim.queue
+            if queue not in surplus:
+                surplus[queue] = books[queue].surplus_cu()
+            key = (queue, victim.gpu_type)
+            if key not in above:
+                above[key] = books[queue].gpus_above_type_guarantee(victim.gpu_type)
     state.reclaim_index = {
         name: VictimIndex(
             (
                 victim
                 for victim in found
-                if victim.cu <= books[victim.queue].surplus_cu() + EPS
-                and victim.gpus
-                <= books[victim.queue].gpus_above_type_guarantee(victim.gpu_type) + EPS
+                if victim.cu <= surplus[victim.queue] + EPS
+                and victim.gpus <= above[(victim.queue, victim.gpu_type)] + EPS
             ),
             state.capacity,
         )

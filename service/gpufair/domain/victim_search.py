@@ -33,7 +33,8 @@ score (its first victim's tier, class and start, its cheapest CU per GPU, and th
 to free one whole GPU), and a list of nodes sorted by floor that stays current as victims go.
 Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
 its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
-therefore reads a handful of nodes.
+therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
+all its victims gone (`freeable_on_node`) is passed over without being scored.
 """
 
 from __future__ import annotations
@@ -154,6 +155,11 @@ class VictimIndex:
         # Per node, the highest tier among the victims that must go, in preference order,
         # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
         self.whole_tier_on_node: dict[int, int] = {}
+        # Per node, the GPUs wholly free once every victim on it has gone: no option of the
+        # node frees more for whole-GPU pods. Counted against the capacity when the node's
+        # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
+        # it stays a bound as long as nothing outside the index is released (`_greedy`).
+        self.freeable_on_node: dict[int, int] = {}
         self.by_queue: dict[str, list[Victim]] = {}
         self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
@@ -279,6 +285,7 @@ class VictimIndex:
             del self.gpus_on_node[node]
             del self.floor_on_node[node]
             del self.whole_tier_on_node[node]
+            del self.freeable_on_node[node]
             return
         self.gpus_on_node[node] = sum(
             use.gpu_amount * len(use.gpu_indices)
@@ -297,18 +304,21 @@ class VictimIndex:
         )
         used = self._capacity.nodes[node].gpu_used.copy()
         whole_tier = _NEVER
-        if any(amount <= EPS for amount in used):
+        freeable = sum(1 for amount in used if amount <= EPS)
+        if freeable:
             whole_tier = first.tier
         for victim in victims:
-            if whole_tier != _NEVER:
-                break
             for use in victim.uses:
                 if use.node == node:
                     for gpu in use.gpu_indices:
-                        used[gpu] -= use.gpu_amount
-                        if used[gpu] <= EPS:
-                            whole_tier = victim.tier
+                        before = used[gpu]
+                        after = used[gpu] = before - use.gpu_amount
+                        if before > EPS and after <= EPS:
+                            freeable += 1
+                            if whole_tier == _NEVER:
+                                whole_tier = victim.tier
         self.whole_tier_on_node[node] = whole_tier
+        self.freeable_on_node[node] = freeable
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
@@ -353,7 +363,14 @@ def select_victims(
             if found_in_domains >= _DOMAINS_COMPARED:
                 break
             found = _search(
-                capacity, ask, strategy, exclusion, subset=subset, index=index, budget=budget
+                capacity,
+                ask,
+                strategy,
+                exclusion,
+                subset=subset,
+                index=index,
+                budget=budget,
+                freeable_bounds=not already_leaving,
             )
             if found is None:
                 continue
@@ -422,10 +439,20 @@ def _search(
     subset: list[int] | None,
     index: VictimIndex,
     budget: VictimBudget,
+    freeable_bounds: bool,
 ) -> Selection | None:
     trial = Journal()
     try:
-        chosen = _greedy(capacity, ask, subset, index, exclusion, budget=budget.copy(), trial=trial)
+        chosen = _greedy(
+            capacity,
+            ask,
+            subset,
+            index,
+            exclusion,
+            budget=budget.copy(),
+            trial=trial,
+            freeable_bounds=freeable_bounds,
+        )
         if chosen is None:
             return None
         plan = place(capacity, ask, strategy, exclusion)
@@ -462,13 +489,23 @@ def _greedy(
     *,
     budget: VictimBudget,
     trial: Journal,
+    freeable_bounds: bool,
 ) -> list[Victim] | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
-    `subset` (None: every node of the type). Releases them in the capacity under `trial`."""
+    `subset` (None: every node of the type). Releases them in the capacity under `trial`.
+
+    `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
+    (no capacity outside the index was released for the search), so a node that could not free
+    one pod's GPUs, its option None whatever the budgets, never has its option computed: it
+    does not enter the heap, and the walk passes it as before (so the walk reads the nodes
+    after it at the same moments) without scoring it."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
     nodes = capacity.nodes
+    freeable = index.freeable_on_node
+    # Whole GPUs a node must be able to free to be read at all (0: no such bound).
+    least_freeable = shape.whole_gpus if freeable_bounds else 0
     members = None if subset is None else set(subset)
     blocking = exclusion.blocks_any()
 
@@ -546,7 +583,7 @@ def _greedy(
                 spent_gpus[queue] = spent_gpu + victim.gpus
             prefix.append(victim)
             cost += victim.cu
-            top_tier = max(top_tier, victim.tier)
+            top_tier = victim.tier  # the highest so far: a node's victims come tier by tier
             for use in victim.uses:
                 if use.node == node:
                     amount = use.gpu_amount
@@ -594,7 +631,7 @@ def _greedy(
     def bound(node: int) -> Key | None:
         """A lower bound of the node's option, component by component: one more pod needs
         `missing(node)` GPUs freed, each costing at least the node's cheapest CU per GPU."""
-        if node not in floors or whole > nodes[node].gpu_count:
+        if node not in floors or whole > nodes[node].gpu_count or freeable[node] < least_freeable:
             return None
         gap = missing(node)
         tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
@@ -612,13 +649,17 @@ def _greedy(
     if subset is None and per_pod > 0.0:
         # Nodes with some room and victims enter directly (their bound is below the walk's);
         # read from whichever of the two sets is smaller (a node without victims has no bound).
-        rooms = [
-            capacity.bucket(ask.gpu_type, free)
-            for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
-        ]
-        if not whole:
-            rooms.append(partial)
-        if len(floors) <= _FEW_NODES or len(floors) <= sum(len(room) for room in rooms):
+        rooms: list[dict[int, None]] = []
+        few = len(floors) <= _FEW_NODES
+        if not few:
+            rooms = [
+                capacity.bucket(ask.gpu_type, free)
+                for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
+            ]
+            if not whole:
+                rooms.append(partial)
+            few = len(floors) <= sum(len(room) for room in rooms)
+        if few:
             starts = {
                 node
                 for node in floors
@@ -658,10 +699,14 @@ def _greedy(
         key, kind, node = heapq.heappop(heap)
         if kind == _WALK:
             advance()
+            if freeable[node] < least_freeable:
+                continue  # its option is None (the walk still passes it, in the same order)
         found = option(node)
         if found is None:
             continue
-        if kind != _EXACT or found[0] != key:
+        if found[0] != key:
+            # A bound that is exact is taken at once: its exact entry would be the next pop
+            # (every other entry sorts after this one, and nothing changes in between).
             heapq.heappush(heap, (found[0], _EXACT, node))
             continue
         touched: set[int] = set()
