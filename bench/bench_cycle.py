@@ -243,10 +243,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
     parser.add_argument(
         "--gc",
-        choices=("default", "serve"),
+        choices=("default", "serve", "cycle"),
         default="default",
         help="the garbage collector as Python starts it, or as `gpufair serve` sets it "
-        "(gc_tuning: what exists frozen, young threshold 50,000), after the pool is built",
+        "(gc_tuning: what exists frozen, young threshold 50,000), after the pool is built, "
+        "or as the service runs a cycle (`gc_tuning.collector_paused`: off for the cycle, "
+        "then one young pass, timed with the cycle)",
     )
     parser.add_argument(
         "--json", action="store_true", help="one JSON line per mix and size (compare_cycle.py)"
@@ -274,7 +276,15 @@ def main() -> None:
             for _ in range(repeats):
                 started = time.perf_counter()
                 cpu_started = time.process_time()
-                result = run_cycle(snapshot)
+                if args.gc == "cycle":
+                    # `collector_paused`, written out so that an older checkout (without it)
+                    # is measured the same way.
+                    gc.disable()
+                    result = run_cycle(snapshot)
+                    gc.enable()
+                    gc.collect(0)
+                else:
+                    result = run_cycle(snapshot)
                 cpu_times.append(time.process_time() - cpu_started)
                 times.append(time.perf_counter() - started)
             if args.json:

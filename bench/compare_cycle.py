@@ -40,7 +40,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,4000")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of one run per checkout")
     parser.add_argument("--repeats", type=int, default=3, help="timed cycles per run")
-    parser.add_argument("--gc", choices=("default", "serve"), default="default")
+    parser.add_argument(
+        "--gc",
+        choices=("default", "serve", "cycle"),
+        default="default",
+        help="the collector as bench_cycle.py's --gc sets it (cycle: as the service runs one)",
+    )
     args = parser.parse_args()
     trees = args.trees.split(",")
     print(
