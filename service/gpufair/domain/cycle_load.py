@@ -25,9 +25,9 @@ def load(state: CycleState) -> None:
     this load's records there for the next cycle."""
     carried = state.carried
     if carried is None:
-        load_running(state, {}, {})
+        load_running(state, {}, None)
         load_evicting(state)
-        load_pending(state, {}, {})
+        load_pending(state, {}, None)
         return
     if carried.valid_for(state.snapshot):
         state.kinds.update(carried.kinds)
@@ -43,11 +43,11 @@ def load(state: CycleState) -> None:
 
 
 def load_running(
-    state: CycleState, before: dict[int, RunningRecord], records: dict[int, RunningRecord]
+    state: CycleState, before: dict[int, RunningRecord], records: dict[int, RunningRecord] | None
 ) -> int:
     """Running work into the capacity and the books, one `Victim` each; returns how many
     records were taken from `before` (the last cycle's, by the allocation's identity), and
-    puts every record made or taken into `records`. Hot (one pass over every running
+    puts every record made or taken into `records` (None: none kept). Hot (one pass over every running
     workload): a workload of one binding without a partition, the common case, is read inline
     (what `uses_of` would make of it) and taken with `Capacity.take_one`; the one-node tuple
     of its `Victim.nodes` is shared by all workloads on that node. A carried record is taken
@@ -68,8 +68,7 @@ def load_running(
         uid = workload.uid
         if uid in running:
             continue
-        key = id(allocation)
-        record = before.get(key)
+        record = before.get(id(allocation)) if before else None
         if record is not None and record[0] is allocation:
             _, uses, carried, one = record
             if not one:
@@ -82,7 +81,8 @@ def load_running(
                 book.add(victim.cu, victim.gpus, victim.gpu_type, workload.preemptible)
                 book.allocated_cu_before += victim.cu
             running[uid] = carried
-            records[key] = record
+            if records is not None:
+                records[id(allocation)] = record
             reused += 1
             continue
         bindings = allocation.bindings
@@ -149,7 +149,8 @@ def load_running(
             on_nodes,
         )
         made = running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
-        records[key] = (allocation, uses, made, one)
+        if records is not None:
+            records[id(allocation)] = (allocation, uses, made, one)
     return reused
 
 
@@ -191,11 +192,11 @@ signature = attrgetter(
 
 
 def load_pending(
-    state: CycleState, before: dict[int, PendingRecord], records: dict[int, PendingRecord]
+    state: CycleState, before: dict[int, PendingRecord], records: dict[int, PendingRecord] | None
 ) -> int:
     """Pending work into its queues, sorted; returns how many records were taken from
     `before` (the last cycle's kind and order of a workload, by its identity), and puts the
-    records of this load's ordinary workloads into `records`. Hot (one pass over every pending
+    records of this load's ordinary workloads into `records` (None: none kept). Hot (one pass over every pending
     workload): the signature lookup of `kind_of` is made inline, and a workload of a known
     signature costs a tuple (`signature`, one C call), a dict lookup and its `Pending`; one
     with a carried record, a lookup by identity and its `Pending`."""
@@ -212,14 +213,14 @@ def load_pending(
             continue
         seen.add(uid)
         book = books.get(workload.queue)
-        key = id(submitted)
-        record = before.get(key)
+        record = before.get(id(submitted)) if before else None
         kind: Kind | None
         if record is not None and record[0] is submitted and book is not None:
             # Made from this very workload over the same pool, hardware and queues: an
             # ordinary workload of a usable kind (`cycle_memory`).
             _, kind, order = record
-            records[key] = record
+            if records is not None:
+                records[id(submitted)] = record
             reused += 1
         elif book is None or workload.pool != pool or submitted.compute_units > 0.0:
             found = _unusual(state, submitted, book)
@@ -231,7 +232,8 @@ def load_pending(
             kind = kinds.get(signature(workload)) or kind_of(state, workload)
             order = (-workload.priority_class, workload.submit_time_s, uid)
             if kind.rejection is None and kind.types:
-                records[key] = (submitted, kind, order)
+                if records is not None:
+                    records[id(submitted)] = (submitted, kind, order)
             else:
                 kind = _usable_kind(state, submitted, workload, kind)
                 if kind is None:
