@@ -21,14 +21,17 @@ the steadier of the two).
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import gc
+import importlib.util
 import json
 import pstats
 import random
 import statistics
 import time
 from dataclasses import replace
+from typing import Any
 
 from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle import run_cycle
@@ -217,6 +220,15 @@ def next_snapshot(snapshot: CycleSnapshot, result: CycleResult) -> CycleSnapshot
     )
 
 
+def _carried() -> Any:
+    """An empty `CarriedLoad`, or None for a checkout without one (older code)."""
+    if importlib.util.find_spec("gpufair.domain.cycle_memory") is None:
+        return None
+    from gpufair.domain.cycle_memory import CarriedLoad
+
+    return CarriedLoad()
+
+
 def _describe(snapshot: CycleSnapshot, result: CycleResult) -> str:
     gpus = sum(n.gpu_count for n in snapshot.nodes)
     busy = sum(
@@ -243,10 +255,19 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
     parser.add_argument(
         "--gc",
-        choices=("default", "serve"),
+        choices=("default", "serve", "cycle"),
         default="default",
         help="the garbage collector as Python starts it, or as `gpufair serve` sets it "
-        "(gc_tuning: what exists frozen, young threshold 50,000), after the pool is built",
+        "(gc_tuning: what exists frozen, young threshold 50,000), after the pool is built, "
+        "or as the service runs a cycle (`gc_tuning.collector_paused`: off for the cycle, "
+        "then one young pass, timed with the cycle)",
+    )
+    parser.add_argument(
+        "--carry",
+        action="store_true",
+        help="give each timed cycle the records the cycle before it loaded, as the service "
+        "does (cycle_memory; the next mix: those of the steady cycle that made its snapshot; "
+        "the others: the warm-up cycle's), where the checkout has them",
     )
     parser.add_argument(
         "--json", action="store_true", help="one JSON line per mix and size (compare_cycle.py)"
@@ -259,8 +280,10 @@ def main() -> None:
     for mix in args.mix.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
             snapshot = build_snapshot(size, scrambled=mix == "scrambled")
+            carried = _carried() if args.carry else None
             if mix == "next":
-                snapshot = next_snapshot(snapshot, run_cycle(snapshot))
+                first = run_cycle(snapshot) if carried is None else run_cycle(snapshot, carried)
+                snapshot = next_snapshot(snapshot, first)
             repeats = args.repeats or (15 if size <= 100 else 9 if size <= 1000 else 5)
             if args.gc == "serve":
                 # gpufair serve's settings, written out here so that the code of an older
@@ -268,18 +291,33 @@ def main() -> None:
                 gc.collect()
                 gc.freeze()
                 gc.set_threshold(50_000, *gc.get_threshold()[1:])
-            result = run_cycle(snapshot)  # warm-up: imports, first-touch allocations
+            if carried is not None and mix != "next":
+                result = run_cycle(snapshot, carried)  # warm-up, and the records carried
+            else:  # warm-up: imports, first-touch allocations
+                result = run_cycle(snapshot)
             times = []
             cpu_times = []
             for _ in range(repeats):
+                # Every timed cycle from the same carried state (a shallow copy is it as it
+                # is now, `cycle_memory`).
+                given = copy.copy(carried)
                 started = time.perf_counter()
                 cpu_started = time.process_time()
-                result = run_cycle(snapshot)
+                if args.gc == "cycle":
+                    # `collector_paused`, written out so that an older checkout (without it)
+                    # is measured the same way.
+                    gc.disable()
+                    result = run_cycle(snapshot) if given is None else run_cycle(snapshot, given)
+                    gc.enable()
+                    gc.collect(0)
+                else:
+                    result = run_cycle(snapshot) if given is None else run_cycle(snapshot, given)
                 cpu_times.append(time.process_time() - cpu_started)
                 times.append(time.perf_counter() - started)
             if args.json:
                 decisions = (len(result.binds), len(result.evicts), len(result.reservations))
                 line = {"mix": mix, "nodes": size, "wall_s": times, "cpu_s": cpu_times}
+                line["carried"] = carried is not None
                 print(json.dumps(line | {"decisions": decisions}), flush=True)
                 continue
             times.sort()

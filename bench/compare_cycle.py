@@ -20,14 +20,15 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 BENCH = Path(__file__).resolve().parent / "bench_cycle.py"
 
 
-def run(tree: str, mix: str, size: int, repeats: int, gc: str) -> dict[str, object]:
+def run(tree: str, mix: str, size: int, repeats: int, gc: str, carry: bool) -> dict[str, object]:
     env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"))
     command = [sys.executable, str(BENCH), "--json", "--mix", mix, "--sizes", str(size)]
-    command += ["--repeats", str(repeats), "--gc", gc]
+    command += ["--repeats", str(repeats), "--gc", gc] + (["--carry"] if carry else [])
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     line: dict[str, object] = json.loads(output.strip().splitlines()[-1])
     return line
@@ -40,7 +41,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,4000")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of one run per checkout")
     parser.add_argument("--repeats", type=int, default=3, help="timed cycles per run")
-    parser.add_argument("--gc", choices=("default", "serve"), default="default")
+    parser.add_argument(
+        "--gc",
+        choices=("default", "serve", "cycle"),
+        default="default",
+        help="the collector as bench_cycle.py's --gc sets it (cycle: as the service runs one)",
+    )
+    parser.add_argument(
+        "--carry",
+        action="store_true",
+        help="bench_cycle.py --carry: each cycle given the records the one before loaded "
+        "(where a checkout has them; the table says which)",
+    )
     args = parser.parse_args()
     trees = args.trees.split(",")
     print(
@@ -52,21 +64,24 @@ def main() -> None:
         for size in (int(s) for s in args.sizes.split(",")):
             wall: dict[str, list[float]] = {tree: [] for tree in trees}
             cpu: dict[str, list[float]] = {tree: [] for tree in trees}
-            decisions: dict[str, object] = {}
+            decisions: dict[str, list[int]] = {}
+            carried: dict[str, bool] = {}
             for _ in range(args.rounds):
                 for tree in trees:
-                    line = run(tree, mix, size, args.repeats, args.gc)
+                    line = run(tree, mix, size, args.repeats, args.gc, args.carry)
                     wall[tree] += line["wall_s"]  # type: ignore[arg-type]
                     cpu[tree] += line["cpu_s"]  # type: ignore[arg-type]
-                    decisions[tree] = line["decisions"]
+                    decisions[tree] = cast(list[int], line["decisions"])
+                    carried[tree] = bool(line.get("carried"))
             first_cpu = statistics.median(cpu[trees[0]])
             first_wall = statistics.median(wall[trees[0]])
             for tree in trees:
                 cpu_median = statistics.median(cpu[tree])
                 wall_median = statistics.median(wall[tree])
-                binds, evicts, holds = decisions[tree]  # type: ignore[misc]
+                binds, evicts, holds = decisions[tree]
                 print(
-                    f"| {mix} | {size:,} | {tree} | {len(cpu[tree])} | {wall_median:.3f} | "
+                    f"| {mix} | {size:,} | {tree}{' (carried)' if carried[tree] else ''} "
+                    f"| {len(cpu[tree])} | {wall_median:.3f} | "
                     f"{cpu_median:.3f} | {cpu_median / first_cpu:.2f} | "
                     f"{wall_median / first_wall:.2f} | {binds:,} / {evicts:,} / {holds:,} |",
                     flush=True,

@@ -20,7 +20,9 @@ minimum's ratio to that of the first checkout timing the phase (the minimum is t
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
+import importlib.util
 import json
 import os
 import statistics
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 
@@ -49,29 +52,47 @@ PHASES: list[tuple[str, dict[str, bool]]] = [
 ]
 
 
-def worker(mix: str, size: int) -> None:
-    """Build the pool, then time one cycle per line read from stdin (one JSON line each)."""
+def worker(mix: str, size: int, collector: str = "default", carry: bool = False) -> None:
+    """Build the pool, then time one cycle per line read from stdin (one JSON line each).
+    `carry`: each timed cycle is given the records the cycle before it left
+    (`cycle_memory.CarriedLoad`, where the checkout has it): for the *next* mix those of the
+    steady cycle that made its snapshot, for the others those of the warm-up cycle."""
     sys.path.insert(0, str(BENCH))
     from bench_cycle import build_snapshot, next_snapshot
 
     from gpufair.domain import cycle
     from gpufair.domain.cycle import run_cycle
+    from gpufair.domain.cycle_state import CycleState
 
+    carried: Any = None
+    if carry and importlib.util.find_spec("gpufair.domain.cycle_memory") is not None:
+        from gpufair.domain.cycle_memory import CarriedLoad
+
+        carried = CarriedLoad()
     snapshot = build_snapshot(size, scrambled=mix == "scrambled")
     if mix == "next":
-        snapshot = next_snapshot(snapshot, run_cycle(snapshot))
-    result = run_cycle(snapshot)  # warm-up
+        first = run_cycle(snapshot, carried) if carried is not None else run_cycle(snapshot)
+        snapshot = next_snapshot(snapshot, first)
+        result = run_cycle(snapshot)  # warm-up, leaving `carried` as the steady cycle left it
+    elif carried is not None:
+        result = run_cycle(snapshot, carried)  # warm-up
+    else:
+        result = run_cycle(snapshot)  # warm-up
     decisions = [len(result.binds), len(result.evicts), len(result.reservations)]
-    print(json.dumps({"decisions": decisions}), flush=True)
+    print(json.dumps({"decisions": decisions, "carried": carried is not None}), flush=True)
     phased = all(hasattr(cycle, name) for name, _ in PHASES)
     for _ in sys.stdin:
         gc.collect()
         times: dict[str, float] = {}
+        # A shallow copy is the carried state as it is now (`cycle_memory`): every timed
+        # cycle starts from the same.
+        given = copy.copy(carried)
         started = time.process_time()
+        if collector == "cycle":  # as the service runs a cycle (`gc_tuning.collector_paused`)
+            gc.disable()
+        state: Any = None
         if phased:
-            from gpufair.domain.cycle_state import CycleState
-
-            state = CycleState(snapshot)
+            state = CycleState(snapshot, given) if given is not None else CycleState(snapshot)
             for name, kwargs in PHASES:
                 phase_started = time.process_time()
                 getattr(cycle, name)(state, **kwargs)
@@ -80,8 +101,17 @@ def worker(mix: str, size: int) -> None:
             phase_started = time.process_time()
             state.result()
             times["result"] = time.process_time() - phase_started
+        elif given is not None:
+            run_cycle(snapshot, given)
         else:
             run_cycle(snapshot)
+        if collector == "cycle":
+            # The cycle's state freed (as `run_cycle` frees it on returning), then the pass.
+            phase_started = time.process_time()
+            state = None
+            gc.enable()
+            gc.collect(0)
+            times["free, young pass"] = time.process_time() - phase_started
         times["total"] = time.process_time() - started
         print(json.dumps(times), flush=True)
 
@@ -92,26 +122,43 @@ def main() -> None:
     parser.add_argument("--mix", default="steady")
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--cycles", type=int, default=6, help="timed cycles per checkout")
+    parser.add_argument(
+        "--gc",
+        choices=("default", "cycle"),
+        default="default",
+        help="the collector as Python starts it, or paused for each cycle and one young pass "
+        "after it, timed as its own row (as the service runs a cycle)",
+    )
+    parser.add_argument(
+        "--carry",
+        action="store_true",
+        help="give each cycle the records the cycle before it loaded (cycle_memory), where a "
+        "checkout has them",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.mix, args.size)
+        worker(args.mix, args.size, args.gc, args.carry)
         return
     trees = args.trees.split(",")
     workers = []
     for tree in trees:
         env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"))
         command = [sys.executable, __file__, "--worker", "--trees", tree]
-        command += ["--mix", args.mix, "--size", str(args.size)]
+        command += ["--mix", args.mix, "--size", str(args.size), "--gc", args.gc]
+        command += ["--carry"] if args.carry else []
         workers.append(
             subprocess.Popen(
                 command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
             )
         )
     decisions = {}
+    carrying = {}
     for tree, process in zip(trees, workers, strict=True):
         assert process.stdout is not None
-        decisions[tree] = json.loads(process.stdout.readline())["decisions"]
+        ready = json.loads(process.stdout.readline())
+        decisions[tree] = ready["decisions"]
+        carrying[tree] = ready["carried"]
     samples: dict[str, dict[str, list[float]]] = {tree: {} for tree in trees}
     for _ in range(args.cycles):
         for tree, process in zip(trees, workers, strict=True):
@@ -125,9 +172,11 @@ def main() -> None:
         process.stdin.close()
         process.wait()
     print(
-        f"{args.mix}, {args.size:,} nodes, {args.cycles} cycles each; decisions (binds / "
-        "evictions / holds): "
+        f"{args.mix}, {args.size:,} nodes, collector {args.gc}, {args.cycles} cycles each; "
+        "decisions (binds / evictions / holds): "
         + "; ".join(f"{t}: {' / '.join(map(str, d))}" for t, d in decisions.items())
+        + "; carried state: "
+        + ", ".join(f"{t}: {'yes' if c else 'no'}" for t, c in carrying.items())
     )
     print()
     print("| phase | " + " | ".join(f"{tree} min / median" for tree in trees) + " | ratio of min |")

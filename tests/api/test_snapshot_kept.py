@@ -3,8 +3,10 @@ fresh read gives, after every kind of change: submissions, binds, started and st
 cancellations, config changes, a cycle run by another replica, direct SQL writes, a deleted
 interval, expired binds released by a dry run that rolls back, and a TRUNCATE. After each step
 the kept rows are compared with `schedule_repo.holding_and_pending` (the full read, another
-statement) and the whole cycle input with one built without kept state; and it is checked that
-only the changed rows were read again."""
+statement) and the whole cycle input with one built without kept state, and the cycle run over
+the kept input with the records its last cycle loaded (`SnapshotSource.carried`) with the cycle
+over the fresh input without them; and it is checked that only the changed rows were read
+again."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sqlalchemy import Engine, text
 
 from gpufair.api.server import RunningServer, build_server
 from gpufair.client import GpufairClient
+from gpufair.domain.cycle import run_cycle
 from gpufair.domain.stored_limits import within_limits
 from gpufair.services import schedule
 from gpufair.services.snapshot_source import SnapshotSource
@@ -58,6 +61,10 @@ def check(engine: Engine, source: SnapshotSource, *, configured: bool = True) ->
         with_kept, _ = schedule.build_snapshot(conn, "main", now_s, source)
         without, _ = schedule.build_snapshot(conn, "main", now_s)
         assert with_kept == without
+        # The cycle over the kept rows, given the records the pool's last cycle here loaded
+        # (as `schedule.decide` gives them), decides as a cycle over the fresh read without.
+        carried = source.carried("main")
+        assert run_cycle(with_kept, carried) == run_cycle(without)
         conn.rollback()
     return rows_read(source) - before
 
@@ -81,6 +88,7 @@ def test_kept_snapshot_equals_a_fresh_read_after_each_change(
     assert check(db, source) == 7  # the first read takes every row
     assert check(db, source) == 0  # nothing changed: nothing read
     assert source.config_loads == 1
+    assert source.carried("main").reused == 7  # the same rows: every record loaded again
 
     # A cycle binds: the bound rows are a new group, read whole; the submission's group lost
     # rows, so its remaining ones are named by key (they are the versions already held).

@@ -65,8 +65,13 @@ shared by workloads of one signature (fit, adequate types, CU) and pending messa
 once per signature; the gang reservations rank each type's nodes once (they take no capacity);
 reclaim and preemption read few nodes (see `victim_search`). Objects made per pod or per running
 workload (`PodUse`, `Ask`, `Victim`) are named tuples or plain slotted classes: cheaper to build
-than frozen dataclasses. `bench/cycle_equivalence.py` holds any change of this code to the same
-decisions as another checkout's over the benchmark's pools.
+than frozen dataclasses. Between cycles of a pool, the records loading makes per running
+allocation and per pending workload are kept by the input object (`cycle_memory`), so the
+next cycle makes them only for the rows that changed; free capacity, books and holds are
+rebuilt in the snapshot's order each cycle, since placement's node order depends on it. The
+service and the simulator run a cycle with the cyclic collector paused (`gc_tuning`).
+`bench/cycle_equivalence.py` holds any change of this code to the same decisions as another
+checkout's over the benchmark's pools.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ from gpufair.domain.cycle_defrag import defragment, honour_moves
 from gpufair.domain.cycle_entitlement import admit_entitled_gangs
 from gpufair.domain.cycle_guarantee import reclaim_for_guarantees
 from gpufair.domain.cycle_load import load
+from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.cycle_preempt import preempt
 from gpufair.domain.cycle_reclaim import reclaim
 from gpufair.domain.cycle_reserve import reserve_for_long_waits
@@ -85,9 +91,11 @@ from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot
 
 
-def run_cycle(snapshot: CycleSnapshot) -> CycleResult:
-    """One full scheduling cycle over `snapshot` (see the module docstring)."""
-    state = CycleState(snapshot)
+def run_cycle(snapshot: CycleSnapshot, carried: CarriedLoad | None = None) -> CycleResult:
+    """One full scheduling cycle over `snapshot` (see the module docstring). `carried`: the
+    records the last cycle of this pool loaded, reused for the input objects given again
+    (`cycle_memory`), and this cycle's left in it; the result is the same with or without."""
+    state = CycleState(snapshot, carried)
     load(state)
     honour_moves(state)
     honour_claims(state)

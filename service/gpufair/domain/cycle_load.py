@@ -10,6 +10,7 @@ from operator import attrgetter
 
 from gpufair.domain import cu_request
 from gpufair.domain.capacity import PodUse, binding_gpus, uses_of
+from gpufair.domain.cycle_memory import PendingRecord, RunningRecord
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
@@ -19,16 +20,39 @@ from gpufair.domain.victim_search import Victim
 
 
 def load(state: CycleState) -> None:
-    load_running(state)
+    """Fill `state` from its snapshot, reusing the records the last cycle of the pool left in
+    `state.carried` for every input object it is given again (`cycle_memory`), and leaving
+    this load's records there for the next cycle."""
+    carried = state.carried
+    if carried is None:
+        load_running(state, {}, None)
+        load_evicting(state)
+        load_pending(state, {}, None)
+        return
+    if carried.valid_for(state.snapshot):
+        state.kinds.update(carried.kinds)
+    running: dict[int, RunningRecord] = {}
+    pending: dict[int, PendingRecord] = {}
+    reused = load_running(state, carried.running, running)
     load_evicting(state)
-    load_pending(state)
+    reused += load_pending(state, carried.pending, pending)
+    carried.running = running
+    carried.pending = pending
+    carried.kinds = dict(state.kinds)
+    carried.reused = reused
 
 
-def load_running(state: CycleState) -> None:
-    """Running work into the capacity and the books, one `Victim` each. Hot (one pass over
-    every running workload): a workload of one binding without a partition, the common case,
-    is read inline (what `uses_of` would make of it) and taken with `Capacity.take_one`; the
-    one-node tuple of its `Victim.nodes` is shared by all workloads on that node."""
+def load_running(
+    state: CycleState, before: dict[int, RunningRecord], records: dict[int, RunningRecord] | None
+) -> int:
+    """Running work into the capacity and the books, one `Victim` each; returns how many
+    records were taken from `before` (the last cycle's, by the allocation's identity), and
+    puts every record made or taken into `records` (None: none kept). Hot (one pass over every running
+    workload): a workload of one binding without a partition, the common case, is read inline
+    (what `uses_of` would make of it) and taken with `Capacity.take_one`; the one-node tuple
+    of its `Victim.nodes` is shared by all workloads on that node. A carried record is taken
+    the same way, in the same order: capacity and books come out as from new records."""
+    reused = 0
     capacity = state.capacity
     index_of = capacity.index_of
     nodes = capacity.nodes
@@ -38,14 +62,32 @@ def load_running(state: CycleState) -> None:
     weights = state.weights
     running = state.running
     one_node: dict[int, tuple[int]] = {}
+    uses: tuple[PodUse, ...]
     for allocation in state.snapshot.running:
         workload = allocation.workload
         uid = workload.uid
         if uid in running:
             continue
+        record = before.get(id(allocation)) if before else None
+        if record is not None and record[0] is allocation:
+            _, uses, carried, one = record
+            if not one:
+                take(uses)
+            elif uses:
+                take_one(uses[0])
+            victim = carried.victim
+            book = books.get(workload.queue)
+            if book is not None:
+                book.add(victim.cu, victim.gpus, victim.gpu_type, workload.preemptible)
+                book.allocated_cu_before += victim.cu
+            running[uid] = carried
+            if records is not None:
+                records[id(allocation)] = record
+            reused += 1
+            continue
         bindings = allocation.bindings
-        uses: tuple[PodUse, ...]
-        if len(bindings) == 1 and not workload.partition_profile:
+        one = len(bindings) == 1 and not workload.partition_profile
+        if one:
             binding = bindings[0]
             fraction = binding.gpu_fraction
             if fraction < 1.0:
@@ -106,7 +148,10 @@ def load_running(state: CycleState) -> None:
             uses,
             on_nodes,
         )
-        running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
+        made = running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
+        if records is not None:
+            records[id(allocation)] = (allocation, uses, made, one)
+    return reused
 
 
 def load_evicting(state: CycleState) -> None:
@@ -146,10 +191,16 @@ signature = attrgetter(
 )
 
 
-def load_pending(state: CycleState) -> None:
-    """Pending work into its queues, sorted. Hot (one pass over every pending workload): the
-    signature lookup of `kind_of` is made inline, and a workload of a known signature costs a
-    tuple (`signature`, one C call), a dict lookup and its `Pending`."""
+def load_pending(
+    state: CycleState, before: dict[int, PendingRecord], records: dict[int, PendingRecord] | None
+) -> int:
+    """Pending work into its queues, sorted; returns how many records were taken from
+    `before` (the last cycle's kind and order of a workload, by its identity), and puts the
+    records of this load's ordinary workloads into `records` (None: none kept). Hot (one pass over every pending
+    workload): the signature lookup of `kind_of` is made inline, and a workload of a known
+    signature costs a tuple (`signature`, one C call), a dict lookup and its `Pending`; one
+    with a carried record, a lookup by identity and its `Pending`."""
+    reused = 0
     pool = state.pool.name
     seen = set(state.running)
     books = state.books
@@ -162,21 +213,32 @@ def load_pending(state: CycleState) -> None:
             continue
         seen.add(uid)
         book = books.get(workload.queue)
+        record = before.get(id(submitted)) if before else None
         kind: Kind | None
-        if book is None or workload.pool != pool or submitted.compute_units > 0.0:
+        if record is not None and record[0] is submitted and book is not None:
+            # Made from this very workload over the same pool, hardware and queues: an
+            # ordinary workload of a usable kind (`cycle_memory`).
+            _, kind, order = record
+            if records is not None:
+                records[id(submitted)] = record
+            reused += 1
+        elif book is None or workload.pool != pool or submitted.compute_units > 0.0:
             found = _unusual(state, submitted, book)
             if found is None or book is None:
                 continue
             workload, kind = found
+            order = (-workload.priority_class, workload.submit_time_s, uid)
         else:
             kind = kinds.get(signature(workload)) or kind_of(state, workload)
-            if kind.rejection is not None or not kind.types:
+            order = (-workload.priority_class, workload.submit_time_s, uid)
+            if kind.rejection is None and kind.types:
+                if records is not None:
+                    records[id(submitted)] = (submitted, kind, order)
+            else:
                 kind = _usable_kind(state, submitted, workload, kind)
                 if kind is None:
                     continue
-        pending = Pending(
-            workload, book, kind, uid, (-workload.priority_class, workload.submit_time_s, uid)
-        )
+        pending = Pending(workload, book, kind, uid, order)
         items = queue_pending.get(book.name)
         if items is None:
             queue_pending[book.name] = [pending]
@@ -195,6 +257,7 @@ def load_pending(state: CycleState) -> None:
                 lowest = cu
             least[position] = lowest
         state.suffix_min_cu[name] = least
+    return reused
 
 
 def _unusual(

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.explain import pending_message, queue_numbers
@@ -44,6 +45,9 @@ from gpufair.domain.snapshot import (
 )
 from gpufair.domain.topology_reason import topology_note
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
+
+if TYPE_CHECKING:
+    from gpufair.domain.cycle_memory import CarriedLoad
 
 QueueKey = tuple[int, float, float, float, int, str]
 _by_order = attrgetter("order")
@@ -100,8 +104,10 @@ class Running:
 class CycleState:
     """Everything one cycle knows and has decided so far (see the module docstring)."""
 
-    def __init__(self, snapshot: CycleSnapshot) -> None:
+    def __init__(self, snapshot: CycleSnapshot, carried: CarriedLoad | None = None) -> None:
         self.snapshot = snapshot
+        # The last cycle's loaded records of this pool, reused and replaced by `cycle_load`.
+        self.carried = carried
         self.pool = snapshot.pool
         self.strategy = snapshot.pool.placement
         self.gpu_types = {gpu_type.name: gpu_type for gpu_type in snapshot.gpu_types}

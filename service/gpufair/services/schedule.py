@@ -21,6 +21,7 @@ from gpufair.domain.explain import Explanation, explain
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, UsageStanding
 from gpufair.domain.stored_limits import within_limits
+from gpufair.gc_tuning import collector_paused
 from gpufair.services.recompute import recompute_pool
 from gpufair.services.snapshot_source import SnapshotSource
 from gpufair.store import config_repo, fairshare_repo, locks, schedule_repo, workload_repo
@@ -125,10 +126,15 @@ def decide(
 ) -> Decided:
     """Lock the pool for this transaction, read the snapshot (brought up to date in `source`,
     if given) and run the cycle. The caller records the decisions (or rolls back for a dry run)
-    in the same transaction."""
+    in the same transaction. The cycle runs with the cyclic collector paused
+    (`gc_tuning.collector_paused`: nothing it builds is garbage before it ends), and, given a
+    `source`, with the records the pool's last cycle loaded (`source.carried`: the same
+    decisions, made loading only the rows that changed)."""
     locks.xact_lock(conn, locks.pool_key(pool_name))
     snapshot, shares = _snapshot(conn, pool_name, now_s, source)
-    return Decided(snapshot, run_cycle(snapshot), shares.warnings)
+    with collector_paused():
+        result = run_cycle(snapshot, None if source is None else source.carried(pool_name))
+    return Decided(snapshot, result, shares.warnings)
 
 
 def standing_claims_served(snapshot: CycleSnapshot) -> list[str]:

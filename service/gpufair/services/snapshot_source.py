@@ -5,6 +5,12 @@ holding and pending workloads (`store/snapshot_rows.py`, by row versions). Both 
 cycle's own transaction, under the pool's lock, every cycle: a cached snapshot is exactly what a
 fresh read would give, whatever another replica, the ingest or a direct SQL write did meanwhile.
 
+It also keeps, per pool, what the last cycle loaded from those rows (`domain/cycle_memory.py`):
+the rows it hands out are the same objects for every row that did not change, so the next
+cycle reuses its records for them and loads only what changed. Cycles of one pool never run at
+once (the pool's advisory lock, `services/schedule.py`), so one pool's records are never used
+by two cycles together.
+
 One per servicer (per database); each process of `gpufair serve --processes N` has its own.
 """
 
@@ -14,6 +20,7 @@ import threading
 
 from sqlalchemy import Connection
 
+from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.model import Allocation, ClusterConfig, Workload
 from gpufair.domain.stored_limits import within_limits
 from gpufair.store import config_repo, fairshare_repo, read_versions
@@ -27,6 +34,7 @@ class SnapshotSource:
         self._config: tuple[str, ClusterConfig] | None = None
         self._runs: dict[str, tuple[str, StoredRun | None]] = {}
         self.rows = SnapshotRows()
+        self._carried: dict[str, CarriedLoad] = {}
         self.config_loads = 0  # how often the config was read whole
 
     def config(self, conn: Connection) -> ClusterConfig:
@@ -60,3 +68,11 @@ class SnapshotSource:
         self, conn: Connection, pool: str
     ) -> tuple[tuple[Allocation, ...], tuple[Workload, ...]]:
         return self.rows.holding_and_pending(conn, pool)
+
+    def carried(self, pool: str) -> CarriedLoad:
+        """The records the last cycle of `pool` loaded (empty before the first), for the next."""
+        with self._lock:
+            found = self._carried.get(pool)
+            if found is None:
+                found = self._carried[pool] = CarriedLoad()
+            return found

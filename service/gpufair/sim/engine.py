@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from gpufair.domain import cu_request
 from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.demand import leaf_demand_columns, queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
@@ -76,6 +77,7 @@ from gpufair.domain.snapshot import (
 )
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, usage_inputs, window_bounds
+from gpufair.gc_tuning import collector_paused
 from gpufair.sim.generators import GeneratorStream
 from gpufair.sim.history import QueueHistory
 from gpufair.sim.jobspec import JobSpec
@@ -225,6 +227,9 @@ class _Pool:
         self.hopeless: set[str] = set()
         self.shares: FairShareResult | None = None
         self.standing: dict[str, UsageStanding] = {}  # W' and U' of `shares`, for the cycle
+        # The last cycle's loaded records: a job's workload and allocation are the same objects
+        # from cycle to cycle, so the next cycle loads only what changed (`cycle_memory`).
+        self.carried = CarriedLoad()
         self.fair_share_cu: dict[str, float] = {}
         self.previous_weights: dict[str, float] = {}
         self.competed: set[str] = set()
@@ -569,7 +574,8 @@ class Simulation:
             moved_gpus_last_hour=_moved_last_hour(pool, now_s),
             standing=pool.standing,
         )
-        result = run_cycle(snapshot)
+        with collector_paused():  # as the service runs a cycle (`gc_tuning`)
+            result = run_cycle(snapshot, pool.carried)
         claimed_for = {
             claim.beneficiary_uid: pool.claim_reasons.get(claim.victim_uid, "")
             for claim in pool.standing_claims

@@ -1,0 +1,68 @@
+"""What one cycle's loading leaves for the next cycle of the same pool (issue 17: a cycle that
+costs what changed).
+
+Loading (`cycle_load`) turns every running allocation into its possible victim (`Running`,
+with the GPUs, CPU and memory its pods use: `PodUse`s) and every pending workload into its kind
+and its place in the queue order. Each of those records is a function of the input object it
+was made from and of the pool's hardware and queues alone: the snapshot's `pool`, `nodes`,
+`gpu_types` and `queues` (node indices and GPU counts, readiness, GPU weights, the queues' tiers
+and eviction ranks, which queues are leaves). A `CarriedLoad` keeps the records of the last
+cycle by the identity of the allocation or workload they were made from; the next cycle over
+the same pool, hardware and queues (compared by value) reuses the record of every input object
+it is given again, and makes the others as before. A process that keeps its rows between cycles
+(`services/snapshot_source.py`, the simulator) hands the same objects again for whatever did
+not change, so the next cycle makes records only for what did.
+
+What is *not* carried is anything that depends on the order of events: the free capacity and
+its buckets (placement reads nodes in the order they moved between free-GPU buckets), the queue
+books, the claims' holds. Those are built afresh each cycle, in the snapshot's order, from the
+carried records exactly as from new ones, so every decision is the one a cycle without carried
+state makes (`tests/domain/test_cycle_memory.py`; `bench/cycle_equivalence.py`).
+
+`Running` and `Kind` are never changed once made, so a record can be shared by two cycles.
+The record tables are replaced whole at the end of each load, never changed in place: a shallow
+copy of a `CarriedLoad` is its state at that moment (the benchmarks time one *next* cycle
+again and again from the same carried state that way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufair.domain.capacity import PodUse
+from gpufair.domain.cycle_state import Kind, Running
+from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
+from gpufair.domain.snapshot import CycleSnapshot
+
+# A running allocation's record: the allocation itself (its identity is the key; holding it
+# keeps the key from being reused), the uses its pods take, its victim, and whether it is the
+# one-binding case loading takes with `Capacity.take_one`.
+RunningRecord = tuple[Allocation, tuple[PodUse, ...], Running, bool]
+# A pending workload's record (only for a workload of a leaf queue of this pool, of a usable
+# kind, not a compute-unit request): the workload, its kind and its order inside its queue.
+PendingRecord = tuple[Workload, Kind, tuple[int, float, str]]
+Inputs = tuple[NodePool, tuple[Node, ...], tuple[GpuType, ...], tuple[Queue, ...]]
+
+
+@dataclass(slots=True)
+class CarriedLoad:
+    """The last load's records of one pool (see the module docstring); one per pool, given to
+    `run_cycle` every cycle of that pool."""
+
+    inputs: Inputs | None = None
+    running: dict[int, RunningRecord] = field(default_factory=dict)
+    pending: dict[int, PendingRecord] = field(default_factory=dict)
+    kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
+    reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
+
+    def valid_for(self, snapshot: CycleSnapshot) -> bool:
+        """Whether the records were made over `snapshot`'s pool, hardware and queues; if not,
+        they are dropped, and the inputs remembered for the records this load makes."""
+        inputs = (snapshot.pool, snapshot.nodes, snapshot.gpu_types, snapshot.queues)
+        if self.inputs is not None and self.inputs == inputs:
+            return True
+        self.inputs = inputs
+        self.running = {}
+        self.pending = {}
+        self.kinds = {}
+        return False
