@@ -86,3 +86,28 @@ def test_the_listener_confirms_each_heartbeat_and_comes_back_after_a_cut(db: Eng
         until(lambda: notices.confirmed_at > resumed)
     finally:
         notices.close()
+
+
+def test_rows_written_by_hand_notify_through_the_tables_triggers(db: Engine, other: Engine) -> None:
+    """A config version inserted with plain SQL, a fair-share run deleted, and a TRUNCATE: each
+    committed statement is heard (migration 0016), a rolled-back one is not."""
+    count = CommitCount()
+    notices = KeyNotices(db, count, heartbeat_s=0.25).start()
+    try:
+        until(lambda: notices.confirmed_at > float("-inf"))
+        with other.begin() as conn:
+            conn.execute(text("INSERT INTO config_versions (version, changes) VALUES (7, '[]')"))
+        until(lambda: notices.heard == 1)
+        with other.connect() as conn:
+            conn.execute(text("DELETE FROM config_versions WHERE version = 7"))
+            conn.rollback()
+        with other.begin() as conn:
+            conn.execute(text("DELETE FROM fair_share_runs"))  # no row: still a statement
+        until(lambda: notices.heard == 2)
+        with other.begin() as conn:
+            conn.execute(text("TRUNCATE config_versions CASCADE"))
+        until(lambda: notices.heard == 3)
+        time.sleep(0.3)
+        assert notices.heard == 3
+    finally:
+        notices.close()

@@ -18,8 +18,8 @@ round trip (`KeyNotices.confirmed_at`, every 0.25 s: the count then holds every 
 before it). If the listener's connection dies, entries are checked again by their own queries,
 so any commit shows within `staleness_s` (1 s) whatever happens to the notifications. Without a
 listener (`notices` None) only the checks confirm, once an entry is past half its bound. Rows
-written other than through gpufair's writers (by hand, a restore) send no notification: they show
-when the entry is rebuilt, within `max_age_s` (5 s), as values edited in place always did.
+written other than through gpufair's writers (by hand, a restore, a TRUNCATE) notify as well: a
+statement trigger on both key tables sends the same notification (migration 0016).
 
 The bound was 20 ms, kept by checking every entry every 10 ms; under load a check waits for
 the interpreter lock (each of its round trips gives it up and takes it back), often longer than

@@ -18,7 +18,9 @@ not seen; the caches' staleness bound covers them as it covers other replicas.
 
 Commits of other processes (replicas, the siblings of `gpufair serve --processes`) reach the same
 count through PostgreSQL: a transaction that moves a key also sends `NOTIFY gpufair_read_keys`
-(delivered only if it commits, once however many keys it moved), and `KeyNotices` listens on a
+(delivered only if it commits, once however many keys it moved; a statement trigger on both
+key tables sends the same for rows written any other way, by hand or by a restore, migration
+0016), and `KeyNotices` listens on a
 connection of its own and bumps the count for each notification it receives. So a read cache
 checks again as soon as any process committed a new key, instead of checking every few
 milliseconds in case one did. A notification cannot show that nothing was committed, though:
