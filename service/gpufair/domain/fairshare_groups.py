@@ -97,7 +97,7 @@ def _divide_kai(
         ],
         weights=group.over_quota_weights,
         usage_shares=columns.usage_share[group.start : group.end],
-        priorities=group.priorities,
+        tiers=group.priority_tiers,
         created_at_s=group.created_at_s,
         names=group.names,
         k=policy.k,
