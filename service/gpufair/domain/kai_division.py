@@ -117,11 +117,7 @@ def kai_over_quota(
                         take = unit_cu * floor(offer / unit_cu + _UNIT_SLACK)
                         if offer - take > 0.0:
                             tier_remainders[i] = offer - take
-                # min(take, amount, requested), as the builtin picks it
-                if amount < take:
-                    take = amount
-                if requested < take:
-                    take = requested
+                take = min(take, amount, requested)
                 if take <= 0.0:
                     continue
                 given[i] += take
