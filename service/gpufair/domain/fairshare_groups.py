@@ -104,17 +104,20 @@ def _divide_kai(
         k=policy.k,
         unit_cu=unit_cu,
     )
-    for j in range(len(satisfied)):
-        if satisfied[j]:
-            continue
-        i = group.start + j
-        over_quota[j] = division.shares[j]
-        satisfied[j] = guaranteed[j] + division.shares[j] >= allowed[j]
-        if division.competed[j]:
-            columns.competes[i] = True
-            columns.weight_share[i] = division.weight_shares[j]
-            columns.priority_weight[i] = division.priority_weights[j]
-            columns.effective_weight[i] = division.effective_weights[j]
+    # A queue satisfied by its guarantee needs 0: KAI gives it nothing and it never competes,
+    # and a queue that never competed has no weights; the group's columns are written whole.
+    over_quota[:] = division.shares
+    satisfied[:] = [
+        done or got + more >= most
+        for done, got, more, most in zip(
+            satisfied, guaranteed, division.shares, allowed, strict=True
+        )
+    ]
+    start, end = group.start, group.end
+    columns.competes[start:end] = division.competed
+    columns.weight_share[start:end] = division.weight_shares
+    columns.priority_weight[start:end] = division.priority_weights
+    columns.effective_weight[start:end] = division.effective_weights
 
 
 def _divide_gpufair(

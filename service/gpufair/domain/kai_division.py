@@ -33,7 +33,8 @@ _UNIT_SLACK = 1e-9
 @dataclass(frozen=True, slots=True)
 class KaiOverQuota:
     """The over-quota shares of one group, index-aligned with the queues passed in, and the
-    weights of the first round each queue competed in (for the explain record)."""
+    weights of the first round each queue competed in (for the explain record; 0 for a queue
+    that never competed)."""
 
     shares: list[float]
     competed: list[bool]
