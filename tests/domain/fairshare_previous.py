@@ -798,7 +798,7 @@ def stage_weights(
     )
 
 
-# The previous `kai_division` and `rounding` helpers, unchanged, so that the oracle does not
+# The previous `kai_division` and `rounding` functions, unchanged, so that the oracle does not
 # follow the engine's rewrites of them.
 _KAI_UNIT_SLACK = 1e-9
 _UNIT_SLACK = 1e-9
