@@ -16,7 +16,6 @@ from typing import Any
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.fairshare import FairShareInput
 from gpufair.domain.fairshare_result import QueueShare
-from gpufair.domain.kai_division import kai_over_quota
 from gpufair.domain.model import (
     Division,
     FairSharePolicy,
@@ -30,11 +29,7 @@ from gpufair.domain.policy import (
     validate_policy,
     validate_pool_quotas,
 )
-from gpufair.domain.rounding import (
-    round_over_quota,
-    round_scaled_guarantees,
-    whole_gpu_unit_cu,
-)
+from gpufair.domain.rounding import whole_gpu_unit_cu
 from gpufair.domain.snapshot import UsageStanding
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import UsageInputs
@@ -800,4 +795,214 @@ def stage_weights(
         weight_shares=weight_shares,
         priority_weights=priority_weights,
         effective_weights=banded,
+    )
+
+
+# The previous `kai_division` and `rounding` functions, unchanged, so that the oracle does not
+# follow the engine's rewrites of them.
+_KAI_UNIT_SLACK = 1e-9
+_UNIT_SLACK = 1e-9
+_TIE_SLACK = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class KaiOverQuota:
+    """The over-quota shares of one group, index-aligned with the queues passed in, and the
+    weights of the first round each queue competed in (for the explain record)."""
+
+    shares: list[float]
+    competed: list[bool]
+    weight_shares: list[float]  # W'
+    priority_weights: list[float]  # P
+    effective_weights: list[float]  # P / ΣP
+    leftover: float
+
+
+def kai_over_quota(
+    amount: float,
+    *,
+    needs: Sequence[float],
+    weights: Sequence[float],
+    usage_shares: Sequence[float],
+    priorities: Sequence[int],
+    created_at_s: Sequence[float],
+    names: Sequence[str],
+    k: float,
+    unit_cu: float | None,
+) -> KaiOverQuota:
+    """Divide `amount` over-quota among one group's queues by KAI's rounds (module docstring).
+
+    `needs[i]` is what queue i may still take above its guarantee (allowed demand − guarantee).
+    """
+    count = len(needs)
+    given = [0.0] * count
+    competed = [False] * count
+    weight_shares = [0.0] * count
+    priority_weights = [0.0] * count
+    effective_weights = [0.0] * count
+    remainders: dict[int, dict[int, float]] = {}
+    tiers: dict[int, list[int]] = {}
+    for i in range(count):
+        tiers.setdefault(priorities[i], []).append(i)
+    order = sorted(tiers, reverse=True)
+    for priority in order:
+        tier_remainders = remainders.setdefault(priority, {})
+        members = tiers[priority]
+        while True:
+            unsatisfied = [i for i in members if given[i] < needs[i]]
+            total_weight = math.fsum(weights[i] for i in unsatisfied)
+            if total_weight <= 0.0:
+                break
+            round_p: dict[int, float] = {}
+            for i in unsatisfied:
+                share_w = weights[i] / total_weight
+                round_p[i] = max(0.0, share_w + k * (share_w - usage_shares[i]))
+                if not competed[i] and weights[i] > 0.0:
+                    weight_shares[i] = share_w
+                    priority_weights[i] = round_p[i]
+            total_p = math.fsum(round_p.values())
+            if total_p <= 0.0:
+                break
+            round_amount = amount
+            another_round = False
+            for i in unsatisfied:
+                if amount <= 0.0:
+                    break
+                if weights[i] <= 0.0:
+                    continue
+                if not competed[i]:
+                    competed[i] = True
+                    effective_weights[i] = round_p[i] / total_p
+                offer = round_amount * (round_p[i] / total_p)
+                requested = needs[i] - given[i]
+                if requested <= offer:
+                    take = requested
+                    tier_remainders.pop(i, None)
+                else:
+                    take = offer
+                    if unit_cu is not None:
+                        take = unit_cu * math.floor(offer / unit_cu + _KAI_UNIT_SLACK)
+                        if offer - take > 0.0:
+                            tier_remainders[i] = offer - take
+                take = min(take, amount, requested)
+                if take <= 0.0:
+                    continue
+                given[i] += take
+                amount -= take
+                another_round = another_round or requested < offer
+            if not another_round or amount <= 0.0:
+                break
+    if unit_cu is not None:
+        for priority in order:
+            if amount <= unit_cu * _KAI_UNIT_SLACK:
+                break
+            pending = sorted(
+                remainders.get(priority, {}).items(),
+                key=lambda item: (-item[1], created_at_s[item[0]], names[item[0]]),
+            )
+            for i, _ in pending:
+                if amount <= unit_cu * _KAI_UNIT_SLACK:
+                    break
+                grant = min(unit_cu, amount, needs[i] - given[i])
+                if grant > 0.0:
+                    given[i] += grant
+                    amount -= grant
+    return KaiOverQuota(
+        shares=given,
+        competed=competed,
+        weight_shares=weight_shares,
+        priority_weights=priority_weights,
+        effective_weights=effective_weights,
+        leftover=max(0.0, amount),
+    )
+
+
+def round_over_quota(
+    over_quota_cu: Sequence[float],
+    *,
+    over_quota_need_cu: Sequence[float],
+    satisfied: Sequence[bool],
+    unit_cu: float,
+    created_at_s: Sequence[float],
+    names: Sequence[str],
+) -> list[float]:
+    """One sibling group's over-quota shares, rounded to whole units; the total is kept.
+
+    Deserved (phase-1) amounts are never rounded — a guarantee stays exactly as configured — and
+    neither is a satisfied queue, which keeps exactly its allowed demand (fractional GPUs
+    included). Every other queue's over-quota share is floored to whole units, and the CU the
+    floors freed go back one unit at a time: largest fractional remainder first, then the older
+    queue, then the name (the reference behaviour of the best-known open implementation).
+    Remainders equal up to float noise are equal: 12.8 − 12 and 3.2 − 3 computed in floats differ
+    in the last bits, and the tie rule must decide, not those bits. A queue never receives more
+    than its need, so a unit may be split when a need ends mid-unit.
+    """
+    rounded = list(over_quota_cu)
+    remainders: list[tuple[float, float, str, int]] = []
+    freed = 0.0
+    for i, share in enumerate(over_quota_cu):
+        if satisfied[i] or share <= 0.0:
+            continue
+        floored = min(unit_cu * math.floor(share / unit_cu + _UNIT_SLACK), over_quota_need_cu[i])
+        rounded[i] = floored
+        remainder = max(0.0, share - floored)
+        freed += share - floored
+        remainders.append((-remainder, created_at_s[i], names[i], i))
+    remainders = _tied_within_noise(remainders, unit_cu)
+    # The freed CU are a whole number of units up to float noise; hand out whole units then,
+    # not 0.9999999 of one.
+    whole_units = round(freed / unit_cu)
+    if abs(freed - whole_units * unit_cu) <= unit_cu * _UNIT_SLACK * max(1, len(remainders)):
+        freed = whole_units * unit_cu
+    for _, _, _, i in remainders:
+        if freed <= unit_cu * _UNIT_SLACK:
+            break
+        grant = min(unit_cu, over_quota_need_cu[i] - rounded[i], freed)
+        if grant > 0.0:
+            rounded[i] += grant
+            freed -= grant
+    return rounded
+
+
+def _tied_within_noise(
+    remainders: list[tuple[float, float, str, int]], unit_cu: float
+) -> list[tuple[float, float, str, int]]:
+    """`remainders` (negated remainder, age, name, index) in hand-out order, remainders within
+    `_TIE_SLACK` units of the largest of their run counted equal."""
+    remainders.sort()
+    ordered: list[tuple[float, float, str, int]] = []
+    level: float | None = None
+    for negated, created_at_s, name, i in remainders:
+        if level is None or negated - level > unit_cu * _TIE_SLACK:
+            level = negated
+        ordered.append((level, created_at_s, name, i))
+    ordered.sort()
+    return ordered
+
+
+def round_scaled_guarantees(
+    guaranteed_cu: Sequence[float],
+    *,
+    base_cu: Sequence[float],
+    unit_cu: float,
+    created_at_s: Sequence[float],
+    names: Sequence[str],
+) -> list[float]:
+    """Guarantees a group could not cover in full, shrunk by water-filling, in whole units.
+
+    A guarantee granted in full stays exact (as configured, fractions included); a shrunk one is
+    floored to whole units and the freed CU go back one unit at a time by the rule of
+    `round_over_quota` (largest remainder, older queue, name), never above the queue's base
+    min(deserved, allowed demand). The total is kept.
+    """
+    return round_over_quota(
+        guaranteed_cu,
+        over_quota_need_cu=base_cu,
+        satisfied=[
+            got >= base - unit_cu * _UNIT_SLACK
+            for got, base in zip(guaranteed_cu, base_cu, strict=True)
+        ],
+        unit_cu=unit_cu,
+        created_at_s=created_at_s,
+        names=names,
     )

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from operator import ge, sub
 
 from gpufair.domain.fairshare_plan import GroupPlan
 from gpufair.domain.fairshare_result import ShareColumns
 from gpufair.domain.kai_division import kai_over_quota
 from gpufair.domain.model import Division, FairSharePolicy
 from gpufair.domain.rounding import round_over_quota, round_scaled_guarantees
-from gpufair.domain.waterfill import water_fill
+from gpufair.domain.waterfill import water_fill, water_fill_into
 from gpufair.domain.weights import stage_weights
 
 
@@ -47,7 +48,7 @@ def divide_group(
                 created_at_s=group.created_at_s,
                 names=group.names,
             )
-    satisfied = [got >= most for got, most in zip(guaranteed, allowed, strict=True)]
+    satisfied = list(map(ge, guaranteed, allowed))
     over_quota = [0.0] * (end - start)
 
     if policy.division == Division.KAI:
@@ -97,23 +98,26 @@ def _divide_kai(
         ],
         weights=group.over_quota_weights,
         usage_shares=columns.usage_share[group.start : group.end],
-        priorities=group.priorities,
+        tiers=group.priority_tiers,
         created_at_s=group.created_at_s,
         names=group.names,
         k=policy.k,
         unit_cu=unit_cu,
     )
-    for j in range(len(satisfied)):
-        if satisfied[j]:
-            continue
-        i = group.start + j
-        over_quota[j] = division.shares[j]
-        satisfied[j] = guaranteed[j] + division.shares[j] >= allowed[j]
-        if division.competed[j]:
-            columns.competes[i] = True
-            columns.weight_share[i] = division.weight_shares[j]
-            columns.priority_weight[i] = division.priority_weights[j]
-            columns.effective_weight[i] = division.effective_weights[j]
+    # A queue satisfied by its guarantee needs 0: KAI gives it nothing and it never competes,
+    # and a queue that never competed has no weights; the group's columns are written whole.
+    over_quota[:] = division.shares
+    satisfied[:] = [
+        done or got + more >= most
+        for done, got, more, most in zip(
+            satisfied, guaranteed, division.shares, allowed, strict=True
+        )
+    ]
+    start, end = group.start, group.end
+    columns.competes[start:end] = division.competed
+    columns.weight_share[start:end] = division.weight_shares
+    columns.priority_weight[start:end] = division.priority_weights
+    columns.effective_weight[start:end] = division.effective_weights
 
 
 def _divide_gpufair(
@@ -131,6 +135,7 @@ def _divide_gpufair(
     """Phase 2 by gpufair's rules (`fairshare` module docstring), then whole-GPU rounding."""
     # Weighted queues of every tier first, then best effort (weight 0) of every tier
     # (`GroupPlan.tiers`); a tier's queues satisfied by their guarantee do not compete.
+    needs = list(map(sub, allowed, guaranteed))
     for tier in group.tiers:
         competing = [j for j in tier if not satisfied[j]]
         if not competing:
@@ -144,8 +149,7 @@ def _divide_gpufair(
             columns,
             policy,
             previous,
-            allowed,
-            guaranteed,
+            needs,
             satisfied,
             over_quota,
         )
@@ -153,7 +157,7 @@ def _divide_gpufair(
     if unit_cu is not None:
         over_quota[:] = round_over_quota(
             over_quota,
-            over_quota_need_cu=[most - got for most, got in zip(allowed, guaranteed, strict=True)],
+            over_quota_need_cu=needs,
             satisfied=satisfied,
             unit_cu=unit_cu,
             created_at_s=group.created_at_s,
@@ -168,36 +172,34 @@ def _divide_tier(
     columns: ShareColumns,
     policy: FairSharePolicy,
     previous: Mapping[str, float],
-    allowed: list[float],
-    guaranteed: list[float],
+    needs: list[float],
     satisfied: list[bool],
     over_quota: list[float],
 ) -> float:
     """Water-fill one priority tier in stages (`fairshare` module docstring); returns what is
-    left. `competing` are positions in the group."""
+    left. `competing` are positions in the group, `needs` each position's allowed demand less
+    its guarantee."""
     start, names, weights = group.start, group.names, group.over_quota_weights
-    usage_share = columns.usage_share
+    usage_share = columns.usage_share[start : group.end]
     first_stage = True
     while competing and amount_cu > 0.0:
-        stage = stage_weights(
-            [weights[j] for j in competing],
-            [usage_share[start + j] for j in competing],
+        weight_shares, priority_weights, effective = stage_weights(
+            list(map(weights.__getitem__, competing)),
+            list(map(usage_share.__getitem__, competing)),
             policy.k,
-            [previous.get(names[j]) for j in competing] if first_stage else [None] * len(competing),
+            list(map(previous.get, map(names.__getitem__, competing))) if first_stage else None,
             policy.dead_band,
         )
-        needs = [allowed[j] - guaranteed[j] for j in competing]
-        fill = water_fill(amount_cu, stage.effective_weights, needs)
-        for position, j in enumerate(competing):
-            if first_stage:
+        if first_stage:
+            for j, w, p, e in zip(
+                competing, weight_shares, priority_weights, effective, strict=True
+            ):
                 i = start + j
                 columns.competes[i] = True
-                columns.weight_share[i] = stage.weight_shares[position]
-                columns.priority_weight[i] = stage.priority_weights[position]
-                columns.effective_weight[i] = stage.effective_weights[position]
-            over_quota[j] = fill.shares[position]
-            satisfied[j] = fill.capped[position]
-        amount_cu = fill.leftover
-        competing = [j for j, w in zip(competing, stage.effective_weights, strict=True) if w <= 0.0]
+                columns.weight_share[i] = w
+                columns.priority_weight[i] = p
+                columns.effective_weight[i] = e
+        amount_cu = water_fill_into(amount_cu, competing, effective, needs, over_quota, satisfied)
+        competing = [j for j, w in zip(competing, effective, strict=True) if w <= 0.0]
         first_stage = False
     return amount_cu

@@ -57,6 +57,9 @@ class GroupPlan:
     # Positions in the group of each over-quota tier, in the order they are served: weighted
     # queues by priority, highest first, then best effort (weight 0) by priority.
     tiers: tuple[tuple[int, ...], ...]
+    # Positions in the group of each priority, highest first, weight 0 included: the tiers of
+    # the `kai` division (`kai_division.kai_over_quota`).
+    priority_tiers: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -184,6 +187,7 @@ class FairSharePlan:
                     over_quota_weights=group_weights,
                     priorities=group_priorities,
                     tiers=_tiers(group_weights, group_priorities),
+                    priority_tiers=_priority_tiers(group_priorities),
                 )
             )
             claiming = tuple(i for i in members if typed[i])
@@ -298,6 +302,14 @@ def _inner_levels(children: tuple[tuple[int, ...] | None, ...]) -> tuple[InnerLe
             )
         )
     return tuple(levels)
+
+
+def _priority_tiers(priorities: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """A group's positions by priority, highest first (`GroupPlan.priority_tiers`)."""
+    by_priority: dict[int, list[int]] = {}
+    for j, priority in enumerate(priorities):
+        by_priority.setdefault(priority, []).append(j)
+    return tuple(tuple(by_priority[p]) for p in sorted(by_priority, reverse=True))
 
 
 def _tiers(weights: tuple[float, ...], priorities: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:

@@ -33,7 +33,8 @@ _UNIT_SLACK = 1e-9
 @dataclass(frozen=True, slots=True)
 class KaiOverQuota:
     """The over-quota shares of one group, index-aligned with the queues passed in, and the
-    weights of the first round each queue competed in (for the explain record)."""
+    weights of the first round each queue competed in (for the explain record; 0 for a queue
+    that never competed)."""
 
     shares: list[float]
     competed: list[bool]
@@ -49,7 +50,7 @@ def kai_over_quota(
     needs: Sequence[float],
     weights: Sequence[float],
     usage_shares: Sequence[float],
-    priorities: Sequence[int],
+    tiers: Sequence[Sequence[int]],
     created_at_s: Sequence[float],
     names: Sequence[str],
     k: float,
@@ -57,7 +58,12 @@ def kai_over_quota(
 ) -> KaiOverQuota:
     """Divide `amount` over-quota among one group's queues by KAI's rounds (module docstring).
 
-    `needs[i]` is what queue i may still take above its guarantee (allowed demand − guarantee).
+    `needs[i]` is what queue i may still take above its guarantee (allowed demand − guarantee);
+    `tiers` are the positions of each priority, highest first, in index order
+    (`GroupPlan.priority_tiers`).
+
+    The weights of a queue are recorded in the round it first takes part in; a tier that finds
+    nothing left to divide computes none (no queue of it competes, so nobody reads them).
     """
     count = len(needs)
     given = [0.0] * count
@@ -65,40 +71,43 @@ def kai_over_quota(
     weight_shares = [0.0] * count
     priority_weights = [0.0] * count
     effective_weights = [0.0] * count
-    remainders: dict[int, dict[int, float]] = {}
-    tiers: dict[int, list[int]] = {}
-    for i in range(count):
-        tiers.setdefault(priorities[i], []).append(i)
-    order = sorted(tiers, reverse=True)
-    for priority in order:
-        tier_remainders = remainders.setdefault(priority, {})
-        members = tiers[priority]
-        while True:
+    remainders: list[dict[int, float]] = []
+    fsum = math.fsum
+    floor = math.floor
+    for members in tiers:
+        tier_remainders: dict[int, float] = {}
+        remainders.append(tier_remainders)
+        while amount > 0.0:
             unsatisfied = [i for i in members if given[i] < needs[i]]
-            total_weight = math.fsum(weights[i] for i in unsatisfied)
+            total_weight = fsum([weights[i] for i in unsatisfied])
             if total_weight <= 0.0:
                 break
-            round_p: dict[int, float] = {}
-            for i in unsatisfied:
-                share_w = weights[i] / total_weight
-                round_p[i] = max(0.0, share_w + k * (share_w - usage_shares[i]))
-                if not competed[i] and weights[i] > 0.0:
-                    weight_shares[i] = share_w
-                    priority_weights[i] = round_p[i]
-            total_p = math.fsum(round_p.values())
+            # P = max(0, W' + k (W' − U')) of every unsatisfied queue, weight 0 included.
+            round_p = [
+                p if p > 0.0 else 0.0
+                for p in [
+                    w + k * (w - usage_shares[i])
+                    for w, i in zip(
+                        [weights[i] / total_weight for i in unsatisfied], unsatisfied, strict=True
+                    )
+                ]
+            ]
+            total_p = fsum(round_p)
             if total_p <= 0.0:
                 break
             round_amount = amount
             another_round = False
-            for i in unsatisfied:
+            for i, p in zip(unsatisfied, round_p, strict=True):
                 if amount <= 0.0:
                     break
                 if weights[i] <= 0.0:
                     continue
                 if not competed[i]:
                     competed[i] = True
-                    effective_weights[i] = round_p[i] / total_p
-                offer = round_amount * (round_p[i] / total_p)
+                    weight_shares[i] = weights[i] / total_weight
+                    priority_weights[i] = p
+                    effective_weights[i] = p / total_p
+                offer = round_amount * (p / total_p)
                 requested = needs[i] - given[i]
                 if requested <= offer:
                     take = requested
@@ -106,7 +115,7 @@ def kai_over_quota(
                 else:
                     take = offer
                     if unit_cu is not None:
-                        take = unit_cu * math.floor(offer / unit_cu + _UNIT_SLACK)
+                        take = unit_cu * floor(offer / unit_cu + _UNIT_SLACK)
                         if offer - take > 0.0:
                             tier_remainders[i] = offer - take
                 take = min(take, amount, requested)
@@ -114,18 +123,18 @@ def kai_over_quota(
                     continue
                 given[i] += take
                 amount -= take
-                another_round = another_round or requested < offer
-            if not another_round or amount <= 0.0:
+                if requested < offer:
+                    another_round = True
+            if not another_round:
                 break
     if unit_cu is not None:
-        for priority in order:
+        for tier_remainders in remainders:
             if amount <= unit_cu * _UNIT_SLACK:
                 break
             pending = sorted(
-                remainders.get(priority, {}).items(),
-                key=lambda item: (-item[1], created_at_s[item[0]], names[item[0]]),
+                [(-left, created_at_s[i], names[i], i) for i, left in tier_remainders.items()]
             )
-            for i, _ in pending:
+            for _, _, _, i in pending:
                 if amount <= unit_cu * _UNIT_SLACK:
                     break
                 grant = min(unit_cu, amount, needs[i] - given[i])

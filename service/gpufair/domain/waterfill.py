@@ -29,29 +29,51 @@ def water_fill(amount: float, weights: Sequence[float], caps: Sequence[float]) -
     count = len(weights)
     shares = [0.0] * count
     capped = [False] * count
-    # (ratio, index) pairs sort as the indices by ratio would, ties in index order.
-    by_ratio = sorted(
-        [
-            (c / w, i)
-            for i, (w, c) in enumerate(zip(weights, caps, strict=True))
-            if w > 0.0 and c > 0.0
-        ]
-    )
-    order = [i for _, i in by_ratio]
+    leftover = water_fill_into(amount, range(count), weights, caps, shares, capped)
+    return WaterFill(shares=shares, capped=capped, leftover=leftover)
+
+
+def water_fill_into(
+    amount: float,
+    items: Sequence[int],
+    weights: Sequence[float],
+    caps: Sequence[float],
+    shares: list[float],
+    capped: list[bool],
+) -> float:
+    """`water_fill` of `amount` over `items`, numbers into the caller's lists, with no list or
+    record per call beyond the sort; returns the leftover.
+
+    `weights[p]` is the weight of the p-th item; `caps`, `shares` and `capped` are indexed by
+    the item (`items[p]`), so one sibling group's lists serve each of its tiers. Every item's
+    share and flag are written (0 and False for an item given nothing).
+    """
+    # (ratio, p, ...) tuples sort as the items by ratio would, ties in item order.
+    by_ratio = []
+    for position, item in enumerate(items):
+        weight = weights[position]
+        cap = caps[item]
+        shares[item] = 0.0
+        capped[item] = False
+        if weight > 0.0 and cap > 0.0:
+            by_ratio.append((cap / weight, position, item, weight, cap))
+    by_ratio.sort()
     # Suffix sums rather than a running difference: subtracting weights one by one drifts, and the
     # last few items would then share an amount divided by a float residue.
-    weight_after = [0.0] * (len(order) + 1)
-    for position in range(len(order) - 1, -1, -1):
-        weight_after[position] = weight_after[position + 1] + weights[order[position]]
+    weight_after = [0.0] * (len(by_ratio) + 1)
+    total = 0.0
+    for place in range(len(by_ratio) - 1, -1, -1):
+        total = total + by_ratio[place][3]
+        weight_after[place] = total
     remaining = amount
-    for position, i in enumerate(order):
-        level = remaining / weight_after[position]
-        if caps[i] <= level * weights[i]:
-            shares[i] = caps[i]
-            capped[i] = True
-            remaining -= caps[i]
+    for place, (_, _, item, weight, cap) in enumerate(by_ratio):
+        level = remaining / weight_after[place]
+        if cap <= level * weight:
+            shares[item] = cap
+            capped[item] = True
+            remaining -= cap
             continue
-        for j in order[position:]:
-            shares[j] = level * weights[j]
-        return WaterFill(shares=shares, capped=capped, leftover=0.0)
-    return WaterFill(shares=shares, capped=capped, leftover=max(0.0, remaining))
+        for _, _, rest, rest_weight, _ in by_ratio[place:]:
+            shares[rest] = level * rest_weight
+        return 0.0
+    return max(0.0, remaining)

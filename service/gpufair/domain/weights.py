@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 
 def usage_share(usage_cu_s: float, group_capacity_cu_s: float) -> float:
@@ -24,23 +22,15 @@ def priority_weight(weight_share: float, usage_share: float, k: float) -> float:
     return max(0.0, weight_share + k * (weight_share - usage_share))
 
 
-@dataclass(frozen=True, slots=True)
-class StageWeights:
-    """One division stage's weights, index-aligned with the queues passed in."""
-
-    weight_shares: list[float]  # W'
-    priority_weights: list[float]  # P
-    effective_weights: list[float]  # P / ΣP (W' if every P is 0), after the dead band
-
-
 def stage_weights(
-    over_quota_weights: Sequence[float],
-    usage_shares: Sequence[float],
+    over_quota_weights: list[float],
+    usage_shares: list[float],
     k: float,
-    previous_effective_weights: Sequence[float | None],
+    previous_effective_weights: list[float | None] | None,
     dead_band: float,
-) -> StageWeights:
-    """The effective weights of the queues competing in one over-quota stage.
+) -> tuple[list[float], list[float], list[float]]:
+    """The weights of the queues competing in one over-quota stage, index-aligned with the
+    queues passed in: (W', P, effective weight).
 
     W'_q = w_q / Σ w over the competing queues; when every configured weight is 0 (best-effort
     queues only) they share equally, so leftover capacity is still used. If every P is 0 the
@@ -48,36 +38,37 @@ def stage_weights(
 
     Dead band (absolute, on the normalised weight): a queue whose new effective weight is within
     `dead_band` of its previous one keeps the previous value, so shares do not jitter between
-    recomputes. Should that leave every weight at 0, the unbanded weights are used instead —
+    recomputes (`previous_effective_weights` None: no queue has one, as in every stage after a
+    tier's first). Should that leave every weight at 0, the unbanded weights are used instead —
     stability must never idle capacity. A queue whose weight falls to 0 (P = 0: it is to give
     way entirely) always moves: keeping a sliver of its old weight would keep the others a sliver
     short for as long as its P stays pinned at 0, so a gang needing all they are due would wait
     forever.
+
+    This runs for every competing queue of every group: lists only, `priority_weight` inline.
     """
     count = len(over_quota_weights)
     total_weight = math.fsum(over_quota_weights)
     if total_weight > 0.0:
-        weight_shares = [w / total_weight for w in over_quota_weights]
+        weight_shares = list(map(total_weight.__rtruediv__, over_quota_weights))  # w / Σw
     else:
         weight_shares = [1.0 / count] * count
-    # `priority_weight`, inline (it runs for every competing queue): max(0, p) without the call.
     priority_weights = [
         p if p > 0.0 else 0.0
         for p in [w + k * (w - u) for w, u in zip(weight_shares, usage_shares, strict=True)]
     ]
     total_priority = math.fsum(priority_weights)
     if total_priority > 0.0:
-        unbanded = [p / total_priority for p in priority_weights]
+        unbanded = list(map(total_priority.__rtruediv__, priority_weights))  # P / ΣP
     else:
-        unbanded = list(weight_shares)
+        unbanded = weight_shares
+    if previous_effective_weights is None:
+        return weight_shares, priority_weights, unbanded
     banded = [
         previous if previous is not None and new > 0.0 and abs(new - previous) < dead_band else new
         for new, previous in zip(unbanded, previous_effective_weights, strict=True)
     ]
-    if not any(weight > 0.0 for weight in banded):
-        banded = unbanded
-    return StageWeights(
-        weight_shares=weight_shares,
-        priority_weights=priority_weights,
-        effective_weights=banded,
-    )
+    for weight in banded:
+        if weight > 0.0:
+            return weight_shares, priority_weights, banded
+    return weight_shares, priority_weights, unbanded
