@@ -16,10 +16,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "service" / "gpufair"
 ALLOWED: dict[str, set[str]] = {
     "domain": set(),
     "store": {"domain", "tokens"},
-    "services": {"domain", "store"},
+    "services": {"domain", "store", "gc_tuning"},
     "jobs": {"domain", "store", "services", "metrics"},
     "api": {"domain", "store", "services", "metrics", "tokens", "v1"},
-    "sim": {"domain", "config_file", "render", "api.convert_cluster"},
+    "sim": {"domain", "config_file", "render", "api.convert_cluster", "gc_tuning"},
     "integrations": {"client", "v1", "config_file", "render"},
     "client": {"addresses", "v1"},
     "client_aio": {"client", "addresses", "v1"},
