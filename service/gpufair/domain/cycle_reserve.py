@@ -8,6 +8,10 @@ but no more beyond-fair-share work, so small jobs cannot keep refilling the hole
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
+from operator import attrgetter
+
 from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import PodShape, pods_fit, pods_fit_empty
@@ -19,21 +23,29 @@ def reserve_for_long_waits(state: CycleState) -> None:
     if after_s is None:
         return
     now_s = state.snapshot.now_s
-    waiting = [
-        item
-        for items in state.queue_pending.values()
-        for item in items
-        if not item.done
-        and item.code is PendingCode.NO_CAPACITY
-        and now_s - item.workload.submit_time_s >= after_s
-    ]
-    served: set[str] = set()
+
+    def waits_long(item: Pending) -> bool:
+        return (
+            not item.done
+            and item.code is PendingCode.NO_CAPACITY
+            and now_s - item.workload.submit_time_s >= after_s
+        )
+
+    # The long waiters in queue order (`CycleState.in_queue_order`), read lazily: a queue's
+    # items stop at its first reservation, so the phase does not walk every pending workload.
     ranking = _Ranking(state.capacity)
-    for item in state.in_queue_order(waiting):
-        if item.book.name in served:
+    pending = state.queue_pending
+    for run in state.queue_runs(pending):
+        if len(run) == 1:
+            for item in pending[run[0]]:
+                if waits_long(item) and reserve_gang(state, item, ranking=ranking):
+                    break
             continue
-        if reserve_gang(state, item, ranking=ranking):
-            served.add(item.book.name)
+        served: set[str] = set()
+        tied = (filter(waits_long, pending[name]) for name in run)
+        for item in heapq.merge(*tied, key=attrgetter("order")):
+            if item.book.name not in served and reserve_gang(state, item, ranking=ranking):
+                served.add(item.book.name)
 
 
 class _Ranking:
@@ -45,6 +57,7 @@ class _Ranking:
         self._ranked: dict[str, list[int]] = {}
         self._position: dict[str, dict[int, int]] = {}
         self._fits: dict[PodShape, dict[int, tuple[int, int]]] = {}
+        self._domains: dict[tuple[str, str], list[list[int]]] = {}
 
     def ranked(self, gpu_type: str) -> list[int]:
         found = self._ranked.get(gpu_type)
@@ -55,9 +68,19 @@ class _Ranking:
             self._position[gpu_type] = {index: rank for rank, index in enumerate(found)}
         return found
 
-    def position(self, gpu_type: str) -> dict[int, int]:
-        self.ranked(gpu_type)
-        return self._position[gpu_type]
+    def domains(self, level: str, gpu_type: str) -> list[list[int]]:
+        """The nodes of `gpu_type` in each topology domain of `level` (domains by name), each
+        domain's freest first: sorted once for the phase, not once per gang."""
+        key = (level, gpu_type)
+        found = self._domains.get(key)
+        if found is None:
+            self.ranked(gpu_type)
+            position = self._position[gpu_type].__getitem__
+            members = self._capacity.domains(level).get(gpu_type, {})
+            found = self._domains[key] = [
+                sorted(nodes, key=position) for _, nodes in sorted(members.items())
+            ]
+        return found
 
     def fits(self, shape: PodShape) -> dict[int, tuple[int, int]]:
         """Per node, pods of `shape` it holds emptied and now (at most the former), filled in
@@ -83,18 +106,15 @@ def reserve_gang(
     for gpu_type in item.types:
         if state.pods_allowed(item, gpu_type, within_share) < pods:
             continue
-        # Each group freest first.
-        groups: list[list[int]]
+        # Each group freest first, without the nodes held already; read lazily, as far as
+        # `_fullest_hole` goes (usually a few nodes of each, not every node of the type).
         if workload.topology is not None and workload.topology.required:
-            position = ranking.position(gpu_type)
-            groups = [
-                sorted((index for index in members if index not in held), key=position.__getitem__)
-                for _, members in sorted(
-                    capacity.domains(workload.topology.level).get(gpu_type, {}).items()
-                )
-            ]
+            ordered = ranking.domains(workload.topology.level, gpu_type)
         else:
-            groups = [[index for index in ranking.ranked(gpu_type) if index not in held]]
+            ordered = [ranking.ranked(gpu_type)]
+        groups: list[Iterator[int]] = [
+            (index for index in members if index not in held) for members in ordered
+        ]
         chosen = _fullest_hole(state, groups, item.shape, pods, ranking)
         if chosen is None:
             continue
@@ -113,7 +133,7 @@ def reserve_gang(
 
 
 def _fullest_hole(
-    state: CycleState, groups: list[list[int]], shape: PodShape, pods: int, ranking: _Ranking
+    state: CycleState, groups: list[Iterator[int]], shape: PodShape, pods: int, ranking: _Ranking
 ) -> list[int] | None:
     """The nodes with the most free GPUs that, emptied, hold the gang; in the group (domain)
     where they are freest. Most-free-first keeps the choice stable while the hole drains.

@@ -262,26 +262,35 @@ class CycleState:
                 groups[item.book.name] = [item]
             else:
                 found.append(item)
-        heads: list[tuple[tuple[int, float], str]] = []
-        for name, items in groups.items():
-            book = items[0].book
-            heads.append(((-book.tier, book.ratio()), name))
-            items.sort(key=_by_order)  # nearly free when already in order
-        heads.sort(key=itemgetter(0))
         ordered: list[Pending] = []
-        start = 0
-        while start < len(heads):
-            end = start + 1
-            while end < len(heads) and heads[end][0] == heads[start][0]:
-                end += 1
-            if end == start + 1:
-                ordered += groups[heads[start][1]]
+        for run in self.queue_runs(groups):
+            if len(run) == 1:
+                items = groups[run[0]]
+                items.sort(key=_by_order)  # nearly free when already in order
+                ordered += items
             else:
-                ordered += heapq.merge(
-                    *(groups[name] for _, name in heads[start:end]), key=_by_order
-                )
-            start = end
+                for name in run:
+                    groups[name].sort(key=_by_order)
+                ordered += heapq.merge(*(groups[name] for name in run), key=_by_order)
         return ordered
+
+    def queue_runs(self, names: Iterable[str]) -> list[list[str]]:
+        """`names` in the queues' current order (tier, then ratio), in runs of queues that tie
+        there: the items of one run go in workload order, merged (`in_queue_order`)."""
+        books = self.books
+        heads = sorted(
+            (((-books[name].tier, books[name].ratio()), name) for name in names),
+            key=itemgetter(0),
+        )
+        runs: list[list[str]] = []
+        last: tuple[int, float] | None = None
+        for key, name in heads:
+            if runs and key == last:
+                runs[-1].append(name)
+            else:
+                runs.append([name])
+                last = key
+        return runs
 
     # -- placing, binding and holding -------------------------------------------------------
 
