@@ -68,6 +68,7 @@ OWN_SLOTS = 4  # GPUs of `batch` each client runs on at once
 MAIN_RUN_S = (3.0, 10.0)  # how long a workload placed by Schedule runs
 RPCS = ("GetFairShare", "ReportEvents", "Schedule")
 SLOW_S = 2.0  # calls slower than this are counted by when they ended in the run
+TAKEN_FLAGS = 1 << 20  # cycle ids a run of several client processes can tell apart (`Stats`)
 
 
 QUEUES = (("llm", 0.4), ("vision", 0.3), ("speech", 0.2), ("robotics", 0.1))
@@ -159,10 +160,11 @@ class Stats:
     # Cycles whose binds a client has taken on. Calls of one pool that arrive while a cycle
     # runs share it or the next one (api/cycle_gate.py): every caller gets the same binds, and,
     # as one batch system with several callers would, only the first to see a cycle starts them.
-    # With several client processes, process k takes on the cycles whose id is k modulo their
-    # number (`share`).
+    # With several client processes the first is found across them (`taken`, one flag per
+    # cycle id in shared memory): a cycle may reach the clients of one process only, and its
+    # binds, never started, would hold their GPUs for the rest of the run.
     cycles_taken: set[int] = field(default_factory=set)
-    share: tuple[int, int] = (0, 1)
+    taken: Any = None  # multiprocessing.Array of flags by cycle id, or None in one process
     # For each Schedule call: its cycle's id less the highest cycle id any client of this
     # process had received when the call was sent. 1: the cycle running at the call (or the next
     # to start); each cycle of the pool the caller waited through adds one. Unlike the latency
@@ -174,10 +176,15 @@ class Stats:
     slow: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # by 5 s step
 
     def takes(self, cycle_id: int) -> bool:
-        k, n = self.share
-        if cycle_id % n != k or cycle_id in self.cycles_taken:
+        if cycle_id in self.cycles_taken:
             return False
         self.cycles_taken.add(cycle_id)
+        if self.taken is None:
+            return True
+        with self.taken.get_lock():
+            if self.taken[cycle_id % TAKEN_FLAGS]:
+                return False
+            self.taken[cycle_id % TAKEN_FLAGS] = 1
         return True
 
     def plain(self) -> dict[str, Any]:
@@ -323,9 +330,11 @@ async def drive(
     weights: list[float],
     max_calls: int,
     share: tuple[int, int] = (0, 1),
+    taken: Any = None,
 ) -> Stats:
-    """Run the clients of process `share[0]` of `share[1]` for `seconds`."""
-    stats = Stats(share=share, seconds=seconds)
+    """Run the clients of process `share[0]` of `share[1]` for `seconds`; `taken`: the cycles
+    whose binds a client of any process has taken on (`Stats.taken`)."""
+    stats = Stats(seconds=seconds, taken=taken)
     budget = [max_calls]
     k, n = share
     pool = [Client(i, address, weights, stats) for i in range(k, clients, n)]
@@ -346,9 +355,10 @@ def drive_process(
     max_calls: int,
     share: tuple[int, int],
     out: Any,
+    taken: Any,
 ) -> None:
     """A client process: its share of the clients; its results go to `out` (a queue)."""
-    stats = asyncio.run(drive(address, clients, seconds, weights, max_calls, share))
+    stats = asyncio.run(drive(address, clients, seconds, weights, max_calls, share, taken))
     out.put(stats.plain())
 
 
@@ -358,10 +368,11 @@ def drive_processes(
     """The clients spread over `n` processes (started fresh: the parent has used grpc)."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
+    taken = context.Array("b", TAKEN_FLAGS)  # zeroed; cycle ids of a run stay far below
     procs = [
         context.Process(
             target=drive_process,
-            args=(address, clients, seconds, weights, max_calls // n, (k, n), out),
+            args=(address, clients, seconds, weights, max_calls // n, (k, n), out, taken),
         )
         for k in range(n)
     ]
