@@ -7,8 +7,10 @@ import json
 import logging
 import sys
 
+import grpc
 import pytest
 
+from gpufair.api.interceptors import Layers, MetricsInterceptor, RpcLine, RpcLines, RpcRecord
 from gpufair.cli import build_parser
 from gpufair.cli.logs import TEXT_FORMAT, JsonFormatter, TextFormatter, setup_logging, stop_logging
 
@@ -119,3 +121,114 @@ def test_queued_lines_are_written_whole_in_order_with_their_arguments_as_logged(
     assert {e["method"] for e in lines[:2000]} == {"GetFairShare"}
     assert lines[2000]["message"] == "seen []"
     assert len(lines) == 2001
+
+
+def _lines() -> list[RpcLine]:
+    """RPC lines across the edges their rendering has: a change of second, a fraction just
+    under a whole millisecond, request fields absent, empty, not strings, longer than 200
+    characters, and with quotes, a newline and characters beyond ASCII."""
+    lines: list[RpcLine] = []
+    for n, now in enumerate((1_764_633_600.0, 1_764_633_600.9999, 1_764_633_601.0005)):
+        for request_id, pool in (
+            ("r-1", "gpu"),
+            (None, None),
+            ("", "a100"),
+            (7, "x" * 300),
+            ('say "hi"\nthen ünïcode ✓', "\\pool"),
+        ):
+            lines.append((now, "GetFairShare", "OK", 0.00123 * (n + 1), request_id, pool))
+    lines.append((1_764_633_602.25, "Schedule", "DEADLINE_EXCEEDED", 12.5, "r", None))
+    return lines
+
+
+def test_an_rpc_line_renders_as_its_record_in_both_formats() -> None:
+    """The writing thread renders an RPC line from its tuple (`format_rpc_line`); the text is
+    what `logging.Formatter(TEXT_FORMAT)` makes of the line's `RpcRecord`, and the JSON is what
+    `JsonFormatter` makes of it, character for character."""
+    text, as_json, standard = TextFormatter(), JsonFormatter(), logging.Formatter(TEXT_FORMAT)
+    for line in _lines():
+        assert text.format_rpc_line(line) == standard.format(RpcRecord(line))
+        assert as_json.format_rpc_line(line) == as_json.format(RpcRecord(line))
+    entry = json.loads(as_json.format_rpc_line(_lines()[4]))
+    assert entry["request_id"] == 'say "hi"\nthen ünïcode ✓' and entry["pool"] == "\\pool"
+    assert entry["message"] == "GetFairShare OK 1.2 ms" and entry["duration_s"] == 0.00123
+    long_pool = json.loads(as_json.format_rpc_line(_lines()[3]))
+    assert "request_id" not in long_pool and len(long_pool["pool"]) == 200
+    assert text.format_rpc_line(_lines()[5]).endswith(
+        ",999 INFO gpufair.rpc: GetFairShare OK 2.5 ms"
+    )
+
+
+class _Request:
+    request_id, pool = "r-9", "gpu"
+
+
+class _Details:
+    method = "/gpufair.v1.Ledger/GetFairShare"
+    invocation_metadata = ()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_servers_rpc_lines_are_written_from_tuples_in_order_with_other_lines(
+    log_format: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the server's logging, an RPC's line reaches the writing thread as a tuple
+    (`RpcLines`), in one queue with the other lines: 3,000 calls and a line logged after every
+    1,000th come out whole and in order, each RPC line as its record would render; while
+    `gpufair.rpc` has a handler of its own, the line is a record again, seen by that handler
+    and still written."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging._srcfile)
+    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: "reply")
+    call = Layers([MetricsInterceptor()]).intercept_service(lambda d: handler, _Details())
+    queued: list[RpcLine] = []
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    try:
+        setup_logging("info", log_format, queued=True)
+        put = RpcLines.put
+        assert put is not None
+
+        def keep_and_put(line: RpcLine) -> None:
+            queued.append(line)
+            put(line)
+
+        RpcLines.put = keep_and_put
+        for n in range(3000):
+            assert call.unary_unary(_Request(), None) == "reply"
+            if n % 1000 == 999:
+                logging.getLogger("gpufair.jobs").info("after call %d", n)
+        keep = Keep()
+        rpc_log = logging.getLogger("gpufair.rpc")
+        rpc_log.addHandler(keep)
+        try:
+            call.unary_unary(_Request(), None)
+        finally:
+            rpc_log.removeHandler(keep)
+        stop_logging()
+        assert RpcLines.put is None
+        written = capsys.readouterr().err.splitlines()
+    finally:
+        stop_logging()
+        root.handlers[:], logging._srcfile = saved[0], saved[2]
+        root.setLevel(saved[1])
+    assert len(queued) == 3000 and {line[1:3] + line[4:] for line in queued} == {
+        ("GetFairShare", "OK", "r-9", "gpu")
+    }
+    formatter = JsonFormatter() if log_format == "json" else TextFormatter()
+    expected = [formatter.format(RpcRecord(line)) for line in queued]
+    for n in (2, 1, 0):
+        expected.insert(1000 * (n + 1), f"after call {n * 1000 + 999}")
+    [record] = seen
+    assert isinstance(record, RpcRecord) and record.pool == "gpu"
+    assert len(written) == 3004
+    for got, want in zip(written[:3003], expected, strict=True):
+        if want.startswith("after call"):
+            assert want in got and "gpufair.jobs" in got
+        else:
+            assert got == want
+    assert written[3003] == formatter.format(record)

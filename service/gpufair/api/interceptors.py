@@ -31,16 +31,43 @@ Behavior = Callable[[Any, grpc.ServicerContext], Any]
 # One line per RPC: method, final code, duration, and the request's id and pool when it has them
 # (fields of the line's record, so `--log-format json` gives them as keys).
 rpc_log = logging.getLogger("gpufair.rpc")
+_ROOT = logging.getLogger()
+
+# An RPC's line as the RPC's thread makes it: (time.time(), method, code, duration_s,
+# the request's `request_id` attribute or None, its `pool` attribute or None). Everything the
+# line shows is worked out from these on the writing thread (`rpc_line_message`,
+# `rpc_line_fields`), which formats the lines a batch at a time.
+RpcLine = tuple[float, str, str, float, Any, Any]
 
 
-def _request_fields(request: Any) -> dict[str, str]:
-    """`request_id` and `pool` of a request message that has them set (not of a stream)."""
-    fields = {}
-    for name in ("request_id", "pool"):
-        value = getattr(request, name, None)
-        if isinstance(value, str) and value:
-            fields[name] = value[:200]
+def rpc_line_message(line: RpcLine) -> str:
+    """The line's message, as `"%s %s %.1f ms" % (method, code, milliseconds)`."""
+    return f"{line[1]} {line[2]} {line[3] * 1000:.1f} ms"
+
+
+def rpc_line_fields(line: RpcLine) -> dict[str, Any]:
+    """The line's fields: `method`, `code`, `duration_s`, and `request_id` and `pool` when the
+    request has them set as strings (at most 200 characters each; not those of a stream)."""
+    fields: dict[str, Any] = {"method": line[1], "code": line[2], "duration_s": round(line[3], 6)}
+    request_id, pool = line[4], line[5]
+    if isinstance(request_id, str) and request_id:
+        fields["request_id"] = request_id[:200]
+    if isinstance(pool, str) and pool:
+        fields["pool"] = pool[:200]
     return fields
+
+
+class RpcLines:
+    """Where the server's logging takes RPC lines as plain tuples (`cli/logs.py`): `put` queues
+    an `RpcLine` for its writing thread, beside the records of the other lines in one queue, so
+    the order of lines holds. It stands for `handlers`, the root logger's handlers when it was
+    set: while those are still the root's only handlers and `gpufair.rpc` has none of its own
+    (a test's capturing handler, say), an RPC's line is that tuple, with no `LogRecord`, no
+    handler lock and no logging call on the RPC's thread; otherwise it is an `RpcRecord`
+    handled as any record."""
+
+    put: Callable[[RpcLine], None] | None = None
+    handlers: list[logging.Handler] = []  # noqa: RUF012 (replaced whole with `put`)
 
 
 class RpcRecord(logging.LogRecord):
@@ -51,16 +78,15 @@ class RpcRecord(logging.LogRecord):
     copied in from one dict (`_SAME_FOR_EVERY_LINE`), and the line's fields are set as `extra=`
     would have set them."""
 
-    def __init__(self, method: str, code: str, duration_s: float, request: Any) -> None:
+    def __init__(self, line: RpcLine) -> None:
         # Not LogRecord.__init__ (above): what it would set from its arguments and the clock.
-        now = time.time()
+        now = line[0]
         fields = self.__dict__
         fields.update(_SAME_FOR_EVERY_LINE)
-        self.msg, self.args = "%s %s %.1f ms", (method, code, duration_s * 1000)
+        self.msg, self.args = "%s %s %.1f ms", (line[1], line[2], line[3] * 1000)
         self.created, self.msecs = now, int((now - int(now)) * 1000) + 0.0
         self.relativeCreated = (now - _STARTED_S) * 1000
-        self.method, self.code, self.duration_s = method, code, round(duration_s, 6)
-        fields.update(_request_fields(request))
+        fields.update(rpc_line_fields(line))
 
 
 _STARTED_S = time.time()  # `relativeCreated` is from here (logging's own start differs little)
@@ -79,6 +105,26 @@ _SAME_FOR_EVERY_LINE = {
     "process": None,
     "processName": None,
 }
+
+
+def log_rpc(method: str, code: str, duration_s: float, request: Any) -> None:
+    """Logs an RPC's line (when `gpufair.rpc` logs INFO): a tuple handed to `RpcLines.put`
+    when it stands, else an `RpcRecord` through the logger."""
+    if not rpc_log.isEnabledFor(logging.INFO):
+        return
+    line = (
+        time.time(),
+        method,
+        code,
+        duration_s,
+        getattr(request, "request_id", None),
+        getattr(request, "pool", None),
+    )
+    put = RpcLines.put
+    if put is not None and _ROOT.handlers == RpcLines.handlers and not rpc_log.handlers:
+        put(line)
+    else:
+        rpc_log.handle(RpcRecord(line))
 
 
 def _aborted(context: grpc.ServicerContext) -> Any:
@@ -285,8 +331,8 @@ class MetricsInterceptor(Layer):
                 finally:
                     duration_s = time.perf_counter() - start
                     count(code, duration_s)
-                    if logged and rpc_log.isEnabledFor(logging.INFO):
-                        rpc_log.handle(RpcRecord(method, code, duration_s, request))
+                    if logged:
+                        log_rpc(method, code, duration_s, request)
 
             return timed
 

@@ -4,6 +4,10 @@ JSON is one object per line with `time` (RFC 3339, UTC), `level`, `logger` and `
 fields a record carries: an RPC's line (`gpufair.rpc`, from `api/interceptors.py`) has `method`,
 `code`, `duration_s`, and `request_id` and `pool` when its request has them; an exception adds
 `exception` (the traceback as one string), so a record is never spread over several lines.
+
+The server's RPC lines skip the logging module on the RPC's thread: a line is a tuple of its
+fields put on the queue the writing thread reads (`RpcLines` in `api/interceptors.py`), and each
+formatter renders such a tuple (`format_rpc_line`) as it renders the line's record.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ import logging.handlers
 import queue
 import time
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _quoted
 from typing import Any
+
+from gpufair.api.interceptors import RpcLine, RpcLines, RpcRecord, rpc_line_fields, rpc_line_message
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -39,6 +46,20 @@ class JsonFormatter(logging.Formatter):
         elif record.exc_text:
             entry["exception"] = record.exc_text
         return json.dumps(entry, ensure_ascii=False)
+
+    def format_rpc_line(self, line: RpcLine) -> str:
+        """What `format` makes of the line's `RpcRecord`, without making the record: the object
+        written out as `json.dumps` writes it (its separators, `encode_basestring` for strings,
+        `float.__repr__` for numbers), without its general path."""
+        when = datetime.fromtimestamp(line[0], UTC).isoformat(timespec="milliseconds")
+        parts = [
+            f'{{"time": "{when}", "level": "info", "logger": "{RPC_LOGGER}", '
+            f'"message": {_quoted(rpc_line_message(line))}'
+        ]
+        for key, value in rpc_line_fields(line).items():
+            parts.append(f', "{key}": {_quoted(value) if isinstance(value, str) else repr(value)}')
+        parts.append("}")
+        return "".join(parts)
 
 
 class TextFormatter(logging.Formatter):
@@ -76,7 +97,19 @@ class TextFormatter(logging.Formatter):
             self._second = cached
         return f"{cached[1]},{int(record.msecs):03d}"  # the default msec format, %s,%03d
 
+    def format_rpc_line(self, line: RpcLine) -> str:
+        """What `format` makes of the line's `RpcRecord`, without making the record."""
+        now = line[0]
+        second = int(now)
+        cached = self._second
+        if cached[0] != second:
+            cached = (second, time.strftime(self.default_time_format, self.converter(second)))
+            self._second = cached
+        msecs = int((now - second) * 1000)
+        return f"{cached[1]},{msecs:03d} INFO {RPC_LOGGER}: {line[1]} {line[2]} {line[3] * 1000:.1f} ms"
 
+
+RPC_LOGGER = "gpufair.rpc"
 _IMMUTABLE = (str, int, float, bool, type(None))
 
 
@@ -95,8 +128,8 @@ class _InProcessQueueHandler(logging.handlers.QueueHandler):
 
 
 class _BatchWriter(logging.handlers.QueueListener):
-    """The writing thread: it takes every record waiting (up to `BATCH` at a time, gathered
-    for `GATHER_S`), formats them and writes them with one write and one flush. Under load the
+    """The writing thread: it takes every record and RPC line waiting (up to `BATCH` at a time,
+    gathered for `GATHER_S`), formats them and writes them with one write and one flush. Under load the
     RPC threads queue lines faster than one write each could keep up with, and each write lets
     go of the interpreter lock and waits to take it back, with a line's worth of work in
     between."""
@@ -108,38 +141,53 @@ class _BatchWriter(logging.handlers.QueueListener):
     # machine whose cores are busy). A line shows at most this much later.
     GATHER_S = 0.05
 
-    def __init__(self, records: queue.SimpleQueue[logging.LogRecord], handler: Any) -> None:
+    def __init__(
+        self, records: queue.SimpleQueue[logging.LogRecord | RpcLine], handler: Any
+    ) -> None:
         super().__init__(records, handler)
         self.records = records
         self.stream_handler = handler
 
     def _monitor(self) -> None:
         records, handler = self.records, self.stream_handler
+        terminator = handler.terminator
+        format_rpc_line = getattr(handler.formatter, "format_rpc_line", None)
+        if format_rpc_line is None:  # another formatter: the line's record, formatted
+
+            def format_rpc_line(line: RpcLine) -> str:
+                return str(handler.format(RpcRecord(line)))
+
+        full = False
         while True:
             batch = [records.get()]
-            if batch[0] is not None:
+            if batch[0] is not None and not full:  # more are waiting already after a full one
                 time.sleep(self.GATHER_S)
             while len(batch) < self.BATCH:
                 try:
                     batch.append(records.get_nowait())
                 except queue.Empty:
                     break
+            full = len(batch) == self.BATCH
             stop = any(r is None for r in batch)  # the sentinel `stop()` queues
             lines = []
             for record in batch:
                 if record is None:
                     continue
                 try:
-                    lines.append(handler.format(record) + handler.terminator)
+                    if type(record) is tuple:
+                        lines.append(format_rpc_line(record) + terminator)
+                    else:
+                        lines.append(handler.format(record) + terminator)
                 except Exception:
-                    handler.handleError(record)
+                    handler.handleError(RpcRecord(record) if type(record) is tuple else record)
             if lines:
                 try:
                     with handler.lock:
                         handler.stream.write("".join(lines))
                         handler.flush()
                 except Exception:
-                    handler.handleError(batch[-1])
+                    last = next(r for r in reversed(batch) if r is not None)
+                    handler.handleError(RpcRecord(last) if type(last) is tuple else last)
             if stop:
                 return
 
@@ -152,12 +200,13 @@ def setup_logging(level: str, log_format: str = "text", *, queued: bool = False)
     """With `queued` (the server), the calling thread only queues a record and one thread of
     its own formats and writes them, as many as are waiting at once (`_BatchWriter`), so RPC
     threads never wait on the stream or on each other for the line each call logs;
-    `stop_logging` writes what is queued."""
+    RPC lines reach that queue as tuples, not records (`RpcLines`); `stop_logging` writes what
+    is queued."""
     stop_logging()
     handler: logging.Handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     if queued:
-        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        records: queue.SimpleQueue[logging.LogRecord | RpcLine] = queue.SimpleQueue()
         listener = _BatchWriter(records, handler)
         listener.start()
         # Neither format shows where a line was logged from, nor the thread or process that
@@ -168,6 +217,7 @@ def setup_logging(level: str, log_format: str = "text", *, queued: bool = False)
         _listeners.append(listener)
         atexit.register(stop_logging)  # a return from main, not only `gpufair serve`'s own exit
         handler = _InProcessQueueHandler(records)
+        RpcLines.put, RpcLines.handlers = records.put, [handler]
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
@@ -179,5 +229,6 @@ def setup_logging(level: str, log_format: str = "text", *, queued: bool = False)
 
 def stop_logging() -> None:
     """Write what is queued and stop the writing thread (nothing when logging is not queued)."""
+    RpcLines.put, RpcLines.handlers = None, []
     while _listeners:
         _listeners.pop().stop()
