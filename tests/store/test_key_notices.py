@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
-from gpufair.store.commit_watch import CommitCount, KeyNotices, wrote_read_key
+from gpufair.store.commit_watch import CommitCount, KeyNotices
 from gpufair.store.database import make_engine
 
 
@@ -21,6 +21,15 @@ def other(database_url: str, db: Engine) -> Iterator[Engine]:
     engine = make_engine(database_url, pool_size=2)
     yield engine
     engine.dispose()
+
+
+def write_versions(conn: Connection, *versions: int) -> None:
+    """Config versions, one statement each: what moves GetConfig's key."""
+    for version in versions:
+        conn.execute(
+            text("INSERT INTO config_versions (version, changes) VALUES (:v, '[]')"),
+            {"v": version},
+        )
 
 
 def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> float:
@@ -41,8 +50,7 @@ def test_a_key_committed_elsewhere_is_counted_within_milliseconds(
         until(lambda: notices.confirmed_at > float("-inf"))
         before = count.value
         with other.connect() as conn:
-            wrote_read_key(conn)
-            wrote_read_key(conn)  # one notification per transaction, however many keys
+            write_versions(conn, 1, 2)  # two statements: one notification per transaction
             conn.rollback()  # rolled back: nothing is told
         time.sleep(0.3)
         assert (count.value, notices.heard) == (before, 0)
@@ -50,8 +58,7 @@ def test_a_key_committed_elsewhere_is_counted_within_milliseconds(
         delays = []
         for n in range(5):
             with other.begin() as conn:
-                wrote_read_key(conn)
-                wrote_read_key(conn)
+                write_versions(conn, 10 + 2 * n, 11 + 2 * n)
             delays.append(until(lambda n=n: notices.heard == n + 1))
         assert count.value == before + 5
         # Measured from the commit's return: median 0.3 ms, p99 58 ms with the load average at

@@ -17,10 +17,10 @@ confirmed it and before the writing RPC replies. Commits made on the raw driver 
 not seen; the caches' staleness bound covers them as it covers other replicas.
 
 Commits of other processes (replicas, the siblings of `gpufair serve --processes`) reach the same
-count through PostgreSQL: a transaction that moves a key also sends `NOTIFY gpufair_read_keys`
-(delivered only if it commits, once however many keys it moved; a statement trigger on both
-key tables sends the same for rows written any other way, by hand or by a restore, migration
-0016), and `KeyNotices` listens on a
+count through PostgreSQL: a statement that writes a key table (`fair_share_runs`,
+`config_versions`) sends `NOTIFY gpufair_read_keys` from a trigger (migration 0016), whoever
+writes it, gpufair or a person by hand or a restore; PostgreSQL delivers it only if the
+transaction commits, once however many statements sent it. `KeyNotices` listens on a
 connection of its own and bumps the count for each notification it receives. So a read cache
 checks again as soon as any process committed a new key, instead of checking every few
 milliseconds in case one did. A notification cannot show that nothing was committed, though:
@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, Engine, event
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,7 @@ _KEY_WRITTEN = "gpufair_read_key_written"
 
 def wrote_read_key(conn: Connection) -> None:
     """Mark `conn`'s transaction as one that moves a read cache's key: its commit is counted
-    here, and every listening process (`KeyNotices`) is told when it commits."""
-    conn.execute(text(f"NOTIFY {CHANNEL}"))  # PostgreSQL sends one per transaction
+    here at once. Other processes (`KeyNotices`) are told by the key tables' trigger."""
     conn.info[_KEY_WRITTEN] = True
 
 
