@@ -151,6 +151,29 @@ def test_kept_snapshot_equals_a_fresh_read_after_each_change(
     assert check(db, source) == 0
 
 
+def test_state_of_a_pool_the_config_no_longer_has_is_dropped(
+    client: GpufairClient, db: Engine
+) -> None:
+    """Rows, run and carried records kept for a pool that is not in the config (deleted) are
+    dropped when the next config is read; the pools that exist keep theirs."""
+    source = SnapshotSource()
+    client.apply_config(cluster())
+    client.submit_workloads([wl(f"w{i}") for i in range(3)])
+    assert check(db, source) == 3
+    with db.connect() as conn:
+        assert source.holding_and_pending(conn, "old") == ((), ())
+        assert source.latest_run(conn, "old") is None
+        conn.rollback()
+    source.carried("old")
+    assert source.kept_pools() == {"main", "old"}
+    assert check(db, source) == 0  # the same config: nothing read, nothing dropped
+    assert source.kept_pools() == {"main", "old"}
+    client.set_nodes_ready(["a2"], ready=False)  # a new config version
+    assert check(db, source) == 0  # main's rows kept: nothing read again
+    assert source.kept_pools() == {"main"}
+    assert source.rows.stats("old") == (0, 0, 0)
+
+
 def test_binds_released_by_a_rolled_back_dry_run_are_read_back(
     client: GpufairClient, db: Engine
 ) -> None:

@@ -11,6 +11,9 @@ cycle reuses its records for them and loads only what changed. Cycles of one poo
 once (the pool's advisory lock, `services/schedule.py`), so one pool's records are never used
 by two cycles together.
 
+What is kept for a pool the config no longer has (a deleted pool) is dropped when a new config
+is read, so the process holds state only for the pools that exist.
+
 One per servicer (per database); each process of `gpufair serve --processes N` has its own.
 """
 
@@ -48,7 +51,20 @@ class SnapshotSource:
         if key is not None:
             with self._lock:
                 self._config = (key, config)
+        self._forget_pools_other_than({pool.name for pool in config.pools})
         return config
+
+    def kept_pools(self) -> set[str]:
+        """The pools something is kept for (runs, rows or carried records)."""
+        with self._lock:
+            return set(self._runs) | set(self._carried) | self.rows.pools()
+
+    def _forget_pools_other_than(self, pools: set[str]) -> None:
+        with self._lock:
+            for gone in (set(self._runs) | set(self._carried)) - pools:
+                self._runs.pop(gone, None)
+                self._carried.pop(gone, None)
+        self.rows.forget_other_than(pools)
 
     def latest_run(self, conn: Connection, pool: str) -> StoredRun | None:
         """`fairshare_repo.latest_run`, read whole only when the run's key changed. The key is

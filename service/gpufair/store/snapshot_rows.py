@@ -143,6 +143,17 @@ class SnapshotRows:
         state = self._pools.get(pool)
         return (0, 0, 0) if state is None else (state.reads, state.rows_read, state.keys_read)
 
+    def pools(self) -> set[str]:
+        with self._guard:
+            return set(self._pools)
+
+    def forget_other_than(self, pools: set[str]) -> None:
+        """Drop the rows of every pool not in `pools` (pools deleted from the config); a read
+        under way keeps its own reference and is simply not kept."""
+        with self._guard:
+            for gone in set(self._pools) - pools:
+                del self._pools[gone]
+
     def holding_and_pending(
         self, conn: Connection, pool: str
     ) -> tuple[tuple[Allocation, ...], tuple[Workload, ...]]:
