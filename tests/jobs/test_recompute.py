@@ -17,6 +17,7 @@ from gpufair.config_file import load_config_file
 from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import ClusterConfig, Workload
+from gpufair.services import recompute
 from gpufair.services.recompute import recompute_pool
 from gpufair.store import capacity_repo, config_repo, ingest_pipeline, workload_repo
 from gpufair.v1 import ledger_pb2
@@ -97,8 +98,10 @@ def test_recompute_keeps_the_pool_plan_while_the_configuration_is_equal(db: Engi
     with db.connect() as conn:
         build_history(conn, config, now_s)
         first = recompute_pool(conn, "default", now_s)
+        recompute._plans["deleted-pool"] = first.result.shares.plan
         again = recompute_pool(conn, "default", now_s + 60)
         assert again.result.shares.plan is first.result.shares.plan
+        assert set(recompute._plans) == {"default"}  # a pool not in the config: plan dropped
         assert again.result.fair_share_cu == first.result.fair_share_cu
         changed = reference_config(0.0)  # k = 0: classic fair share, 55 / 45
         install(conn, changed, now_s + 61)

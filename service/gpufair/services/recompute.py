@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 # Each pool's compiled configuration (`FairSharePlan`, issue 17), kept across recomputes of this
 # process: the stored configuration is read anew every time, and the plan is reused while that
 # configuration equals the one it was compiled from (compared by value, a few ms at 10,000
-# queues against tens of ms to compile).
+# queues against tens of ms to compile). Plans of pools the configuration no longer has are
+# dropped at the next recompute.
 _plans: dict[str, FairSharePlan] = {}
 
 
@@ -83,6 +84,8 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
     transaction. `NotFound` for an unknown pool. The stored config is read within the input
     limits and stored history that is not finite is skipped; `warnings` says what was."""
     config, clamped = within_limits(config_repo.load_config(conn))
+    for gone in set(_plans) - {p.name for p in config.pools}:
+        _plans.pop(gone, None)
     pool = config.pool(pool_name)
     rollup_repo.rollup_pool(conn, config, pool, now_s)
     usage, dropped = finite_usage(rollup_repo.decayed_usage(conn, config, pool, now_s))
