@@ -13,46 +13,21 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
-from gpufair.domain.model import (
-    ClusterConfig,
-    GpuType,
-    Node,
-    NodePool,
-    Queue,
-    QueueQuota,
-    Workload,
-    frozen_map,
-)
-from gpufair.store import config_repo, ingest_pipeline, locks, workload_repo
+from gpufair.store import ingest_pipeline, locks
 from gpufair.store.ingest_pipeline import EventStatus
-
-NOW = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
-STORED, DUPLICATE, REJECTED = EventStatus.STORED, EventStatus.DUPLICATE, EventStatus.REJECTED
+from tests.store.ingest_support import (
+    DUPLICATE,
+    NOW,
+    REJECTED,
+    STORED,
+    one_pool_connection,
+)
 
 
 @pytest.fixture
 def conn(db: Engine) -> Iterator[Connection]:
-    config = ClusterConfig(
-        gpu_types=(GpuType("a100", 80, 10),),
-        pools=(NodePool("p"),),
-        nodes=(
-            Node("a0", "p", "a100", 8, 64000, 512000),
-            Node("a1", "p", "a100", 8, 64000, 512000),
-        ),
-        queues=(Queue("q", None, frozen_map({"p": QueueQuota("p", deserved_cu=10)})),),
-    )
-    with db.connect() as connection:
-        changes = diff_configs(config_repo.load_config(connection), config)
-        config_repo.apply_changes(connection, config, changes)
-        config_repo.record_version(connection, changes)
-        workload_repo.submit(
-            connection, [Workload(f"w{i}", "q", "p", 1, 1, NOW - 86400) for i in range(4)]
-        )
-        connection.commit()
-        yield connection
-        connection.rollback()
+    yield from one_pool_connection(db, nodes=2)
 
 
 def start(uid: str, at: float, gpu: int = 0, event_id: str | None = None) -> LedgerEvent:
