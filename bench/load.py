@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,7 +319,7 @@ def sample_rss(pid: int, stop: threading.Event, samples: list[tuple[float, int]]
         stop.wait(1.0)
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
