@@ -33,8 +33,10 @@ over stored history for the warnings) shows within that bound.
 A build that raises (an unknown pool: NOT_FOUND) leaves no entry, so the cache holds only what
 exists.
 
-A call answered from memory holds no work slot (`api/work_slots.py`): only a caller that runs
-the check itself takes one, for the check, waiting at most until its deadline. So while every
+A call answered from memory holds no work slot (`api/work_slots.py`) and hands no deadline to
+the database layer: only a caller that runs the check itself takes a slot, for the check,
+waiting at most until its deadline, and runs the check's queries under that deadline
+(`store/deadline.py`). So while every
 slot is held by database work (200 clients reporting events), a read waits for none of it; the
 cache's own thread checks without a slot (one check at a time per cache).
 """
