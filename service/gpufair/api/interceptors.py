@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from gpufair.api.errors import abort_for
-from gpufair.api.work_slots import EXEMPT_PREFIXES, SELF_SLOTTED, WorkSlots
+from gpufair.api.work_slots import EXEMPT_PREFIXES, FROM_MEMORY, SELF_SLOTTED, WorkSlots
 from gpufair.domain.errors import InvalidInputError, Violation
 from gpufair.domain.limits import shorten
 from gpufair.metrics import RPC_SECONDS, RPCS
@@ -246,13 +246,15 @@ class ErrorMappingInterceptor(Layer):
 
     def wrap(self, method: str, inner: Any) -> Any:
         short = method.rsplit("/", 1)[-1]
+        # Only a client stream's requests come as an iterator (checked message by message).
+        streamed = inner is not None and inner.unary_unary is None
 
         def decorate(behavior: Behavior) -> Behavior:
             def guarded(request: Any, context: grpc.ServicerContext) -> Any:
                 try:
                     if isinstance(request, MalformedRequest):
                         raise InvalidInputError([request.violation("request", short)])
-                    if isinstance(request, Iterator):
+                    if streamed and isinstance(request, Iterator):
                         request = _checked_stream(request, short)
                     return behavior(request, context)
                 except Exception as exc:
@@ -284,9 +286,15 @@ class ErrorMappingInterceptor(Layer):
 class DeadlineInterceptor(Layer):
     """Hands the call's deadline to the database layer for as long as the handler runs, so its
     transactions get a statement timeout no longer than the caller waits (store/deadline.py).
-    Placed outside the auth interceptor, whose token lookup is database work too."""
+    Placed outside the auth interceptor, whose token lookup is database work too. The read
+    caches' methods (`FROM_MEMORY`) hand it down themselves, around the check a caller runs
+    (`api/read_cache.py`): a reply from memory does no database work, and setting the deadline
+    for it cost more than the rest of the handler (`bench/results/serving.md`)."""
 
     def wrap(self, method: str, inner: Any) -> Any:
+        if method in FROM_MEMORY:
+            return inner
+
         def decorate(behavior: Behavior) -> Behavior:
             def bounded(request: Any, context: grpc.ServicerContext) -> Any:
                 with call_deadline(context.time_remaining()):

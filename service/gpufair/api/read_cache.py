@@ -33,8 +33,10 @@ over stored history for the warnings) shows within that bound.
 A build that raises (an unknown pool: NOT_FOUND) leaves no entry, so the cache holds only what
 exists.
 
-A call answered from memory holds no work slot (`api/work_slots.py`): only a caller that runs
-the check itself takes one, for the check, waiting at most until its deadline. So while every
+A call answered from memory holds no work slot (`api/work_slots.py`) and hands no deadline to
+the database layer: only a caller that runs the check itself takes a slot, for the check,
+waiting at most until its deadline, and runs the check's queries under that deadline
+(`store/deadline.py`). So while every
 slot is held by database work (200 clients reporting events), a read waits for none of it; the
 cache's own thread checks without a slot (one check at a time per cache).
 """
@@ -50,6 +52,7 @@ from typing import Generic, TypeVar
 
 from gpufair.api.work_slots import WorkSlots
 from gpufair.store.commit_watch import CommitCount, KeyNotices
+from gpufair.store.deadline import call_deadline
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +107,8 @@ class ReadCache(Generic[Key, Reply]):
         held (None to ask for a new one), it returns the current version and, unless that is
         `held`, the reply built for it (a version of None is never held: rebuilt each time).
         `time_left()` is the caller's time left (gRPC's `context.time_remaining`), the longest
-        it waits for a work slot when it has to check itself (None: without bound)."""
+        it waits for a work slot when it has to check itself (None: without bound), and the
+        deadline of that check's database work."""
         arrived = self._monotonic()
         entry = self._entries.get(key)
         if entry is not None and self._fresh(entry, arrived):
@@ -115,8 +119,10 @@ class ReadCache(Generic[Key, Reply]):
             entry = self._entries.get(key)
             if entry is not None and self._fresh(entry, arrived):
                 return entry.reply  # checked by another caller while this one waited
-            # A call that gets no slot in time leaves the entry as it was.
-            with self.slots.held(None if time_left is None else time_left()):
+            # A call that gets no slot in time leaves the entry as it was. The check's database
+            # work ends by the caller's deadline (`store/deadline.py`).
+            remaining_s = None if time_left is None else time_left()
+            with self.slots.held(remaining_s), call_deadline(remaining_s):
                 try:
                     return self._check(key, refresh).reply
                 except BaseException:

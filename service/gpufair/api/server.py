@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
@@ -29,6 +29,7 @@ from gpufair.api.interceptors import (
 )
 from gpufair.api.ledger import LedgerServicer
 from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
+from gpufair.api.rpc_threads import RpcThreads
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
 from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
@@ -75,6 +76,7 @@ class RunningServer:
     notices: KeyNotices | None = None
     caches: tuple[ReadCache[Any, Any], ...] = ()
     slots: WorkSlots | None = None  # what the RPCs that work hold (`api/work_slots.py`)
+    threads: RpcThreads | None = None  # what the calls run on (`api/rpc_threads.py`)
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> bool:
         """Report NOT_SERVING first, so load balancers drain, then finish in-flight calls; calls
@@ -87,6 +89,8 @@ class RunningServer:
         self.health.enter_graceful_shutdown()
         self.database_health.stop()
         done = self.server.stop(grace_s).wait(timeout=grace_s + SHUTDOWN_MARGIN_S)
+        if self.threads is not None:
+            self.threads.shutdown()
         for cache in self.caches:
             cache.close()
         self.keys.close()
@@ -122,7 +126,8 @@ def build_server(
     --processes`), and the kernel spreads connections over them.
 
     `max_workers` RPCs work at once; `schedule_waiters` more threads let `Schedule` callers wait
-    for a shared cycle without a work slot (`api/work_slots.py`).
+    for a shared cycle without a work slot (`api/work_slots.py`). The calls run on
+    `api/rpc_threads.py`'s threads, started as calls arrive.
 
     `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
     (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext.
@@ -138,10 +143,10 @@ def build_server(
     ]
     if all(isinstance(i, Layer) for i in interceptors):
         interceptors = [Layers([i for i in interceptors if isinstance(i, Layer)])]
+    threads = RpcThreads(max_workers + schedule_waiters, name="rpc")
     server = grpc.server(
-        futures.ThreadPoolExecutor(
-            max_workers=max_workers + schedule_waiters, thread_name_prefix="rpc"
-        ),
+        # grpc asks of its pool `submit` and the result's `add_done_callback` only.
+        cast(futures.ThreadPoolExecutor, threads),
         interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -197,4 +202,5 @@ def build_server(
         notices=notices,
         caches=(cluster_admin.configs, ledger.fair_shares),
         slots=slots,
+        threads=threads,
     )

@@ -33,14 +33,11 @@ DEFAULT_WAITERS = 256
 # Methods that take their slot themselves, or need none (answered from memory).
 EXEMPT_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 # The read caches' methods (`api/read_cache.py`) take a slot only when the caller itself checks
-# or rebuilds a reply: a reply served from memory waits for no slot held by database work.
-SELF_SLOTTED = frozenset(
-    {
-        "/gpufair.v1.Scheduler/Schedule",
-        "/gpufair.v1.Ledger/GetFairShare",
-        "/gpufair.v1.ClusterAdmin/GetConfig",
-    }
-)
+# or rebuilds a reply: a reply served from memory waits for no slot held by database work. Their
+# call's deadline is handed to the database layer there too, for that check only (a reply from
+# memory does no database work).
+FROM_MEMORY = frozenset({"/gpufair.v1.Ledger/GetFairShare", "/gpufair.v1.ClusterAdmin/GetConfig"})
+SELF_SLOTTED = frozenset({"/gpufair.v1.Scheduler/Schedule", *FROM_MEMORY})
 
 
 class WorkSlots:
