@@ -24,20 +24,25 @@ def load(state: CycleState) -> None:
     if carried.valid_for(state.snapshot):
         state.kinds.update(carried.kinds)
     running: dict[int, RunningRecord] = {}
-    reused = load_running(state, carried.running, running)
+    fresh: list[str] = []
+    reused = load_running(state, carried.running, running, fresh)
     load_evicting(state)
-    reused += load_pending(state, carried)
+    reused += load_pending(state, carried, fresh)
     carried.running = running
     carried.kinds = dict(state.kinds)
     carried.reused = reused
 
 
 def load_running(
-    state: CycleState, before: dict[int, RunningRecord], records: dict[int, RunningRecord] | None
+    state: CycleState,
+    before: dict[int, RunningRecord],
+    records: dict[int, RunningRecord] | None,
+    fresh: list[str] | None = None,
 ) -> int:
     """Running work into the capacity and the books, one `Victim` each; returns how many
-    records were taken from `before` (the last cycle's, by the allocation's identity), and
-    puts every record made or taken into `records` (None: none kept). Hot (one pass over every running
+    records were taken from `before` (the last cycle's, by the allocation's identity), puts
+    every record made or taken into `records` (None: none kept) and the uid of every record
+    made into `fresh`. Hot (one pass over every running
     workload): a workload of one binding without a partition, the common case, is read inline
     (what `uses_of` would make of it) and taken with `Capacity.take_one`; the one-node tuple
     of its `Victim.nodes` is shared by all workloads on that node. A carried record is taken
@@ -141,6 +146,8 @@ def load_running(
         made = running[uid] = Running(victim, workload.preemptible, workload.min_runtime_s)
         if records is not None:
             records[id(allocation)] = (allocation, uses, made, one)
+        if fresh is not None:
+            fresh.append(uid)
     return reused
 
 

@@ -3,17 +3,22 @@ queues' items in DESIGN §4.1 order (priority class, highest first, then submit 
 queue the least CU of every suffix of its items (`CycleState.suffix_min_cu`).
 
 With records carried from the pool's last cycle (`cycle_memory`), the queues are carried: per
-queue, the workloads it held last time, already in order, with their kinds. A cycle then reads
-each carried workload given again by identity only, in C (`map` over `id`, set membership), and
-keeps each queue's order (dropping what left), so what it does per workload in Python is to make
-its `Pending`; a queue that lost or gained nothing keeps its suffix minima too. Only workloads
-not carried (new, of no leaf queue, of another pool, compute-unit requests, never fitting) go
-through the full path, in the snapshot's order, and are merged into their queues by order. The
-queues come in the order of their first workload in the snapshot, as when every workload is
-loaded anew, and everything is what a load without carried records makes: a workload's kind
-and order are functions of the workload and of the pool's hardware and queues (equal, or the
-records are dropped), and a uid loaded twice is loaded as without records (the carried queues
-are not used then)."""
+queue, its items (`Pending`) of last time, already in order. A cycle then finds each carried
+workload given again by identity only, in C (`map` over `id`, set membership), and keeps each
+queue's order (dropping what left), so what it does per workload in Python is to make its item
+new again (`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. Only
+workloads not carried (new, of no leaf queue, of another pool, compute-unit requests, never
+fitting) go through the full path, in the snapshot's order, and are merged into their queues
+by order; a workload the pool never holds (`NEVER_FITS`) keeps its reason from the cycle
+before. The queues come in the order of their first workload in the snapshot, as when every
+workload is loaded anew, and everything is what a load without carried records makes: a workload's kind, order
+and never-fits reason are functions of the workload and of the pool's hardware and queues
+(equal, or the records are dropped), and a uid loaded twice is loaded as without records (the
+carried queues are not used then).
+
+Loading also finds the claimants (`CycleState.claimants`: the workloads evictions were made
+for, `cycle_claims`): carried ones by uid, the others as they are loaded, so no phase reads
+every pending workload to find them."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from itertools import compress
 from operator import attrgetter, not_
 
 from gpufair.domain import cu_request
-from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords
+from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
 from gpufair.domain.cycle_state import CycleState, Kind, Pending
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
@@ -53,10 +58,11 @@ _workload_of = attrgetter("workload")
 Loaded = dict[str, tuple[int, list[Pending]]]
 
 
-def load_pending(state: CycleState, carried: CarriedLoad | None) -> int:
+def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence[str] = ()) -> int:
     """Pending work into its queues (see the module docstring); returns how many workloads
     were taken from `carried`'s queues and leaves this load's queues there (None: nothing is
-    carried or kept)."""
+    carried or kept). `fresh`: the uids of the running workloads whose records this load made
+    (the others ran in the cycle that made `carried`, so no carried workload has their uid)."""
     pending = state.snapshot.pending
     seen = set(state.running)
     if carried is None:
@@ -67,22 +73,31 @@ def load_pending(state: CycleState, carried: CarriedLoad | None) -> int:
     hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
     present = set(compress(ids, hits))
     misses = list(compress(range(len(pending)), map(not_, hits)))
-    if present and _uid_taken(carried, present, seen, [pending[at].uid for at in misses]):
+    if present and _uid_taken(carried, present, [*fresh, *(pending[at].uid for at in misses)]):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
         hits = [False] * len(ids)
         present = set()
         misses = list(range(len(pending)))
     ordinary: set[int] = set()  # loaded items (by identity) of ordinary workloads: kept
-    loaded = _load_each(state, ((at, pending[at]) for at in misses), seen, ordinary)
+    rejected: dict[int, Rejection] = {}
+    entries = ((at, pending[at]) for at in misses)
+    loaded = _load_each(state, entries, seen, ordinary, rejected, carried.rejected)
+    carried.rejected = rejected
     first: dict[str, int] = {}
-    if present:
+    if present and not loaded:  # the queues in the order of their first workload
+        first = dict.fromkeys(map(_queue_of, compress(pending, hits)), 0)
+    elif present:  # and where that is, to place the queues of the workloads not carried
         taken = list(compress(pending, hits))
         positions = list(compress(range(len(pending)), hits))
         first = dict(zip(map(_queue_of, reversed(taken)), reversed(positions), strict=True))
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary)
     carried.queues = queues
+    for uid in state.leaving_for.keys() | state.standing_claims:
+        item = carried.by_uid.get(uid)
+        if item is not None and id(item.workload) in present:
+            state.claimants.append(item)
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
         by_uid = dict(carried.by_uid)
@@ -93,19 +108,19 @@ def load_pending(state: CycleState, carried: CarriedLoad | None) -> int:
             for item in items:
                 if id(item) in ordinary:
                     known[id(item.workload)] = item.workload
-                    by_uid[item.uid] = item.workload
+                    by_uid[item.uid] = item
         carried.pending = known
         carried.by_uid = by_uid
     return len(present)
 
 
-def _uid_taken(carried: CarriedLoad, present: set[int], running: set[str], new: list[str]) -> bool:
-    """Whether a running workload or a pending one not carried has the uid of a carried
-    workload given again."""
+def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
+    """Whether one of `new` (uids of running workloads made anew, of pending ones not carried)
+    is the uid of a carried workload given again."""
     by_uid = carried.by_uid
-    for uid in [*filter(by_uid.__contains__, running), *new]:
-        workload = by_uid.get(uid)
-        if workload is not None and id(workload) in present:
+    for uid in new:
+        item = by_uid.get(uid)
+        if item is not None and id(item.workload) in present:
             return True
     return False
 
@@ -115,16 +130,23 @@ def _load_each(
     entries: Iterable[tuple[int, Workload]],
     seen: set[str],
     ordinary: set[int] | None,
+    rejected: dict[int, Rejection] | None = None,
+    was_rejected: dict[int, Rejection] | None = None,
 ) -> Loaded:
     """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
     into per-queue lists of items in that order, with each queue's first position; the first
     of a uid (running ones in `seen`) wins. Puts the identity of every item of an ordinary
     workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
-    `ordinary` (None: not kept). A workload of a known signature costs a tuple (`signature`,
-    one C call), a dict lookup and its `Pending`."""
+    `ordinary`, and every such workload that never fits, with its reason, into `rejected`
+    (None: not kept); one in `was_rejected` (the last cycle's) only has its reason written
+    again. A workload of a known signature costs a tuple (`signature`, one C call), a dict
+    lookup and its `Pending`."""
     pool = state.pool.name
     books = state.books
     kinds = state.kinds
+    reasons = state.reasons
+    claimed = state.leaving_for.keys() | state.standing_claims
+    claimants = state.claimants
     loaded: Loaded = {}
     for at, submitted in entries:
         workload = submitted
@@ -132,6 +154,13 @@ def _load_each(
         if uid in seen:
             continue
         seen.add(uid)
+        if was_rejected:
+            again = was_rejected.get(id(submitted))
+            if again is not None:
+                reasons[uid] = again[1]
+                if rejected is not None:
+                    rejected[id(submitted)] = again
+                continue
         book = books.get(workload.queue)
         usual = False
         kind: Kind | None
@@ -146,12 +175,16 @@ def _load_each(
             if not usual:
                 kind = _usable_kind(state, submitted, workload, kind)
                 if kind is None:
+                    if rejected is not None:
+                        rejected[id(submitted)] = (submitted, reasons[uid])
                     continue
         item = Pending(
             workload, book, kind, uid, (-workload.priority_class, workload.submit_time_s, uid)
         )
         if usual and ordinary is not None:
             ordinary.add(id(item))
+        if uid in claimed:
+            claimants.append(item)
         queue = loaded.get(book.name)
         if queue is None:
             loaded[book.name] = (at, [item])

@@ -11,7 +11,8 @@ cycle by the identity of the allocation or workload they were made from; the nex
 the same pool, hardware and queues (compared by value) reuses the record of every input object
 it is given again, and makes the others as before. Pending work is carried as whole queues
 (`cycle_load_pending`): each queue's items in order, so a queue that lost or gained a few
-workloads is not sorted again, and one that did not change keeps its suffix minima. A process that keeps its rows between cycles
+workloads is not sorted again, and one that did not change keeps its suffix minima; a pending
+workload the pool never holds is kept with its reason. A process that keeps its rows between cycles
 (`services/snapshot_source.py`, the simulator) hands the same objects again for whatever did
 not change, so the next cycle makes records only for what did.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from gpufair.domain.capacity import PodUse
 from gpufair.domain.cycle_state import Kind, Pending, Running
 from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
-from gpufair.domain.snapshot import CycleSnapshot
+from gpufair.domain.snapshot import CycleSnapshot, PendingReason
 
 # A running allocation's record: the allocation itself (its identity is the key; holding it
 # keeps the key from being reused), the uses its pods take, its victim, and whether it is the
@@ -48,6 +49,9 @@ RunningRecord = tuple[Allocation, tuple[PodUse, ...], Running, bool]
 # takes them), the identities of their workloads, and the least CU of every suffix
 # (`CycleState.suffix_min_cu`) when the queue held nothing else (else None).
 QueueRecords = tuple[list[Pending], list[int], list[float] | None]
+# A pending workload of a leaf queue of this pool that the pool could never hold: the workload
+# and its `NEVER_FITS` reason.
+Rejection = tuple[Workload, PendingReason]
 Inputs = tuple[NodePool, tuple[Node, ...], tuple[GpuType, ...], tuple[Queue, ...]]
 
 
@@ -60,7 +64,8 @@ class CarriedLoad:
     running: dict[int, RunningRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecords] = field(default_factory=dict)
     pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by id
-    by_uid: dict[str, Workload] = field(default_factory=dict)  # the same by uid
+    by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
+    rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
 
@@ -75,5 +80,6 @@ class CarriedLoad:
         self.queues = {}
         self.pending = {}
         self.by_uid = {}
+        self.rejected = {}
         self.kinds = {}
         return False
