@@ -15,7 +15,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from cycle_builders import node, queue, snapshot, workload
+from cycle_builders import node, queue, running, snapshot, workload
 from test_cycle_never_rules import _arrivals, _nodes, _tree
 
 from gpufair.domain.cycle import run_cycle
@@ -109,4 +109,34 @@ def test_records_are_kept_only_for_objects_given_again() -> None:
     assert carried.reused == 0
     renamed = queue("team", 4.0)
     run_cycle(snapshot(nodes, [renamed], {"team": 8.0}, pending=[first]), carried)
+    assert carried.reused == 0
+
+
+def test_queues_are_carried_in_order_and_a_uid_given_twice_drops_them() -> None:
+    """Pending work is carried as whole queues: the next cycle takes the workloads given again
+    (3 of 4 here, in their order, with one new one merged in by order) and decides as a cycle
+    without carried state, reasons in the same order; a workload the pool never holds keeps its
+    reason (1 carried); a carried workload whose uid is also running is loaded as without
+    records (0 taken)."""
+    team = queue("team", 1.0)
+    nodes = [node("n1", gpus=2)]
+    jobs = [workload(f"w{i}", "team", pods=2, submit_time_s=float(i)) for i in range(4)]
+
+    big = workload("big", "team", pods=3, submit_time_s=0.5)  # 3 GPUs: never on 2
+    carried = CarriedLoad()
+
+    def cycle(pending: list[Workload], running: tuple[Allocation, ...] = ()) -> None:
+        snap = snapshot(nodes, [team], {"team": 1.0}, running_work=running, pending=pending)
+        with_carried = run_cycle(snap, carried)
+        without = run_cycle(snap)
+        assert with_carried == without
+        assert list(with_carried.pending) == list(without.pending)
+
+    cycle([*jobs, big])
+    assert (carried.reused, len(carried.pending), len(carried.rejected)) == (0, 4, 1)
+    late = workload("w9", "team", pods=2, submit_time_s=1.5)
+    cycle([jobs[3], late, big, jobs[0], jobs[1]])
+    assert (carried.reused, len(carried.pending), len(carried.rejected)) == (3, 4, 1)
+    assert [item.uid for item in carried.queues["team"][0]] == ["w0", "w1", "w9", "w3"]
+    cycle([jobs[3], jobs[0]], (running(replace(jobs[0], pods=1), [("n1", (0,))]),))
     assert carried.reused == 0

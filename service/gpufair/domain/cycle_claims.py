@@ -22,17 +22,11 @@ from gpufair.domain.placement import Exclusion
 
 
 def honour_claims(state: CycleState) -> None:
-    claimants = [
-        item
-        for items in state.queue_pending.values()
-        for item in items
-        if item.uid in state.leaving_for or item.uid in state.standing_claims
-    ]
     # Free capacity only shrinks in this phase (what a claimant's victims hold is released
     # only under a journal, and restored), so a kind that did not fit free capacity on a type
     # does not fit it later in the phase: (GPU type, kind's memo key).
     no_free_fit: set[tuple[object, ...]] = set()
-    for item in state.in_queue_order(claimants):
+    for item in state.in_queue_order(state.claimants):
         before_cu = item.book.allocated_cu
         _serve(state, item, no_free_fit)
         item.book.claimed_cu += item.book.allocated_cu - before_cu

@@ -9,7 +9,10 @@ was made from and of the pool's hardware and queues alone: the snapshot's `pool`
 and eviction ranks, which queues are leaves). A `CarriedLoad` keeps the records of the last
 cycle by the identity of the allocation or workload they were made from; the next cycle over
 the same pool, hardware and queues (compared by value) reuses the record of every input object
-it is given again, and makes the others as before. A process that keeps its rows between cycles
+it is given again, and makes the others as before. Pending work is carried as whole queues
+(`cycle_load_pending`): each queue's items in order, so a queue that lost or gained a few
+workloads is not sorted again, and one that did not change keeps its suffix minima; a pending
+workload the pool never holds is kept with its reason. A process that keeps its rows between cycles
 (`services/snapshot_source.py`, the simulator) hands the same objects again for whatever did
 not change, so the next cycle makes records only for what did.
 
@@ -19,10 +22,13 @@ books, the claims' holds. Those are built afresh each cycle, in the snapshot's o
 carried records exactly as from new ones, so every decision is the one a cycle without carried
 state makes (`tests/domain/test_cycle_memory.py`; `bench/cycle_equivalence.py`).
 
-`Running` and `Kind` are never changed once made, so a record can be shared by two cycles.
-The record tables are replaced whole at the end of each load, never changed in place: a shallow
-copy of a `CarriedLoad` is its state at that moment (the benchmarks time one *next* cycle
-again and again from the same carried state that way).
+`Running` and `Kind` are never changed once made, so a record can be shared by two cycles. A
+queue's items (`Pending`) are the one exception: a cycle marks them (bound, held, their reason),
+so the load that takes them makes each new again (its book, reason code, `done`, held nodes as
+a new `Pending` has them) instead of making another; a carried state therefore serves one
+cycle at a time. The record tables and the queues' lists are replaced whole at the end of each
+load, never changed in place: a shallow copy of a `CarriedLoad` is its state at that moment
+(the benchmarks time one *next* cycle again and again from the same carried state that way).
 """
 
 from __future__ import annotations
@@ -30,17 +36,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufair.domain.capacity import PodUse
-from gpufair.domain.cycle_state import Kind, Running
+from gpufair.domain.cycle_state import Kind, Pending, Running
 from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
-from gpufair.domain.snapshot import CycleSnapshot
+from gpufair.domain.snapshot import CycleSnapshot, PendingReason
 
 # A running allocation's record: the allocation itself (its identity is the key; holding it
 # keeps the key from being reused), the uses its pods take, its victim, and whether it is the
 # one-binding case loading takes with `Capacity.take_one`.
 RunningRecord = tuple[Allocation, tuple[PodUse, ...], Running, bool]
-# A pending workload's record (only for a workload of a leaf queue of this pool, of a usable
-# kind, not a compute-unit request): the workload, its kind and its order inside its queue.
-PendingRecord = tuple[Workload, Kind, tuple[int, float, str]]
+# A queue's pending records (only workloads of this pool, of a usable kind, not compute-unit
+# requests), in the queue's order: their items (`Pending`, made new again by each load that
+# takes them), the identities of their workloads, and the least CU of every suffix
+# (`CycleState.suffix_min_cu`) when the queue held nothing else (else None).
+QueueRecords = tuple[list[Pending], list[int], list[float] | None]
+# A pending workload of a leaf queue of this pool that the pool could never hold: the workload
+# and its `NEVER_FITS` reason.
+Rejection = tuple[Workload, PendingReason]
 Inputs = tuple[NodePool, tuple[Node, ...], tuple[GpuType, ...], tuple[Queue, ...]]
 
 
@@ -51,7 +62,10 @@ class CarriedLoad:
 
     inputs: Inputs | None = None
     running: dict[int, RunningRecord] = field(default_factory=dict)
-    pending: dict[int, PendingRecord] = field(default_factory=dict)
+    queues: dict[str, QueueRecords] = field(default_factory=dict)
+    pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by id
+    by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
+    rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
 
@@ -63,6 +77,9 @@ class CarriedLoad:
             return True
         self.inputs = inputs
         self.running = {}
+        self.queues = {}
         self.pending = {}
+        self.by_uid = {}
+        self.rejected = {}
         self.kinds = {}
         return False

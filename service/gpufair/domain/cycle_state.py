@@ -151,6 +151,9 @@ class CycleState:
         # Pending work per queue in queue order, and the least CU of any suffix of that list.
         self.queue_pending: dict[str, list[Pending]] = {}
         self.suffix_min_cu: dict[str, list[float]] = {}
+        # The pending workloads evictions were made for (`leaving_for`, `standing_claims`), in
+        # no order: loading finds them as it places pending work (`cycle_claims` serves them).
+        self.claimants: list[Pending] = []
         self.kinds: dict[tuple[object, ...], Kind] = {}
         # Free whole GPUs per type as compute-unit requests are resolved (`cycle_load`).
         self.cu_free_gpus: dict[str, float] = {}

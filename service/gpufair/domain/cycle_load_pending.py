@@ -1,0 +1,387 @@
+"""Loading pending work (`cycle_load`): each pending workload into its queue as a `Pending`, the
+queues' items in DESIGN §4.1 order (priority class, highest first, then submit time), and per
+queue the least CU of every suffix of its items (`CycleState.suffix_min_cu`).
+
+With records carried from the pool's last cycle (`cycle_memory`), the queues are carried: per
+queue, its items (`Pending`) of last time, already in order. A cycle then finds each carried
+workload given again by identity only, in C (`map` over `id`, set membership), and keeps each
+queue's order (dropping what left), so what it does per workload in Python is to make its item
+new again (`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. Only
+workloads not carried (new, of no leaf queue, of another pool, compute-unit requests, never
+fitting) go through the full path, in the snapshot's order, and are merged into their queues
+by order; a workload the pool never holds (`NEVER_FITS`) keeps its reason from the cycle
+before. The queues come in the order of their first workload in the snapshot, as when every
+workload is loaded anew, and everything is what a load without carried records makes: a workload's kind, order
+and never-fits reason are functions of the workload and of the pool's hardware and queues
+(equal, or the records are dropped), and a uid loaded twice is loaded as without records (the
+carried queues are not used then).
+
+Loading also finds the claimants (`CycleState.claimants`: the workloads evictions were made
+for, `cycle_claims`): carried ones by uid, the others as they are loaded, so no phase reads
+every pending workload to find them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from itertools import compress
+from operator import attrgetter, not_
+
+from gpufair.domain import cu_request
+from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
+from gpufair.domain.cycle_state import CycleState, Kind, Pending
+from gpufair.domain.model import Workload
+from gpufair.domain.placement import PodShape, adequate_types, rejection_in
+from gpufair.domain.queuebook import QueueBook
+from gpufair.domain.snapshot import PendingCode
+
+# What makes two workloads of one kind (`kind_of`): everything placement and admission read of a
+# workload but its identity, queue and times. One C call builds the tuple.
+signature = attrgetter(
+    "pods",
+    "min_pods",
+    "gpus_per_pod",
+    "allowed_gpu_types",
+    "min_gpu_memory_gib",
+    "cpu_millicores_per_pod",
+    "memory_mib_per_pod",
+    "topology",
+    "partition_profile",
+    "pods_on_distinct_nodes",
+)
+_by_order = attrgetter("order")
+_queue_of = attrgetter("queue")
+_workload_of = attrgetter("workload")
+
+# Per queue, what the full path loaded: its first position in the snapshot and its items.
+Loaded = dict[str, tuple[int, list[Pending]]]
+
+
+def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence[str] = ()) -> int:
+    """Pending work into its queues (see the module docstring); returns how many workloads
+    were taken from `carried`'s queues and leaves this load's queues there (None: nothing is
+    carried or kept). `fresh`: the uids of the running workloads whose records this load made
+    (the others ran in the cycle that made `carried`, so no carried workload has their uid)."""
+    pending = state.snapshot.pending
+    seen = set(state.running)
+    if carried is None:
+        _fill(state, _load_each(state, enumerate(pending), seen, None), {}, {}, set(), None)
+        return 0
+    known = carried.pending
+    ids = list(map(id, pending))
+    hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
+    present = set(compress(ids, hits))
+    misses = list(compress(range(len(pending)), map(not_, hits)))
+    if present and _uid_taken(carried, present, [*fresh, *(pending[at].uid for at in misses)]):
+        # A carried workload's uid is running, or given by another object too: everything is
+        # loaded as without records (the first of a uid wins, in the snapshot's order).
+        hits = [False] * len(ids)
+        present = set()
+        misses = list(range(len(pending)))
+    ordinary: set[int] = set()  # loaded items (by identity) of ordinary workloads: kept
+    rejected: dict[int, Rejection] = {}
+    entries = ((at, pending[at]) for at in misses)
+    loaded = _load_each(state, entries, seen, ordinary, rejected, carried.rejected)
+    carried.rejected = rejected
+    first: dict[str, int] = {}
+    if present and not loaded:  # the queues in the order of their first workload
+        first = dict.fromkeys(map(_queue_of, compress(pending, hits)), 0)
+    elif present:  # and where that is, to place the queues of the workloads not carried
+        taken = list(compress(pending, hits))
+        positions = list(compress(range(len(pending)), hits))
+        first = dict(zip(map(_queue_of, reversed(taken)), reversed(positions), strict=True))
+    queues: dict[str, QueueRecords] = {}
+    gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary)
+    carried.queues = queues
+    for uid in state.leaving_for.keys() | state.standing_claims:
+        item = carried.by_uid.get(uid)
+        if item is not None and id(item.workload) in present:
+            state.claimants.append(item)
+    if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
+        known = dict(known)
+        by_uid = dict(carried.by_uid)
+        for workload in gone:
+            del known[id(workload)]
+            del by_uid[workload.uid]
+        for _, items in loaded.values():
+            for item in items:
+                if id(item) in ordinary:
+                    known[id(item.workload)] = item.workload
+                    by_uid[item.uid] = item
+        carried.pending = known
+        carried.by_uid = by_uid
+    return len(present)
+
+
+def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
+    """Whether one of `new` (uids of running workloads made anew, of pending ones not carried)
+    is the uid of a carried workload given again."""
+    by_uid = carried.by_uid
+    for uid in new:
+        item = by_uid.get(uid)
+        if item is not None and id(item.workload) in present:
+            return True
+    return False
+
+
+def _load_each(
+    state: CycleState,
+    entries: Iterable[tuple[int, Workload]],
+    seen: set[str],
+    ordinary: set[int] | None,
+    rejected: dict[int, Rejection] | None = None,
+    was_rejected: dict[int, Rejection] | None = None,
+) -> Loaded:
+    """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
+    into per-queue lists of items in that order, with each queue's first position; the first
+    of a uid (running ones in `seen`) wins. Puts the identity of every item of an ordinary
+    workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
+    `ordinary`, and every such workload that never fits, with its reason, into `rejected`
+    (None: not kept); one in `was_rejected` (the last cycle's) only has its reason written
+    again. A workload of a known signature costs a tuple (`signature`, one C call), a dict
+    lookup and its `Pending`."""
+    pool = state.pool.name
+    books = state.books
+    kinds = state.kinds
+    reasons = state.reasons
+    claimed = state.leaving_for.keys() | state.standing_claims
+    claimants = state.claimants
+    loaded: Loaded = {}
+    for at, submitted in entries:
+        workload = submitted
+        uid = workload.uid
+        if uid in seen:
+            continue
+        seen.add(uid)
+        if was_rejected:
+            again = was_rejected.get(id(submitted))
+            if again is not None:
+                reasons[uid] = again[1]
+                if rejected is not None:
+                    rejected[id(submitted)] = again
+                continue
+        book = books.get(workload.queue)
+        usual = False
+        kind: Kind | None
+        if book is None or workload.pool != pool or submitted.compute_units > 0.0:
+            found = _unusual(state, submitted, book)
+            if found is None or book is None:
+                continue
+            workload, kind = found
+        else:
+            kind = kinds.get(signature(workload)) or kind_of(state, workload)
+            usual = kind.rejection is None and bool(kind.types)
+            if not usual:
+                kind = _usable_kind(state, submitted, workload, kind)
+                if kind is None:
+                    if rejected is not None:
+                        rejected[id(submitted)] = (submitted, reasons[uid])
+                    continue
+        item = Pending(
+            workload, book, kind, uid, (-workload.priority_class, workload.submit_time_s, uid)
+        )
+        if usual and ordinary is not None:
+            ordinary.add(id(item))
+        if uid in claimed:
+            claimants.append(item)
+        queue = loaded.get(book.name)
+        if queue is None:
+            loaded[book.name] = (at, [item])
+        else:
+            queue[1].append(item)
+    return loaded
+
+
+def _fill(
+    state: CycleState,
+    loaded: Loaded,
+    first: dict[str, int],
+    carried: dict[str, QueueRecords],
+    present: set[int],
+    keep: dict[str, QueueRecords] | None,
+    ordinary: set[int] | None = None,
+) -> list[Workload]:
+    """The queues into `state` in the order of their first workload in the snapshot: each
+    queue's carried workloads given again (`present`; `first` holds the queues that have
+    some) and its `loaded` items, merged by order. Puts each queue's ordinary workloads into
+    `keep` (None: not kept); returns the carried workloads not given again."""
+    starts = dict(first)
+    for name, (at, _) in loaded.items():
+        if at < starts.get(name, len(state.snapshot.pending)):
+            starts[name] = at
+    books = state.books
+    gone: list[Workload] = []
+    for name, earlier in carried.items():
+        if name not in first:
+            gone += map(_workload_of, earlier[0])
+    waiting = PendingCode.OVER_FAIR_SHARE  # what a new `Pending` waits for
+    for name in sorted(starts, key=starts.__getitem__):
+        book = books[name]
+        least: list[float] | None = None
+        items: list[Pending] = []
+        records: QueueRecords | None = carried.get(name) if name in first else None
+        if records is not None:
+            kept, ids, least = records
+            if not present.issuperset(ids):
+                given = list(map(present.__contains__, ids))
+                gone += map(_workload_of, compress(kept, map(not_, given)))
+                kept = list(compress(kept, given))
+                ids = list(compress(ids, given))
+                least = None
+            for item in kept:  # as new (`cycle_memory`)
+                item.book = book
+                item.code = waiting
+                item.done = False
+                item.held_nodes = 0
+            records = (kept, ids, least)
+            items = list(kept)  # the cycle's list: the carried one is not changed
+        new = loaded.get(name)
+        if new is not None:
+            items += new[1]
+            items.sort(key=_by_order)
+            least = None
+            if keep is not None and ordinary is not None:
+                records = _records(items, new[1], ordinary)
+        if least is None:
+            least = _suffix(items)
+            if records is not None and len(records[0]) == len(items):
+                records = (records[0], records[1], least)
+        state.queue_pending[name] = items
+        state.suffix_min_cu[name] = least
+        if keep is not None and records is not None and records[0]:
+            keep[name] = records
+    return gone
+
+
+def _records(items: list[Pending], new: list[Pending], ordinary: set[int]) -> QueueRecords | None:
+    """A queue's records: its items of ordinary workloads (`new` ones in `ordinary`), in order."""
+    unusual = {id(item) for item in new if id(item) not in ordinary}
+    kept = [item for item in items if id(item) not in unusual] if unusual else list(items)
+    return (kept, [id(item.workload) for item in kept], None) if kept else None
+
+
+def _suffix(items: Sequence[Pending]) -> list[float]:
+    """suffix[i]: the least CU of any of items[i:] (math.inf past the end); a loop, not
+    `accumulate(..., min)`, which calls `min` through its argument parsing per item."""
+    least = [math.inf] * (len(items) + 1)
+    lowest = math.inf
+    for position in range(len(items) - 1, -1, -1):
+        cu = items[position].kind.min_cu
+        if cu < lowest:  # noqa: PLR1730 (`min` parses its arguments: slower here)
+            lowest = cu
+        least[position] = lowest
+    return least
+
+
+def _unusual(
+    state: CycleState, submitted: Workload, book: QueueBook | None
+) -> tuple[Workload, Kind] | None:
+    """A pending workload of another pool, of no known leaf queue (its reason written, None),
+    or a compute-unit request (the gang that serves it this cycle, and that gang's kind)."""
+    pool = state.pool.name
+    if submitted.pool != pool:
+        state.reason(submitted, PendingCode.OTHER_POOL, f"belongs to pool {submitted.pool}")
+        return None
+    if book is None:
+        state.reason(
+            submitted,
+            PendingCode.UNKNOWN_QUEUE,
+            f"queue {submitted.queue} is not a leaf queue of pool {pool}",
+        )
+        return None
+    workload = submitted
+    if submitted.compute_units > 0.0:
+        workload = cu_request_for_cycle(state, submitted, book)
+        state.cu_requests[submitted.uid] = submitted
+    kind: Kind | None = kind_of(state, workload)
+    if kind is not None and (kind.rejection is not None or not kind.types):
+        kind = _usable_kind(state, submitted, workload, kind)
+    return None if kind is None else (workload, kind)
+
+
+def _usable_kind(
+    state: CycleState, submitted: Workload, workload: Workload, kind: Kind
+) -> Kind | None:
+    """`kind` if the workload can be scheduled at all, else None with its `NEVER_FITS` reason
+    written. A mix of types in one domain may serve what no single type can hold
+    (`cycle_cu_mix`)."""
+    if (
+        kind.rejection is not None
+        and submitted.mixed_gpu_types
+        and rejection_in(submitted, state.gpu_types, state.pool_room) is None
+    ):
+        kind = dataclasses.replace(kind, rejection=None)
+    if kind.rejection is not None:
+        state.reason(workload, PendingCode.NEVER_FITS, kind.rejection.message)
+        return None
+    if not kind.types:
+        state.reason(workload, PendingCode.NEVER_FITS, "no ready node has an adequate GPU type")
+        return None
+    return kind
+
+
+def kind_of(state: CycleState, workload: Workload) -> Kind:
+    """The shared facts of a workload's signature, memoised: pending work comes in few."""
+    key = signature(workload)
+    found = state.kinds.get(key)
+    if found is None:
+        shape = PodShape.of(workload)
+        types = adequate_types(workload, state.gpu_types, tuple(state.capacity.by_type))
+        cu_per_pod = tuple(workload.gpus_per_pod * state.weight(name) for name in types)
+        min_cu = workload.gang_min_pods * cu_per_pod[0] if types else 0.0
+        topology = workload.topology
+        memo_key = (
+            shape.gpus_per_pod,
+            shape.cpu_millicores,
+            shape.memory_mib,
+            workload.gang_min_pods,
+            None if topology is None else (topology.level, topology.required),
+            shape.profile,
+            shape.one_per_node,
+        )
+        found = Kind(
+            rejection_in(workload, state.gpu_types, state.pool_room),
+            shape,
+            types,
+            cu_per_pod,
+            min_cu,
+            memo_key,
+        )
+        state.kinds[key] = found
+    return found
+
+
+def cu_request_for_cycle(state: CycleState, workload: Workload, book: QueueBook) -> Workload:
+    """The gang that serves a compute-unit request this cycle (`domain/cu_request.py`): the
+    best option whose GPUs are free and that the queue's limits allow, counting down the GPUs
+    taken by the requests resolved before it; else the best the pool could ever hold and the
+    limits allow; else the best the pool could hold; else the best (which never fits)."""
+    choices = cu_request.options(workload, state.gpu_types, tuple(state.capacity.by_type))
+    if not choices:
+        return workload  # never fits; `kind_of` says why
+    free = state.cu_free_gpus
+    if not free:
+        free.update(state.capacity.free_whole_by_type)
+    allowed: list[Workload] = []
+    possible: list[Workload] = []
+    for option in choices:
+        candidate = cu_request.concrete(workload, option)
+        if rejection_in(candidate, state.gpu_types, state.pool_room) is not None:
+            continue
+        possible.append(candidate)
+        cu_per_pod = option.gpus_per_pod * state.weight(option.gpu_type)
+        pods, _ = book.max_pods(
+            cu_per_pod, option.gpus_per_pod, option.gpu_type, workload.preemptible, False
+        )
+        if pods < option.pods:
+            continue  # a limit of the queue (or above it) rules this type out
+        if free[option.gpu_type] >= option.gpus - 1e-9:
+            free[option.gpu_type] -= option.gpus
+            return candidate
+        allowed.append(candidate)
+    if not allowed and not possible and workload.mixed_gpu_types:
+        # No single type ever holds it: the gang of the first option stands in (it never
+        # places), and `cycle_cu_mix` looks for a mix.
+        return cu_request.concrete(workload, choices[0])
+    return (allowed or possible or [workload])[0]
