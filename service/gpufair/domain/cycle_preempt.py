@@ -20,13 +20,14 @@ from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, sele
 def preempt(state: CycleState) -> None:
     now_s = state.snapshot.now_s
     own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
+    leaving, evicted = state.leaving, state.evicted
     for running in state.running.values():
         victim = running.victim
         if (
             running.preemptible
-            and victim.uid not in state.leaving
-            and victim.uid not in state.evicted
             and now_s - victim.started_at_s >= running.min_runtime_s
+            and victim.uid not in leaving
+            and victim.uid not in evicted
         ):
             own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
     lowest: dict[str, int] = {}
@@ -37,10 +38,12 @@ def preempt(state: CycleState) -> None:
     # Someone to preempt at all, on a type the workload could use: a workload without one
     # could only fail (no class below its own on any of its types), and later workloads of
     # its queue, of no higher class, fail the same way whatever it left in the memo.
-    # The type test is the same for every workload of a queue with the same types and class:
-    # answered once per (queue, types, class).
+    # The type test is the same for every workload of a queue with the same kind (so types)
+    # and class: answered once per (queue, kind, class). A queue's workloads are sorted by
+    # (-priority class, submit time, uid) (`cycle_load`), so its first at or below the floor
+    # ends its list.
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
-    on_some_type: dict[tuple[str, tuple[str, ...], int], bool] = {}
+    on_some_type: dict[tuple[str, int, int], bool] = {}
     wanting: list[Pending] = []
     for name, items in state.queue_pending.items():
         floor = lowest.get(name)
@@ -48,9 +51,11 @@ def preempt(state: CycleState) -> None:
             continue
         for item in items:
             priority_class = item.workload.priority_class
-            if item.done or priority_class <= floor or item.code not in codes:
+            if priority_class <= floor:
+                break
+            if item.done or item.code not in codes:
                 continue
-            asked = (name, item.types, priority_class)
+            asked = (name, id(item.kind), priority_class)
             answer = on_some_type.get(asked)
             if answer is None:
                 answer = on_some_type[asked] = any(
@@ -68,8 +73,20 @@ def preempt(state: CycleState) -> None:
             sums[1] += victim.gpus
         state.preempt_totals[key] = totals
     failed: set[tuple[object, ...]] = set()
+    # (queue, kind id) whose every type has no victims in the queue or failed in the memo: a
+    # later workload of that kind in that queue would only pass over them again, so it is not
+    # tried (both only hold more as the phase goes on).
+    dead: set[tuple[str, int]] = set()
     for item in state.in_queue_order(wanting):
-        _try_preempt(state, item, failed)
+        name = item.book.name
+        if (name, id(item.kind)) in dead or _try_preempt(state, item, failed):
+            continue
+        memo_key = item.kind.memo_key
+        if all(
+            (name, gpu_type) not in own or (name, gpu_type, memo_key) in failed
+            for gpu_type in item.types
+        ):
+            dead.add((name, id(item.kind)))
     # Only this phase reads them: later evictions need not keep them current.
     state.preempt_index = {}
     state.preempt_totals = {}
