@@ -95,22 +95,27 @@ def preempt(state: CycleState) -> None:
 def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...]]) -> bool:
     workload = item.workload
     book = item.book
+    name = book.name
+    kind = item.kind
+    memo_key = kind.memo_key
     pods = workload.gang_min_pods
     below = workload.priority_class
-    for gpu_type in item.types:
+    own = state.preempt_own
+    # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
+    for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
         # A queue's work comes in falling priority class: a shape that found no victims at
         # one class finds none at a lower one (fewer victims, less capacity).
-        key = (book.name, gpu_type, item.kind.memo_key)
-        victims = state.preempt_own.get((book.name, gpu_type))
+        victims = own.get((name, gpu_type))
+        key = (name, gpu_type, memo_key)
         if not victims or key in failed:
             continue
         if state.pods_allowed(item, gpu_type, within_share=False) < pods:
             continue
         # Cheap necessary conditions before any search: enough GPUs could be freed, and the
         # swap could keep the queue within its share or from growing.
-        needed_cu = pods * state.cu_per_pod(item, gpu_type)
+        needed_cu = pods * cu_per_pod
         most_cu = most_gpus = 0.0
-        for priority_class, (cu, gpus) in state.preempt_totals[(book.name, gpu_type)].items():
+        for priority_class, (cu, gpus) in state.preempt_totals[(name, gpu_type)].items():
             if priority_class < below:
                 most_cu += cu
                 most_gpus += gpus
@@ -119,17 +124,17 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
         if (
             most_cu <= 0.0
             or (
-                item.shape.gpus_per_pod >= 1.0
-                and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
+                kind.shape.gpus_per_pod >= 1.0
+                and free_gpus + most_gpus < pods * kind.shape.gpus_per_pod - EPS
             )
             or not (swap_ok or needed_cu <= most_cu + EPS)
         ):
             failed.add(key)
             continue
-        index = state.preempt_index.get((book.name, gpu_type))
+        index = state.preempt_index.get((name, gpu_type))
         if index is None:
             index = VictimIndex(victims, state.capacity)
-            state.preempt_index[(book.name, gpu_type)] = index
+            state.preempt_index[(name, gpu_type)] = index
         leaving = state.leaving_for.get(item.uid, [])
         selection = select_victims(
             state.capacity,
@@ -137,7 +142,7 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
             state.strategy,
             Exclusion(),
             index=index,
-            budget=VictimBudget({book.name: math.inf}, {}, below_priority_class=below),
+            budget=VictimBudget({name: math.inf}, {}, below_priority_class=below),
             already_leaving=[victim.uses for victim in leaving],
         )
         if selection is None or not selection.victims:

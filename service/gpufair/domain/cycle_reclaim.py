@@ -5,7 +5,8 @@ past `min_runtime_s` (or past its queue's `max_borrow_s`: borrowing with a time 
 `on_loan_too_long`) from queues above max(deserved, fair share) (`victim_search` picks the
 fewest CU, lowest tier and most recent first), never pushing a victim queue below that floor or
 below a per-type guarantee, never leaving the reclaimer above a victim in allocated/fair-share
-ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase.
+ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase,
+and workloads whose try could only fail are passed over without one (`_reclaim_in_order`).
 """
 
 from __future__ import annotations
