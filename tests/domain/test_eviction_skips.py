@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 from cycle_builders import POOL, node, queue, running, snapshot, workload
@@ -126,3 +127,31 @@ def test_least_cu_in_share_never_refuses_free_or_empty_gangs() -> None:
     assert _least_cu_in_share(_kind((0.0, 2.0)), 4) == -math.inf
     assert _least_cu_in_share(_kind((1.0,)), 0) == -math.inf
     assert _least_cu_in_share(_kind((2.0, 8.0)), 3) == pytest.approx(6.0, rel=1e-11)
+
+
+def test_preempt_searches_no_victims_that_could_not_free_a_whole_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Four 8-GPU nodes, each with two 1-GPU jobs of class 0 (8 GPUs in all, enough by count)
+    # and six GPUs of non-preemptible work: no node can ever free 8 GPUs for the class-5
+    # workload's one pod, so no search is made, and nothing is evicted.
+    nodes = [node(f"n{i}") for i in range(4)]
+    queues = [queue("a", 32)]
+    work = []
+    for i in range(4):
+        work += [running(workload(f"low{i}-{gpu}", "a"), [(f"n{i}", (gpu,))]) for gpu in range(2)]
+        keep = workload(f"keep{i}", "a", gpus=6, preemptible=False)
+        work.append(running(keep, [(f"n{i}", tuple(range(2, 8)))]))
+    big = workload("big", "a", gpus=8, priority_class=5)
+    searched: list[str] = []
+    search = cycle_preempt.select_victims
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        searched.append(args[1].gpu_type)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(cycle_preempt, "select_victims", counted)
+    result = run_cycle(snapshot(nodes, queues, {"a": 32}, running_work=work, pending=[big]))
+    assert searched == []
+    assert result.evicts == ()
+    assert result.pending["big"].code is not PendingCode.WAITING_FOR_EVICTED_CAPACITY

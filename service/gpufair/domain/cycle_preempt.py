@@ -3,6 +3,11 @@
 Inside one queue, pending work evicts preemptible work of a lower priority class (past
 `min_runtime_s`), if the queue ends within its fair share or does not grow. `victim_search` picks
 the victims, lowest class and most recent first.
+
+A failed preemption of a workload kind on a GPU type is remembered for the rest of the phase in
+its queue, and a workload whose every type is remembered so (or has no victims) is not tried;
+a queue's first search on a type is not made, nor its victims indexed, when those victims could
+not free a pod's whole GPUs on enough nodes (`_room_short`).
 """
 
 from __future__ import annotations
@@ -131,11 +136,16 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
         ):
             failed.add(key)
             continue
+        leaving = state.leaving_for.get(item.uid, [])
         index = state.preempt_index.get((name, gpu_type))
         if index is None:
+            # The first search on this queue's victims of the type: not made, nor their index
+            # built, when the victims could not make room for the gang whatever is chosen.
+            if not leaving and _room_short(state, item, gpu_type, victims):
+                failed.add(key)
+                continue
             index = VictimIndex(victims, state.capacity)
             state.preempt_index[(name, gpu_type)] = index
-        leaving = state.leaving_for.get(item.uid, [])
         selection = select_victims(
             state.capacity,
             state.ask(item, gpu_type, pods),
@@ -156,3 +166,37 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
         commit(state, item, gpu_type, selection, EvictReason.PREEMPT, bool(leaving))
         return True
     return False
+
+
+def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[Victim]) -> bool:
+    """True when the gang minimum of `item`'s whole-GPU pods could not fit on `gpu_type` even
+    with every victim of a lower priority class gone, so the search would find nothing. Per
+    node, at most its free whole GPUs plus every GPU such a victim uses there can be free, so
+    no more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
+    counted again with its victims' GPUs. Pods that share or partition a GPU are not bounded
+    here (False)."""
+    shape = item.shape
+    whole = shape.whole_gpus
+    if not whole or shape.profile:
+        return False
+    below = item.workload.priority_class
+    evicted = state.evicted
+    freeable: dict[int, set[int]] = {}
+    for victim in victims:
+        if victim.priority_class < below and victim.uid not in evicted:
+            for use in victim.uses:
+                found = freeable.get(use.node)
+                if found is None:
+                    freeable[use.node] = set(use.gpu_indices)
+                else:
+                    found.update(use.gpu_indices)
+    capacity = state.capacity
+    pods = sum(
+        len(capacity.bucket(gpu_type, free)) * (free // whole)
+        for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
+    )
+    nodes = capacity.nodes
+    for node, gpus in freeable.items():
+        free = nodes[node].free_whole
+        pods += (free + len(gpus)) // whole - free // whole
+    return pods < item.workload.gang_min_pods
