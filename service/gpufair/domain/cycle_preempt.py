@@ -171,32 +171,38 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
 def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[Victim]) -> bool:
     """True when the gang minimum of `item`'s whole-GPU pods could not fit on `gpu_type` even
     with every victim of a lower priority class gone, so the search would find nothing. Per
-    node, at most its free whole GPUs plus every GPU such a victim uses there can be free, so
-    no more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
-    counted again with its victims' GPUs. Pods that share or partition a GPU are not bounded
-    here (False)."""
+    node, at most its free whole GPUs plus the GPUs such victims use there can be free, so no
+    more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
+    counted again with its victims' GPUs (read only when the buckets alone fall short). Pods
+    that share or partition a GPU are not bounded here (False)."""
     shape = item.shape
     whole = shape.whole_gpus
     if not whole or shape.profile:
         return False
-    below = item.workload.priority_class
-    evicted = state.evicted
-    freeable: dict[int, set[int]] = {}
-    for victim in victims:
-        if victim.priority_class < below and victim.uid not in evicted:
-            for use in victim.uses:
-                found = freeable.get(use.node)
-                if found is None:
-                    freeable[use.node] = set(use.gpu_indices)
-                else:
-                    found.update(use.gpu_indices)
+    needed = item.workload.gang_min_pods
     capacity = state.capacity
     pods = sum(
         len(capacity.bucket(gpu_type, free)) * (free // whole)
         for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
     )
+    if pods >= needed:
+        return False
+    below = item.workload.priority_class
+    evicted = state.evicted
     nodes = capacity.nodes
-    for node, gpus in freeable.items():
-        free = nodes[node].free_whole
-        pods += (free + len(gpus)) // whole - free // whole
-    return pods < item.workload.gang_min_pods
+    # Per node, its free whole GPUs and the GPUs its victims use so far (a GPU twice if
+    # shared): each victim read adds what it can to the bound, until the gang fits.
+    freeable: dict[int, int] = {}
+    for victim in victims:
+        if victim.priority_class >= below or victim.uid in evicted:
+            continue
+        for use in victim.uses:
+            node = use.node
+            before = freeable.get(node)
+            if before is None:
+                before = nodes[node].free_whole
+            after = freeable[node] = before + len(use.gpu_indices)
+            pods += after // whole - before // whole
+        if pods >= needed:
+            return False
+    return True
