@@ -23,8 +23,18 @@ def commit(
         state.bind(item, gpu_type, selection.plan)
         return
     book = item.book
+    books = state.books
+    # Only the phase that made them keeps these current (reclaim's, preempt's) or has any
+    # (guarantees'): the others' are empty, and their upkeep is skipped.
+    reclaim_indexes = state.reclaim_index
+    budgets = state.budgets
+    guarantee_indexes = state.guarantee_index
+    preempt_totals = state.preempt_totals
+    preempt_indexes = state.preempt_index
+    evicted = state.evicted
     for victim in selection.victims:
-        victim_book = state.books[victim.queue]
+        queue = victim.queue
+        victim_book = books[queue]
         if reason is EvictReason.RECLAIM:
             message = (
                 f"reclaimed for {item.uid} of queue {book.name} "
@@ -54,26 +64,31 @@ def commit(
                 f"preempted in queue {book.name} for {item.uid} "
                 f"(priority class {item.workload.priority_class} over {victim.priority_class})"
             )
-        state.evicted.add(victim.uid)
+        evicted.add(victim.uid)
         victim_book.remove(victim.cu, victim.gpus, victim.gpu_type, True)
         victim_book.evicted_cu += victim.cu
-        surplus_cu = victim_book.surplus_cu()
-        for index in state.reclaim_index.values():
-            index.remove(victim)
-            index.prune(victim.queue, surplus_cu)
-        for budget_type, budget in state.budgets.items():
-            budget.evicted(victim, budget_type)
-        guarantee_index = state.guarantee_index.get(victim.gpu_type)
-        if guarantee_index is not None:
-            guarantee_index.remove(victim)
-        totals = state.preempt_totals.get((victim.queue, victim.gpu_type))
-        sums = None if totals is None else totals.get(victim.priority_class)
-        if sums is not None:
-            sums[0] -= victim.cu
-            sums[1] -= victim.gpus
-        preempt_index = state.preempt_index.get((victim.queue, victim.gpu_type))
-        if preempt_index is not None:
-            preempt_index.remove(victim)
+        if reclaim_indexes:
+            surplus_cu = victim_book.surplus_cu()
+            for index in reclaim_indexes.values():
+                index.remove(victim)
+                index.prune(queue, surplus_cu)
+        if budgets:
+            for budget_type, budget in budgets.items():
+                budget.evicted(victim, budget_type)
+        if guarantee_indexes:
+            guarantee_index = guarantee_indexes.get(victim.gpu_type)
+            if guarantee_index is not None:
+                guarantee_index.remove(victim)
+        if preempt_totals:
+            own_key = (queue, victim.gpu_type)
+            totals = preempt_totals.get(own_key)
+            sums = None if totals is None else totals.get(victim.priority_class)
+            if sums is not None:
+                sums[0] -= victim.cu
+                sums[1] -= victim.gpus
+            preempt_index = preempt_indexes.get(own_key)
+            if preempt_index is not None:
+                preempt_index.remove(victim)
         state.evicts.append(
             EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
         )

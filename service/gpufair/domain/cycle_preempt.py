@@ -3,6 +3,11 @@
 Inside one queue, pending work evicts preemptible work of a lower priority class (past
 `min_runtime_s`), if the queue ends within its fair share or does not grow. `victim_search` picks
 the victims, lowest class and most recent first.
+
+A failed preemption of a workload kind on a GPU type is remembered for the rest of the phase in
+its queue, and a workload whose every type is remembered so (or has no victims) is not tried;
+a queue's first search on a type is not made, nor its victims indexed, when those victims could
+not free a pod's whole GPUs on enough nodes (`_room_short`).
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, sele
 def preempt(state: CycleState) -> None:
     now_s = state.snapshot.now_s
     own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
+    leaving, evicted = state.leaving, state.evicted
     for running in state.running.values():
         victim = running.victim
         if (
             running.preemptible
-            and victim.uid not in state.leaving
-            and victim.uid not in state.evicted
             and now_s - victim.started_at_s >= running.min_runtime_s
+            and victim.uid not in leaving
+            and victim.uid not in evicted
         ):
             own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
     lowest: dict[str, int] = {}
@@ -37,10 +43,12 @@ def preempt(state: CycleState) -> None:
     # Someone to preempt at all, on a type the workload could use: a workload without one
     # could only fail (no class below its own on any of its types), and later workloads of
     # its queue, of no higher class, fail the same way whatever it left in the memo.
-    # The type test is the same for every workload of a queue with the same types and class:
-    # answered once per (queue, types, class).
+    # The type test is the same for every workload of a queue with the same kind (so types)
+    # and class: answered once per (queue, kind, class). A queue's workloads are sorted by
+    # (-priority class, submit time, uid) (`cycle_load`), so its first at or below the floor
+    # ends its list.
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
-    on_some_type: dict[tuple[str, tuple[str, ...], int], bool] = {}
+    on_some_type: dict[tuple[str, int, int], bool] = {}
     wanting: list[Pending] = []
     for name, items in state.queue_pending.items():
         floor = lowest.get(name)
@@ -48,9 +56,11 @@ def preempt(state: CycleState) -> None:
             continue
         for item in items:
             priority_class = item.workload.priority_class
-            if item.done or priority_class <= floor or item.code not in codes:
+            if priority_class <= floor:
+                break
+            if item.done or item.code not in codes:
                 continue
-            asked = (name, item.types, priority_class)
+            asked = (name, id(item.kind), priority_class)
             answer = on_some_type.get(asked)
             if answer is None:
                 answer = on_some_type[asked] = any(
@@ -68,8 +78,20 @@ def preempt(state: CycleState) -> None:
             sums[1] += victim.gpus
         state.preempt_totals[key] = totals
     failed: set[tuple[object, ...]] = set()
+    # (queue, kind id) whose every type has no victims in the queue or failed in the memo: a
+    # later workload of that kind in that queue would only pass over them again, so it is not
+    # tried (both only hold more as the phase goes on).
+    dead: set[tuple[str, int]] = set()
     for item in state.in_queue_order(wanting):
-        _try_preempt(state, item, failed)
+        name = item.book.name
+        if (name, id(item.kind)) in dead or _try_preempt(state, item, failed):
+            continue
+        memo_key = item.kind.memo_key
+        if all(
+            (name, gpu_type) not in own or (name, gpu_type, memo_key) in failed
+            for gpu_type in item.types
+        ):
+            dead.add((name, id(item.kind)))
     # Only this phase reads them: later evictions need not keep them current.
     state.preempt_index = {}
     state.preempt_totals = {}
@@ -78,22 +100,27 @@ def preempt(state: CycleState) -> None:
 def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...]]) -> bool:
     workload = item.workload
     book = item.book
+    name = book.name
+    kind = item.kind
+    memo_key = kind.memo_key
     pods = workload.gang_min_pods
     below = workload.priority_class
-    for gpu_type in item.types:
+    own = state.preempt_own
+    # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
+    for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
         # A queue's work comes in falling priority class: a shape that found no victims at
         # one class finds none at a lower one (fewer victims, less capacity).
-        key = (book.name, gpu_type, item.kind.memo_key)
-        victims = state.preempt_own.get((book.name, gpu_type))
+        victims = own.get((name, gpu_type))
+        key = (name, gpu_type, memo_key)
         if not victims or key in failed:
             continue
         if state.pods_allowed(item, gpu_type, within_share=False) < pods:
             continue
         # Cheap necessary conditions before any search: enough GPUs could be freed, and the
         # swap could keep the queue within its share or from growing.
-        needed_cu = pods * state.cu_per_pod(item, gpu_type)
+        needed_cu = pods * cu_per_pod
         most_cu = most_gpus = 0.0
-        for priority_class, (cu, gpus) in state.preempt_totals[(book.name, gpu_type)].items():
+        for priority_class, (cu, gpus) in state.preempt_totals[(name, gpu_type)].items():
             if priority_class < below:
                 most_cu += cu
                 most_gpus += gpus
@@ -102,25 +129,30 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
         if (
             most_cu <= 0.0
             or (
-                item.shape.gpus_per_pod >= 1.0
-                and free_gpus + most_gpus < pods * item.shape.gpus_per_pod - EPS
+                kind.shape.gpus_per_pod >= 1.0
+                and free_gpus + most_gpus < pods * kind.shape.gpus_per_pod - EPS
             )
             or not (swap_ok or needed_cu <= most_cu + EPS)
         ):
             failed.add(key)
             continue
-        index = state.preempt_index.get((book.name, gpu_type))
-        if index is None:
-            index = VictimIndex(victims, state.capacity)
-            state.preempt_index[(book.name, gpu_type)] = index
         leaving = state.leaving_for.get(item.uid, [])
+        index = state.preempt_index.get((name, gpu_type))
+        if index is None:
+            # The first search on this queue's victims of the type: not made, nor their index
+            # built, when the victims could not make room for the gang whatever is chosen.
+            if not leaving and _room_short(state, item, gpu_type, victims):
+                failed.add(key)
+                continue
+            index = VictimIndex(victims, state.capacity)
+            state.preempt_index[(name, gpu_type)] = index
         selection = select_victims(
             state.capacity,
             state.ask(item, gpu_type, pods),
             state.strategy,
             Exclusion(),
             index=index,
-            budget=VictimBudget({book.name: math.inf}, {}, below_priority_class=below),
+            budget=VictimBudget({name: math.inf}, {}, below_priority_class=below),
             already_leaving=[victim.uses for victim in leaving],
         )
         if selection is None or not selection.victims:
@@ -134,3 +166,43 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
         commit(state, item, gpu_type, selection, EvictReason.PREEMPT, bool(leaving))
         return True
     return False
+
+
+def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[Victim]) -> bool:
+    """True when the gang minimum of `item`'s whole-GPU pods could not fit on `gpu_type` even
+    with every victim of a lower priority class gone, so the search would find nothing. Per
+    node, at most its free whole GPUs plus the GPUs such victims use there can be free, so no
+    more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
+    counted again with its victims' GPUs (read only when the buckets alone fall short). Pods
+    that share or partition a GPU are not bounded here (False)."""
+    shape = item.shape
+    whole = shape.whole_gpus
+    if not whole or shape.profile:
+        return False
+    needed = item.workload.gang_min_pods
+    capacity = state.capacity
+    pods = sum(
+        len(capacity.bucket(gpu_type, free)) * (free // whole)
+        for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
+    )
+    if pods >= needed:
+        return False
+    below = item.workload.priority_class
+    evicted = state.evicted
+    nodes = capacity.nodes
+    # Per node, its free whole GPUs and the GPUs its victims use so far (a GPU twice if
+    # shared): each victim read adds what it can to the bound, until the gang fits.
+    freeable: dict[int, int] = {}
+    for victim in victims:
+        if victim.priority_class >= below or victim.uid in evicted:
+            continue
+        for use in victim.uses:
+            node = use.node
+            before = freeable.get(node)
+            if before is None:
+                before = nodes[node].free_whole
+            after = freeable[node] = before + len(use.gpu_indices)
+            pods += after // whole - before // whole
+        if pods >= needed:
+            return False
+    return True

@@ -5,14 +5,17 @@ past `min_runtime_s` (or past its queue's `max_borrow_s`: borrowing with a time 
 `on_loan_too_long`) from queues above max(deserved, fair share) (`victim_search` picks the
 fewest CU, lowest tier and most recent first), never pushing a victim queue below that floor or
 below a per-type guarantee, never leaving the reclaimer above a victim in allocated/fair-share
-ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase.
+ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase,
+and workloads whose try could only fail are passed over without one (`_reclaim_in_order`).
 """
 
 from __future__ import annotations
 
+import math
+
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
-from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.cycle_state import CycleState, Kind, Pending
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason, PendingCode
@@ -76,11 +79,55 @@ def reclaim(state: CycleState) -> None:
         )
         for name, found in by_type.items()
     }
-    for item in state.in_queue_order(wanting):
-        _try_reclaim(state, item)
+    _reclaim_in_order(state, state.in_queue_order(wanting))
     # Only this phase reads them: later evictions need not keep them current.
     state.reclaim_index = {}
     state.budgets = {}
+
+
+def _reclaim_in_order(state: CycleState, ordered: list[Pending]) -> None:
+    """`_try_reclaim` each of `ordered`, except those whose try could only fail without a
+    search, which decides nothing and changes nothing but the failure memo:
+
+    - a workload whose kind has every type failed in the memo (it only grows), in any queue;
+    - a workload the share test (`QueueBook.max_pods`, within share) refuses on every type: its
+      queue's room in its share is below the gang minimum at the kind's cheapest CU per pod
+      (`_least_cu_in_share`). That test caps every queue, with limits or without.
+
+    Workloads with victims already leaving for them skip the memo, so they are always tried."""
+    failed = state.reclaim_failed
+    leaving_for = state.leaving_for
+    dead_kinds: set[int] = set()  # id of a kind whose every type is in the memo
+    least_cu: dict[int, float] = {}  # kind id → `_least_cu_in_share`
+    for item in ordered:
+        kind = item.kind
+        if item.uid in leaving_for:
+            _try_reclaim(state, item)
+            continue
+        if id(kind) in dead_kinds:
+            continue
+        book = item.book
+        least = least_cu.get(id(kind))
+        if least is None:
+            least = least_cu[id(kind)] = _least_cu_in_share(kind, item.workload.gang_min_pods)
+        if book.fair_share_cu - book.allocated_cu + EPS < least:
+            continue
+        if _try_reclaim(state, item) is None:
+            memo_key = kind.memo_key
+            if all((gpu_type, memo_key) in failed for gpu_type in kind.types):
+                dead_kinds.add(id(kind))
+
+
+def _least_cu_in_share(kind: Kind, pods: int) -> float:
+    """A room in the queue's share (fair share - allocated + EPS, as `QueueBook.max_pods`
+    computes it) below which the share test refuses `pods` pods of `kind` on each of its types:
+    the gang minimum at the cheapest type's CU per pod, less a margin wider than the rounding of
+    that test's division, so a room below it is certainly below what the test needs. Minus
+    infinity when the test never refuses (no pods needed, or a type of no CU)."""
+    cheapest = min(kind.cu_per_pod, default=0.0)
+    if pods < 1 or cheapest <= EPS:
+        return -math.inf
+    return pods * cheapest * (1.0 - 1e-12)
 
 
 def on_loan_too_long(book: QueueBook, victim: Victim, now_s: float) -> bool:
@@ -90,13 +137,16 @@ def on_loan_too_long(book: QueueBook, victim: Victim, now_s: float) -> bool:
     return limit is not None and now_s - victim.started_at_s >= limit
 
 
-def _try_reclaim(state: CycleState, item: Pending) -> bool:
+def _try_reclaim(state: CycleState, item: Pending) -> bool | None:
+    """Evict for `item` on the first of its types where reclaim works. True: it did; False: a
+    victim search ran on some type but nothing was committed; None: no search ran."""
     workload = item.workload
     book = item.book
     pods = workload.gang_min_pods  # never evict for more than the gang minimum
     leaving = state.leaving_for.get(item.uid, [])
     failed = state.reclaim_failed
     memo_key = item.kind.memo_key
+    searched: bool | None = None
     for gpu_type in item.types:
         # The memo first: most workloads of a busy pool repeat a kind that already failed, and
         # the share test costs more than the look-up (it has no effect, so the order is free).
@@ -112,6 +162,7 @@ def _try_reclaim(state: CycleState, item: Pending) -> bool:
         if not budget.cu_left and not leaving:
             failed.add(key)
             continue
+        searched = False
         selection = select_victims(
             state.capacity,
             state.ask(item, gpu_type, pods),
@@ -130,7 +181,7 @@ def _try_reclaim(state: CycleState, item: Pending) -> bool:
             continue
         commit(state, item, gpu_type, selection, EvictReason.RECLAIM, bool(leaving))
         return True
-    return False
+    return searched
 
 
 def _budget(state: CycleState, gpu_type: str) -> VictimBudget:
