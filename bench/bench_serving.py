@@ -2,7 +2,7 @@
 Python server answering the same bytes, in one run.
 
     python bench/bench_serving.py [--processes N] [--seconds 10] [--connections 32 --streams 1]
-                                  [--baseline CHECKOUT]
+                                  [--baseline CHECKOUT] [--rounds R]
 
 `gpufair serve --processes N` (default: the number of cores) runs on a scratch database with the
 cluster of `load.py` (pool `main`: 60 nodes, four queues) and its first recompute; the reply it
@@ -15,7 +15,11 @@ time; latencies come from h2load's per-request log. Each target's CPU time (the 
 tree) is read from /proc before and after. The JSON printed is what `results/serving.md` shows.
 
 With `--baseline`, gpufair is also run from another checkout's `service/` (the code before a
-change) in the same run, right after this one's, on a database of its own. `spread` is how the
+change) in the same run, on a database of its own. Every target is started before the first
+measurement and stays up to the end; `--rounds R` drives each of them once per round, the order
+rotated by one each round (so no target is always measured first or last while the machine's
+other load comes and goes), and prints each round's figures and ratios (a ratio is between
+neighbouring measurements of one round) with the median of each ratio over the rounds. `spread` is how the
 kernel's SO_REUSEPORT hash dealt h2load's connections to the server's processes (read with `ss`
 during the run): with 8 connections and 2 workers, 4 + 4 is even, 5 + 3 or worse is not.
 
@@ -30,6 +34,7 @@ the streams on one core while the other idled (`results/serving.md`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -43,6 +48,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +174,11 @@ def handler_times(log: Any, since: int) -> dict[str, Any]:
     }
 
 
-def run_gpufair(
-    url: str, env: dict[str, str], body: Path, args: argparse.Namespace, log: Any
-) -> tuple[dict[str, Any], bytes, int]:
-    """h2load against `gpufair serve` on `url` (the cluster of `load.py`, its first recompute):
-    the figures (with `handler_times`), the reply's bytes and the group's exit status."""
+def start_gpufair(
+    url: str, env: dict[str, str], args: argparse.Namespace, log: Any
+) -> tuple[subprocess.Popen[bytes], int, bytes]:
+    """`gpufair serve` on `url` with the cluster of `load.py` and its first recompute, serving
+    and listening in every process: the group, its port and its GetFairShare reply's bytes."""
     port = free_port()
     gpufair = subprocess.Popen(
         [
@@ -191,14 +197,44 @@ def run_gpufair(
             reply = c.get_fair_share("main")
         assert len(reply.queues) == 4, reply
         wait_listening(port, args.processes)
-        time.sleep(1.0)
-        log.flush()
-        since = log.seek(0, os.SEEK_END)
-        figures = h2load(port, body, args.seconds, args.connections, args.streams, gpufair.pid)
-    finally:
-        code = stop(gpufair)
-    figures.update(handler_times(log, since))
-    return figures, reply.SerializeToString(), code
+    except BaseException:
+        stop(gpufair)
+        raise
+    return gpufair, port, reply.SerializeToString()
+
+
+@dataclass
+class Target:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Any = None  # gpufair's own log (its RPC lines), None for the trivial servers
+
+
+def record_exit(results: dict[str, Any], name: str, process: subprocess.Popen[bytes]) -> None:
+    results[f"{name}_exit_code"] = stop(process)
+
+
+def measure(target: Target, body: Path, args: argparse.Namespace) -> dict[str, Any]:
+    since = target.log.seek(0, os.SEEK_END) if target.log is not None else 0
+    figures = h2load(
+        target.port, body, args.seconds, args.connections, args.streams, target.process.pid
+    )
+    if target.log is not None:
+        target.log.flush()
+        figures.update(handler_times(target.log, since))
+    return figures
+
+
+def ratios(figures: dict[str, Any]) -> dict[str, float]:
+    g = figures["gpufair"]["per_s"]
+    out = {
+        "ratio_to_trivial_1_process": round(g / figures["trivial_1_process"]["per_s"], 2),
+        "ratio_to_trivial_n_processes": round(g / figures["trivial_n_processes"]["per_s"], 2),
+    }
+    if "gpufair_baseline" in figures:
+        out["ratio_to_baseline"] = round(g / figures["gpufair_baseline"]["per_s"], 2)
+    return out
 
 
 def main() -> int:
@@ -212,6 +248,12 @@ def main() -> int:
         type=Path,
         default=None,
         help="also run gpufair from this checkout's service/ (the code before), same run",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="drive every target once per round, in an order rotated each round",
     )
     args = parser.parse_args()
     if shutil.which("h2load") is None:
@@ -228,24 +270,26 @@ def main() -> int:
     with (
         test_server() as server,
         tempfile.TemporaryDirectory() as tmp,
-        tempfile.TemporaryFile() as log,
+        contextlib.ExitStack() as stack,
     ):
         reply_file, body = Path(tmp) / "reply.bin", Path(tmp) / "request.bin"
         request = ledger_pb2.GetFairShareRequest(pool="main").SerializeToString()
         body.write_bytes(struct.pack(">BI", 0, len(request)) + request)
-        targets = [("gpufair", env)]
+        kinds = [("gpufair", env)]
         if args.baseline is not None:
             path = str((args.baseline / "service").resolve())
-            targets.append(("gpufair_baseline", {**env, "PYTHONPATH": path}))
-        for name, target_env in targets:
-            with scratch_database(server.url, prefix="gpufair_bench") as url:
-                results[name], reply, results[f"{name}_exit_code"] = run_gpufair(
-                    url, target_env, body, args, log
-                )
+            kinds.append(("gpufair_baseline", {**env, "PYTHONPATH": path}))
+        targets: list[Target] = []
+        for name, target_env in kinds:
+            url = stack.enter_context(scratch_database(server.url, prefix="gpufair_bench"))
+            log = stack.enter_context(tempfile.TemporaryFile())
+            process, port, reply = start_gpufair(url, target_env, args, log)
+            stack.callback(record_exit, results, name, process)
+            targets.append(Target(name, process, port, log))
             if name == "gpufair":
                 reply_file.write_bytes(reply)
                 results["reply_bytes"] = len(reply)
-
+        quiet = stack.enter_context(tempfile.TemporaryFile())
         for name, processes in (("trivial_1_process", 1), ("trivial_n_processes", args.processes)):
             port = free_port()
             trivial = start(
@@ -254,22 +298,27 @@ def main() -> int:
                     *("--address", f"127.0.0.1:{port}", "--reply", str(reply_file)),
                     *("--processes", str(processes)),
                 ],
-                log,
+                quiet,
             )
-            try:
-                wait_listening(port, processes)
-                time.sleep(1.0)
-                results[name] = h2load(
-                    port, body, args.seconds, args.connections, args.streams, trivial.pid
-                )
-            finally:
-                stop(trivial)
+            stack.callback(stop, trivial)
+            wait_listening(port, processes)
+            targets.append(Target(name, trivial, port))
+        time.sleep(1.0)
+        rounds: list[dict[str, Any]] = []
+        for round_number in range(args.rounds):
+            shift = round_number % len(targets)
+            order = targets[shift:] + targets[:shift]
+            figures = {target.name: measure(target, body, args) for target in order}
+            rounds.append({"order": [t.name for t in order], **figures, **ratios(figures)})
     results["load_average_after"] = round(os.getloadavg()[0], 2)
-    g = results["gpufair"]["per_s"]
-    results["ratio_to_trivial_1_process"] = round(g / results["trivial_1_process"]["per_s"], 2)
-    results["ratio_to_trivial_n_processes"] = round(g / results["trivial_n_processes"]["per_s"], 2)
-    if "gpufair_baseline" in results:
-        results["ratio_to_baseline"] = round(g / results["gpufair_baseline"]["per_s"], 2)
+    if args.rounds == 1:
+        del rounds[0]["order"]
+        results.update(rounds[0])
+    else:
+        results["rounds"] = rounds
+        for key in rounds[0]:
+            if key.startswith("ratio_"):
+                results[f"median_{key}"] = statistics.median(float(r[key]) for r in rounds)
     print(json.dumps(results, indent=2))
     return 0
 
