@@ -127,10 +127,11 @@ class VictimBudget:
         return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
 
 
-# Below this many victim nodes, scan them rather than the pool's free-room buckets.
-_FEW_NODES = 64
+# More nodes than this changed since a walk was read: it is sorted again rather than patched.
+_RESORT_STALE = 32
 # A tier no victim has: a node where no GPU can ever be wholly freed.
 _NEVER = 1 << 30
+_NO_VICTIMS: dict[Victim, tuple[PodUse, ...]] = {}
 WalkKey = tuple[int, float, int, float, int]
 Key = tuple[int, float, int, float, int]
 Option = tuple[Key, list[Victim]] | None
@@ -146,8 +147,10 @@ class VictimIndex:
 
     def __init__(self, victims: Iterable[Victim], capacity: Capacity) -> None:
         self._capacity = capacity
-        self.on_node: dict[int, list[Victim]] = {}
-        self.gpus_on_node: dict[int, float] = {}  # GPUs the node's victims hold on it
+        # Per node, its victims in preference order, each with its uses on that node (all of
+        # them for a victim on one node): the search reads a node's part of a gang without
+        # filtering the gang's uses, and a victim leaves a node in one step.
+        self.on_node: dict[int, dict[Victim, tuple[PodUse, ...]]] = {}
         # Per node, the parts of a lower bound of any eviction option the node offers, whatever
         # the budgets: the first victim's tier, priority class and start, and the cheapest CU
         # per GPU. Removing victims only raises a floor.
@@ -160,7 +163,8 @@ class VictimIndex:
         # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
         # it stays a bound as long as nothing outside the index is released (`_greedy`).
         self.freeable_on_node: dict[int, int] = {}
-        self.by_queue: dict[str, list[Victim]] = {}
+        # Per queue, its victims (a dict as an ordered set: one leaves in one step).
+        self.by_queue: dict[str, dict[Victim, None]] = {}
         self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
         self.total_gpus = 0.0
@@ -168,22 +172,33 @@ class VictimIndex:
         # Options kept between searches (`option_table`), emptied for a node when its victims
         # change.
         self._options: dict[tuple[PodShape, int | None, bool], OptionTable] = {}
+        on_node = self.on_node
         for victim in sorted(victims, key=Victim.preference):
-            for node in victim.nodes:
-                self.on_node.setdefault(node, []).append(victim)
-            self.by_queue.setdefault(victim.queue, []).append(victim)
+            if len(victim.nodes) == 1:
+                on_node.setdefault(victim.nodes[0], {})[victim] = victim.uses
+            else:
+                for node in victim.nodes:
+                    on_node.setdefault(node, {})[victim] = tuple(
+                        use for use in victim.uses if use.node == node
+                    )
+            self.by_queue.setdefault(victim.queue, {})[victim] = None
             self._present.add(victim)
             self.total_gpus += victim.gpus
         for node in self.on_node:
             self._refresh(node)
-        # Nodes sorted by their floor as full nodes, kept current as floors change (bisect:
-        # the list moves in C), one list for whole-GPU pods and one for shared ones.
+        # Nodes sorted by their floor as full nodes, one list for whole-GPU pods and one for
+        # shared ones, brought up to date when next read: the nodes whose floor changed since
+        # are moved (bisect: the list moves in C), or the list is sorted again when many did
+        # (evictions between two searches often remove many victims).
         self._walks: dict[bool, list[WalkKey]] = {}
         self._walk_key: dict[bool, dict[int, WalkKey]] = {}
+        self._stale: set[int] = set()
 
     def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
         """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
         -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
+        if self._stale:
+            self._update_walks()
         found = self._walks.get(whole_gpus)
         if found is None:
             keys = {node: self._walk_entry(node, whole_gpus) for node in self.floor_on_node}
@@ -197,15 +212,24 @@ class VictimIndex:
         return (tier, cu_per_gpu, priority_class, -started_at_s, node)
 
     def _rewalk(self, node: int) -> None:
+        if self._walks:
+            self._stale.add(node)
+
+    def _update_walks(self) -> None:
+        stale, self._stale = self._stale, set()
+        resort = len(stale) > _RESORT_STALE
         for whole_gpus, order in self._walks.items():
             keys = self._walk_key[whole_gpus]
-            old = keys.pop(node, None)
-            if old is not None:
-                del order[bisect.bisect_left(order, old)]
-            if node in self.floor_on_node:
-                new = self._walk_entry(node, whole_gpus)
-                keys[node] = new
-                bisect.insort(order, new)
+            for node in stale:
+                old = keys.pop(node, None)
+                if old is not None and not resort:
+                    del order[bisect.bisect_left(order, old)]
+                if node in self.floor_on_node:
+                    new = keys[node] = self._walk_entry(node, whole_gpus)
+                    if not resort:
+                        bisect.insort(order, new)
+            if resort:
+                order[:] = sorted(keys.values())
 
     def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
         tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
@@ -214,13 +238,19 @@ class VictimIndex:
         return (tier, cu_per_gpu, priority_class, started_at_s)
 
     def domain_gpus(self, level: str) -> dict[str, float]:
-        """GPUs held by victims per value of topology label `level`."""
+        """GPUs held by victims per value of topology label `level`: counted from the victims
+        at the first call for a level, then kept current by `remove`."""
         found = self._domain_gpus.get(level)
         if found is None:
             found = {}
-            for node, gpus in self.gpus_on_node.items():
+            for node, here in self.on_node.items():
                 value = self._capacity.nodes[node].labels.get(level)
                 if value is not None:
+                    gpus = sum(
+                        use.gpu_amount * len(use.gpu_indices)
+                        for uses in here.values()
+                        for use in uses
+                    )
                     found[value] = found.get(value, 0.0) + gpus
             self._domain_gpus[level] = found
         return found
@@ -245,7 +275,7 @@ class VictimIndex:
         self._present.discard(victim)
         if victim.cu >= self._top_cu.get(victim.queue, math.inf):
             del self._top_cu[victim.queue]
-        self.by_queue[victim.queue].remove(victim)
+        del self.by_queue[victim.queue][victim]
         self.total_gpus -= victim.gpus
         for use in victim.uses:
             gpus = use.gpu_amount * len(use.gpu_indices)
@@ -255,9 +285,9 @@ class VictimIndex:
                 if value is not None:
                     totals[value] -= gpus
         for node in victim.nodes:
-            found = self.on_node.get(node)
-            if found is not None and victim in found:
-                found.remove(victim)
+            here = self.on_node.get(node)
+            if here is not None and victim in here:
+                del here[victim]
                 self._refresh(node)
                 self._rewalk(node)
 
@@ -279,44 +309,40 @@ class VictimIndex:
     def _refresh(self, node: int) -> None:
         for table in self._options.values():
             table.pop(node, None)
-        victims = self.on_node[node]
-        if not victims:
+        here = self.on_node[node]
+        if not here:
             del self.on_node[node]
-            del self.gpus_on_node[node]
             del self.floor_on_node[node]
             del self.whole_tier_on_node[node]
             del self.freeable_on_node[node]
             return
-        self.gpus_on_node[node] = sum(
-            use.gpu_amount * len(use.gpu_indices)
-            for victim in victims
-            for use in victim.uses
-            if use.node == node
-        )
         # Victims come in preference order, so any option's first victim is this one or one
         # that sorts after it: its tier, class and start bound the option's key.
-        first = victims[0]
+        first = next(iter(here))
+        if len(here) == 1:
+            cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
+        else:
+            cheapest = min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in here)
         self.floor_on_node[node] = (
             first.tier,
-            min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in victims),
+            cheapest,
             first.priority_class,
             first.started_at_s,
         )
-        used = self._capacity.nodes[node].gpu_used.copy()
-        whole_tier = _NEVER
-        freeable = sum(1 for amount in used if amount <= EPS)
-        if freeable:
-            whole_tier = first.tier
-        for victim in victims:
-            for use in victim.uses:
-                if use.node == node:
-                    for gpu in use.gpu_indices:
-                        before = used[gpu]
-                        after = used[gpu] = before - use.gpu_amount
-                        if before > EPS and after <= EPS:
-                            freeable += 1
-                            if whole_tier == _NEVER:
-                                whole_tier = victim.tier
+        state = self._capacity.nodes[node]
+        used = state.gpu_used.copy()
+        freeable = state.free_whole  # the GPUs of `used` at most EPS
+        whole_tier = first.tier if freeable else _NEVER
+        for victim, uses in here.items():
+            for use in uses:
+                amount = use.gpu_amount
+                for gpu in use.gpu_indices:
+                    before = used[gpu]
+                    after = used[gpu] = before - amount
+                    if before > EPS and after <= EPS:
+                        freeable += 1
+                        if whole_tier == _NEVER:
+                            whole_tier = victim.tier
         self.whole_tier_on_node[node] = whole_tier
         self.freeable_on_node[node] = freeable
 
@@ -349,13 +375,14 @@ def select_victims(
     `already_leaving`: capacity of workloads already evicted for this workload; it counts as
     free for the search. The capacity is left exactly as it was found.
     """
-    ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
+    if ask.pods_max != ask.pods_min or ask.pool_levels:
+        ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
     base = Journal()
     for uses in already_leaving:
         capacity.release(uses, base)
     try:
         best: Selection | None = None
-        best_key: tuple[int, float] | None = None
+        best_key: tuple[int, float] | None = None  # made when a second selection is found
         found_in_domains = 0
         for subset in _subsets(capacity, ask, exclusion, index):
             if subset is None and best is not None:
@@ -375,12 +402,23 @@ def select_victims(
             if found is None:
                 continue
             found_in_domains += subset is not None
-            key = (max((victim.tier for victim in found.victims), default=-(1 << 30)), found.cu)
-            if best_key is None or key < best_key:
+            if best is None:
+                best = found
+                continue
+            if best_key is None:
+                best_key = _rank(best)
+            key = _rank(found)
+            if key < best_key:
                 best, best_key = found, key
         return best
     finally:
         capacity.restore(base)
+
+
+def _rank(selection: Selection) -> tuple[int, float]:
+    """Selections of different node sets compare by their highest victim tier, then CU."""
+    tiers = [victim.tier for victim in selection.victims]
+    return (max(tiers, default=-(1 << 30)), selection.cu)
 
 
 # Domains whose search succeeded, compared for the cheapest before settling: a bound on the work
@@ -390,10 +428,11 @@ _DOMAINS_COMPARED = 3
 
 def _subsets(
     capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
-) -> list[list[int] | None]:
+) -> Iterator[list[int] | None]:
     """Node sets worth searching: topology domains (lists of nodes), and None for the whole
     type. A set is dropped at once when even evicting every victim in it could not free the
-    GPUs the gang needs."""
+    GPUs the gang needs. A domain's list of nodes is made when the search reaches it: most
+    searches stop after a few."""
     needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
     whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
     # An upper bound of the free GPUs (held nodes included): a cheap test for the pool.
@@ -405,7 +444,8 @@ def _subsets(
     if free_gpus + index.total_gpus >= needed_gpus - EPS:
         pool = [None]
     if topology is None:
-        return pool
+        yield from pool
+        return
     nodes = capacity.nodes
     free_by_node = {
         node: nodes[node].free_whole if whole_pods else nodes[node].free_gpus()
@@ -419,15 +459,20 @@ def _subsets(
             free_by_domain[value] = free_by_domain.get(value, 0.0) + free
     victim_gpus = index.domain_gpus(topology.level)
     domains = capacity.domains(topology.level).get(ask.gpu_type, {})
+    values: Iterable[str] = domains
+    if needed_gpus > EPS:
+        # A domain with neither free GPUs nor victims could not hold a pod: only domains
+        # that have either are tested (a handful of a pool's hundreds).
+        values = [value for value in {*free_by_domain, *victim_gpus} if value in domains]
     ranked = sorted(
         (-free_by_domain.get(value, 0.0), value)
-        for value in domains
+        for value in values
         if free_by_domain.get(value, 0.0) + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
     )
-    subsets: list[list[int] | None] = [
-        [node for node in domains[value] if not exclusion.blocks(node)] for _, value in ranked
-    ]
-    return subsets if topology.required else subsets + pool
+    for _, value in ranked:
+        yield [node for node in domains[value] if not exclusion.blocks(node)]
+    if not topology.required:
+        yield from pool
 
 
 def _search(
@@ -449,7 +494,7 @@ def _search(
             subset,
             index,
             exclusion,
-            budget=budget.copy(),
+            budget=budget,
             trial=trial,
             freeable_bounds=freeable_bounds,
         )
@@ -492,7 +537,8 @@ def _greedy(
     freeable_bounds: bool,
 ) -> list[Victim] | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
-    `subset` (None: every node of the type). Releases them in the capacity under `trial`.
+    `subset` (None: every node of the type). Releases them in the capacity under `trial`;
+    `budget` is left as it was (the picks spend a copy).
 
     `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
     (no capacity outside the index was released for the search), so a node that could not free
@@ -516,10 +562,16 @@ def _greedy(
     # the node changes, so every change is counted exactly once).
     fits: dict[int, int] = {}
 
+    whole = shape.whole_gpus
+    plain_whole = whole > 0 and not shape.profile  # none fits where fewer GPUs are free
+
     def fit_now(node: int) -> int:
         found = fits.get(node)
         if found is None:
-            found = pods_fit(nodes[node], shape) if usable(node) else 0
+            if plain_whole and nodes[node].free_whole < whole:
+                found = 0
+            else:
+                found = pods_fit(nodes[node], shape) if usable(node) else 0
             fits[node] = found
         return found
 
@@ -529,9 +581,9 @@ def _greedy(
         total = sum(fit_now(node) for node in subset)
     released: set[str] = set()
     chosen: list[Victim] = []
-    whole = shape.whole_gpus
     below = budget.below_priority_class
     cu_left, gpus_left = budget.cu_left, budget.gpus_left
+    spending: VictimBudget | None = None  # the copy the picks spend, made at the first
     # No victim's queue has a capped loss (preemption inside one queue): the budget test
     # always passes and is skipped.
     bounded = (
@@ -564,7 +616,7 @@ def _greedy(
         prefix: list[Victim] = []
         cost = 0.0
         top_tier = -_NEVER
-        for victim in on_node.get(node, ()):
+        for victim, uses in on_node.get(node, _NO_VICTIMS).items():
             if victim.uid in released or (below is not None and victim.priority_class >= below):
                 continue
             if bounded:
@@ -584,18 +636,17 @@ def _greedy(
             prefix.append(victim)
             cost += victim.cu
             top_tier = victim.tier  # the highest so far: a node's victims come tier by tier
-            for use in victim.uses:
-                if use.node == node:
-                    amount = use.gpu_amount
-                    for gpu in use.gpu_indices:
-                        before = used[gpu]
-                        after = used[gpu] = before - amount
-                        if before > EPS and after <= EPS:
-                            free_whole += 1
-                        elif before <= EPS and after > EPS:
-                            free_whole -= 1
-                    cpu += use.cpu_millicores
-                    memory += use.memory_mib
+            for use in uses:
+                amount = use.gpu_amount
+                for gpu in use.gpu_indices:
+                    before = used[gpu]
+                    after = used[gpu] = before - amount
+                    if before > EPS and after <= EPS:
+                        free_whole += 1
+                    elif before <= EPS and after > EPS:
+                        free_whole -= 1
+                cpu += use.cpu_millicores
+                memory += use.memory_mib
             if whole and free_whole // whole <= now:
                 continue  # no more whole-GPU pods than now, whatever CPU and memory say
             gained = fit_on(used, free_whole, cpu, memory, shape) - now
@@ -643,29 +694,30 @@ def _greedy(
     # simulated exactly, and an exact score is re-checked when popped, since an earlier pick may
     # have spent a victim queue's budget or freed room on the node. Over the whole type, full
     # nodes are walked in floor order (their bound is the floor times one pod's GPUs: the same
-    # order), so a reclaim reads few nodes however large the pool.
+    # order), so a reclaim reads few nodes however large the pool. The walk is a sorted stream
+    # beside the heap, not in it: its next node (`head`) is taken when it sorts before the
+    # heap's top, as it would pop from a heap holding it.
     heap: list[tuple[Key, int, int]] = []
     walk: Iterator[WalkKey] | None = None
     if subset is None and per_pod > 0.0:
         # Nodes with some room and victims enter directly (their bound is below the walk's);
         # read from whichever of the two sets is smaller (a node without victims has no bound).
-        rooms: list[dict[int, None]] = []
-        few = len(floors) <= _FEW_NODES
-        if not few:
+        # Nodes with room are at most the type's free GPUs (plus its part-used nodes).
+        roomy = capacity.free_whole_by_type.get(ask.gpu_type, 0) + (0 if whole else len(partial))
+        starts: set[int] = set()  # none when the type has no room at all
+        if roomy and len(floors) <= roomy:
+            starts = {
+                node
+                for node in floors
+                if nodes[node].free_whole > 0 or (not whole and node in partial)
+            }
+        elif roomy:
             rooms = [
                 capacity.bucket(ask.gpu_type, free)
                 for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
             ]
             if not whole:
                 rooms.append(partial)
-            few = len(floors) <= sum(len(room) for room in rooms)
-        if few:
-            starts = {
-                node
-                for node in floors
-                if nodes[node].free_whole > 0 or (not whole and node in partial)
-            }
-        else:
             starts = {node for room in rooms for node in room if node in floors}
         walk = iter(index.walk_order(whole > 0))
     else:
@@ -678,8 +730,9 @@ def _greedy(
 
     every_node = members is None and not blocking  # `usable` holds for every node
 
-    def advance() -> None:
-        """Push the next full node of the walk (nodes with room entered the heap at once)."""
+    def advance() -> tuple[Key, int, int] | None:
+        """The next full node of the walk, as read now (nodes with room entered the heap at
+        once)."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
                 state = nodes[node]
@@ -690,17 +743,20 @@ def _greedy(
                     and whole <= state.gpu_count
                     and tier != _NEVER
                 ):
-                    key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
-                    heapq.heappush(heap, (key, _WALK, node))
-                    return
+                    return ((tier, cu_per_gpu * per_pod, priority_class, late, node), _WALK, node)
+        return None
 
-    advance()
-    while total < pods and heap:
-        key, kind, node = heapq.heappop(heap)
-        if kind == _WALK:
-            advance()
+    head = advance()
+    while total < pods:
+        if head is not None and (not heap or head < heap[0]):
+            key, _, node = head
+            head = advance()
             if freeable[node] < least_freeable:
                 continue  # its option is None (the walk still passes it, in the same order)
+        elif heap:
+            key, _, node = heapq.heappop(heap)
+        else:
+            break
         found = option(node)
         if found is None:
             continue
@@ -709,22 +765,29 @@ def _greedy(
             # (every other entry sorts after this one, and nothing changes in between).
             heapq.heappush(heap, (found[0], _EXACT, node))
             continue
+        if spending is None:
+            # The budget is copied at the first pick: a search that picks nothing copies none.
+            spending = budget.copy()
+            cu_left, gpus_left = spending.cu_left, spending.gpus_left
         touched: set[int] = set()
         for victim in found[1]:
             for other in victim.nodes:
                 fit_now(other)  # before the node changes
             capacity.release(victim.uses, trial)
             released.add(victim.uid)
-            budget.spend(victim)
+            spending.spend(victim)
             chosen.append(victim)
-            touched.update(use.node for use in victim.uses)
+            touched.update(victim.nodes)
+        changed: list[int] = []
         for other in touched:
-            if not usable(other):
-                continue
-            now = pods_fit(nodes[other], shape)
-            total += now - fits[other]
-            fits[other] = now
-            again = option(other)
-            if again is not None:
-                heapq.heappush(heap, (again[0], _EXACT, other))
+            if usable(other):
+                now = pods_fit(nodes[other], shape)
+                total += now - fits[other]
+                fits[other] = now
+                changed.append(other)
+        if total < pods:  # the nodes' next options are read only if the search goes on
+            for other in changed:
+                again = option(other)
+                if again is not None:
+                    heapq.heappush(heap, (again[0], _EXACT, other))
     return chosen if total >= pods else None
