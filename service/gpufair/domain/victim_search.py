@@ -172,6 +172,9 @@ class VictimIndex:
         # Options kept between searches (`option_table`), emptied for a node when its victims
         # change.
         self._options: dict[tuple[PodShape, int | None, bool], OptionTable] = {}
+        # The same tables by the shape object's identity (the object is kept, so its id is not
+        # reused while the entry stands).
+        self._last_table: dict[tuple[int, int | None, bool], tuple[PodShape, OptionTable]] = {}
         on_node = self.on_node
         for victim in sorted(victims, key=Victim.preference):
             if len(victim.nodes) == 1:
@@ -201,7 +204,12 @@ class VictimIndex:
             self._update_walks()
         found = self._walks.get(whole_gpus)
         if found is None:
-            keys = {node: self._walk_entry(node, whole_gpus) for node in self.floor_on_node}
+            floors = self.floor_on_node
+            if whole_gpus:
+                tiers = self.whole_tier_on_node
+                keys = {node: (tiers[node], f[1], f[2], -f[3], node) for node, f in floors.items()}
+            else:
+                keys = {node: (f[0], f[1], f[2], -f[3], node) for node, f in floors.items()}
             found = sorted(keys.values())
             self._walks[whole_gpus] = found
             self._walk_key[whole_gpus] = keys
@@ -300,10 +308,14 @@ class VictimIndex:
         capacity, its victims, the shape and the budgets of the queues of the victims it read,
         and nothing else: a search finding an entry at the node's current version whose
         budgets are unchanged has the option without computing it."""
+        same = self._last_table.get((id(shape), below, bounded))
+        if same is not None and same[0] is shape:
+            return same[1]  # the shape object of an earlier search: no hash of its fields
         key = (shape, below, bounded)
         found = self._options.get(key)
         if found is None:
             found = self._options[key] = {}
+        self._last_table[(id(shape), below, bounded)] = (shape, found)
         return found
 
     def _refresh(self, node: int) -> None:
@@ -576,7 +588,10 @@ def _greedy(
         return found
 
     if subset is None:
-        total = free_pods(capacity, shape, ask.gpu_type, exclusion)
+        if plain_whole and capacity.free_whole_by_type.get(ask.gpu_type, 0) < whole:
+            total = 0  # no node has a pod's GPUs free: the common case in a busy pool
+        else:
+            total = free_pods(capacity, shape, ask.gpu_type, exclusion)
     else:
         total = sum(fit_now(node) for node in subset)
     released: set[str] = set()
@@ -588,8 +603,8 @@ def _greedy(
     # always passes and is skipped.
     bounded = (
         bool(gpus_left)
-        or any(cu != math.inf for cu in cu_left.values())
-        or any(queue not in cu_left for queue in index.by_queue)
+        or any(map(math.inf.__ne__, cu_left.values()))  # some CU budget is finite
+        or not index.by_queue.keys() <= cu_left.keys()  # some victim's queue has none
     )
 
     table = index.option_table(shape, below, bounded)
