@@ -204,20 +204,23 @@ class VictimIndex:
             self._update_walks()
         found = self._walks.get(whole_gpus)
         if found is None:
-            floors = self.floor_on_node
-            if whole_gpus:
-                tiers = self.whole_tier_on_node
-                keys = {node: (tiers[node], f[1], f[2], -f[3], node) for node, f in floors.items()}
-            else:
-                keys = {node: (f[0], f[1], f[2], -f[3], node) for node, f in floors.items()}
+            keys = self._walk_keys(self.floor_on_node, whole_gpus)
             found = sorted(keys.values())
             self._walks[whole_gpus] = found
             self._walk_key[whole_gpus] = keys
         return found
 
-    def _walk_entry(self, node: int, whole_gpus: bool) -> WalkKey:
-        tier, cu_per_gpu, priority_class, started_at_s = self.floor(node, whole_gpus)
-        return (tier, cu_per_gpu, priority_class, -started_at_s, node)
+    def _walk_keys(self, nodes: Iterable[int], whole_gpus: bool) -> dict[int, WalkKey]:
+        """The walk's keys of those of `nodes` that have victims."""
+        floors = self.floor_on_node
+        tiers = self.whole_tier_on_node if whole_gpus else None
+        found: dict[int, WalkKey] = {}
+        for node in nodes:
+            floor = floors.get(node)
+            if floor is not None:
+                tier = floor[0] if tiers is None else tiers[node]
+                found[node] = (tier, floor[1], floor[2], -floor[3], node)
+        return found
 
     def _rewalk(self, node: int) -> None:
         if self._walks:
@@ -232,12 +235,13 @@ class VictimIndex:
                 old = keys.pop(node, None)
                 if old is not None and not resort:
                     del order[bisect.bisect_left(order, old)]
-                if node in self.floor_on_node:
-                    new = keys[node] = self._walk_entry(node, whole_gpus)
-                    if not resort:
-                        bisect.insort(order, new)
+            fresh = self._walk_keys(stale, whole_gpus)
+            keys.update(fresh)
             if resort:
                 order[:] = sorted(keys.values())
+            else:
+                for new in fresh.values():
+                    bisect.insort(order, new)
 
     def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
         tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
@@ -745,9 +749,12 @@ def _greedy(
 
     every_node = members is None and not blocking  # `usable` holds for every node
 
-    def advance() -> tuple[Key, int, int] | None:
+    def advance(passing: bool) -> tuple[Key, int, int] | None:
         """The next full node of the walk, as read now (nodes with room entered the heap at
-        once)."""
+        once). `passing`: nothing changes before the walk's next node is taken (the node
+        taken from it last could not free one pod's GPUs, or none was yet), so a node that
+        could not either and sorts before the heap's top, to be taken and passed next, is
+        passed here."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
                 state = nodes[node]
@@ -758,16 +765,25 @@ def _greedy(
                     and whole <= state.gpu_count
                     and tier != _NEVER
                 ):
-                    return ((tier, cu_per_gpu * per_pod, priority_class, late, node), _WALK, node)
+                    key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
+                    if (
+                        passing
+                        and freeable[node] < least_freeable
+                        and (not heap or key < heap[0][0])
+                    ):
+                        continue
+                    return (key, _WALK, node)
         return None
 
-    head = advance()
+    head = advance(True)
     while total < pods:
         if head is not None and (not heap or head < heap[0]):
             key, _, node = head
-            head = advance()
             if freeable[node] < least_freeable:
-                continue  # its option is None (the walk still passes it, in the same order)
+                # Its option is None: the walk passes it and reads its next node now.
+                head = advance(True)
+                continue
+            head = advance(False)
         elif heap:
             key, _, node = heapq.heappop(heap)
         else:
