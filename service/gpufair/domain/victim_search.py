@@ -30,11 +30,15 @@ pool of hundreds of domains), and a preferred topology falls back to the whole t
 
 Speed: the greedy never scores every node. `VictimIndex` keeps, per node, a floor of any option's
 score (its first victim's tier, class and start, its cheapest CU per GPU, and the tier it takes
-to free one whole GPU), and a list of nodes sorted by floor that stays current as victims go.
-Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
-its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
-therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
-all its victims gone (`freeable_on_node`) is passed over without being scored.
+to free one whole GPU), and a list of nodes sorted by floor, brought up to date when a search
+next reads it. Nodes enter the heap with their floor as a lower bound and are scored exactly only
+when they reach its top; full nodes are walked from that sorted list one at a time, beside the
+heap (the walk's next node is taken when it sorts before the heap's top). A reclaim in a large
+busy pool therefore reads a handful of nodes. A node that could not free one pod's whole GPUs
+even with all its victims gone (`freeable_on_node`) is passed over without being scored. Each
+node's victims are kept with their uses on that node; a node's option found in one search is
+kept for the next while the node, its victims and the budgets it read are unchanged
+(`option_table`).
 """
 
 from __future__ import annotations
