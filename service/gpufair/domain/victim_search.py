@@ -199,19 +199,20 @@ class VictimIndex:
         # (evictions between two searches often remove many victims).
         self._walks: dict[bool, list[WalkKey]] = {}
         self._walk_key: dict[bool, dict[int, WalkKey]] = {}
-        self._stale: set[int] = set()
+        self._stale: dict[bool, set[int]] = {}  # per walk, the nodes changed since it was read
 
     def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
         """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
         -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
-        if self._stale:
-            self._update_walks()
+        if self._stale.get(whole_gpus):
+            self._update_walk(whole_gpus)
         found = self._walks.get(whole_gpus)
         if found is None:
             keys = self._walk_keys(self.floor_on_node, whole_gpus)
             found = sorted(keys.values())
             self._walks[whole_gpus] = found
             self._walk_key[whole_gpus] = keys
+            self._stale[whole_gpus] = set()
         return found
 
     def _walk_keys(self, nodes: Iterable[int], whole_gpus: bool) -> dict[int, WalkKey]:
@@ -227,25 +228,26 @@ class VictimIndex:
         return found
 
     def _rewalk(self, node: int) -> None:
-        if self._walks:
-            self._stale.add(node)
+        for stale in self._stale.values():
+            stale.add(node)
 
-    def _update_walks(self) -> None:
-        stale, self._stale = self._stale, set()
+    def _update_walk(self, whole_gpus: bool) -> None:
+        stale = self._stale[whole_gpus]
+        self._stale[whole_gpus] = set()
         resort = len(stale) > _RESORT_STALE
-        for whole_gpus, order in self._walks.items():
-            keys = self._walk_key[whole_gpus]
-            for node in stale:
-                old = keys.pop(node, None)
-                if old is not None and not resort:
-                    del order[bisect.bisect_left(order, old)]
-            fresh = self._walk_keys(stale, whole_gpus)
-            keys.update(fresh)
-            if resort:
-                order[:] = sorted(keys.values())
-            else:
-                for new in fresh.values():
-                    bisect.insort(order, new)
+        order = self._walks[whole_gpus]
+        keys = self._walk_key[whole_gpus]
+        for node in stale:
+            old = keys.pop(node, None)
+            if old is not None and not resort:
+                del order[bisect.bisect_left(order, old)]
+        fresh = self._walk_keys(stale, whole_gpus)
+        keys.update(fresh)
+        if resort:
+            order[:] = sorted(keys.values())
+        else:
+            for new in fresh.values():
+                bisect.insort(order, new)
 
     def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
         tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
@@ -761,6 +763,8 @@ def _greedy(
         passed here."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
+                if passing and not heap and freeable[node] < least_freeable:
+                    continue  # passed whether or not it is a full node now
                 state = nodes[node]
                 if (
                     state.free_whole == 0
