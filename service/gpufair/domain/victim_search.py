@@ -607,6 +607,7 @@ def _greedy(
     released: set[str] = set()
     chosen: list[Victim] = []
     below = budget.below_priority_class
+    below_class = math.inf if below is None else below  # victims must be of a class below it
     cu_left, gpus_left = budget.cu_left, budget.gpus_left
     spending: VictimBudget | None = None  # the copy the picks spend, made at the first
     # No victim's queue has a capped loss (preemption inside one queue): the budget test
@@ -642,7 +643,7 @@ def _greedy(
         cost = 0.0
         top_tier = -_NEVER
         for victim, uses in on_node.get(node, _NO_VICTIMS).items():
-            if victim.uid in released or (below is not None and victim.priority_class >= below):
+            if victim.uid in released or victim.priority_class >= below_class:
                 continue
             if bounded:
                 queue = victim.queue
@@ -804,8 +805,9 @@ def _greedy(
             # (every other entry sorts after this one, and nothing changes in between).
             heapq.heappush(heap, (found[0], _EXACT, node))
             continue
-        if spending is None:
-            # The budget is copied at the first pick: a search that picks nothing copies none.
+        if bounded and spending is None:
+            # The budget is copied at the first pick: a search that picks nothing copies none
+            # (and one whose options never read the budgets spends none).
             spending = budget.copy()
             cu_left, gpus_left = spending.cu_left, spending.gpus_left
         touched: set[int] = set()
@@ -814,7 +816,8 @@ def _greedy(
                 fit_now(other)  # before the node changes
             capacity.release(victim.uses, trial)
             released.add(victim.uid)
-            spending.spend(victim)
+            if spending is not None:
+                spending.spend(victim)
             chosen.append(victim)
             touched.update(victim.nodes)
         changed: list[int] = []
