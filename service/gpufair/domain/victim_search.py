@@ -184,10 +184,11 @@ class VictimIndex:
             if len(victim.nodes) == 1:
                 on_node.setdefault(victim.nodes[0], {})[victim] = victim.uses
             else:
+                split: dict[int, list[PodUse]] = {}
+                for use in victim.uses:
+                    split.setdefault(use.node, []).append(use)
                 for node in victim.nodes:
-                    on_node.setdefault(node, {})[victim] = tuple(
-                        use for use in victim.uses if use.node == node
-                    )
+                    on_node.setdefault(node, {})[victim] = tuple(split.get(node, ()))
             self.by_queue.setdefault(victim.queue, {})[victim] = None
             self._present.add(victim)
             self.total_gpus += victim.gpus
