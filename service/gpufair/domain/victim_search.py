@@ -30,19 +30,22 @@ pool of hundreds of domains), and a preferred topology falls back to the whole t
 
 Speed: the greedy never scores every node. `VictimIndex` keeps, per node, a floor of any option's
 score (its first victim's tier, class and start, its cheapest CU per GPU, and the tier it takes
-to free one whole GPU), and a list of nodes sorted by floor that stays current as victims go.
-Nodes enter the heap with their floor as a lower bound and are scored exactly only when they reach
-its top; full nodes are walked from that sorted list one at a time. A reclaim in a large busy pool
-therefore reads a handful of nodes. A node that could not free one pod's whole GPUs even with
-all its victims gone (`freeable_on_node`) is passed over without being scored.
+to free one whole GPU), and a list of nodes sorted by floor, brought up to date when a search
+next reads it. Nodes enter the heap with their floor as a lower bound and are scored exactly only
+when they reach its top; full nodes are walked from that sorted list one at a time, beside the
+heap (the walk's next node is taken when it sorts before the heap's top). A reclaim in a large
+busy pool therefore reads a handful of nodes. A node that could not free one pod's whole GPUs
+even with all its victims gone (`freeable_on_node`) is passed over without being scored. Each
+node's victims are kept with their uses on that node; a node's option found in one search is
+kept for the next while the node, its victims and the budgets it read are unchanged
+(`option_table`).
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
@@ -50,278 +53,24 @@ from gpufair.domain.model import PlacementStrategy
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
-    PodShape,
     fit_on,
     free_pods,
     nodes_with_room,
     place,
     pods_fit,
 )
+from gpufair.domain.victim_index import (
+    NEVER,
+    NO_VICTIMS,
+    Key,
+    Option,
+    Victim,
+    VictimBudget,
+    VictimIndex,
+    WalkKey,
+)
 
-
-@dataclass(slots=True, eq=False)
-class Victim:
-    """A running workload that may be evicted, with what it holds (compared by identity).
-    Never changed once made; not a frozen dataclass only because the cycle makes one per
-    running workload, and a frozen one takes three times as long to build."""
-
-    uid: str
-    queue: str
-    tier: int  # its queue's eviction rank: the priority tier, below all tiers if best effort
-    priority_class: int
-    started_at_s: float
-    cu: float
-    gpus: float
-    gpu_type: str
-    uses: tuple[PodUse, ...]
-    nodes: tuple[int, ...]  # distinct nodes of `uses`
-
-    def preference(self) -> tuple[int, int, float, float, str]:
-        """Evicted first: lowest tier, lowest priority class, most recent, smallest."""
-        return (self.tier, self.priority_class, -self.started_at_s, self.cu, self.uid)
-
-
-class VictimBudget:
-    """How much each victim queue may still lose: CU above its floor, and GPUs above its
-    guarantee on the type being reclaimed; for preemption, only work of a priority class below
-    `below_priority_class` may go."""
-
-    def __init__(
-        self,
-        cu_left: Mapping[str, float],
-        gpus_left: Mapping[str, float],
-        below_priority_class: int | None = None,
-    ) -> None:
-        self.cu_left = dict(cu_left)
-        self.gpus_left = dict(gpus_left)
-        self.below_priority_class = below_priority_class
-
-    def allows(self, victim: Victim, spent_cu: float = 0.0, spent_gpus: float = 0.0) -> bool:
-        if self.below_priority_class is not None and (
-            victim.priority_class >= self.below_priority_class
-        ):
-            return False
-        cu_left = self.cu_left.get(victim.queue, 0.0) - spent_cu
-        gpus_left = self.gpus_left.get(victim.queue, math.inf) - spent_gpus
-        return victim.cu <= cu_left + EPS and victim.gpus <= gpus_left + EPS
-
-    def spend(self, victim: Victim, sign: float = 1.0) -> None:
-        self.cu_left[victim.queue] = self.cu_left.get(victim.queue, 0.0) - sign * victim.cu
-        if victim.queue in self.gpus_left:
-            self.gpus_left[victim.queue] -= sign * victim.gpus
-
-    def evicted(self, victim: Victim, gpu_type: str) -> None:
-        """`victim` was evicted: its queue has that much less to give, and GPUs of its type
-        less above its guarantee if this budget is for that type. A queue left with nothing
-        to give drops out, as a rebuilt budget would leave it out."""
-        left = self.cu_left.get(victim.queue)
-        if left is not None:
-            if left - victim.cu > EPS:
-                self.cu_left[victim.queue] = left - victim.cu
-            else:
-                del self.cu_left[victim.queue]
-        if victim.gpu_type == gpu_type and victim.queue in self.gpus_left:
-            self.gpus_left[victim.queue] -= victim.gpus
-
-    def copy(self) -> VictimBudget:
-        return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
-
-
-# Below this many victim nodes, scan them rather than the pool's free-room buckets.
-_FEW_NODES = 64
-# A tier no victim has: a node where no GPU can ever be wholly freed.
-_NEVER = 1 << 30
-WalkKey = tuple[int, float, int, float, int]
-Key = tuple[int, float, int, float, int]
-Option = tuple[Key, list[Victim]] | None
-# Per node, its last option: the version of the node's capacity it was computed at, the
-# (queue, CU budget, GPU budget) it read, and the option.
-OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
-
-
-class VictimIndex:
-    """Candidate victims of one GPU type by node, each node's list in eviction-preference order.
-    The cycle keeps one per GPU type for the whole cycle and removes victims as it evicts them;
-    the index only ever shrinks, which keeps every bound below valid."""
-
-    def __init__(self, victims: Iterable[Victim], capacity: Capacity) -> None:
-        self._capacity = capacity
-        self.on_node: dict[int, list[Victim]] = {}
-        self.gpus_on_node: dict[int, float] = {}  # GPUs the node's victims hold on it
-        # Per node, the parts of a lower bound of any eviction option the node offers, whatever
-        # the budgets: the first victim's tier, priority class and start, and the cheapest CU
-        # per GPU. Removing victims only raises a floor.
-        self.floor_on_node: dict[int, tuple[int, float, int, float]] = {}
-        # Per node, the highest tier among the victims that must go, in preference order,
-        # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
-        self.whole_tier_on_node: dict[int, int] = {}
-        # Per node, the GPUs wholly free once every victim on it has gone: no option of the
-        # node frees more for whole-GPU pods. Counted against the capacity when the node's
-        # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
-        # it stays a bound as long as nothing outside the index is released (`_greedy`).
-        self.freeable_on_node: dict[int, int] = {}
-        self.by_queue: dict[str, list[Victim]] = {}
-        self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
-        self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
-        self.total_gpus = 0.0
-        self._domain_gpus: dict[str, dict[str, float]] = {}
-        # Options kept between searches (`option_table`), emptied for a node when its victims
-        # change.
-        self._options: dict[tuple[PodShape, int | None, bool], OptionTable] = {}
-        for victim in sorted(victims, key=Victim.preference):
-            for node in victim.nodes:
-                self.on_node.setdefault(node, []).append(victim)
-            self.by_queue.setdefault(victim.queue, []).append(victim)
-            self._present.add(victim)
-            self.total_gpus += victim.gpus
-        for node in self.on_node:
-            self._refresh(node)
-        # Nodes sorted by their floor as full nodes, kept current as floors change (bisect:
-        # the list moves in C), one list for whole-GPU pods and one for shared ones.
-        self._walks: dict[bool, list[WalkKey]] = {}
-        self._walk_key: dict[bool, dict[int, WalkKey]] = {}
-
-    def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
-        """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
-        -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
-        found = self._walks.get(whole_gpus)
-        if found is None:
-            keys = {node: self._walk_entry(node, whole_gpus) for node in self.floor_on_node}
-            found = sorted(keys.values())
-            self._walks[whole_gpus] = found
-            self._walk_key[whole_gpus] = keys
-        return found
-
-    def _walk_entry(self, node: int, whole_gpus: bool) -> WalkKey:
-        tier, cu_per_gpu, priority_class, started_at_s = self.floor(node, whole_gpus)
-        return (tier, cu_per_gpu, priority_class, -started_at_s, node)
-
-    def _rewalk(self, node: int) -> None:
-        for whole_gpus, order in self._walks.items():
-            keys = self._walk_key[whole_gpus]
-            old = keys.pop(node, None)
-            if old is not None:
-                del order[bisect.bisect_left(order, old)]
-            if node in self.floor_on_node:
-                new = self._walk_entry(node, whole_gpus)
-                keys[node] = new
-                bisect.insort(order, new)
-
-    def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
-        tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
-        if whole_gpus:
-            tier = self.whole_tier_on_node[node]
-        return (tier, cu_per_gpu, priority_class, started_at_s)
-
-    def domain_gpus(self, level: str) -> dict[str, float]:
-        """GPUs held by victims per value of topology label `level`."""
-        found = self._domain_gpus.get(level)
-        if found is None:
-            found = {}
-            for node, gpus in self.gpus_on_node.items():
-                value = self._capacity.nodes[node].labels.get(level)
-                if value is not None:
-                    found[value] = found.get(value, 0.0) + gpus
-            self._domain_gpus[level] = found
-        return found
-
-    def prune(self, queue: str, max_cu: float) -> None:
-        """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink. Usually
-        none is: the queue's largest victim, remembered, says so without a scan."""
-        queued = self.by_queue.get(queue)
-        if not queued:
-            return
-        top = self._top_cu.get(queue)
-        if top is None:
-            top = self._top_cu[queue] = max(victim.cu for victim in queued)
-        if top <= max_cu + EPS:
-            return
-        for victim in [v for v in queued if v.cu > max_cu + EPS]:
-            self.remove(victim)
-
-    def remove(self, victim: Victim) -> None:
-        if victim not in self._present:
-            return
-        self._present.discard(victim)
-        if victim.cu >= self._top_cu.get(victim.queue, math.inf):
-            del self._top_cu[victim.queue]
-        self.by_queue[victim.queue].remove(victim)
-        self.total_gpus -= victim.gpus
-        for use in victim.uses:
-            gpus = use.gpu_amount * len(use.gpu_indices)
-            labels = self._capacity.nodes[use.node].labels
-            for level, totals in self._domain_gpus.items():
-                value = labels.get(level)
-                if value is not None:
-                    totals[value] -= gpus
-        for node in victim.nodes:
-            found = self.on_node.get(node)
-            if found is not None and victim in found:
-                found.remove(victim)
-                self._refresh(node)
-                self._rewalk(node)
-
-    def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
-        """The options found so far for pods of `shape` (victims of a priority class below
-        `below`; budgets tested or not): per node, the last option computed, with the version
-        of the node's capacity it was computed at and the budgets it read (one per node: an
-        option of a state a search made, victims released, is of no use once the search is
-        over). An option is a function of the node's
-        capacity, its victims, the shape and the budgets of the queues of the victims it read,
-        and nothing else: a search finding an entry at the node's current version whose
-        budgets are unchanged has the option without computing it."""
-        key = (shape, below, bounded)
-        found = self._options.get(key)
-        if found is None:
-            found = self._options[key] = {}
-        return found
-
-    def _refresh(self, node: int) -> None:
-        for table in self._options.values():
-            table.pop(node, None)
-        victims = self.on_node[node]
-        if not victims:
-            del self.on_node[node]
-            del self.gpus_on_node[node]
-            del self.floor_on_node[node]
-            del self.whole_tier_on_node[node]
-            del self.freeable_on_node[node]
-            return
-        self.gpus_on_node[node] = sum(
-            use.gpu_amount * len(use.gpu_indices)
-            for victim in victims
-            for use in victim.uses
-            if use.node == node
-        )
-        # Victims come in preference order, so any option's first victim is this one or one
-        # that sorts after it: its tier, class and start bound the option's key.
-        first = victims[0]
-        self.floor_on_node[node] = (
-            first.tier,
-            min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in victims),
-            first.priority_class,
-            first.started_at_s,
-        )
-        used = self._capacity.nodes[node].gpu_used.copy()
-        whole_tier = _NEVER
-        freeable = sum(1 for amount in used if amount <= EPS)
-        if freeable:
-            whole_tier = first.tier
-        for victim in victims:
-            for use in victim.uses:
-                if use.node == node:
-                    for gpu in use.gpu_indices:
-                        before = used[gpu]
-                        after = used[gpu] = before - use.gpu_amount
-                        if before > EPS and after <= EPS:
-                            freeable += 1
-                            if whole_tier == _NEVER:
-                                whole_tier = victim.tier
-        self.whole_tier_on_node[node] = whole_tier
-        self.freeable_on_node[node] = freeable
-
-    def __bool__(self) -> bool:
-        return bool(self.on_node)
+__all__ = ["Selection", "Victim", "VictimBudget", "VictimIndex", "select_victims"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,13 +98,14 @@ def select_victims(
     `already_leaving`: capacity of workloads already evicted for this workload; it counts as
     free for the search. The capacity is left exactly as it was found.
     """
-    ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
+    if ask.pods_max != ask.pods_min or ask.pool_levels:
+        ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
     base = Journal()
     for uses in already_leaving:
         capacity.release(uses, base)
     try:
         best: Selection | None = None
-        best_key: tuple[int, float] | None = None
+        best_key: tuple[int, float] | None = None  # made when a second selection is found
         found_in_domains = 0
         for subset in _subsets(capacity, ask, exclusion, index):
             if subset is None and best is not None:
@@ -375,12 +125,23 @@ def select_victims(
             if found is None:
                 continue
             found_in_domains += subset is not None
-            key = (max((victim.tier for victim in found.victims), default=-(1 << 30)), found.cu)
-            if best_key is None or key < best_key:
+            if best is None:
+                best = found
+                continue
+            if best_key is None:
+                best_key = _rank(best)
+            key = _rank(found)
+            if key < best_key:
                 best, best_key = found, key
         return best
     finally:
         capacity.restore(base)
+
+
+def _rank(selection: Selection) -> tuple[int, float]:
+    """Selections of different node sets compare by their highest victim tier, then CU."""
+    tiers = [victim.tier for victim in selection.victims]
+    return (max(tiers, default=-(1 << 30)), selection.cu)
 
 
 # Domains whose search succeeded, compared for the cheapest before settling: a bound on the work
@@ -390,10 +151,11 @@ _DOMAINS_COMPARED = 3
 
 def _subsets(
     capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
-) -> list[list[int] | None]:
+) -> Iterator[list[int] | None]:
     """Node sets worth searching: topology domains (lists of nodes), and None for the whole
     type. A set is dropped at once when even evicting every victim in it could not free the
-    GPUs the gang needs."""
+    GPUs the gang needs. A domain's list of nodes is made when the search reaches it: most
+    searches stop after a few."""
     needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
     whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
     # An upper bound of the free GPUs (held nodes included): a cheap test for the pool.
@@ -405,7 +167,8 @@ def _subsets(
     if free_gpus + index.total_gpus >= needed_gpus - EPS:
         pool = [None]
     if topology is None:
-        return pool
+        yield from pool
+        return
     nodes = capacity.nodes
     free_by_node = {
         node: nodes[node].free_whole if whole_pods else nodes[node].free_gpus()
@@ -419,15 +182,20 @@ def _subsets(
             free_by_domain[value] = free_by_domain.get(value, 0.0) + free
     victim_gpus = index.domain_gpus(topology.level)
     domains = capacity.domains(topology.level).get(ask.gpu_type, {})
+    values: Iterable[str] = domains
+    if needed_gpus > EPS:
+        # A domain with neither free GPUs nor victims could not hold a pod: only domains
+        # that have either are tested (a handful of a pool's hundreds).
+        values = [value for value in {*free_by_domain, *victim_gpus} if value in domains]
     ranked = sorted(
         (-free_by_domain.get(value, 0.0), value)
-        for value in domains
+        for value in values
         if free_by_domain.get(value, 0.0) + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
     )
-    subsets: list[list[int] | None] = [
-        [node for node in domains[value] if not exclusion.blocks(node)] for _, value in ranked
-    ]
-    return subsets if topology.required else subsets + pool
+    for _, value in ranked:
+        yield [node for node in domains[value] if not exclusion.blocks(node)]
+    if not topology.required:
+        yield from pool
 
 
 def _search(
@@ -449,7 +217,7 @@ def _search(
             subset,
             index,
             exclusion,
-            budget=budget.copy(),
+            budget=budget,
             trial=trial,
             freeable_bounds=freeable_bounds,
         )
@@ -492,7 +260,8 @@ def _greedy(
     freeable_bounds: bool,
 ) -> list[Victim] | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
-    `subset` (None: every node of the type). Releases them in the capacity under `trial`.
+    `subset` (None: every node of the type). Releases them in the capacity under `trial`;
+    `budget` is left as it was (the picks spend a copy).
 
     `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
     (no capacity outside the index was released for the search), so a node that could not free
@@ -516,28 +285,38 @@ def _greedy(
     # the node changes, so every change is counted exactly once).
     fits: dict[int, int] = {}
 
+    whole = shape.whole_gpus
+    plain_whole = whole > 0 and not shape.profile  # none fits where fewer GPUs are free
+
     def fit_now(node: int) -> int:
         found = fits.get(node)
         if found is None:
-            found = pods_fit(nodes[node], shape) if usable(node) else 0
+            if plain_whole and nodes[node].free_whole < whole:
+                found = 0
+            else:
+                found = pods_fit(nodes[node], shape) if usable(node) else 0
             fits[node] = found
         return found
 
     if subset is None:
-        total = free_pods(capacity, shape, ask.gpu_type, exclusion)
+        if plain_whole and capacity.free_whole_by_type.get(ask.gpu_type, 0) < whole:
+            total = 0  # no node has a pod's GPUs free: the common case in a busy pool
+        else:
+            total = free_pods(capacity, shape, ask.gpu_type, exclusion)
     else:
         total = sum(fit_now(node) for node in subset)
     released: set[str] = set()
     chosen: list[Victim] = []
-    whole = shape.whole_gpus
     below = budget.below_priority_class
+    below_class = math.inf if below is None else below  # victims must be of a class below it
     cu_left, gpus_left = budget.cu_left, budget.gpus_left
+    spending: VictimBudget | None = None  # the copy the picks spend, made at the first
     # No victim's queue has a capped loss (preemption inside one queue): the budget test
     # always passes and is skipped.
     bounded = (
         bool(gpus_left)
-        or any(cu != math.inf for cu in cu_left.values())
-        or any(queue not in cu_left for queue in index.by_queue)
+        or any(map(math.inf.__ne__, cu_left.values()))  # some CU budget is finite
+        or not index.by_queue.keys() <= cu_left.keys()  # some victim's queue has none
     )
 
     table = index.option_table(shape, below, bounded)
@@ -563,9 +342,9 @@ def _greedy(
         spent_gpus: dict[str, float] = {}
         prefix: list[Victim] = []
         cost = 0.0
-        top_tier = -_NEVER
-        for victim in on_node.get(node, ()):
-            if victim.uid in released or (below is not None and victim.priority_class >= below):
+        top_tier = -NEVER
+        for victim, uses in on_node.get(node, NO_VICTIMS).items():
+            if victim.uid in released or victim.priority_class >= below_class:
                 continue
             if bounded:
                 queue = victim.queue
@@ -584,18 +363,17 @@ def _greedy(
             prefix.append(victim)
             cost += victim.cu
             top_tier = victim.tier  # the highest so far: a node's victims come tier by tier
-            for use in victim.uses:
-                if use.node == node:
-                    amount = use.gpu_amount
-                    for gpu in use.gpu_indices:
-                        before = used[gpu]
-                        after = used[gpu] = before - amount
-                        if before > EPS and after <= EPS:
-                            free_whole += 1
-                        elif before <= EPS and after > EPS:
-                            free_whole -= 1
-                    cpu += use.cpu_millicores
-                    memory += use.memory_mib
+            for use in uses:
+                amount = use.gpu_amount
+                for gpu in use.gpu_indices:
+                    before = used[gpu]
+                    after = used[gpu] = before - amount
+                    if before > EPS and after <= EPS:
+                        free_whole += 1
+                    elif before <= EPS and after > EPS:
+                        free_whole -= 1
+                cpu += use.cpu_millicores
+                memory += use.memory_mib
             if whole and free_whole // whole <= now:
                 continue  # no more whole-GPU pods than now, whatever CPU and memory say
             gained = fit_on(used, free_whole, cpu, memory, shape) - now
@@ -635,7 +413,7 @@ def _greedy(
             return None
         gap = missing(node)
         tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
-        if tier == _NEVER:
+        if tier == NEVER:
             return None
         return (tier, cu_per_gpu * gap, priority_class, -started_at_s, node)
 
@@ -643,29 +421,30 @@ def _greedy(
     # simulated exactly, and an exact score is re-checked when popped, since an earlier pick may
     # have spent a victim queue's budget or freed room on the node. Over the whole type, full
     # nodes are walked in floor order (their bound is the floor times one pod's GPUs: the same
-    # order), so a reclaim reads few nodes however large the pool.
+    # order), so a reclaim reads few nodes however large the pool. The walk is a sorted stream
+    # beside the heap, not in it: its next node (`head`) is taken when it sorts before the
+    # heap's top, as it would pop from a heap holding it.
     heap: list[tuple[Key, int, int]] = []
     walk: Iterator[WalkKey] | None = None
     if subset is None and per_pod > 0.0:
         # Nodes with some room and victims enter directly (their bound is below the walk's);
         # read from whichever of the two sets is smaller (a node without victims has no bound).
-        rooms: list[dict[int, None]] = []
-        few = len(floors) <= _FEW_NODES
-        if not few:
+        # Nodes with room are at most the type's free GPUs (plus its part-used nodes).
+        roomy = capacity.free_whole_by_type.get(ask.gpu_type, 0) + (0 if whole else len(partial))
+        starts: set[int] = set()  # none when the type has no room at all
+        if roomy and len(floors) <= roomy:
+            starts = {
+                node
+                for node in floors
+                if nodes[node].free_whole > 0 or (not whole and node in partial)
+            }
+        elif roomy:
             rooms = [
                 capacity.bucket(ask.gpu_type, free)
                 for free in range(1, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
             ]
             if not whole:
                 rooms.append(partial)
-            few = len(floors) <= sum(len(room) for room in rooms)
-        if few:
-            starts = {
-                node
-                for node in floors
-                if nodes[node].free_whole > 0 or (not whole and node in partial)
-            }
-        else:
             starts = {node for room in rooms for node in room if node in floors}
         walk = iter(index.walk_order(whole > 0))
     else:
@@ -678,29 +457,47 @@ def _greedy(
 
     every_node = members is None and not blocking  # `usable` holds for every node
 
-    def advance() -> None:
-        """Push the next full node of the walk (nodes with room entered the heap at once)."""
+    def advance(passing: bool) -> tuple[Key, int, int] | None:
+        """The next full node of the walk, as read now (nodes with room entered the heap at
+        once). `passing`: nothing changes before the walk's next node is taken (the node
+        taken from it last could not free one pod's GPUs, or none was yet), so a node that
+        could not either and sorts before the heap's top, to be taken and passed next, is
+        passed here."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
+                if passing and not heap and freeable[node] < least_freeable:
+                    continue  # passed whether or not it is a full node now
                 state = nodes[node]
                 if (
                     state.free_whole == 0
                     and (whole or node not in partial)
                     and (every_node or usable(node))
                     and whole <= state.gpu_count
-                    and tier != _NEVER
+                    and tier != NEVER
                 ):
                     key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
-                    heapq.heappush(heap, (key, _WALK, node))
-                    return
+                    if (
+                        passing
+                        and freeable[node] < least_freeable
+                        and (not heap or key < heap[0][0])
+                    ):
+                        continue
+                    return (key, _WALK, node)
+        return None
 
-    advance()
-    while total < pods and heap:
-        key, kind, node = heapq.heappop(heap)
-        if kind == _WALK:
-            advance()
+    head = advance(True)
+    while total < pods:
+        if head is not None and (not heap or head < heap[0]):
+            key, _, node = head
             if freeable[node] < least_freeable:
-                continue  # its option is None (the walk still passes it, in the same order)
+                # Its option is None: the walk passes it and reads its next node now.
+                head = advance(True)
+                continue
+            head = advance(False)
+        elif heap:
+            key, _, node = heapq.heappop(heap)
+        else:
+            break
         found = option(node)
         if found is None:
             continue
@@ -709,22 +506,31 @@ def _greedy(
             # (every other entry sorts after this one, and nothing changes in between).
             heapq.heappush(heap, (found[0], _EXACT, node))
             continue
+        if bounded and spending is None:
+            # The budget is copied at the first pick: a search that picks nothing copies none
+            # (and one whose options never read the budgets spends none).
+            spending = budget.copy()
+            cu_left, gpus_left = spending.cu_left, spending.gpus_left
         touched: set[int] = set()
         for victim in found[1]:
             for other in victim.nodes:
                 fit_now(other)  # before the node changes
             capacity.release(victim.uses, trial)
             released.add(victim.uid)
-            budget.spend(victim)
+            if spending is not None:
+                spending.spend(victim)
             chosen.append(victim)
-            touched.update(use.node for use in victim.uses)
+            touched.update(victim.nodes)
+        changed: list[int] = []
         for other in touched:
-            if not usable(other):
-                continue
-            now = pods_fit(nodes[other], shape)
-            total += now - fits[other]
-            fits[other] = now
-            again = option(other)
-            if again is not None:
-                heapq.heappush(heap, (again[0], _EXACT, other))
+            if usable(other):
+                now = pods_fit(nodes[other], shape)
+                total += now - fits[other]
+                fits[other] = now
+                changed.append(other)
+        if total < pods:  # the nodes' next options are read only if the search goes on
+            for other in changed:
+                again = option(other)
+                if again is not None:
+                    heapq.heappush(heap, (again[0], _EXACT, other))
     return chosen if total >= pods else None

@@ -1,0 +1,332 @@
+"""Candidate victims of one GPU type (`VictimIndex`), what each victim queue may still lose
+(`VictimBudget`) and the victims themselves (`Victim`): what the victim search reads
+(`victim_search`, whose docstring has the design, including the bounds kept here).
+
+The cycle keeps one index per GPU type (per queue and type for preemption) for a whole phase and
+removes victims from it as they are evicted; the index only ever shrinks, which keeps every bound
+valid. Per node it keeps the victims in eviction-preference order with their uses on that node,
+a floor of any option's score, the tier it takes to free one whole GPU and the GPUs wholly
+freeable; walks of the nodes sorted by floor are brought up to date when next read; and the
+options searches found, kept for the next search while a node, its victims and the budgets they
+read are unchanged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpufair.domain.capacity import EPS, Capacity, PodUse
+from gpufair.domain.placement import PodShape
+
+
+@dataclass(slots=True, eq=False)
+class Victim:
+    """A running workload that may be evicted, with what it holds (compared by identity).
+    Never changed once made; not a frozen dataclass only because the cycle makes one per
+    running workload, and a frozen one takes three times as long to build."""
+
+    uid: str
+    queue: str
+    tier: int  # its queue's eviction rank: the priority tier, below all tiers if best effort
+    priority_class: int
+    started_at_s: float
+    cu: float
+    gpus: float
+    gpu_type: str
+    uses: tuple[PodUse, ...]
+    nodes: tuple[int, ...]  # distinct nodes of `uses`
+
+    def preference(self) -> tuple[int, int, float, float, str]:
+        """Evicted first: lowest tier, lowest priority class, most recent, smallest."""
+        return (self.tier, self.priority_class, -self.started_at_s, self.cu, self.uid)
+
+
+class VictimBudget:
+    """How much each victim queue may still lose: CU above its floor, and GPUs above its
+    guarantee on the type being reclaimed; for preemption, only work of a priority class below
+    `below_priority_class` may go."""
+
+    def __init__(
+        self,
+        cu_left: Mapping[str, float],
+        gpus_left: Mapping[str, float],
+        below_priority_class: int | None = None,
+    ) -> None:
+        self.cu_left = dict(cu_left)
+        self.gpus_left = dict(gpus_left)
+        self.below_priority_class = below_priority_class
+
+    def allows(self, victim: Victim, spent_cu: float = 0.0, spent_gpus: float = 0.0) -> bool:
+        if self.below_priority_class is not None and (
+            victim.priority_class >= self.below_priority_class
+        ):
+            return False
+        cu_left = self.cu_left.get(victim.queue, 0.0) - spent_cu
+        gpus_left = self.gpus_left.get(victim.queue, math.inf) - spent_gpus
+        return victim.cu <= cu_left + EPS and victim.gpus <= gpus_left + EPS
+
+    def spend(self, victim: Victim, sign: float = 1.0) -> None:
+        self.cu_left[victim.queue] = self.cu_left.get(victim.queue, 0.0) - sign * victim.cu
+        if victim.queue in self.gpus_left:
+            self.gpus_left[victim.queue] -= sign * victim.gpus
+
+    def evicted(self, victim: Victim, gpu_type: str) -> None:
+        """`victim` was evicted: its queue has that much less to give, and GPUs of its type
+        less above its guarantee if this budget is for that type. A queue left with nothing
+        to give drops out, as a rebuilt budget would leave it out."""
+        left = self.cu_left.get(victim.queue)
+        if left is not None:
+            if left - victim.cu > EPS:
+                self.cu_left[victim.queue] = left - victim.cu
+            else:
+                del self.cu_left[victim.queue]
+        if victim.gpu_type == gpu_type and victim.queue in self.gpus_left:
+            self.gpus_left[victim.queue] -= victim.gpus
+
+    def copy(self) -> VictimBudget:
+        return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
+
+
+# More nodes than this changed since a walk was read: it is sorted again rather than patched.
+_RESORT_STALE = 32
+# A tier no victim has: a node where no GPU can ever be wholly freed.
+NEVER = 1 << 30
+NO_VICTIMS: dict[Victim, tuple[PodUse, ...]] = {}
+WalkKey = tuple[int, float, int, float, int]
+Key = tuple[int, float, int, float, int]
+Option = tuple[Key, list[Victim]] | None
+# Per node, its last option: the version of the node's capacity it was computed at, the
+# (queue, CU budget, GPU budget) it read, and the option.
+OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
+
+
+class VictimIndex:
+    """Candidate victims of one GPU type by node, each node's list in eviction-preference order.
+    The cycle keeps one per GPU type for the whole cycle and removes victims as it evicts them;
+    the index only ever shrinks, which keeps every bound below valid."""
+
+    def __init__(self, victims: Iterable[Victim], capacity: Capacity) -> None:
+        self._capacity = capacity
+        # Per node, its victims in preference order, each with its uses on that node (all of
+        # them for a victim on one node): the search reads a node's part of a gang without
+        # filtering the gang's uses, and a victim leaves a node in one step.
+        self.on_node: dict[int, dict[Victim, tuple[PodUse, ...]]] = {}
+        # Per node, the parts of a lower bound of any eviction option the node offers, whatever
+        # the budgets: the first victim's tier, priority class and start, and the cheapest CU
+        # per GPU. Removing victims only raises a floor.
+        self.floor_on_node: dict[int, tuple[int, float, int, float]] = {}
+        # Per node, the highest tier among the victims that must go, in preference order,
+        # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
+        self.whole_tier_on_node: dict[int, int] = {}
+        # Per node, the GPUs wholly free once every victim on it has gone: no option of the
+        # node frees more for whole-GPU pods. Counted against the capacity when the node's
+        # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
+        # it stays a bound as long as nothing outside the index is released (`_greedy`).
+        self.freeable_on_node: dict[int, int] = {}
+        # Per queue, its victims (a dict as an ordered set: one leaves in one step).
+        self.by_queue: dict[str, dict[Victim, None]] = {}
+        self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
+        self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
+        self.total_gpus = 0.0
+        self._domain_gpus: dict[str, dict[str, float]] = {}
+        # Options kept between searches (`option_table`), emptied for a node when its victims
+        # change.
+        self._options: dict[tuple[PodShape, int | None, bool], OptionTable] = {}
+        # The same tables by the shape object's identity (the object is kept, so its id is not
+        # reused while the entry stands).
+        self._last_table: dict[tuple[int, int | None, bool], tuple[PodShape, OptionTable]] = {}
+        on_node = self.on_node
+        for victim in sorted(victims, key=Victim.preference):
+            if len(victim.nodes) == 1:
+                on_node.setdefault(victim.nodes[0], {})[victim] = victim.uses
+            else:
+                split: dict[int, list[PodUse]] = {}
+                for use in victim.uses:
+                    split.setdefault(use.node, []).append(use)
+                for node in victim.nodes:
+                    on_node.setdefault(node, {})[victim] = tuple(split.get(node, ()))
+            self.by_queue.setdefault(victim.queue, {})[victim] = None
+            self._present.add(victim)
+            self.total_gpus += victim.gpus
+        for node in self.on_node:
+            self._refresh(node)
+        # Nodes sorted by their floor as full nodes, one list for whole-GPU pods and one for
+        # shared ones, brought up to date when next read: the nodes whose floor changed since
+        # are moved (bisect: the list moves in C), or the list is sorted again when many did
+        # (evictions between two searches often remove many victims).
+        self._walks: dict[bool, list[WalkKey]] = {}
+        self._walk_key: dict[bool, dict[int, WalkKey]] = {}
+        self._stale: dict[bool, set[int]] = {}  # per walk, the nodes changed since it was read
+
+    def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
+        """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
+        -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
+        if self._stale.get(whole_gpus):
+            self._update_walk(whole_gpus)
+        found = self._walks.get(whole_gpus)
+        if found is None:
+            keys = self._walk_keys(self.floor_on_node, whole_gpus)
+            found = sorted(keys.values())
+            self._walks[whole_gpus] = found
+            self._walk_key[whole_gpus] = keys
+            self._stale[whole_gpus] = set()
+        return found
+
+    def _walk_keys(self, nodes: Iterable[int], whole_gpus: bool) -> dict[int, WalkKey]:
+        """The walk's keys of those of `nodes` that have victims."""
+        floors = self.floor_on_node
+        tiers = self.whole_tier_on_node if whole_gpus else None
+        found: dict[int, WalkKey] = {}
+        for node in nodes:
+            floor = floors.get(node)
+            if floor is not None:
+                tier = floor[0] if tiers is None else tiers[node]
+                found[node] = (tier, floor[1], floor[2], -floor[3], node)
+        return found
+
+    def _rewalk(self, node: int) -> None:
+        for stale in self._stale.values():
+            stale.add(node)
+
+    def _update_walk(self, whole_gpus: bool) -> None:
+        stale = self._stale[whole_gpus]
+        self._stale[whole_gpus] = set()
+        resort = len(stale) > _RESORT_STALE
+        order = self._walks[whole_gpus]
+        keys = self._walk_key[whole_gpus]
+        for node in stale:
+            old = keys.pop(node, None)
+            if old is not None and not resort:
+                del order[bisect.bisect_left(order, old)]
+        fresh = self._walk_keys(stale, whole_gpus)
+        keys.update(fresh)
+        if resort:
+            order[:] = sorted(keys.values())
+        else:
+            for new in fresh.values():
+                bisect.insort(order, new)
+
+    def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
+        tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
+        if whole_gpus:
+            tier = self.whole_tier_on_node[node]
+        return (tier, cu_per_gpu, priority_class, started_at_s)
+
+    def domain_gpus(self, level: str) -> dict[str, float]:
+        """GPUs held by victims per value of topology label `level`: counted from the victims
+        at the first call for a level, then kept current by `remove`."""
+        found = self._domain_gpus.get(level)
+        if found is None:
+            found = {}
+            for node, here in self.on_node.items():
+                value = self._capacity.nodes[node].labels.get(level)
+                if value is not None:
+                    gpus = sum(
+                        use.gpu_amount * len(use.gpu_indices)
+                        for uses in here.values()
+                        for use in uses
+                    )
+                    found[value] = found.get(value, 0.0) + gpus
+            self._domain_gpus[level] = found
+        return found
+
+    def prune(self, queue: str, max_cu: float) -> None:
+        """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink. Usually
+        none is: the queue's largest victim, remembered, says so without a scan."""
+        queued = self.by_queue.get(queue)
+        if not queued:
+            return
+        top = self._top_cu.get(queue)
+        if top is None:
+            top = self._top_cu[queue] = max(victim.cu for victim in queued)
+        if top <= max_cu + EPS:
+            return
+        for victim in [v for v in queued if v.cu > max_cu + EPS]:
+            self.remove(victim)
+
+    def remove(self, victim: Victim) -> None:
+        if victim not in self._present:
+            return
+        self._present.discard(victim)
+        if victim.cu >= self._top_cu.get(victim.queue, math.inf):
+            del self._top_cu[victim.queue]
+        del self.by_queue[victim.queue][victim]
+        self.total_gpus -= victim.gpus
+        for use in victim.uses:
+            gpus = use.gpu_amount * len(use.gpu_indices)
+            labels = self._capacity.nodes[use.node].labels
+            for level, totals in self._domain_gpus.items():
+                value = labels.get(level)
+                if value is not None:
+                    totals[value] -= gpus
+        for node in victim.nodes:
+            here = self.on_node.get(node)
+            if here is not None and victim in here:
+                del here[victim]
+                self._refresh(node)
+                self._rewalk(node)
+
+    def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
+        """The options found so far for pods of `shape` (victims of a priority class below
+        `below`; budgets tested or not): per node, the last option computed, with the version
+        of the node's capacity it was computed at and the budgets it read (one per node: an
+        option of a state a search made, victims released, is of no use once the search is
+        over). An option is a function of the node's
+        capacity, its victims, the shape and the budgets of the queues of the victims it read,
+        and nothing else: a search finding an entry at the node's current version whose
+        budgets are unchanged has the option without computing it."""
+        same = self._last_table.get((id(shape), below, bounded))
+        if same is not None and same[0] is shape:
+            return same[1]  # the shape object of an earlier search: no hash of its fields
+        key = (shape, below, bounded)
+        found = self._options.get(key)
+        if found is None:
+            found = self._options[key] = {}
+        self._last_table[(id(shape), below, bounded)] = (shape, found)
+        return found
+
+    def _refresh(self, node: int) -> None:
+        for table in self._options.values():
+            table.pop(node, None)
+        here = self.on_node[node]
+        if not here:
+            del self.on_node[node]
+            del self.floor_on_node[node]
+            del self.whole_tier_on_node[node]
+            del self.freeable_on_node[node]
+            return
+        # Victims come in preference order, so any option's first victim is this one or one
+        # that sorts after it: its tier, class and start bound the option's key.
+        first = next(iter(here))
+        if len(here) == 1:
+            cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
+        else:
+            cheapest = min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in here)
+        self.floor_on_node[node] = (
+            first.tier,
+            cheapest,
+            first.priority_class,
+            first.started_at_s,
+        )
+        state = self._capacity.nodes[node]
+        used = state.gpu_used.copy()
+        freeable = state.free_whole  # the GPUs of `used` at most EPS
+        whole_tier = first.tier if freeable else NEVER
+        for victim, uses in here.items():
+            for use in uses:
+                amount = use.gpu_amount
+                for gpu in use.gpu_indices:
+                    before = used[gpu]
+                    after = used[gpu] = before - amount
+                    if before > EPS and after <= EPS:
+                        freeable += 1
+                        if whole_tier == NEVER:
+                            whole_tier = victim.tier
+        self.whole_tier_on_node[node] = whole_tier
+        self.freeable_on_node[node] = freeable
+
+    def __bool__(self) -> bool:
+        return bool(self.on_node)
