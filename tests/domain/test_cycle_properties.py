@@ -21,14 +21,17 @@ from cycle_builders import (
     assert_no_oversubscription,
     node,
     queue,
+    running,
     snapshot,
     workload,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpufair.domain import cycle as phases
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import (
     Allocation,
     Node,
@@ -179,6 +182,24 @@ def _simulate(world: World) -> None:
         in_flight = [EvictionInFlight(e.workload_uid, e.beneficiary_uid) for e in result.evicts]
 
 
+def bound_before_reservations(snap: CycleSnapshot) -> set[str]:
+    """The workloads the cycle binds before phase 4 chooses its `GANG_WAIT` nodes (claims,
+    work within share, admitted entitled gangs): the reservation may pick nodes they were just
+    bound to; only beyond-share work placed after it must keep off them."""
+    state = CycleState(snap)
+    phases.load(state)
+    phases.honour_moves(state)
+    phases.honour_claims(state)
+    phases.allocate(state, within_share=True)
+    phases.allocate_mixed(state, within_share=True)
+    phases.reclaim(state)
+    phases.reclaim_for_guarantees(state)
+    phases.preempt(state)
+    phases.defragment(state)
+    phases.admit_entitled_gangs(state)
+    return {b.workload_uid for b in state.result().binds}
+
+
 def preempted_in_all(result: CycleResult) -> set[str]:
     return {e.queue for e in result.evicts if e.reason is EvictReason.PREEMPT}
 
@@ -244,7 +265,7 @@ def _check(snap: CycleSnapshot, result: CycleResult) -> None:
     gang_held = {
         n for r in result.reservations if r.kind is ReservationKind.GANG_WAIT for n in r.nodes
     }
-    claimants = {e.beneficiary_uid for e in snap.evicting}
+    early = bound_before_reservations(snap) if gang_held else set()
     for bind in result.binds:
         job = pending[bind.workload_uid]
         # Gang all-or-nothing, one GPU type, filters respected.
@@ -261,8 +282,8 @@ def _check(snap: CycleSnapshot, result: CycleResult) -> None:
                 assert len(set(binding.gpu_indices)) == round(job.gpus_per_pod)
             else:
                 assert binding.gpu_fraction == job.gpus_per_pod
-            if bind.over_fair_share and bind.workload_uid not in claimants:
-                # Claims are served (phase 0) before gangs get their nodes (phase 4).
+            if bind.over_fair_share and bind.workload_uid not in early:
+                # Beyond-share work placed after the reservations keeps off their nodes.
                 assert binding.node not in gang_held
         if job.topology is not None and job.topology.required:
             assert len({nodes[b.node].labels["rack"] for b in bind.bindings}) == 1
@@ -288,6 +309,41 @@ def test_scarce_capacity_with_skewed_shares(world: World) -> None:
         [replace(w, uid=f"{w.uid}-{i}") for i, w in enumerate(arrivals)] for arrivals in crowded
     ]
     _simulate(replace(world, shares=skewed, arrivals=renamed))
+
+
+def test_an_entitled_gang_bound_before_the_reservations_may_share_a_gang_wait_node() -> None:
+    """Found by the random worlds: q3's one-pod gang is admitted by entitlement (phase 3b) on
+    free room of n2 before phase 4 holds n2 for q0's long waiter, whose pods need memory only
+    n2's running gang can free. Both decisions stand; the invariant applies to beyond-share
+    work placed after the reservations."""
+    nodes = [node(f"n{i}", A100, gpus=1, cpu_millicores=8_000, memory_mib=16_000) for i in range(3)]
+    small = [workload(f"s{i}", "q0", gpus=0.25) for i in range(8)]
+    gang = workload("g", "q0", pods=2, gpus=0.25, memory_mib=8_000)
+    holding = [
+        running(job, [(f"n{i // 4}", (0,), 0.25)], A100, 1_000.0) for i, job in enumerate(small)
+    ]
+    holding.append(running(gang, [("n2", (0,), 0.25), ("n2", (0,), 0.25)], A100, 1_000.0))
+    waiter = workload("waiter", "q0", pods=2, gpus=0.25, submit_time_s=5.0, memory_mib=8_000)
+    entitled = workload("entitled", "q3", gpus=0.25, submit_time_s=4.0)
+    snap = snapshot(
+        nodes,
+        [queue(name) for name in ("q0", "q3")],
+        {"q0": 200.0, "q3": 2.0},
+        running_work=holding,
+        pending=[entitled, waiter],
+        now_s=2_000.0,
+        gang_reservation_after_s=500.0,
+        standing={"q0": UsageStanding(0.0, 0.0), "q3": UsageStanding(1.0, 0.0)},
+    )
+    result = run_cycle(snap)
+    assert [
+        (b.workload_uid, b.over_fair_share, [p.node for p in b.bindings]) for b in result.binds
+    ] == [("entitled", True, ["n2"])]
+    assert [(r.kind, r.workload_uid, r.nodes) for r in result.reservations] == [
+        (ReservationKind.GANG_WAIT, "waiter", ("n2",))
+    ]
+    assert bound_before_reservations(snap) == {"entitled"}
+    _check(snap, result)
 
 
 def _busy_world(seed: int) -> World:
