@@ -17,7 +17,7 @@ import math
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement import Ask, Exclusion
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 
@@ -78,13 +78,14 @@ def preempt(state: CycleState) -> None:
             sums[1] += victim.gpus
         state.preempt_totals[key] = totals
     failed: set[tuple[object, ...]] = set()
+    budgets: dict[tuple[str, int], VictimBudget] = {}
     # (queue, kind id) whose every type has no victims in the queue or failed in the memo: a
     # later workload of that kind in that queue would only pass over them again, so it is not
     # tried (both only hold more as the phase goes on).
     dead: set[tuple[str, int]] = set()
     for item in state.in_queue_order(wanting):
         name = item.book.name
-        if (name, id(item.kind)) in dead or _try_preempt(state, item, failed):
+        if (name, id(item.kind)) in dead or _try_preempt(state, item, failed, budgets):
             continue
         memo_key = item.kind.memo_key
         if all(
@@ -97,7 +98,19 @@ def preempt(state: CycleState) -> None:
     state.preempt_totals = {}
 
 
-def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...]]) -> bool:
+# Preemption reads no held nodes (every node is open to the workload's search).
+_NOTHING_EXCLUDED = Exclusion()
+
+
+def _try_preempt(
+    state: CycleState,
+    item: Pending,
+    failed: set[tuple[object, ...]],
+    budgets: dict[tuple[str, int], VictimBudget],
+) -> bool:
+    """Evict victims of `item`'s queue for it on the first of its types where a search finds
+    some. `budgets`: one per (queue, priority class), made at its first search and given to the
+    next: a search only ever spends a copy (`victim_search._greedy`)."""
     workload = item.workload
     book = item.book
     name = book.name
@@ -146,14 +159,20 @@ def _try_preempt(state: CycleState, item: Pending, failed: set[tuple[object, ...
                 continue
             index = VictimIndex(victims, state.capacity)
             state.preempt_index[(name, gpu_type)] = index
+        budget = budgets.get((name, below))
+        if budget is None:
+            budget = budgets[name, below] = VictimBudget(
+                {name: math.inf}, {}, below_priority_class=below
+            )
         selection = select_victims(
             state.capacity,
-            state.ask(item, gpu_type, pods),
+            # The ask the search makes of any: exactly the gang minimum, no pool levels.
+            Ask(item.shape, gpu_type, pods, pods, workload.topology),
             state.strategy,
-            Exclusion(),
+            _NOTHING_EXCLUDED,
             index=index,
-            budget=VictimBudget({name: math.inf}, {}, below_priority_class=below),
-            already_leaving=[victim.uses for victim in leaving],
+            budget=budget,
+            already_leaving=[victim.uses for victim in leaving] if leaving else (),
         )
         if selection is None or not selection.victims:
             failed.add(key)
