@@ -18,7 +18,9 @@ that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 from __future__ import annotations
 
 import heapq
-import math
+from bisect import bisect_left
+from collections.abc import Callable
+from itertools import islice
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_state import CycleState, Pending
@@ -32,50 +34,51 @@ def allocate(state: CycleState, within_share: bool) -> None:
     rotate = not within_share
     heap = [(state.queue_key(name, 0, rotate), name) for name in state.queue_pending]
     heapq.heapify(heap)
-    claim_victims = state.claim_victims
+    # A claim that still stands keeps its victims out of the pass beyond share (`cycle_claims`).
+    excluded = state.claim_victims if not within_share else {}
     while heap:
         _, name = heapq.heappop(heap)
         items = state.queue_pending[name]
         end = len(items)
-        suffix = state.suffix_min_cu[name]
-        book = state.books[name]
         position = cursor[name]
-        bound = False
+        # Nothing from the first position whose suffix needs more CU than the queue's remaining
+        # share fits in it; the suffix minima only grow, so that position is found by bisection
+        # (the headroom is read once: until this pop binds, the book does not change).
+        cut = end
+        if within_share:
+            headroom = state.books[name].headroom_cu()
+            cut = bisect_left(
+                state.suffix_min_cu[name], True, position, end, key=_needs_more(headroom)
+            )
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
         # workload of the same kind (shape, gang, types) and preemptibility fails as the
-        # first did: its outcome is reused, not recomputed; and the queue's headroom is read
-        # once.
-        failures: dict[tuple[int, bool], Failure] = {}
-        headroom = book.headroom_cu() if within_share else math.inf
+        # first did: the reason code it leaves (None: it keeps its own) is reused, not
+        # recomputed; kept per preemptibility by the kind's identity.
+        failures: tuple[dict[int, PendingCode | None], dict[int, PendingCode | None]] = ({}, {})
+        bound = False
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
-        while position < end:
-            if headroom < suffix[position] - EPS:
-                position = end  # nothing left here fits in the remaining share
-                break
-            item = items[position]
+        for item in islice(items, position, cut):
             position += 1
-            if item.done or (not within_share and item.uid in claim_victims):
-                continue  # a claim that still stands keeps its victims out (`cycle_claims`)
-            key = (id(item.kind), item.workload.preemptible)
-            failure = failures.get(key)
-            if failure is None:
+            if item.done or item.uid in excluded:
+                continue
+            failed = failures[item.workload.preemptible]
+            kind = id(item.kind)
+            if kind not in failed:
                 failure = _try_bind(state, item, within_share, exclusion)
                 if failure is None:
                     bound = True
                     break
-                failures[key] = failure
-            no_room, capped = failure
-            if within_share:
-                if no_room:
-                    item.code = PendingCode.NO_CAPACITY
-                elif capped is not None:
-                    item.code = capped
-            elif capped is not None and not no_room:
-                item.code = capped  # a hard cap; a plain lack of room keeps the first reason
-        cursor[name] = position
-        if bound and position < end:
-            heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
+                failed[kind] = _code_left(failure, within_share)
+            code = failed[kind]
+            if code is not None:
+                item.code = code
+        if not bound:
+            cursor[name] = end  # all tried, or nothing left here fits in the remaining share
+        else:
+            cursor[name] = position
+            if position < end:
+                heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
 
 
 Failure = tuple[bool, PendingCode | None]  # no room on some type; the first cap met
@@ -84,20 +87,25 @@ Failure = tuple[bool, PendingCode | None]  # no room on some type; the first cap
 def _try_bind(
     state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion
 ) -> Failure | None:
-    """Bind `item` on its cheapest type that admits and fits it (None), or say why not."""
+    """Bind `item` on its cheapest type that admits and fits it (None), or say why not. Once
+    some type had no room, a type where this kind is known not to fit is not asked about the
+    queue's limits: `_code_left` reads the first cap only when no type had room."""
     workload = item.workload
     kind = item.kind
     pods_min = workload.gang_min_pods
     capped: PendingCode | None = None
     no_room = False
+    place_failed = state.place_failed
     for gpu_type in kind.types:
+        key = (within_share, gpu_type, kind.memo_key)
+        if no_room and key in place_failed:
+            continue  # no room here either, or a cap: the answer is no room whichever
         allowed, code = state.max_pods(item.book, workload, gpu_type, within_share)
         allowed = min(allowed, workload.pods)
         if allowed < pods_min:
             capped = capped or code
             continue
-        key = (within_share, gpu_type, kind.memo_key)
-        if key in state.place_failed:
+        if key in place_failed:
             no_room = True
             continue
         plan = state.place(item, gpu_type, allowed, exclusion)
@@ -108,3 +116,22 @@ def _try_bind(
         state.bind(item, gpu_type, plan)
         return None
     return (no_room, capped)
+
+
+def _needs_more(headroom: float) -> Callable[[float], bool]:
+    """Whether a suffix whose least CU is the argument needs more than `headroom` CU."""
+
+    def needs_more(least_cu: float) -> bool:
+        return headroom < least_cu - EPS
+
+    return needs_more
+
+
+def _code_left(failure: Failure, within_share: bool) -> PendingCode | None:
+    """The reason a failed try leaves on its workload, None to keep the one it has: within
+    the share, no room on some type is `NO_CAPACITY`, else the first cap met; beyond it, only
+    a hard cap (a plain lack of room keeps the first reason)."""
+    no_room, capped = failure
+    if within_share:
+        return PendingCode.NO_CAPACITY if no_room else capped
+    return capped if not no_room else None

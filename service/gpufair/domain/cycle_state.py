@@ -384,24 +384,25 @@ class CycleState:
 
     def result(self) -> CycleResult:
         """The decisions, with one reason per pending workload. Hot (one pass over every
-        pending workload), so sentences are shared: per queue, one reason per (code, kind,
-        held nodes), whose sentence is made once per set of the numbers `pending_message`
-        reads (code, CU needed, gang size, GPUs per pod, held nodes), and the queue's part of
-        those sentences (its CU numbers) once per queue; a topology note, which reads only the
+        pending workload), so reasons are shared: per queue, one reason per (code, kind, held
+        nodes), and one per set of the numbers `pending_message` reads (code, CU needed, gang
+        size, GPUs per pod, held nodes), whose sentence is made once; the queue's part of those
+        sentences (its CU numbers) once per queue; a topology note, which reads only the
         workload's kind and the capacity, once per kind."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+        over_share = PendingCode.OVER_FAIR_SHARE
         notes: dict[int, str] = {}
         for items in self.queue_pending.values():  # one queue's items share its book
             shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
-            messages: dict[tuple[PendingCode, float, int, float, int], str] = {}
+            messages: dict[tuple[PendingCode, float, int, float, int], PendingReason] = {}
             queue: list[str] = []  # the queue's part of its sentences, made once (`_reason_of`)
             for item in items:
                 code = item.code
                 if item.done and code is not waiting:
                     continue  # bound
-                if claim_victims and code is PendingCode.OVER_FAIR_SHARE:
+                if claim_victims and code is over_share:
                     beneficiary = claim_victims.get(item.uid)
                     if beneficiary is not None:
                         message = pending_message(
@@ -429,19 +430,22 @@ class CycleState:
     def _reason_of(
         self,
         item: Pending,
-        messages: dict[tuple[PendingCode, float, int, float, int], str],
+        messages: dict[tuple[PendingCode, float, int, float, int], PendingReason],
         notes: dict[int, str],
         queue: list[str],
     ) -> PendingReason:
+        """The reason of `item` in its queue; one `PendingReason` per sentence, kept in
+        `messages` and shared by the kinds whose sentences are the same."""
         code = item.code
         workload = item.workload
         key = (code, item.min_cu, workload.gang_min_pods, workload.gpus_per_pod, item.held_nodes)
-        message = messages.get(key)
-        if message is None:
+        reason = messages.get(key)
+        if reason is None:
             if not queue:
                 queue.append(queue_numbers(item.book))
-            message = messages[key] = pending_message(
-                code, workload, item.book, item.min_cu, item.held_nodes, queue[0]
+            reason = messages[key] = PendingReason(
+                code,
+                pending_message(code, workload, item.book, item.min_cu, item.held_nodes, queue[0]),
             )
         if code is PendingCode.NO_CAPACITY and workload.topology:
             note = notes.get(id(item.kind))
@@ -453,8 +457,8 @@ class CycleState:
                     self.pool.topology_levels,
                     self.strategy,
                 )
-            message += note
-        return PendingReason(code, message)
+            return PendingReason(code, reason.message + note)
+        return reason
 
 
 def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:

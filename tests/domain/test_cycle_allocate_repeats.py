@@ -1,0 +1,46 @@
+"""Allocation over many pending workloads of few kinds: each kind (and preemptibility) is tried
+once per turn of its queue, and every workload of it is left the reason that try found."""
+
+from __future__ import annotations
+
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.snapshot import PendingCode
+from tests.domain.cycle_builders import node, queue, running, snapshot, workload
+
+
+def test_twenty_workloads_that_find_no_room_leave_it_to_one_that_fits() -> None:
+    # n0 full and 4 of n1's 8 GPUs taken by work that cannot be evicted: 4 GPUs free.
+    held = [
+        running(workload("r0", "other", gpus=8, preemptible=False), [("n0", tuple(range(8)))]),
+        running(workload("r1", "other", gpus=4, preemptible=False), [("n1", (0, 1, 2, 3))]),
+    ]
+    wide = [
+        workload(f"wide{i}", "q", gpus=6, submit_time_s=i, preemptible=i % 2 == 0)
+        for i in range(20)
+    ]
+    small = workload("small", "q", gpus=4, submit_time_s=30)
+    beyond = workload("beyond", "tight", gpus=4, submit_time_s=0)
+    snap = snapshot(
+        [node("n0"), node("n1")],
+        [queue("other", 12), queue("q", 8), queue("tight", 2)],
+        {"other": 12, "q": 8, "tight": 2},
+        running_work=held,
+        pending=[*wide, small, beyond],
+    )
+    result = run_cycle(snap)
+    # 6 GPUs (6 CU) are within q's share of 8 but only 4 are free: none of the 20 fits, and
+    # the 4-GPU workload behind them takes n1's 4 free GPUs.
+    assert [(bind.workload_uid, bind.bindings[0].node) for bind in result.binds] == [
+        ("small", "n1")
+    ]
+    codes = {job.uid: result.pending[job.uid].code for job in wide}
+    # The 10 preemptible ones wait for room; the 10 others were then held to q's share in the
+    # pass beyond it (non-preemptible work never goes beyond its share).
+    assert [uid for uid, code in codes.items() if code is PendingCode.NO_CAPACITY] == [
+        f"wide{i}" for i in range(0, 20, 2)
+    ]
+    assert [uid for uid, code in codes.items() if code is PendingCode.OVER_FAIR_SHARE] == [
+        f"wide{i}" for i in range(1, 20, 2)
+    ]
+    # 4 CU is beyond a share of 2: that workload is not tried within the share.
+    assert result.pending["beyond"].code is PendingCode.OVER_FAIR_SHARE
