@@ -156,6 +156,28 @@ class Capacity:
             self._partitioned[gpu_type] = {}
             self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
 
+    def copy_state_from(self, other: Capacity) -> None:
+        """Make this capacity's state exactly `other`'s, a capacity made over the same nodes
+        (equal, in the same order): every node's use, the buckets and node sets in their order,
+        `free_whole_by_type` and the version numbers; the placement memo starts empty, as
+        before any placement. `other` is read, not changed, and shares nothing mutable with
+        this one afterwards. Loading carries the capacity after the running work two cycles
+        share this way (`cycle_memory`). Every mutable field of a `Capacity` or `NodeState`
+        is copied here: one added to either must be added here too."""
+        self.nodes = [_copied(state) for state in other.nodes]
+        self._buckets = {
+            gpu_type: [dict(bucket) for bucket in buckets]
+            for gpu_type, buckets in other._buckets.items()
+        }
+        self._partial = {gpu_type: dict(found) for gpu_type, found in other._partial.items()}
+        self._partitioned = {
+            gpu_type: dict(found) for gpu_type, found in other._partitioned.items()
+        }
+        self.free_whole_by_type = dict(other.free_whole_by_type)
+        self.version = other.version
+        self._next_version = other._next_version
+        self.memo = {}
+
     def bucket(self, gpu_type: str, free_whole: int) -> dict[int, None]:
         return self._buckets[gpu_type][free_whole]
 
@@ -347,6 +369,27 @@ def _save(journal: Journal, state: NodeState) -> None:
             state.free_whole,
             state.partial_gpus,
         )
+
+
+def _copied(state: NodeState) -> NodeState:
+    """A node's state with its own lists (`Capacity.copy_state_from`)."""
+    copy = NodeState.__new__(NodeState)
+    copy.index = state.index
+    copy.name = state.name
+    copy.gpu_type = state.gpu_type
+    copy.gpu_count = state.gpu_count
+    copy.labels = state.labels
+    copy.gpu_used = state.gpu_used.copy()
+    copy.free_whole = state.free_whole
+    copy.partial_gpus = state.partial_gpus
+    copy.cpu_total = state.cpu_total
+    copy.cpu_free = state.cpu_free
+    copy.memory_total = state.memory_total
+    copy.memory_free = state.memory_free
+    copy.geometry = state.geometry
+    copy.slices = None if state.slices is None else state.slices.copy()
+    copy.version = state.version
+    return copy
 
 
 def _move(
