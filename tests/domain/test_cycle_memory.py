@@ -18,8 +18,11 @@ import pytest
 from cycle_builders import node, queue, running, snapshot, workload
 from test_cycle_never_rules import _arrivals, _nodes, _tree
 
+from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_memory import CarriedLoad
+from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import Allocation, Workload
 from gpufair.domain.snapshot import EvictionInFlight
 
@@ -92,6 +95,43 @@ def test_the_runs_reuse_records() -> None:
     """Not vacuous: across the runs, loading takes thousands of records from the cycle before
     (10,065 over the 60 runs when this was written)."""
     assert sum(_run(seed)[1] for seed in range(60)) >= 3_000
+
+
+def test_the_capacity_after_shared_running_work_is_carried_exactly() -> None:
+    """A load whose running allocations begin with the last load's (the same objects, in
+    order) starts from a copy of the capacity after them and takes only the rest: here 2 of
+    3, and the capacity comes out as a load without carried state makes it (every node's use,
+    the free-GPU buckets in their order, the version numbers). Running work in another order,
+    or without one of the last load's allocations, is all taken anew."""
+    team = queue("team", 8.0)
+    nodes = [node("n1"), node("n2", gpus=4)]
+    a = running(workload("a", "team", gpus=2), [("n1", (0, 1))])
+    b = running(workload("b", "team", pods=2), [("n2", (0,)), ("n1", (2,))])
+    c = running(workload("c", "team", gpus=0.5), [("n2", (1,), 0.5)])
+    carried = CarriedLoad()
+
+    def loaded(allocations: list[Allocation], given: CarriedLoad | None) -> Capacity:
+        state = CycleState(snapshot(nodes, [team], {"team": 8.0}, running_work=allocations), given)
+        load(state)
+        return state.capacity
+
+    loaded([a, b], carried)
+    assert carried.shared == 0
+    for allocations, shared in (([a, b, c], 2), ([a, b, c], 3), ([b, a, c], 0), ([a, c], 0)):
+        capacity = loaded(allocations, carried)
+        assert carried.shared == shared
+        fresh = loaded(allocations, None)
+        assert [s.gpu_used for s in capacity.nodes] == [s.gpu_used for s in fresh.nodes]
+        assert [s.free_whole for s in capacity.nodes] == [s.free_whole for s in fresh.nodes]
+        assert [s.version for s in capacity.nodes] == [s.version for s in fresh.nodes]
+        assert capacity.version == fresh.version
+        for gpu_type in fresh.by_type:
+            assert [list(capacity.bucket(gpu_type, k)) for k in range(9)] == [
+                list(fresh.bucket(gpu_type, k)) for k in range(9)
+            ]
+            assert list(capacity.partial_nodes(gpu_type)) == list(fresh.partial_nodes(gpu_type))
+    # The last load ([a, c]): a's 2 GPUs on n1, c's half GPU on n2.
+    assert [s.gpu_used for s in capacity.nodes] == [[1, 1, 0, 0, 0, 0, 0, 0], [0, 0.5, 0, 0]]
 
 
 def test_records_are_kept_only_for_objects_given_again() -> None:

@@ -106,7 +106,11 @@ class Journal:
     __slots__ = ("nodes", "version")
 
     def __init__(self) -> None:
-        self.nodes: dict[int, tuple[list[float], int, int, list[int] | None, int, int, int]] = {}
+        # By node index, in the order first touched: the node's state and its prior
+        # (gpu_used, cpu_free, memory_free, slices, version, free_whole, partial_gpus).
+        self.nodes: dict[
+            int, tuple[NodeState, list[float], int, int, list[int] | None, int, int, int]
+        ] = {}
         self.version: int | None = None
 
 
@@ -151,6 +155,28 @@ class Capacity:
             self._partial[gpu_type] = {}
             self._partitioned[gpu_type] = {}
             self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
+
+    def copy_state_from(self, other: Capacity) -> None:
+        """Make this capacity's state exactly `other`'s, a capacity made over the same nodes
+        (equal, in the same order): every node's use, the buckets and node sets in their order,
+        `free_whole_by_type` and the version numbers; the placement memo starts empty, as
+        before any placement. `other` is read, not changed, and shares nothing mutable with
+        this one afterwards. Loading carries the capacity after the running work two cycles
+        share this way (`cycle_memory`). Every mutable field of a `Capacity` or `NodeState`
+        is copied here: one added to either must be added here too."""
+        self.nodes = [_copied(state) for state in other.nodes]
+        self._buckets = {
+            gpu_type: [dict(bucket) for bucket in buckets]
+            for gpu_type, buckets in other._buckets.items()
+        }
+        self._partial = {gpu_type: dict(found) for gpu_type, found in other._partial.items()}
+        self._partitioned = {
+            gpu_type: dict(found) for gpu_type, found in other._partitioned.items()
+        }
+        self.free_whole_by_type = dict(other.free_whole_by_type)
+        self.version = other.version
+        self._next_version = other._next_version
+        self.memo = {}
 
     def bucket(self, gpu_type: str, free_whole: int) -> dict[int, None]:
         return self._buckets[gpu_type][free_whole]
@@ -211,15 +237,19 @@ class Capacity:
 
     def restore(self, journal: Journal) -> None:
         """Undo every change recorded in `journal` since it was empty."""
-        for index, saved in journal.nodes.items():
-            used, cpu_free, memory_free, slices, version, free_whole, partial = saved
-            state = self.nodes[index]
+        for saved in journal.nodes.values():
+            state, used, cpu_free, memory_free, slices, version, free_whole, partial = saved
             state.version = version
             state.gpu_used = used
             state.slices = slices
             state.cpu_free = cpu_free
             state.memory_free = memory_free
-            self._index(state, free_whole, partial)
+            if (
+                free_whole != state.free_whole
+                or partial != state.partial_gpus
+                or slices is not None
+            ):
+                self._index(state, free_whole, partial)
         if journal.version is not None:
             self.version = journal.version
         journal.nodes.clear()
@@ -232,9 +262,11 @@ class Capacity:
             journal.version = self.version
         self.version = version = self._next_version
         self._next_version += 1
-        if len(uses) == 1 and journal is None:  # the common case: one pod on one node
+        if len(uses) == 1:  # the common case: one pod on one node
             use = uses[0]
             state = self.nodes[use.node]
+            if journal is not None:
+                _save(journal, state)
             state.version = version
             state.cpu_free -= sign * use.cpu_millicores
             state.memory_free -= sign * use.memory_mib
@@ -251,24 +283,20 @@ class Capacity:
                 state.free_whole,
                 state.partial_gpus,
             )
-            self._index(state, free_whole, partial)
+            if (
+                free_whole != state.free_whole
+                or partial != state.partial_gpus
+                or state.slices is not None
+            ):
+                self._index(state, free_whole, partial)
             return
         # Per node touched: its state, its counts as they move, and whether a partition
         # changed it (its counts are then taken by a scan).
         touched: dict[int, tuple[NodeState, int, int, bool]] = {}
         for use in uses:
             state = self.nodes[use.node]
-            if journal is not None and use.node not in journal.nodes:
-                slices = state.slices
-                journal.nodes[use.node] = (
-                    state.gpu_used.copy(),
-                    state.cpu_free,
-                    state.memory_free,
-                    None if slices is None else slices.copy(),
-                    state.version,
-                    state.free_whole,
-                    state.partial_gpus,
-                )
+            if journal is not None:
+                _save(journal, state)
             state.version = version
             _, free_whole, partial, scan = touched.get(
                 use.node, (state, state.free_whole, state.partial_gpus, False)
@@ -302,7 +330,10 @@ class Capacity:
 
     def _index(self, state: NodeState, free_whole: int, partial: int) -> None:
         """Put the node in the buckets of its counts: `free_whole` untouched GPUs, `partial`
-        partly used ones."""
+        partly used ones. A node is in `partial_nodes` exactly while its `partial_gpus` is not
+        0, so that set changes only when the count goes to or from 0 (a node already there
+        keeps its place, as re-adding it would)."""
+        was_partial = state.partial_gpus
         state.partial_gpus = partial
         gpu_type = state.gpu_type
         if free_whole != state.free_whole:
@@ -311,16 +342,54 @@ class Capacity:
             buckets[free_whole][state.index] = None
             self.free_whole_by_type[gpu_type] += free_whole - state.free_whole
             state.free_whole = free_whole
-        partial_nodes = self._partial[gpu_type]
         if partial:
-            partial_nodes[state.index] = None
-        else:
-            partial_nodes.pop(state.index, None)
+            if not was_partial:
+                self._partial[gpu_type][state.index] = None
+        elif was_partial:
+            del self._partial[gpu_type][state.index]
         if state.slices is not None:  # only nodes that ever held a partition
             if any(state.slices):
                 self._partitioned[gpu_type][state.index] = None
             else:
                 self._partitioned[gpu_type].pop(state.index, None)
+
+
+def _save(journal: Journal, state: NodeState) -> None:
+    """Record the node's state in `journal` the first time a trial touches it."""
+    saved = journal.nodes
+    if state.index not in saved:
+        slices = state.slices
+        saved[state.index] = (
+            state,
+            state.gpu_used.copy(),
+            state.cpu_free,
+            state.memory_free,
+            None if slices is None else slices.copy(),
+            state.version,
+            state.free_whole,
+            state.partial_gpus,
+        )
+
+
+def _copied(state: NodeState) -> NodeState:
+    """A node's state with its own lists (`Capacity.copy_state_from`)."""
+    copy = NodeState.__new__(NodeState)
+    copy.index = state.index
+    copy.name = state.name
+    copy.gpu_type = state.gpu_type
+    copy.gpu_count = state.gpu_count
+    copy.labels = state.labels
+    copy.gpu_used = state.gpu_used.copy()
+    copy.free_whole = state.free_whole
+    copy.partial_gpus = state.partial_gpus
+    copy.cpu_total = state.cpu_total
+    copy.cpu_free = state.cpu_free
+    copy.memory_total = state.memory_total
+    copy.memory_free = state.memory_free
+    copy.geometry = state.geometry
+    copy.slices = None if state.slices is None else state.slices.copy()
+    copy.version = state.version
+    return copy
 
 
 def _move(

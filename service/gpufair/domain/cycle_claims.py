@@ -26,22 +26,31 @@ def honour_claims(state: CycleState) -> None:
     # only under a journal, and restored), so a kind that did not fit free capacity on a type
     # does not fit it later in the phase: (GPU type, kind's memo key).
     no_free_fit: set[tuple[object, ...]] = set()
+    exclusion = Exclusion()  # claims may use every node; never changed, so shared
+    journal = Journal()  # emptied by each `restore`
     for item in state.in_queue_order(state.claimants):
-        before_cu = item.book.allocated_cu
-        _serve(state, item, no_free_fit)
-        item.book.claimed_cu += item.book.allocated_cu - before_cu
+        book = item.book
+        before_cu = book.allocated_cu
+        _serve(state, item, no_free_fit, exclusion, journal)
+        book.claimed_cu += book.allocated_cu - before_cu
 
 
-def _serve(state: CycleState, item: Pending, no_free_fit: set[tuple[object, ...]]) -> None:
+def _serve(
+    state: CycleState,
+    item: Pending,
+    no_free_fit: set[tuple[object, ...]],
+    exclusion: Exclusion,
+    journal: Journal,
+) -> None:
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
-    exclusion = Exclusion()
     # The pods the queue's limits allow per type, asked only of the types tried (nothing
     # changes the queue's book before the bind or hold that ends the claim's turn); a type
     # whose kind did not fit free capacity earlier in the phase is not tried on it again.
     allowed: dict[str, int] = {}
     pods_min = item.workload.gang_min_pods
     memo_key = item.kind.memo_key
-    for gpu_type in item.types:
+    types = item.types
+    for gpu_type in types:
         key = (gpu_type, memo_key)
         if key in no_free_fit:
             continue
@@ -56,15 +65,15 @@ def _serve(state: CycleState, item: Pending, no_free_fit: set[tuple[object, ...]
     leaving = state.leaving_for.get(item.uid)
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses
+    capacity = state.capacity
     held: tuple[str, list[PodUse]] | None = None
-    journal = Journal()
     for victim in leaving:
-        state.capacity.release(victim.uses, journal)
+        capacity.release(victim.uses, journal)
     try:
-        for gpu_type in item.types:
+        for gpu_type in types:
             asked = allowed.get(gpu_type)
             if asked is None:
-                asked = allowed[gpu_type] = state.pods_allowed(item, gpu_type, within_share=False)
+                asked = state.pods_allowed(item, gpu_type, within_share=False)
             if asked < pods_min:
                 continue
             plan = state.place(item, gpu_type, pods_min, exclusion)
@@ -72,6 +81,6 @@ def _serve(state: CycleState, item: Pending, no_free_fit: set[tuple[object, ...]
                 held = (gpu_type, plan)
                 break
     finally:
-        state.capacity.restore(journal)
+        capacity.restore(journal)
     if held is not None:
         state.hold(item, *held)

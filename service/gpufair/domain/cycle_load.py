@@ -4,10 +4,13 @@ order inside a queue: priority class, highest first, then submit time)."""
 
 from __future__ import annotations
 
-from gpufair.domain.capacity import PodUse, binding_gpus, uses_of
+from operator import is_
+
+from gpufair.domain.capacity import Capacity, PodUse, binding_gpus, uses_of
 from gpufair.domain.cycle_load_pending import load_pending
-from gpufair.domain.cycle_memory import RunningRecord
+from gpufair.domain.cycle_memory import RunningCapacity, RunningRecord
 from gpufair.domain.cycle_state import CycleState, Running
+from gpufair.domain.model import Allocation
 from gpufair.domain.victim_search import Victim
 
 
@@ -25,7 +28,16 @@ def load(state: CycleState) -> None:
         state.kinds.update(carried.kinds)
     running: dict[int, RunningRecord] = {}
     fresh: list[str] = []
-    reused = load_running(state, carried.running, running, fresh)
+    allocations = state.snapshot.running
+    shared = _shared_running(carried.capacity, allocations, carried.running)
+    if shared:
+        assert carried.capacity is not None
+        state.capacity.copy_state_from(carried.capacity[1])
+    reused = load_running(state, carried.running, running, fresh, shared)
+    kept = Capacity([])  # holds only the state copied into it, for the next load to copy
+    kept.copy_state_from(state.capacity)
+    carried.capacity = (allocations, kept)
+    carried.shared = shared
     load_evicting(state)
     reused += load_pending(state, carried, fresh)
     carried.running = running
@@ -33,11 +45,33 @@ def load(state: CycleState) -> None:
     carried.reused = reused
 
 
+def _shared_running(
+    kept: RunningCapacity | None,
+    allocations: tuple[Allocation, ...],
+    before: dict[int, RunningRecord],
+) -> int:
+    """How many running allocations the load may skip taking, starting from the kept capacity:
+    all those the kept capacity took, when `allocations` begin with exactly them (the same
+    objects, in order) and each has its record in `before` (else 0)."""
+    if kept is None:
+        return 0
+    taken = kept[0]
+    count = len(taken)
+    if count == 0 or count > len(allocations):
+        return 0
+    if not all(map(is_, taken, allocations[:count])):
+        return 0
+    if not before.keys() >= set(map(id, taken)):
+        return 0
+    return count
+
+
 def load_running(
     state: CycleState,
     before: dict[int, RunningRecord],
     records: dict[int, RunningRecord] | None,
     fresh: list[str] | None = None,
+    shared: int = 0,
 ) -> int:
     """Running work into the capacity and the books, one `Victim` each; returns how many
     records were taken from `before` (the last cycle's, by the allocation's identity), puts
@@ -46,7 +80,10 @@ def load_running(
     workload): a workload of one binding without a partition, the common case, is read inline
     (what `uses_of` would make of it) and taken with `Capacity.take_one`; the one-node tuple
     of its `Victim.nodes` is shared by all workloads on that node. A carried record is taken
-    the same way, in the same order: capacity and books come out as from new records."""
+    the same way, in the same order: capacity and books come out as from new records.
+    `shared`: the first `shared` allocations are already in the capacity (copied from the
+    last load's, `cycle_memory`) and each has its record in `before`: they are not taken
+    again."""
     reused = 0
     capacity = state.capacity
     index_of = capacity.index_of
@@ -58,7 +95,7 @@ def load_running(
     running = state.running
     one_node: dict[int, tuple[int]] = {}
     uses: tuple[PodUse, ...]
-    for allocation in state.snapshot.running:
+    for position, allocation in enumerate(state.snapshot.running):
         workload = allocation.workload
         uid = workload.uid
         if uid in running:
@@ -66,10 +103,11 @@ def load_running(
         record = before.get(id(allocation)) if before else None
         if record is not None and record[0] is allocation:
             _, uses, carried, one = record
-            if not one:
-                take(uses)
-            elif uses:
-                take_one(uses[0])
+            if position >= shared:  # else already in the copied capacity
+                if not one:
+                    take(uses)
+                elif uses:
+                    take_one(uses[0])
             victim = carried.victim
             book = books.get(workload.queue)
             if book is not None:

@@ -16,11 +16,15 @@ workload the pool never holds is kept with its reason. A process that keeps its 
 (`services/snapshot_source.py`, the simulator) hands the same objects again for whatever did
 not change, so the next cycle makes records only for what did.
 
-What is *not* carried is anything that depends on the order of events: the free capacity and
-its buckets (placement reads nodes in the order they moved between free-GPU buckets), the queue
-books, the claims' holds. Those are built afresh each cycle, in the snapshot's order, from the
-carried records exactly as from new ones, so every decision is the one a cycle without carried
-state makes (`tests/domain/test_cycle_memory.py`; `bench/cycle_equivalence.py`).
+The free capacity depends on the order of events (placement reads nodes in the order they
+moved between free-GPU buckets), so it is carried only where that order is the same: the last
+load keeps a copy of the capacity after all its running work, with the running allocations it
+took, and a load whose running allocations begin with exactly those objects, in that order
+(compared by identity), starts from a copy of it and takes only the allocations after them
+(`Capacity.copy_state_from`: the same uses, buckets in the same order, the same version
+numbers). The queue books and the claims' holds are built afresh each cycle, in the snapshot's
+order, from the carried records exactly as from new ones, so every decision is the one a cycle
+without carried state makes (`tests/domain/test_cycle_memory.py`; `bench/cycle_equivalence.py`).
 
 `Running` and `Kind` are never changed once made, so a record can be shared by two cycles. A
 queue's items (`Pending`) are the one exception: a cycle marks them (bound, held, their reason),
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufair.domain.capacity import PodUse
+from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.cycle_state import Kind, Pending, Running
 from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
 from gpufair.domain.snapshot import CycleSnapshot, PendingReason
@@ -53,6 +57,8 @@ QueueRecords = tuple[list[Pending], list[int], list[float] | None]
 # and its `NEVER_FITS` reason.
 Rejection = tuple[Workload, PendingReason]
 Inputs = tuple[NodePool, tuple[Node, ...], tuple[GpuType, ...], tuple[Queue, ...]]
+# The capacity after a load's running work, and the running allocations it took (in order).
+RunningCapacity = tuple[tuple[Allocation, ...], Capacity]
 
 
 @dataclass(slots=True)
@@ -67,7 +73,9 @@ class CarriedLoad:
     by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
     rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
+    capacity: RunningCapacity | None = None  # never changed: a load copies it
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
+    shared: int = 0  # running allocations the last load found in the kept capacity (same)
 
     def valid_for(self, snapshot: CycleSnapshot) -> bool:
         """Whether the records were made over `snapshot`'s pool, hardware and queues; if not,
@@ -82,4 +90,5 @@ class CarriedLoad:
         self.by_uid = {}
         self.rejected = {}
         self.kinds = {}
+        self.capacity = None
         return False

@@ -356,14 +356,17 @@ class CycleState:
         rest of each node stays free for others; the next cycle re-derives the hold."""
         capacity = self.capacity
         capacity.take(plan)
+        nodes = capacity.nodes
         if len(plan) == 1:
-            names: tuple[str, ...] = (capacity.nodes[plan[0].node].name,)
+            names: tuple[str, ...] = (nodes[plan[0].node].name,)
         else:
-            names = tuple([capacity.nodes[index].name for index in sorted({u.node for u in plan})])
-        gpus = len(plan) * item.workload.gpus_per_pod
-        cu = gpus * self.weight(gpu_type)
-        item.book.add(cu, gpus, gpu_type, item.workload.preemptible)
-        item.book.reserved_cu += cu
+            names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+        workload = item.workload
+        gpus = len(plan) * workload.gpus_per_pod
+        cu = gpus * self.weights.get(gpu_type, 0.0)
+        book = item.book
+        book.add(cu, gpus, gpu_type, workload.preemptible)
+        book.reserved_cu += cu
         item.done = True
         item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
         item.held_nodes = len(names)  # its reason is written with the others, in `result`
