@@ -27,6 +27,7 @@ from gpufair.api.server import build_server
 from gpufair.client import GpufairClient, open_channel
 from gpufair.store import token_repo
 from gpufair.store.database import make_engine
+from gpufair.store.deadline import statement_timeout_ms
 from gpufair.store.token_repo import TokenRecord
 from gpufair.tokens import Role, digest, new_token
 from gpufair.v1 import cluster_pb2, cluster_pb2_grpc, ledger_pb2, scheduler_pb2
@@ -331,12 +332,16 @@ class Aborted(Exception):
 
 
 class FakeContext:
-    def __init__(self, metadata: list[tuple[str, str]]) -> None:
+    def __init__(self, metadata: list[tuple[str, str]], remaining_s: float | None = None) -> None:
         self.metadata = metadata
+        self.remaining_s = remaining_s
         self.code: grpc.StatusCode | None = None
 
     def invocation_metadata(self) -> list[tuple[str, str]]:
         return self.metadata
+
+    def time_remaining(self) -> float | None:
+        return self.remaining_s
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         self.code = code
@@ -386,3 +391,26 @@ def test_bearer_token_parsing() -> None:
     assert bearer_token([("authorization", "Bearer a"), ("authorization", "Bearer b")]) is None
     assert bearer_token([("authorization-bin", b"x")]) is None
     assert bearer_token(None) is None
+
+
+def test_a_token_lookup_runs_under_the_callers_deadline() -> None:
+    """GetFairShare and GetConfig set no deadline for a reply from memory: the token lookup a
+    cache miss makes takes the call's own, and a cached token looks nothing up."""
+    token = new_token()
+    admin = TokenRecord(1, "root", Role.ADMIN, token.prefix, datetime.now(UTC), None, None)
+    timeouts: list[int | None] = []
+
+    def lookup(t: str) -> TokenRecord | None:
+        timeouts.append(statement_timeout_ms(30_000))
+        return admin if digest(t) == token.digest else None
+
+    interceptor = AuthInterceptor(TokenCache(lookup))
+    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: "shares")
+    guarded = interceptor.intercept_service(
+        lambda d: handler,
+        Details("/gpufair.v1.Ledger/GetFairShare"),  # type: ignore[arg-type]
+    )
+    assert guarded.unary_unary(None, FakeContext(bearer(token.token), remaining_s=2.0)) == "shares"
+    assert guarded.unary_unary(None, FakeContext(bearer(token.token), remaining_s=2.0)) == "shares"
+    assert len(timeouts) == 1  # the second call's token was cached
+    assert timeouts[0] is not None and 1_700 <= timeouts[0] <= 1_800  # 2 s less the 10 % margin

@@ -42,6 +42,7 @@ from sqlalchemy import Engine
 from gpufair.api.errors import abort_for
 from gpufair.api.interceptors import Behavior, Layer, _rewrap
 from gpufair.store import token_repo
+from gpufair.store.deadline import call_deadline
 from gpufair.store.token_repo import TokenRecord
 from gpufair.tokens import Role, digest, looks_like_token
 
@@ -98,7 +99,12 @@ class TokenCache:
         self._entries: dict[bytes, tuple[float, TokenRecord | None]] = {}
         self._lock = threading.Lock()
 
-    def get(self, token: str) -> TokenRecord | None:
+    def get(
+        self, token: str, time_left: Callable[[], float | None] | None = None
+    ) -> TokenRecord | None:
+        """The token's record (None: unknown or revoked). A lookup runs under the caller's
+        deadline, `time_left()` (gRPC's `context.time_remaining`; `store/deadline.py`), so it
+        holds for the read caches' methods too, which set no deadline for a reply from memory."""
         key = digest(token)
         now = self._clock()
         with self._lock:
@@ -106,7 +112,11 @@ class TokenCache:
         if hit is not None and hit[0] > now:
             return hit[1]
         # Outside the lock: a slow database must not hold up calls whose tokens are cached.
-        record = self._lookup(token)
+        if time_left is None:
+            record = self._lookup(token)
+        else:
+            with call_deadline(time_left()):
+                record = self._lookup(token)
         with self._lock:
             if len(self._entries) >= self._max_entries:
                 # Only a flood of made-up tokens fills it; starting over keeps memory bounded
@@ -192,7 +202,11 @@ class AuthInterceptor(Layer):
                     "(gpufair --token or $GPUFAIR_TOKEN)",
                 )
             try:
-                record = self._tokens.get(token) if looks_like_token(token) else None
+                record = (
+                    self._tokens.get(token, context.time_remaining)
+                    if looks_like_token(token)
+                    else None
+                )
             except Exception as exc:
                 abort_for(exc, context, method)
                 raise  # unreachable: abort_for always raises

@@ -288,8 +288,9 @@ class DeadlineInterceptor(Layer):
     transactions get a statement timeout no longer than the caller waits (store/deadline.py).
     Placed outside the auth interceptor, whose token lookup is database work too. The read
     caches' methods (`FROM_MEMORY`) hand it down themselves, around the check a caller runs
-    (`api/read_cache.py`): a reply from memory does no database work, and setting the deadline
-    for it cost more than the rest of the handler (`bench/results/serving.md`)."""
+    (`api/read_cache.py`), and a token lookup does for its own query (`api/auth.py`): a reply
+    from memory does no database work, and setting the deadline for it cost more than the rest
+    of the handler (`bench/results/serving.md`)."""
 
     def wrap(self, method: str, inner: Any) -> Any:
         if method in FROM_MEMORY:
