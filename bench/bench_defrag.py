@@ -40,7 +40,10 @@ def row(label: str, result: SimResult, cpu_s: float, large_gpus: float) -> str:
     waiting = sum(1 for j in large if j.pending_since_s is not None)
     pool = metrics.pools[0]
     run = result.pools[0]
-    hours = lambda s: "-" if s is None else f"{s / 3600:.2f}"  # noqa: E731
+
+    def hours(s: float | None) -> str:
+        return "-" if s is None else f"{s / 3600:.2f}"
+
     return (
         f"| {label} | {100 * pool.utilisation:.1f} | {len(large)} | {hours(p50)} | {hours(p99)} "
         f"| {waiting} | {pool.idle_gpu_hours_while_pending:.0f} | {run.moves} "

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gpufair.domain.demand import queue_demands
@@ -181,17 +181,18 @@ def build_input(
 def _rows(inp: FairShareInput) -> tuple[list[tuple[str, str, float]], list[Workload]]:
     """The case's demands as a recompute reads them: a held row per leaf and type, a waiting
     workload per leaf and type (its GPUs on that type, which serves it)."""
-    assert not isinstance(inp.demands, LeafDemands or ())
+    demands = inp.demands
+    assert isinstance(demands, Mapping), "the case's demands are maps"
     held = [
         (name, t, gpus)
-        for name, demand in inp.demands.items()
+        for name, demand in demands.items()
         for t, gpus in demand.allocated_gpus_by_type.items()
     ]
     waiting = [
         Workload(
             uid=f"{name}/{t}", queue=name, pool=POOL, pods=1, gpus_per_pod=gpus, submit_time_s=0.0
         )
-        for name, demand in inp.demands.items()
+        for name, demand in demands.items()
         for t, gpus in demand.pending_gpus_by_type.items()
     ]
     return held, waiting
@@ -209,7 +210,9 @@ def _call(inp: FairShareInput, plan_mode: str, demands_mode: str) -> Callable[[]
 
         weights = {t: g.compute_weight for t, g in GPU_TYPES.items()}
         if leaf_demand_columns is None or demands_mode == "maps":
-            leaves = [q.name for q in inp.queues if q.name in inp.demands]
+            demands = inp.demands
+            assert isinstance(demands, Mapping), "the case's demands are maps"
+            leaves = [q.name for q in inp.queues if q.name in demands]
             return lambda: queue_demands(leaves, held, waiting, serving_type, weights)
         plan = FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
         return lambda: leaf_demand_columns(
@@ -221,8 +224,10 @@ def _call(inp: FairShareInput, plan_mode: str, demands_mode: str) -> Callable[[]
         return lambda: FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
     plan = FairSharePlan.compile(inp.pool, inp.policy, inp.gpu_types, inp.queues)
     if LeafDemands is not None and demands_mode == "columns":
-        assert not isinstance(inp.demands, LeafDemands)
-        columns = LeafDemands.from_maps(plan.leaf_names, plan.type_names, inp.demands)
+        maps = inp.demands
+        assert isinstance(maps, Mapping), "the case's demands are maps"
+        columns = LeafDemands.from_maps(plan.leaf_names, plan.type_names, maps)
+        assert columns is not None, "every demand names a leaf of the plan"
         inp = dataclasses.replace(inp, demands=columns)
     return lambda: compute_fair_shares(inp, plan)
 

@@ -361,7 +361,8 @@ def one_round(
     t0 = time.time() - 3 * 86400
     if mix == "churn":
         n_workloads = n_events // EVENTS_PER_WORKLOAD
-        before, events = [], events_for(n_workloads, t0)
+        before: list[LedgerEvent] = []
+        events = events_for(n_workloads, t0)
     else:
         before, events, n_workloads = steady_events(n_events, t0)
     with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:

@@ -116,7 +116,11 @@ def measure(pg: psycopg.Connection, kind: str, now_s: float) -> dict[str, float 
     for name, (lo, hi) in windows.items():
         params = {"lo": lo, "hi": hi, "pool": "main"}
         sql = _SPLIT_SQL if kind == "split" else _WINDOW_SQL
-        runs = [timed(lambda p=params, q=sql: pg.execute(q, p).fetchall()) for _ in range(3)]
+
+        def read(q: str = sql, p: dict[str, object] = params) -> object:
+            return pg.execute(q, p).fetchall()
+
+        runs = [timed(read) for _ in range(3)]
         found[f"read {name}, CPU ms"] = statistics.median(r[0] for r in runs)
         found[f"read {name}, wall ms"] = statistics.median(r[1] for r in runs)
         plan = pg.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
