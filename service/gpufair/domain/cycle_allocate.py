@@ -51,26 +51,27 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 state.suffix_min_cu[name], True, position, end, key=_needs_more(headroom)
             )
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
-        # workload of the same kind (shape, gang, types) and preemptibility fails as the
-        # first did: the reason code it leaves (None: it keeps its own) is reused, not
-        # recomputed; kept per preemptibility by the kind's identity.
+        # workload of the same trial (types and placement problem, `Kind.trial`) and
+        # preemptibility fails as the first did: the reason code it leaves (None: it keeps its
+        # own) is reused, not recomputed; kept per preemptibility by the trial's identity.
         failures: tuple[dict[int, PendingCode | None], dict[int, PendingCode | None]] = ({}, {})
         bound = False
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
         for item in islice(items, position, cut):
             position += 1
-            if item.done or item.uid in excluded:
+            if item.done or (excluded and item.uid in excluded):
                 continue
             failed = failures[item.workload.preemptible]
-            kind = id(item.kind)
-            if kind not in failed:
+            trial = id(item.kind.trial)
+            if trial in failed:
+                code = failed[trial]
+            else:
                 failure = _try_bind(state, item, within_share, exclusion)
                 if failure is None:
                     bound = True
                     break
-                failed[kind] = _code_left(failure, within_share)
-            code = failed[kind]
+                code = failed[trial] = _code_left(failure, within_share)
             if code is not None:
                 item.code = code
         if not bound:

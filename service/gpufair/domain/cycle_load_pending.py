@@ -340,6 +340,11 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             shape.profile,
             shape.one_per_node,
         )
+        trial = (types, memo_key)
+        for other in state.kinds.values():  # a new kind is rare: the known are read
+            if other.trial == trial:
+                trial = other.trial
+                break
         found = Kind(
             rejection_in(workload, state.gpu_types, state.pool_room),
             shape,
@@ -347,6 +352,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             cu_per_pod,
             min_cu,
             memo_key,
+            trial,
         )
         state.kinds[key] = found
     return found

@@ -15,7 +15,7 @@ import heapq
 import math
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
@@ -63,6 +63,14 @@ class Kind:
     cu_per_pod: tuple[float, ...]  # per entry of `types`
     min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
     memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+    # What a try to bind reads of the workload besides its queue and preemptibility: its types
+    # and placement problem. Kinds of equal trials fail a try alike; `kind_of` gives them one
+    # object, so a failure is remembered by its identity (`cycle_allocate`).
+    trial: tuple[object, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.trial:
+            object.__setattr__(self, "trial", (self.types, self.memo_key))
 
 
 @dataclass(slots=True)
