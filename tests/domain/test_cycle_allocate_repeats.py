@@ -82,7 +82,10 @@ def test_kinds_of_one_trial_are_tried_once_per_turn(monkeypatch: pytest.MonkeyPa
     load(state)
     kinds = {id(item.kind) for item in state.queue_pending["q"]}
     trials = {id(item.kind.trial) for item in state.queue_pending["q"]}
-    assert (len(kinds), len(trials)) == (3, 1)
+    problems = {id(item.kind.memo_key) for item in state.queue_pending["q"]}
+    assert (len(kinds), len(trials), len(problems)) == (3, 1, 1)
+    numbers = {item.uid: item.trial for item in state.queue_pending["q"]}
+    assert len(set(numbers.values())) == 1  # all preemptible, of one trial
     allocate(state, within_share=True)
     assert tried == ["wide0"]  # 4 GPUs within q's share of 8, but only 2 are free
     assert {item.code for item in state.queue_pending["q"]} == {PendingCode.NO_CAPACITY}

@@ -179,7 +179,12 @@ def _load_each(
                         rejected[id(submitted)] = (submitted, reasons[uid])
                     continue
         item = Pending(
-            workload, book, kind, uid, (-workload.priority_class, workload.submit_time_s, uid)
+            workload,
+            book,
+            kind,
+            uid,
+            (-workload.priority_class, workload.submit_time_s, uid),
+            kind.trial_keys[workload.preemptible],
         )
         if usual and ordinary is not None:
             ordinary.add(id(item))
@@ -340,11 +345,15 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             shape.profile,
             shape.one_per_node,
         )
-        trial = (types, memo_key)
-        for other in state.kinds.values():  # a new kind is rare: the known are read
-            if other.trial == trial:
-                trial = other.trial
-                break
+        # One object per placement problem and per trial, whatever the kind: allocation keys
+        # its memos by their identity (`cycle_allocate`). A new kind is rare: the known are read.
+        trial: tuple[object, ...] | None = None
+        for other in state.kinds.values():
+            if other.memo_key == memo_key:
+                memo_key = other.memo_key
+                if other.types == types:
+                    trial = other.trial
+                    break
         found = Kind(
             rejection_in(workload, state.gpu_types, state.pool_room),
             shape,
@@ -352,7 +361,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             cu_per_pod,
             min_cu,
             memo_key,
-            trial,
+            trial or (types, memo_key),
         )
         state.kinds[key] = found
     return found

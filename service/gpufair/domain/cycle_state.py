@@ -62,15 +62,22 @@ class Kind:
     types: tuple[str, ...]
     cu_per_pod: tuple[float, ...]  # per entry of `types`
     min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
-    memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+    # Identifies the placement problem, whatever the workload; kinds of equal problems share
+    # the object (`kind_of`).
+    memo_key: tuple[object, ...]
     # What a try to bind reads of the workload besides its queue and preemptibility: its types
     # and placement problem. Kinds of equal trials fail a try alike; `kind_of` gives them one
     # object, so a failure is remembered by its identity (`cycle_allocate`).
     trial: tuple[object, ...] = field(default=(), compare=False)
+    # `Pending.trial` of its workloads, not preemptible and preemptible: twice the trial's
+    # identity, plus one if preemptible (numbers shared by all the kind's workloads).
+    trial_keys: tuple[int, int] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.trial:
             object.__setattr__(self, "trial", (self.types, self.memo_key))
+        base = 2 * id(self.trial)
+        object.__setattr__(self, "trial_keys", (base, base + 1))
 
 
 @dataclass(slots=True)
@@ -82,6 +89,9 @@ class Pending:
     kind: Kind
     uid: str
     order: tuple[int, float, str]
+    # Its kind's trial and preemptibility as one number (`Kind.trial_keys`): what a failed try
+    # to bind it is remembered by in a queue's turn (`cycle_allocate`).
+    trial: int
     code: PendingCode = PendingCode.OVER_FAIR_SHARE
     done: bool = False
     held_nodes: int = 0  # nodes reserved for it (message only)
