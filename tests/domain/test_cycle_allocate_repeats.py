@@ -90,3 +90,34 @@ def test_kinds_of_one_trial_are_tried_once_per_turn(monkeypatch: pytest.MonkeyPa
     assert tried == ["wide0"]  # 4 GPUs within q's share of 8, but only 2 are free
     assert {item.code for item in state.queue_pending["q"]} == {PendingCode.NO_CAPACITY}
     assert run_cycle(snap).pending.keys() == {job.uid for job in wide}
+
+
+def test_reasons_of_one_trial_are_shared_within_a_queue_only() -> None:
+    # Two queues with workloads of one trial (preemptible or not, GPU memory asked below every
+    # type's): the sentence is shared by a queue's workloads, each naming its own queue's numbers.
+    full = [running(workload("r0", "other", gpus=6, preemptible=False), [("n0", tuple(range(6)))])]
+    pending = [
+        workload(
+            f"{name}{i}",
+            name,
+            gpus=4,
+            submit_time_s=i,
+            preemptible=i % 2 == 0,
+            min_gpu_memory_gib=10.0 * (i % 3),
+        )
+        for name in ("a", "b")
+        for i in range(6)
+    ]
+    snap = snapshot(
+        [node("n0")],
+        [queue("other", 6), queue("a", 8), queue("b", 5)],
+        {"other": 6, "a": 8, "b": 5},
+        running_work=full,
+        pending=pending,
+    )
+    result = run_cycle(snap)
+    messages = {job.uid: result.pending[job.uid].message for job in pending}
+    assert len(set(messages.values())) == 2
+    for uid, message in messages.items():
+        name = uid[0]
+        assert f"queue {name}: allocated 0 CU, fair share {8 if name == 'a' else 5} CU" in message
