@@ -96,27 +96,32 @@ def load_running(
     one_node: dict[int, tuple[int]] = {}
     uses: tuple[PodUse, ...]
     for position, allocation in enumerate(state.snapshot.running):
-        workload = allocation.workload
-        uid = workload.uid
-        if uid in running:
-            continue
         record = before.get(id(allocation)) if before else None
         if record is not None and record[0] is allocation:
+            # Its record holds all this reads of it (the victim's uid and queue are the
+            # workload's): the allocation and its workload are not read.
             _, uses, carried, one = record
+            victim = carried.victim
+            uid = victim.uid
+            if uid in running:
+                continue
             if position >= shared:  # else already in the copied capacity
                 if not one:
                     take(uses)
                 elif uses:
                     take_one(uses[0])
-            victim = carried.victim
-            book = books.get(workload.queue)
+            book = books.get(victim.queue)
             if book is not None:
-                book.add(victim.cu, victim.gpus, victim.gpu_type, workload.preemptible)
+                book.add(victim.cu, victim.gpus, victim.gpu_type, carried.preemptible)
                 book.allocated_cu_before += victim.cu
             running[uid] = carried
             if records is not None:
                 records[id(allocation)] = record
             reused += 1
+            continue
+        workload = allocation.workload
+        uid = workload.uid
+        if uid in running:
             continue
         bindings = allocation.bindings
         one = len(bindings) == 1 and not workload.partition_profile
