@@ -3,7 +3,14 @@ once per turn of its queue, and every workload of it is left the reason that try
 
 from __future__ import annotations
 
+import pytest
+
+from gpufair.domain import cycle_allocate
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_allocate import allocate
+from gpufair.domain.cycle_load import load
+from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.placement import Exclusion
 from gpufair.domain.snapshot import PendingCode
 from tests.domain.cycle_builders import node, queue, running, snapshot, workload
 
@@ -44,3 +51,73 @@ def test_twenty_workloads_that_find_no_room_leave_it_to_one_that_fits() -> None:
     ]
     # 4 CU is beyond a share of 2: that workload is not tried within the share.
     assert result.pending["beyond"].code is PendingCode.OVER_FAIR_SHARE
+
+
+def test_kinds_of_one_trial_are_tried_once_per_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kinds that differ only in what no type of the pool tells apart (GPU memory asked below
+    # every type's) share their trial: one failed try per turn stands for all of them.
+    full = [running(workload("r0", "other", gpus=6, preemptible=False), [("n0", tuple(range(6)))])]
+    wide = [
+        workload(f"wide{i}", "q", gpus=4, submit_time_s=i, min_gpu_memory_gib=10.0 * (i % 3))
+        for i in range(9)
+    ]
+    snap = snapshot(
+        [node("n0")],
+        [queue("other", 6), queue("q", 8)],
+        {"other": 6, "q": 8},
+        running_work=full,
+        pending=wide,
+    )
+    tried: list[str] = []
+    real = cycle_allocate._try_bind
+
+    def counted(
+        state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion
+    ) -> cycle_allocate.Failure | None:
+        tried.append(item.uid)
+        return real(state, item, within_share, exclusion)
+
+    monkeypatch.setattr(cycle_allocate, "_try_bind", counted)
+    state = CycleState(snap)
+    load(state)
+    kinds = {id(item.kind) for item in state.queue_pending["q"]}
+    trials = {id(item.kind.trial) for item in state.queue_pending["q"]}
+    problems = {id(item.kind.memo_key) for item in state.queue_pending["q"]}
+    assert (len(kinds), len(trials), len(problems)) == (3, 1, 1)
+    numbers = {item.uid: item.trial for item in state.queue_pending["q"]}
+    assert len(set(numbers.values())) == 1  # all preemptible, of one trial
+    allocate(state, within_share=True)
+    assert tried == ["wide0"]  # 4 GPUs within q's share of 8, but only 2 are free
+    assert {item.code for item in state.queue_pending["q"]} == {PendingCode.NO_CAPACITY}
+    assert run_cycle(snap).pending.keys() == {job.uid for job in wide}
+
+
+def test_reasons_of_one_trial_are_shared_within_a_queue_only() -> None:
+    # Two queues with workloads of one trial (preemptible or not, GPU memory asked below every
+    # type's): the sentence is shared by a queue's workloads, each naming its own queue's numbers.
+    full = [running(workload("r0", "other", gpus=6, preemptible=False), [("n0", tuple(range(6)))])]
+    pending = [
+        workload(
+            f"{name}{i}",
+            name,
+            gpus=4,
+            submit_time_s=i,
+            preemptible=i % 2 == 0,
+            min_gpu_memory_gib=10.0 * (i % 3),
+        )
+        for name in ("a", "b")
+        for i in range(6)
+    ]
+    snap = snapshot(
+        [node("n0")],
+        [queue("other", 6), queue("a", 8), queue("b", 5)],
+        {"other": 6, "a": 8, "b": 5},
+        running_work=full,
+        pending=pending,
+    )
+    result = run_cycle(snap)
+    messages = {job.uid: result.pending[job.uid].message for job in pending}
+    assert len(set(messages.values())) == 2
+    for uid, message in messages.items():
+        name = uid[0]
+        assert f"queue {name}: allocated 0 CU, fair share {8 if name == 'a' else 5} CU" in message

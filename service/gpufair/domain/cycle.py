@@ -60,9 +60,10 @@ Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads o
 hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
 (capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim
 and a claim that did not fit free capacity; while a queue's turn binds nothing, a workload of the
-kind and preemptibility of one that failed fails the same way and is not tried again; facts
-shared by workloads of one signature (fit, adequate types, CU) and pending messages are computed
-once per signature; the gang reservations rank each type's nodes once (they take no capacity);
+trial (types and placement problem: kinds may share one) and preemptibility of one that failed
+fails the same way and is not tried again (each item carries that key, `Pending.trial`); facts
+shared by workloads of one signature (fit, adequate types, CU) are computed once per signature,
+and pending messages once per trial; the gang reservations rank each type's nodes once (they take no capacity);
 reclaim and preemption read few nodes (see `victim_search`). Objects made per pod or per running
 workload (`PodUse`, `Ask`, `Victim`) are named tuples or plain slotted classes: cheaper to build
 than frozen dataclasses. Between cycles of a pool, the records loading makes per running

@@ -51,26 +51,29 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 state.suffix_min_cu[name], True, position, end, key=_needs_more(headroom)
             )
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
-        # workload of the same kind (shape, gang, types) and preemptibility fails as the
-        # first did: the reason code it leaves (None: it keeps its own) is reused, not
-        # recomputed; kept per preemptibility by the kind's identity.
-        failures: tuple[dict[int, PendingCode | None], dict[int, PendingCode | None]] = ({}, {})
+        # workload of the same trial (types and placement problem, `Kind.trial`) and
+        # preemptibility fails as the first did: the reason code it leaves (None: it keeps its
+        # own) is reused, not recomputed; kept by `Pending.trial`. The loop reads little of a
+        # workload of a failed trial: most of a pass's workloads are of one.
+        failed: dict[int, PendingCode | None] = {}
         bound = False
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
         for item in islice(items, position, cut):
             position += 1
-            if item.done or item.uid in excluded:
+            trial = item.trial
+            if trial in failed:
+                code = failed[trial]
+                if code is not None and not item.done and not (excluded and item.uid in excluded):
+                    item.code = code
                 continue
-            failed = failures[item.workload.preemptible]
-            kind = id(item.kind)
-            if kind not in failed:
-                failure = _try_bind(state, item, within_share, exclusion)
-                if failure is None:
-                    bound = True
-                    break
-                failed[kind] = _code_left(failure, within_share)
-            code = failed[kind]
+            if item.done or (excluded and item.uid in excluded):
+                continue
+            failure = _try_bind(state, item, within_share, exclusion)
+            if failure is None:
+                bound = True
+                break
+            code = failed[trial] = _code_left(failure, within_share)
             if code is not None:
                 item.code = code
         if not bound:
@@ -97,7 +100,7 @@ def _try_bind(
     no_room = False
     place_failed = state.place_failed
     for gpu_type in kind.types:
-        key = (within_share, gpu_type, kind.memo_key)
+        key = (within_share, gpu_type, id(kind.memo_key))  # one object per problem: `kind_of`
         if no_room and key in place_failed:
             continue  # no room here either, or a cap: the answer is no room whichever
         allowed, code = state.max_pods(item.book, workload, gpu_type, within_share)

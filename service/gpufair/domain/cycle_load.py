@@ -96,27 +96,32 @@ def load_running(
     one_node: dict[int, tuple[int]] = {}
     uses: tuple[PodUse, ...]
     for position, allocation in enumerate(state.snapshot.running):
-        workload = allocation.workload
-        uid = workload.uid
-        if uid in running:
-            continue
         record = before.get(id(allocation)) if before else None
         if record is not None and record[0] is allocation:
+            # Its record holds all this reads of it (the victim's uid and queue are the
+            # workload's): the allocation and its workload are not read.
             _, uses, carried, one = record
+            victim = carried.victim
+            uid = victim.uid
+            if uid in running:
+                continue
             if position >= shared:  # else already in the copied capacity
                 if not one:
                     take(uses)
                 elif uses:
                     take_one(uses[0])
-            victim = carried.victim
-            book = books.get(workload.queue)
+            book = books.get(victim.queue)
             if book is not None:
-                book.add(victim.cu, victim.gpus, victim.gpu_type, workload.preemptible)
+                book.add(victim.cu, victim.gpus, victim.gpu_type, carried.preemptible)
                 book.allocated_cu_before += victim.cu
             running[uid] = carried
             if records is not None:
                 records[id(allocation)] = record
             reused += 1
+            continue
+        workload = allocation.workload
+        uid = workload.uid
+        if uid in running:
             continue
         bindings = allocation.bindings
         one = len(bindings) == 1 and not workload.partition_profile
@@ -190,21 +195,31 @@ def load_running(
 
 
 def load_evicting(state: CycleState) -> None:
+    running = state.running
+    leaving = state.leaving
+    books = state.books
+    leaving_for = state.leaving_for
     for eviction in state.snapshot.evicting:
-        running = state.running.get(eviction.victim_uid)
-        if running is None:
+        victim_uid = eviction.victim_uid
+        found = running.get(victim_uid)
+        if found is None:
             # The victim has stopped: a standing claim of its beneficiary (`cycle_claims`).
             if eviction.beneficiary_uid is not None:
                 state.standing_claims.add(eviction.beneficiary_uid)
-                state.claim_victims[eviction.victim_uid] = eviction.beneficiary_uid
+                state.claim_victims[victim_uid] = eviction.beneficiary_uid
             continue
-        if eviction.victim_uid in state.leaving:
+        if victim_uid in leaving:
             continue
-        victim = running.victim
-        state.leaving.add(victim.uid)
-        book = state.books.get(victim.queue)
+        victim = found.victim
+        leaving.add(victim.uid)
+        book = books.get(victim.queue)
         if book is not None:
-            book.remove(victim.cu, victim.gpus, victim.gpu_type, running.preemptible)
+            book.add(-victim.cu, -victim.gpus, victim.gpu_type, found.preemptible)  # `remove`
             book.evicting_cu += victim.cu
-        if eviction.beneficiary_uid is not None:
-            state.leaving_for.setdefault(eviction.beneficiary_uid, []).append(victim)
+        beneficiary = eviction.beneficiary_uid
+        if beneficiary is not None:
+            victims = leaving_for.get(beneficiary)
+            if victims is None:
+                leaving_for[beneficiary] = [victim]
+            else:
+                victims.append(victim)

@@ -51,7 +51,6 @@ signature = attrgetter(
     "pods_on_distinct_nodes",
 )
 _by_order = attrgetter("order")
-_queue_of = attrgetter("queue")
 _workload_of = attrgetter("workload")
 
 # Per queue, what the full path loaded: its first position in the snapshot and its items.
@@ -84,13 +83,9 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     entries = ((at, pending[at]) for at in misses)
     loaded = _load_each(state, entries, seen, ordinary, rejected, carried.rejected)
     carried.rejected = rejected
-    first: dict[str, int] = {}
-    if present and not loaded:  # the queues in the order of their first workload
-        first = dict.fromkeys(map(_queue_of, compress(pending, hits)), 0)
-    elif present:  # and where that is, to place the queues of the workloads not carried
-        taken = list(compress(pending, hits))
-        positions = list(compress(range(len(pending)), hits))
-        first = dict(zip(map(_queue_of, reversed(taken)), reversed(positions), strict=True))
+    # The queues in the order of their first workload, and where that is, to place the queues
+    # of the workloads not carried.
+    first = _first_positions(pending, hits, carried.queues, present) if present else {}
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary)
     carried.queues = queues
@@ -112,6 +107,27 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         carried.pending = known
         carried.by_uid = by_uid
     return len(present)
+
+
+def _first_positions(
+    pending: Sequence[Workload],
+    hits: list[bool],
+    queues: dict[str, QueueRecords],
+    present: set[int],
+) -> dict[str, int]:
+    """Per queue with carried workloads given again (`hits`, by position in `pending`), the
+    position of its first such workload, in the order of those positions. Which queues have
+    some is known from their records (those whose workloads meet `present`), so the scan ends
+    once it has met them all: a few hundred workloads in, not all of them."""
+    wanted = sum(1 for records in queues.values() if not present.isdisjoint(records[1]))
+    first: dict[str, int] = {}
+    for at in compress(range(len(pending)), hits):
+        name = pending[at].queue
+        if name not in first:
+            first[name] = at
+            if len(first) == wanted:
+                break
+    return first
 
 
 def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
@@ -179,7 +195,12 @@ def _load_each(
                         rejected[id(submitted)] = (submitted, reasons[uid])
                     continue
         item = Pending(
-            workload, book, kind, uid, (-workload.priority_class, workload.submit_time_s, uid)
+            workload,
+            book,
+            kind,
+            uid,
+            (-workload.priority_class, workload.submit_time_s, uid),
+            kind.trial_keys[workload.preemptible],
         )
         if usual and ordinary is not None:
             ordinary.add(id(item))
@@ -340,6 +361,15 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             shape.profile,
             shape.one_per_node,
         )
+        # One object per placement problem and per trial, whatever the kind: allocation keys
+        # its memos by their identity (`cycle_allocate`). A new kind is rare: the known are read.
+        trial: tuple[object, ...] | None = None
+        for other in state.kinds.values():
+            if other.memo_key == memo_key:
+                memo_key = other.memo_key
+                if other.types == types:
+                    trial = other.trial
+                    break
         found = Kind(
             rejection_in(workload, state.gpu_types, state.pool_room),
             shape,
@@ -347,6 +377,7 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
             cu_per_pod,
             min_cu,
             memo_key,
+            trial or (types, memo_key),
         )
         state.kinds[key] = found
     return found

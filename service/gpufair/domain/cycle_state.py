@@ -15,7 +15,7 @@ import heapq
 import math
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
@@ -62,7 +62,22 @@ class Kind:
     types: tuple[str, ...]
     cu_per_pod: tuple[float, ...]  # per entry of `types`
     min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
-    memo_key: tuple[object, ...]  # identifies the placement problem, whatever the workload
+    # Identifies the placement problem, whatever the workload; kinds of equal problems share
+    # the object (`kind_of`).
+    memo_key: tuple[object, ...]
+    # What a try to bind reads of the workload besides its queue and preemptibility: its types
+    # and placement problem. Kinds of equal trials fail a try alike; `kind_of` gives them one
+    # object, so a failure is remembered by its identity (`cycle_allocate`).
+    trial: tuple[object, ...] = field(default=(), compare=False)
+    # `Pending.trial` of its workloads, not preemptible and preemptible: twice the trial's
+    # identity, plus one if preemptible (numbers shared by all the kind's workloads).
+    trial_keys: tuple[int, int] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.trial:
+            object.__setattr__(self, "trial", (self.types, self.memo_key))
+        base = 2 * id(self.trial)
+        object.__setattr__(self, "trial_keys", (base, base + 1))
 
 
 @dataclass(slots=True)
@@ -74,6 +89,9 @@ class Pending:
     kind: Kind
     uid: str
     order: tuple[int, float, str]
+    # Its kind's trial and preemptibility as one number (`Kind.trial_keys`): what a failed try
+    # to bind it is remembered by in a queue's turn (`cycle_allocate`).
+    trial: int
     code: PendingCode = PendingCode.OVER_FAIR_SHARE
     done: bool = False
     held_nodes: int = 0  # nodes reserved for it (message only)
@@ -387,19 +405,20 @@ class CycleState:
 
     def result(self) -> CycleResult:
         """The decisions, with one reason per pending workload. Hot (one pass over every
-        pending workload), so reasons are shared: per queue, one reason per (code, kind, held
-        nodes), and one per set of the numbers `pending_message` reads (code, CU needed, gang
-        size, GPUs per pod, held nodes), whose sentence is made once; the queue's part of those
-        sentences (its CU numbers) once per queue; a topology note, which reads only the
-        workload's kind and the capacity, once per kind."""
+        pending workload), so reasons are shared: per queue, one reason per (code, trial, held
+        nodes) (all a sentence reads of a workload is its kind's trial, `Kind.trial`, whatever
+        its preemptibility), and one per sentence, made once; what a sentence reads besides
+        the queue's numbers (CU needed, gang size, GPUs per pod, a topology note, which reads
+        only the trial and the capacity) once per (code, trial, held nodes) for all queues;
+        the queue's part of its sentences (its CU numbers) once per queue."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
         over_share = PendingCode.OVER_FAIR_SHARE
-        notes: dict[int, str] = {}
+        facts: dict[tuple[PendingCode, int, int], _Sentence] = {}
         for items in self.queue_pending.values():  # one queue's items share its book
             shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
-            messages: dict[tuple[PendingCode, float, int, float, int], PendingReason] = {}
+            messages: dict[_Sentence, PendingReason] = {}
             queue: list[str] = []  # the queue's part of its sentences, made once (`_reason_of`)
             for item in items:
                 code = item.code
@@ -417,10 +436,16 @@ class CycleState:
                             "its queue's share while that claim stands",
                         )
                         continue
-                key = (code, id(item.kind), item.held_nodes)
+                key = (code, item.trial | 1, item.held_nodes)  # | 1: either preemptibility
                 reason = shared.get(key)
                 if reason is None:
-                    reason = shared[key] = self._reason_of(item, messages, notes, queue)
+                    sentence = facts.get(key)
+                    if sentence is None:
+                        sentence = facts[key] = self._sentence_of(item)
+                    reason = messages.get(sentence)
+                    if reason is None:
+                        reason = messages[sentence] = _reason_of(item, sentence, queue)
+                    shared[key] = reason
                 reasons[item.uid] = reason
         return CycleResult(
             binds=tuple(self.binds),
@@ -430,38 +455,38 @@ class CycleState:
             queues={name: book.summary() for name, book in self.books.items()},
         )
 
-    def _reason_of(
-        self,
-        item: Pending,
-        messages: dict[tuple[PendingCode, float, int, float, int], PendingReason],
-        notes: dict[int, str],
-        queue: list[str],
-    ) -> PendingReason:
-        """The reason of `item` in its queue; one `PendingReason` per sentence, kept in
-        `messages` and shared by the kinds whose sentences are the same."""
+    def _sentence_of(self, item: Pending) -> _Sentence:
+        """What the pending sentence of `item` reads of it (`_Sentence`)."""
         code = item.code
         workload = item.workload
-        key = (code, item.min_cu, workload.gang_min_pods, workload.gpus_per_pod, item.held_nodes)
-        reason = messages.get(key)
-        if reason is None:
-            if not queue:
-                queue.append(queue_numbers(item.book))
-            reason = messages[key] = PendingReason(
-                code,
-                pending_message(code, workload, item.book, item.min_cu, item.held_nodes, queue[0]),
-            )
+        note = ""
         if code is PendingCode.NO_CAPACITY and workload.topology:
-            note = notes.get(id(item.kind))
-            if note is None:
-                note = notes[id(item.kind)] = topology_note(
-                    self.capacity,
-                    workload,
-                    item.types,
-                    self.pool.topology_levels,
-                    self.strategy,
-                )
-            return PendingReason(code, reason.message + note)
-        return reason
+            note = topology_note(
+                self.capacity, workload, item.types, self.pool.topology_levels, self.strategy
+            )
+        return (
+            code,
+            item.min_cu,
+            workload.gang_min_pods,
+            workload.gpus_per_pod,
+            item.held_nodes,
+            note,
+        )
+
+
+# What a pending sentence reads of its workload: code, CU needed, gang size, GPUs per pod, held
+# nodes, and the topology note ending it ("" for none).
+_Sentence = tuple[PendingCode, float, int, float, int, str]
+
+
+def _reason_of(item: Pending, sentence: _Sentence, queue: list[str]) -> PendingReason:
+    """The reason `sentence` gives in the queue of `item`; `queue` holds the queue's numbers
+    once made."""
+    code, needed_cu, _, _, held_nodes, note = sentence
+    if not queue:
+        queue.append(queue_numbers(item.book))
+    message = pending_message(code, item.workload, item.book, needed_cu, held_nodes, queue[0])
+    return PendingReason(code, message + note)
 
 
 def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:
