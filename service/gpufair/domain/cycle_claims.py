@@ -16,22 +16,26 @@ lapses: the workload competes as usual. What claims take is kept apart in the qu
 
 from __future__ import annotations
 
-from gpufair.domain.capacity import Journal, PodUse
+from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_release import only_released, place_released
 
 
 def honour_claims(state: CycleState) -> None:
     # Free capacity only shrinks in this phase (what a claimant's victims hold is released
     # only under a journal, and restored), so a kind that did not fit free capacity on a type
-    # does not fit it later in the phase: (GPU type, kind's memo key).
+    # does not fit it later in the phase: (GPU type, kind's memo key). For the same reason a
+    # type found without room for one pod of a kind stays so: the placements of that kind after
+    # its victims' release are decided among the nodes they free (`placement_release`).
     no_free_fit: set[tuple[object, ...]] = set()
+    released_only: set[tuple[object, ...]] = set()
     exclusion = Exclusion()  # claims may use every node; never changed, so shared
     journal = Journal()  # emptied by each `restore`
     for item in state.in_queue_order(state.claimants):
         book = item.book
         before_cu = book.allocated_cu
-        _serve(state, item, no_free_fit, exclusion, journal)
+        _serve(state, item, no_free_fit, released_only, exclusion, journal)
         book.claimed_cu += book.allocated_cu - before_cu
 
 
@@ -39,6 +43,7 @@ def _serve(
     state: CycleState,
     item: Pending,
     no_free_fit: set[tuple[object, ...]],
+    released_only: set[tuple[object, ...]],
     exclusion: Exclusion,
     journal: Journal,
 ) -> None:
@@ -66,9 +71,16 @@ def _serve(
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses
     capacity = state.capacity
+    strategy = state.strategy
     held: tuple[str, list[PodUse]] | None = None
-    for victim in leaving:
-        capacity.release(victim.uses, journal)
+    # Where the gang goes once its victims stop: on a type with no room for one pod now, only
+    # the nodes they free count, decided without releasing them (`placement_release`); any
+    # other type the general way, by a release under the journal (then for the rest of the turn).
+    released: dict[int, ReleasedNode] | None = None
+    simulated = True  # whether `released` can say (no partition among the victims' uses)
+    in_journal = False
+    shape = item.kind.shape
+    levels = state.pool.topology_levels
     try:
         for gpu_type in types:
             asked = allowed.get(gpu_type)
@@ -76,11 +88,34 @@ def _serve(
                 asked = state.pods_allowed(item, gpu_type, within_share=False)
             if asked < pods_min:
                 continue
+            if simulated and not in_journal:
+                key = (gpu_type, memo_key)
+                fast = key in released_only
+                if not fast and only_released(
+                    capacity, gpu_type, shape, item.workload.topology, levels, strategy
+                ):
+                    released_only.add(key)
+                    fast = True
+                if fast:
+                    if released is None:
+                        released = capacity.released([victim.uses for victim in leaving])
+                        simulated = released is not None
+                    if released is not None:
+                        plan = place_released(capacity, gpu_type, shape, pods_min, released)
+                        if plan is not None:
+                            held = (gpu_type, plan)
+                            break
+                        continue
+            if not in_journal:
+                for victim in leaving:
+                    capacity.release(victim.uses, journal)
+                in_journal = True
             plan = state.place(item, gpu_type, pods_min, exclusion)
             if plan is not None:
                 held = (gpu_type, plan)
                 break
     finally:
-        capacity.restore(journal)
+        if in_journal:
+            capacity.restore(journal)
     if held is not None:
         state.hold(item, *held)
