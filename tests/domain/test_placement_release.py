@@ -10,7 +10,7 @@ import pytest
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
 from gpufair.domain.placement import Ask, Exclusion, PodShape, place
-from gpufair.domain.placement_release import only_released, place_released
+from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
 
 BINPACK = PlacementStrategy.BINPACK
 TYPES = ("big", "small")
@@ -73,9 +73,20 @@ def _state(capacity: Capacity) -> list[tuple[object, ...]]:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_a_placement_on_released_capacity_is_the_one_after_the_release(seed: int) -> None:
+    _compare(seed)
+
+
+def test_pods_sharing_a_gpu_are_placed_on_released_capacity() -> None:
+    placed = [_compare(seed) for seed in range(40, 60)]
+    assert sum(shared for shared, _ in placed) > 10  # on several nodes
+    assert sum(undecided for _, undecided in placed) < sum(shared for shared, _ in placed)
+
+
+def _compare(seed: int) -> tuple[int, int]:
     rng = random.Random(seed)
     capacity, running = _full_pool(rng)
-    compared = found = 0
+    compared = found = undecided = 0
+    shared: set[int] = set()
     for _ in range(30):
         victims = rng.sample(running, min(len(running), rng.randint(1, 4)))
         before = _state(capacity)
@@ -83,10 +94,15 @@ def test_a_placement_on_released_capacity_is_the_one_after_the_release(seed: int
         assert released is not None and _state(capacity) == before  # nothing changed
         for shape in ASKED_SHAPES:
             for gpu_type in TYPES:
-                if not only_released(capacity, gpu_type, shape, None, (), BINPACK):
+                no_room = place(capacity, Ask(shape, gpu_type, 1, 1), BINPACK, Exclusion()) is None
+                if not only_released(capacity, gpu_type, shape, None, (), BINPACK, no_room):
                     continue
                 for pods in (1, 2, 3):
                     fast = place_released(capacity, gpu_type, shape, pods, released)
+                    if fast is UNDECIDED:
+                        assert shape.shares_gpu
+                        undecided += pods == 1
+                        continue
                     journal = Journal()
                     for uses in victims:
                         capacity.release(uses, journal)
@@ -96,6 +112,8 @@ def test_a_placement_on_released_capacity_is_the_one_after_the_release(seed: int
                     capacity.restore(journal)
                     assert fast == expected
                     compared += 1
+                    if shape.shares_gpu and expected is not None:
+                        shared.add(expected[0].node)
                     found += expected is not None
         # Holds are taken on top of running work, as the claims take them.
         if rng.random() < 0.5:
@@ -103,6 +121,7 @@ def test_a_placement_on_released_capacity_is_the_one_after_the_release(seed: int
             if plan is not None:
                 capacity.take(plan)
     assert compared > 0 and found > 0
+    return len(shared), undecided
 
 
 def test_only_full_types_and_plain_gangs_are_decided_on_released_capacity() -> None:
@@ -117,6 +136,7 @@ def test_only_full_types_and_plain_gangs_are_decided_on_released_capacity() -> N
     assert not only_released(capacity, "big", one, None, ("rack",), BINPACK)
     assert not only_released(capacity, "big", one, None, (), PlacementStrategy.SPREAD)
     assert not only_released(capacity, "big", PodShape(0.5, 0, 0), None, (), BINPACK)
+    assert only_released(capacity, "big", PodShape(0.5, 0, 0), None, (), BINPACK, no_room=True)
     assert not only_released(capacity, "other", one, None, (), BINPACK)
     partition = PodUse(0, (0,), 0.5, 0, 0, slice_mask=1)
     assert capacity.released([(partition,)]) is None

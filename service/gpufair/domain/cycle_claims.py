@@ -19,7 +19,7 @@ from __future__ import annotations
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
-from gpufair.domain.placement_release import only_released, place_released
+from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
 
 
 def honour_claims(state: CycleState) -> None:
@@ -91,8 +91,10 @@ def _serve(
             if simulated and not in_journal:
                 key = (gpu_type, memo_key)
                 fast = key in released_only
+                # One pod that did not fit free capacity fits nowhere there (no topology).
+                no_room = pods_min == 1 and key in no_free_fit
                 if not fast and only_released(
-                    capacity, gpu_type, shape, item.workload.topology, levels, strategy
+                    capacity, gpu_type, shape, item.workload.topology, levels, strategy, no_room
                 ):
                     released_only.add(key)
                     fast = True
@@ -102,10 +104,11 @@ def _serve(
                         simulated = released is not None
                     if released is not None:
                         plan = place_released(capacity, gpu_type, shape, pods_min, released)
-                        if plan is not None:
+                        if plan is None:
+                            continue
+                        if plan is not UNDECIDED:
                             held = (gpu_type, plan)
                             break
-                        continue
             if not in_journal:
                 for victim in leaving:
                     capacity.release(victim.uses, journal)

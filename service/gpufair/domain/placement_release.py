@@ -8,9 +8,9 @@ hold afterwards). `place` reads them in the order of its free-GPU buckets, and a
 node last in its new bucket: so they are taken by (free GPUs after, order of their last move),
 exactly the order `place` would read them in, and filled and assigned GPUs as `place` does.
 
-Covered: whole-GPU pods without partitions, binpack, no topology (neither the workload's nor the
-pool's levels), no exclusion, a gang of a fixed size; `only_released` says when, and anything
-else goes the general way.
+Covered: gangs of a fixed size of whole-GPU pods, and single pods sharing a GPU, without
+partitions, binpack, no topology (neither the workload's nor the pool's levels), no exclusion;
+`only_released` says when, and anything else goes the general way.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from __future__ import annotations
 from gpufair.domain.capacity import EPS, Capacity, PodUse, ReleasedNode
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import PodShape, fit_on
+
+# `place_released`'s "not decided here": a plan is never empty.
+UNDECIDED: list[PodUse] = []
 
 
 def only_released(
@@ -27,21 +30,24 @@ def only_released(
     topology: TopologyConstraint | None,
     pool_levels: tuple[str, ...],
     strategy: PlacementStrategy,
+    no_room: bool = False,
 ) -> bool:
     """Whether `place_released` decides a gang of `shape` on `gpu_type` as `place` would after
-    the release: binpacked whole-GPU pods without topology, and no node of the type with the
-    GPUs for one pod now (its buckets of `whole_gpus` free GPUs and more are empty). Stays
-    true while free capacity only shrinks."""
+    the release: binpacked pods without partitions or topology, and no node of the type with
+    room for one pod now. Whole-GPU pods: its buckets of `whole_gpus` free GPUs and more are
+    empty. One pod sharing a GPU: `no_room`, the caller knows one fits nowhere (`place` failed
+    it). Stays true while free capacity only shrinks."""
     whole = shape.whole_gpus
     if (
-        not whole
-        or shape.profile
+        shape.profile
         or topology is not None
         or pool_levels
         or strategy is not PlacementStrategy.BINPACK
         or gpu_type not in capacity.by_type
     ):
         return False
+    if not whole:
+        return no_room and shape.shares_gpu
     if capacity.free_whole_by_type[gpu_type] < whole:
         return True  # fewer free GPUs in all than one pod takes: the common case, a full type
     return not any(
@@ -58,8 +64,11 @@ def place_released(
 ) -> list[PodUse] | None:
     """`place(capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion())` on the
     capacity as the release `released` describes would leave it, where `only_released` held
-    before that release."""
+    before that release. `UNDECIDED` (one pod sharing a GPU): the nodes' order is not known
+    here, the caller places it the general way."""
     whole = shape.whole_gpus
+    if not whole:
+        return _place_shared(gpu_type, shape, pods, released)
     free_after = capacity.free_whole_by_type[gpu_type]
     candidates: list[ReleasedNode] = []
     for node in released.values():
@@ -101,6 +110,44 @@ def place_released(
     for node, count in chosen:
         uses.extend(_assign(node, shape, count))
     return uses
+
+
+def _place_shared(
+    gpu_type: str, shape: PodShape, pods: int, released: dict[int, ReleasedNode]
+) -> list[PodUse] | None:
+    """One pod sharing a GPU: `place` reads the part-used nodes by (free GPUs, index), then the
+    others by bucket, and binpack takes the first with room; only released nodes have any.
+    Two of them left in their buckets by the release keep an order this does not know."""
+    if pods != 1:
+        return UNDECIDED
+    best: tuple[float, int] | None = None
+    first: ReleasedNode | None = None
+    rest: list[ReleasedNode] = []
+    for node in released.values():
+        if node.state.gpu_type != gpu_type:
+            continue
+        if fit_on(node.used, node.free_whole, node.cpu_free, node.memory_free, shape) <= 0:
+            continue
+        if node.partial:
+            key = (sum(1.0 - used for used in node.used if used < 1.0 - EPS), node.state.index)
+            if best is None or key < best:
+                best, first = key, node
+        elif node.free_whole > 0:
+            rest.append(node)
+    if first is None:
+        if not rest:
+            return None
+        rest.sort(key=_bucket_order)
+        first = rest[0]
+        if not first.moved and len(rest) > 1 and rest[1].free_whole == first.free_whole:
+            return UNDECIDED
+    used = first.used
+    fraction = shape.gpus_per_pod
+    gpu = max(
+        (gpu for gpu, amount in enumerate(used) if 1.0 - amount >= fraction - EPS),
+        key=lambda index: (used[index], -index),
+    )
+    return [PodUse(first.state.index, (gpu,), fraction, shape.cpu_millicores, shape.memory_mib)]
 
 
 def _bucket_order(node: ReleasedNode) -> tuple[int, int]:
