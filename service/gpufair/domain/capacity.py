@@ -347,18 +347,18 @@ class Capacity:
         moves = 0
         for uses in groups:
             if len(uses) == 1:  # the common case: one pod on one node
-                use = uses[0]
-                if use.slice_mask:
+                index, gpus, amount, cpu, memory, mask = uses[0]
+                if mask:
                     return None
-                node = found.get(use.node)
+                node = found.get(index)
                 if node is None:
-                    node = found[use.node] = ReleasedNode(nodes[use.node])
+                    node = found[index] = ReleasedNode(nodes[index])
                 before = node.free_whole
                 node.free_whole, node.partial = _move(
-                    node.used, use.gpu_indices, -use.gpu_amount, before, node.partial
+                    node.used, gpus, -amount, before, node.partial
                 )
-                node.cpu_free += use.cpu_millicores
-                node.memory_free += use.memory_mib
+                node.cpu_free += cpu
+                node.memory_free += memory
                 if node.free_whole != before:
                     moves += 1
                     node.moved = moves

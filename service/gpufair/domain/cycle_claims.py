@@ -77,38 +77,45 @@ def _serve(
     # the nodes they free count, decided without releasing them (`placement_release`); any
     # other type the general way, by a release under the journal (then for the rest of the turn).
     released: dict[int, ReleasedNode] | None = None
+    freed: set[str] = set()  # the GPU types of the nodes in `released`
     simulated = True  # whether `released` can say (no partition among the victims' uses)
     in_journal = False
     shape = item.kind.shape
-    levels = state.pool.topology_levels
     try:
         for gpu_type in types:
-            asked = allowed.get(gpu_type)
-            if asked is None:
-                asked = state.pods_allowed(item, gpu_type, within_share=False)
-            if asked < pods_min:
-                continue
             if simulated and not in_journal:
                 key = (gpu_type, memo_key)
                 fast = key in released_only
                 # One pod that did not fit free capacity fits nowhere there (no topology).
-                no_room = pods_min == 1 and key in no_free_fit
                 if not fast and only_released(
-                    capacity, gpu_type, shape, item.workload.topology, levels, strategy, no_room
+                    capacity,
+                    gpu_type,
+                    shape,
+                    item.workload.topology,
+                    state.pool.topology_levels,
+                    strategy,
+                    pods_min == 1 and key in no_free_fit,
                 ):
                     released_only.add(key)
                     fast = True
-                if fast:
-                    if released is None:
-                        released = capacity.released([victim.uses for victim in leaving])
-                        simulated = released is not None
+                if fast and released is None:
+                    released = capacity.released([victim.uses for victim in leaving])
+                    simulated = released is not None
                     if released is not None:
-                        plan = place_released(capacity, gpu_type, shape, pods_min, released)
-                        if plan is None:
-                            continue
-                        if plan is not UNDECIDED:
-                            held = (gpu_type, plan)
-                            break
+                        freed = {node.state.gpu_type for node in released.values()}
+                if fast and released is not None:
+                    if gpu_type not in freed:
+                        continue  # no room on the type now, and the victims free none there
+                    if _pods(state, item, gpu_type, allowed) < pods_min:
+                        continue
+                    plan = place_released(capacity, gpu_type, shape, pods_min, released)
+                    if plan is None:
+                        continue
+                    if plan is not UNDECIDED:
+                        held = (gpu_type, plan)
+                        break
+            if _pods(state, item, gpu_type, allowed) < pods_min:
+                continue
             if not in_journal:
                 for victim in leaving:
                     capacity.release(victim.uses, journal)
@@ -122,3 +129,11 @@ def _serve(
             capacity.restore(journal)
     if held is not None:
         state.hold(item, *held)
+
+
+def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int]) -> int:
+    """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn."""
+    pods = allowed.get(gpu_type)
+    if pods is None:
+        pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, False)
+    return pods
