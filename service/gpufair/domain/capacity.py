@@ -19,7 +19,9 @@ carry `slices = None`, and pods without a partition never look at it.
 
 Trials (reclaim's "release these victims and see") write a `Journal`: the first time a trial
 touches a node its prior state is saved, and `restore` puts it back exactly, so no floating-point
-residue from add-then-subtract ever leaks into the real state.
+residue from add-then-subtract ever leaks into the real state. `released` works out what a
+release would leave on the nodes it touches without making it (the claims' holds,
+`placement_release`).
 """
 
 from __future__ import annotations
