@@ -21,10 +21,14 @@ free can take it, and it is worked out among those without releasing anything
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
+
+_uses = attrgetter("uses")  # a victim's pods
 
 
 def honour_claims(state: CycleState) -> None:
@@ -104,7 +108,7 @@ def _serve(
                     released_only.add(key)
                     fast = True
                 if fast and released is None:
-                    released = capacity.released([victim.uses for victim in leaving])
+                    released = capacity.released(map(_uses, leaving))
                     simulated = released is not None
                     if released is not None:
                         freed = {node.state.gpu_type for node in released.values()}

@@ -85,16 +85,12 @@ def place_released(
     if pods > 1:  # `_one_node`: the first node, in bucket order, holding the whole gang
         need = pods * whole
         for node in candidates:
-            if (
-                node.free_whole >= need
-                and fit_on(node.used, node.free_whole, node.cpu_free, node.memory_free, shape)
-                >= pods
-            ):
+            if node.free_whole >= need and _whole_fits(node, shape) >= pods:
                 return _assign(node, shape, pods)
     chosen: list[tuple[ReleasedNode, int]] = []
     total = 0
     for node in candidates:  # `_fill`, binpack: each node as full as it goes, in order
-        fits = fit_on(node.used, node.free_whole, node.cpu_free, node.memory_free, shape)
+        fits = _whole_fits(node, shape)
         if fits <= 0:
             continue
         take = min(fits, pods - total)
@@ -110,6 +106,19 @@ def place_released(
     for node, count in chosen:
         uses.extend(_assign(node, shape, count))
     return uses
+
+
+def _whole_fits(node: ReleasedNode, shape: PodShape) -> int:
+    """`fit_on` for whole-GPU pods (it reads only the free GPU count, CPU and memory)."""
+    count = node.free_whole // shape.whole_gpus
+    cpu, memory = shape.cpu_millicores, shape.memory_mib
+    if cpu > 0 and node.cpu_free // cpu < count:
+        count = node.cpu_free // cpu
+    if memory > 0 and node.memory_free // memory < count:
+        count = node.memory_free // memory
+    if shape.one_per_node and count > 1:
+        return 1
+    return count if count > 0 else 0
 
 
 def _place_shared(
@@ -155,13 +164,20 @@ def _bucket_order(node: ReleasedNode) -> tuple[int, int]:
 
 
 def _assign(node: ReleasedNode, shape: PodShape, count: int) -> list[PodUse]:
-    """`placement._assign` for whole-GPU pods: the node's free GPUs in index order."""
+    """`placement._assign` for whole-GPU pods: the node's free GPUs in index order, as many as
+    the pods take (the node is known to hold them)."""
     whole = shape.whole_gpus
-    free = [gpu for gpu, used in enumerate(node.used) if used <= EPS]
+    need = whole * count
+    free: list[int] = []
+    for gpu, used in enumerate(node.used):
+        if used <= EPS:
+            free.append(gpu)
+            if len(free) == need:
+                break
     index = node.state.index
     cpu, memory = shape.cpu_millicores, shape.memory_mib
     if count == 1:
-        return [PodUse(index, tuple(free[:whole]), 1.0, cpu, memory)]
+        return [PodUse(index, tuple(free), 1.0, cpu, memory)]
     return [
         PodUse(index, tuple(free[pod * whole : (pod + 1) * whole]), 1.0, cpu, memory)
         for pod in range(count)
