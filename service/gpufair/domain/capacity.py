@@ -19,7 +19,9 @@ carry `slices = None`, and pods without a partition never look at it.
 
 Trials (reclaim's "release these victims and see") write a `Journal`: the first time a trial
 touches a node its prior state is saved, and `restore` puts it back exactly, so no floating-point
-residue from add-then-subtract ever leaks into the real state.
+residue from add-then-subtract ever leaks into the real state. `released` works out what a
+release would leave on the nodes it touches without making it (the claims' holds,
+`placement_release`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,21 @@ class Journal:
         self.version: int | None = None
 
 
+class ReleasedNode:
+    """A node as a release would leave it (`Capacity.released`): never part of the capacity."""
+
+    __slots__ = ("cpu_free", "free_whole", "memory_free", "moved", "partial", "state", "used")
+
+    def __init__(self, state: NodeState) -> None:
+        self.state = state
+        self.used = state.gpu_used.copy()
+        self.cpu_free = state.cpu_free
+        self.memory_free = state.memory_free
+        self.free_whole = state.free_whole
+        self.partial = state.partial_gpus
+        self.moved = 0  # 0: kept its place in its bucket; else the order of its last move
+
+
 class Capacity:
     """Free capacity of the ready nodes of one pool, indexed by GPU type and free GPUs."""
 
@@ -201,6 +218,9 @@ class Capacity:
         return found
 
     def take(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
+        if journal is None and len(uses) == 1 and self.nodes[uses[0].node].slices is None:
+            self.take_one(uses[0])  # the same change, cheaper (a bind or hold of one pod)
+            return
         self._apply(uses, 1, journal)
 
     def take_one(self, use: PodUse) -> None:
@@ -316,6 +336,58 @@ class Capacity:
                 self._reindex(state)
             else:
                 self._index(state, free_whole, partial)
+
+    def released(self, groups: Iterable[Sequence[PodUse]]) -> dict[int, ReleasedNode] | None:
+        """What `release` of each of `groups` in turn (one call per group) would leave on the
+        nodes they touch, with nothing changed: per node, its GPUs' use, CPU and memory and
+        counts afterwards, and when it last changed free-GPU bucket (`ReleasedNode.moved`;
+        the release would put it last in that bucket then). The same arithmetic in the same
+        order as `_apply`, so the numbers are the ones the release would make. None when a
+        group holds a partition (its slices are not followed here)."""
+        nodes = self.nodes
+        found: dict[int, ReleasedNode] = {}
+        moves = 0
+        for uses in groups:
+            if len(uses) == 1:  # the common case: one pod on one node
+                index, gpus, amount, cpu, memory, mask = uses[0]
+                if mask:
+                    return None
+                node = found.get(index)
+                if node is None:
+                    node = found[index] = ReleasedNode(nodes[index])
+                before = node.free_whole
+                node.free_whole, node.partial = _move(
+                    node.used, gpus, -amount, before, node.partial
+                )
+                node.cpu_free += cpu
+                node.memory_free += memory
+                if node.free_whole != before:
+                    moves += 1
+                    node.moved = moves
+                continue
+            # The nodes this group touches, in the order first touched, with their free GPUs
+            # before it: `_apply` moves each at the end of the group, if its count changed.
+            touched: dict[int, int] = {}
+            for use in uses:
+                if use.slice_mask:
+                    return None
+                index = use.node
+                node = found.get(index)
+                if node is None:
+                    node = found[index] = ReleasedNode(nodes[index])
+                if index not in touched:
+                    touched[index] = node.free_whole
+                node.free_whole, node.partial = _move(
+                    node.used, use.gpu_indices, -use.gpu_amount, node.free_whole, node.partial
+                )
+                node.cpu_free += use.cpu_millicores
+                node.memory_free += use.memory_mib
+            for index, before in touched.items():
+                node = found[index]
+                if node.free_whole != before:
+                    moves += 1
+                    node.moved = moves
+        return found
 
     def _reindex(self, state: NodeState) -> None:
         """The node's counts by a scan of its GPUs (after a partition changed it)."""

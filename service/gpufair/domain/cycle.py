@@ -59,7 +59,9 @@ pending messages), the cheapest adequate type and the gang minimum are used: a l
 Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads only buckets that can
 hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
 (capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim
-and a claim that did not fit free capacity; while a queue's turn binds nothing, a workload of the
+and a claim that did not fit free capacity (whose hold, on a type with no room for one pod, is
+then placed among the nodes its victims free, worked out without releasing them:
+`placement_release`); while a queue's turn binds nothing, a workload of the
 trial (types and placement problem: kinds may share one) and preemptibility of one that failed
 fails the same way and is not tried again (each item carries that key, `Pending.trial`); facts
 shared by workloads of one signature (fit, adequate types, CU) are computed once per signature,

@@ -12,26 +12,39 @@ freed, and each such victim, if it waits again, is not bound beyond its queue's 
 cycle (`cycle_allocate`). A claim that does not fit then (the capacity went away, a limit)
 lapses: the workload competes as usual. What claims take is kept apart in the queue's book
 (`claimed_cu`): it does not make the queue's other work a reclaim victim in the same cycle.
+
+Where the gang would go once its victims stop is the placement after their release. On a type
+where no pod of the gang has room now (the usual case: the pool is full), only the nodes they
+free can take it, and it is worked out among those without releasing anything
+(`placement_release`); otherwise the victims are released under a journal, placed, restored.
 """
 
 from __future__ import annotations
 
-from gpufair.domain.capacity import Journal, PodUse
+from operator import attrgetter
+
+from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
+
+_uses = attrgetter("uses")  # a victim's pods
 
 
 def honour_claims(state: CycleState) -> None:
     # Free capacity only shrinks in this phase (what a claimant's victims hold is released
     # only under a journal, and restored), so a kind that did not fit free capacity on a type
-    # does not fit it later in the phase: (GPU type, kind's memo key).
+    # does not fit it later in the phase: (GPU type, kind's memo key). For the same reason a
+    # type found without room for one pod of a kind stays so: the placements of that kind after
+    # its victims' release are decided among the nodes they free (`placement_release`).
     no_free_fit: set[tuple[object, ...]] = set()
+    released_only: set[tuple[object, ...]] = set()
     exclusion = Exclusion()  # claims may use every node; never changed, so shared
     journal = Journal()  # emptied by each `restore`
     for item in state.in_queue_order(state.claimants):
         book = item.book
         before_cu = book.allocated_cu
-        _serve(state, item, no_free_fit, exclusion, journal)
+        _serve(state, item, no_free_fit, released_only, exclusion, journal)
         book.claimed_cu += book.allocated_cu - before_cu
 
 
@@ -39,6 +52,7 @@ def _serve(
     state: CycleState,
     item: Pending,
     no_free_fit: set[tuple[object, ...]],
+    released_only: set[tuple[object, ...]],
     exclusion: Exclusion,
     journal: Journal,
 ) -> None:
@@ -66,21 +80,69 @@ def _serve(
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses
     capacity = state.capacity
+    strategy = state.strategy
     held: tuple[str, list[PodUse]] | None = None
-    for victim in leaving:
-        capacity.release(victim.uses, journal)
+    # Where the gang goes once its victims stop: on a type with no room for one pod now, only
+    # the nodes they free count, decided without releasing them (`placement_release`); any
+    # other type the general way, by a release under the journal (then for the rest of the turn).
+    released: dict[int, ReleasedNode] | None = None
+    freed: set[str] = set()  # the GPU types of the nodes in `released`
+    simulated = True  # whether `released` can say (no partition among the victims' uses)
+    in_journal = False
+    shape = item.kind.shape
     try:
         for gpu_type in types:
-            asked = allowed.get(gpu_type)
-            if asked is None:
-                asked = state.pods_allowed(item, gpu_type, within_share=False)
-            if asked < pods_min:
+            if simulated and not in_journal:
+                key = (gpu_type, memo_key)
+                fast = key in released_only
+                # One pod that did not fit free capacity fits nowhere there (no topology).
+                if not fast and only_released(
+                    capacity,
+                    gpu_type,
+                    shape,
+                    item.workload.topology,
+                    state.pool.topology_levels,
+                    strategy,
+                    pods_min == 1 and key in no_free_fit,
+                ):
+                    released_only.add(key)
+                    fast = True
+                if fast and released is None:
+                    released = capacity.released(map(_uses, leaving))
+                    simulated = released is not None
+                    if released is not None:
+                        freed = {node.state.gpu_type for node in released.values()}
+                if fast and released is not None:
+                    if gpu_type not in freed:
+                        continue  # no room on the type now, and the victims free none there
+                    if _pods(state, item, gpu_type, allowed) < pods_min:
+                        continue
+                    plan = place_released(capacity, gpu_type, shape, pods_min, released)
+                    if plan is None:
+                        continue
+                    if plan is not UNDECIDED:
+                        held = (gpu_type, plan)
+                        break
+            if _pods(state, item, gpu_type, allowed) < pods_min:
                 continue
+            if not in_journal:
+                for victim in leaving:
+                    capacity.release(victim.uses, journal)
+                in_journal = True
             plan = state.place(item, gpu_type, pods_min, exclusion)
             if plan is not None:
                 held = (gpu_type, plan)
                 break
     finally:
-        capacity.restore(journal)
+        if in_journal:
+            capacity.restore(journal)
     if held is not None:
         state.hold(item, *held)
+
+
+def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int]) -> int:
+    """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn."""
+    pods = allowed.get(gpu_type)
+    if pods is None:
+        pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, False)
+    return pods

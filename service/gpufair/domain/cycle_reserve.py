@@ -4,6 +4,9 @@ A workload within its queue's fair share that has waited at least the pool's
 `gang_reservation_after_s` and still does not fit gets the nodes that, emptied, would hold it
 (one such workload per queue, the first in queue order): they keep taking work within fair share
 but no more beyond-fair-share work, so small jobs cannot keep refilling the hole it needs.
+
+The phase takes no capacity and only adds held nodes, so a hole not found for a gang's type,
+shape and size is not found for the next such gang either (`_Ranking.no_hole`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ def reserve_for_long_waits(state: CycleState) -> None:
     if after_s is None:
         return
     now_s = state.snapshot.now_s
+    no_capacity = PendingCode.NO_CAPACITY
 
     def waits_long(item: Pending) -> bool:
         return (
             not item.done
-            and item.code is PendingCode.NO_CAPACITY
+            and item.code is no_capacity
             and now_s - item.workload.submit_time_s >= after_s
         )
 
@@ -36,9 +40,14 @@ def reserve_for_long_waits(state: CycleState) -> None:
     ranking = _Ranking(state.capacity)
     pending = state.queue_pending
     for run in state.queue_runs(pending):
-        if len(run) == 1:
+        if len(run) == 1:  # `waits_long` written out: the loop reads every item of a queue
             for item in pending[run[0]]:
-                if waits_long(item) and reserve_gang(state, item, ranking=ranking):
+                if (
+                    not item.done
+                    and item.code is no_capacity
+                    and now_s - item.workload.submit_time_s >= after_s
+                    and reserve_gang(state, item, ranking=ranking)
+                ):
                     break
             continue
         served: set[str] = set()
@@ -58,6 +67,9 @@ class _Ranking:
         self._position: dict[str, dict[int, int]] = {}
         self._fits: dict[PodShape, dict[int, tuple[int, int]]] = {}
         self._domains: dict[tuple[str, str], list[list[int]]] = {}
+        # Holes not found: (GPU type, shape, pods, topology level). Held nodes only grow while
+        # the phase runs and free capacity stays, so such a hole is not found later either.
+        self.no_hole: set[tuple[object, ...]] = set()
 
     def ranked(self, gpu_type: str) -> list[int]:
         found = self._ranked.get(gpu_type)
@@ -108,8 +120,13 @@ def reserve_gang(
             continue
         # Each group freest first, without the nodes held already; read lazily, as far as
         # `_fullest_hole` goes (usually a few nodes of each, not every node of the type).
-        if workload.topology is not None and workload.topology.required:
-            ordered = ranking.domains(workload.topology.level, gpu_type)
+        topology = workload.topology
+        level = topology.level if topology is not None and topology.required else None
+        failed = (gpu_type, item.shape, pods, level)
+        if failed in ranking.no_hole:
+            continue
+        if level is not None:
+            ordered = ranking.domains(level, gpu_type)
         else:
             ordered = [ranking.ranked(gpu_type)]
         groups: list[Iterator[int]] = [
@@ -117,6 +134,7 @@ def reserve_gang(
         ]
         chosen = _fullest_hole(state, groups, item.shape, pods, ranking)
         if chosen is None:
+            ranking.no_hole.add(failed)
             continue
         state.gang_held.update(chosen)
         item.held_nodes = len(chosen)

@@ -1,0 +1,184 @@
+"""A placement on what releasing some running work would free, made without releasing it.
+
+A claim (`cycle_claims`) asks where its gang would go once its victims stop: the general way is
+to release their uses under a journal, `place`, and restore. When the gang's type has no node
+with room for one pod now, the only nodes such a placement can use are the ones the release
+frees, so the placement is decided among those alone (`Capacity.released` says what each would
+hold afterwards). `place` reads them in the order of its free-GPU buckets, and a release puts a
+node last in its new bucket: so they are taken by (free GPUs after, order of their last move),
+exactly the order `place` would read them in, and filled and assigned GPUs as `place` does.
+
+Covered: gangs of a fixed size of whole-GPU pods, and single pods sharing a GPU, without
+partitions, binpack, no topology (neither the workload's nor the pool's levels), no exclusion;
+`only_released` says when, and anything else goes the general way.
+"""
+
+from __future__ import annotations
+
+from gpufair.domain.capacity import EPS, Capacity, PodUse, ReleasedNode
+from gpufair.domain.model import PlacementStrategy, TopologyConstraint
+from gpufair.domain.placement import PodShape, fit_on
+
+# `place_released`'s "not decided here": a plan is never empty.
+UNDECIDED: list[PodUse] = []
+
+
+def only_released(
+    capacity: Capacity,
+    gpu_type: str,
+    shape: PodShape,
+    topology: TopologyConstraint | None,
+    pool_levels: tuple[str, ...],
+    strategy: PlacementStrategy,
+    no_room: bool = False,
+) -> bool:
+    """Whether `place_released` decides a gang of `shape` on `gpu_type` as `place` would after
+    the release: binpacked pods without partitions or topology, and no node of the type with
+    room for one pod now. Whole-GPU pods: its buckets of `whole_gpus` free GPUs and more are
+    empty. One pod sharing a GPU: `no_room`, the caller knows one fits nowhere (`place` failed
+    it). Stays true while free capacity only shrinks."""
+    whole = shape.whole_gpus
+    if (
+        shape.profile
+        or topology is not None
+        or pool_levels
+        or strategy is not PlacementStrategy.BINPACK
+        or gpu_type not in capacity.by_type
+    ):
+        return False
+    if not whole:
+        return no_room and shape.shares_gpu
+    if capacity.free_whole_by_type[gpu_type] < whole:
+        return True  # fewer free GPUs in all than one pod takes: the common case, a full type
+    return not any(
+        capacity.bucket(gpu_type, free) for free in range(whole, capacity.max_gpus[gpu_type] + 1)
+    )
+
+
+def place_released(
+    capacity: Capacity,
+    gpu_type: str,
+    shape: PodShape,
+    pods: int,
+    released: dict[int, ReleasedNode],
+) -> list[PodUse] | None:
+    """`place(capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion())` on the
+    capacity as the release `released` describes would leave it, where `only_released` held
+    before that release. `UNDECIDED` (one pod sharing a GPU): the nodes' order is not known
+    here, the caller places it the general way."""
+    whole = shape.whole_gpus
+    if not whole:
+        return _place_shared(gpu_type, shape, pods, released)
+    free_after = capacity.free_whole_by_type[gpu_type]
+    candidates: list[ReleasedNode] = []
+    for node in released.values():
+        state = node.state
+        if state.gpu_type != gpu_type:
+            continue
+        free_after += node.free_whole - state.free_whole
+        if node.free_whole >= whole:
+            candidates.append(node)
+    if free_after < pods * whole:
+        return None  # `place`'s cheap reject
+    if len(candidates) > 1:
+        candidates.sort(key=_bucket_order)
+    if pods > 1:  # `_one_node`: the first node, in bucket order, holding the whole gang
+        need = pods * whole
+        for node in candidates:
+            if node.free_whole >= need and _whole_fits(node, shape) >= pods:
+                return _assign(node, shape, pods)
+    chosen: list[tuple[ReleasedNode, int]] = []
+    total = 0
+    for node in candidates:  # `_fill`, binpack: each node as full as it goes, in order
+        fits = _whole_fits(node, shape)
+        if fits <= 0:
+            continue
+        take = min(fits, pods - total)
+        chosen.append((node, take))
+        total += take
+        if total >= pods:
+            break
+    if total < pods:
+        return None
+    if len(chosen) == 1:
+        return _assign(chosen[0][0], shape, total)
+    uses: list[PodUse] = []
+    for node, count in chosen:
+        uses.extend(_assign(node, shape, count))
+    return uses
+
+
+def _whole_fits(node: ReleasedNode, shape: PodShape) -> int:
+    """`fit_on` for whole-GPU pods (it reads only the free GPU count, CPU and memory)."""
+    count = node.free_whole // shape.whole_gpus
+    cpu, memory = shape.cpu_millicores, shape.memory_mib
+    if cpu > 0 and node.cpu_free // cpu < count:
+        count = node.cpu_free // cpu
+    if memory > 0 and node.memory_free // memory < count:
+        count = node.memory_free // memory
+    if shape.one_per_node and count > 1:
+        return 1
+    return count if count > 0 else 0
+
+
+def _place_shared(
+    gpu_type: str, shape: PodShape, pods: int, released: dict[int, ReleasedNode]
+) -> list[PodUse] | None:
+    """One pod sharing a GPU: `place` reads the part-used nodes by (free GPUs, index), then the
+    others by bucket, and binpack takes the first with room; only released nodes have any.
+    Two of them left in their buckets by the release keep an order this does not know."""
+    if pods != 1:
+        return UNDECIDED
+    best: tuple[float, int] | None = None
+    first: ReleasedNode | None = None
+    rest: list[ReleasedNode] = []
+    for node in released.values():
+        if node.state.gpu_type != gpu_type:
+            continue
+        if fit_on(node.used, node.free_whole, node.cpu_free, node.memory_free, shape) <= 0:
+            continue
+        if node.partial:
+            key = (sum(1.0 - used for used in node.used if used < 1.0 - EPS), node.state.index)
+            if best is None or key < best:
+                best, first = key, node
+        elif node.free_whole > 0:
+            rest.append(node)
+    if first is None:
+        if not rest:
+            return None
+        rest.sort(key=_bucket_order)
+        first = rest[0]
+        if not first.moved and len(rest) > 1 and rest[1].free_whole == first.free_whole:
+            return UNDECIDED
+    used = first.used
+    fraction = shape.gpus_per_pod
+    gpu = max(
+        (gpu for gpu, amount in enumerate(used) if 1.0 - amount >= fraction - EPS),
+        key=lambda index: (used[index], -index),
+    )
+    return [PodUse(first.state.index, (gpu,), fraction, shape.cpu_millicores, shape.memory_mib)]
+
+
+def _bucket_order(node: ReleasedNode) -> tuple[int, int]:
+    return (node.free_whole, node.moved)
+
+
+def _assign(node: ReleasedNode, shape: PodShape, count: int) -> list[PodUse]:
+    """`placement._assign` for whole-GPU pods: the node's free GPUs in index order, as many as
+    the pods take (the node is known to hold them)."""
+    whole = shape.whole_gpus
+    need = whole * count
+    free: list[int] = []
+    for gpu, used in enumerate(node.used):
+        if used <= EPS:
+            free.append(gpu)
+            if len(free) == need:
+                break
+    index = node.state.index
+    cpu, memory = shape.cpu_millicores, shape.memory_mib
+    if count == 1:
+        return [PodUse(index, tuple(free), 1.0, cpu, memory)]
+    return [
+        PodUse(index, tuple(free[pod * whole : (pod + 1) * whole]), 1.0, cpu, memory)
+        for pod in range(count)
+    ]

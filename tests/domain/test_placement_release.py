@@ -1,0 +1,142 @@
+"""A placement on what a release would free (`placement_release`) is the one `place` makes after
+releasing the same work under a journal: random full pools, random groups of running pods."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpufair.domain.capacity import Capacity, Journal, PodUse
+from gpufair.domain.model import Node, PlacementStrategy
+from gpufair.domain.placement import Ask, Exclusion, PodShape, place
+from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
+
+BINPACK = PlacementStrategy.BINPACK
+TYPES = ("big", "small")
+RUNNING_SHAPES = [PodShape(1.0, 4_000, 8_000)] * 4 + [
+    PodShape(2.0, 8_000, 16_000),
+    PodShape(4.0, 16_000, 32_000),
+    PodShape(0.5, 2_000, 4_000),
+    PodShape(0.25, 1_000, 2_000),
+    PodShape(1.0, 30_000, 8_000),  # CPU-heavy: leaves GPUs free that no pod can use
+]
+ASKED_SHAPES = [
+    PodShape(1.0, 4_000, 8_000),
+    PodShape(2.0, 8_000, 16_000),
+    PodShape(4.0, 16_000, 32_000),
+    PodShape(1.0, 4_000, 8_000, one_per_node=True),
+    PodShape(0.5, 2_000, 4_000),
+]
+
+
+def _full_pool(rng: random.Random) -> tuple[Capacity, list[tuple[PodUse, ...]]]:
+    """A pool of mixed nodes filled with random pods until one more GPU pod fits nowhere."""
+    nodes = [
+        Node(
+            f"n{i:02d}",
+            "p",
+            TYPES[i % 2],
+            rng.choice((4, 8)),
+            cpu_millicores=rng.choice((64_000, 128_000)),
+            memory_mib=256_000,
+        )
+        for i in range(rng.randint(4, 14))
+    ]
+    capacity = Capacity(nodes)
+    groups: list[tuple[PodUse, ...]] = []
+    for _ in range(400):
+        shape = rng.choice(RUNNING_SHAPES)
+        pods = rng.choice((1, 1, 1, 2, 3))
+        plan = place(capacity, Ask(shape, rng.choice(TYPES), pods, pods), BINPACK, Exclusion())
+        if plan is not None:
+            capacity.take(plan)
+            groups.append(tuple(plan))
+    for gpu_type in TYPES:
+        while (
+            plan := place(capacity, Ask(RUNNING_SHAPES[0], gpu_type, 1, 1), BINPACK, Exclusion())
+        ) is not None:
+            capacity.take(plan)
+            groups.append(tuple(plan))
+    return capacity, groups
+
+
+def _state(capacity: Capacity) -> list[tuple[object, ...]]:
+    return [
+        (s.gpu_used.copy(), s.cpu_free, s.memory_free, s.free_whole, s.partial_gpus, s.version)
+        for s in capacity.nodes
+    ] + [
+        [list(capacity.bucket(t, k)) for t in TYPES for k in range(capacity.max_gpus[t] + 1)],
+        capacity.version,
+    ]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_placement_on_released_capacity_is_the_one_after_the_release(seed: int) -> None:
+    _compare(seed)
+
+
+def test_pods_sharing_a_gpu_are_placed_on_released_capacity() -> None:
+    placed = [_compare(seed) for seed in range(40, 60)]
+    assert sum(shared for shared, _ in placed) > 10  # on several nodes
+    assert sum(undecided for _, undecided in placed) < sum(shared for shared, _ in placed)
+
+
+def _compare(seed: int) -> tuple[int, int]:
+    rng = random.Random(seed)
+    capacity, running = _full_pool(rng)
+    compared = found = undecided = 0
+    shared: set[int] = set()
+    for _ in range(30):
+        victims = rng.sample(running, min(len(running), rng.randint(1, 4)))
+        before = _state(capacity)
+        released = capacity.released(victims)
+        assert released is not None and _state(capacity) == before  # nothing changed
+        for shape in ASKED_SHAPES:
+            for gpu_type in TYPES:
+                no_room = place(capacity, Ask(shape, gpu_type, 1, 1), BINPACK, Exclusion()) is None
+                if not only_released(capacity, gpu_type, shape, None, (), BINPACK, no_room):
+                    continue
+                for pods in (1, 2, 3):
+                    fast = place_released(capacity, gpu_type, shape, pods, released)
+                    if fast is UNDECIDED:
+                        assert shape.shares_gpu
+                        undecided += pods == 1
+                        continue
+                    journal = Journal()
+                    for uses in victims:
+                        capacity.release(uses, journal)
+                    expected = place(
+                        capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion()
+                    )
+                    capacity.restore(journal)
+                    assert fast == expected
+                    compared += 1
+                    if shape.shares_gpu and expected is not None:
+                        shared.add(expected[0].node)
+                    found += expected is not None
+        # Holds are taken on top of running work, as the claims take them.
+        if rng.random() < 0.5:
+            plan = place_released(capacity, TYPES[0], ASKED_SHAPES[0], 1, released)
+            if plan is not None:
+                capacity.take(plan)
+    assert compared > 0 and found > 0
+    return len(shared), undecided
+
+
+def test_only_full_types_and_plain_gangs_are_decided_on_released_capacity() -> None:
+    capacity = Capacity([Node("a", "p", "big", 8, 0, 0), Node("b", "p", "big", 8, 0, 0)])
+    one = PodShape(1.0, 0, 0)
+    assert not only_released(capacity, "big", one, None, (), BINPACK)  # free GPUs
+    capacity.take([PodUse(0, tuple(range(8)), 1.0, 0, 0), PodUse(1, tuple(range(7)), 1.0, 0, 0)])
+    assert only_released(capacity, "big", PodShape(2.0, 0, 0), None, (), BINPACK)
+    assert not only_released(capacity, "big", one, None, (), BINPACK)  # one GPU is free
+    capacity.take([PodUse(1, (7,), 1.0, 0, 0)])
+    assert only_released(capacity, "big", one, None, (), BINPACK)
+    assert not only_released(capacity, "big", one, None, ("rack",), BINPACK)
+    assert not only_released(capacity, "big", one, None, (), PlacementStrategy.SPREAD)
+    assert not only_released(capacity, "big", PodShape(0.5, 0, 0), None, (), BINPACK)
+    assert only_released(capacity, "big", PodShape(0.5, 0, 0), None, (), BINPACK, no_room=True)
+    assert not only_released(capacity, "other", one, None, (), BINPACK)
+    partition = PodUse(0, (0,), 0.5, 0, 0, slice_mask=1)
+    assert capacity.released([(partition,)]) is None
