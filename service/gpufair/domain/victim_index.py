@@ -255,13 +255,14 @@ class VictimIndex:
             del self._top_cu[victim.queue]
         del self.by_queue[victim.queue][victim]
         self.total_gpus -= victim.gpus
-        for use in victim.uses:
-            gpus = use.gpu_amount * len(use.gpu_indices)
-            labels = self._capacity.nodes[use.node].labels
-            for level, totals in self._domain_gpus.items():
-                value = labels.get(level)
-                if value is not None:
-                    totals[value] -= gpus
+        if self._domain_gpus:  # kept only once a topology search asked for them
+            for use in victim.uses:
+                gpus = use.gpu_amount * len(use.gpu_indices)
+                labels = self._capacity.nodes[use.node].labels
+                for level, totals in self._domain_gpus.items():
+                    value = labels.get(level)
+                    if value is not None:
+                        totals[value] -= gpus
         for node in victim.nodes:
             here = self.on_node.get(node)
             if here is not None and victim in here:
