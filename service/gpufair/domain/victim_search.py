@@ -38,7 +38,9 @@ busy pool therefore reads a handful of nodes. A node that could not free one pod
 even with all its victims gone (`freeable_on_node`) is passed over without being scored. Each
 node's victims are kept with their uses on that node; a node's option found in one search is
 kept for the next while the node, its victims and the budgets it read are unchanged
-(`option_table`).
+(`option_table`). The walk's next node, due when its head is taken, is read only if the search
+goes on past the pick that follows (most end there), with the nodes that pick changed read as
+they were before it.
 """
 
 from __future__ import annotations
