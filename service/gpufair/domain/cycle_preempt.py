@@ -47,28 +47,37 @@ def preempt(state: CycleState) -> None:
     # and class: answered once per (queue, kind, class). A queue's workloads are sorted by
     # (-priority class, submit time, uid) (`cycle_load`), so its first at or below the floor
     # ends its list.
+    # Neighbours in a queue's list are mostly of one kind and class: the last answer is kept.
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
     on_some_type: dict[tuple[str, int, int], bool] = {}
     wanting: list[Pending] = []
+    append = wanting.append
     for name, items in state.queue_pending.items():
         floor = lowest.get(name)
         if floor is None:
             continue
+        last_kind: object = None
+        last_class = 0
+        answer = False
         for item in items:
             priority_class = item.workload.priority_class
             if priority_class <= floor:
                 break
             if item.done or item.code not in codes:
                 continue
-            asked = (name, id(item.kind), priority_class)
-            answer = on_some_type.get(asked)
-            if answer is None:
-                answer = on_some_type[asked] = any(
-                    priority_class > lowest_on.get((name, gpu_type), math.inf)
-                    for gpu_type in item.types
-                )
+            kind = item.kind
+            if kind is not last_kind or priority_class != last_class:
+                last_kind, last_class = kind, priority_class
+                asked = (name, id(kind), priority_class)
+                known = on_some_type.get(asked)
+                if known is None:
+                    known = on_some_type[asked] = any(
+                        priority_class > lowest_on.get((name, gpu_type), math.inf)
+                        for gpu_type in kind.types
+                    )
+                answer = known
             if answer:
-                wanting.append(item)
+                append(item)
     state.preempt_own = own
     for key, victims in own.items():
         totals: dict[int, list[float]] = {}

@@ -139,19 +139,29 @@ class VictimIndex:
         # reused while the entry stands).
         self._last_table: dict[tuple[int, int | None, bool], tuple[PodShape, OptionTable]] = {}
         on_node = self.on_node
-        for victim in sorted(victims, key=Victim.preference):
+        by_queue = self.by_queue
+        ordered = sorted(victims, key=Victim.preference)
+        total_gpus = 0.0
+        for victim in ordered:
             if len(victim.nodes) == 1:
-                on_node.setdefault(victim.nodes[0], {})[victim] = victim.uses
+                here = on_node.get(victim.nodes[0])
+                if here is None:
+                    here = on_node[victim.nodes[0]] = {}
+                here[victim] = victim.uses
             else:
                 split: dict[int, list[PodUse]] = {}
                 for use in victim.uses:
                     split.setdefault(use.node, []).append(use)
                 for node in victim.nodes:
                     on_node.setdefault(node, {})[victim] = tuple(split.get(node, ()))
-            self.by_queue.setdefault(victim.queue, {})[victim] = None
-            self._present.add(victim)
-            self.total_gpus += victim.gpus
-        for node in self.on_node:
+            queued = by_queue.get(victim.queue)
+            if queued is None:
+                queued = by_queue[victim.queue] = {}
+            queued[victim] = None
+            total_gpus += victim.gpus  # summed in this order, as `remove` takes them back
+        self._present = set(ordered)
+        self.total_gpus = total_gpus
+        for node in on_node:
             self._refresh(node)
         # Nodes sorted by their floor as full nodes, one list for whole-GPU pods and one for
         # shared ones, brought up to date when next read: the nodes whose floor changed since
@@ -255,13 +265,14 @@ class VictimIndex:
             del self._top_cu[victim.queue]
         del self.by_queue[victim.queue][victim]
         self.total_gpus -= victim.gpus
-        for use in victim.uses:
-            gpus = use.gpu_amount * len(use.gpu_indices)
-            labels = self._capacity.nodes[use.node].labels
-            for level, totals in self._domain_gpus.items():
-                value = labels.get(level)
-                if value is not None:
-                    totals[value] -= gpus
+        if self._domain_gpus:  # kept only once a topology search asked for them
+            for use in victim.uses:
+                gpus = use.gpu_amount * len(use.gpu_indices)
+                labels = self._capacity.nodes[use.node].labels
+                for level, totals in self._domain_gpus.items():
+                    value = labels.get(level)
+                    if value is not None:
+                        totals[value] -= gpus
         for node in victim.nodes:
             here = self.on_node.get(node)
             if here is not None and victim in here:

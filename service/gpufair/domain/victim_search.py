@@ -38,7 +38,9 @@ busy pool therefore reads a handful of nodes. A node that could not free one pod
 even with all its victims gone (`freeable_on_node`) is passed over without being scored. Each
 node's victims are kept with their uses on that node; a node's option found in one search is
 kept for the next while the node, its victims and the budgets it read are unchanged
-(`option_table`).
+(`option_table`). The walk's next node, due when its head is taken, is read only if the search
+goes on past the pick that follows (most end there), with the nodes that pick changed read as
+they were before it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,20 @@ def select_victims(
     """
     if ask.pods_max != ask.pods_min or ask.pool_levels:
         ask = Ask(ask.shape, ask.gpu_type, ask.pods_min, ask.pods_min, ask.topology)
+    if ask.topology is None and not already_leaving:
+        # The one node set is the whole type, and nothing is released around the search.
+        if not _pool_could_fit(capacity, ask, index):
+            return None
+        return _search(
+            capacity,
+            ask,
+            strategy,
+            exclusion,
+            subset=None,
+            index=index,
+            budget=budget,
+            freeable_bounds=True,
+        )
     base = Journal()
     for uses in already_leaving:
         capacity.release(uses, base)
@@ -149,6 +165,15 @@ def _rank(selection: Selection) -> tuple[int, float]:
 _DOMAINS_COMPARED = 3
 
 
+def _pool_could_fit(capacity: Capacity, ask: Ask, index: VictimIndex) -> bool:
+    """Whether the type's free GPUs (an upper bound, held nodes included) and its victims'
+    GPUs together reach the GPUs the gang needs: a cheap test for the whole type."""
+    free_gpus = float(capacity.free_whole_by_type.get(ask.gpu_type, 0))
+    if ask.shape.gpus_per_pod < 1.0:  # whole-GPU pods cannot use shared GPUs' rest
+        free_gpus += len(capacity.partial_nodes(ask.gpu_type))
+    return free_gpus + index.total_gpus >= ask.pods_min * ask.shape.gpus_per_pod - EPS
+
+
 def _subsets(
     capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
 ) -> Iterator[list[int] | None]:
@@ -158,14 +183,8 @@ def _subsets(
     searches stop after a few."""
     needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
     whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
-    # An upper bound of the free GPUs (held nodes included): a cheap test for the pool.
-    free_gpus = float(capacity.free_whole_by_type.get(ask.gpu_type, 0))
-    if not whole_pods:
-        free_gpus += len(capacity.partial_nodes(ask.gpu_type))
     topology = ask.topology
-    pool: list[list[int] | None] = []
-    if free_gpus + index.total_gpus >= needed_gpus - EPS:
-        pool = [None]
+    pool: list[list[int] | None] = [None] if _pool_could_fit(capacity, ask, index) else []
     if topology is None:
         yield from pool
         return
@@ -246,6 +265,7 @@ def _search(
 
 
 _LOWER_BOUND, _EXACT, _WALK = 0, 1, 2
+NOT_CHANGED: dict[int, bool] = {}  # `advance`: no node changed since the walk's next fell due
 
 
 def _greedy(
@@ -299,7 +319,13 @@ def _greedy(
         return found
 
     if subset is None:
-        if plain_whole and capacity.free_whole_by_type.get(ask.gpu_type, 0) < whole:
+        if plain_whole and (
+            capacity.free_whole_by_type.get(ask.gpu_type, 0) < whole
+            or not any(
+                capacity.bucket(ask.gpu_type, free)
+                for free in range(whole, capacity.max_gpus.get(ask.gpu_type, 0) + 1)
+            )
+        ):
             total = 0  # no node has a pod's GPUs free: the common case in a busy pool
         else:
             total = free_pods(capacity, shape, ask.gpu_type, exclusion)
@@ -334,7 +360,7 @@ def _greedy(
             else:
                 return entry[2]
         read: list[tuple[str, float, float]] = []  # the budgets read, in first-read order
-        used = state.gpu_used.copy()
+        used: list[float] | None = None  # the node's GPUs as victims go, copied at the first
         free_whole = state.free_whole  # GPUs of `used` at most EPS, kept as victims go
         cpu, memory = state.cpu_free, state.memory_free
         now = fit_now(node)
@@ -344,8 +370,10 @@ def _greedy(
         cost = 0.0
         top_tier = -NEVER
         for victim, uses in on_node.get(node, NO_VICTIMS).items():
-            if victim.uid in released or victim.priority_class >= below_class:
+            if victim.priority_class >= below_class or victim.uid in released:
                 continue
+            if used is None:
+                used = state.gpu_used.copy()
             if bounded:
                 queue = victim.queue
                 spent = spent_cu.get(queue)
@@ -387,9 +415,9 @@ def _greedy(
                     -prefix[0].started_at_s,
                     node,
                 )
-                table[node] = (version, tuple(read), (key, prefix))
+                table[node] = (version, tuple(read) if read else (), (key, prefix))
                 return key, prefix
-        table[node] = (version, tuple(read), None)
+        table[node] = (version, tuple(read) if read else (), None)
         return None
 
     # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
@@ -457,20 +485,24 @@ def _greedy(
 
     every_node = members is None and not blocking  # `usable` holds for every node
 
-    def advance(passing: bool) -> tuple[Key, int, int] | None:
+    def advance(passing: bool, then: dict[int, bool] = NOT_CHANGED) -> tuple[Key, int, int] | None:
         """The next full node of the walk, as read now (nodes with room entered the heap at
         once). `passing`: nothing changes before the walk's next node is taken (the node
         taken from it last could not free one pod's GPUs, or none was yet), so a node that
         could not either and sorts before the heap's top, to be taken and passed next, is
-        passed here."""
+        passed here. `then`: nodes changed since the walk's next node fell due, with whether
+        each was a full node then (the rest are as they were)."""
         if walk is not None:
             for tier, cu_per_gpu, priority_class, late, node in walk:
                 if passing and not heap and freeable[node] < least_freeable:
                     continue  # passed whether or not it is a full node now
                 state = nodes[node]
                 if (
-                    state.free_whole == 0
-                    and (whole or node not in partial)
+                    (
+                        then[node]
+                        if then and node in then
+                        else state.free_whole == 0 and (whole or node not in partial)
+                    )
                     and (every_node or usable(node))
                     and whole <= state.gpu_count
                     and tier != NEVER
@@ -486,14 +518,23 @@ def _greedy(
         return None
 
     head = advance(True)
+    # The walk's next node fell due when its head was taken, but is read only if the search
+    # goes on (most end at the pick that follows): as it was then, the nodes a pick changed
+    # since read as they were before it (`advance`'s `then`).
+    due = False
+    before_pick: dict[int, bool] = {}
     while total < pods:
+        if due:
+            head = advance(False, before_pick)
+            due = False
+            before_pick = {}
         if head is not None and (not heap or head < heap[0]):
             key, _, node = head
             if freeable[node] < least_freeable:
                 # Its option is None: the walk passes it and reads its next node now.
                 head = advance(True)
                 continue
-            head = advance(False)
+            due = True
         elif heap:
             key, _, node = heapq.heappop(heap)
         else:
@@ -515,6 +556,10 @@ def _greedy(
         for victim in found[1]:
             for other in victim.nodes:
                 fit_now(other)  # before the node changes
+                if due and other not in before_pick:
+                    before_pick[other] = nodes[other].free_whole == 0 and (
+                        bool(whole) or other not in partial
+                    )
             capacity.release(victim.uses, trial)
             released.add(victim.uid)
             if spending is not None:
