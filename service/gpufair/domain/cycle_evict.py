@@ -6,7 +6,8 @@ victims is on free capacity: the workload is bound at once."""
 from __future__ import annotations
 
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.snapshot import EvictDecision, EvictReason
+from gpufair.domain.decisions import evict_decision
+from gpufair.domain.snapshot import EvictReason
 from gpufair.domain.victim_search import Selection
 
 
@@ -32,10 +33,13 @@ def commit(
     preempt_totals = state.preempt_totals
     preempt_indexes = state.preempt_index
     evicted = state.evicted
+    evicts = state.evicts
+    reclaim = reason is EvictReason.RECLAIM
+    entitlement = reason is EvictReason.ENTITLEMENT
     for victim in selection.victims:
         queue = victim.queue
         victim_book = books[queue]
-        if reason is EvictReason.RECLAIM:
+        if reclaim:
             message = (
                 f"reclaimed for {item.uid} of queue {book.name} "
                 f"({book.allocated_cu:.1f} of fair share {book.fair_share_cu:.1f} CU); queue "
@@ -51,7 +55,7 @@ def commit(
                     f"{victim_book.max_borrow_s:.0f} s (its min_runtime_s "
                     f"{running.min_runtime_s:.0f} s not reached)"
                 )
-        elif reason is EvictReason.ENTITLEMENT:
+        elif entitlement:
             message = (
                 f"taken for gang {item.uid} of queue {book.name}, the most under-served of its "
                 f"tier (usage share below weight share), admitted beyond its fair share "
@@ -89,7 +93,7 @@ def commit(
             preempt_index = preempt_indexes.get(own_key)
             if preempt_index is not None:
                 preempt_index.remove(victim)
-        state.evicts.append(
-            EvictDecision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
+        evicts.append(
+            evict_decision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
         )
     state.hold(item, gpu_type, selection.plan)

@@ -20,6 +20,7 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
+from gpufair.domain.decisions import bind_decision, evicted_capacity
 from gpufair.domain.explain import pending_message, queue_numbers
 from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
@@ -32,7 +33,7 @@ from gpufair.domain.placement import (
     place,
 )
 from gpufair.domain.policy import max_borrow_s
-from gpufair.domain.queuebook import LimitBook, QueueBook
+from gpufair.domain.queuebook import UNCAPPED, LimitBook, QueueBook
 from gpufair.domain.snapshot import (
     BindDecision,
     CycleResult,
@@ -41,7 +42,6 @@ from gpufair.domain.snapshot import (
     PendingCode,
     PendingReason,
     Reservation,
-    ReservationKind,
 )
 from gpufair.domain.topology_reason import topology_note
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from gpufair.domain.cycle_memory import CarriedLoad
 
 QueueKey = tuple[int, float, float, float, int, str]
+_WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 _by_order = attrgetter("order")
 
 
@@ -177,16 +178,6 @@ class CycleState:
         self.cu_free_gpus: dict[str, float] = {}
         # Compute-unit requests as submitted, by uid (their `Pending` holds the chosen gang).
         self.cu_requests: dict[str, Workload] = {}
-        # `max_pods` answers per queue: its allocated and non-preemptible CU when asked, and
-        # the answers by (GPUs per pod, GPU type, preemptible, within share).
-        self._max_pods: dict[
-            str,
-            tuple[
-                float,
-                float,
-                dict[tuple[float, str, bool, bool], tuple[int, PendingCode | None]],
-            ],
-        ] = {}
         self.turns: dict[str, int] = {}  # the work-conserving pass's tie-break (`queue_key`)
         # Memos of the phases: failures stay failures while capacity only shrinks.
         self.place_failed: set[tuple[object, ...]] = set()
@@ -219,32 +210,35 @@ class CycleState:
     def max_pods(
         self, book: QueueBook, workload: Workload, gpu_type: str, within_share: bool
     ) -> tuple[int, PendingCode | None]:
-        """`book.max_pods` for pods of `workload` on `gpu_type`, memoised while the queue's
-        usage stays the same. Phases ask it for every workload they try, most of them while
-        the queue's book has not changed. A book without per-type or inner-queue limits reads
-        nothing mutable but its allocated and non-preemptible CU, so those two numbers
-        validate its memo; other books are asked each time."""
+        """`book.max_pods` for pods of `workload` on `gpu_type`, memoised in the book until it
+        changes (`QueueBook.answers`). Phases ask it for every workload they try, most of them
+        while the queue's book has not changed. A book under inner queues with limits reads
+        theirs too, which its siblings change: it is asked each time. Preemptible work
+        beyond the share of a book without limits is never capped (`queuebook.UNCAPPED`)."""
+        if book.unlimited and not within_share and workload.preemptible:
+            return UNCAPPED
+        answers = book.answers
+        if answers is None:
+            if book.ancestors:
+                gpus_per_pod = workload.gpus_per_pod
+                return book.max_pods(
+                    gpus_per_pod * self.weights.get(gpu_type, 0.0),
+                    gpus_per_pod,
+                    gpu_type,
+                    workload.preemptible,
+                    within_share,
+                )
+            answers = book.answers = {}
         gpus_per_pod = workload.gpus_per_pod
-        if book.ancestors or book.limit_gpus_by_type:
-            return book.max_pods(
-                gpus_per_pod * self.weight(gpu_type),
-                gpus_per_pod,
-                gpu_type,
-                workload.preemptible,
-                within_share,
-            )
-        memo = self._max_pods.get(book.name)
-        if memo is None or memo[0] != book.allocated_cu or memo[1] != book.nonpreemptible_cu:
-            memo = self._max_pods[book.name] = (book.allocated_cu, book.nonpreemptible_cu, {})
-        answers = memo[2]
-        key = (gpus_per_pod, gpu_type, workload.preemptible, within_share)
+        preemptible = workload.preemptible
+        key = (gpus_per_pod, gpu_type, preemptible, within_share)
         found = answers.get(key)
         if found is None:
             found = answers[key] = book.max_pods(
-                gpus_per_pod * self.weight(gpu_type),
+                gpus_per_pod * self.weights.get(gpu_type, 0.0),
                 gpus_per_pod,
                 gpu_type,
-                workload.preemptible,
+                preemptible,
                 within_share,
             )
         return found
@@ -335,18 +329,18 @@ class CycleState:
         self.capacity.take(plan)
         bindings = self.bind_plan(item, plan)
         gpus = len(plan) * item.workload.gpus_per_pod
-        cu = gpus * self.weight(gpu_type)
+        cu = gpus * self.weights.get(gpu_type, 0.0)
         book = item.book
         book.add(cu, gpus, gpu_type, item.workload.preemptible)
         book.bound_cu += cu
         self.binds.append(
-            BindDecision(
-                workload_uid=item.uid,
-                queue=book.name,
-                gpu_type=gpu_type,
-                bindings=bindings,
-                cu=cu,
-                over_fair_share=book.allocated_cu > book.fair_share_cu + EPS,
+            bind_decision(
+                item.uid,
+                book.name,
+                gpu_type,
+                bindings,
+                cu,
+                book.allocated_cu > book.fair_share_cu + EPS,
             )
         )
         item.done = True
@@ -354,6 +348,17 @@ class CycleState:
     def bind_plan(self, item: Pending, plan: list[PodUse]) -> tuple[PodBinding, ...]:
         nodes = self.capacity.nodes
         shares = item.shape.shares_gpu
+        if len(plan) == 1:  # the common case, without the list and its enumeration
+            use = plan[0]
+            return (
+                pod_binding(
+                    0,
+                    nodes[use.node].name,
+                    use.gpu_indices,
+                    use.gpu_amount if shares else 1.0,
+                    start_of(use.slice_mask) if use.slice_mask else None,
+                ),
+            )
         return tuple(
             [
                 pod_binding(
@@ -371,13 +376,21 @@ class CycleState:
         """Hold what `plan` uses for a workload that waits for evicted capacity: exactly those
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
-        rest of each node stays free for others; the next cycle re-derives the hold."""
+        rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
+        per claimant and per eviction plan): one pod is taken and named without the general
+        path's sets and sorts, and the records are built as `bind_decision` builds its."""
         capacity = self.capacity
-        capacity.take(plan)
         nodes = capacity.nodes
         if len(plan) == 1:
-            names: tuple[str, ...] = (nodes[plan[0].node].name,)
+            use = plan[0]
+            node = nodes[use.node]
+            if node.slices is None:
+                capacity.take_one(use)
+            else:
+                capacity.take(plan)
+            names: tuple[str, ...] = (node.name,)
         else:
+            capacity.take(plan)
             names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
         workload = item.workload
         gpus = len(plan) * workload.gpus_per_pod
@@ -386,16 +399,10 @@ class CycleState:
         book.add(cu, gpus, gpu_type, workload.preemptible)
         book.reserved_cu += cu
         item.done = True
-        item.code = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+        item.code = _WAITING
         item.held_nodes = len(names)  # its reason is written with the others, in `result`
         self.reservations.append(
-            Reservation(
-                item.uid,
-                ReservationKind.EVICTED_CAPACITY,
-                gpu_type,
-                names,
-                self.bind_plan(item, plan),
-            )
+            evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
         )
 
     def reason(self, workload: Workload, code: PendingCode, message: str) -> None:

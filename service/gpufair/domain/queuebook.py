@@ -29,6 +29,8 @@ from gpufair.domain.snapshot import PendingCode, QueueSummary
 
 # "No cap": more pods than any workload has.
 _NO_CAP = 1 << 30
+# `QueueBook.max_pods` of an `unlimited` book for preemptible work beyond its share.
+UNCAPPED: tuple[int, PendingCode | None] = (_NO_CAP, None)
 # Below any configured priority tier: the eviction rank of best-effort queues.
 _BEST_EFFORT = 1 << 20
 
@@ -68,6 +70,7 @@ class QueueBook:
         "allocated_cu",
         "allocated_cu_before",
         "ancestors",
+        "answers",
         "bound_cu",
         "claimed_cu",
         "created_at_s",
@@ -84,6 +87,7 @@ class QueueBook:
         "nonpreemptible_cu",
         "reserved_cu",
         "tier",
+        "unlimited",
         "victim_rank",
     )
 
@@ -121,18 +125,40 @@ class QueueBook:
         self.reserved_cu = 0.0
         self.ancestors = ancestors  # inner queues above with limits in the pool, nearest first
         self.max_borrow_s = max_borrow_s  # `policy.max_borrow_s`: when loans are called back
+        # `max_pods` answers since the book last changed, by (GPUs per pod, GPU type,
+        # preemptible, within share) (`CycleState.max_pods`): everything they read changes only
+        # in `add`, which drops them, or in the ancestors, whose books are never memoised.
+        self.answers: dict[tuple[float, str, bool, bool], tuple[int, PendingCode | None]] | None
+        self.answers = None
+        # No limit of its own nor above it: `max_pods` of preemptible work beyond the share
+        # reads nothing and caps nothing (`UNCAPPED`).
+        self.unlimited = self.limit_cu is None and not self.limit_gpus_by_type and not ancestors
 
     def add(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
+        self.answers = None
         self.allocated_cu += cu
         if not preemptible:
             self.nonpreemptible_cu += cu
-        self.gpus_by_type[gpu_type] = self.gpus_by_type.get(gpu_type, 0.0) + gpus
-        for ancestor in self.ancestors:
-            ancestor.allocated_cu += cu
-            ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) + gpus
+        by_type = self.gpus_by_type
+        by_type[gpu_type] = by_type.get(gpu_type, 0.0) + gpus
+        if self.ancestors:
+            for ancestor in self.ancestors:
+                ancestor.allocated_cu += cu
+                ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) + gpus
 
     def remove(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
-        self.add(-cu, -gpus, gpu_type, preemptible)
+        """`add(-cu, -gpus, gpu_type, preemptible)`: the same sums (adding a negated number
+        is subtracting it), without the second call (once per victim evicted)."""
+        self.answers = None
+        self.allocated_cu -= cu
+        if not preemptible:
+            self.nonpreemptible_cu -= cu
+        by_type = self.gpus_by_type
+        by_type[gpu_type] = by_type.get(gpu_type, 0.0) - gpus
+        if self.ancestors:
+            for ancestor in self.ancestors:
+                ancestor.allocated_cu -= cu
+                ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) - gpus
 
     def ratio(self) -> float:
         """Allocated over fair share: the queue order key; a queue without a share sorts last."""
