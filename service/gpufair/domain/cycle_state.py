@@ -389,9 +389,19 @@ class CycleState:
             else:
                 capacity.take(plan)
             names: tuple[str, ...] = (node.name,)
+            held: tuple[PodBinding, ...] = (
+                pod_binding(
+                    0,
+                    node.name,
+                    use.gpu_indices,
+                    use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
+                    start_of(use.slice_mask) if use.slice_mask else None,
+                ),
+            )
         else:
             capacity.take(plan)
             names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+            held = self.bind_plan(item, plan)
         workload = item.workload
         gpus = len(plan) * workload.gpus_per_pod
         cu = gpus * self.weights.get(gpu_type, 0.0)
@@ -401,9 +411,7 @@ class CycleState:
         item.done = True
         item.code = _WAITING
         item.held_nodes = len(names)  # its reason is written with the others, in `result`
-        self.reservations.append(
-            evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
-        )
+        self.reservations.append(evicted_capacity(item.uid, gpu_type, names, held))
 
     def reason(self, workload: Workload, code: PendingCode, message: str) -> None:
         self.reasons[workload.uid] = PendingReason(code, message)
