@@ -74,6 +74,8 @@ next cycle makes them only for the rows that changed, and pending work is carrie
 queues in order (`cycle_load_pending`: no sort of what was sorted); free capacity, books and holds are
 rebuilt in the snapshot's order each cycle, since placement's node order depends on it. The
 service and the simulator run a cycle with the cyclic collector paused (`gc_tuning`).
+Decision records are filled through their slots (`decisions`), and a queue's admission answers
+are kept in its book until the book changes (`QueueBook.answers`).
 `bench/cycle_equivalence.py` holds any change of this code to the same decisions as another
 checkout's over the benchmark's pools.
 """
