@@ -50,13 +50,15 @@ def load(state: CycleState) -> None:
     reused += load_running(state, carried.running, running, fresh, shared)
     kept = Capacity([])  # holds only the state copied into it, for the next load to copy
     kept.copy_state_from(state.capacity)
+    # Replaced together: `_shared_running` relies on the records being those of the
+    # allocations the kept capacity took.
     carried.capacity = (allocations, kept)
+    carried.running = running
     carried.victims = dict(state.running)
     carried.totals = book_totals(state.books)
     carried.shared = shared
     load_evicting(state)
     reused += load_pending(state, carried, fresh)
-    carried.running = running
     carried.kinds = dict(state.kinds)
     carried.reused = reused
 
@@ -68,8 +70,10 @@ def _shared_running(
 ) -> int:
     """How many running allocations the load may skip taking, starting from the kept capacity:
     all those the kept capacity took, when `allocations` begin with exactly them (the same
-    objects, in order) and `before` holds exactly their records, one each (else 0: so when
-    they hold a uid twice, whose second allocation has no record)."""
+    objects, in order) and `before` holds one record for each (else 0: so when they hold a uid
+    twice, whose second allocation has no record). `before` is what the load that kept the
+    capacity recorded, replaced with it (`load`): a record of each allocation it took but
+    those of a uid taken before, so a record each when there are as many."""
     if kept is None:
         return 0
     taken = kept[0]
@@ -77,8 +81,6 @@ def _shared_running(
     if count == 0 or count > len(allocations) or len(before) != count:
         return 0
     if not all(map(is_, taken, allocations[:count])):
-        return 0
-    if not before.keys() >= set(map(id, taken)):
         return 0
     return count
 

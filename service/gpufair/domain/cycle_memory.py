@@ -52,9 +52,12 @@ from gpufair.domain.snapshot import CycleSnapshot, PendingReason
 # keeps the key from being reused), the uses its pods take, its victim, and whether it is the
 # one-binding case loading takes with `Capacity.take_one`.
 RunningRecord = tuple[Allocation, tuple[PodUse, ...], Running, bool]
+# A pending workload's key in the tables below: its identity over 16 (`id(workload) >> 4`).
+# Live objects do not overlap and take at least 16 bytes, so their keys differ; addresses
+# themselves, all multiples of 16, crowd into a sixteenth of a dict's or set's slots.
 # A queue's pending records (only workloads of this pool, of a usable kind, not compute-unit
 # requests), in the queue's order: their items (`Pending`, made new again by each load that
-# takes them), the identities of their workloads, and the least CU of every suffix
+# takes them), the keys of their workloads, and the least CU of every suffix
 # (`CycleState.suffix_min_cu`) when the queue held nothing else (else None).
 QueueRecords = tuple[list[Pending], list[int], list[float] | None]
 # A pending workload of a leaf queue of this pool that the pool could never hold: the workload
@@ -80,7 +83,7 @@ class CarriedLoad:
     inputs: Inputs | None = None
     running: dict[int, RunningRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecords] = field(default_factory=dict)
-    pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by id
+    pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by key
     by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
     rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
