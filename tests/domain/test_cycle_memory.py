@@ -134,6 +134,60 @@ def test_the_capacity_after_shared_running_work_is_carried_exactly() -> None:
     assert [s.gpu_used for s in capacity.nodes] == [[1, 1, 0, 0, 0, 0, 0, 0], [0, 0.5, 0, 0]]
 
 
+def test_books_and_victims_after_shared_running_work_are_carried_exactly() -> None:
+    """A load that starts from the kept capacity (its running work begins with the last
+    load's) copies the books' totals and the victims after that work instead of adding them
+    again, then adds only the rest: every leaf's and department's allocated, non-preemptible
+    and before-the-cycle CU and GPUs per type, the victims in their order, and what an
+    eviction in flight takes off, as a load without carried state makes them."""
+    org = queue("org", limit_cu=40.0)
+    team = queue("team", 8.0, parent="org", limit_gpus_by_type={"unit": 6})
+    solo = queue("solo", 2.0)
+    nodes = [node("n1"), node("n2", gpus=4)]
+    a = running(workload("a", "team", gpus=2), [("n1", (0, 1))])
+    b = running(workload("b", "solo", pods=2, preemptible=False), [("n2", (0,)), ("n1", (2,))])
+    c = running(workload("c", "team", gpus=0.5), [("n2", (1,), 0.5)])
+    d = running(workload("d", "solo"), [("n1", (3,))])
+    carried = CarriedLoad()
+
+    def books(allocations: list[Allocation], given: CarriedLoad | None) -> list[object]:
+        snap = snapshot(
+            nodes,
+            [team, solo],
+            {"team": 8.0, "solo": 2.0},
+            running_work=allocations,
+            evicting=[EvictionInFlight("b", "x")],
+            inner_queues=[org],
+        )
+        state = CycleState(snap, given)
+        load(state)
+        inner = state.books["team"].ancestors[0]
+        return [
+            *(
+                (
+                    book.allocated_cu,
+                    book.nonpreemptible_cu,
+                    book.allocated_cu_before,
+                    book.evicting_cu,
+                    dict(book.gpus_by_type),
+                )
+                for book in state.books.values()
+            ),
+            (inner.name, inner.allocated_cu, dict(inner.gpus_by_type)),
+            [(uid, r.victim.cu, r.victim.nodes) for uid, r in state.running.items()],
+            sorted(state.leaving),
+        ]
+
+    books([a, b], carried)
+    for allocations, shared in (([a, b, c], 2), ([a, b, c, d], 3), ([a, b, c, d], 4)):
+        got = books(allocations, carried)
+        assert carried.shared == shared
+        assert got == books(allocations, None)
+    assert got[0][0] == 2.5  # team: a and c
+    assert got[1][:3] == (1.0, 0.0, 3.0)  # solo: b and d, b (not preemptible) leaving
+    assert got[2] == ("org", 2.5, {"unit": 2.5})
+
+
 def test_records_are_kept_only_for_objects_given_again() -> None:
     """Equal but new objects are loaded anew (the key is the object, not its value), and a
     change of the queues drops every record."""

@@ -71,8 +71,9 @@ workload (`PodUse`, `Ask`, `Victim`) are named tuples or plain slotted classes: 
 than frozen dataclasses. Between cycles of a pool, the records loading makes per running
 allocation and per pending workload are kept by the input object (`cycle_memory`), so the
 next cycle makes them only for the rows that changed, and pending work is carried as whole
-queues in order (`cycle_load_pending`: no sort of what was sorted); free capacity, books and holds are
-rebuilt in the snapshot's order each cycle, since placement's node order depends on it. The
+queues in order (`cycle_load_pending`: no sort of what was sorted); free capacity, victims and
+books' totals after the running work the last cycle had too (same objects, same order) are copied,
+the rest (and the holds) built in the snapshot's order, since placement's node order depends on it. The
 service and the simulator run a cycle with the cyclic collector paused (`gc_tuning`).
 Decision records are filled through their slots (`decisions`), and a queue's admission answers
 are kept in its book until the book changes (`QueueBook.answers`).

@@ -4,11 +4,17 @@ order inside a queue: priority class, highest first, then submit time)."""
 
 from __future__ import annotations
 
+from itertools import islice
 from operator import is_
 
 from gpufair.domain.capacity import Capacity, PodUse, binding_gpus, uses_of
 from gpufair.domain.cycle_load_pending import load_pending
-from gpufair.domain.cycle_memory import RunningCapacity, RunningRecord
+from gpufair.domain.cycle_memory import (
+    RunningCapacity,
+    RunningRecord,
+    book_totals,
+    restore_totals,
+)
 from gpufair.domain.cycle_state import CycleState, Running
 from gpufair.domain.model import Allocation
 from gpufair.domain.victim_search import Victim
@@ -26,21 +32,33 @@ def load(state: CycleState) -> None:
         return
     if carried.valid_for(state.snapshot):
         state.kinds.update(carried.kinds)
-    running: dict[int, RunningRecord] = {}
     fresh: list[str] = []
     allocations = state.snapshot.running
     shared = _shared_running(carried.capacity, allocations, carried.running)
     if shared:
-        assert carried.capacity is not None
+        # The running work the kept capacity took is loaded as the last load left it: its
+        # victims, records and the books' totals copied, none taken again.
+        assert carried.capacity is not None and carried.totals is not None
         state.capacity.copy_state_from(carried.capacity[1])
-    reused = load_running(state, carried.running, running, fresh, shared)
+        state.running.update(carried.victims)
+        restore_totals(state.books, carried.totals)
+        running = dict(carried.running)
+        reused = len(running)
+    else:
+        running = {}
+        reused = 0
+    reused += load_running(state, carried.running, running, fresh, shared)
     kept = Capacity([])  # holds only the state copied into it, for the next load to copy
     kept.copy_state_from(state.capacity)
+    # Replaced together: `_shared_running` relies on the records being those of the
+    # allocations the kept capacity took.
     carried.capacity = (allocations, kept)
+    carried.running = running
+    carried.victims = dict(state.running)
+    carried.totals = book_totals(state.books)
     carried.shared = shared
     load_evicting(state)
     reused += load_pending(state, carried, fresh)
-    carried.running = running
     carried.kinds = dict(state.kinds)
     carried.reused = reused
 
@@ -52,16 +70,17 @@ def _shared_running(
 ) -> int:
     """How many running allocations the load may skip taking, starting from the kept capacity:
     all those the kept capacity took, when `allocations` begin with exactly them (the same
-    objects, in order) and each has its record in `before` (else 0)."""
+    objects, in order) and `before` holds one record for each (else 0: so when they hold a uid
+    twice, whose second allocation has no record). `before` is what the load that kept the
+    capacity recorded, replaced with it (`load`): a record of each allocation it took but
+    those of a uid taken before, so a record each when there are as many."""
     if kept is None:
         return 0
     taken = kept[0]
     count = len(taken)
-    if count == 0 or count > len(allocations):
+    if count == 0 or count > len(allocations) or len(before) != count:
         return 0
     if not all(map(is_, taken, allocations[:count])):
-        return 0
-    if not before.keys() >= set(map(id, taken)):
         return 0
     return count
 
@@ -77,13 +96,13 @@ def load_running(
     records were taken from `before` (the last cycle's, by the allocation's identity), puts
     every record made or taken into `records` (None: none kept) and the uid of every record
     made into `fresh`. Hot (one pass over every running
-    workload): a workload of one binding without a partition, the common case, is read inline
+    workload after the first `shared`): a workload of one binding without a partition, the common case, is read inline
     (what `uses_of` would make of it) and taken with `Capacity.take_one`; the one-node tuple
     of its `Victim.nodes` is shared by all workloads on that node. A carried record is taken
     the same way, in the same order: capacity and books come out as from new records.
-    `shared`: the first `shared` allocations are already in the capacity (copied from the
-    last load's, `cycle_memory`) and each has its record in `before`: they are not taken
-    again."""
+    `shared`: the first `shared` allocations are already loaded (their capacity, victims,
+    records and book totals copied from the last load's, `cycle_memory`): they are not
+    read."""
     reused = 0
     capacity = state.capacity
     index_of = capacity.index_of
@@ -95,7 +114,7 @@ def load_running(
     running = state.running
     one_node: dict[int, tuple[int]] = {}
     uses: tuple[PodUse, ...]
-    for position, allocation in enumerate(state.snapshot.running):
+    for allocation in islice(state.snapshot.running, shared, None):
         record = before.get(id(allocation)) if before else None
         if record is not None and record[0] is allocation:
             # Its record holds all this reads of it (the victim's uid and queue are the
@@ -105,11 +124,10 @@ def load_running(
             uid = victim.uid
             if uid in running:
                 continue
-            if position >= shared:  # else already in the copied capacity
-                if not one:
-                    take(uses)
-                elif uses:
-                    take_one(uses[0])
+            if not one:
+                take(uses)
+            elif uses:
+                take_one(uses[0])
             book = books.get(victim.queue)
             if book is not None:
                 book.add(victim.cu, victim.gpus, victim.gpu_type, carried.preemptible)

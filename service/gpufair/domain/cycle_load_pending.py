@@ -4,9 +4,10 @@ queue the least CU of every suffix of its items (`CycleState.suffix_min_cu`).
 
 With records carried from the pool's last cycle (`cycle_memory`), the queues are carried: per
 queue, its items (`Pending`) of last time, already in order. A cycle then finds each carried
-workload given again by identity only, in C (`map` over `id`, set membership), and keeps each
-queue's order (dropping what left), so what it does per workload in Python is to make its item
-new again (`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. Only
+workload given again by identity only, in C (`map` over `id`, set membership of its key,
+`cycle_memory`), and keeps each queue's order (dropping what left), so what it does per
+workload in Python is to make its item new again (`cycle_memory`); a queue that lost or gained
+nothing keeps its suffix minima too. Only
 workloads not carried (new, of no leaf queue, of another pool, compute-unit requests, never
 fitting) go through the full path, in the snapshot's order, and are merged into their queues
 by order; a workload the pool never holds (`NEVER_FITS`) keeps its reason from the cycle
@@ -25,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from itertools import compress
-from operator import attrgetter, not_
+from itertools import compress, repeat
+from operator import attrgetter, not_, rshift
 
 from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
@@ -68,7 +69,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         _fill(state, _load_each(state, enumerate(pending), seen, None), {}, {}, set(), None)
         return 0
     known = carried.pending
-    ids = list(map(id, pending))
+    ids = list(map(rshift, map(id, pending), repeat(4, len(pending))))  # their keys
     hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
     present = set(compress(ids, hits))
     misses = list(compress(range(len(pending)), map(not_, hits)))
@@ -89,20 +90,22 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary)
     carried.queues = queues
-    for uid in state.leaving_for.keys() | state.standing_claims:
-        item = carried.by_uid.get(uid)
-        if item is not None and id(item.workload) in present:
-            state.claimants.append(item)
+    claimants = state.claimants
+    for item in filter(
+        None, map(carried.by_uid.get, state.leaving_for.keys() | state.standing_claims)
+    ):
+        if id(item.workload) >> 4 in present:
+            claimants.append(item)
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
         by_uid = dict(carried.by_uid)
         for workload in gone:
-            del known[id(workload)]
+            del known[id(workload) >> 4]
             del by_uid[workload.uid]
         for _, items in loaded.values():
             for item in items:
                 if id(item) in ordinary:
-                    known[id(item.workload)] = item.workload
+                    known[id(item.workload) >> 4] = item.workload
                     by_uid[item.uid] = item
         carried.pending = known
         carried.by_uid = by_uid
@@ -136,7 +139,7 @@ def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
     by_uid = carried.by_uid
     for uid in new:
         item = by_uid.get(uid)
-        if item is not None and id(item.workload) in present:
+        if item is not None and id(item.workload) >> 4 in present:
             return True
     return False
 
@@ -279,7 +282,7 @@ def _records(items: list[Pending], new: list[Pending], ordinary: set[int]) -> Qu
     """A queue's records: its items of ordinary workloads (`new` ones in `ordinary`), in order."""
     unusual = {id(item) for item in new if id(item) not in ordinary}
     kept = [item for item in items if id(item) not in unusual] if unusual else list(items)
-    return (kept, [id(item.workload) for item in kept], None) if kept else None
+    return (kept, [id(item.workload) >> 4 for item in kept], None) if kept else None
 
 
 def _suffix(items: Sequence[Pending]) -> list[float]:

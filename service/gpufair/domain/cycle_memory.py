@@ -22,9 +22,12 @@ load keeps a copy of the capacity after all its running work, with the running a
 took, and a load whose running allocations begin with exactly those objects, in that order
 (compared by identity), starts from a copy of it and takes only the allocations after them
 (`Capacity.copy_state_from`: the same uses, buckets in the same order, the same version
-numbers). The queue books and the claims' holds are built afresh each cycle, in the snapshot's
-order, from the carried records exactly as from new ones, so every decision is the one a cycle
-without carried state makes (`tests/domain/test_cycle_memory.py`; `bench/cycle_equivalence.py`).
+numbers). With it the load keeps what that running work made of the rest: the victims (uid to
+`Running`, in order) and the queue books' totals (`book_totals`: the same sums, added in the
+same order), so those allocations are not read at all. The rest of the books and the claims'
+holds are built afresh each cycle, in the snapshot's order, from the carried records exactly as
+from new ones, so every decision is the one a cycle without carried state makes
+(`tests/domain/test_cycle_memory.py`; `bench/cycle_equivalence.py`).
 
 `Running` and `Kind` are never changed once made, so a record can be shared by two cycles. A
 queue's items (`Pending`) are the one exception: a cycle marks them (bound, held, their reason),
@@ -42,15 +45,19 @@ from dataclasses import dataclass, field
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.cycle_state import Kind, Pending, Running
 from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
+from gpufair.domain.queuebook import LimitBook, QueueBook
 from gpufair.domain.snapshot import CycleSnapshot, PendingReason
 
 # A running allocation's record: the allocation itself (its identity is the key; holding it
 # keeps the key from being reused), the uses its pods take, its victim, and whether it is the
 # one-binding case loading takes with `Capacity.take_one`.
 RunningRecord = tuple[Allocation, tuple[PodUse, ...], Running, bool]
+# A pending workload's key in the tables below: its identity over 16 (`id(workload) >> 4`).
+# Live objects do not overlap and take at least 16 bytes, so their keys differ; addresses
+# themselves, all multiples of 16, crowd into a sixteenth of a dict's or set's slots.
 # A queue's pending records (only workloads of this pool, of a usable kind, not compute-unit
 # requests), in the queue's order: their items (`Pending`, made new again by each load that
-# takes them), the identities of their workloads, and the least CU of every suffix
+# takes them), the keys of their workloads, and the least CU of every suffix
 # (`CycleState.suffix_min_cu`) when the queue held nothing else (else None).
 QueueRecords = tuple[list[Pending], list[int], list[float] | None]
 # A pending workload of a leaf queue of this pool that the pool could never hold: the workload
@@ -59,6 +66,13 @@ Rejection = tuple[Workload, PendingReason]
 Inputs = tuple[NodePool, tuple[Node, ...], tuple[GpuType, ...], tuple[Queue, ...]]
 # The capacity after a load's running work, and the running allocations it took (in order).
 RunningCapacity = tuple[tuple[Allocation, ...], Capacity]
+# What a load's running work added to the queue books (`QueueBook.add`, `allocated_cu_before`):
+# per leaf queue its allocated, non-preemptible and before-the-cycle CU and its GPUs per type;
+# per inner queue with limits (`LimitBook`) its allocated CU and GPUs per type.
+BookTotals = tuple[
+    dict[str, tuple[float, float, float, dict[str, float]]],
+    dict[str, tuple[float, dict[str, float]]],
+]
 
 
 @dataclass(slots=True)
@@ -69,11 +83,16 @@ class CarriedLoad:
     inputs: Inputs | None = None
     running: dict[int, RunningRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecords] = field(default_factory=dict)
-    pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by id
+    pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by key
     by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
     rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
     capacity: RunningCapacity | None = None  # never changed: a load copies it
+    # With `capacity`: the running work that capacity took, as the load left it (uid to
+    # `Running`, in the load's order), and the books' totals after it. Never changed: a load
+    # copies them.
+    victims: dict[str, Running] = field(default_factory=dict)
+    totals: BookTotals | None = None
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
     shared: int = 0  # running allocations the last load found in the kept capacity (same)
 
@@ -91,4 +110,47 @@ class CarriedLoad:
         self.rejected = {}
         self.kinds = {}
         self.capacity = None
+        self.victims = {}
+        self.totals = None
         return False
+
+
+def book_totals(books: dict[str, QueueBook]) -> BookTotals:
+    """What the running work added to `books` and the inner queues' books above them, copied."""
+    leaves = {
+        name: (
+            book.allocated_cu,
+            book.nonpreemptible_cu,
+            book.allocated_cu_before,
+            dict(book.gpus_by_type),
+        )
+        for name, book in books.items()
+    }
+    inner: dict[str, tuple[float, dict[str, float]]] = {}
+    for book in books.values():
+        for ancestor in book.ancestors:
+            if ancestor.name not in inner:
+                inner[ancestor.name] = (ancestor.allocated_cu, dict(ancestor.gpus_by_type))
+    return leaves, inner
+
+
+def restore_totals(books: dict[str, QueueBook], totals: BookTotals) -> None:
+    """Put `totals` (`book_totals` of the same queues) into the new `books`, as if the same
+    running work had been added to them in the same order: the same sums."""
+    leaves, inner = totals
+    seen: set[int] = set()
+    for name, book in books.items():
+        allocated, nonpreemptible, before, gpus = leaves[name]
+        book.allocated_cu = allocated
+        book.nonpreemptible_cu = nonpreemptible
+        book.allocated_cu_before = before
+        book.gpus_by_type = dict(gpus)
+        for ancestor in book.ancestors:
+            if id(ancestor) not in seen:
+                seen.add(id(ancestor))
+                _restore_inner(ancestor, inner[ancestor.name])
+
+
+def _restore_inner(book: LimitBook, totals: tuple[float, dict[str, float]]) -> None:
+    book.allocated_cu = totals[0]
+    book.gpus_by_type = dict(totals[1])
