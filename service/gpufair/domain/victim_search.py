@@ -35,7 +35,8 @@ next reads it. Nodes enter the heap with their floor as a lower bound and are sc
 when they reach its top; full nodes are walked from that sorted list one at a time, beside the
 heap (the walk's next node is taken when it sorts before the heap's top). A reclaim in a large
 busy pool therefore reads a handful of nodes. A node that could not free one pod's whole GPUs
-even with all its victims gone (`freeable_on_node`) is passed over without being scored. Each
+even with all its victims gone (`freeable_on_node`) is passed over without being scored (the
+walk passes one that sorts before the heap's top by its key alone, before reading the node). Each
 node's victims are kept with their uses on that node; a node's option found in one search is
 kept for the next while the node, its victims and the budgets it read are unchanged
 (`option_table`). The walk's next node, due when its head is taken, is read only if the search
@@ -493,9 +494,19 @@ def _greedy(
         passed here. `then`: nodes changed since the walk's next node fell due, with whether
         each was a full node then (the rest are as they were)."""
         if walk is not None:
-            for tier, cu_per_gpu, priority_class, late, node in walk:
-                if passing and not heap and freeable[node] < least_freeable:
+            # Passing with an empty heap, a node that could not free one pod's GPUs is passed
+            # whatever else holds; with a heap, when its key sorts before the heap's top.
+            skip_all = passing and not heap and least_freeable > 0
+            top = heap[0][0] if passing and heap else None
+            for entry in walk:
+                node = entry[4]
+                if skip_all and freeable[node] < least_freeable:
                     continue  # passed whether or not it is a full node now
+                tier, cu_per_gpu, priority_class, late, _ = entry
+                if top is not None and freeable[node] < least_freeable:
+                    key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
+                    if key < top:
+                        continue
                 state = nodes[node]
                 if (
                     (
