@@ -168,7 +168,9 @@ def test_unavailable_is_retried_with_the_same_request_id(flaky: tuple[Flaky, str
 
 def test_backoff_is_jittered(flaky: tuple[Flaky, str]) -> None:
     """gRPC waits a random time up to the current backoff: the gaps before a retry differ from
-    call to call, and none exceeds its bound (0.2 s, then 0.4 s), allowing for scheduling."""
+    call to call and sit within their bound (0.2 s, then 0.4 s), allowing 0.1 s for scheduling.
+    A busy machine can make a retry's timer fire late (never early), so one gap in six may run
+    over; a fixed or larger backoff would put most of them over."""
     stand_in, address = flaky
     with GpufairClient(address, attempts=3, backoff_s=0.2, timeout_s=10) as client:
         for _ in range(6):
@@ -179,7 +181,8 @@ def test_backoff_is_jittered(flaky: tuple[Flaky, str]) -> None:
     first_gaps = [times[1] - times[0] for times in by_id.values()]
     second_gaps = [times[2] - times[1] for times in by_id.values()]
     assert len(first_gaps) == 6
-    assert max(first_gaps) < 0.2 + 0.1 and max(second_gaps) < 0.4 + 0.1
+    assert sum(gap < 0.2 + 0.1 for gap in first_gaps) >= 5, first_gaps
+    assert sum(gap < 0.4 + 0.1 for gap in second_gaps) >= 5, second_gaps
     assert max(first_gaps) - min(first_gaps) > 0.01  # not one fixed delay
 
 
