@@ -29,17 +29,20 @@ from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, sele
 def reclaim_for_guarantees(state: CycleState) -> None:
     if not any(book.deserved_gpus_by_type for book in state.books.values()):
         return  # nobody has a per-type guarantee: nobody is below one
-    wanting = [
-        item
-        for items in state.queue_pending.values()
-        for item in items
-        if not item.done
-        and item.code is PendingCode.NO_CAPACITY
-        and any(_short_of(item.book, gpu_type) > EPS for gpu_type in item.types)
-    ]
+    wanting: dict[str, list[Pending]] = {}  # per queue, in its order
+    for name, items in state.queue_pending.items():
+        found = [
+            item
+            for item in items
+            if not item.done
+            and item.code is PendingCode.NO_CAPACITY
+            and any(_short_of(item.book, gpu_type) > EPS for gpu_type in item.types)
+        ]
+        if found:
+            wanting[name] = found
     if not wanting:
         return
-    for item in state.in_queue_order(wanting):
+    for item in state.by_queue_order(wanting):
         _try(state, item)
 
 

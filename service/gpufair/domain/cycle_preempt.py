@@ -50,12 +50,13 @@ def preempt(state: CycleState) -> None:
     # Neighbours in a queue's list are mostly of one kind and class: the last answer is kept.
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
     on_some_type: dict[tuple[str, int, int], bool] = {}
-    wanting: list[Pending] = []
-    append = wanting.append
+    wanting: dict[str, list[Pending]] = {}  # per queue, in its order
     for name, items in state.queue_pending.items():
         floor = lowest.get(name)
         if floor is None:
             continue
+        queued: list[Pending] = []
+        append = queued.append
         last_kind: object = None
         last_class = 0
         answer = False
@@ -78,6 +79,8 @@ def preempt(state: CycleState) -> None:
                 answer = known
             if answer:
                 append(item)
+        if queued:
+            wanting[name] = queued
     state.preempt_own = own
     for key, victims in own.items():
         totals: dict[int, list[float]] = {}
@@ -92,7 +95,7 @@ def preempt(state: CycleState) -> None:
     # later workload of that kind in that queue would only pass over them again, so it is not
     # tried (both only hold more as the phase goes on).
     dead: set[tuple[str, int]] = set()
-    for item in state.in_queue_order(wanting):
+    for item in state.by_queue_order(wanting):
         name = item.book.name
         if (name, id(item.kind)) in dead or _try_preempt(state, item, failed, budgets):
             continue

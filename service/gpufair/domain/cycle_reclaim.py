@@ -44,12 +44,13 @@ def reclaim(state: CycleState) -> None:
             )
         ):
             by_type.setdefault(victim.gpu_type, []).append(victim)
-    wanting = [
-        item
-        for items in state.queue_pending.values()
-        for item in items
-        if not item.done and item.code is PendingCode.NO_CAPACITY
-    ]
+    # Per queue, its workloads wanting capacity, in its order (`CycleState.by_queue_order`).
+    wanting: dict[str, list[Pending]] = {}
+    short = PendingCode.NO_CAPACITY
+    for name, items in state.queue_pending.items():
+        queued = [item for item in items if item.code is short and not item.done]
+        if queued:
+            wanting[name] = queued
     if not wanting or not (by_type or state.leaving_for):
         return
     # Reclaim only shrinks a victim queue's surplus, and the reclaimers, within their share,
@@ -79,7 +80,7 @@ def reclaim(state: CycleState) -> None:
         )
         for name, found in by_type.items()
     }
-    _reclaim_in_order(state, state.in_queue_order(wanting))
+    _reclaim_in_order(state, state.by_queue_order(wanting))
     # Only this phase reads them: later evictions need not keep them current.
     state.reclaim_index = {}
     state.budgets = {}

@@ -268,8 +268,7 @@ class CycleState:
     def in_queue_order(self, wanted: Iterable[Pending]) -> list[Pending]:
         """`wanted`, ordered by their queues' current order, then inside each queue: sorted by
         (tier, ratio, workload order). Built as that sort would: each queue's items in their
-        order (already so when taken from `queue_pending`), queues by tier and ratio, and the
-        items of queues that tie there merged by their order (orders are unique: the uid)."""
+        order, then `by_queue_order`."""
         groups: dict[str, list[Pending]] = {}
         for item in wanted:
             found = groups.get(item.book.name)
@@ -277,15 +276,21 @@ class CycleState:
                 groups[item.book.name] = [item]
             else:
                 found.append(item)
+        for items in groups.values():
+            items.sort(key=_by_order)  # nearly free when already in order
+        return self.by_queue_order(groups)
+
+    def by_queue_order(self, groups: dict[str, list[Pending]]) -> list[Pending]:
+        """The items of `groups` (per queue name, its items in workload order, as taken from
+        `queue_pending`) as `in_queue_order` orders them: queues by tier and ratio, and the
+        items of queues that tie there merged by their order (orders are unique: the uid).
+        A phase that takes its items queue by queue from `queue_pending` gives them here
+        without grouping or sorting them again."""
         ordered: list[Pending] = []
         for run in self.queue_runs(groups):
             if len(run) == 1:
-                items = groups[run[0]]
-                items.sort(key=_by_order)  # nearly free when already in order
-                ordered += items
+                ordered += groups[run[0]]
             else:
-                for name in run:
-                    groups[name].sort(key=_by_order)
                 ordered += heapq.merge(*(groups[name] for name in run), key=_by_order)
         return ordered
 
