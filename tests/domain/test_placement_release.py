@@ -131,11 +131,12 @@ def _compare(seed: int) -> tuple[int, int]:
 
 def test_one_pod_for_one_victim_pod_is_placed_as_on_the_released_capacity() -> None:
     placed = [_compare_one(seed) for seed in range(30)]
-    assert sum(compared for compared, _ in placed) > 300
-    assert sum(found for _, found in placed) > 30
+    assert sum(compared for compared, _, _ in placed) > 300
+    assert sum(found for _, found, _ in placed) > 30
+    assert sum(shared for _, _, shared in placed) > 30
 
 
-def _compare_one(seed: int) -> tuple[int, int]:
+def _compare_one(seed: int) -> tuple[int, int, int]:
     rng = random.Random(1000 + seed)
     capacity, running = _full_pool(rng)
     singles = [uses[0] for uses in running if len(uses) == 1]
@@ -144,17 +145,17 @@ def _compare_one(seed: int) -> tuple[int, int]:
         if len(use.gpu_indices) == 1 and use.gpu_amount == 1.0:
             capacity.release((use,))
             singles.remove(use)
-    compared = found = 0
+    compared = found = shared = 0
     for _ in range(40):
         use = rng.choice(singles)
         if rng.random() < 0.5:  # the victim's GPUs in any order
             use = use._replace(gpu_indices=use.gpu_indices[::-1])
         gpu_type = capacity.nodes[use.node].gpu_type
         for shape in ASKED_SHAPES:
-            if not shape.whole_gpus:
+            no_room = place(capacity, Ask(shape, gpu_type, 1, 1), BINPACK, Exclusion()) is None
+            if not only_released(capacity, gpu_type, shape, None, (), BINPACK, no_room):
                 continue
-            if not only_released(capacity, gpu_type, shape, None, (), BINPACK):
-                continue
+            shared += shape.shares_gpu
             released = capacity.released([(use,)])
             assert released is not None
             expected = place_released(capacity, gpu_type, shape, 1, released)
@@ -172,7 +173,7 @@ def _compare_one(seed: int) -> tuple[int, int]:
                 capacity, gpu_type, ASKED_SHAPES[0], None, (), BINPACK
             ):
                 capacity.take(plan)
-    return compared, found
+    return compared, found, shared
 
 
 def test_only_full_types_and_plain_gangs_are_decided_on_released_capacity() -> None:

@@ -95,9 +95,9 @@ def _serve(
     simulated = True  # whether `released` can say (no partition among the victims' uses)
     in_journal = False
     shape = item.kind.shape
-    # The common claim: one whole-GPU pod for one victim pod (`place_one_released`).
+    # The common claim: one pod for one victim pod (`place_one_released`).
     one: PodUse | None = None
-    if pods_min == 1 and shape.whole_gpus and len(leaving) == 1:
+    if pods_min == 1 and (shape.whole_gpus or shape.shares_gpu) and len(leaving) == 1:
         uses = leaving[0].uses
         if len(uses) == 1 and not uses[0].slice_mask:
             one = uses[0]
