@@ -10,7 +10,12 @@ import pytest
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
 from gpufair.domain.placement import Ask, Exclusion, PodShape, place
-from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
+from gpufair.domain.placement_release import (
+    UNDECIDED,
+    only_released,
+    place_one_released,
+    place_released,
+)
 
 BINPACK = PlacementStrategy.BINPACK
 TYPES = ("big", "small")
@@ -122,6 +127,53 @@ def _compare(seed: int) -> tuple[int, int]:
                 capacity.take(plan)
     assert compared > 0 and found > 0
     return len(shared), undecided
+
+
+def test_one_pod_for_one_victim_pod_is_placed_as_on_the_released_capacity() -> None:
+    placed = [_compare_one(seed) for seed in range(30)]
+    assert sum(compared for compared, _, _ in placed) > 300
+    assert sum(found for _, found, _ in placed) > 30
+    assert sum(shared for _, _, shared in placed) > 30
+
+
+def _compare_one(seed: int) -> tuple[int, int, int]:
+    rng = random.Random(1000 + seed)
+    capacity, running = _full_pool(rng)
+    singles = [uses[0] for uses in running if len(uses) == 1]
+    # Some single GPUs set free: nodes where a free GPU may come before the victim's.
+    for use in rng.sample(singles, min(3, len(singles) - 1)):
+        if len(use.gpu_indices) == 1 and use.gpu_amount == 1.0:
+            capacity.release((use,))
+            singles.remove(use)
+    compared = found = shared = 0
+    for _ in range(40):
+        use = rng.choice(singles)
+        if rng.random() < 0.5:  # the victim's GPUs in any order
+            use = use._replace(gpu_indices=use.gpu_indices[::-1])
+        gpu_type = capacity.nodes[use.node].gpu_type
+        for shape in ASKED_SHAPES:
+            no_room = place(capacity, Ask(shape, gpu_type, 1, 1), BINPACK, Exclusion()) is None
+            if not only_released(capacity, gpu_type, shape, None, (), BINPACK, no_room):
+                continue
+            shared += shape.shares_gpu
+            released = capacity.released([(use,)])
+            assert released is not None
+            expected = place_released(capacity, gpu_type, shape, 1, released)
+            assert place_one_released(capacity, shape, use) == expected
+            journal = Journal()
+            capacity.release((use,), journal)
+            assert place(capacity, Ask(shape, gpu_type, 1, 1), BINPACK, Exclusion()) == expected
+            capacity.restore(journal)
+            compared += 1
+            found += expected is not None
+        # Holds are taken on top of running work, as the claims take them.
+        if rng.random() < 0.5:
+            plan = place_one_released(capacity, ASKED_SHAPES[0], use)
+            if plan is not None and only_released(
+                capacity, gpu_type, ASKED_SHAPES[0], None, (), BINPACK
+            ):
+                capacity.take(plan)
+    return compared, found, shared
 
 
 def test_only_full_types_and_plain_gangs_are_decided_on_released_capacity() -> None:

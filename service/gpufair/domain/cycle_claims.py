@@ -16,7 +16,7 @@ lapses: the workload competes as usual. What claims take is kept apart in the qu
 Where the gang would go once its victims stop is the placement after their release. On a type
 where no pod of the gang has room now (the usual case: the pool is full), only the nodes they
 free can take it, and it is worked out among those without releasing anything
-(`placement_release`); otherwise the victims are released under a journal, placed, restored.
+(`placement_release`; for one victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a journal, placed, restored.
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ from operator import attrgetter
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
-from gpufair.domain.placement_release import UNDECIDED, only_released, place_released
+from gpufair.domain.placement_release import (
+    UNDECIDED,
+    only_released,
+    place_one_released,
+    place_released,
+)
 
 _uses = attrgetter("uses")  # a victim's pods
 
@@ -90,6 +95,12 @@ def _serve(
     simulated = True  # whether `released` can say (no partition among the victims' uses)
     in_journal = False
     shape = item.kind.shape
+    # The common claim: one pod for one victim pod (`place_one_released`).
+    one: PodUse | None = None
+    if pods_min == 1 and (shape.whole_gpus or shape.shares_gpu) and len(leaving) == 1:
+        uses = leaving[0].uses
+        if len(uses) == 1 and not uses[0].slice_mask:
+            one = uses[0]
     try:
         for gpu_type in types:
             if simulated and not in_journal:
@@ -107,6 +118,16 @@ def _serve(
                 ):
                     released_only.add(key)
                     fast = True
+                if fast and one is not None:
+                    if capacity.nodes[one.node].gpu_type != gpu_type:
+                        continue  # no room on the type now, and the victim frees none there
+                    if _pods(state, item, gpu_type, allowed) < pods_min:
+                        continue
+                    plan = place_one_released(capacity, shape, one)
+                    if plan is None:
+                        continue
+                    held = (gpu_type, plan)
+                    break
                 if fast and released is None:
                     released = capacity.released(map(_uses, leaving))
                     simulated = released is not None

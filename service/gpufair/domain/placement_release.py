@@ -10,12 +10,14 @@ exactly the order `place` would read them in, and filled and assigned GPUs as `p
 
 Covered: gangs of a fixed size of whole-GPU pods, and single pods sharing a GPU, without
 partitions, binpack, no topology (neither the workload's nor the pool's levels), no exclusion;
-`only_released` says when, and anything else goes the general way.
+`only_released` says when, and anything else goes the general way. The common claim, one pod
+for one victim pod, is decided on that one node without a `ReleasedNode`
+(`place_one_released`).
 """
 
 from __future__ import annotations
 
-from gpufair.domain.capacity import EPS, Capacity, PodUse, ReleasedNode
+from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse, ReleasedNode
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import PodShape, fit_on
 
@@ -182,3 +184,64 @@ def _assign(node: ReleasedNode, shape: PodShape, count: int) -> list[PodUse]:
         PodUse(index, tuple(free[pod * whole : (pod + 1) * whole]), 1.0, cpu, memory)
         for pod in range(count)
     ]
+
+
+def place_one_released(capacity: Capacity, shape: PodShape, use: PodUse) -> list[PodUse] | None:
+    """`place_released(capacity, gpu_type, shape, 1, capacity.released([(use,)]))` for a
+    `shape` of whole GPUs or sharing one and a `use` without a partition on a node of
+    `gpu_type`: the one node the release frees is the only candidate, so the pod goes there if
+    it fits after the release, on its first free GPUs by index (whole GPUs; worked out from the
+    node's own lists, nothing copied) or as `_place_shared` picks a GPU."""
+    index, gpus, amount, cpu, memory, _ = use
+    state = capacity.nodes[index]
+    if not shape.whole_gpus:
+        return _place_shared_one(state, shape, use)
+    used = state.gpu_used
+    free_before = free_whole = state.free_whole
+    freed: list[int] = []  # the victim's GPUs that the release leaves untouched
+    for gpu in gpus:  # `_move`'s count of untouched GPUs, for a release
+        before = used[gpu]
+        if before <= EPS:
+            free_whole -= 1
+        if before + -amount <= EPS:
+            free_whole += 1
+            freed.append(gpu)
+    whole = shape.whole_gpus
+    count = free_whole // whole  # `_whole_fits`
+    if not count:
+        return None
+    need_cpu, need_memory = shape.cpu_millicores, shape.memory_mib
+    if need_cpu > 0 and (state.cpu_free + cpu) // need_cpu < count:
+        count = (state.cpu_free + cpu) // need_cpu
+    if need_memory > 0 and (state.memory_free + memory) // need_memory < count:
+        count = (state.memory_free + memory) // need_memory
+    if count <= 0:
+        return None
+    if free_before:  # `_assign`: the first untouched GPUs by index after the release
+        freed = [
+            gpu
+            for gpu, before in enumerate(used)
+            if (before + -amount if gpu in gpus else before) <= EPS
+        ]
+    elif len(freed) > 1:
+        freed.sort()
+    return [PodUse(index, tuple(freed[:whole]), 1.0, need_cpu, need_memory)]
+
+
+def _place_shared_one(state: NodeState, shape: PodShape, use: PodUse) -> list[PodUse] | None:
+    """`_place_shared` when the release of `use` frees only its own node: the pod goes there if
+    it fits after the release (a GPU with room for it is then free or part-used)."""
+    used = state.gpu_used.copy()
+    amount = use.gpu_amount
+    for gpu in use.gpu_indices:  # `_move`'s arithmetic, for a release
+        used[gpu] += -amount
+    cpu_free = state.cpu_free + use.cpu_millicores
+    memory_free = state.memory_free + use.memory_mib
+    if fit_on(used, 0, cpu_free, memory_free, shape) <= 0:  # (it reads no whole GPUs)
+        return None
+    fraction = shape.gpus_per_pod
+    gpu = max(
+        (gpu for gpu, amount in enumerate(used) if 1.0 - amount >= fraction - EPS),
+        key=lambda index: (used[index], -index),
+    )
+    return [PodUse(state.index, (gpu,), fraction, shape.cpu_millicores, shape.memory_mib)]
