@@ -31,12 +31,13 @@ from gpufair.domain.victim_search import (
 def reclaim(state: CycleState) -> None:
     now_s = state.snapshot.now_s
     by_type: dict[str, list[Victim]] = {}
+    book_of, leaving = state.books.get, state.leaving
     for running in state.running.values():
         victim = running.victim
-        book = state.books.get(victim.queue)
+        book = book_of(victim.queue)
         if (
             running.preemptible
-            and victim.uid not in state.leaving
+            and victim.uid not in leaving
             and book is not None
             and (
                 now_s - victim.started_at_s >= running.min_runtime_s
@@ -100,23 +101,28 @@ def _reclaim_in_order(state: CycleState, ordered: list[Pending]) -> None:
     leaving_for = state.leaving_for
     dead_kinds: set[int] = set()  # id of a kind whose every type is in the memo
     least_cu: dict[int, float] = {}  # kind id → `_least_cu_in_share`
+    # Most items are passed over: the kind's identity is read once, and the leaving look-up
+    # is made first only for an item a skip would pass over.
     for item in ordered:
         kind = item.kind
+        kind_id = id(kind)
+        if kind_id in dead_kinds:
+            if item.uid in leaving_for:
+                _try_reclaim(state, item)
+            continue
         if item.uid in leaving_for:
             _try_reclaim(state, item)
             continue
-        if id(kind) in dead_kinds:
-            continue
         book = item.book
-        least = least_cu.get(id(kind))
+        least = least_cu.get(kind_id)
         if least is None:
-            least = least_cu[id(kind)] = _least_cu_in_share(kind, item.workload.gang_min_pods)
+            least = least_cu[kind_id] = _least_cu_in_share(kind, item.workload.gang_min_pods)
         if book.fair_share_cu - book.allocated_cu + EPS < least:
             continue
         if _try_reclaim(state, item) is None:
             memo_key = kind.memo_key
             if all((gpu_type, memo_key) in failed for gpu_type in kind.types):
-                dead_kinds.add(id(kind))
+                dead_kinds.add(kind_id)
 
 
 def _least_cu_in_share(kind: Kind, pods: int) -> float:
