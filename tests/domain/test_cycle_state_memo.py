@@ -10,13 +10,8 @@ import pytest
 from cycle_builders import A100, RTX4090, V100, node, queue, snapshot, workload
 
 from gpufair.domain.cycle_state import CycleState
-from gpufair.domain.decisions import (
-    bind_decision,
-    evict_decision,
-    evicted_capacity,
-    evicted_capacity_one,
-)
-from gpufair.domain.model import PodBinding, pod_binding
+from gpufair.domain.decisions import bind_decision, evict_decision, evicted_capacity
+from gpufair.domain.model import pod_binding
 from gpufair.domain.snapshot import (
     BindDecision,
     EvictDecision,
@@ -98,12 +93,6 @@ def test_decision_records_equal_their_constructors() -> None:
     assert held == Reservation(
         "w", ReservationKind.EVICTED_CAPACITY, V100.name, ("n0", "n1"), bindings
     )
-    for indices, fraction, start in (((1, 2), 1.0, None), ((3,), 0.5, None), ((0,), 1.0, 4)):
-        one = evicted_capacity_one("w", A100.name, "n7", indices, fraction, start)
-        binding = PodBinding(0, "n7", indices, fraction, start)
-        assert one == Reservation(
-            "w", ReservationKind.EVICTED_CAPACITY, A100.name, ("n7",), (binding,)
-        )
     evict = evict_decision("v", "q", EvictReason.RECLAIM, "why", "w", 4.0)
     assert evict == EvictDecision("v", "q", EvictReason.RECLAIM, "why", "w", 4.0)
     assert (evict.move_to, evict.move_gpu_type) == ((), "")

@@ -21,7 +21,6 @@ free can take it, and it is worked out among those without releasing anything
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from operator import attrgetter
 
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
@@ -92,18 +91,16 @@ def _serve(
     # the nodes they free count, decided without releasing them (`placement_release`); any
     # other type the general way, by a release under the journal (then for the rest of the turn).
     released: dict[int, ReleasedNode] | None = None
-    freed: Collection[str] = ()  # the GPU types of the nodes in `released`, once it is made
+    freed: set[str] = set()  # the GPU types of the nodes in `released`
     simulated = True  # whether `released` can say (no partition among the victims' uses)
     in_journal = False
     shape = item.kind.shape
     # The common claim: one pod for one victim pod (`place_one_released`).
     one: PodUse | None = None
-    one_type = ""  # the GPU type of its node
     if pods_min == 1 and (shape.whole_gpus or shape.shares_gpu) and len(leaving) == 1:
         uses = leaving[0].uses
         if len(uses) == 1 and not uses[0].slice_mask:
             one = uses[0]
-            one_type = capacity.nodes[one.node].gpu_type
     try:
         for gpu_type in types:
             if simulated and not in_journal:
@@ -122,7 +119,7 @@ def _serve(
                     released_only.add(key)
                     fast = True
                 if fast and one is not None:
-                    if one_type != gpu_type:
+                    if capacity.nodes[one.node].gpu_type != gpu_type:
                         continue  # no room on the type now, and the victim frees none there
                     if _pods(state, item, gpu_type, allowed) < pods_min:
                         continue

@@ -20,7 +20,7 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
-from gpufair.domain.decisions import bind_decision, evicted_capacity, evicted_capacity_one
+from gpufair.domain.decisions import bind_decision, evicted_capacity
 from gpufair.domain.explain import pending_message, queue_numbers
 from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
@@ -383,10 +383,30 @@ class CycleState:
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
         per claimant and per eviction plan): one pod is taken and named without the general
-        path's sets and sorts, and its binding and record built in one call
-        (`evicted_capacity_one`), as `bind_decision` builds its."""
+        path's sets and sorts, and the records are built as `bind_decision` builds its."""
         capacity = self.capacity
         nodes = capacity.nodes
+        if len(plan) == 1:
+            use = plan[0]
+            node = nodes[use.node]
+            if node.slices is None:
+                capacity.take_one(use)
+            else:
+                capacity.take(plan)
+            names: tuple[str, ...] = (node.name,)
+            held: tuple[PodBinding, ...] = (
+                pod_binding(
+                    0,
+                    node.name,
+                    use.gpu_indices,
+                    use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
+                    start_of(use.slice_mask) if use.slice_mask else None,
+                ),
+            )
+        else:
+            capacity.take(plan)
+            names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+            held = self.bind_plan(item, plan)
         workload = item.workload
         gpus = len(plan) * workload.gpus_per_pod
         cu = gpus * self.weights.get(gpu_type, 0.0)
@@ -395,31 +415,8 @@ class CycleState:
         book.reserved_cu += cu
         item.done = True
         item.code = _WAITING
-        if len(plan) == 1:
-            use = plan[0]
-            node = nodes[use.node]
-            if node.slices is None:
-                capacity.take_one(use)
-            else:
-                capacity.take(plan)
-            item.held_nodes = 1  # its reason is written with the others, in `result`
-            self.reservations.append(
-                evicted_capacity_one(
-                    item.uid,
-                    gpu_type,
-                    node.name,
-                    use.gpu_indices,
-                    use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
-                    start_of(use.slice_mask) if use.slice_mask else None,
-                )
-            )
-            return
-        capacity.take(plan)
-        names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
-        item.held_nodes = len(names)
-        self.reservations.append(
-            evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
-        )
+        item.held_nodes = len(names)  # its reason is written with the others, in `result`
+        self.reservations.append(evicted_capacity(item.uid, gpu_type, names, held))
 
     def reason(self, workload: Workload, code: PendingCode, message: str) -> None:
         self.reasons[workload.uid] = PendingReason(code, message)

@@ -40,9 +40,6 @@ _BIND = _setters(
     ("workload_uid", "queue", "gpu_type", "bindings", "cu", "over_fair_share", "gpus_by_type"),
 )
 _RESERVATION = _setters(Reservation, ("workload_uid", "kind", "gpu_type", "nodes", "held"))
-_BINDING = _setters(
-    PodBinding, ("pod_index", "node", "gpu_indices", "gpu_fraction", "partition_start")
-)
 _EVICT = _setters(
     EvictDecision,
     (
@@ -91,33 +88,6 @@ def evicted_capacity(
     type_(record, gpu_type)
     nodes_(record, nodes)
     held_(record, held)
-    return record
-
-
-def evicted_capacity_one(
-    workload_uid: str,
-    gpu_type: str,
-    node: str,
-    gpu_indices: tuple[int, ...],
-    gpu_fraction: float,
-    partition_start: int | None,
-) -> Reservation:
-    """`evicted_capacity(workload_uid, gpu_type, (node,), (pod_binding(0, node, gpu_indices,
-    gpu_fraction, partition_start),))`: the hold of one pod (most holds), in one call."""
-    binding: PodBinding = _new_object(PodBinding)
-    index_, node_, gpus_, fraction_, start_ = _BINDING
-    index_(binding, 0)
-    node_(binding, node)
-    gpus_(binding, gpu_indices)
-    fraction_(binding, gpu_fraction)
-    start_(binding, partition_start)
-    record: Reservation = _new_object(Reservation)
-    uid_, kind_, type_, nodes_, held_ = _RESERVATION
-    uid_(record, workload_uid)
-    kind_(record, _EVICTED_CAPACITY)
-    type_(record, gpu_type)
-    nodes_(record, (node,))
-    held_(record, (binding,))
     return record
 
 
