@@ -56,27 +56,27 @@ type is checked against the queue's share with its own weight, cheapest type fir
 number is needed before a type is chosen (the order's "can this queue still admit anything",
 pending messages), the cheapest adequate type and the gang minimum are used: a lower bound.
 
-Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads only buckets that can
-hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
+Speed: free capacity is indexed by (GPU type, free GPUs), so a placement reads only buckets that
+can hold a pod; a failed placement of a workload kind is remembered for the rest of the phase
 (capacity only shrinks within a cycle, so a failure stays a failure), and so is a failed reclaim
-and a claim that did not fit free capacity (whose hold, on a type with no room for one pod, is
-then placed among the nodes its victims free, worked out without releasing them:
-`placement_release`); while a queue's turn binds nothing, a workload of the
-trial (types and placement problem: kinds may share one) and preemptibility of one that failed
-fails the same way and is not tried again (each item carries that key, `Pending.trial`); facts
-shared by workloads of one signature (fit, adequate types, CU) are computed once per signature,
-and pending messages once per trial; the gang reservations rank each type's nodes once (they take no capacity);
-reclaim and preemption read few nodes (see `victim_search`). Objects made per pod or per running
-workload (`PodUse`, `Ask`, `Victim`) are named tuples or plain slotted classes: cheaper to build
-than frozen dataclasses. Between cycles of a pool, the records loading makes per running
-allocation and per pending workload are kept by the input object (`cycle_memory`), so the
-next cycle makes them only for the rows that changed, and pending work is carried as whole
-queues in order (`cycle_load_pending`: no sort of what was sorted); free capacity, victims and
-books' totals after the running work the last cycle had too (same objects, same order) are copied,
-the rest (and the holds) built in the snapshot's order, since placement's node order depends on it. The
-service and the simulator run a cycle with the cyclic collector paused (`gc_tuning`).
-Decision records are filled through their slots (`decisions`), and a queue's admission answers
-are kept in its book until the book changes (`QueueBook.answers`).
+and a claim that did not fit free capacity (whose hold, on a type with no room for one pod, is then
+placed among the nodes its victims free, worked out without releasing them: `placement_release`);
+while a queue's turn binds nothing, a workload of the trial (types and placement problem: kinds may
+share one) and preemptibility of one that failed fails the same way and is not tried again (each
+item carries that key, `Pending.trial`); facts shared by workloads of one signature (fit, adequate
+types, CU) are computed once per signature, and pending messages once per trial; the gang
+reservations rank each type's nodes once (they take no capacity); reclaim and preemption read few
+nodes (see `victim_search`). Objects made per pod or per running workload (`PodUse`, `Ask`,
+`Victim`) are named tuples or plain slotted classes: cheaper to build than frozen dataclasses.
+Between cycles of a pool, the records loading makes per running allocation and per pending workload
+are kept by the input object (`cycle_memory`), so the next cycle makes them only for the rows that
+changed, and pending work is carried as whole queues in order (`cycle_load_pending`: no sort of
+what was sorted); free capacity, victims and books' totals after the running work the last cycle
+had too (same objects, same order) are copied, the rest (and the holds) built in the snapshot's
+order, since placement's node order depends on it. The service and the simulator run a cycle with
+the cyclic collector paused (`gc_tuning`). Decision records are filled through their slots
+(`decisions`), and a queue's admission answers are kept in its book until the book changes
+(`QueueBook.answers`).
 `bench/cycle_equivalence.py` holds any change of this code to the same decisions as another
 checkout's over the benchmark's pools.
 """

@@ -13,10 +13,11 @@ cycle (`cycle_allocate`). A claim that does not fit then (the capacity went away
 lapses: the workload competes as usual. What claims take is kept apart in the queue's book
 (`claimed_cu`): it does not make the queue's other work a reclaim victim in the same cycle.
 
-Where the gang would go once its victims stop is the placement after their release. On a type
-where no pod of the gang has room now (the usual case: the pool is full), only the nodes they
-free can take it, and it is worked out among those without releasing anything
-(`placement_release`; for one victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a journal, placed, restored.
+Where the gang would go once its victims stop is the placement after their release. On a type where
+no pod of the gang has room now (the usual case: the pool is full), only the nodes they free can
+take it, and it is worked out among those without releasing anything (`placement_release`; for one
+victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a
+journal, placed, restored.
 """
 
 from __future__ import annotations

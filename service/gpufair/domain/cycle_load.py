@@ -95,8 +95,8 @@ def load_running(
     """Running work into the capacity and the books, one `Victim` each; returns how many
     records were taken from `before` (the last cycle's, by the allocation's identity), puts
     every record made or taken into `records` (None: none kept) and the uid of every record
-    made into `fresh`. Hot (one pass over every running
-    workload after the first `shared`): a workload of one binding without a partition, the common case, is read inline
+    made into `fresh`. Hot (one pass over every running workload after the first `shared`): a
+    workload of one binding without a partition, the common case, is read inline
     (what `uses_of` would make of it) and taken with `Capacity.take_one`; the one-node tuple
     of its `Victim.nodes` is shared by all workloads on that node. A carried record is taken
     the same way, in the same order: capacity and books come out as from new records.
@@ -232,7 +232,7 @@ def load_evicting(state: CycleState) -> None:
         leaving.add(victim.uid)
         book = books.get(victim.queue)
         if book is not None:
-            book.add(-victim.cu, -victim.gpus, victim.gpu_type, found.preemptible)  # `remove`
+            book.remove(victim.cu, victim.gpus, victim.gpu_type, found.preemptible)
             book.evicting_cu += victim.cu
         beneficiary = eviction.beneficiary_uid
         if beneficiary is not None:

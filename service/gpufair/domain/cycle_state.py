@@ -388,11 +388,8 @@ class CycleState:
         nodes = capacity.nodes
         if len(plan) == 1:
             use = plan[0]
+            capacity.take(plan)  # `take_one` when the node has no partitions
             node = nodes[use.node]
-            if node.slices is None:
-                capacity.take_one(use)
-            else:
-                capacity.take(plan)
             names: tuple[str, ...] = (node.name,)
             held: tuple[PodBinding, ...] = (
                 pod_binding(
