@@ -16,64 +16,7 @@ from gpufair.domain.placement_release import (
     place_one_released,
     place_released,
 )
-
-BINPACK = PlacementStrategy.BINPACK
-TYPES = ("big", "small")
-RUNNING_SHAPES = [PodShape(1.0, 4_000, 8_000)] * 4 + [
-    PodShape(2.0, 8_000, 16_000),
-    PodShape(4.0, 16_000, 32_000),
-    PodShape(0.5, 2_000, 4_000),
-    PodShape(0.25, 1_000, 2_000),
-    PodShape(1.0, 30_000, 8_000),  # CPU-heavy: leaves GPUs free that no pod can use
-]
-ASKED_SHAPES = [
-    PodShape(1.0, 4_000, 8_000),
-    PodShape(2.0, 8_000, 16_000),
-    PodShape(4.0, 16_000, 32_000),
-    PodShape(1.0, 4_000, 8_000, one_per_node=True),
-    PodShape(0.5, 2_000, 4_000),
-]
-
-
-def _full_pool(rng: random.Random) -> tuple[Capacity, list[tuple[PodUse, ...]]]:
-    """A pool of mixed nodes filled with random pods until one more GPU pod fits nowhere."""
-    nodes = [
-        Node(
-            f"n{i:02d}",
-            "p",
-            TYPES[i % 2],
-            rng.choice((4, 8)),
-            cpu_millicores=rng.choice((64_000, 128_000)),
-            memory_mib=256_000,
-        )
-        for i in range(rng.randint(4, 14))
-    ]
-    capacity = Capacity(nodes)
-    groups: list[tuple[PodUse, ...]] = []
-    for _ in range(400):
-        shape = rng.choice(RUNNING_SHAPES)
-        pods = rng.choice((1, 1, 1, 2, 3))
-        plan = place(capacity, Ask(shape, rng.choice(TYPES), pods, pods), BINPACK, Exclusion())
-        if plan is not None:
-            capacity.take(plan)
-            groups.append(tuple(plan))
-    for gpu_type in TYPES:
-        while (
-            plan := place(capacity, Ask(RUNNING_SHAPES[0], gpu_type, 1, 1), BINPACK, Exclusion())
-        ) is not None:
-            capacity.take(plan)
-            groups.append(tuple(plan))
-    return capacity, groups
-
-
-def _state(capacity: Capacity) -> list[tuple[object, ...]]:
-    return [
-        (s.gpu_used.copy(), s.cpu_free, s.memory_free, s.free_whole, s.partial_gpus, s.version)
-        for s in capacity.nodes
-    ] + [
-        [list(capacity.bucket(t, k)) for t in TYPES for k in range(capacity.max_gpus[t] + 1)],
-        capacity.version,
-    ]
+from tests.domain.full_pools import ASKED_SHAPES, BINPACK, TYPES, capacity_state, full_pool
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -89,14 +32,14 @@ def test_pods_sharing_a_gpu_are_placed_on_released_capacity() -> None:
 
 def _compare(seed: int) -> tuple[int, int]:
     rng = random.Random(seed)
-    capacity, running = _full_pool(rng)
+    capacity, running = full_pool(rng)
     compared = found = undecided = 0
     shared: set[int] = set()
     for _ in range(30):
         victims = rng.sample(running, min(len(running), rng.randint(1, 4)))
-        before = _state(capacity)
+        before = capacity_state(capacity)
         released = capacity.released(victims)
-        assert released is not None and _state(capacity) == before  # nothing changed
+        assert released is not None and capacity_state(capacity) == before  # nothing changed
         for shape in ASKED_SHAPES:
             for gpu_type in TYPES:
                 no_room = place(capacity, Ask(shape, gpu_type, 1, 1), BINPACK, Exclusion()) is None
@@ -138,7 +81,7 @@ def test_one_pod_for_one_victim_pod_is_placed_as_on_the_released_capacity() -> N
 
 def _compare_one(seed: int) -> tuple[int, int, int]:
     rng = random.Random(1000 + seed)
-    capacity, running = _full_pool(rng)
+    capacity, running = full_pool(rng)
     singles = [uses[0] for uses in running if len(uses) == 1]
     # Some single GPUs set free: nodes where a free GPU may come before the victim's.
     for use in rng.sample(singles, min(3, len(singles) - 1)):

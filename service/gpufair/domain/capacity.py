@@ -204,6 +204,15 @@ class Capacity:
     def partitioned_nodes(self, gpu_type: str) -> dict[int, None]:
         return self._partitioned.get(gpu_type, {})
 
+    def last_in_bucket(self, index: int) -> None:
+        """Put node `index` last in its free-GPU bucket: where a release that changed its
+        untouched GPUs leaves it once `restore` undoes it. A placement worked out without that
+        release (`victim_search`) keeps the buckets' order as the release would have."""
+        state = self.nodes[index]
+        bucket = self._buckets[state.gpu_type][state.free_whole]
+        del bucket[index]
+        bucket[index] = None
+
     def domains(self, level: str) -> dict[str, dict[str, list[int]]]:
         """Nodes by GPU type, then by the value of topology label `level`; unlabelled nodes
         belong to no domain. Built once per level and cycle: labels do not change mid-cycle."""

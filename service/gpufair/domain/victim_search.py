@@ -62,6 +62,7 @@ from gpufair.domain.placement import (
     place,
     pods_fit,
 )
+from gpufair.domain.placement_release import place_one_released
 from gpufair.domain.victim_index import (
     NEVER,
     NO_VICTIMS,
@@ -231,7 +232,7 @@ def _search(
 ) -> Selection | None:
     trial = Journal()
     try:
-        chosen = _greedy(
+        found = _greedy(
             capacity,
             ask,
             subset,
@@ -240,9 +241,13 @@ def _search(
             budget=budget,
             trial=trial,
             freeable_bounds=freeable_bounds,
+            binpack=strategy is PlacementStrategy.BINPACK,
         )
-        if chosen is None:
+        if found is None:
             return None
+        if isinstance(found, Selection):
+            return found  # one victim, the one pod's node: placed without releasing
+        chosen = found
         plan = place(capacity, ask, strategy, exclusion)
         if plan is None:
             return None
@@ -279,10 +284,19 @@ def _greedy(
     budget: VictimBudget,
     trial: Journal,
     freeable_bounds: bool,
-) -> list[Victim] | None:
+    binpack: bool = False,
+) -> list[Victim] | Selection | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
     `subset` (None: every node of the type). Releases them in the capacity under `trial`;
     `budget` is left as it was (the picks spend a copy).
+
+    The common preemption and reclaim, one pod (whole GPUs, or a share of one; no partition)
+    that fits on no node of the type now, nothing excluded, ends at a first pick of one victim
+    on one node with the pod on that node: it is the only node the pick changes, so `place`
+    after the release could only choose it (`placement_release.only_released` holds), and
+    `place_one_released` says where without releasing anything (`binpack`: the strategy is
+    binpack, which it mirrors). That pick is returned as the whole `Selection`: one victim
+    cannot be pruned.
 
     `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
     (no capacity outside the index was released for the search), so a node that could not free
@@ -332,6 +346,18 @@ def _greedy(
             total = free_pods(capacity, shape, ask.gpu_type, exclusion)
     else:
         total = sum(fit_now(node) for node in subset)
+    # No pod fits anywhere now (nothing excluded): a first pick of one victim on one node ends
+    # the search with the pod there, placed without releasing (see the docstring).
+    one_shot = (
+        total == 0
+        and pods == 1
+        and subset is None
+        and binpack
+        and freeable_bounds
+        and not blocking
+        and not shape.profile
+        and (whole > 0 or shape.shares_gpu)
+    )
     released: set[str] = set()
     chosen: list[Victim] = []
     below = budget.below_priority_class
@@ -558,6 +584,20 @@ def _greedy(
             # (every other entry sorts after this one, and nothing changes in between).
             heapq.heappush(heap, (found[0], _EXACT, node))
             continue
+        if one_shot and len(found[1]) == 1:
+            victim = found[1][0]
+            use = victim.uses[0]
+            if len(victim.uses) == 1 and not use.slice_mask:
+                plan = place_one_released(capacity, shape, use)
+                if plan is not None:
+                    used = nodes[node].gpu_used
+                    if any(
+                        used[gpu] > EPS and used[gpu] - use.gpu_amount <= EPS
+                        for gpu in use.gpu_indices
+                    ):
+                        capacity.last_in_bucket(node)  # as releasing and restoring would
+                    return Selection((victim,), plan)
+        one_shot = False  # a pick released: the capacity is no longer as the test found it
         if bounded and spending is None:
             # The budget is copied at the first pick: a search that picks nothing copies none
             # (and one whose options never read the budgets spends none).

@@ -1,0 +1,158 @@
+"""The victim search's one-victim pick (`victim_search._greedy`): one pod that fits nowhere now,
+and a first pick of one victim on one node, is placed on that node without releasing anything.
+It must choose the same victim and the same GPUs as the general way (release the pick under a
+journal, `place`, restore): random full pools, random victims, every asked shape."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from gpufair.domain.capacity import Capacity, Journal, PodUse
+from gpufair.domain.model import Node
+from gpufair.domain.placement import Ask, Exclusion, free_pods, place
+from gpufair.domain.victim_search import (
+    Selection,
+    Victim,
+    VictimBudget,
+    VictimIndex,
+    _greedy,
+    select_victims,
+)
+from tests.domain.full_pools import ASKED_SHAPES, BINPACK, TYPES, capacity_state, full_pool
+
+
+def _victims(
+    capacity: Capacity, running: list[tuple[PodUse, ...]], rng: random.Random
+) -> dict[str, list[Victim]]:
+    """Most running groups as victims of one queue, by GPU type, of random classes 0 to 2."""
+    by_type: dict[str, list[Victim]] = {gpu_type: [] for gpu_type in TYPES}
+    for number, uses in enumerate(running):
+        if rng.random() < 0.2:
+            continue  # not preemptible: never offered
+        gpu_type = capacity.nodes[uses[0].node].gpu_type
+        gpus = sum(use.gpu_amount * len(use.gpu_indices) for use in uses)
+        by_type[gpu_type].append(
+            Victim(
+                f"v{number}",
+                "q",
+                0,
+                rng.randint(0, 2),
+                float(rng.randint(0, 1_000)),
+                gpus * rng.choice((1.0, 2.5)),
+                gpus,
+                gpu_type,
+                uses,
+                tuple(dict.fromkeys(use.node for use in uses)),
+            )
+        )
+    return by_type
+
+
+def _twin(capacity: Capacity) -> Capacity:
+    """A capacity over the same nodes in exactly the same state (buckets' order included)."""
+    twin = Capacity(
+        [
+            Node(s.name, "p", s.gpu_type, s.gpu_count, s.cpu_total, s.memory_total)
+            for s in capacity.nodes
+        ]
+    )
+    twin.copy_state_from(capacity)
+    return twin
+
+
+def _general(
+    capacity: Capacity, ask: Ask, index: VictimIndex, budget: VictimBudget
+) -> tuple[list[Victim] | None, list[PodUse] | None]:
+    """The pick the general way: the greedy without the one-victim path, then `place` on the
+    capacity with its victims released."""
+    trial = Journal()
+    try:
+        chosen = _greedy(
+            capacity,
+            ask,
+            None,
+            index,
+            Exclusion(),
+            budget=budget,
+            trial=trial,
+            freeable_bounds=True,
+            binpack=False,
+        )
+        assert not isinstance(chosen, Selection)
+        if chosen is None:
+            return None, None
+        return chosen, place(capacity, ask, BINPACK, Exclusion())
+    finally:
+        capacity.restore(trial)
+
+
+def _compare(seed: int) -> tuple[int, int]:
+    """Searches made the one-victim way and compared, and how many of those had nodes with a
+    pod's GPUs free that CPU or memory kept from fitting it (no free-GPU bucket test says
+    "full" there: the count of pods that fit does)."""
+    rng = random.Random(2000 + seed)
+    capacity, running = full_pool(rng)
+    victims = _victims(capacity, running, rng)
+    indexes = {gpu_type: VictimIndex(found, capacity) for gpu_type, found in victims.items()}
+    compared = gpus_free = 0
+    for _ in range(12):
+        gpu_type = rng.choice(TYPES)
+        index = indexes[gpu_type]
+        for shape in ASKED_SHAPES:
+            ask = Ask(shape, gpu_type, 1, 1)
+            if free_pods(capacity, shape, gpu_type, Exclusion()):
+                continue  # a pod fits now: no search
+            budget = VictimBudget({"q": math.inf}, {}, below_priority_class=rng.randint(1, 3))
+            twin = _twin(capacity)  # for the general way, from the same state
+            trial = Journal()
+            found = _greedy(
+                capacity,
+                ask,
+                None,
+                index,
+                Exclusion(),
+                budget=budget,
+                trial=trial,
+                freeable_bounds=True,
+                binpack=True,
+            )
+            capacity.restore(trial)
+            if not isinstance(found, Selection):
+                continue  # the general way itself
+            assert not trial.nodes  # nothing was released for it
+            chosen, plan = _general(twin, ask, index, budget)
+            assert chosen == list(found.victims) and len(chosen) == 1
+            assert plan == found.plan
+            # Both leave the capacity the same, down to the order of the free-GPU buckets.
+            assert capacity_state(capacity) == capacity_state(twin)
+            whole = shape.whole_gpus
+            gpus_free |= whole > 0 and any(
+                capacity.bucket(gpu_type, free)
+                for free in range(whole, capacity.max_gpus[gpu_type] + 1)
+            )
+            compared += 1
+            whole_search = select_victims(
+                capacity, ask, BINPACK, Exclusion(), index=index, budget=budget
+            )
+            assert whole_search == found
+        # Evict a random victim for real: the pools and the indexes move on.
+        if victims[gpu_type]:
+            gone = victims[gpu_type].pop(rng.randrange(len(victims[gpu_type])))
+            index.remove(gone)
+            capacity.release(gone.uses)
+    return compared, gpus_free
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_one_victim_pick_places_the_pod_as_the_general_way(seed: int) -> None:
+    compared, _ = _compare(seed)
+    assert compared >= 1
+
+
+def test_the_one_victim_pick_is_made_often_and_where_cpu_keeps_gpus_free() -> None:
+    results = [_compare(seed) for seed in range(6, 36)]
+    assert sum(compared for compared, _ in results) > 150
+    assert sum(free for _, free in results) > 3
