@@ -6,8 +6,9 @@ the victims, lowest class and most recent first.
 
 A failed preemption of a workload kind on a GPU type is remembered for the rest of the phase in
 its queue, and a workload whose every type is remembered so (or has no victims) is not tried;
-a queue's first search on a type is not made, nor its victims indexed, when those victims could
-not free a pod's whole GPUs on enough nodes (`_room_short`).
+a queue's first search on a type, and any for pods of two GPUs or more, is not made (nor, at the
+first, its victims indexed) when those victims could not free a pod's whole GPUs on enough nodes
+(`_room_short`).
 """
 
 from __future__ import annotations
@@ -163,12 +164,18 @@ def _try_preempt(
             continue
         leaving = state.leaving_for.get(item.uid, [])
         index = state.preempt_index.get((name, gpu_type))
+        # No search (nor, at the first, an index of the queue's victims of the type) when those
+        # victims could not make room for the gang whatever is chosen: asked at the first
+        # search, and again at each for pods of two GPUs or more, which most often fail so
+        # (a full node's victims of a lower class seldom free that much of it).
+        if (
+            not leaving
+            and (index is None or kind.shape.whole_gpus > 1)
+            and _room_short(state, item, gpu_type, victims)
+        ):
+            failed.add(key)
+            continue
         if index is None:
-            # The first search on this queue's victims of the type: not made, nor their index
-            # built, when the victims could not make room for the gang whatever is chosen.
-            if not leaving and _room_short(state, item, gpu_type, victims):
-                failed.add(key)
-                continue
             index = VictimIndex(victims, state.capacity)
             state.preempt_index[(name, gpu_type)] = index
         budget = budgets.get((name, below))
