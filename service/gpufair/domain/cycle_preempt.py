@@ -14,8 +14,9 @@ first, its victims indexed) when those victims could not free a pod's whole GPUs
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
-from gpufair.domain.capacity import EPS
+from gpufair.domain.capacity import EPS, Capacity
 from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Ask, Exclusion
@@ -170,7 +171,7 @@ def _try_preempt(
         # (a full node's victims of a lower class seldom free that much of it).
         if (
             not leaving
-            and (index is None or kind.shape.whole_gpus > 1)
+            and (index is None or kind.shape.whole_gpus > 1 or kind.shape.shares_gpu)
             and _room_short(state, item, gpu_type, victims)
         ):
             failed.add(key)
@@ -212,10 +213,24 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
     node, at most its free whole GPUs plus the GPUs such victims use there can be free, so no
     more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
     counted again with its victims' GPUs (read only when the buckets alone fall short). Pods
-    that share or partition a GPU are not bounded here (False)."""
+    that share a GPU: `share_room_short`; pods of a partition or of no GPU are not bounded
+    here (False)."""
     shape = item.shape
     whole = shape.whole_gpus
-    if not whole or shape.profile:
+    if shape.profile:
+        return False
+    if shape.shares_gpu:
+        workload = item.workload
+        return share_room_short(
+            state.capacity,
+            gpu_type,
+            shape.gpus_per_pod,
+            workload.gang_min_pods,
+            workload.priority_class,
+            victims,
+            state.evicted,
+        )
+    if not whole:
         return False
     needed = item.workload.gang_min_pods
     capacity = state.capacity
@@ -244,3 +259,53 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
         if pods >= needed:
             return False
     return True
+
+
+# Rounding allowance of `share_room_short`, wider than `fit_on`'s: the bound may count a pod
+# that does not fit, never miss one that does.
+_SHARE_SLACK = 1e-6
+
+
+def share_room_short(
+    capacity: Capacity,
+    gpu_type: str,
+    share: float,
+    needed: int,
+    below: int,
+    victims: list[Victim],
+    evicted: Collection[str] = (),
+) -> bool:
+    """`_room_short` for pods of `share` of a GPU: True when, even with every victim of a
+    priority class below `below` gone (but those `evicted`), the GPUs of `gpu_type` could not
+    hold `needed` of them, so the search would find nothing. Only
+    bounded when no GPU of the type has room now (none free, none part-used): then a pod can
+    only go on a GPU such victims use, and each such GPU holds at most as many pods as its room
+    with them gone allows (CPU and memory not read, a partition taken as freeing its GPU). A
+    GPU held for a claim over a victim that still runs keeps its use after the victim goes:
+    the common failure this spares the search of."""
+    if capacity.free_whole_by_type.get(gpu_type, 0) or capacity.partial_nodes(gpu_type):
+        return False
+    nodes = capacity.nodes
+    left: dict[tuple[int, int], float] = {}  # per (node, GPU) its use, the victims read gone
+    pods = 0
+    for victim in victims:
+        if victim.priority_class >= below or victim.uid in evicted:
+            continue
+        for use in victim.uses:
+            amount = 1.0 if use.slice_mask else use.gpu_amount
+            for gpu in use.gpu_indices:
+                key = (use.node, gpu)
+                before = left.get(key)
+                if before is None:
+                    before = nodes[use.node].gpu_used[gpu]
+                after = left[key] = before - amount
+                pods += _shares(after, share) - _shares(before, share)
+        if pods >= needed:
+            return False
+    return True
+
+
+def _shares(used: float, share: float) -> int:
+    """Pods of `share` of a GPU that a GPU so used could hold, counted generously."""
+    room = 1.0 - used
+    return int((room + _SHARE_SLACK) / share) if room >= share - _SHARE_SLACK else 0
