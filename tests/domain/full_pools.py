@@ -8,6 +8,7 @@ import random
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
 from gpufair.domain.placement import Ask, Exclusion, PodShape, place
+from gpufair.domain.victim_search import Victim
 
 BINPACK = PlacementStrategy.BINPACK
 TYPES = ("big", "small")
@@ -66,3 +67,38 @@ def capacity_state(capacity: Capacity) -> list[tuple[object, ...]]:
         [list(capacity.bucket(t, k)) for t in TYPES for k in range(capacity.max_gpus[t] + 1)],
         capacity.version,
     ]
+
+
+def random_victims(
+    capacity: Capacity,
+    running: list[tuple[PodUse, ...]],
+    rng: random.Random,
+    *,
+    offered: float,
+    classes: int,
+    priced: bool,
+) -> dict[str, list[Victim]]:
+    """Running groups as victims of one queue "q", by GPU type: each offered with chance
+    `offered` (the rest not preemptible), of a random priority class below `classes`, started at
+    a random time; its CU is its GPUs, 2.5 times that at random when `priced`."""
+    by_type: dict[str, list[Victim]] = {gpu_type: [] for gpu_type in TYPES}
+    for number, uses in enumerate(running):
+        if rng.random() >= offered:
+            continue
+        gpu_type = capacity.nodes[uses[0].node].gpu_type
+        gpus = sum(use.gpu_amount * len(use.gpu_indices) for use in uses)
+        by_type[gpu_type].append(
+            Victim(
+                f"v{number}",
+                "q",
+                0,
+                rng.randrange(classes),
+                float(rng.randint(0, 1_000)),
+                gpus * rng.choice((1.0, 2.5)) if priced else gpus,
+                gpus,
+                gpu_type,
+                uses,
+                tuple(dict.fromkeys(use.node for use in uses)),
+            )
+        )
+    return by_type

@@ -12,7 +12,7 @@ from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.cycle_preempt import share_room_short
 from gpufair.domain.placement import Ask, Exclusion, PodShape, place
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
-from tests.domain.full_pools import BINPACK, TYPES, full_pool
+from tests.domain.full_pools import BINPACK, TYPES, full_pool, random_victims
 
 SHARES = (0.5, 0.25)
 
@@ -29,32 +29,6 @@ def _fill_up(capacity: Capacity, running: list[tuple[PodUse, ...]]) -> None:
                 running.append(tuple(plan))
 
 
-def _victims(
-    capacity: Capacity, running: list[tuple[PodUse, ...]], rng: random.Random
-) -> dict[str, list[Victim]]:
-    by_type: dict[str, list[Victim]] = {gpu_type: [] for gpu_type in TYPES}
-    for number, uses in enumerate(running):
-        if rng.random() < 0.3:
-            continue
-        gpu_type = capacity.nodes[uses[0].node].gpu_type
-        gpus = sum(use.gpu_amount * len(use.gpu_indices) for use in uses)
-        by_type[gpu_type].append(
-            Victim(
-                f"v{number}",
-                "q",
-                0,
-                rng.randint(0, 3),
-                float(number),
-                gpus,
-                gpus,
-                gpu_type,
-                uses,
-                tuple(dict.fromkeys(use.node for use in uses)),
-            )
-        )
-    return by_type
-
-
 def _compare(seed: int) -> tuple[int, int]:
     """Asks whose room test said "short" (each checked to find nothing), and asks whose search
     found victims."""
@@ -64,7 +38,7 @@ def _compare(seed: int) -> tuple[int, int]:
     # Held GPUs: a pod taken again over a running one (the claim's hold until it stops).
     for uses in rng.sample(running, len(running) // 3):
         capacity.take(uses)
-    victims = _victims(capacity, running, rng)
+    victims = random_victims(capacity, running, rng, offered=0.7, classes=4, priced=False)
     short = found = 0
     for gpu_type in TYPES:
         assert capacity.free_whole_by_type[gpu_type] == 0
