@@ -297,9 +297,9 @@ def _records(items: list[Pending], new: list[Pending], ordinary: set[int]) -> Qu
 
 
 def _suffix(cus: Sequence[float]) -> list[float]:
-    """suffix[i]: the least of cus[i:] (math.inf past the end), for items of those least CU;
-    a loop, not `accumulate(..., min)`, which calls `min` through its argument parsing per
-    item."""
+    """suffix[i]: the least of cus[i:] (math.inf past the end), `cus` being the least CU of a
+    queue's items in order; a loop, not `accumulate(..., min)`, which calls `min` through its
+    argument parsing per item."""
     least = [math.inf] * (len(cus) + 1)
     lowest = math.inf
     for position in range(len(cus) - 1, -1, -1):

@@ -6,7 +6,9 @@ A workload within its queue's fair share that has waited at least the pool's
 but no more beyond-fair-share work, so small jobs cannot keep refilling the hole it needs.
 
 The phase takes no capacity and only adds held nodes, so a hole not found for a gang's type,
-shape and size is not found for the next such gang either (`_Ranking.no_hole`).
+shape and size is not found for the next such gang either (`_Ranking.no_hole`), and what a
+group of nodes (a topology domain) offers a gang of one shape and size is read again only once
+a node chosen there is held (`_Ranking.holes`).
 """
 
 from __future__ import annotations
