@@ -22,6 +22,7 @@ journal, placed, restored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
@@ -33,34 +34,43 @@ from gpufair.domain.placement_release import (
     place_one_released,
     place_released,
 )
+from gpufair.domain.victim_search import Victim
 
 _uses = attrgetter("uses")  # a victim's pods
 
 
 def honour_claims(state: CycleState) -> None:
-    # Free capacity only shrinks in this phase (what a claimant's victims hold is released
-    # only under a journal, and restored), so a kind that did not fit free capacity on a type
-    # does not fit it later in the phase: (GPU type, kind's memo key). For the same reason a
-    # type found without room for one pod of a kind stays so: the placements of that kind after
-    # its victims' release are decided among the nodes they free (`placement_release`).
-    no_free_fit: set[tuple[object, ...]] = set()
-    released_only: set[tuple[object, ...]] = set()
+    memo = _Memo()
     exclusion = Exclusion()  # claims may use every node; never changed, so shared
     journal = Journal()  # emptied by each `restore`
     for item in state.in_queue_order(state.claimants):
         book = item.book
         before_cu = book.allocated_cu
-        _serve(state, item, no_free_fit, released_only, exclusion, journal)
+        _serve(state, item, memo, exclusion, journal)
         book.claimed_cu += book.allocated_cu - before_cu
 
 
+@dataclass(slots=True)
+class _Memo:
+    """What the phase learns of placement problems, kept for its later claims. Free capacity
+    only shrinks in this phase (what a claimant's victims hold is released only under a
+    journal, and restored), so a kind that did not fit free capacity on a type does not fit it
+    later in the phase: (GPU type, kind's memo key) in `no_free_fit`. For the same reason a
+    type found without room for one pod of a kind stays so (`released_only`): the placements of
+    that kind after its victims' release are decided among the nodes they free
+    (`placement_release`). Per trial (`Kind.trial`, by identity), the same once true of all
+    its types: `settled_free` (none fits free capacity: the first try is skipped) and
+    `settled_released` (each is decided among the nodes freed: the common claim, one pod for
+    one victim pod, goes straight to the victim's node)."""
+
+    no_free_fit: set[tuple[object, ...]] = field(default_factory=set)
+    released_only: set[tuple[object, ...]] = field(default_factory=set)
+    settled_free: set[int] = field(default_factory=set)
+    settled_released: set[int] = field(default_factory=set)
+
+
 def _serve(
-    state: CycleState,
-    item: Pending,
-    no_free_fit: set[tuple[object, ...]],
-    released_only: set[tuple[object, ...]],
-    exclusion: Exclusion,
-    journal: Journal,
+    state: CycleState, item: Pending, memo: _Memo, exclusion: Exclusion, journal: Journal
 ) -> None:
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
     # The pods the queue's limits allow per type, asked only of the types tried (nothing
@@ -68,45 +78,83 @@ def _serve(
     # whose kind did not fit free capacity earlier in the phase is not tried on it again.
     allowed: dict[str, int] = {}
     pods_min = item.workload.gang_min_pods
-    memo_key = item.kind.memo_key
-    types = item.types
-    for gpu_type in types:
-        key = (gpu_type, memo_key)
-        if key in no_free_fit:
-            continue
-        pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, within_share=False)
-        if pods < pods_min:
-            continue
-        plan = state.place(item, gpu_type, pods, exclusion)
-        if plan is not None:
-            state.bind(item, gpu_type, plan)
-            return
-        no_free_fit.add(key)
+    kind = item.kind
+    memo_key = kind.memo_key
+    types = kind.types
+    trial = id(kind.trial)
+    no_free_fit = memo.no_free_fit
+    if trial not in memo.settled_free:
+        for gpu_type in types:
+            key = (gpu_type, memo_key)
+            if key in no_free_fit:
+                continue
+            pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, within_share=False)
+            if pods < pods_min:
+                continue
+            plan = state.place(item, gpu_type, pods, exclusion)
+            if plan is not None:
+                state.bind(item, gpu_type, plan)
+                return
+            no_free_fit.add(key)
+        if all((gpu_type, memo_key) in no_free_fit for gpu_type in types):
+            memo.settled_free.add(trial)
     leaving = state.leaving_for.get(item.uid)
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses
     capacity = state.capacity
-    strategy = state.strategy
-    held: tuple[str, list[PodUse]] | None = None
-    # Where the gang goes once its victims stop: on a type with no room for one pod now, only
-    # the nodes they free count, decided without releasing them (`placement_release`); any
-    # other type the general way, by a release under the journal (then for the rest of the turn).
-    released: dict[int, ReleasedNode] | None = None
-    freed: set[str] = set()  # the GPU types of the nodes in `released`
-    simulated = True  # whether `released` can say (no partition among the victims' uses)
-    in_journal = False
-    shape = item.kind.shape
+    shape = kind.shape
     # The common claim: one pod for one victim pod (`place_one_released`).
     one: PodUse | None = None
     if pods_min == 1 and (shape.whole_gpus or shape.shares_gpu) and len(leaving) == 1:
         uses = leaving[0].uses
         if len(uses) == 1 and not uses[0].slice_mask:
             one = uses[0]
+    if one is not None and trial in memo.settled_released:
+        # What the loop below comes to when every type is decided among the freed nodes: the
+        # victim's node is the one candidate, on its type.
+        gpu_type = capacity.nodes[one.node].gpu_type
+        if gpu_type in types and _pods(state, item, gpu_type, allowed) >= pods_min:
+            plan = place_one_released(capacity, shape, one)
+            if plan is not None:
+                state.hold(item, gpu_type, plan)
+        return
+    held = _where_released(state, item, memo, leaving, one, allowed, exclusion, journal)
+    if one is not None and all((gpu_type, memo_key) in memo.released_only for gpu_type in types):
+        memo.settled_released.add(trial)
+    if held is not None:
+        state.hold(item, *held)
+
+
+def _where_released(
+    state: CycleState,
+    item: Pending,
+    memo: _Memo,
+    leaving: list[Victim],
+    one: PodUse | None,
+    allowed: dict[str, int],
+    exclusion: Exclusion,
+    journal: Journal,
+) -> tuple[str, list[PodUse]] | None:
+    """Where the gang goes once its victims `leaving` stop, if anywhere: on a type with no
+    room for one pod now, only the nodes they free count, decided without releasing them
+    (`placement_release`; `one`: the claim is one pod for that one victim pod); any other type
+    the general way, by a release under the journal (then for the rest of the turn)."""
+    capacity = state.capacity
+    strategy = state.strategy
+    pods_min = item.workload.gang_min_pods
+    kind = item.kind
+    memo_key = kind.memo_key
+    shape = kind.shape
+    held: tuple[str, list[PodUse]] | None = None
+    released: dict[int, ReleasedNode] | None = None
+    freed: set[str] = set()  # the GPU types of the nodes in `released`
+    simulated = True  # whether `released` can say (no partition among the victims' uses)
+    in_journal = False
     try:
-        for gpu_type in types:
+        for gpu_type in kind.types:
             if simulated and not in_journal:
                 key = (gpu_type, memo_key)
-                fast = key in released_only
+                fast = key in memo.released_only
                 # One pod that did not fit free capacity fits nowhere there (no topology).
                 if not fast and only_released(
                     capacity,
@@ -115,9 +163,9 @@ def _serve(
                     item.workload.topology,
                     state.pool.topology_levels,
                     strategy,
-                    pods_min == 1 and key in no_free_fit,
+                    pods_min == 1 and key in memo.no_free_fit,
                 ):
-                    released_only.add(key)
+                    memo.released_only.add(key)
                     fast = True
                 if fast and one is not None:
                     if capacity.nodes[one.node].gpu_type != gpu_type:
@@ -158,8 +206,7 @@ def _serve(
     finally:
         if in_journal:
             capacity.restore(journal)
-    if held is not None:
-        state.hold(item, *held)
+    return held
 
 
 def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int]) -> int:

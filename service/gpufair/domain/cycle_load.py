@@ -54,7 +54,7 @@ def load(state: CycleState) -> None:
     # allocations the kept capacity took.
     carried.capacity = (allocations, kept)
     carried.running = running
-    carried.victims = dict(state.running)
+    carried.victims = state.running  # not copied: no phase changes it after this load
     carried.totals = book_totals(state.books)
     carried.shared = shared
     load_evicting(state)

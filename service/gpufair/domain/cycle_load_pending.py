@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from itertools import compress, repeat
-from operator import attrgetter, not_, rshift
+from itertools import compress
+from operator import attrgetter, not_
 
 from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
@@ -64,12 +64,11 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     carried or kept). `fresh`: the uids of the running workloads whose records this load made
     (the others ran in the cycle that made `carried`, so no carried workload has their uid)."""
     pending = state.snapshot.pending
-    seen = set(state.running)
     if carried is None:
-        _fill(state, _load_each(state, enumerate(pending), seen, None), {}, {}, set(), None)
+        _fill(state, _load_each(state, enumerate(pending), None), {}, {}, set(), None)
         return 0
     known = carried.pending
-    ids = list(map(rshift, map(id, pending), repeat(4, len(pending))))  # their keys
+    ids = [id(workload) >> 4 for workload in pending]  # their keys
     hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
     present = set(compress(ids, hits))
     misses = list(compress(range(len(pending)), map(not_, hits)))
@@ -82,7 +81,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     ordinary: set[int] = set()  # loaded items (by identity) of ordinary workloads: kept
     rejected: dict[int, Rejection] = {}
     entries = ((at, pending[at]) for at in misses)
-    loaded = _load_each(state, entries, seen, ordinary, rejected, carried.rejected)
+    loaded = _load_each(state, entries, ordinary, rejected, carried.rejected)
     carried.rejected = rejected
     # The queues in the order of their first workload, and where that is, to place the queues
     # of the workloads not carried.
@@ -147,14 +146,13 @@ def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
 def _load_each(
     state: CycleState,
     entries: Iterable[tuple[int, Workload]],
-    seen: set[str],
     ordinary: set[int] | None,
     rejected: dict[int, Rejection] | None = None,
     was_rejected: dict[int, Rejection] | None = None,
 ) -> Loaded:
     """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
     into per-queue lists of items in that order, with each queue's first position; the first
-    of a uid (running ones in `seen`) wins. Puts the identity of every item of an ordinary
+    of a uid (running ones first) wins. Puts the identity of every item of an ordinary
     workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
     `ordinary`, and every such workload that never fits, with its reason, into `rejected`
     (None: not kept); one in `was_rejected` (the last cycle's) only has its reason written
@@ -166,11 +164,13 @@ def _load_each(
     reasons = state.reasons
     claimed = state.leaving_for.keys() | state.standing_claims
     claimants = state.claimants
+    running = state.running
+    seen: set[str] = set()  # the pending uids met
     loaded: Loaded = {}
     for at, submitted in entries:
         workload = submitted
         uid = workload.uid
-        if uid in seen:
+        if uid in seen or uid in running:
             continue
         seen.add(uid)
         if was_rejected:
@@ -246,19 +246,20 @@ def _fill(
         items: list[Pending] = []
         records: QueueRecords | None = carried.get(name) if name in first else None
         if records is not None:
-            kept, ids, least = records
+            kept, ids, cus, least = records
             if not present.issuperset(ids):
                 given = list(map(present.__contains__, ids))
                 gone += map(_workload_of, compress(kept, map(not_, given)))
                 kept = list(compress(kept, given))
                 ids = list(compress(ids, given))
+                cus = list(compress(cus, given))
                 least = None
             for item in kept:  # as new (`cycle_memory`)
                 item.book = book
                 item.code = waiting
                 item.done = False
                 item.held_nodes = 0
-            records = (kept, ids, least)
+            records = (kept, ids, cus, least)
             items = list(kept)  # the cycle's list: the carried one is not changed
         new = loaded.get(name)
         if new is not None:
@@ -268,9 +269,12 @@ def _fill(
             if keep is not None and ordinary is not None:
                 records = _records(items, new[1], ordinary)
         if least is None:
-            least = _suffix(items)
+            # From the records' CU when they are the queue's items: those are not read again.
             if records is not None and len(records[0]) == len(items):
-                records = (records[0], records[1], least)
+                least = _suffix(records[2])
+                records = (records[0], records[1], records[2], least)
+            else:
+                least = _suffix([item.kind.min_cu for item in items])
         state.queue_pending[name] = items
         state.suffix_min_cu[name] = least
         if keep is not None and records is not None and records[0]:
@@ -282,16 +286,24 @@ def _records(items: list[Pending], new: list[Pending], ordinary: set[int]) -> Qu
     """A queue's records: its items of ordinary workloads (`new` ones in `ordinary`), in order."""
     unusual = {id(item) for item in new if id(item) not in ordinary}
     kept = [item for item in items if id(item) not in unusual] if unusual else list(items)
-    return (kept, [id(item.workload) >> 4 for item in kept], None) if kept else None
+    if not kept:
+        return None
+    return (
+        kept,
+        [id(item.workload) >> 4 for item in kept],
+        [item.kind.min_cu for item in kept],
+        None,
+    )
 
 
-def _suffix(items: Sequence[Pending]) -> list[float]:
-    """suffix[i]: the least CU of any of items[i:] (math.inf past the end); a loop, not
-    `accumulate(..., min)`, which calls `min` through its argument parsing per item."""
-    least = [math.inf] * (len(items) + 1)
+def _suffix(cus: Sequence[float]) -> list[float]:
+    """suffix[i]: the least of cus[i:] (math.inf past the end), `cus` being the least CU of a
+    queue's items in order; a loop, not `accumulate(..., min)`, which calls `min` through its
+    argument parsing per item."""
+    least = [math.inf] * (len(cus) + 1)
     lowest = math.inf
-    for position in range(len(items) - 1, -1, -1):
-        cu = items[position].kind.min_cu
+    for position in range(len(cus) - 1, -1, -1):
+        cu = cus[position]
         if cu < lowest:  # noqa: PLR1730 (`min` parses its arguments: slower here)
             lowest = cu
         least[position] = lowest

@@ -57,9 +57,10 @@ RunningRecord = tuple[Allocation, tuple[PodUse, ...], Running, bool]
 # themselves, all multiples of 16, crowd into a sixteenth of a dict's or set's slots.
 # A queue's pending records (only workloads of this pool, of a usable kind, not compute-unit
 # requests), in the queue's order: their items (`Pending`, made new again by each load that
-# takes them), the keys of their workloads, and the least CU of every suffix
-# (`CycleState.suffix_min_cu`) when the queue held nothing else (else None).
-QueueRecords = tuple[list[Pending], list[int], list[float] | None]
+# takes them), the keys of their workloads, the least CU of each (`Kind.min_cu`: a queue that
+# lost some finds its suffix minima without reading its items again), and the least CU of every
+# suffix (`CycleState.suffix_min_cu`) when the queue held nothing else (else None).
+QueueRecords = tuple[list[Pending], list[int], list[float], list[float] | None]
 # A pending workload of a leaf queue of this pool that the pool could never hold: the workload
 # and its `NEVER_FITS` reason.
 Rejection = tuple[Workload, PendingReason]

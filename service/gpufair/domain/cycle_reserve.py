@@ -6,13 +6,14 @@ A workload within its queue's fair share that has waited at least the pool's
 but no more beyond-fair-share work, so small jobs cannot keep refilling the hole it needs.
 
 The phase takes no capacity and only adds held nodes, so a hole not found for a gang's type,
-shape and size is not found for the next such gang either (`_Ranking.no_hole`).
+shape and size is not found for the next such gang either (`_Ranking.no_hole`), and what a
+group of nodes (a topology domain) offers a gang of one shape and size is read again only once
+a node chosen there is held (`_Ranking.holes`).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 from operator import attrgetter
 
 from gpufair.domain.capacity import Capacity
@@ -67,6 +68,7 @@ class _Ranking:
         self._position: dict[str, dict[int, int]] = {}
         self._fits: dict[PodShape, dict[int, tuple[int, int]]] = {}
         self._domains: dict[tuple[str, str], list[list[int]]] = {}
+        self._holes: dict[tuple[PodShape, int], dict[int, _Hole]] = {}
         # Holes not found: (GPU type, shape, pods, topology level). Held nodes only grow while
         # the phase runs and free capacity stays, so such a hole is not found later either.
         self.no_hole: set[tuple[object, ...]] = set()
@@ -102,6 +104,20 @@ class _Ranking:
             found = self._fits[shape] = {}
         return found
 
+    def holes(self, shape: PodShape, pods: int) -> dict[int, _Hole]:
+        """Per group of nodes (by the identity of its list), what `_fullest_hole` found there
+        for `pods` pods of `shape`, kept while no node it chose is held since (`_hole_in`)."""
+        key = (shape, pods)
+        found = self._holes.get(key)
+        if found is None:
+            found = self._holes[key] = {}
+        return found
+
+
+# What a group of nodes offers a gang (`_hole_in`): its free GPUs and the nodes chosen there
+# when they hold the gang (else None), and the nodes chosen (all with room, when they do not).
+_Hole = tuple[tuple[float, list[int]] | None, list[int]]
+
 
 def reserve_gang(
     state: CycleState, item: Pending, within_share: bool = True, ranking: _Ranking | None = None
@@ -114,12 +130,9 @@ def reserve_gang(
     workload = item.workload
     pods = workload.gang_min_pods
     capacity = state.capacity
-    held = state.gang_held
     for gpu_type in item.types:
         if state.pods_allowed(item, gpu_type, within_share) < pods:
             continue
-        # Each group freest first, without the nodes held already; read lazily, as far as
-        # `_fullest_hole` goes (usually a few nodes of each, not every node of the type).
         topology = workload.topology
         level = topology.level if topology is not None and topology.required else None
         failed = (gpu_type, item.shape, pods, level)
@@ -129,10 +142,7 @@ def reserve_gang(
             ordered = ranking.domains(level, gpu_type)
         else:
             ordered = [ranking.ranked(gpu_type)]
-        groups: list[Iterator[int]] = [
-            (index for index in members if index not in held) for members in ordered
-        ]
-        chosen = _fullest_hole(state, groups, item.shape, pods, ranking)
+        chosen = _fullest_hole(state, ordered, item.shape, pods, ranking)
         if chosen is None:
             ranking.no_hole.add(failed)
             continue
@@ -151,32 +161,50 @@ def reserve_gang(
 
 
 def _fullest_hole(
-    state: CycleState, groups: list[Iterator[int]], shape: PodShape, pods: int, ranking: _Ranking
+    state: CycleState, groups: list[list[int]], shape: PodShape, pods: int, ranking: _Ranking
 ) -> list[int] | None:
     """The nodes with the most free GPUs that, emptied, hold the gang; in the group (domain)
     where they are freest. Most-free-first keeps the choice stable while the hole drains.
-    Each group comes freest first."""
+    Each group comes freest first; the nodes held already are not taken."""
     best: tuple[float, list[int]] | None = None
-    nodes = state.capacity.nodes
-    fits = ranking.fits(shape)
+    held = state.gang_held
+    holes = ranking.holes(shape, pods)
     for group in groups:
-        chosen: list[int] = []
-        room = 0
-        free = 0.0
-        for index in group:
-            found = fits.get(index)
-            if found is None:
-                node = nodes[index]
-                size = pods_fit_empty(node, shape)
-                found = fits[index] = (size, min(pods_fit(node, shape), size) if size > 0 else 0)
-            size, now = found
-            if size <= 0:
-                continue
-            chosen.append(index)
-            room += size
-            free += now
-            if room >= pods:
-                break
-        if room >= pods and (best is None or free > best[0]):
-            best = (free, chosen)
+        found = holes.get(id(group))
+        if found is None or not held.isdisjoint(found[1]):
+            found = holes[id(group)] = _hole_in(state, group, shape, pods, ranking)
+        hole = found[0]
+        if hole is not None and (best is None or hole[0] > best[0]):
+            best = hole
     return None if best is None else best[1]
+
+
+def _hole_in(
+    state: CycleState, group: list[int], shape: PodShape, pods: int, ranking: _Ranking
+) -> _Hole:
+    """The freest nodes of `group` not held that, emptied, hold the gang, read in order as far
+    as they go (usually a few nodes, not every node of the group). Nodes held later change
+    it only if it chose one of them: the others come after them, or have no room."""
+    nodes = state.capacity.nodes
+    held = state.gang_held
+    fits = ranking.fits(shape)
+    chosen: list[int] = []
+    room = 0
+    free = 0.0
+    for index in group:
+        if index in held:
+            continue
+        found = fits.get(index)
+        if found is None:
+            node = nodes[index]
+            size = pods_fit_empty(node, shape)
+            found = fits[index] = (size, min(pods_fit(node, shape), size) if size > 0 else 0)
+        size, now = found
+        if size <= 0:
+            continue
+        chosen.append(index)
+        room += size
+        free += now
+        if room >= pods:
+            return (free, chosen), chosen
+    return None, chosen

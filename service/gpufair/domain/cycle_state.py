@@ -427,12 +427,14 @@ class CycleState:
         its preemptibility), and one per sentence, made once; what a sentence reads besides
         the queue's numbers (CU needed, gang size, GPUs per pod, a topology note, which reads
         only the trial and the capacity) once per (code, trial, held nodes) for all queues;
-        the queue's part of its sentences (its CU numbers) once per queue."""
+        the queue's part of its sentences (its CU numbers) once per queue. A sentence that
+        reads of its queue only those numbers is made once for all queues too, as the words
+        around them (`_words_of`): a queue's copy is then two concatenations."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
         over_share = PendingCode.OVER_FAIR_SHARE
-        facts: dict[tuple[PendingCode, int, int], _Sentence] = {}
+        facts: dict[tuple[PendingCode, int, int], tuple[_Sentence, _Words | None]] = {}
         for items in self.queue_pending.values():  # one queue's items share its book
             shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
             messages: dict[_Sentence, PendingReason] = {}
@@ -456,12 +458,14 @@ class CycleState:
                 key = (code, item.trial | 1, item.held_nodes)  # | 1: either preemptibility
                 reason = shared.get(key)
                 if reason is None:
-                    sentence = facts.get(key)
-                    if sentence is None:
-                        sentence = facts[key] = self._sentence_of(item)
+                    fact = facts.get(key)
+                    if fact is None:
+                        sentence = self._sentence_of(item)
+                        fact = facts[key] = (sentence, _words_of(item, sentence))
+                    sentence, words = fact
                     reason = messages.get(sentence)
                     if reason is None:
-                        reason = messages[sentence] = _reason_of(item, sentence, queue)
+                        reason = messages[sentence] = _reason_of(item, sentence, words, queue)
                     shared[key] = reason
                 reasons[item.uid] = reason
         return CycleResult(
@@ -496,12 +500,36 @@ class CycleState:
 _Sentence = tuple[PendingCode, float, int, float, int, str]
 
 
-def _reason_of(item: Pending, sentence: _Sentence, queue: list[str]) -> PendingReason:
-    """The reason `sentence` gives in the queue of `item`; `queue` holds the queue's numbers
-    once made."""
+# A sentence's words before and after its queue's numbers (`_words_of`).
+_Words = tuple[str, str]
+# The codes whose sentences read of the queue only its numbers (`queue_numbers`, given to
+# `pending_message`), and a mark that stands for those numbers while their words are cut out.
+_QUEUE_NUMBERS_ONLY = frozenset({PendingCode.OVER_FAIR_SHARE, PendingCode.NO_CAPACITY, _WAITING})
+_NUMBERS = "\x00"
+
+
+def _words_of(item: Pending, sentence: _Sentence) -> _Words | None:
+    """The words of `sentence` around its queue's numbers, the same in every queue; None when
+    the sentence reads more of the queue (its limits, its non-preemptible CU)."""
+    code, needed_cu, _, _, held_nodes, note = sentence
+    if code not in _QUEUE_NUMBERS_ONLY:
+        return None
+    head, tail = pending_message(
+        code, item.workload, item.book, needed_cu, held_nodes, _NUMBERS
+    ).split(_NUMBERS)
+    return head, tail + note
+
+
+def _reason_of(
+    item: Pending, sentence: _Sentence, words: _Words | None, queue: list[str]
+) -> PendingReason:
+    """The reason `sentence` (with its `words`, `_words_of`) gives in the queue of `item`;
+    `queue` holds the queue's numbers once made."""
     code, needed_cu, _, _, held_nodes, note = sentence
     if not queue:
         queue.append(queue_numbers(item.book))
+    if words is not None:
+        return PendingReason(code, words[0] + queue[0] + words[1])
     message = pending_message(code, item.workload, item.book, needed_cu, held_nodes, queue[0])
     return PendingReason(code, message + note)
 
