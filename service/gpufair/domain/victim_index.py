@@ -90,8 +90,10 @@ class VictimBudget:
         return VictimBudget(self.cu_left, self.gpus_left, self.below_priority_class)
 
 
-# More nodes than this changed since a walk was read: it is sorted again rather than patched.
-_RESORT_STALE = 32
+# A walk with fewer than this many nodes per node changed since it was read is filtered and
+# sorted again (a pass over the walk) rather than patched node by node (per node, two bisects
+# and two moves of the list's tail).
+_PATCHED_PER_STALE = 16
 # A tier no victim has: a node where no GPU can ever be wholly freed.
 NEVER = 1 << 30
 NO_VICTIMS: dict[Victim, tuple[PodUse, ...]] = {}
@@ -115,12 +117,14 @@ class VictimIndex:
         # filtering the gang's uses, and a victim leaves a node in one step.
         self.on_node: dict[int, dict[Victim, tuple[PodUse, ...]]] = {}
         # Per node, the parts of a lower bound of any eviction option the node offers, whatever
-        # the budgets: the first victim's tier, priority class and start, and the cheapest CU
-        # per GPU. Removing victims only raises a floor.
-        self.floor_on_node: dict[int, tuple[int, float, int, float]] = {}
-        # Per node, the highest tier among the victims that must go, in preference order,
-        # before one GPU is wholly free: a bound on the tier of any option for whole-GPU pods.
-        self.whole_tier_on_node: dict[int, int] = {}
+        # the budgets, as the node's key in the walk for shared pods (`walk_order`): the first
+        # victim's tier, the cheapest CU per GPU, the first victim's priority class and its
+        # start negated, and the node. Removing victims only raises a floor.
+        self.floor_on_node: dict[int, WalkKey] = {}
+        # Per node, its key in the walk for whole-GPU pods: the floor with the highest tier
+        # among the victims that must go, in preference order, before one GPU is wholly free
+        # (a bound on the tier of any option for whole-GPU pods).
+        self._whole_key: dict[int, WalkKey] = {}
         # Per node, the GPUs wholly free once every victim on it has gone: no option of the
         # node frees more for whole-GPU pods. Counted against the capacity when the node's
         # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
@@ -128,7 +132,6 @@ class VictimIndex:
         self.freeable_on_node: dict[int, int] = {}
         # Per queue, its victims (a dict as an ordered set: one leaves in one step).
         self.by_queue: dict[str, dict[Victim, None]] = {}
-        self._present: set[Victim] = set()  # by identity: `remove` of a stranger is one look-up
         self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
         self.total_gpus = 0.0
         self._domain_gpus: dict[str, dict[str, float]] = {}
@@ -159,71 +162,53 @@ class VictimIndex:
                 queued = by_queue[victim.queue] = {}
             queued[victim] = None
             total_gpus += victim.gpus  # summed in this order, as `remove` takes them back
-        self._present = set(ordered)
         self.total_gpus = total_gpus
+        # Nodes sorted by their keys, one list for whole-GPU pods and one for shared ones (the
+        # keys are kept per node as victims leave: a walk is made or patched without building
+        # any), brought up to date when next read: the nodes whose key changed since are moved
+        # (bisect: the list moves in C), or, when many did (evictions between two searches
+        # often remove many victims), the list keeps its other keys and is sorted with the new
+        # ones after them (one sorted run and a short tail: about one comparison per key).
+        self._walks: dict[bool, list[WalkKey]] = {}
+        # Per walk, the nodes changed since it was read, each with its key in the walk.
+        self._stale: dict[bool, dict[int, WalkKey]] = {}
         for node in on_node:
             self._refresh(node)
-        # Nodes sorted by their floor as full nodes, one list for whole-GPU pods and one for
-        # shared ones, brought up to date when next read: the nodes whose floor changed since
-        # are moved (bisect: the list moves in C), or the list is sorted again when many did
-        # (evictions between two searches often remove many victims).
-        self._walks: dict[bool, list[WalkKey]] = {}
-        self._walk_key: dict[bool, dict[int, WalkKey]] = {}
-        self._stale: dict[bool, set[int]] = {}  # per walk, the nodes changed since it was read
 
     def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
         """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
         -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
-        if self._stale.get(whole_gpus):
-            self._update_walk(whole_gpus)
         found = self._walks.get(whole_gpus)
         if found is None:
-            keys = self._walk_keys(self.floor_on_node, whole_gpus)
-            found = sorted(keys.values())
+            found = sorted((self._whole_key if whole_gpus else self.floor_on_node).values())
             self._walks[whole_gpus] = found
-            self._walk_key[whole_gpus] = keys
-            self._stale[whole_gpus] = set()
+            self._stale[whole_gpus] = {}
+        elif self._stale[whole_gpus]:
+            self._update_walk(whole_gpus, found)
         return found
 
-    def _walk_keys(self, nodes: Iterable[int], whole_gpus: bool) -> dict[int, WalkKey]:
-        """The walk's keys of those of `nodes` that have victims."""
-        floors = self.floor_on_node
-        tiers = self.whole_tier_on_node if whole_gpus else None
-        found: dict[int, WalkKey] = {}
-        for node in nodes:
-            floor = floors.get(node)
-            if floor is not None:
-                tier = floor[0] if tiers is None else tiers[node]
-                found[node] = (tier, floor[1], floor[2], -floor[3], node)
-        return found
-
-    def _rewalk(self, node: int) -> None:
-        for stale in self._stale.values():
-            stale.add(node)
-
-    def _update_walk(self, whole_gpus: bool) -> None:
+    def _update_walk(self, whole_gpus: bool, order: list[WalkKey]) -> None:
+        """Bring the walk `order` up to date with the nodes changed since it was read."""
         stale = self._stale[whole_gpus]
-        self._stale[whole_gpus] = set()
-        resort = len(stale) > _RESORT_STALE
-        order = self._walks[whole_gpus]
-        keys = self._walk_key[whole_gpus]
-        for node in stale:
-            old = keys.pop(node, None)
-            if old is not None and not resort:
-                del order[bisect.bisect_left(order, old)]
-        fresh = self._walk_keys(stale, whole_gpus)
-        keys.update(fresh)
-        if resort:
-            order[:] = sorted(keys.values())
+        keys = self._whole_key if whole_gpus else self.floor_on_node
+        if len(stale) * _PATCHED_PER_STALE > len(order):
+            order[:] = [key for key in order if key[4] not in stale]
+            order += [keys[node] for node in stale if node in keys]
+            order.sort()
         else:
-            for new in fresh.values():
-                bisect.insort(order, new)
+            for node, old in stale.items():
+                del order[bisect.bisect_left(order, old)]
+                new = keys.get(node)
+                if new is not None:
+                    bisect.insort(order, new)
+        stale.clear()
 
     def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
-        tier, cu_per_gpu, priority_class, started_at_s = self.floor_on_node[node]
-        if whole_gpus:
-            tier = self.whole_tier_on_node[node]
-        return (tier, cu_per_gpu, priority_class, started_at_s)
+        """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key."""
+        tier, cu_per_gpu, priority_class, late, _ = (
+            self._whole_key if whole_gpus else self.floor_on_node
+        )[node]
+        return (tier, cu_per_gpu, priority_class, -late)
 
     def domain_gpus(self, level: str) -> dict[str, float]:
         """GPUs held by victims per value of topology label `level`: counted from the victims
@@ -258,12 +243,12 @@ class VictimIndex:
             self.remove(victim)
 
     def remove(self, victim: Victim) -> None:
-        if victim not in self._present:
+        queued = self.by_queue.get(victim.queue)
+        if queued is None or victim not in queued:
             return
-        self._present.discard(victim)
+        del queued[victim]
         if victim.cu >= self._top_cu.get(victim.queue, math.inf):
             del self._top_cu[victim.queue]
-        del self.by_queue[victim.queue][victim]
         self.total_gpus -= victim.gpus
         if self._domain_gpus:  # kept only once a topology search asked for them
             for use in victim.uses:
@@ -277,8 +262,10 @@ class VictimIndex:
             here = self.on_node.get(node)
             if here is not None and victim in here:
                 del here[victim]
+                for whole_gpus, stale in self._stale.items():
+                    if node not in stale:  # its key in the walk: the one before its first change
+                        stale[node] = (self._whole_key if whole_gpus else self.floor_on_node)[node]
                 self._refresh(node)
-                self._rewalk(node)
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
         """The options found so far for pods of `shape` (victims of a priority class below
@@ -300,15 +287,17 @@ class VictimIndex:
         return found
 
     def _refresh(self, node: int) -> None:
-        for table in self._options.values():
-            table.pop(node, None)
         here = self.on_node[node]
         if not here:
+            # The node leaves the index; its kept options stay, unread: searches read the
+            # options of nodes with victims only.
             del self.on_node[node]
             del self.floor_on_node[node]
-            del self.whole_tier_on_node[node]
+            del self._whole_key[node]
             del self.freeable_on_node[node]
             return
+        for table in self._options.values():
+            table.pop(node, None)
         # Victims come in preference order, so any option's first victim is this one or one
         # that sorts after it: its tier, class and start bound the option's key.
         first = next(iter(here))
@@ -316,12 +305,8 @@ class VictimIndex:
             cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
         else:
             cheapest = min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in here)
-        self.floor_on_node[node] = (
-            first.tier,
-            cheapest,
-            first.priority_class,
-            first.started_at_s,
-        )
+        late = -first.started_at_s
+        self.floor_on_node[node] = (first.tier, cheapest, first.priority_class, late, node)
         state = self._capacity.nodes[node]
         used = state.gpu_used.copy()
         freeable = state.free_whole  # the GPUs of `used` at most EPS
@@ -336,7 +321,7 @@ class VictimIndex:
                         freeable += 1
                         if whole_tier == NEVER:
                             whole_tier = victim.tier
-        self.whole_tier_on_node[node] = whole_tier
+        self._whole_key[node] = (whole_tier, cheapest, first.priority_class, late, node)
         self.freeable_on_node[node] = freeable
 
     def __bool__(self) -> bool:
