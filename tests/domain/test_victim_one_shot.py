@@ -14,6 +14,7 @@ from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node
 from gpufair.domain.placement import Ask, Exclusion, free_pods, place
 from gpufair.domain.victim_search import (
+    Picked,
     Selection,
     Victim,
     VictimBudget,
@@ -45,7 +46,7 @@ def _twin(capacity: Capacity) -> Capacity:
 
 def _pick(
     capacity: Capacity, ask: Ask, index: VictimIndex, budget: VictimBudget, *, binpack: bool
-) -> tuple[list[Victim] | Selection | None, Journal]:
+) -> tuple[Picked | Selection | None, Journal]:
     """The greedy over the whole type, nothing excluded; `binpack` False keeps it from the
     one-victim path. Returns its answer and the journal of what it released."""
     trial = Journal()
@@ -68,12 +69,12 @@ def _general(
 ) -> tuple[list[Victim] | None, list[PodUse] | None]:
     """The pick the general way: the greedy without the one-victim path, then `place` on the
     capacity with its victims released."""
-    chosen, trial = _pick(capacity, ask, index, budget, binpack=False)
+    found, trial = _pick(capacity, ask, index, budget, binpack=False)
     try:
-        assert not isinstance(chosen, Selection)
-        if chosen is None:
+        assert not isinstance(found, Selection)
+        if found is None:
             return None, None
-        return chosen, place(capacity, ask, BINPACK, Exclusion())
+        return found.victims, place(capacity, ask, BINPACK, Exclusion())
     finally:
         capacity.restore(trial)
 
@@ -134,3 +135,48 @@ def test_the_one_victim_pick_is_made_often_and_where_cpu_keeps_gpus_free() -> No
     results = [_compare(seed) for seed in range(6, 36)]
     assert sum(compared for compared, _ in results) > 120
     assert sum(free for _, free in results) >= 3
+
+
+def _pruned(capacity: Capacity, ask: Ask, picked: Picked) -> list[Victim]:
+    """The victims the search's pruning keeps: each put back in turn, last chosen first, and
+    kept out only if the gang no longer fits without it (`victim_search._search`)."""
+    journal = Journal()
+    needed: list[Victim] = []
+    for victim in reversed(picked.victims):
+        capacity.take(victim.uses, journal)
+        if place(capacity, ask, BINPACK, Exclusion()) is None:
+            capacity.release(victim.uses, journal)
+            needed.append(victim)
+    capacity.restore(journal)
+    needed.reverse()
+    return needed
+
+
+def _gangs(seed: int) -> tuple[int, int]:
+    """Gang searches whose picks were each needed, and those whose picks were not all lone
+    picks: the first checked against the pruning, which must keep every victim."""
+    rng = random.Random(4000 + seed)
+    capacity, running = full_pool(rng)
+    victims = random_victims(capacity, running, rng, offered=0.8, classes=3, priced=True)
+    each = other = 0
+    for gpu_type in TYPES:
+        index = VictimIndex(victims[gpu_type], capacity)
+        for shape in ASKED_SHAPES:
+            for pods in (2, 3, 4):
+                ask = Ask(shape, gpu_type, pods, pods)
+                budget = VictimBudget({"q": math.inf}, {}, below_priority_class=3)
+                found, trial = _pick(capacity, ask, index, budget, binpack=True)
+                if isinstance(found, Picked) and len(found.victims) > 1:
+                    if found.each_needed:
+                        assert _pruned(capacity, ask, found) == found.victims
+                        each += 1
+                    else:
+                        other += 1
+                capacity.restore(trial)
+    return each, other
+
+
+def test_lone_picks_that_free_exactly_the_gang_are_each_needed() -> None:
+    results = [_gangs(seed) for seed in range(30)]
+    assert sum(each for each, _ in results) > 30
+    assert sum(other for _, other in results) > 5

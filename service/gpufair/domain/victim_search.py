@@ -50,6 +50,7 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
 from gpufair.domain.model import PlacementStrategy
@@ -247,14 +248,15 @@ def _search(
             return None
         if isinstance(found, Selection):
             return found  # one victim, the one pod's node: placed without releasing
-        chosen = found
+        chosen = found.victims
         plan = place(capacity, ask, strategy, exclusion)
         if plan is None:
             return None
-        if len(chosen) == 1 and subset is None:
+        if (len(chosen) == 1 and subset is None) or found.each_needed:
             # The search began because the type's free pods fell short: without its one
             # victim, nothing fits (a domain search may find room outside its domain instead).
-            return Selection((chosen[0],), plan)
+            # Several, each needed (`Picked`): the pruning would keep them all.
+            return Selection(tuple(chosen), plan)
         needed: list[Victim] = []
         for victim in reversed(chosen):
             capacity.take(victim.uses, trial)
@@ -268,6 +270,19 @@ def _search(
         return Selection(tuple(needed), plan)
     finally:
         capacity.restore(trial)
+
+
+class Picked(NamedTuple):
+    """The greedy's victims, released in the capacity. `each_needed`: no victim can be put
+    back with the gang still fitting, so the pruning would keep them all: each was a pick of
+    one victim on a node of its own that no other pick touched, over the whole type with
+    nothing excluded, for a shape without partitions, and the picks freed exactly the pods
+    the gang needs. Putting one back takes its node's pods back to what they were before its
+    pick, one or more: the gang falls short, and `place` fails a plain gang exactly when its
+    pods do not fit."""
+
+    victims: list[Victim]
+    each_needed: bool
 
 
 _LOWER_BOUND, _EXACT, _WALK = 0, 1, 2
@@ -285,7 +300,7 @@ def _greedy(
     trial: Journal,
     freeable_bounds: bool,
     binpack: bool = False,
-) -> list[Victim] | Selection | None:
+) -> Picked | Selection | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
     `subset` (None: every node of the type). Releases them in the capacity under `trial`;
     `budget` is left as it was (the picks spend a copy).
@@ -360,6 +375,9 @@ def _greedy(
     )
     released: set[str] = set()
     chosen: list[Victim] = []
+    # Whether every pick so far was one victim on a node of its own (`Picked.each_needed`).
+    lone_picks = subset is None and ask.topology is None and not blocking and not shape.profile
+    picked_nodes: set[int] = set()
     below = budget.below_priority_class
     below_class = math.inf if below is None else below  # victims must be of a class below it
     cu_left, gpus_left = budget.cu_left, budget.gpus_left
@@ -603,6 +621,14 @@ def _greedy(
             # (and one whose options never read the budgets spends none).
             spending = budget.copy()
             cu_left, gpus_left = spending.cu_left, spending.gpus_left
+        if lone_picks:
+            victim = found[1][0]
+            lone_picks = (
+                len(found[1]) == 1
+                and len(victim.nodes) == 1
+                and victim.nodes[0] not in picked_nodes
+            )
+            picked_nodes.add(victim.nodes[0])
         touched: set[int] = set()
         for victim in found[1]:
             for other in victim.nodes:
@@ -629,4 +655,6 @@ def _greedy(
                 again = option(other)
                 if again is not None:
                     heapq.heappush(heap, (again[0], _EXACT, other))
-    return chosen if total >= pods else None
+    if total < pods:
+        return None
+    return Picked(chosen, lone_picks and total == pods)
