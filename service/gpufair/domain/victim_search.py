@@ -41,7 +41,10 @@ node's victims are kept with their uses on that node; a node's option found in o
 kept for the next while the node, its victims and the budgets it read are unchanged
 (`option_table`). The walk's next node, due when its head is taken, is read only if the search
 goes on past the pick that follows (most end there), with the nodes that pick changed read as
-they were before it.
+they were before it. Steps 2 and 3 are skipped where their outcome is known: a one-pod search
+whose first pick is one victim on one node places the pod there without releasing anything
+(`place_one_released`), and a gang whose picks were each one victim on a node of its own keeps
+them all (`Picked`).
 """
 
 from __future__ import annotations
