@@ -61,27 +61,40 @@ class _Memo:
     (`placement_release`). Per trial (`Kind.trial`, by identity), the same once true of all
     its types: `settled_free` (none fits free capacity: the first try is skipped) and
     `settled_released` (each is decided among the nodes freed: the common claim, one pod for
-    one victim pod, goes straight to the victim's node)."""
+    one victim pod, goes straight to the victim's node); `settled`: both."""
 
     no_free_fit: set[tuple[object, ...]] = field(default_factory=set)
     released_only: set[tuple[object, ...]] = field(default_factory=set)
     settled_free: set[int] = field(default_factory=set)
     settled_released: set[int] = field(default_factory=set)
+    settled: set[int] = field(default_factory=set)
 
 
 def _serve(
     state: CycleState, item: Pending, memo: _Memo, exclusion: Exclusion, journal: Journal
 ) -> None:
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
+    kind = item.kind
+    trial = id(kind.trial)
+    if trial in memo.settled:
+        # The common claim of a trial settled both ways is decided before anything else of
+        # its turn is looked at: no type is tried on free capacity, and the victim's node is
+        # the one candidate. Any other claim of it takes the turn below.
+        leaving = state.leaving_for.get(item.uid)
+        if not leaving:
+            return  # every victim has stopped and the claim did not fit: it lapses
+        if len(leaving) == 1:
+            uses = leaving[0].uses
+            if len(uses) == 1 and not uses[0].slice_mask:
+                _hold_on_victim_node(state, item, uses[0], {})
+                return
     # The pods the queue's limits allow per type, asked only of the types tried (nothing
     # changes the queue's book before the bind or hold that ends the claim's turn); a type
     # whose kind did not fit free capacity earlier in the phase is not tried on it again.
     allowed: dict[str, int] = {}
     pods_min = item.workload.gang_min_pods
-    kind = item.kind
     memo_key = kind.memo_key
     types = kind.types
-    trial = id(kind.trial)
     no_free_fit = memo.no_free_fit
     if trial not in memo.settled_free:
         for gpu_type in types:
@@ -98,10 +111,11 @@ def _serve(
             no_free_fit.add(key)
         if all((gpu_type, memo_key) in no_free_fit for gpu_type in types):
             memo.settled_free.add(trial)
+            if trial in memo.settled_released:
+                memo.settled.add(trial)
     leaving = state.leaving_for.get(item.uid)
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses
-    capacity = state.capacity
     shape = kind.shape
     # The common claim: one pod for one victim pod (`place_one_released`).
     one: PodUse | None = None
@@ -110,19 +124,29 @@ def _serve(
         if len(uses) == 1 and not uses[0].slice_mask:
             one = uses[0]
     if one is not None and trial in memo.settled_released:
-        # What the loop below comes to when every type is decided among the freed nodes: the
-        # victim's node is the one candidate, on its type.
-        gpu_type = capacity.nodes[one.node].gpu_type
-        if gpu_type in types and _pods(state, item, gpu_type, allowed) >= pods_min:
-            plan = place_one_released(capacity, shape, one)
-            if plan is not None:
-                state.hold(item, gpu_type, plan)
+        _hold_on_victim_node(state, item, one, allowed)
         return
     held = _where_released(state, item, memo, leaving, one, allowed, exclusion, journal)
     if one is not None and all((gpu_type, memo_key) in memo.released_only for gpu_type in types):
         memo.settled_released.add(trial)
+        if trial in memo.settled_free:
+            memo.settled.add(trial)
     if held is not None:
         state.hold(item, *held)
+
+
+def _hold_on_victim_node(
+    state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int]
+) -> None:
+    """What `_where_released` comes to for the common claim (one pod for the one pod `one`)
+    when every type of its trial is decided among the freed nodes: the victim's node is the
+    one candidate, on its type (`place_one_released`)."""
+    capacity = state.capacity
+    gpu_type = capacity.nodes[one.node].gpu_type
+    if gpu_type in item.kind.types and _pods(state, item, gpu_type, allowed) >= 1:
+        plan = place_one_released(capacity, item.kind.shape, one)
+        if plan is not None:
+            state.hold(item, gpu_type, plan)
 
 
 def _where_released(

@@ -20,7 +20,7 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
-from gpufair.domain.decisions import bind_decision, evicted_capacity
+from gpufair.domain.decisions import bind_decision, evicted_capacity, evicted_capacity_one
 from gpufair.domain.explain import pending_message, queue_numbers
 from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
@@ -203,7 +203,11 @@ class CycleState:
         return item.workload.gpus_per_pod * self.weight(gpu_type)
 
     def pods_allowed(self, item: Pending, gpu_type: str, within_share: bool) -> int:
+        """The pods of `item` its queue's limits allow on `gpu_type`, at most its own; without
+        a call to `max_pods` where it answers `UNCAPPED` (asked once per claim, `cycle_claims`)."""
         workload = item.workload
+        if not within_share and item.book.unlimited and workload.preemptible:
+            return min(UNCAPPED[0], workload.pods)
         allowed, _ = self.max_pods(item.book, workload, gpu_type, within_share)
         return min(allowed, workload.pods)
 
@@ -382,38 +386,43 @@ class CycleState:
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
-        per claimant and per eviction plan): one pod is taken and named without the general
-        path's sets and sorts, and the records are built as `bind_decision` builds its."""
+        per claimant and per eviction plan): one pod is taken (`Capacity.take_one` where the
+        node never held a partition, as `take` would) and named without the general path's
+        sets and sorts, and its record is built in one call (`evicted_capacity_one`)."""
         capacity = self.capacity
         nodes = capacity.nodes
+        workload = item.workload
         if len(plan) == 1:
             use = plan[0]
-            capacity.take(plan)  # `take_one` when the node has no partitions
             node = nodes[use.node]
-            names: tuple[str, ...] = (node.name,)
-            held: tuple[PodBinding, ...] = (
-                pod_binding(
-                    0,
-                    node.name,
-                    use.gpu_indices,
-                    use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
-                    start_of(use.slice_mask) if use.slice_mask else None,
-                ),
+            if node.slices is None:
+                capacity.take_one(use)
+            else:
+                capacity.take(plan)
+            held_nodes = 1
+            record = evicted_capacity_one(
+                item.uid,
+                gpu_type,
+                node.name,
+                use.gpu_indices,
+                use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
+                start_of(use.slice_mask) if use.slice_mask else None,
             )
+            gpus = workload.gpus_per_pod  # `len(plan) * gpus_per_pod`: the same number
         else:
             capacity.take(plan)
             names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
-            held = self.bind_plan(item, plan)
-        workload = item.workload
-        gpus = len(plan) * workload.gpus_per_pod
+            held_nodes = len(names)
+            record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
+            gpus = len(plan) * workload.gpus_per_pod
         cu = gpus * self.weights.get(gpu_type, 0.0)
         book = item.book
         book.add(cu, gpus, gpu_type, workload.preemptible)
         book.reserved_cu += cu
         item.done = True
         item.code = _WAITING
-        item.held_nodes = len(names)  # its reason is written with the others, in `result`
-        self.reservations.append(evicted_capacity(item.uid, gpu_type, names, held))
+        item.held_nodes = held_nodes  # its reason is written with the others, in `result`
+        self.reservations.append(record)
 
     def reason(self, workload: Workload, code: PendingCode, message: str) -> None:
         self.reasons[workload.uid] = PendingReason(code, message)

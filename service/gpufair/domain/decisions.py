@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from gpufair.domain.model import PodBinding
+from gpufair.domain.model import PodBinding, pod_binding
 from gpufair.domain.snapshot import (
     BindDecision,
     EvictDecision,
@@ -88,6 +88,26 @@ def evicted_capacity(
     type_(record, gpu_type)
     nodes_(record, nodes)
     held_(record, held)
+    return record
+
+
+def evicted_capacity_one(
+    workload_uid: str,
+    gpu_type: str,
+    node: str,
+    gpu_indices: tuple[int, ...],
+    gpu_fraction: float,
+    partition_start: int | None,
+) -> Reservation:
+    """`evicted_capacity` of one pod held on `node`: the common hold, whose node names and
+    bindings are each one item."""
+    record: Reservation = _new_object(Reservation)
+    uid_, kind_, type_, nodes_, held_ = _RESERVATION
+    uid_(record, workload_uid)
+    kind_(record, _EVICTED_CAPACITY)
+    type_(record, gpu_type)
+    nodes_(record, (node,))
+    held_(record, (pod_binding(0, node, gpu_indices, gpu_fraction, partition_start),))
     return record
 
 

@@ -230,18 +230,31 @@ def place_one_released(capacity: Capacity, shape: PodShape, use: PodUse) -> list
 
 def _place_shared_one(state: NodeState, shape: PodShape, use: PodUse) -> list[PodUse] | None:
     """`_place_shared` when the release of `use` frees only its own node: the pod goes there if
-    it fits after the release (a GPU with room for it is then free or part-used)."""
-    used = state.gpu_used.copy()
-    amount = use.gpu_amount
-    for gpu in use.gpu_indices:  # `_move`'s arithmetic, for a release
-        used[gpu] += -amount
-    cpu_free = state.cpu_free + use.cpu_millicores
-    memory_free = state.memory_free + use.memory_mib
-    if fit_on(used, 0, cpu_free, memory_free, shape) <= 0:  # (it reads no whole GPUs)
+    it fits after the release (a GPU with room for it is then free or part-used). `fit_on` and
+    the GPU `_place_shared` picks, in one pass over the node's GPUs as the release leaves them
+    (only the victim's own change, by `_move`'s arithmetic; nothing copied)."""
+    cpu, memory = shape.cpu_millicores, shape.memory_mib
+    if cpu > 0 and (state.cpu_free + use.cpu_millicores) // cpu < 1:
         return None
+    if memory > 0 and (state.memory_free + use.memory_mib) // memory < 1:
+        return None
+    used = state.gpu_used
+    amount = use.gpu_amount
+    after: dict[int, float] = {}
+    for gpu in use.gpu_indices:
+        after[gpu] = after.get(gpu, used[gpu]) + -amount
     fraction = shape.gpus_per_pod
-    gpu = max(
-        (gpu for gpu, amount in enumerate(used) if 1.0 - amount >= fraction - EPS),
-        key=lambda index: (used[index], -index),
-    )
-    return [PodUse(state.index, (gpu,), fraction, shape.cpu_millicores, shape.memory_mib)]
+    fits = False
+    best = -1
+    best_used = 0.0
+    for gpu, before in enumerate(used):
+        gpu_used = after.get(gpu, before)
+        room = 1.0 - gpu_used
+        if room >= fraction - EPS:  # `fit_on`'s test; the most used such GPU, lowest index
+            if not fits and int((room + EPS) / fraction) > 0:
+                fits = True
+            if best < 0 or gpu_used > best_used:
+                best, best_used = gpu, gpu_used
+    if not fits:
+        return None
+    return [PodUse(state.index, (best,), fraction, cpu, memory)]
