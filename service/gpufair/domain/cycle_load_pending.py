@@ -56,6 +56,7 @@ signature = attrgetter(
 )
 _by_order = attrgetter("order")
 _workload_of = attrgetter("workload")
+_uid_of = attrgetter("uid")
 
 # Per queue, what the full path loaded: its first position in the snapshot and its items.
 Loaded = dict[str, tuple[int, list[Pending]]]
@@ -91,7 +92,8 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         reused = len(present)
         wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
     misses = list(compress(range(len(pending)), map(not_, hits)))
-    if reused and _uid_taken(carried, given, [*fresh, *(pending[at].uid for at in misses)]):
+    missed = list(map(pending.__getitem__, misses))  # in C, as `entries` below
+    if reused and _uid_taken(carried, given, [*fresh, *map(_uid_of, missed)]):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
         hits = [False] * len(pending)
@@ -100,10 +102,11 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         dropped = None
         reused = wanted = 0
         misses = list(range(len(pending)))
+        missed = list(pending)
     ordinary: dict[int, int] = {}  # loaded items (by identity) of ordinary workloads: kept
     rejected: dict[int, Rejection] = {}
     carried.doubled = False
-    entries = ((at, pending[at]) for at in misses)
+    entries = zip(misses, missed, strict=True)
     loaded = _load_each(state, entries, ordinary, rejected, carried.rejected)
     carried.rejected = rejected
     # The queues in the order of their first workload, and where that is, to place the queues
@@ -379,7 +382,11 @@ def _fill(
                 kept = list(compress(kept, taken))
                 ids = list(compress(ids, taken))
                 cus = list(compress(cus, taken))
-                least = None
+                if least is not None:
+                    # The items after the last one dropped keep their suffix minima: only
+                    # those before it are found again (binds take a queue's first items).
+                    after = taken[::-1].index(False)
+                    least = _suffix(cus[: len(cus) - after], least[len(least) - 1 - after :])
             for item in kept:  # as new (`cycle_memory`)
                 item.book = book
                 item.code = waiting
@@ -424,12 +431,14 @@ def _records(
     )
 
 
-def _suffix(cus: Sequence[float]) -> list[float]:
+def _suffix(cus: Sequence[float], tail: Sequence[float] = (math.inf,)) -> list[float]:
     """suffix[i]: the least of cus[i:] (math.inf past the end), `cus` being the least CU of a
-    queue's items in order; a loop, not `accumulate(..., min)`, which calls `min` through its
-    argument parsing per item."""
-    least = [math.inf] * (len(cus) + 1)
-    lowest = math.inf
+    queue's items in order, followed by `tail`: the suffix minima of the items after them (by
+    default none); a loop, not `accumulate(..., min)`, which calls `min` through its argument
+    parsing per item."""
+    least = [math.inf] * len(cus)
+    least += tail
+    lowest = tail[0]
     for position in range(len(cus) - 1, -1, -1):
         cu = cus[position]
         if cu < lowest:  # noqa: PLR1730 (`min` parses its arguments: slower here)
