@@ -173,15 +173,28 @@ class Capacity:
             self._partitioned[gpu_type] = {}
             self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
 
-    def copy_state_from(self, other: Capacity) -> None:
+    def copy_state_from(self, other: Capacity, base: Capacity | None = None) -> None:
         """Make this capacity's state exactly `other`'s, a capacity made over the same nodes
         (equal, in the same order): every node's use, the buckets and node sets in their order,
         `free_whole_by_type` and the version numbers; the placement memo starts empty, as
         before any placement. `other` is read, not changed, and shares nothing mutable with
         this one afterwards. Loading carries the capacity after the running work two cycles
         share this way (`cycle_memory`). Every mutable field of a `Capacity` or `NodeState`
-        is copied here: one added to either must be added here too."""
-        self.nodes = [_copied(state) for state in other.nodes]
+        is copied here: one added to either must be added here too.
+
+        `base`: a capacity never changed, whose state `other` was given by this method and
+        has changed since only through its own methods, outside trials (loading's takes).
+        Every change gives a node a number `base` never held, so a node whose version is the
+        one it has in `base` is as there: its state is shared with `base`, not copied. This
+        capacity is then never changed either (the load's kept copy: at 4,000 nodes the
+        running work new in a cycle touches a few hundred)."""
+        if base is None:
+            self.nodes = [_copied(state) for state in other.nodes]
+        else:
+            self.nodes = [
+                kept if kept.version == state.version else _copied(state)
+                for kept, state in zip(base.nodes, other.nodes, strict=True)
+            ]
         self._buckets = {
             gpu_type: [dict(bucket) for bucket in buckets]
             for gpu_type, buckets in other._buckets.items()

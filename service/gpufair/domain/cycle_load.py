@@ -35,11 +35,13 @@ def load(state: CycleState) -> None:
     fresh: list[str] = []
     allocations = state.snapshot.running
     shared = _shared_running(carried.capacity, allocations, carried.running)
+    base: Capacity | None = None  # the kept capacity the load starts from
     if shared:
         # The running work the kept capacity took is loaded as the last load left it: its
         # victims, records and the books' totals copied, none taken again.
         assert carried.capacity is not None and carried.totals is not None
-        state.capacity.copy_state_from(carried.capacity[1])
+        base = carried.capacity[1]
+        state.capacity.copy_state_from(base)
         state.running.update(carried.victims)
         restore_totals(state.books, carried.totals)
         running = dict(carried.running)
@@ -49,7 +51,7 @@ def load(state: CycleState) -> None:
         reused = 0
     reused += load_running(state, carried.running, running, fresh, shared)
     kept = Capacity([])  # holds only the state copied into it, for the next load to copy
-    kept.copy_state_from(state.capacity)
+    kept.copy_state_from(state.capacity, base)  # state.capacity changed since `base`
     # Replaced together: `_shared_running` relies on the records being those of the
     # allocations the kept capacity took.
     carried.capacity = (allocations, kept)

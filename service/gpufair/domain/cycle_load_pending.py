@@ -4,10 +4,12 @@ queue the least CU of every suffix of its items (`CycleState.suffix_min_cu`).
 
 With records carried from the pool's last cycle (`cycle_memory`), the queues are carried: per
 queue, its items (`Pending`) of last time, already in order. A cycle then finds each carried
-workload given again by identity only, in C (`map` over `id`, set membership of its key,
-`cycle_memory`), and keeps each queue's order (dropping what left), so what it does per
-workload in Python is to make its item new again (`cycle_memory`); a queue that lost or gained
-nothing keeps its suffix minima too. Only
+workload given again by identity only, in C: where the pending workloads come in the last
+load's order (some gone, some new), by walking them beside that load's (`_aligned`), which
+names the few gone and leaves every queue that lost none whole; else by set membership of
+each one's key (`map` over `id`, `cycle_memory`). It keeps each queue's order (dropping what
+left), so what it does per workload in Python is to make its item new again
+(`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. Only
 workloads not carried (new, of no leaf queue, of another pool, compute-unit requests, never
 fitting) go through the full path, in the snapshot's order, and are merged into their queues
 by order; a workload the pool never holds (`NEVER_FITS`) keeps its reason from the cycle
@@ -25,9 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
-from itertools import compress
-from operator import attrgetter, not_
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from itertools import compress, count
+from operator import attrgetter, is_not, not_
 
 from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
@@ -53,9 +56,12 @@ signature = attrgetter(
 )
 _by_order = attrgetter("order")
 _workload_of = attrgetter("workload")
+_uid_of = attrgetter("uid")
 
 # Per queue, what the full path loaded: its first position in the snapshot and its items.
 Loaded = dict[str, tuple[int, list[Pending]]]
+# Per queue, its carried workloads not given again, by key (`_aligned`).
+Dropped = dict[str, dict[int, Workload]]
 
 
 def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence[str] = ()) -> int:
@@ -68,33 +74,55 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         _fill(state, _load_each(state, enumerate(pending), None), {}, {}, set(), None)
         return 0
     known = carried.pending
-    ids = [id(workload) >> 4 for workload in pending]  # their keys
-    hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
-    present = set(compress(ids, hits))
+    aligned = _aligned(pending, carried) if known else None
+    present: set[int] = set()  # the keys of the carried workloads given again (not aligned)
+    dropped: Dropped | None = None
+    if aligned is not None:
+        hits, dropped = aligned
+        absent = set().union(*dropped.values())
+        given: Callable[[int], bool] = partial(_not_in, absent)
+        reused = len(known) - len(absent)
+        wanted = sum(1 for name, records in carried.queues.items() if name not in dropped)
+        wanted += sum(len(dropped[name]) < len(carried.queues[name][1]) for name in dropped)
+    else:
+        ids = [id(workload) >> 4 for workload in pending]  # their keys
+        hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
+        present = set(compress(ids, hits))
+        given = present.__contains__
+        reused = len(present)
+        wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
     misses = list(compress(range(len(pending)), map(not_, hits)))
-    if present and _uid_taken(carried, present, [*fresh, *(pending[at].uid for at in misses)]):
+    missed = list(map(pending.__getitem__, misses))  # in C, as `entries` below
+    if reused and _uid_taken(carried, given, [*fresh, *map(_uid_of, missed)]):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
-        hits = [False] * len(ids)
+        hits = [False] * len(pending)
         present = set()
+        given = present.__contains__
+        dropped = None
+        reused = wanted = 0
         misses = list(range(len(pending)))
-    ordinary: set[int] = set()  # loaded items (by identity) of ordinary workloads: kept
+        missed = list(pending)
+    ordinary: dict[int, int] = {}  # loaded items (by identity) of ordinary workloads: kept
     rejected: dict[int, Rejection] = {}
-    entries = ((at, pending[at]) for at in misses)
+    carried.doubled = False
+    entries = zip(misses, missed, strict=True)
     loaded = _load_each(state, entries, ordinary, rejected, carried.rejected)
     carried.rejected = rejected
     # The queues in the order of their first workload, and where that is, to place the queues
     # of the workloads not carried.
-    first = _first_positions(pending, hits, carried.queues, present) if present else {}
+    first = _first_positions(pending, hits, wanted) if reused else {}
     queues: dict[str, QueueRecords] = {}
-    gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary)
+    gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary, dropped)
     carried.queues = queues
-    claimants = state.claimants
-    for item in filter(
-        None, map(carried.by_uid.get, state.leaving_for.keys() | state.standing_claims)
-    ):
-        if id(item.workload) >> 4 in present:
-            claimants.append(item)
+    found = list(
+        filter(None, map(carried.by_uid.get, state.leaving_for.keys() | state.standing_claims))
+    )
+    keys = [id(item.workload) >> 4 for item in found]
+    if dropped is None:
+        state.claimants += compress(found, map(present.__contains__, keys))
+    else:
+        state.claimants += compress(found, map(not_, map(absent.__contains__, keys)))
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
         by_uid = dict(carried.by_uid)
@@ -108,20 +136,110 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
                     by_uid[item.uid] = item
         carried.pending = known
         carried.by_uid = by_uid
-    return len(present)
+    _keep_order(carried, pending, hits, ordinary)
+    return reused
 
 
-def _first_positions(
-    pending: Sequence[Workload],
-    hits: list[bool],
-    queues: dict[str, QueueRecords],
-    present: set[int],
-) -> dict[str, int]:
+def _not_in(absent: set[int], key: int) -> bool:
+    return key not in absent
+
+
+def _keep_order(
+    carried: CarriedLoad, pending: tuple[Workload, ...], hits: list[bool], ordinary: dict[int, int]
+) -> None:
+    """Keep `pending` and, per position, whether its workload is in the carried queues now
+    (`CarriedLoad.order`, what `_aligned` starts from): the carried ones given again (`hits`)
+    and the ordinary ones loaded. A uid loaded twice (the second skipped, `_load_each`) could
+    leave a queued workload at a position marked not queued: no order is kept then."""
+    if ordinary:
+        flags = list(hits)
+        for at in ordinary.values():
+            flags[at] = True
+    else:
+        flags = hits
+    if carried.doubled or sum(flags) != len(carried.pending):
+        carried.order = None
+    else:
+        carried.order = (pending, flags)
+
+
+def _aligned(
+    pending: tuple[Workload, ...], carried: CarriedLoad
+) -> tuple[list[bool], Dropped] | None:
+    """The carried workloads given again found by walking `pending` beside the last load's
+    (`CarriedLoad.order`) by identity, in C over every stretch the two share: per position of
+    `pending`, whether its workload is a carried one (as `carried.pending` holds it), and per
+    queue the keys of its carried workloads not given again. Only where the two part does
+    Python look: a workload the last load queued that comes again further on means the last
+    one's workloads between were dropped; one it did not queue is not carried. None when the
+    order is not kept, when a carried workload comes again out of order or twice (the last
+    load's are then passed before it: it is met after them), or after more partings than a
+    sixteenth of the workloads (new objects, mostly: the table lookups are cheaper then)."""
+    if carried.order is None:
+        return None
+    last, flags = carried.order
+    known = carried.pending
+    size = len(pending)
+    end = len(last)
+    budget = max(1024, size >> 4)
+    hits: list[bool] = []
+    dropped: Dropped = {}
+    left: Iterable[Workload] = ()  # the last load's queued workloads after the last given
+    at = was = 0
+    while True:
+        run = _shared_run(pending, at, last, was)
+        hits += flags[was : was + run]
+        at += run
+        was += run
+        if at == size:
+            left = compress(last[was:], flags[was:])
+            break
+        if was == end:
+            if any(id(workload) >> 4 in known for workload in pending[at:]):
+                return None
+            hits += [False] * (size - at)
+            break
+        budget -= 1
+        if budget < 0:
+            return None
+        if id(pending[at]) >> 4 in known:
+            if flags[was]:
+                workload = last[was]
+                dropped.setdefault(workload.queue, {})[id(workload) >> 4] = workload
+            was += 1
+        else:
+            hits.append(False)
+            at += 1
+    for workload in left:
+        dropped.setdefault(workload.queue, {})[id(workload) >> 4] = workload
+    return hits, dropped
+
+
+def _shared_run(
+    pending: tuple[Workload, ...], at: int, last: tuple[Workload, ...], was: int
+) -> int:
+    """How many positions from `at` in `pending` and from `was` in `last` hold the same
+    objects: compared in C, in slices that double (a few per stretch, not one per workload)."""
+    run = 0
+    step = 64
+    while True:
+        mine = pending[at + run : at + run + step]
+        theirs = last[was + run : was + run + step]
+        parted = next(compress(count(), map(is_not, mine, theirs)), None)
+        if parted is not None:
+            return run + parted
+        length = min(len(mine), len(theirs))
+        run += length
+        if length < step:
+            return run
+        step *= 2
+
+
+def _first_positions(pending: Sequence[Workload], hits: list[bool], wanted: int) -> dict[str, int]:
     """Per queue with carried workloads given again (`hits`, by position in `pending`), the
-    position of its first such workload, in the order of those positions. Which queues have
-    some is known from their records (those whose workloads meet `present`), so the scan ends
-    once it has met them all: a few hundred workloads in, not all of them."""
-    wanted = sum(1 for records in queues.values() if not present.isdisjoint(records[1]))
+    position of its first such workload, in the order of those positions. How many queues
+    have some (`wanted`) is known from their records, so the scan ends once it has met them
+    all: a few hundred workloads in, not all of them."""
     first: dict[str, int] = {}
     for at in compress(range(len(pending)), hits):
         name = pending[at].queue
@@ -132,13 +250,13 @@ def _first_positions(
     return first
 
 
-def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
+def _uid_taken(carried: CarriedLoad, given: Callable[[int], bool], new: list[str]) -> bool:
     """Whether one of `new` (uids of running workloads made anew, of pending ones not carried)
-    is the uid of a carried workload given again."""
+    is the uid of a carried workload given again (`given`, by its key)."""
     by_uid = carried.by_uid
     for uid in new:
         item = by_uid.get(uid)
-        if item is not None and id(item.workload) >> 4 in present:
+        if item is not None and given(id(item.workload) >> 4):
             return True
     return False
 
@@ -146,7 +264,7 @@ def _uid_taken(carried: CarriedLoad, present: set[int], new: list[str]) -> bool:
 def _load_each(
     state: CycleState,
     entries: Iterable[tuple[int, Workload]],
-    ordinary: set[int] | None,
+    ordinary: dict[int, int] | None,
     rejected: dict[int, Rejection] | None = None,
     was_rejected: dict[int, Rejection] | None = None,
 ) -> Loaded:
@@ -154,7 +272,7 @@ def _load_each(
     into per-queue lists of items in that order, with each queue's first position; the first
     of a uid (running ones first) wins. Puts the identity of every item of an ordinary
     workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
-    `ordinary`, and every such workload that never fits, with its reason, into `rejected`
+    `ordinary`, with its position (a second of a uid marks `CarriedLoad.doubled`), and every such workload that never fits, with its reason, into `rejected`
     (None: not kept); one in `was_rejected` (the last cycle's) only has its reason written
     again. A workload of a known signature costs a tuple (`signature`, one C call), a dict
     lookup and its `Pending`."""
@@ -171,6 +289,8 @@ def _load_each(
         workload = submitted
         uid = workload.uid
         if uid in seen or uid in running:
+            if uid in seen and state.carried is not None:
+                state.carried.doubled = True
             continue
         seen.add(uid)
         if was_rejected:
@@ -206,7 +326,7 @@ def _load_each(
             kind.trial_keys[workload.preemptible],
         )
         if usual and ordinary is not None:
-            ordinary.add(id(item))
+            ordinary[id(item)] = at
         if uid in claimed:
             claimants.append(item)
         queue = loaded.get(book.name)
@@ -224,11 +344,13 @@ def _fill(
     carried: dict[str, QueueRecords],
     present: set[int],
     keep: dict[str, QueueRecords] | None,
-    ordinary: set[int] | None = None,
+    ordinary: dict[int, int] | None = None,
+    dropped: Dropped | None = None,
 ) -> list[Workload]:
     """The queues into `state` in the order of their first workload in the snapshot: each
-    queue's carried workloads given again (`present`; `first` holds the queues that have
-    some) and its `loaded` items, merged by order. Puts each queue's ordinary workloads into
+    queue's carried workloads given again (`present`, by key; `first` holds the queues that
+    have some; or, with `dropped`, the keys of each queue's carried workloads not given again, a queue
+    not in it is taken whole) and its `loaded` items, merged by order. Puts each queue's ordinary workloads into
     `keep` (None: not kept); returns the carried workloads not given again."""
     starts = dict(first)
     for name, (at, _) in loaded.items():
@@ -247,13 +369,24 @@ def _fill(
         records: QueueRecords | None = carried.get(name) if name in first else None
         if records is not None:
             kept, ids, cus, least = records
-            if not present.issuperset(ids):
-                given = list(map(present.__contains__, ids))
-                gone += map(_workload_of, compress(kept, map(not_, given)))
-                kept = list(compress(kept, given))
-                ids = list(compress(ids, given))
-                cus = list(compress(cus, given))
-                least = None
+            if dropped is None:
+                taken = None if present.issuperset(ids) else list(map(present.__contains__, ids))
+            else:
+                left = dropped.get(name)
+                taken = None if left is None else list(map(not_, map(left.__contains__, ids)))
+                if left is not None:
+                    gone += left.values()
+            if taken is not None:
+                if dropped is None:
+                    gone += map(_workload_of, compress(kept, map(not_, taken)))
+                kept = list(compress(kept, taken))
+                ids = list(compress(ids, taken))
+                cus = list(compress(cus, taken))
+                if least is not None:
+                    # The items after the last one dropped keep their suffix minima: only
+                    # those before it are found again (binds take a queue's first items).
+                    after = taken[::-1].index(False)
+                    least = _suffix(cus[: len(cus) - after], least[len(least) - 1 - after :])
             for item in kept:  # as new (`cycle_memory`)
                 item.book = book
                 item.code = waiting
@@ -282,7 +415,9 @@ def _fill(
     return gone
 
 
-def _records(items: list[Pending], new: list[Pending], ordinary: set[int]) -> QueueRecords | None:
+def _records(
+    items: list[Pending], new: list[Pending], ordinary: dict[int, int]
+) -> QueueRecords | None:
     """A queue's records: its items of ordinary workloads (`new` ones in `ordinary`), in order."""
     unusual = {id(item) for item in new if id(item) not in ordinary}
     kept = [item for item in items if id(item) not in unusual] if unusual else list(items)
@@ -296,12 +431,14 @@ def _records(items: list[Pending], new: list[Pending], ordinary: set[int]) -> Qu
     )
 
 
-def _suffix(cus: Sequence[float]) -> list[float]:
+def _suffix(cus: Sequence[float], tail: Sequence[float] = (math.inf,)) -> list[float]:
     """suffix[i]: the least of cus[i:] (math.inf past the end), `cus` being the least CU of a
-    queue's items in order; a loop, not `accumulate(..., min)`, which calls `min` through its
-    argument parsing per item."""
-    least = [math.inf] * (len(cus) + 1)
-    lowest = math.inf
+    queue's items in order, followed by `tail`: the suffix minima of the items after them (by
+    default none); a loop, not `accumulate(..., min)`, which calls `min` through its argument
+    parsing per item."""
+    least = [math.inf] * len(cus)
+    least += tail
+    lowest = tail[0]
     for position in range(len(cus) - 1, -1, -1):
         cu = cus[position]
         if cu < lowest:  # noqa: PLR1730 (`min` parses its arguments: slower here)

@@ -94,6 +94,10 @@ class CarriedLoad:
     # copies them.
     victims: dict[str, Running] = field(default_factory=dict)
     totals: BookTotals | None = None
+    # The last load's pending workloads, and per position whether the queues hold its workload
+    # (`cycle_load_pending._aligned`); None: not kept (a uid loaded twice, `doubled`).
+    order: tuple[tuple[Workload, ...], list[bool]] | None = None
+    doubled: bool = False
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
     shared: int = 0  # running allocations the last load found in the kept capacity (same)
 
@@ -113,6 +117,7 @@ class CarriedLoad:
         self.capacity = None
         self.victims = {}
         self.totals = None
+        self.order = None
         return False
 
 
