@@ -29,8 +29,10 @@ from gpufair.domain.snapshot import EvictionInFlight
 CYCLES = 10
 
 
-def _run(seed: int) -> tuple[int, int, int]:
-    """One random run; returns (cycles, records reused, cycles after a change of hardware)."""
+def _run(seed: int, stirred: list[bool] | None = None) -> tuple[int, int, int]:
+    """One random run; returns (cycles, records reused, cycles after a change of hardware).
+    `stirred`: the pending workloads are handed in a stirred order (a few swapped, now and
+    then one twice), and whether each load kept the order for the next is appended."""
     rng = random.Random(seed)
     nodes = _nodes(rng)
     tree = _tree(rng)
@@ -53,12 +55,19 @@ def _run(seed: int) -> tuple[int, int, int]:
             nodes[at] = replace(nodes[at], ready=not nodes[at].ready)
             changes += 1
         shares = {name: rng.choice([0.0, 2.0, 8.0, 30.0, 60.0]) for name in names}
+        pending = list(waiting.values())
+        if stirred is not None and pending:
+            for _ in range(rng.randint(0, 3)):
+                first, second = rng.randrange(len(pending)), rng.randrange(len(pending))
+                pending[first], pending[second] = pending[second], pending[first]
+            if rng.random() < 0.2:
+                pending.insert(rng.randrange(len(pending) + 1), rng.choice(pending))
         snap = snapshot(
             nodes,
             tree.leaves,
             shares,
             running_work=live.values(),
-            pending=waiting.values(),
+            pending=pending,
             now_s=now_s,
             evicting=in_flight + standing,
             inner_queues=tree.inner,
@@ -68,6 +77,8 @@ def _run(seed: int) -> tuple[int, int, int]:
         if cycle % 4 == 3:
             assert carried.reused == 0, (seed, cycle)
         reused += carried.reused
+        if stirred is not None:
+            stirred.append(carried.order is not None)
         for stopped in in_flight:
             victim = live.pop(stopped.victim_uid, None)
             if victim is not None and rng.random() < 0.5:
@@ -89,6 +100,24 @@ def _run(seed: int) -> tuple[int, int, int]:
 def test_a_cycle_with_the_last_cycles_records_decides_as_one_without(seed: int) -> None:
     cycles, _, changes = _run(seed)
     assert (cycles, changes) == (10, 2)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_pending_work_in_a_stirred_order_decides_as_without_records(seed: int) -> None:
+    """The load finds the carried workloads by walking the pending list beside the last one
+    (`cycle_load_pending._aligned`); swapped and repeated workloads must decide the same."""
+    kept: list[bool] = []
+    assert _run(1_000 + seed, kept)[0] == 10
+    assert len(kept) == 10
+
+
+def test_stirred_runs_take_both_ways_of_finding_carried_work() -> None:
+    """Not vacuous: across the stirred runs some loads keep the pending order for the next
+    (the walk) and some do not (the look-ups)."""
+    kept: list[bool] = []
+    for seed in range(30):
+        _run(1_000 + seed, kept)
+    assert sum(kept) > 30 and len(kept) - sum(kept) > 30
 
 
 def test_the_runs_reuse_records() -> None:
