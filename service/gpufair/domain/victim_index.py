@@ -145,21 +145,28 @@ class VictimIndex:
         by_queue = self.by_queue
         ordered = sorted(victims, key=Victim.preference)
         total_gpus = 0.0
+        queue: str | None = None
+        queued: dict[Victim, None] = {}
         for victim in ordered:
-            if len(victim.nodes) == 1:
-                here = on_node.get(victim.nodes[0])
+            nodes = victim.nodes
+            if len(nodes) == 1:
+                here = on_node.get(nodes[0])
                 if here is None:
-                    here = on_node[victim.nodes[0]] = {}
-                here[victim] = victim.uses
+                    on_node[nodes[0]] = {victim: victim.uses}
+                else:
+                    here[victim] = victim.uses
             else:
                 split: dict[int, list[PodUse]] = {}
                 for use in victim.uses:
                     split.setdefault(use.node, []).append(use)
-                for node in victim.nodes:
+                for node in nodes:
                     on_node.setdefault(node, {})[victim] = tuple(split.get(node, ()))
-            queued = by_queue.get(victim.queue)
-            if queued is None:
-                queued = by_queue[victim.queue] = {}
+            if victim.queue != queue:  # tier by tier, a queue in one: neighbours mostly share it
+                queue = victim.queue
+                found = by_queue.get(queue)
+                if found is None:
+                    found = by_queue[queue] = {}
+                queued = found
             queued[victim] = None
             total_gpus += victim.gpus  # summed in this order, as `remove` takes them back
         self.total_gpus = total_gpus
@@ -172,8 +179,7 @@ class VictimIndex:
         self._walks: dict[bool, list[WalkKey]] = {}
         # Per walk, the nodes changed since it was read, each with its key in the walk.
         self._stale: dict[bool, dict[int, WalkKey]] = {}
-        for node in on_node:
-            self._refresh(node)
+        self._set_keys(on_node)
 
     def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
         """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
@@ -265,7 +271,17 @@ class VictimIndex:
                 for whole_gpus, stale in self._stale.items():
                     if node not in stale:  # its key in the walk: the one before its first change
                         stale[node] = (self._whole_key if whole_gpus else self.floor_on_node)[node]
-                self._refresh(node)
+                if here:
+                    for table in self._options.values():
+                        table.pop(node, None)
+                    self._set_keys((node,))
+                else:
+                    # The node leaves the index; its kept options stay, unread: searches read
+                    # the options of nodes with victims only.
+                    del self.on_node[node]
+                    del self.floor_on_node[node]
+                    del self._whole_key[node]
+                    del self.freeable_on_node[node]
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
         """The options found so far for pods of `shape` (victims of a priority class below
@@ -286,43 +302,57 @@ class VictimIndex:
         self._last_table[(id(shape), below, bounded)] = (shape, found)
         return found
 
-    def _refresh(self, node: int) -> None:
-        here = self.on_node[node]
-        if not here:
-            # The node leaves the index; its kept options stay, unread: searches read the
-            # options of nodes with victims only.
-            del self.on_node[node]
-            del self.floor_on_node[node]
-            del self._whole_key[node]
-            del self.freeable_on_node[node]
-            return
-        for table in self._options.values():
-            table.pop(node, None)
-        # Victims come in preference order, so any option's first victim is this one or one
-        # that sorts after it: its tier, class and start bound the option's key.
-        first = next(iter(here))
-        if len(here) == 1:
-            cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
-        else:
-            cheapest = min(victim.cu / victim.gpus if victim.gpus > 0 else 0.0 for victim in here)
-        late = -first.started_at_s
-        self.floor_on_node[node] = (first.tier, cheapest, first.priority_class, late, node)
-        state = self._capacity.nodes[node]
-        used = state.gpu_used.copy()
-        freeable = state.free_whole  # the GPUs of `used` at most EPS
-        whole_tier = first.tier if freeable else NEVER
-        for victim, uses in here.items():
-            for use in uses:
-                amount = use.gpu_amount
-                for gpu in use.gpu_indices:
-                    before = used[gpu]
-                    after = used[gpu] = before - amount
-                    if before > EPS and after <= EPS:
+    def _set_keys(self, nodes: Iterable[int]) -> None:
+        """Make the floor, the key for whole-GPU pods and the GPUs wholly freeable of each of
+        `nodes`, from its victims now (all nodes in one call when the index is built, not one
+        call per node)."""
+        on_node = self.on_node
+        floors = self.floor_on_node
+        whole_keys = self._whole_key
+        freeable_on = self.freeable_on_node
+        states = self._capacity.nodes
+        for node in nodes:
+            here = on_node[node]
+            # Victims come in preference order, so any option's first victim is this one or
+            # one that sorts after it: its tier, class and start bound the option's key.
+            first = next(iter(here))
+            tier = first.tier
+            priority_class = first.priority_class
+            late = -first.started_at_s
+            state = states[node]
+            freeable = state.free_whole  # GPUs used at most EPS, counted on as victims go
+            if len(here) == 1:
+                cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
+                floors[node] = key = (tier, cheapest, priority_class, late, node)
+                uses = here[first]
+                if len(uses) == 1 and len(uses[0].gpu_indices) == 1:
+                    # One victim holding one GPU of the node (three nodes in four of a
+                    # queue's preemption index): its GPU alone is read, no copy of them all.
+                    before = state.gpu_used[uses[0].gpu_indices[0]]
+                    if before > EPS and before - uses[0].gpu_amount <= EPS:
                         freeable += 1
-                        if whole_tier == NEVER:
-                            whole_tier = victim.tier
-        self._whole_key[node] = (whole_tier, cheapest, first.priority_class, late, node)
-        self.freeable_on_node[node] = freeable
+                    whole_keys[node] = (
+                        key if freeable else (NEVER, cheapest, priority_class, late, node)
+                    )
+                    freeable_on[node] = freeable
+                    continue
+            else:
+                cheapest = min(v.cu / v.gpus if v.gpus > 0 else 0.0 for v in here)
+                floors[node] = (tier, cheapest, priority_class, late, node)
+            used = state.gpu_used.copy()
+            whole_tier = tier if freeable else NEVER
+            for victim, uses in here.items():
+                for use in uses:
+                    amount = use.gpu_amount
+                    for gpu in use.gpu_indices:
+                        before = used[gpu]
+                        after = used[gpu] = before - amount
+                        if before > EPS and after <= EPS:
+                            freeable += 1
+                            if whole_tier == NEVER:
+                                whole_tier = victim.tier
+            whole_keys[node] = (whole_tier, cheapest, priority_class, late, node)
+            freeable_on[node] = freeable
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
