@@ -240,57 +240,10 @@ class Capacity:
         return found
 
     def take(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
-        if journal is None:
-            if len(uses) == 1:
-                if self.nodes[uses[0].node].slices is None:
-                    self.take_one(uses[0])  # the same change, cheaper (a bind or hold of one pod)
-                    return
-            elif self._take_whole(uses):
-                return  # the same change, cheaper (a gang's bind or hold)
+        if journal is None and len(uses) == 1 and self.nodes[uses[0].node].slices is None:
+            self.take_one(uses[0])  # the same change, cheaper (a bind or hold of one pod)
+            return
         self._apply(uses, 1, journal)
-
-    def _take_whole(self, uses: Sequence[PodUse]) -> bool:
-        """`take(uses)` outside any trial when every pod takes whole GPUs on a node with no
-        part-used GPU that never held a partition: `take_one`'s counting for each pod, and each
-        node moved to its new bucket once, at the end, in the order first touched, as `_apply`
-        moves them. False, with nothing changed, for any other plan."""
-        nodes = self.nodes
-        touched: dict[int, int] = {}  # by node, in the order first touched: free GPUs as counted
-        for use in uses:
-            if use.gpu_amount != 1.0 or use.slice_mask:
-                return False
-            index = use.node
-            if index not in touched:
-                state = nodes[index]
-                if state.partial_gpus or state.slices is not None:
-                    return False
-                touched[index] = state.free_whole
-        self.version = version = self._next_version
-        self._next_version += 1
-        for use in uses:
-            index = use.node
-            state = nodes[index]
-            state.version = version
-            used = state.gpu_used
-            free_whole = touched[index]
-            for gpu in use.gpu_indices:
-                if used[gpu] <= EPS:
-                    free_whole -= 1
-                used[gpu] += 1.0
-            touched[index] = free_whole
-            state.cpu_free -= use.cpu_millicores
-            state.memory_free -= use.memory_mib
-        for index, free_whole in touched.items():
-            state = nodes[index]
-            before = state.free_whole
-            if free_whole != before:
-                gpu_type = state.gpu_type
-                buckets = self._buckets[gpu_type]
-                del buckets[before][index]
-                buckets[free_whole][index] = None
-                self.free_whole_by_type[gpu_type] += free_whole - before
-                state.free_whole = free_whole
-        return True
 
     def take_one(self, use: PodUse) -> None:
         """`take((use,))`, outside any trial: what loading running work does once per running

@@ -203,11 +203,8 @@ class CycleState:
         return item.workload.gpus_per_pod * self.weight(gpu_type)
 
     def pods_allowed(self, item: Pending, gpu_type: str, within_share: bool) -> int:
-        """The pods of `item` its queue's limits allow on `gpu_type`, at most its own; without
-        a call to `max_pods` where it answers `UNCAPPED` (asked once per claim, `cycle_claims`)."""
+        """The pods of `item` its queue's limits allow on `gpu_type`, at most its own."""
         workload = item.workload
-        if not within_share and item.book.unlimited and workload.preemptible:
-            return min(UNCAPPED[0], workload.pods)
         allowed, _ = self.max_pods(item.book, workload, gpu_type, within_share)
         return min(allowed, workload.pods)
 

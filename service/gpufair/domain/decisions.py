@@ -101,14 +101,8 @@ def evicted_capacity_one(
 ) -> Reservation:
     """`evicted_capacity` of one pod held on `node`: the common hold, whose node names and
     bindings are each one item."""
-    record: Reservation = _new_object(Reservation)
-    uid_, kind_, type_, nodes_, held_ = _RESERVATION
-    uid_(record, workload_uid)
-    kind_(record, _EVICTED_CAPACITY)
-    type_(record, gpu_type)
-    nodes_(record, (node,))
-    held_(record, (pod_binding(0, node, gpu_indices, gpu_fraction, partition_start),))
-    return record
+    held = (pod_binding(0, node, gpu_indices, gpu_fraction, partition_start),)
+    return evicted_capacity(workload_uid, gpu_type, (node,), held)
 
 
 def evict_decision(
