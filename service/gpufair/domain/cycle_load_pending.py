@@ -15,9 +15,9 @@ fitting) go through the full path, in the snapshot's order, and are merged into 
 by order; a workload the pool never holds (`NEVER_FITS`) keeps its reason from the cycle
 before. The queues come in the order of their first workload in the snapshot, as when every
 workload is loaded anew, and everything is what a load without carried records makes: a
-workload's kind, order and never-fits reason are functions of the workload and of the pool's hardware and queues
-(equal, or the records are dropped), and a uid loaded twice is loaded as without records (the
-carried queues are not used then).
+workload's kind, order and never-fits reason are functions of the workload and of the pool's
+hardware and queues (equal, or the records are dropped), and a uid loaded twice is loaded as
+without records (the carried queues are not used then).
 
 Loading also finds the claimants (`CycleState.claimants`: the workloads evictions were made
 for, `cycle_claims`): carried ones by uid, the others as they are loaded, so no phase reads
