@@ -263,3 +263,31 @@ def test_queues_are_carried_in_order_and_a_uid_given_twice_drops_them() -> None:
     assert [item.uid for item in carried.queues["team"][0]] == ["w0", "w1", "w9", "w3"]
     cycle([jobs[3], jobs[0]], (running(replace(jobs[0], pods=1), [("n1", (0,))]),))
     assert carried.reused == 0
+
+
+def test_a_new_object_with_the_uid_of_a_carried_workload_drops_the_queues() -> None:
+    """A pending workload not given before whose uid is that of a carried one given again is
+    found by the uid check (`cycle_load_pending._uid_taken`), and everything is loaded as
+    without records (the first of a uid wins); a workload the last load found never fitting,
+    given again, is not asked (no queued workload has its uid) and keeps its reason."""
+    team = queue("team", 1.0)
+    nodes = [node("n1", gpus=2)]
+    jobs = [workload(f"w{i}", "team", pods=2, submit_time_s=float(i)) for i in range(3)]
+    big = workload("big", "team", pods=3, submit_time_s=0.5)  # 3 GPUs: never on 2
+    carried = CarriedLoad()
+
+    def cycle(pending: list[Workload]) -> None:
+        snap = snapshot(nodes, [team], {"team": 1.0}, pending=pending)
+        with_carried = run_cycle(snap, carried)
+        without = run_cycle(snap)
+        assert with_carried == without
+        assert list(with_carried.pending) == list(without.pending)
+
+    cycle([*jobs, big])
+    assert (carried.reused, len(carried.pending), len(carried.rejected)) == (0, 3, 1)
+    cycle([*jobs, big])
+    assert (carried.reused, len(carried.pending), len(carried.rejected)) == (3, 3, 1)
+    twin = replace(jobs[1], submit_time_s=0.25)  # a new object with w1's uid, first
+    cycle([twin, *jobs, big])
+    assert (carried.reused, len(carried.pending), len(carried.rejected)) == (0, 3, 1)
+    assert [item.workload for item in carried.queues["team"][0]] == [jobs[0], twin, jobs[2]]

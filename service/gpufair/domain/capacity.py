@@ -173,6 +173,21 @@ class Capacity:
             self._partitioned[gpu_type] = {}
             self.free_whole_by_type[gpu_type] = sum(self.nodes[i].gpu_count for i in members)
 
+    def copy(self, base: Capacity | None = None) -> Capacity:
+        """A capacity over the same nodes in exactly this one's state (`copy_state_from`, with
+        `base` as there), without building its nodes first: what is fixed once a capacity is
+        built (the node indices by name and by type, the largest GPU count per type) is shared,
+        never changed after construction; the topology domains are found again on need.
+        Loading keeps a copy of the capacity after its running work this way, and starts the
+        next cycle's capacity from a copy of that one (`cycle_memory`)."""
+        copy = Capacity.__new__(Capacity)
+        copy.index_of = self.index_of
+        copy.by_type = self.by_type
+        copy.max_gpus = self.max_gpus
+        copy._domains = {}
+        copy.copy_state_from(self, base)
+        return copy
+
     def copy_state_from(self, other: Capacity, base: Capacity | None = None) -> None:
         """Make this capacity's state exactly `other`'s, a capacity made over the same nodes
         (equal, in the same order): every node's use, the buckets and node sets in their order,

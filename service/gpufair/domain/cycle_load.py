@@ -5,18 +5,15 @@ order inside a queue: priority class, highest first, then submit time)."""
 from __future__ import annotations
 
 from itertools import islice
-from operator import is_
 
 from gpufair.domain.capacity import Capacity, PodUse, binding_gpus, uses_of
 from gpufair.domain.cycle_load_pending import load_pending
 from gpufair.domain.cycle_memory import (
-    RunningCapacity,
     RunningRecord,
     book_totals,
     restore_totals,
 )
 from gpufair.domain.cycle_state import CycleState, Running
-from gpufair.domain.model import Allocation
 from gpufair.domain.victim_search import Victim
 
 
@@ -30,18 +27,18 @@ def load(state: CycleState) -> None:
         load_evicting(state)
         load_pending(state, None)
         return
-    if carried.valid_for(state.snapshot):
+    if state.carried_valid:
         state.kinds.update(carried.kinds)
     fresh: list[str] = []
     allocations = state.snapshot.running
-    shared = _shared_running(carried.capacity, allocations, carried.running)
+    shared = state.shared_running
     base: Capacity | None = None  # the kept capacity the load starts from
     if shared:
-        # The running work the kept capacity took is loaded as the last load left it: its
-        # victims, records and the books' totals copied, none taken again.
+        # The running work the kept capacity took is loaded as the last load left it: the
+        # capacity is a copy of the kept one (`CycleState`), its victims, records and the
+        # books' totals copied, none taken again.
         assert carried.capacity is not None and carried.totals is not None
         base = carried.capacity[1]
-        state.capacity.copy_state_from(base)
         state.running.update(carried.victims)
         restore_totals(state.books, carried.totals)
         running = dict(carried.running)
@@ -50,10 +47,11 @@ def load(state: CycleState) -> None:
         running = {}
         reused = 0
     reused += load_running(state, carried.running, running, fresh, shared)
-    kept = Capacity([])  # holds only the state copied into it, for the next load to copy
-    kept.copy_state_from(state.capacity, base)  # state.capacity changed since `base`
-    # Replaced together: `_shared_running` relies on the records being those of the
-    # allocations the kept capacity took.
+    # The copy kept for the next load: it shares with `base` every node the new running work
+    # left as there (state.capacity changed since `base` only by the takes above).
+    kept = state.capacity.copy(base)
+    # Replaced together: `CarriedLoad.shared_running` relies on the records being those of
+    # the allocations the kept capacity took.
     carried.capacity = (allocations, kept)
     carried.running = running
     carried.victims = state.running  # not copied: no phase changes it after this load
@@ -63,28 +61,6 @@ def load(state: CycleState) -> None:
     reused += load_pending(state, carried, fresh)
     carried.kinds = dict(state.kinds)
     carried.reused = reused
-
-
-def _shared_running(
-    kept: RunningCapacity | None,
-    allocations: tuple[Allocation, ...],
-    before: dict[int, RunningRecord],
-) -> int:
-    """How many running allocations the load may skip taking, starting from the kept capacity:
-    all those the kept capacity took, when `allocations` begin with exactly them (the same
-    objects, in order) and `before` holds one record for each (else 0: so when they hold a uid
-    twice, whose second allocation has no record). `before` is what the load that kept the
-    capacity recorded, replaced with it (`load`): a record of each allocation it took but
-    those of a uid taken before, so a record each when there are as many."""
-    if kept is None:
-        return 0
-    taken = kept[0]
-    count = len(taken)
-    if count == 0 or count > len(allocations) or len(before) != count:
-        return 0
-    if not all(map(is_, taken, allocations[:count])):
-        return 0
-    return count
 
 
 def load_running(
@@ -215,6 +191,11 @@ def load_running(
 
 
 def load_evicting(state: CycleState) -> None:
+    """Evictions in flight: each victim still running leaves (`CycleState.leaving`), its queue's
+    book no longer counts it (`QueueBook.remove`, done inline for a book without limited
+    queues above it: the same sums in the same order) and counts it as evicting, and it is
+    listed for its beneficiary (`leaving_for`); a victim that has stopped leaves a standing
+    claim. Hot in the cycle after one that evicted (10,000 evictions at 4,000 nodes)."""
     running = state.running
     leaving = state.leaving
     books = state.books
@@ -230,12 +211,22 @@ def load_evicting(state: CycleState) -> None:
             continue
         if victim_uid in leaving:
             continue
+        leaving.add(victim_uid)  # the key of `running` is its victim's uid
         victim = found.victim
-        leaving.add(victim.uid)
+        cu = victim.cu
         book = books.get(victim.queue)
         if book is not None:
-            book.remove(victim.cu, victim.gpus, victim.gpu_type, found.preemptible)
-            book.evicting_cu += victim.cu
+            if book.ancestors:
+                book.remove(cu, victim.gpus, victim.gpu_type, found.preemptible)
+            else:
+                book.answers = None
+                book.allocated_cu -= cu  # `add(-cu, ...)`: x + -y is x - y, bit for bit
+                if not found.preemptible:
+                    book.nonpreemptible_cu -= cu
+                by_type = book.gpus_by_type
+                gpu_type = victim.gpu_type
+                by_type[gpu_type] = by_type.get(gpu_type, 0.0) - victim.gpus
+            book.evicting_cu += cu
         beneficiary = eviction.beneficiary_uid
         if beneficiary is not None:
             victims = leaving_for.get(beneficiary)

@@ -56,7 +56,6 @@ signature = attrgetter(
 )
 _by_order = attrgetter("order")
 _workload_of = attrgetter("workload")
-_uid_of = attrgetter("uid")
 
 # Per queue, what the full path loaded: its first position in the snapshot and its items.
 Loaded = dict[str, tuple[int, list[Pending]]]
@@ -93,7 +92,12 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
     misses = list(compress(range(len(pending)), map(not_, hits)))
     missed = list(map(pending.__getitem__, misses))  # in C, as `entries` below
-    if reused and _uid_taken(carried, given, [*fresh, *map(_uid_of, missed)]):
+    # A workload the last load found never fitting, given again, is not among those asked:
+    # after any load no queued workload has the uid of one it rejected (each uid is loaded
+    # once, and one taken from the carried queues is never also loaded).
+    was_rejected = carried.rejected
+    new = [workload.uid for workload in missed if id(workload) not in was_rejected]
+    if reused and _uid_taken(carried, given, [*fresh, *new]):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
         hits = [False] * len(pending)
@@ -115,14 +119,17 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary, dropped)
     carried.queues = queues
-    found = list(
-        filter(None, map(carried.by_uid.get, state.leaving_for.keys() | state.standing_claims))
-    )
-    keys = [id(item.workload) >> 4 for item in found]
+    claimed = state.leaving_for.keys() | state.standing_claims
     if dropped is None:
+        found = list(filter(None, map(carried.by_uid.get, claimed)))
+        keys = [id(item.workload) >> 4 for item in found]
         state.claimants += compress(found, map(present.__contains__, keys))
     else:
-        state.claimants += compress(found, map(not_, map(absent.__contains__, keys)))
+        # The carried item of a uid is the only one of that uid in the carried queues (a uid
+        # given twice is loaded without records): a claimant's item is dropped exactly when
+        # its uid is one of the dropped workloads', so the items are not read.
+        claimed -= {workload.uid for left in dropped.values() for workload in left.values()}
+        state.claimants += filter(None, map(carried.by_uid.get, claimed))
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
         by_uid = dict(carried.by_uid)
@@ -132,7 +139,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         for _, items in loaded.values():
             for item in items:
                 if id(item) in ordinary:
-                    known[id(item.workload) >> 4] = item.workload
+                    known[id(item.workload) >> 4] = None
                     by_uid[item.uid] = item
         carried.pending = known
         carried.by_uid = by_uid

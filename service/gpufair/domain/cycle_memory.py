@@ -41,6 +41,7 @@ load, never changed in place: a shallow copy of a `CarriedLoad` is its state at 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import is_
 
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.cycle_state import Kind, Pending, Running
@@ -84,7 +85,10 @@ class CarriedLoad:
     inputs: Inputs | None = None
     running: dict[int, RunningRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecords] = field(default_factory=dict)
-    pending: dict[int, Workload] = field(default_factory=dict)  # the queues' workloads by key
+    # The keys of the queues' workloads, to None: the queues' items keep the workloads alive
+    # (so no key is reused while it is here), and a table of numbers only is one the
+    # collector does not track (its young pass after a cycle never reads it).
+    pending: dict[int, None] = field(default_factory=dict)
     by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
     rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
@@ -119,6 +123,24 @@ class CarriedLoad:
         self.totals = None
         self.order = None
         return False
+
+    def shared_running(self, allocations: tuple[Allocation, ...]) -> int:
+        """How many running allocations a load may skip taking, starting from the kept
+        capacity: all those the kept capacity took, when `allocations` begin with exactly them
+        (the same objects, in order) and `running` holds one record for each (else 0: so when
+        they hold a uid twice, whose second allocation has no record). `running` is what the
+        load that kept the capacity recorded, replaced with it (`cycle_load`): a record of
+        each allocation it took but those of a uid taken before, so a record each when there
+        are as many. Asked once the records are known to be valid (`valid_for`)."""
+        if self.capacity is None:
+            return 0
+        taken = self.capacity[0]
+        count = len(taken)
+        if count == 0 or count > len(allocations) or len(self.running) != count:
+            return 0
+        if not all(map(is_, taken, allocations[:count])):
+            return 0
+        return count
 
 
 def book_totals(books: dict[str, QueueBook]) -> BookTotals:

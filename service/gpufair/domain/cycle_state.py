@@ -134,7 +134,17 @@ class CycleState:
         pool_nodes = [node for node in snapshot.nodes if node.pool == self.pool.name]
         ready = [node for node in pool_nodes if node.ready]
         shapes = geometries(snapshot.gpu_types)
-        self.capacity = Capacity(ready, shapes)
+        # With carried records (`cycle_memory`): whether they were made over this snapshot's
+        # pool, hardware and queues (if not, they are dropped here), and how many of the
+        # running allocations the kept capacity took (`cycle_load` skips those). The capacity
+        # then starts as a copy of the kept one, its nodes not built first.
+        self.carried_valid = carried is not None and carried.valid_for(snapshot)
+        self.shared_running = 0 if carried is None else carried.shared_running(snapshot.running)
+        if self.shared_running:
+            assert carried is not None and carried.capacity is not None
+            self.capacity = carried.capacity[1].copy()
+        else:
+            self.capacity = Capacity(ready, shapes)
         hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes, shapes)
         self.pool_room = PoolRoom(hardware)
         ancestors = _limit_ancestors(snapshot)
