@@ -21,8 +21,8 @@ moved between free-GPU buckets), so it is carried only where that order is the s
 load keeps a copy of the capacity after all its running work, with the running allocations it
 took, and a load whose running allocations begin with exactly those objects, in that order
 (compared by identity), starts from a copy of it and takes only the allocations after them
-(`Capacity.copy_state_from`: the same uses, buckets in the same order, the same version
-numbers). With it the load keeps what that running work made of the rest: the victims (uid to
+(`Capacity.copy`: the same uses, buckets in the same order, the same version numbers; the
+cycle's capacity is that copy, made when the cycle's state is, `CycleState`). With it the load keeps what that running work made of the rest: the victims (uid to
 `Running`, in order) and the queue books' totals (`book_totals`: the same sums, added in the
 same order), so those allocations are not read at all. The rest of the books and the claims'
 holds are built afresh each cycle, in the snapshot's order, from the carried records exactly as
