@@ -211,8 +211,8 @@ def load_evicting(state: CycleState) -> None:
             continue
         if victim_uid in leaving:
             continue
-        leaving.add(victim_uid)  # the key of `running` is its victim's uid
         victim = found.victim
+        leaving.add(victim.uid)  # the string the phases test (`victim.uid in leaving`)
         cu = victim.cu
         book = books.get(victim.queue)
         if book is not None:
