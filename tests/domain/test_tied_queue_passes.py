@@ -18,7 +18,7 @@ def _tied_snapshot(preempt: bool) -> object:
     work = []
     # Every GPU taken: by the tied queues' own low-class work (preempt), or by a queue
     # without a share (reclaim).
-    owners = names + ["victim"] if preempt else ["victim"] * 4
+    owners = [*names, "victim"] if preempt else ["victim"] * 4
     for number, name in enumerate(owners):
         for index in range(8):
             job = workload(f"{name}-r{number}-{index}", name, priority_class=0)
