@@ -13,8 +13,10 @@ first, its victims indexed) when those victims could not free a pod's whole GPUs
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
+from operator import attrgetter
 
 from gpufair.domain.capacity import EPS, Capacity
 from gpufair.domain.cycle_evict import commit
@@ -22,6 +24,8 @@ from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Ask, Exclusion
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
+
+_by_order = attrgetter("order")
 
 
 def preempt(state: CycleState) -> None:
@@ -42,47 +46,6 @@ def preempt(state: CycleState) -> None:
     for key, victims in own.items():
         found = lowest_on[key] = min(victim.priority_class for victim in victims)
         lowest[key[0]] = min(lowest.get(key[0], found), found)
-    # Someone to preempt at all, on a type the workload could use: a workload without one
-    # could only fail (no class below its own on any of its types), and later workloads of
-    # its queue, of no higher class, fail the same way whatever it left in the memo.
-    # The type test is the same for every workload of a queue with the same kind (so types)
-    # and class: answered once per (queue, kind, class). A queue's workloads are sorted by
-    # (-priority class, submit time, uid) (`cycle_load`), so its first at or below the floor
-    # ends its list.
-    # Neighbours in a queue's list are mostly of one kind and class: the last answer is kept.
-    codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
-    on_some_type: dict[tuple[str, int, int], bool] = {}
-    wanting: dict[str, list[Pending]] = {}  # per queue, in its order
-    for name, items in state.queue_pending.items():
-        floor = lowest.get(name)
-        if floor is None:
-            continue
-        queued: list[Pending] = []
-        append = queued.append
-        last_kind: object = None
-        last_class = 0
-        answer = False
-        for item in items:
-            priority_class = item.workload.priority_class
-            if priority_class <= floor:
-                break
-            if item.done or item.code not in codes:
-                continue
-            kind = item.kind
-            if kind is not last_kind or priority_class != last_class:
-                last_kind, last_class = kind, priority_class
-                asked = (name, id(kind), priority_class)
-                known = on_some_type.get(asked)
-                if known is None:
-                    known = on_some_type[asked] = any(
-                        priority_class > lowest_on.get((name, gpu_type), math.inf)
-                        for gpu_type in kind.types
-                    )
-                answer = known
-            if answer:
-                append(item)
-        if queued:
-            wanting[name] = queued
     state.preempt_own = own
     for key, victims in own.items():
         totals: dict[int, list[float]] = {}
@@ -93,23 +56,96 @@ def preempt(state: CycleState) -> None:
         state.preempt_totals[key] = totals
     failed: set[tuple[object, ...]] = set()
     budgets: dict[tuple[str, int], VictimBudget] = {}
-    # (queue, kind id) whose every type has no victims in the queue or failed in the memo: a
-    # later workload of that kind in that queue would only pass over them again, so it is not
-    # tried (both only hold more as the phase goes on).
-    dead: set[tuple[str, int]] = set()
-    for item in state.by_queue_order(wanting):
-        name = item.book.name
-        if (name, id(item.kind)) in dead or _try_preempt(state, item, failed, budgets):
+    # Per queue, the trials (`Pending.trial`, either preemptibility: types and placement
+    # problem, all the test reads of a kind) whose every type has no victims in the queue or
+    # failed in the memo: a later workload of one in that queue would only pass over them
+    # again, so it is not tried (both only hold more as the phase goes on).
+    dead: dict[str, set[int]] = {}
+    # The queues that have victims, in the order of `CycleState.by_queue_order`; each queue's
+    # workloads that want to preempt (`_Wanting`) are read in place as they come (what a
+    # workload is then is what it was when the phase began: a try changes only its own), and
+    # the queues tied in the order are merged by workload order.
+    pending = state.queue_pending
+    for run in state.queue_runs(name for name in pending if name in lowest):
+        if len(run) == 1:
+            name = run[0]
+            _preempt_queue(
+                state,
+                _wanting(pending[name], name, lowest[name], lowest_on),
+                dead.setdefault(name, set()),
+                failed,
+                budgets,
+            )
             continue
+        wanted = [list(_wanting(pending[name], name, lowest[name], lowest_on)) for name in run]
+        for item in heapq.merge(*wanted, key=_by_order):
+            _preempt_queue(state, (item,), dead.setdefault(item.book.name, set()), failed, budgets)
+    # Only this phase reads them: later evictions need not keep them current.
+    state.preempt_index = {}
+    state.preempt_totals = {}
+
+
+def _wanting(
+    items: list[Pending], name: str, floor: int, lowest_on: dict[tuple[str, str], int]
+) -> Iterator[Pending]:
+    """The workloads of queue `name` (its `items`, in order) that want to preempt: not placed,
+    its reason still no room or over its share, with someone to preempt at all on a type it
+    could use. A workload without one could only fail (no class below its own on any of its
+    types), and later workloads of its queue, of no higher class, fail the same way whatever
+    it left in the memo. The type test is the same for every workload of the queue with the
+    same kind (so types) and class: answered once per (kind, class). A queue's workloads are
+    sorted by (-priority class, submit time, uid) (`cycle_load`), so its first at or below the
+    `floor` (its victims' lowest class) ends its list. Neighbours in a queue's list are mostly
+    of one kind and class: the last answer is kept."""
+    codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
+    on_some_type: dict[tuple[int, int], bool] = {}
+    last_kind: object = None
+    last_class = 0
+    answer = False
+    for item in items:
+        priority_class = item.workload.priority_class
+        if priority_class <= floor:
+            return
+        if item.done or item.code not in codes:
+            continue
+        kind = item.kind
+        if kind is not last_kind or priority_class != last_class:
+            last_kind, last_class = kind, priority_class
+            asked = (id(kind), priority_class)
+            known = on_some_type.get(asked)
+            if known is None:
+                known = on_some_type[asked] = any(
+                    priority_class > lowest_on.get((name, gpu_type), math.inf)
+                    for gpu_type in kind.types
+                )
+            answer = known
+        if answer:
+            yield item
+
+
+def _preempt_queue(
+    state: CycleState,
+    items: Iterable[Pending],
+    dead: set[int],
+    failed: set[tuple[object, ...]],
+    budgets: dict[tuple[str, int], VictimBudget],
+) -> None:
+    """`_try_preempt` each of `items` (of one queue, whose dead trials are `dead`) in turn,
+    but those of a trial found dead; a trial is found dead after a try that evicted nothing
+    when each of its types has no victims in the queue or failed in the memo (`failed`)."""
+    own = state.preempt_own
+    for item in items:
+        trial = item.trial
+        if trial in dead or _try_preempt(state, item, failed, budgets):
+            continue
+        name = item.book.name
         memo_key = item.kind.memo_key
         if all(
             (name, gpu_type) not in own or (name, gpu_type, memo_key) in failed
             for gpu_type in item.types
         ):
-            dead.add((name, id(item.kind)))
-    # Only this phase reads them: later evictions need not keep them current.
-    state.preempt_index = {}
-    state.preempt_totals = {}
+            dead.add(trial)
+            dead.add(trial ^ 1)
 
 
 # Preemption reads no held nodes (every node is open to the workload's search).

@@ -11,7 +11,10 @@ and workloads whose try could only fail are passed over without one (`_reclaim_i
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Iterable
+from operator import attrgetter
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
@@ -26,6 +29,8 @@ from gpufair.domain.victim_search import (
     VictimIndex,
     select_victims,
 )
+
+_by_order = attrgetter("order")
 
 
 def reclaim(state: CycleState) -> None:
@@ -45,14 +50,11 @@ def reclaim(state: CycleState) -> None:
             )
         ):
             by_type.setdefault(victim.gpu_type, []).append(victim)
-    # Per queue, its workloads wanting capacity, in its order (`CycleState.by_queue_order`).
-    wanting: dict[str, list[Pending]] = {}
-    short = PendingCode.NO_CAPACITY
-    for name, items in state.queue_pending.items():
-        queued = [item for item in items if item.code is short and not item.done]
-        if queued:
-            wanting[name] = queued
-    if not wanting or not (by_type or state.leaving_for):
+    # The workloads wanting capacity (`_wants`) are read where they are, in the queues' lists
+    # (`_reclaim_in_order`); here only whether there is one.
+    if not (by_type or state.leaving_for) or not any(
+        _wants(item) for items in state.queue_pending.values() for item in items
+    ):
         return
     # Reclaim only shrinks a victim queue's surplus, and the reclaimers, within their share,
     # never gain one: a victim too big for its queue's surplus now never becomes one.
@@ -81,48 +83,79 @@ def reclaim(state: CycleState) -> None:
         )
         for name, found in by_type.items()
     }
-    _reclaim_in_order(state, state.by_queue_order(wanting))
+    _reclaim_in_order(state)
     # Only this phase reads them: later evictions need not keep them current.
     state.reclaim_index = {}
     state.budgets = {}
 
 
-def _reclaim_in_order(state: CycleState, ordered: list[Pending]) -> None:
-    """`_try_reclaim` each of `ordered`, except those whose try could only fail without a
-    search, which decides nothing and changes nothing but the failure memo:
+_SHORT = PendingCode.NO_CAPACITY
 
-    - a workload whose kind has every type failed in the memo (it only grows), in any queue;
+
+def _wants(item: Pending) -> bool:
+    """Whether `item` wants capacity reclaimed: within its share, it did not fit."""
+    return item.code is _SHORT and not item.done
+
+
+def _reclaim_in_order(state: CycleState) -> None:
+    """`_try_reclaim` each workload wanting capacity (`_wants`) in the order of
+    `CycleState.by_queue_order`, except those whose try could only fail without a search, which
+    decides nothing and changes nothing but the failure memo:
+
+    - a workload whose trial (`Pending.trial`: types and placement problem, what the memo's keys
+      read of its kind) has every type failed in the memo (it only grows), in any queue;
     - a workload the share test (`QueueBook.max_pods`, within share) refuses on every type: its
       queue's room in its share is below the gang minimum at the kind's cheapest CU per pod
-      (`_least_cu_in_share`). That test caps every queue, with limits or without.
+      (`_least_cu_in_share`, which reads only the trial's types, GPUs per pod and gang minimum).
+      That test caps every queue, with limits or without.
 
-    Workloads with victims already leaving for them skip the memo, so they are always tried."""
+    Workloads with victims already leaving for them skip the memo, so they are always tried.
+    Hot: one pass over every pending workload. The queues' lists are read in place (a queue
+    tied with none in the order gives its list as it is; tied queues are merged as
+    `by_queue_order` merges them); whether a workload wants capacity is read when it comes,
+    which is what it was before the phase began: a try changes only its own workload. Most
+    workloads are passed over on their trial alone."""
     failed = state.reclaim_failed
     leaving_for = state.leaving_for
-    dead_kinds: set[int] = set()  # id of a kind whose every type is in the memo
-    least_cu: dict[int, float] = {}  # kind id → `_least_cu_in_share`
-    # Most items are passed over: the kind's identity is read once, and the leaving look-up
-    # is made first only for an item a skip would pass over.
-    for item in ordered:
-        kind = item.kind
-        kind_id = id(kind)
-        if kind_id in dead_kinds:
-            if item.uid in leaving_for:
+    # The workloads wanting capacity that victims already leave for: claimants all
+    # (`CycleState.claimants`), usually none or a few.
+    leaving = {item.uid for item in state.claimants if _wants(item) and item.uid in leaving_for}
+    dead: set[int] = set()  # `Pending.trial` (either preemptibility) with every type in the memo
+    least_cu: dict[int, float] = {}  # `Pending.trial` → `_least_cu_in_share`
+    short = _SHORT
+    pending = state.queue_pending
+    for run in state.queue_runs(pending):
+        if len(run) == 1:
+            items: Iterable[Pending] = pending[run[0]]
+        else:
+            items = heapq.merge(
+                *([item for item in pending[name] if _wants(item)] for name in run),
+                key=_by_order,
+            )
+        for item in items:
+            if item.code is not short or item.done:
+                continue
+            trial = item.trial
+            if trial in dead:
+                if leaving and item.uid in leaving:
+                    _try_reclaim(state, item)
+                continue
+            if leaving and item.uid in leaving:
                 _try_reclaim(state, item)
-            continue
-        if item.uid in leaving_for:
-            _try_reclaim(state, item)
-            continue
-        book = item.book
-        least = least_cu.get(kind_id)
-        if least is None:
-            least = least_cu[kind_id] = _least_cu_in_share(kind, item.workload.gang_min_pods)
-        if book.fair_share_cu - book.allocated_cu + EPS < least:
-            continue
-        if _try_reclaim(state, item) is None:
-            memo_key = kind.memo_key
-            if all((gpu_type, memo_key) in failed for gpu_type in kind.types):
-                dead_kinds.add(kind_id)
+                continue
+            book = item.book
+            least = least_cu.get(trial)
+            if least is None:
+                least = _least_cu_in_share(item.kind, item.workload.gang_min_pods)
+                least_cu[trial] = least_cu[trial ^ 1] = least
+            if book.fair_share_cu - book.allocated_cu + EPS < least:
+                continue
+            if _try_reclaim(state, item) is None:
+                kind = item.kind
+                memo_key = kind.memo_key
+                if all((gpu_type, memo_key) in failed for gpu_type in kind.types):
+                    dead.add(trial)
+                    dead.add(trial ^ 1)
 
 
 def _least_cu_in_share(kind: Kind, pods: int) -> float:
