@@ -177,3 +177,24 @@ def test_the_pools_take_the_hold_on_the_victims_node_both_ways() -> None:
             _after_claims(_pool(seed)[0])
     assert seen["whole"] >= 50 and seen["limited"] >= 20, seen
     assert seen["shared"] >= 3 and seen["free before"] >= 2, seen
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_hold_of_two_pods_names_its_nodes_in_index_order_once(seed: int) -> None:
+    """`CycleState.hold` names a gang of two's nodes without a set and a sort: the same names."""
+    rng = random.Random(seed)
+    snap, _ = _pool(seed)
+    state = CycleState(snap)
+    load(state)
+    items = [item for items in state.queue_pending.values() for item in items]
+    capacity = state.capacity
+    for item in rng.sample(items, min(len(items), 6)):
+        nodes = [rng.randrange(len(capacity.nodes)) for _ in range(2)]
+        if rng.random() < 0.3:
+            nodes[1] = nodes[0]
+        gpu_type = capacity.nodes[nodes[0]].gpu_type
+        plan = [PodUse(index, (pod,), 1.0, 0, 0) for pod, index in enumerate(nodes)]
+        state.hold(item, gpu_type, plan)
+        expected = tuple(capacity.nodes[index].name for index in sorted(set(nodes)))
+        assert state.reservations[-1].nodes == expected
+        assert item.held_nodes == len(expected)

@@ -42,6 +42,7 @@ from gpufair.domain.victim_search import Victim
 
 _WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 _uses = attrgetter("uses")  # a victim's pods
+_new_tuple = tuple.__new__  # a `PodUse` made without its Python-level `__new__`
 
 
 def honour_claims(state: CycleState) -> None:
@@ -201,7 +202,7 @@ def _hold_on_victim_node(
         elif len(freed) > 1:
             freed.sort()
         taken = tuple(freed[:whole])
-        use = PodUse(index, taken, 1.0, need_cpu, need_memory)
+        use = _new_tuple(PodUse, (index, taken, 1.0, need_cpu, need_memory, 0))  # `PodUse(...)`
         fraction = 1.0
     else:
         plan = place_one_released(capacity, shape, one)
