@@ -10,8 +10,13 @@ import pytest
 from cycle_builders import A100, RTX4090, V100, node, queue, snapshot, workload
 
 from gpufair.domain.cycle_state import CycleState
-from gpufair.domain.decisions import bind_decision, evict_decision, evicted_capacity
-from gpufair.domain.model import pod_binding
+from gpufair.domain.decisions import (
+    bind_decision,
+    evict_decision,
+    evicted_capacity,
+    evicted_capacity_one,
+)
+from gpufair.domain.model import PodBinding, pod_binding
 from gpufair.domain.snapshot import (
     BindDecision,
     EvictDecision,
@@ -92,6 +97,17 @@ def test_decision_records_equal_their_constructors() -> None:
     held = evicted_capacity("w", V100.name, ("n0", "n1"), bindings)
     assert held == Reservation(
         "w", ReservationKind.EVICTED_CAPACITY, V100.name, ("n0", "n1"), bindings
+    )
+    one = evicted_capacity_one("w", V100.name, "n1", (0,), 0.5, 3)
+    assert one == Reservation(
+        "w",
+        ReservationKind.EVICTED_CAPACITY,
+        V100.name,
+        ("n1",),
+        (PodBinding(0, "n1", (0,), 0.5, 3),),
+    )
+    assert repr(one) == repr(
+        evicted_capacity("w", V100.name, ("n1",), (pod_binding(0, "n1", (0,), 0.5, 3),))
     )
     evict = evict_decision("v", "q", EvictReason.RECLAIM, "why", "w", 4.0)
     assert evict == EvictDecision("v", "q", EvictReason.RECLAIM, "why", "w", 4.0)

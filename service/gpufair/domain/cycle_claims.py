@@ -17,7 +17,9 @@ Where the gang would go once its victims stop is the placement after their relea
 no pod of the gang has room now (the usual case: the pool is full), only the nodes they free can
 take it, and it is worked out among those without releasing anything (`placement_release`; for one
 victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a
-journal, placed, restored.
+journal, placed, restored. That common claim, once its trial is settled (`_Memo`), is placed and
+held in one step (`_hold_on_victim_node`: the arithmetic of `place_one_released` and `hold`,
+without their calls, lists and the queue's limits asked where the book cannot cap the pod).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
+from gpufair.domain.capacity import EPS, Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
+from gpufair.domain.decisions import evicted_capacity_one
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.placement_release import (
     UNDECIDED,
@@ -34,18 +37,37 @@ from gpufair.domain.placement_release import (
     place_one_released,
     place_released,
 )
+from gpufair.domain.snapshot import PendingCode
 from gpufair.domain.victim_search import Victim
 
+_WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 _uses = attrgetter("uses")  # a victim's pods
+_new_tuple = tuple.__new__  # a `PodUse` made without its Python-level `__new__`
 
 
 def honour_claims(state: CycleState) -> None:
     memo = _Memo()
     exclusion = Exclusion()  # claims may use every node; never changed, so shared
     journal = Journal()  # emptied by each `restore`
+    settled = memo.settled
+    leaving_for = state.leaving_for
     for item in state.in_queue_order(state.claimants):
         book = item.book
         before_cu = book.allocated_cu
+        if id(item.kind.trial) in settled:
+            # The common claim of a trial settled both ways is decided before anything else of
+            # its turn is looked at: no type is tried on free capacity, and the victim's node
+            # is the one candidate. Any other claim of it takes the turn in `_serve`.
+            leaving = leaving_for.get(item.uid)
+            if not leaving:
+                book.claimed_cu += book.allocated_cu - before_cu
+                continue  # every victim has stopped and the claim did not fit: it lapses
+            if len(leaving) == 1:
+                uses = leaving[0].uses
+                if len(uses) == 1 and not uses[0].slice_mask:
+                    _hold_on_victim_node(state, item, uses[0], None)
+                    book.claimed_cu += book.allocated_cu - before_cu
+                    continue
         _serve(state, item, memo, exclusion, journal)
         book.claimed_cu += book.allocated_cu - before_cu
 
@@ -76,18 +98,6 @@ def _serve(
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
     kind = item.kind
     trial = id(kind.trial)
-    if trial in memo.settled:
-        # The common claim of a trial settled both ways is decided before anything else of
-        # its turn is looked at: no type is tried on free capacity, and the victim's node is
-        # the one candidate. Any other claim of it takes the turn below.
-        leaving = state.leaving_for.get(item.uid)
-        if not leaving:
-            return  # every victim has stopped and the claim did not fit: it lapses
-        if len(leaving) == 1:
-            uses = leaving[0].uses
-            if len(uses) == 1 and not uses[0].slice_mask:
-                _hold_on_victim_node(state, item, uses[0], {})
-                return
     # The pods the queue's limits allow per type, asked only of the types tried (nothing
     # changes the queue's book before the bind or hold that ends the claim's turn); a type
     # whose kind did not fit free capacity earlier in the phase is not tried on it again.
@@ -136,17 +146,86 @@ def _serve(
 
 
 def _hold_on_victim_node(
-    state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int]
+    state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None
 ) -> None:
     """What `_where_released` comes to for the common claim (one pod for the one pod `one`)
     when every type of its trial is decided among the freed nodes: the victim's node is the
-    one candidate, on its type (`place_one_released`)."""
+    one candidate, on its type (`place_one_released`), and the pod is held there
+    (`CycleState.hold`). Hot (8,054 of 9,576 claims at 4,000 nodes): for whole GPUs the
+    placement and the hold are made here in one go, with the same arithmetic, records and
+    order of changes as `place_one_released` and `hold`; `allowed`: the pods allowed per type
+    already asked in the turn (None: none)."""
     capacity = state.capacity
-    gpu_type = capacity.nodes[one.node].gpu_type
-    if gpu_type in item.kind.types and _pods(state, item, gpu_type, allowed) >= 1:
-        plan = place_one_released(capacity, item.kind.shape, one)
-        if plan is not None:
-            state.hold(item, gpu_type, plan)
+    index, gpus, amount, cpu, memory, _ = one
+    node = capacity.nodes[index]
+    gpu_type = node.gpu_type
+    kind = item.kind
+    if gpu_type not in kind.types:
+        return
+    workload = item.workload
+    book = item.book
+    # `pods_allowed` answers an unlimited book's preemptible work with the workload's own pods
+    # (`UNCAPPED`); any other ask goes through it.
+    if (
+        not (book.unlimited and workload.preemptible and workload.pods >= 1)
+        and _pods(state, item, gpu_type, {} if allowed is None else allowed) < 1
+    ):
+        return
+    shape = kind.shape
+    whole = shape.whole_gpus
+    if whole:
+        # `place_one_released` for whole GPUs: the node's untouched GPUs once the victim is
+        # gone, the first by index.
+        used = node.gpu_used
+        free_before = free_whole = node.free_whole
+        freed: list[int] = []  # the victim's GPUs that the release leaves untouched
+        for gpu in gpus:
+            before = used[gpu]
+            if before <= EPS:
+                free_whole -= 1
+            if before + -amount <= EPS:
+                free_whole += 1
+                freed.append(gpu)
+        if free_whole < whole:
+            return
+        need_cpu, need_memory = shape.cpu_millicores, shape.memory_mib
+        if need_cpu > 0 and (node.cpu_free + cpu) // need_cpu < 1:
+            return
+        if need_memory > 0 and (node.memory_free + memory) // need_memory < 1:
+            return
+        if free_before:
+            freed = [
+                gpu
+                for gpu, before in enumerate(used)
+                if (before + -amount if gpu in gpus else before) <= EPS
+            ]
+        elif len(freed) > 1:
+            freed.sort()
+        taken = tuple(freed[:whole])
+        use = _new_tuple(PodUse, (index, taken, 1.0, need_cpu, need_memory, 0))  # `PodUse(...)`
+        fraction = 1.0
+    else:
+        plan = place_one_released(capacity, shape, one)
+        if plan is None:
+            return
+        use = plan[0]  # no partition: `slice_mask` 0
+        taken = use.gpu_indices
+        fraction = use.gpu_amount if shape.shares_gpu else 1.0
+    # `hold` of that one pod: taken on top of the victim, its record, the queue's book.
+    if node.slices is None:
+        capacity.take_one(use)
+    else:
+        capacity.take((use,))
+    gpus_held = workload.gpus_per_pod
+    cu = gpus_held * state.weights.get(gpu_type, 0.0)
+    book.add(cu, gpus_held, gpu_type, workload.preemptible)
+    book.reserved_cu += cu
+    item.done = True
+    item.code = _WAITING
+    item.held_nodes = 1
+    state.reservations.append(
+        evicted_capacity_one(item.uid, gpu_type, node.name, taken, fraction, None)
+    )
 
 
 def _where_released(

@@ -418,7 +418,16 @@ class CycleState:
             gpus = workload.gpus_per_pod  # `len(plan) * gpus_per_pod`: the same number
         else:
             capacity.take(plan)
-            names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+            if len(plan) == 2:  # a gang of two: its node names in index order, no set or sort
+                first, second = plan[0].node, plan[1].node
+                if first == second:
+                    names: tuple[str, ...] = (nodes[first].name,)
+                elif first < second:
+                    names = (nodes[first].name, nodes[second].name)
+                else:
+                    names = (nodes[second].name, nodes[first].name)
+            else:
+                names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
             held_nodes = len(names)
             record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
             gpus = len(plan) * workload.gpus_per_pod

@@ -17,6 +17,8 @@ for one victim pod, is decided on that one node without a `ReleasedNode`
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse, ReleasedNode
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import PodShape, fit_on
@@ -161,8 +163,8 @@ def _place_shared(
     return [PodUse(first.state.index, (gpu,), fraction, shape.cpu_millicores, shape.memory_mib)]
 
 
-def _bucket_order(node: ReleasedNode) -> tuple[int, int]:
-    return (node.free_whole, node.moved)
+# A released node's place in `place`'s reading order: (free GPUs after, order of its last move).
+_bucket_order = attrgetter("free_whole", "moved")
 
 
 def _assign(node: ReleasedNode, shape: PodShape, count: int) -> list[PodUse]:
