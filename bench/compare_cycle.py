@@ -9,6 +9,10 @@ Run from the repository root, e.g. the code before issue 14, main, and this chec
 Each checkout's code is imported from `TREE/service`; the pools are built by this checkout's
 `bench_cycle.py`, so every version decides over the same snapshots. Prints one Markdown row per
 mix, size and checkout: wall and CPU medians, and each median's ratio to the first checkout's.
+
+A checkout written `TREE@PYTHON` runs under that interpreter (one with this project's
+dependencies, e.g. a virtual environment's `bin/python`) instead of the one running this script:
+the same code on two builds of Python, side by side, e.g. `--trees .,.@OTHER_VENV/bin/python`.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ BENCH = Path(__file__).resolve().parent / "bench_cycle.py"
 
 
 def run(tree: str, mix: str, size: int, repeats: int, gc: str, carry: bool) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"))
-    command = [sys.executable, str(BENCH), "--json", "--mix", mix, "--sizes", str(size)]
+    """One `bench_cycle.py --json` run of the checkout `tree` (`TREE` or `TREE@PYTHON`)."""
+    root, _, python = tree.partition("@")
+    env = dict(os.environ, PYTHONPATH=str(Path(root).resolve() / "service"))
+    command = [python or sys.executable, str(BENCH), "--json", "--mix", mix, "--sizes", str(size)]
     command += ["--repeats", str(repeats), "--gc", gc] + (["--carry"] if carry else [])
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     line: dict[str, object] = json.loads(output.strip().splitlines()[-1])
