@@ -24,7 +24,7 @@ from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import Allocation, Workload
-from gpufair.domain.snapshot import EvictionInFlight
+from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight
 
 CYCLES = 10
 
@@ -235,6 +235,14 @@ def test_records_are_kept_only_for_objects_given_again() -> None:
     assert carried.reused == 0
 
 
+def _decides_as_without_records(snap: CycleSnapshot, carried: CarriedLoad) -> None:
+    """A cycle given `carried` decides as one without records, reasons in the same order."""
+    with_carried = run_cycle(snap, carried)
+    without = run_cycle(snap)
+    assert with_carried == without
+    assert list(with_carried.pending) == list(without.pending)
+
+
 def test_queues_are_carried_in_order_and_a_uid_given_twice_drops_them() -> None:
     """Pending work is carried as whole queues: the next cycle takes the workloads given again
     (3 of 4 here, in their order, with one new one merged in by order) and decides as a cycle
@@ -250,10 +258,7 @@ def test_queues_are_carried_in_order_and_a_uid_given_twice_drops_them() -> None:
 
     def cycle(pending: list[Workload], running: tuple[Allocation, ...] = ()) -> None:
         snap = snapshot(nodes, [team], {"team": 1.0}, running_work=running, pending=pending)
-        with_carried = run_cycle(snap, carried)
-        without = run_cycle(snap)
-        assert with_carried == without
-        assert list(with_carried.pending) == list(without.pending)
+        _decides_as_without_records(snap, carried)
 
     cycle([*jobs, big])
     assert (carried.reused, len(carried.pending), len(carried.rejected)) == (0, 4, 1)
@@ -278,10 +283,7 @@ def test_a_new_object_with_the_uid_of_a_carried_workload_drops_the_queues() -> N
 
     def cycle(pending: list[Workload]) -> None:
         snap = snapshot(nodes, [team], {"team": 1.0}, pending=pending)
-        with_carried = run_cycle(snap, carried)
-        without = run_cycle(snap)
-        assert with_carried == without
-        assert list(with_carried.pending) == list(without.pending)
+        _decides_as_without_records(snap, carried)
 
     cycle([*jobs, big])
     assert (carried.reused, len(carried.pending), len(carried.rejected)) == (0, 3, 1)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from gpufair.domain.capacity import EPS, Journal, PodUse, ReleasedNode
+from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.decisions import evicted_capacity_one
 from gpufair.domain.placement import Exclusion
@@ -36,6 +36,7 @@ from gpufair.domain.placement_release import (
     only_released,
     place_one_released,
     place_released,
+    released_whole_gpus,
 )
 from gpufair.domain.snapshot import PendingCode
 from gpufair.domain.victim_search import Victim
@@ -151,12 +152,12 @@ def _hold_on_victim_node(
     """What `_where_released` comes to for the common claim (one pod for the one pod `one`)
     when every type of its trial is decided among the freed nodes: the victim's node is the
     one candidate, on its type (`place_one_released`), and the pod is held there
-    (`CycleState.hold`). Hot (8,054 of 9,576 claims at 4,000 nodes): for whole GPUs the
-    placement and the hold are made here in one go, with the same arithmetic, records and
-    order of changes as `place_one_released` and `hold`; `allowed`: the pods allowed per type
-    already asked in the turn (None: none)."""
+    (`CycleState.hold`). Hot (8,054 of 9,576 claims at 4,000 nodes): the placement
+    (`released_whole_gpus` for whole GPUs, without a plan list) and the hold are made here in
+    one go, with the same records and order of changes as `place_one_released` and `hold`;
+    `allowed`: the pods allowed per type already asked in the turn (None: none)."""
     capacity = state.capacity
-    index, gpus, amount, cpu, memory, _ = one
+    index = one.node
     node = capacity.nodes[index]
     gpu_type = node.gpu_type
     kind = item.kind
@@ -174,35 +175,12 @@ def _hold_on_victim_node(
     shape = kind.shape
     whole = shape.whole_gpus
     if whole:
-        # `place_one_released` for whole GPUs: the node's untouched GPUs once the victim is
-        # gone, the first by index.
-        used = node.gpu_used
-        free_before = free_whole = node.free_whole
-        freed: list[int] = []  # the victim's GPUs that the release leaves untouched
-        for gpu in gpus:
-            before = used[gpu]
-            if before <= EPS:
-                free_whole -= 1
-            if before + -amount <= EPS:
-                free_whole += 1
-                freed.append(gpu)
-        if free_whole < whole:
+        # `place_one_released` for whole GPUs, without its plan list.
+        taken = released_whole_gpus(node, shape, one)
+        if taken is None:
             return
-        need_cpu, need_memory = shape.cpu_millicores, shape.memory_mib
-        if need_cpu > 0 and (node.cpu_free + cpu) // need_cpu < 1:
-            return
-        if need_memory > 0 and (node.memory_free + memory) // need_memory < 1:
-            return
-        if free_before:
-            freed = [
-                gpu
-                for gpu, before in enumerate(used)
-                if (before + -amount if gpu in gpus else before) <= EPS
-            ]
-        elif len(freed) > 1:
-            freed.sort()
-        taken = tuple(freed[:whole])
-        use = _new_tuple(PodUse, (index, taken, 1.0, need_cpu, need_memory, 0))  # `PodUse(...)`
+        # `PodUse(index, taken, 1.0, cpu, memory)`
+        use = _new_tuple(PodUse, (index, taken, 1.0, shape.cpu_millicores, shape.memory_mib, 0))
         fraction = 1.0
     else:
         plan = place_one_released(capacity, shape, one)

@@ -192,12 +192,23 @@ def place_one_released(capacity: Capacity, shape: PodShape, use: PodUse) -> list
     """`place_released(capacity, gpu_type, shape, 1, capacity.released([(use,)]))` for a
     `shape` of whole GPUs or sharing one and a `use` without a partition on a node of
     `gpu_type`: the one node the release frees is the only candidate, so the pod goes there if
-    it fits after the release, on its first free GPUs by index (whole GPUs; worked out from the
-    node's own lists, nothing copied) or as `_place_shared` picks a GPU."""
-    index, gpus, amount, cpu, memory, _ = use
-    state = capacity.nodes[index]
+    it fits after the release, on its first free GPUs by index (whole GPUs,
+    `released_whole_gpus`) or as `_place_shared` picks a GPU."""
+    state = capacity.nodes[use.node]
     if not shape.whole_gpus:
         return _place_shared_one(state, shape, use)
+    taken = released_whole_gpus(state, shape, use)
+    if taken is None:
+        return None
+    return [PodUse(use.node, taken, 1.0, shape.cpu_millicores, shape.memory_mib)]
+
+
+def released_whole_gpus(state: NodeState, shape: PodShape, use: PodUse) -> tuple[int, ...] | None:
+    """The GPUs one pod of `shape` (whole GPUs) takes on the node of `use` (no partition) once
+    `use` is released: its first untouched GPUs by index (`_assign`), or None when the pod does
+    not fit there then (GPUs, CPU or memory; `_whole_fits`). Worked out from the node's own
+    lists, nothing copied: only the victim's own change, by `_move`'s arithmetic."""
+    _, gpus, amount, cpu, memory, _ = use
     used = state.gpu_used
     free_before = free_whole = state.free_whole
     freed: list[int] = []  # the victim's GPUs that the release leaves untouched
@@ -209,17 +220,14 @@ def place_one_released(capacity: Capacity, shape: PodShape, use: PodUse) -> list
             free_whole += 1
             freed.append(gpu)
     whole = shape.whole_gpus
-    count = free_whole // whole  # `_whole_fits`
-    if not count:
+    if free_whole < whole:
         return None
     need_cpu, need_memory = shape.cpu_millicores, shape.memory_mib
-    if need_cpu > 0 and (state.cpu_free + cpu) // need_cpu < count:
-        count = (state.cpu_free + cpu) // need_cpu
-    if need_memory > 0 and (state.memory_free + memory) // need_memory < count:
-        count = (state.memory_free + memory) // need_memory
-    if count <= 0:
+    if need_cpu > 0 and (state.cpu_free + cpu) // need_cpu < 1:
         return None
-    if free_before:  # `_assign`: the first untouched GPUs by index after the release
+    if need_memory > 0 and (state.memory_free + memory) // need_memory < 1:
+        return None
+    if free_before:  # the node had untouched GPUs before: the first by index after the release
         freed = [
             gpu
             for gpu, before in enumerate(used)
@@ -227,7 +235,7 @@ def place_one_released(capacity: Capacity, shape: PodShape, use: PodUse) -> list
         ]
     elif len(freed) > 1:
         freed.sort()
-    return [PodUse(index, tuple(freed[:whole]), 1.0, need_cpu, need_memory)]
+    return tuple(freed[:whole])
 
 
 def _place_shared_one(state: NodeState, shape: PodShape, use: PodUse) -> list[PodUse] | None:
