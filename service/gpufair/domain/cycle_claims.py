@@ -17,9 +17,8 @@ Where the gang would go once its victims stop is the placement after their relea
 no pod of the gang has room now (the usual case: the pool is full), only the nodes they free can
 take it, and it is worked out among those without releasing anything (`placement_release`; for one
 victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a
-journal, placed, restored. That common claim, once its trial is settled (`_Memo`), is placed and
-held in one step (`_hold_on_victim_node`: the arithmetic of `place_one_released` and `hold`,
-without their calls, lists and the queue's limits asked where the book cannot cap the pod).
+journal, placed, restored. That common claim, once its trial is settled (`_Memo`), goes straight
+to its victim's node in `honour_claims`' own loop (`_hold_on_victim_node`: no plan lists).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from operator import attrgetter
 
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.decisions import evicted_capacity_one
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.placement_release import (
     UNDECIDED,
@@ -38,10 +36,8 @@ from gpufair.domain.placement_release import (
     place_released,
     released_whole_gpus,
 )
-from gpufair.domain.snapshot import PendingCode
 from gpufair.domain.victim_search import Victim
 
-_WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 _uses = attrgetter("uses")  # a victim's pods
 _new_tuple = tuple.__new__  # a `PodUse` made without its Python-level `__new__`
 
@@ -152,58 +148,29 @@ def _hold_on_victim_node(
     """What `_where_released` comes to for the common claim (one pod for the one pod `one`)
     when every type of its trial is decided among the freed nodes: the victim's node is the
     one candidate, on its type (`place_one_released`), and the pod is held there
-    (`CycleState.hold`). Hot (8,054 of 9,576 claims at 4,000 nodes): the placement
-    (`released_whole_gpus` for whole GPUs, without a plan list) and the hold are made here in
-    one go, with the same records and order of changes as `place_one_released` and `hold`;
-    `allowed`: the pods allowed per type already asked in the turn (None: none)."""
+    (`CycleState.hold_one`). Hot (8,054 of 9,576 claims at 4,000 nodes): for whole GPUs the
+    placement is `released_whole_gpus`, without a plan list; `allowed`: the pods allowed per
+    type already asked in the turn (None: none)."""
     capacity = state.capacity
     index = one.node
-    node = capacity.nodes[index]
-    gpu_type = node.gpu_type
-    kind = item.kind
-    if gpu_type not in kind.types:
+    gpu_type = capacity.nodes[index].gpu_type
+    if gpu_type not in item.kind.types:
         return
-    workload = item.workload
-    book = item.book
-    # `pods_allowed` answers an unlimited book's preemptible work with the workload's own pods
-    # (`UNCAPPED`); any other ask goes through it.
-    if (
-        not (book.unlimited and workload.preemptible and workload.pods >= 1)
-        and _pods(state, item, gpu_type, {} if allowed is None else allowed) < 1
-    ):
+    if _pods(state, item, gpu_type, {} if allowed is None else allowed) < 1:
         return
-    shape = kind.shape
-    whole = shape.whole_gpus
-    if whole:
-        # `place_one_released` for whole GPUs, without its plan list.
-        taken = released_whole_gpus(node, shape, one)
+    shape = item.kind.shape
+    if shape.whole_gpus:
+        taken = released_whole_gpus(capacity.nodes[index], shape, one)
         if taken is None:
             return
         # `PodUse(index, taken, 1.0, cpu, memory)`
         use = _new_tuple(PodUse, (index, taken, 1.0, shape.cpu_millicores, shape.memory_mib, 0))
-        fraction = 1.0
     else:
         plan = place_one_released(capacity, shape, one)
         if plan is None:
             return
-        use = plan[0]  # no partition: `slice_mask` 0
-        taken = use.gpu_indices
-        fraction = use.gpu_amount if shape.shares_gpu else 1.0
-    # `hold` of that one pod: taken on top of the victim, its record, the queue's book.
-    if node.slices is None:
-        capacity.take_one(use)
-    else:
-        capacity.take((use,))
-    gpus_held = workload.gpus_per_pod
-    cu = gpus_held * state.weights.get(gpu_type, 0.0)
-    book.add(cu, gpus_held, gpu_type, workload.preemptible)
-    book.reserved_cu += cu
-    item.done = True
-    item.code = _WAITING
-    item.held_nodes = 1
-    state.reservations.append(
-        evicted_capacity_one(item.uid, gpu_type, node.name, taken, fraction, None)
-    )
+        use = plan[0]
+    state.hold_one(item, gpu_type, use)
 
 
 def _where_released(

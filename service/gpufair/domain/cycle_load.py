@@ -192,8 +192,7 @@ def load_running(
 
 def load_evicting(state: CycleState) -> None:
     """Evictions in flight: each victim still running leaves (`CycleState.leaving`), its queue's
-    book no longer counts it (`QueueBook.remove`, done inline for a book without limited
-    queues above it: the same sums in the same order) and counts it as evicting, and it is
+    book no longer counts it (`QueueBook.remove`) and counts it as evicting, and it is
     listed for its beneficiary (`leaving_for`); a victim that has stopped leaves a standing
     claim. Hot in the cycle after one that evicted (10,000 evictions at 4,000 nodes)."""
     running = state.running
@@ -213,20 +212,10 @@ def load_evicting(state: CycleState) -> None:
             continue
         victim = found.victim
         leaving.add(victim.uid)  # the string the phases test (`victim.uid in leaving`)
-        cu = victim.cu
         book = books.get(victim.queue)
         if book is not None:
-            if book.ancestors:
-                book.remove(cu, victim.gpus, victim.gpu_type, found.preemptible)
-            else:
-                book.answers = None
-                book.allocated_cu -= cu  # `add(-cu, ...)`: x + -y is x - y, bit for bit
-                if not found.preemptible:
-                    book.nonpreemptible_cu -= cu
-                by_type = book.gpus_by_type
-                gpu_type = victim.gpu_type
-                by_type[gpu_type] = by_type.get(gpu_type, 0.0) - victim.gpus
-            book.evicting_cu += cu
+            book.remove(victim.cu, victim.gpus, victim.gpu_type, found.preemptible)
+            book.evicting_cu += victim.cu
         beneficiary = eviction.beneficiary_uid
         if beneficiary is not None:
             victims = leaving_for.get(beneficiary)

@@ -393,47 +393,44 @@ class CycleState:
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
-        per claimant and per eviction plan): one pod is taken (`Capacity.take_one` where the
-        node never held a partition, as `take` would) and named without the general path's
-        sets and sorts, and its record is built in one call (`evicted_capacity_one`)."""
-        capacity = self.capacity
-        nodes = capacity.nodes
-        workload = item.workload
+        per claimant and per eviction plan): a plan of one pod is held by `hold_one`."""
         if len(plan) == 1:
-            use = plan[0]
-            node = nodes[use.node]
-            if node.slices is None:
-                capacity.take_one(use)
-            else:
-                capacity.take(plan)
-            held_nodes = 1
-            record = evicted_capacity_one(
-                item.uid,
-                gpu_type,
-                node.name,
-                use.gpu_indices,
-                use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
-                start_of(use.slice_mask) if use.slice_mask else None,
-            )
-            gpus = workload.gpus_per_pod  # `len(plan) * gpus_per_pod`: the same number
+            self.hold_one(item, gpu_type, plan[0])
+            return
+        nodes = self.capacity.nodes
+        self.capacity.take(plan)
+        names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+        record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
+        self._held(item, gpu_type, len(plan) * item.workload.gpus_per_pod, len(names), record)
+
+    def hold_one(self, item: Pending, gpu_type: str, use: PodUse) -> None:
+        """`hold` of a plan of one pod, `use`: taken by `Capacity.take_one` where the node never
+        held a partition (as `take` would), named without the general path's sets and sorts,
+        its record built in one call (`evicted_capacity_one`)."""
+        capacity = self.capacity
+        node = capacity.nodes[use.node]
+        if node.slices is None:
+            capacity.take_one(use)
         else:
-            capacity.take(plan)
-            if len(plan) == 2:  # a gang of two: its node names in index order, no set or sort
-                first, second = plan[0].node, plan[1].node
-                if first == second:
-                    names: tuple[str, ...] = (nodes[first].name,)
-                elif first < second:
-                    names = (nodes[first].name, nodes[second].name)
-                else:
-                    names = (nodes[second].name, nodes[first].name)
-            else:
-                names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
-            held_nodes = len(names)
-            record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
-            gpus = len(plan) * workload.gpus_per_pod
+            capacity.take((use,))
+        record = evicted_capacity_one(
+            item.uid,
+            gpu_type,
+            node.name,
+            use.gpu_indices,
+            use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
+            start_of(use.slice_mask) if use.slice_mask else None,
+        )
+        self._held(item, gpu_type, item.workload.gpus_per_pod, 1, record)
+
+    def _held(
+        self, item: Pending, gpu_type: str, gpus: float, held_nodes: int, record: Reservation
+    ) -> None:
+        """What a hold of `gpus` GPUs on `held_nodes` nodes, recorded as `record`, leaves: the
+        queue's book counts them (as reserved too), and the workload is done, waiting."""
         cu = gpus * self.weights.get(gpu_type, 0.0)
         book = item.book
-        book.add(cu, gpus, gpu_type, workload.preemptible)
+        book.add(cu, gpus, gpu_type, item.workload.preemptible)
         book.reserved_cu += cu
         item.done = True
         item.code = _WAITING

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from gpufair.domain.model import PodBinding
+from gpufair.domain.model import PodBinding, pod_binding
 from gpufair.domain.snapshot import (
     BindDecision,
     EvictDecision,
@@ -38,9 +38,6 @@ def _setters(
 _BIND = _setters(
     BindDecision,
     ("workload_uid", "queue", "gpu_type", "bindings", "cu", "over_fair_share", "gpus_by_type"),
-)
-_BINDING = _setters(
-    PodBinding, ("pod_index", "node", "gpu_indices", "gpu_fraction", "partition_start")
 )
 _RESERVATION = _setters(Reservation, ("workload_uid", "kind", "gpu_type", "nodes", "held"))
 _EVICT = _setters(
@@ -103,22 +100,9 @@ def evicted_capacity_one(
     partition_start: int | None,
 ) -> Reservation:
     """`evicted_capacity` of one pod held on `node`: the common hold, whose node names and
-    bindings are each one item (`pod_binding(0, node, ...)`), both records filled here."""
-    binding: PodBinding = _new_object(PodBinding)
-    index_, node_, gpus_, fraction_, start_ = _BINDING
-    index_(binding, 0)
-    node_(binding, node)
-    gpus_(binding, gpu_indices)
-    fraction_(binding, gpu_fraction)
-    start_(binding, partition_start)
-    record: Reservation = _new_object(Reservation)
-    uid_, kind_, type_, nodes_, held_ = _RESERVATION
-    uid_(record, workload_uid)
-    kind_(record, _EVICTED_CAPACITY)
-    type_(record, gpu_type)
-    nodes_(record, (node,))
-    held_(record, (binding,))
-    return record
+    bindings are each one item."""
+    held = (pod_binding(0, node, gpu_indices, gpu_fraction, partition_start),)
+    return evicted_capacity(workload_uid, gpu_type, (node,), held)
 
 
 def evict_decision(
