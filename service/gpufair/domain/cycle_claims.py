@@ -156,7 +156,13 @@ def _hold_on_victim_node(
     gpu_type = capacity.nodes[index].gpu_type
     if gpu_type not in item.kind.types:
         return
-    if _pods(state, item, gpu_type, {} if allowed is None else allowed) < 1:
+    # `max_pods`'s first answer, without its calls: an unlimited book's preemptible work beyond
+    # the share is not capped (`UNCAPPED`); any other ask goes through `pods_allowed`.
+    book = item.book
+    workload = item.workload
+    if not (book.unlimited and workload.preemptible and workload.pods >= 1) and (
+        _pods(state, item, gpu_type, {} if allowed is None else allowed) < 1
+    ):
         return
     shape = item.kind.shape
     if shape.whole_gpus:
