@@ -3,6 +3,11 @@ pools (every mix, several sizes and seeds) with this checkout's code and with th
 checkout, and compares the `CycleResult`s field by field: binds, evictions, pending reasons,
 reservations and queue summaries, floats bit for bit (by `repr`).
 
+The mix `carried` is a chain as the service runs it: a steady cycle, then three next cycles,
+each given the records the cycle before it loaded (`cycle_memory.CarriedLoad`) and each run
+again without them; every cycle of the chain is compared with the reference's, and each carried
+cycle with its own run without records (`carried/...: next2 carried != uncarried`).
+
 Run from the repository root:
 
     PYTHONPATH=service python bench/cycle_equivalence.py --reference OTHER_CHECKOUT
@@ -40,17 +45,41 @@ def _parts(result: CycleResult) -> dict[str, str]:
     }
 
 
+def _digest(result: CycleResult) -> dict[str, str]:
+    return {
+        name: hashlib.sha256(text.encode()).hexdigest() for name, text in _parts(result).items()
+    }
+
+
+def _chain(size: int, seed: int) -> dict[str, str]:
+    """The `carried` mix: a digest of each field of each cycle of the chain, and a mark of
+    each carried cycle that decided otherwise than the same cycle without records."""
+    from gpufair.domain.cycle_memory import CarriedLoad
+
+    carried = CarriedLoad()
+    snapshot = build_snapshot(size, seed=seed)
+    out: dict[str, str] = {}
+    for step in ("steady", "next1", "next2", "next3"):
+        result = run_cycle(snapshot, carried)
+        fields = _digest(result)
+        out |= {f"{step} {name}": digest for name, digest in fields.items()}
+        if fields != _digest(run_cycle(snapshot)):
+            out[f"{step} carried != uncarried"] = "differs"
+        snapshot = next_snapshot(snapshot, result)
+    return out
+
+
 def digests(cases: list[tuple[str, int, int]]) -> dict[str, dict[str, str]]:
     """Per case `mix/size/seed`, a digest of each field of its result."""
     out = {}
     for mix, size, seed in cases:
+        if mix == "carried":
+            out[f"{mix}/{size}/{seed}"] = _chain(size, seed)
+            continue
         snapshot = build_snapshot(size, scrambled=mix == "scrambled", seed=seed)
         if mix == "next":
             snapshot = next_snapshot(snapshot, run_cycle(snapshot))
-        parts = _parts(run_cycle(snapshot))
-        out[f"{mix}/{size}/{seed}"] = {
-            name: hashlib.sha256(text.encode()).hexdigest() for name, text in parts.items()
-        }
+        out[f"{mix}/{size}/{seed}"] = _digest(run_cycle(snapshot))
     return out
 
 
@@ -68,7 +97,7 @@ def main() -> None:
     parser.add_argument("--reference", help="root of the checkout to compare with")
     parser.add_argument("--sizes", default="100,300,1000", help="node counts, comma-separated")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N per mix and size")
-    parser.add_argument("--mix", default="steady,next,scrambled")
+    parser.add_argument("--mix", default="steady,next,scrambled", help="and/or carried")
     parser.add_argument("--json", action="store_true", help="print the digests as JSON and stop")
     args = parser.parse_args()
     cases = _cases(args.sizes, args.seeds, args.mix)
@@ -77,6 +106,9 @@ def main() -> None:
         return
     if not args.reference:
         parser.error("--reference is required unless --json")
+    if not (Path(args.reference) / "service" / "gpufair" / "domain" / "cycle.py").is_file():
+        # Else the child would import this checkout's code and compare it with itself.
+        parser.error(f"--reference {args.reference}: no service/gpufair/domain/cycle.py there")
     env = dict(os.environ, PYTHONPATH=str(Path(args.reference) / "service"))
     child = subprocess.run(
         [
@@ -101,7 +133,13 @@ def main() -> None:
         f"{case}: {name}"
         for case, fields in ours.items()
         for name, digest in fields.items()
-        if theirs[case][name] != digest
+        if theirs[case].get(name) != digest
+    ]
+    differing += [
+        f"{case}: {name}"
+        for case, fields in theirs.items()
+        for name in fields
+        if name not in ours[case]
     ]
     for line in differing:
         print("differs:", line)
