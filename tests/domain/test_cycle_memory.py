@@ -12,7 +12,7 @@ records are reused; now and then a node goes down or comes back, which drops the
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 from cycle_builders import node, queue, running, snapshot, workload
@@ -22,9 +22,9 @@ from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_memory import CarriedLoad
-from gpufair.domain.cycle_state import CycleState
+from gpufair.domain.cycle_state import CycleState, pending_reason
 from gpufair.domain.model import Allocation, Workload
-from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight
+from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, PendingCode, PendingReason
 
 CYCLES = 10
 
@@ -293,3 +293,76 @@ def test_a_new_object_with_the_uid_of_a_carried_workload_drops_the_queues() -> N
     cycle([twin, *jobs, big])
     assert (carried.reused, len(carried.pending), len(carried.rejected)) == (0, 3, 1)
     assert [item.workload for item in carried.queues["team"][0]] == [jobs[0], twin, jobs[2]]
+
+
+def test_a_queue_whose_numbers_stay_keeps_the_last_results_reasons() -> None:
+    """A reason made of the queue's numbers and words around them is a function of those
+    alone: a cycle whose queue numbers are the last result's takes that result's reasons (the
+    same objects), one whose numbers moved (its fair share, here) makes them anew with the new
+    numbers, each as a cycle without records writes them."""
+    team = queue("team", 1.0)
+    nodes = [node("n1", gpus=2)]
+    both = running(workload("r", "team", pods=2), [("n1", (0, 1))])
+    jobs = [workload("w0", "team"), workload("w1", "team", pods=2)]
+    carried = CarriedLoad()
+
+    def cycle(share: float) -> dict[str, PendingReason]:
+        snap = snapshot(nodes, [team], {"team": share}, running_work=[both], pending=jobs)
+        _decides_as_without_records(snap, carried)
+        return dict(run_cycle(snap, carried).pending)
+
+    first = cycle(1.0)
+    assert first["w1"] == PendingReason(
+        PendingCode.OVER_FAIR_SHARE,
+        "needs 2 CU, beyond its queue's fair share (queue team: allocated 2 CU, fair share 1 "
+        "CU, deserved 1 CU), and no spare capacity fits it",
+    )
+    assert carried.reasons["team"][0] == (
+        "queue team: allocated 2 CU, fair share 1 CU, deserved 1 CU"
+    )
+    again = cycle(1.0)
+    assert [again[uid] is first[uid] for uid in ("w0", "w1")] == [True, True]
+    moved = cycle(1.5)
+    assert moved["w0"].message == (
+        "needs 1 CU, beyond its queue's fair share (queue team: allocated 2 CU, fair share "
+        "1.5 CU, deserved 1 CU), and no spare capacity fits it"
+    )
+
+
+def test_a_reason_that_reads_more_of_its_queue_is_made_each_cycle() -> None:
+    """A limit's reason reads the department above the queue, which its sibling changes while
+    the queue's own numbers stay: it is written anew each cycle (here 2 CU held under `org`,
+    then 3)."""
+    org = queue("org", limit_cu=3.0)
+    mine = queue("mine", 1.0, parent="org")
+    sibling = queue("sibling", 1.0, parent="org")
+    nodes = [node("n1")]
+    own = running(workload("ra", "mine"), [("n1", (2,))])
+    wanted = workload("wa", "mine", pods=2)
+    carried = CarriedLoad()
+    held = []
+    for gpus in ((0,), (0, 1)):
+        other = running(workload("rb", "sibling", pods=len(gpus)), [("n1", gpus)])
+        snap = snapshot(
+            nodes,
+            [mine, sibling],
+            {"mine": 1.0, "sibling": 1.0},
+            running_work=[own, other],
+            pending=[wanted],
+            inner_queues=[org],
+        )
+        _decides_as_without_records(snap, carried)
+        held.append(run_cycle(snap, carried).pending["wa"].message)
+    assert held == [
+        "would exceed the limit of queue org above its queue (limit 3 CU; the queues under it "
+        f"hold {cu} CU, this needs 2 CU)"
+        for cu in (2, 3)
+    ]
+
+
+def test_pending_reason_builds_the_dataclass_value() -> None:
+    """`cycle_state.pending_reason` fills every field of `PendingReason`, equal to the
+    constructor's."""
+    made = pending_reason(PendingCode.NO_CAPACITY, "within its queue's fair share")
+    assert made == PendingReason(PendingCode.NO_CAPACITY, "within its queue's fair share")
+    assert [field.name for field in fields(PendingReason)] == ["code", "message"]

@@ -36,6 +36,12 @@ a new `Pending` has them) instead of making another; a carried state therefore s
 cycle at a time. The record tables and the queues' lists are replaced whole at the end of each
 load, never changed in place: a shallow copy of a `CarriedLoad` is its state at that moment
 (the benchmarks time one *next* cycle again and again from the same carried state that way).
+
+The result leaves its pending reasons too (`CarriedLoad.reasons`, replaced whole by each
+result): per queue, its numbers and the reasons made of them and of words around them
+(`CycleState.result`). Such a reason is a function of those two strings alone, whatever the
+pool, so the next result takes it again for a queue whose numbers did not change; a reason that
+reads more of its queue (its limits) is made anew each cycle.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from dataclasses import dataclass, field
 from operator import is_
 
 from gpufair.domain.capacity import Capacity, PodUse
-from gpufair.domain.cycle_state import Kind, Pending, Running
+from gpufair.domain.cycle_state import Kind, Pending, Running, Words
 from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
 from gpufair.domain.queuebook import LimitBook, QueueBook
 from gpufair.domain.snapshot import CycleSnapshot, PendingReason
@@ -65,6 +71,9 @@ QueueRecords = tuple[list[Pending], list[int], list[float], list[float] | None]
 # A pending workload of a leaf queue of this pool that the pool could never hold: the workload
 # and its `NEVER_FITS` reason.
 Rejection = tuple[Workload, PendingReason]
+# A queue's pending reasons in the last cycle's result (`CycleState.result`): its numbers
+# (`explain.queue_numbers`) and the reasons made of them, by the words around them.
+QueueReasons = tuple[str, dict[Words, PendingReason]]
 Inputs = tuple[NodePool, tuple[Node, ...], tuple[GpuType, ...], tuple[Queue, ...]]
 # The capacity after a load's running work, and the running allocations it took (in order).
 RunningCapacity = tuple[tuple[Allocation, ...], Capacity]
@@ -104,6 +113,9 @@ class CarriedLoad:
     doubled: bool = False
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
     shared: int = 0  # running allocations the last load found in the kept capacity (same)
+    # Per queue, the reasons the last cycle's result made (`CycleState.result`); replaced by
+    # each result, never changed in place.
+    reasons: dict[str, QueueReasons] = field(default_factory=dict)
 
     def valid_for(self, snapshot: CycleSnapshot) -> bool:
         """Whether the records were made over `snapshot`'s pool, hardware and queues; if not,
@@ -122,6 +134,7 @@ class CarriedLoad:
         self.victims = {}
         self.totals = None
         self.order = None
+        self.reasons = {}
         return False
 
     def shared_running(self, allocations: tuple[Allocation, ...]) -> int:

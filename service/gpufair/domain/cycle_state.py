@@ -47,7 +47,7 @@ from gpufair.domain.topology_reason import topology_note
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex
 
 if TYPE_CHECKING:
-    from gpufair.domain.cycle_memory import CarriedLoad
+    from gpufair.domain.cycle_memory import CarriedLoad, QueueReasons
 
 QueueKey = tuple[int, float, float, float, int, str]
 _WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
@@ -451,16 +451,25 @@ class CycleState:
         only the trial and the capacity) once per (code, trial, held nodes) for all queues;
         the queue's part of its sentences (its CU numbers) once per queue. A sentence that
         reads of its queue only those numbers is made once for all queues too, as the words
-        around them (`_words_of`): a queue's copy is then two concatenations."""
+        around them (`_words_of`): a queue's copy is then two concatenations, made once per
+        queue and words.
+
+        Such a reason is a function of its words and the queue's numbers alone, so with carried
+        records (`cycle_memory`) a queue whose numbers are those of the last cycle's result
+        starts from that result's reasons by words (`CarriedLoad.reasons`: most queues of a
+        quiet cycle) instead of making them again."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
         over_share = PendingCode.OVER_FAIR_SHARE
-        facts: dict[tuple[PendingCode, int, int], tuple[_Sentence, _Words | None]] = {}
-        for items in self.queue_pending.values():  # one queue's items share its book
+        facts: dict[tuple[PendingCode, int, int], tuple[_Sentence, Words | None]] = {}
+        carried = self.carried
+        known = {} if carried is None else carried.reasons
+        kept: dict[str, QueueReasons] = {}
+        for name, items in self.queue_pending.items():  # one queue's items share its book
             shared: dict[tuple[PendingCode, int, int], PendingReason] = {}
-            messages: dict[_Sentence, PendingReason] = {}
-            queue: list[str] = []  # the queue's part of its sentences, made once (`_reason_of`)
+            messages: dict[Words, PendingReason] | None = None  # by words, made at first need
+            numbers = ""  # the queue's part of its sentences (`queue_numbers`), made once
             for item in items:
                 code = item.code
                 if item.done and code is not waiting:
@@ -485,11 +494,23 @@ class CycleState:
                         sentence = self._sentence_of(item)
                         fact = facts[key] = (sentence, _words_of(item, sentence))
                     sentence, words = fact
-                    reason = messages.get(sentence)
-                    if reason is None:
-                        reason = messages[sentence] = _reason_of(item, sentence, words, queue)
+                    if messages is None:
+                        numbers = queue_numbers(item.book)
+                        last = known.get(name)
+                        messages = dict(last[1]) if last is not None and last[0] == numbers else {}
+                        kept[name] = (numbers, messages)
+                    if words is None:
+                        reason = _reason_of(item, sentence, numbers)
+                    else:
+                        reason = messages.get(words)
+                        if reason is None:
+                            reason = messages[words] = pending_reason(
+                                words[0], words[1] + numbers + words[2]
+                            )
                     shared[key] = reason
                 reasons[item.uid] = reason
+        if carried is not None:
+            carried.reasons = kept  # replaced whole (`cycle_memory`)
         return CycleResult(
             binds=tuple(self.binds),
             evicts=tuple(self.evicts),
@@ -522,38 +543,48 @@ class CycleState:
 _Sentence = tuple[PendingCode, float, int, float, int, str]
 
 
-# A sentence's words before and after its queue's numbers (`_words_of`).
-_Words = tuple[str, str]
+# A sentence's code, and its words before and after its queue's numbers (`_words_of`).
+Words = tuple[PendingCode, str, str]
 # The codes whose sentences read of the queue only its numbers (`queue_numbers`, given to
 # `pending_message`), and a mark that stands for those numbers while their words are cut out.
 _QUEUE_NUMBERS_ONLY = frozenset({PendingCode.OVER_FAIR_SHARE, PendingCode.NO_CAPACITY, _WAITING})
 _NUMBERS = "\x00"
 
 
-def _words_of(item: Pending, sentence: _Sentence) -> _Words | None:
-    """The words of `sentence` around its queue's numbers, the same in every queue; None when
-    the sentence reads more of the queue (its limits, its non-preemptible CU)."""
+def _words_of(item: Pending, sentence: _Sentence) -> Words | None:
+    """The code and words of `sentence` around its queue's numbers, the same in every queue;
+    None when the sentence reads more of the queue (its limits, its non-preemptible CU)."""
     code, needed_cu, _, _, held_nodes, note = sentence
     if code not in _QUEUE_NUMBERS_ONLY:
         return None
     head, tail = pending_message(
         code, item.workload, item.book, needed_cu, held_nodes, _NUMBERS
     ).split(_NUMBERS)
-    return head, tail + note
+    return code, head, tail + note
 
 
-def _reason_of(
-    item: Pending, sentence: _Sentence, words: _Words | None, queue: list[str]
-) -> PendingReason:
-    """The reason `sentence` (with its `words`, `_words_of`) gives in the queue of `item`;
-    `queue` holds the queue's numbers once made."""
+def _reason_of(item: Pending, sentence: _Sentence, numbers: str) -> PendingReason:
+    """The reason `sentence` gives in the queue of `item`, whose numbers are `numbers`
+    (`queue_numbers`), when it reads more of the queue than those (no `_words_of`)."""
     code, needed_cu, _, _, held_nodes, note = sentence
-    if not queue:
-        queue.append(queue_numbers(item.book))
-    if words is not None:
-        return PendingReason(code, words[0] + queue[0] + words[1])
-    message = pending_message(code, item.workload, item.book, needed_cu, held_nodes, queue[0])
-    return PendingReason(code, message + note)
+    message = pending_message(code, item.workload, item.book, needed_cu, held_nodes, numbers)
+    return pending_reason(code, message + note)
+
+
+_new_object = object.__new__
+_set_reason_fields = tuple(vars(PendingReason)[name].__set__ for name in ("code", "message"))
+
+
+def pending_reason(code: PendingCode, message: str) -> PendingReason:
+    """`PendingReason(code, message)`, the same value, built in about half the time: its slots
+    are filled through their descriptors, not through the frozen class's `__init__` (one
+    `object.__setattr__` per field), as `model.pod_binding` builds a `PodBinding`. A result
+    makes thousands (one per queue and sentence)."""
+    reason: PendingReason = _new_object(PendingReason)
+    set_code, set_message = _set_reason_fields
+    set_code(reason, code)
+    set_message(reason, message)
+    return reason
 
 
 def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:
