@@ -2,7 +2,9 @@
 on the victim's node in one go (`cycle_claims._hold_on_victim_node`). It must make the same
 holds, records, capacity and books as the general way it stands for (the queue's limits asked
 through `pods_allowed`, `place_one_released`, `CycleState.hold`): random full pools, victims of
-whole and shared GPUs, free GPUs beside them, partitions, queues with and without limits."""
+whole and shared GPUs, free GPUs beside them, partitions, queues with and without limits. So must the
+claims of gangs and of several victim pods of such a trial, placed among the nodes their victims
+free (`cycle_claims._hold_on_freed_nodes`) against `_serve`'s general way."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.model import Allocation, Workload
 from gpufair.domain.placement_release import place_one_released
 from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight
+from gpufair.domain.victim_search import Victim
 
 
 def _general(state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None) -> None:
@@ -198,3 +201,138 @@ def test_a_hold_of_two_pods_names_its_nodes_in_index_order_once(seed: int) -> No
         expected = tuple(capacity.nodes[index].name for index in sorted(set(nodes)))
         assert state.reservations[-1].nodes == expected
         assert item.held_nodes == len(expected)
+
+
+def _gang_pool(seed: int) -> CycleSnapshot:
+    """Full nodes of two types, queue b's running pods of one and two GPUs (some jobs of two
+    pods, on one node or two, a few sharing a GPU), evicted in flight for claims of queues a
+    and c (c has limits): gangs of two for two victims, one pod of two GPUs for two victims
+    on one node or one job of two pods, gangs of two pods of two GPUs; now and then a victim
+    beside others on a node another victim frees (the general way takes those)."""
+    rng = random.Random(seed)
+    count = rng.randint(4, 9)
+    nodes = []
+    work: list[Allocation] = []
+    singles: list[tuple[str, int]] = []  # one-GPU victims: (uid, node)
+    doubles: list[str] = []  # two-GPU victims, one pod or two pods on one node
+    for index in range(count):
+        gpu_type = UNIT if index % 2 else A100
+        name = f"n{index}"
+        nodes.append(node(name, gpu_type, 8, cpu_millicores=64_000, memory_mib=512_000))
+        gpu = 0
+        while gpu < 8:
+            uid = f"b{index}-{gpu}"
+            cpu = rng.choice((0, 4_000, 20_000))
+            roll = rng.random()
+            if roll < 0.15 and gpu <= 6:  # one job of two one-GPU pods on this node
+                job = workload(uid, "b", 2, 1.0, cpu_millicores=cpu)
+                pods = [(name, (gpu + 1,)), (name, (gpu,))]
+                work.append(running(job, pods, gpu_type))
+                doubles.append(uid)
+                gpu += 2
+            elif roll < 0.3 and gpu <= 6:
+                job = workload(uid, "b", gpus=2.0, cpu_millicores=cpu)
+                work.append(running(job, [(name, (gpu + 1, gpu))], gpu_type))
+                doubles.append(uid)
+                gpu += 2
+            elif roll < 0.35:
+                for half in (0, 1):  # two halves of one GPU
+                    job = workload(f"{uid}-{half}", "b", gpus=0.5, cpu_millicores=cpu)
+                    work.append(running(job, [(name, (gpu,), 0.5)], gpu_type))
+                    singles.append((f"{uid}-{half}", index))
+                gpu += 1
+            else:
+                job = workload(uid, "b", gpus=1.0, cpu_millicores=cpu)
+                work.append(running(job, [(name, (gpu,))], gpu_type))
+                singles.append((uid, index))
+                gpu += 1
+    rng.shuffle(singles)
+    rng.shuffle(doubles)
+    pending: list[Workload] = []
+    evicting: list[EvictionInFlight] = []
+    number = 0
+    while singles or doubles:
+        owner = rng.choice(("a", "a", "c"))
+        uid = f"{owner}{number}"
+        cpu = rng.choice((0, 0, 8_000, 40_000))
+        roll = rng.random()
+        victims: list[str] = []
+        if roll < 0.35 and len(singles) >= 2:  # a gang of two for two one-GPU victims
+            job = workload(uid, owner, 2, 1.0, float(number), cpu_millicores=cpu)
+            victims = [singles.pop()[0], singles.pop()[0]]
+        elif roll < 0.5 and len(singles) >= 2:  # one two-GPU pod for two victims on a node
+            first, index = singles.pop()
+            mates = [spot for spot in singles if spot[1] == index]
+            if not mates:
+                singles.insert(0, (first, index))
+                continue
+            singles.remove(mates[0])
+            job = workload(uid, owner, gpus=2.0, submit_time_s=float(number), cpu_millicores=cpu)
+            victims = [first, mates[0][0]]
+        elif roll < 0.6 and len(singles) >= 3:  # three victims, two of them on one node
+            first, index = singles.pop()
+            mates = [spot for spot in singles if spot[1] == index]
+            others = [spot for spot in singles if spot[1] != index]
+            if not mates or not others:
+                singles.insert(0, (first, index))
+                continue
+            singles.remove(mates[0])
+            singles.remove(others[0])
+            job = workload(uid, owner, 3, 1.0, float(number), cpu_millicores=cpu)
+            victims = [first, mates[0][0], others[0][0]]
+        elif doubles:  # one pod of two GPUs, or a gang of two, for a two-GPU victim or two
+            if rng.random() < 0.3 and len(doubles) >= 2:
+                job = workload(uid, owner, 2, 2.0, float(number), cpu_millicores=cpu)
+                victims = [doubles.pop(), doubles.pop()]
+            else:
+                job = workload(
+                    uid, owner, gpus=2.0, submit_time_s=float(number), cpu_millicores=cpu
+                )
+                victims = [doubles.pop()]
+        elif singles:  # the common claim
+            job = workload(uid, owner, gpus=1.0, submit_time_s=float(number), cpu_millicores=cpu)
+            victims = [singles.pop()[0]]
+        number += 1
+        pending.append(job)
+        evicting += [EvictionInFlight(victim, uid) for victim in victims]
+    queues = [queue("a", 40.0), queue("b", 40.0), queue("c", 10.0, limit_cu=rng.choice((30, 90)))]
+    shares = {"a": 40.0, "b": 40.0, "c": 10.0}
+    return snapshot(nodes, queues, shares, running_work=work, pending=pending, evicting=evicting)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_claim_held_on_the_freed_nodes_is_held_as_the_general_way(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims of gangs and of several victims of a settled trial, placed among the nodes
+    their victims free (`_hold_on_freed_nodes`), make the same holds, records, capacity and
+    books as the general way (`_serve`: `Capacity.released`, `place_released`)."""
+    snap = _gang_pool(seed)
+    fast = _after_claims(snap)
+    monkeypatch.setattr(cycle_claims, "_hold_on_freed_nodes", lambda *_: False)
+    assert fast == _after_claims(snap)
+
+
+def test_the_pools_take_the_freed_nodes_path_every_way() -> None:
+    """The gang pools reach `_hold_on_freed_nodes` with holds on one node and on several, for
+    gangs and for one pod, under a limited queue, and give some claims back to `_serve`."""
+    seen = {"one node": 0, "several nodes": 0, "gang": 0, "limited": 0, "declined": 0}
+    taken = cycle_claims._hold_on_freed_nodes
+
+    def counting(state: CycleState, item: Pending, pods: int, leaving: list[Victim]) -> bool:
+        held = len(state.reservations)
+        done = taken(state, item, pods, leaving)
+        seen["declined"] += not done
+        if len(state.reservations) > held:
+            nodes = len(state.reservations[-1].nodes)
+            seen["one node" if nodes == 1 else "several nodes"] += 1
+            seen["gang"] += pods > 1
+            seen["limited"] += not item.book.unlimited
+        return done
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cycle_claims, "_hold_on_freed_nodes", counting)
+        for seed in range(40):
+            _after_claims(_gang_pool(seed))
+    assert seen["one node"] >= 50 and seen["several nodes"] >= 20, seen
+    assert seen["gang"] >= 30 and seen["limited"] >= 10 and seen["declined"] >= 3, seen

@@ -13,6 +13,7 @@ from gpufair.domain.placement import Ask, Exclusion, PodShape, place
 from gpufair.domain.placement_release import (
     UNDECIDED,
     only_released,
+    place_on_freed_nodes,
     place_one_released,
     place_released,
 )
@@ -135,3 +136,64 @@ def test_only_full_types_and_plain_gangs_are_decided_on_released_capacity() -> N
     assert not only_released(capacity, "other", one, None, (), BINPACK)
     partition = PodUse(0, (0,), 0.5, 0, 0, slice_mask=1)
     assert capacity.released([(partition,)]) is None
+
+
+def _freed(victims: list[tuple[PodUse, ...]]) -> dict[int, list[PodUse]] | None:
+    """The victims' pods by node, nodes in the order first touched; None where a node is
+    touched by two victims beside other nodes (`place_on_freed_nodes` does not take those)."""
+    freed: dict[int, list[PodUse]] = {}
+    owner: dict[int, int] = {}
+    for number, uses in enumerate(victims):
+        for use in uses:
+            freed.setdefault(use.node, []).append(use)
+            if (
+                owner.setdefault(use.node, number) != number
+                and len({u.node for v in victims for u in v}) > 1
+            ):
+                return None
+    return freed
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_gang_placed_on_the_freed_nodes_is_the_one_after_the_release(seed: int) -> None:
+    """`place_on_freed_nodes` (no `ReleasedNode`) places as `place_released` and as `place`
+    after the release: victims on nodes of their own, several on one node, in any order."""
+    rng = random.Random(2000 + seed)
+    capacity, running = full_pool(rng)
+    compared = found = several = 0
+    for _ in range(30):
+        if rng.random() < 0.3:  # victims all on one node
+            node = rng.choice(running)[0].node
+            on_node = [uses for uses in running if all(use.node == node for use in uses)]
+            victims = rng.sample(on_node, min(len(on_node), rng.randint(1, 3)))
+        else:
+            victims = rng.sample(running, min(len(running), rng.randint(1, 4)))
+        freed = _freed(victims)
+        if freed is None:
+            continue
+        released = capacity.released(victims)
+        assert released is not None
+        for shape in ASKED_SHAPES[:4]:
+            for gpu_type in TYPES:
+                if not only_released(capacity, gpu_type, shape, None, (), BINPACK):
+                    continue
+                for pods in (1, 2, 3, 5):
+                    fast = place_on_freed_nodes(capacity, gpu_type, shape, pods, freed)
+                    assert fast == place_released(capacity, gpu_type, shape, pods, released)
+                    journal = Journal()
+                    for uses in victims:
+                        capacity.release(uses, journal)
+                    expected = place(
+                        capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion()
+                    )
+                    capacity.restore(journal)
+                    assert fast == expected
+                    compared += 1
+                    found += expected is not None
+                    several += expected is not None and len({use.node for use in expected}) > 1
+        # Holds are taken on top of running work, as the claims take them.
+        if rng.random() < 0.5:
+            plan = place_released(capacity, TYPES[0], ASKED_SHAPES[0], 1, released)
+            if plan is not None:
+                capacity.take(plan)
+    assert compared > 50 and found > 5, (compared, found)

@@ -17,8 +17,11 @@ Where the gang would go once its victims stop is the placement after their relea
 no pod of the gang has room now (the usual case: the pool is full), only the nodes they free can
 take it, and it is worked out among those without releasing anything (`placement_release`; for one
 victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a
-journal, placed, restored. That common claim, once its trial is settled (`_Memo`), goes straight
-to its victim's node in `honour_claims`' own loop (`_hold_on_victim_node`: no plan lists).
+journal, placed, restored. Once a claim's trial is settled (`_Memo`), its claims are decided in
+`honour_claims`' own loop: the common claim goes straight to its victim's node
+(`_hold_on_victim_node`: no plan lists); a gang or a claim of several victim pods, of whole GPUs,
+is placed among the nodes its victims free from their own lists (`_hold_on_freed_nodes`:
+no `ReleasedNode`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gpufair.domain.placement import Exclusion
 from gpufair.domain.placement_release import (
     UNDECIDED,
     only_released,
+    place_on_freed_nodes,
     place_one_released,
     place_released,
     released_whole_gpus,
@@ -51,20 +55,25 @@ def honour_claims(state: CycleState) -> None:
     for item in state.in_queue_order(state.claimants):
         book = item.book
         before_cu = book.allocated_cu
-        if id(item.kind.trial) in settled:
-            # The common claim of a trial settled both ways is decided before anything else of
-            # its turn is looked at: no type is tried on free capacity, and the victim's node
-            # is the one candidate. Any other claim of it takes the turn in `_serve`.
+        pods = settled.get(id(item.kind.trial))
+        if pods is not None:
+            # A claim of a trial settled both ways is decided before anything else of its turn
+            # is looked at: no type is tried on free capacity, and only the nodes its victims
+            # free are candidates (for the common claim, the victim's node). Any claim those
+            # paths do not take has its turn in `_serve`.
             leaving = leaving_for.get(item.uid)
             if not leaving:
                 book.claimed_cu += book.allocated_cu - before_cu
                 continue  # every victim has stopped and the claim did not fit: it lapses
-            if len(leaving) == 1:
+            if pods == 1 and len(leaving) == 1:  # the common claim: one pod for one pod
                 uses = leaving[0].uses
                 if len(uses) == 1 and not uses[0].slice_mask:
                     _hold_on_victim_node(state, item, uses[0], None)
                     book.claimed_cu += book.allocated_cu - before_cu
                     continue
+            if item.kind.shape.whole_gpus and _hold_on_freed_nodes(state, item, pods, leaving):
+                book.claimed_cu += book.allocated_cu - before_cu
+                continue
         _serve(state, item, memo, exclusion, journal)
         book.claimed_cu += book.allocated_cu - before_cu
 
@@ -80,13 +89,14 @@ class _Memo:
     (`placement_release`). Per trial (`Kind.trial`, by identity), the same once true of all
     its types: `settled_free` (none fits free capacity: the first try is skipped) and
     `settled_released` (each is decided among the nodes freed: the common claim, one pod for
-    one victim pod, goes straight to the victim's node); `settled`: both."""
+    one victim pod, goes straight to the victim's node, a claim of whole GPUs among the nodes
+    its victims free); `settled`: both, with the trial's gang size (its `memo_key` holds it)."""
 
     no_free_fit: set[tuple[object, ...]] = field(default_factory=set)
     released_only: set[tuple[object, ...]] = field(default_factory=set)
     settled_free: set[int] = field(default_factory=set)
     settled_released: set[int] = field(default_factory=set)
-    settled: set[int] = field(default_factory=set)
+    settled: dict[int, int] = field(default_factory=dict)  # trial → its gang's minimum pods
 
 
 def _serve(
@@ -119,7 +129,7 @@ def _serve(
         if all((gpu_type, memo_key) in no_free_fit for gpu_type in types):
             memo.settled_free.add(trial)
             if trial in memo.settled_released:
-                memo.settled.add(trial)
+                memo.settled[trial] = pods_min
     leaving = state.leaving_for.get(item.uid)
     if not leaving:
         return  # every victim has stopped and the claim did not fit: it lapses
@@ -134,10 +144,12 @@ def _serve(
         _hold_on_victim_node(state, item, one, allowed)
         return
     held = _where_released(state, item, memo, leaving, one, allowed, exclusion, journal)
-    if one is not None and all((gpu_type, memo_key) in memo.released_only for gpu_type in types):
+    if trial not in memo.settled_released and all(
+        (gpu_type, memo_key) in memo.released_only for gpu_type in types
+    ):
         memo.settled_released.add(trial)
         if trial in memo.settled_free:
-            memo.settled.add(trial)
+            memo.settled[trial] = pods_min
     if held is not None:
         state.hold(item, *held)
 
@@ -177,6 +189,47 @@ def _hold_on_victim_node(
             return
         use = plan[0]
     state.hold_one(item, gpu_type, use)
+
+
+def _hold_on_freed_nodes(
+    state: CycleState, item: Pending, pods: int, leaving: list[Victim]
+) -> bool:
+    """What `_where_released` comes to for a claim of whole-GPU pods (a gang of `pods`) when
+    every type of its trial is decided among the freed nodes: the gang is placed among the
+    nodes its victims `leaving` free (`place_on_freed_nodes`: from the nodes' own lists, no
+    `ReleasedNode`) on the first type of the trial that takes it, and held there. False,
+    nothing done, where that does not say (a victim's partition, or a node two victims free
+    beside others: `Capacity.released` orders those) and `_serve` takes the claim."""
+    freed: dict[int, list[PodUse]] = {}  # the victims' pods by node, in the order first touched
+    first: dict[int, int] = {}  # the victim (its place in `leaving`) that first touched a node
+    shared = False
+    for number, victim in enumerate(leaving):
+        for use in victim.uses:
+            if use.slice_mask:
+                return False
+            index = use.node
+            found = freed.get(index)
+            if found is None:
+                freed[index] = [use]
+                first[index] = number
+            else:
+                found.append(use)
+                shared = shared or first[index] != number
+    if shared and len(freed) > 1:
+        return False
+    capacity = state.capacity
+    nodes = capacity.nodes
+    kind = item.kind
+    types = {nodes[index].gpu_type for index in freed}
+    allowed: dict[str, int] = {}
+    for gpu_type in kind.types:
+        if gpu_type not in types or _pods(state, item, gpu_type, allowed) < pods:
+            continue  # no room on the type now, and the victims free none there; or limits
+        plan = place_on_freed_nodes(capacity, gpu_type, kind.shape, pods, freed)
+        if plan is not None:
+            state.hold(item, gpu_type, plan)
+            break
+    return True
 
 
 def _where_released(
@@ -264,7 +317,12 @@ def _where_released(
 
 
 def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int]) -> int:
-    """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn."""
+    """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn; `max_pods`'
+    first answer without its calls: an unlimited book's preemptible work beyond the share is
+    not capped (`UNCAPPED`), all its pods are allowed."""
+    workload = item.workload
+    if item.book.unlimited and workload.preemptible:
+        return workload.pods
     pods = allowed.get(gpu_type)
     if pods is None:
         pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, False)

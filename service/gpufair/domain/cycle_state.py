@@ -363,7 +363,7 @@ class CycleState:
 
     def bind_plan(self, item: Pending, plan: list[PodUse]) -> tuple[PodBinding, ...]:
         nodes = self.capacity.nodes
-        shares = item.shape.shares_gpu
+        shares = item.kind.shape.shares_gpu
         if len(plan) == 1:  # the common case, without the list and its enumeration
             use = plan[0]
             return (
@@ -399,7 +399,11 @@ class CycleState:
             return
         nodes = self.capacity.nodes
         self.capacity.take(plan)
-        names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+        held = {use.node for use in plan}
+        if len(held) == 1:  # a gang on one node (claims of one victim's node): no sort
+            names: tuple[str, ...] = (nodes[plan[0].node].name,)
+        else:
+            names = tuple([nodes[index].name for index in sorted(held)])
         record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
         self._held(item, gpu_type, len(plan) * item.workload.gpus_per_pod, len(names), record)
 

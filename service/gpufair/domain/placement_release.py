@@ -12,12 +12,15 @@ Covered: gangs of a fixed size of whole-GPU pods, and single pods sharing a GPU,
 partitions, binpack, no topology (neither the workload's nor the pool's levels), no exclusion;
 `only_released` says when, and anything else goes the general way. The common claim, one pod
 for one victim pod, is decided on that one node without a `ReleasedNode`
-(`place_one_released`).
+(`place_one_released`); a gang of whole-GPU pods among freed nodes that no two victims share
+(or one node) too, node by node (`place_on_freed_nodes`): there a node's last move is its first
+touch, so the order of nodes whose free GPUs tie is the order the victims' pods name them.
 """
 
 from __future__ import annotations
 
-from operator import attrgetter
+from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse, ReleasedNode
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
@@ -25,6 +28,7 @@ from gpufair.domain.placement import PodShape, fit_on
 
 # `place_released`'s "not decided here": a plan is never empty.
 UNDECIDED: list[PodUse] = []
+_new_tuple = tuple.__new__  # a `PodUse` made without its Python-level `__new__`
 
 
 def only_released(
@@ -74,52 +78,61 @@ def place_released(
     if not whole:
         return _place_shared(gpu_type, shape, pods, released)
     free_after = capacity.free_whole_by_type[gpu_type]
-    candidates: list[ReleasedNode] = []
+    rooms: list[_Room] = []
     for node in released.values():
         state = node.state
         if state.gpu_type != gpu_type:
             continue
         free_after += node.free_whole - state.free_whole
         if node.free_whole >= whole:
-            candidates.append(node)
+            free = [gpu for gpu, used in enumerate(node.used) if used <= EPS]
+            fits = _whole_fits(node.free_whole, node.cpu_free, node.memory_free, shape)
+            rooms.append((node.free_whole, node.moved, fits, state.index, free))
     if free_after < pods * whole:
         return None  # `place`'s cheap reject
-    if len(candidates) > 1:
-        candidates.sort(key=_bucket_order)
+    return _gang_in(rooms, shape, pods)
+
+
+# A node a gang may use after a release: its untouched GPUs then, the order of its last move
+# (`ReleasedNode.moved`), the pods of the gang's shape it holds (`_whole_fits`), its index, and
+# its untouched GPUs by index.
+_Room = tuple[int, int, int, int, list[int]]
+# A room's place in `place`'s reading order: (free GPUs after, order of its last move); a
+# released node's.
+_bucket_order = itemgetter(0, 1)
+_released_order = attrgetter("free_whole", "moved")
+
+
+def _gang_in(rooms: list[_Room], shape: PodShape, pods: int) -> list[PodUse] | None:
+    """`place`'s gang of `pods` pods of `shape` (whole GPUs, binpack) when `rooms` are the only
+    nodes of its type with room for one: read in bucket order (a stable sort: rooms that tie
+    keep the order given), the first holding the whole gang (`_one_node`), else each as full
+    as it goes (`_fill`); each on its first untouched GPUs by index (`_assign`)."""
+    if len(rooms) > 1:
+        rooms.sort(key=_bucket_order)
+    whole = shape.whole_gpus
     if pods > 1:  # `_one_node`: the first node, in bucket order, holding the whole gang
         need = pods * whole
-        for node in candidates:
-            if node.free_whole >= need and _whole_fits(node, shape) >= pods:
-                return _assign(node, shape, pods)
-    chosen: list[tuple[ReleasedNode, int]] = []
-    total = 0
-    for node in candidates:  # `_fill`, binpack: each node as full as it goes, in order
-        fits = _whole_fits(node, shape)
-        if fits <= 0:
-            continue
-        take = min(fits, pods - total)
-        chosen.append((node, take))
-        total += take
-        if total >= pods:
-            break
-    if total < pods:
-        return None
-    if len(chosen) == 1:
-        return _assign(chosen[0][0], shape, total)
+        for free_whole, _, fits, index, free in rooms:
+            if free_whole >= need and fits >= pods:
+                return whole_pods(index, free, shape, pods)
     uses: list[PodUse] = []
-    for node, count in chosen:
-        uses.extend(_assign(node, shape, count))
-    return uses
+    for _, _, fits, index, free in rooms:  # `_fill`, binpack: each node as full as it goes
+        if fits > 0:
+            uses += whole_pods(index, free, shape, min(fits, pods - len(uses)))
+            if len(uses) >= pods:
+                return uses
+    return None
 
 
-def _whole_fits(node: ReleasedNode, shape: PodShape) -> int:
+def _whole_fits(free_whole: int, cpu_free: int, memory_free: int, shape: PodShape) -> int:
     """`fit_on` for whole-GPU pods (it reads only the free GPU count, CPU and memory)."""
-    count = node.free_whole // shape.whole_gpus
+    count = free_whole // shape.whole_gpus
     cpu, memory = shape.cpu_millicores, shape.memory_mib
-    if cpu > 0 and node.cpu_free // cpu < count:
-        count = node.cpu_free // cpu
-    if memory > 0 and node.memory_free // memory < count:
-        count = node.memory_free // memory
+    if cpu > 0 and cpu_free // cpu < count:
+        count = cpu_free // cpu
+    if memory > 0 and memory_free // memory < count:
+        count = memory_free // memory
     if shape.one_per_node and count > 1:
         return 1
     return count if count > 0 else 0
@@ -150,7 +163,7 @@ def _place_shared(
     if first is None:
         if not rest:
             return None
-        rest.sort(key=_bucket_order)
+        rest.sort(key=_released_order)
         first = rest[0]
         if not first.moved and len(rest) > 1 and rest[1].free_whole == first.free_whole:
             return UNDECIDED
@@ -163,27 +176,19 @@ def _place_shared(
     return [PodUse(first.state.index, (gpu,), fraction, shape.cpu_millicores, shape.memory_mib)]
 
 
-# A released node's place in `place`'s reading order: (free GPUs after, order of its last move).
-_bucket_order = attrgetter("free_whole", "moved")
-
-
-def _assign(node: ReleasedNode, shape: PodShape, count: int) -> list[PodUse]:
-    """`placement._assign` for whole-GPU pods: the node's free GPUs in index order, as many as
-    the pods take (the node is known to hold them)."""
-    whole = shape.whole_gpus
-    need = whole * count
-    free: list[int] = []
-    for gpu, used in enumerate(node.used):
-        if used <= EPS:
-            free.append(gpu)
-            if len(free) == need:
-                break
-    index = node.state.index
+def whole_pods(index: int, gpus: Sequence[int], shape: PodShape, count: int) -> list[PodUse]:
+    """`placement._assign` for whole-GPU pods: `count` pods of `shape` on node `index`, on the
+    first of its free GPUs `gpus` (by index) in turn, `whole_gpus` each, `PodUse(index, gpus,
+    1.0, cpu, memory)` made as a plain tuple (hot: every claim of a gang or of several
+    victims)."""
     cpu, memory = shape.cpu_millicores, shape.memory_mib
+    whole = shape.whole_gpus
     if count == 1:
-        return [PodUse(index, tuple(free), 1.0, cpu, memory)]
+        return [_new_tuple(PodUse, (index, tuple(gpus[:whole]), 1.0, cpu, memory, 0))]
     return [
-        PodUse(index, tuple(free[pod * whole : (pod + 1) * whole]), 1.0, cpu, memory)
+        _new_tuple(
+            PodUse, (index, tuple(gpus[pod * whole : (pod + 1) * whole]), 1.0, cpu, memory, 0)
+        )
         for pod in range(count)
     ]
 
@@ -236,6 +241,65 @@ def released_whole_gpus(state: NodeState, shape: PodShape, use: PodUse) -> tuple
     elif len(freed) > 1:
         freed.sort()
     return tuple(freed[:whole])
+
+
+def place_on_freed_nodes(
+    capacity: Capacity,
+    gpu_type: str,
+    shape: PodShape,
+    pods: int,
+    freed: dict[int, list[PodUse]],
+) -> list[PodUse] | None:
+    """`place_released(capacity, gpu_type, shape, pods, capacity.released(groups))` for a
+    `shape` of whole GPUs, where `freed` holds the groups' pods by node, nodes in the order
+    first touched (groups in turn), none with a partition, and each node is touched by one
+    group only (or there is one node): then a node's last move is its first touch, so that is
+    the order of nodes whose free GPUs tie. Worked out node by node from their own lists
+    (`released_room`), no `ReleasedNode` made. `place`'s cheap reject is not needed: a gang
+    that fits the rooms fits the type's free GPUs, which hold theirs."""
+    nodes = capacity.nodes
+    whole = shape.whole_gpus
+    rooms: list[_Room] = []
+    for index, uses in freed.items():
+        state = nodes[index]
+        if state.gpu_type != gpu_type:
+            continue
+        free_whole, fits, free = released_room(state, shape, uses)
+        if free_whole >= whole:
+            rooms.append((free_whole, len(rooms), fits, index, free))
+    return _gang_in(rooms, shape, pods)
+
+
+def released_room(
+    state: NodeState, shape: PodShape, uses: Sequence[PodUse]
+) -> tuple[int, int, list[int]]:
+    """What the node of `state` holds once `uses` (on it, no partition) are released in turn:
+    its untouched GPUs, the pods of `shape` (whole GPUs) that fit (`_whole_fits`), and its
+    untouched GPUs by index. Each GPU the uses touch ends as `_move` leaves it, use by use
+    (`released_whole_gpus`' arithmetic); the others are read where they are, nothing copied."""
+    used = state.gpu_used
+    cpu, memory = state.cpu_free, state.memory_free
+    after: dict[int, float] = {}  # the use of each GPU `uses` touch, once they are released
+    for _, gpus, amount, use_cpu, use_memory, _ in uses:
+        cpu += use_cpu
+        memory += use_memory
+        for gpu in gpus:
+            after[gpu] = after.get(gpu, used[gpu]) + -amount
+    free_before = free_whole = state.free_whole
+    free: list[int] = []  # the touched GPUs left untouched
+    for gpu, value in after.items():  # `_move`'s counts, summed over the uses
+        if used[gpu] <= EPS:
+            free_whole -= 1
+        if value <= EPS:
+            free_whole += 1
+            free.append(gpu)
+    if free_whole < shape.whole_gpus:
+        return free_whole, 0, free
+    if free_before:  # the node had untouched GPUs before: all of them by index after
+        free = [gpu for gpu, before in enumerate(used) if after.get(gpu, before) <= EPS]
+    elif len(free) > 1:
+        free.sort()
+    return free_whole, _whole_fits(free_whole, cpu, memory, shape), free
 
 
 def _place_shared_one(state: NodeState, shape: PodShape, use: PodUse) -> list[PodUse] | None:
