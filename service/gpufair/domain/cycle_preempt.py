@@ -5,17 +5,21 @@ Inside one queue, pending work evicts preemptible work of a lower priority class
 the victims, lowest class and most recent first.
 
 A failed preemption of a workload kind on a GPU type is remembered for the rest of the phase in
-its queue, and a workload whose every type is remembered so (or has no victims) is not tried;
-a queue's first search on a type, and any for pods of two GPUs or more, is not made (nor, at the
-first, its victims indexed) when those victims could not free a pod's whole GPUs on enough nodes
-(`_room_short`).
+its queue (keyed by the placement problem's identity, one object per problem: `kind_of`); a type
+with no victim of a class below the workload's is closed to it and to the queue's later work
+without a look at the memo, the limits or the victims' totals (made per queue and type at their
+first test). A try that evicts nothing with every type closed or remembered finds its trial
+dead, and the queue's later workloads of it are passed over before a try. A queue's first search
+on a type, and any for pods of two GPUs or more or that share a GPU, is not made (nor, at the
+first, its victims indexed) when those victims could not free a pod's whole GPUs on enough
+nodes, a GPU counted freed only when nothing but such victims uses it (`_room_short`).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterator
 from operator import attrgetter
 
 from gpufair.domain.capacity import EPS, Capacity
@@ -26,82 +30,81 @@ from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 
 _by_order = attrgetter("order")
+_priority_class = attrgetter("priority_class")
 
 
 def preempt(state: CycleState) -> None:
     now_s = state.snapshot.now_s
     own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
     leaving, evicted = state.leaving, state.evicted
-    for running in state.running.values():
+    # `running` is keyed by uid: most of what a cycle after evictions runs is leaving (10,467 of
+    # 21,751 at 4,000 nodes), passed over on the key alone.
+    for uid, running in state.running.items():
+        if uid in leaving or not running.preemptible:
+            continue
         victim = running.victim
-        if (
-            running.preemptible
-            and now_s - victim.started_at_s >= running.min_runtime_s
-            and victim.uid not in leaving
-            and victim.uid not in evicted
-        ):
-            own.setdefault((victim.queue, victim.gpu_type), []).append(victim)
-    lowest: dict[str, int] = {}
-    lowest_on: dict[tuple[str, str], int] = {}  # (queue, GPU type) → its lowest class
-    for key, victims in own.items():
-        found = lowest_on[key] = min(victim.priority_class for victim in victims)
-        lowest[key[0]] = min(lowest.get(key[0], found), found)
+        if now_s - victim.started_at_s >= running.min_runtime_s and uid not in evicted:
+            key = (victim.queue, victim.gpu_type)
+            found = own.get(key)
+            if found is None:
+                own[key] = [victim]
+            else:
+                found.append(victim)
+    # Per queue, its victims' lowest priority class on each GPU type: a workload of a class at
+    # or below it has no one to preempt on that type, nor has any later workload of the queue
+    # (the queue's work comes in falling class, and the phase only removes victims).
+    floors: dict[str, dict[str, int]] = {}
+    for (name, gpu_type), victims in own.items():
+        on_types = floors.get(name)
+        if on_types is None:
+            on_types = floors[name] = {}
+        on_types[gpu_type] = min(map(_priority_class, victims))
     state.preempt_own = own
-    for key, victims in own.items():
-        totals: dict[int, list[float]] = {}
-        for victim in victims:
-            sums = totals.setdefault(victim.priority_class, [0.0, 0.0])
-            sums[0] += victim.cu
-            sums[1] += victim.gpus
-        state.preempt_totals[key] = totals
-    failed: set[tuple[object, ...]] = set()
+    failed: set[tuple[str, str, int]] = set()
     budgets: dict[tuple[str, int], VictimBudget] = {}
     # Per queue, the trials (`Pending.trial`, either preemptibility: types and placement
-    # problem, all the test reads of a kind) whose every type has no victims in the queue or
-    # failed in the memo: a later workload of one in that queue would only pass over them
-    # again, so it is not tried (both only hold more as the phase goes on).
-    dead: dict[str, set[int]] = {}
+    # problem, all the test reads of a kind) found dead: every type closed for the queue
+    # (`_try_preempt`), so a later workload of one would only pass over them again, and is not
+    # tried.
+    dead: dict[str, set[int]] = {name: set() for name in floors}
     # The queues that have victims, in the order of `CycleState.by_queue_order`; each queue's
-    # workloads that want to preempt (`_Wanting`) are read in place as they come (what a
+    # workloads that want to preempt (`_wanting`) are read in place as they come (what a
     # workload is then is what it was when the phase began: a try changes only its own), and
     # the queues tied in the order are merged by workload order.
     pending = state.queue_pending
-    for run in state.queue_runs(name for name in pending if name in lowest):
+    for run in state.queue_runs(name for name in pending if name in floors):
         if len(run) == 1:
             name = run[0]
-            _preempt_queue(
-                state,
-                _wanting(pending[name], name, lowest[name], lowest_on),
-                dead.setdefault(name, set()),
-                failed,
-                budgets,
-            )
+            for item in _wanting(pending[name], floors[name], dead[name]):
+                _try_preempt(state, item, floors[name], dead[name], failed, budgets)
             continue
-        wanted = [list(_wanting(pending[name], name, lowest[name], lowest_on)) for name in run]
+        wanted = [list(_wanting(pending[name], floors[name], dead[name])) for name in run]
         for item in heapq.merge(*wanted, key=_by_order):
-            _preempt_queue(state, (item,), dead.setdefault(item.book.name, set()), failed, budgets)
+            name = item.book.name
+            if item.trial not in dead[name]:  # it may have died since its list was read
+                _try_preempt(state, item, floors[name], dead[name], failed, budgets)
     # Only this phase reads them: later evictions need not keep them current.
     state.preempt_index = {}
     state.preempt_totals = {}
 
 
-def _wanting(
-    items: list[Pending], name: str, floor: int, lowest_on: dict[tuple[str, str], int]
-) -> Iterator[Pending]:
-    """The workloads of queue `name` (its `items`, in order) that want to preempt: not placed,
-    its reason still no room or over its share, with someone to preempt at all on a type it
-    could use. A workload without one could only fail (no class below its own on any of its
-    types), and later workloads of its queue, of no higher class, fail the same way whatever
-    it left in the memo. The type test is the same for every workload of the queue with the
-    same kind (so types) and class: answered once per (kind, class). A queue's workloads are
-    sorted by (-priority class, submit time, uid) (`cycle_load`), so its first at or below the
-    `floor` (its victims' lowest class) ends its list. Neighbours in a queue's list are mostly
-    of one kind and class: the last answer is kept."""
+def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> Iterator[Pending]:
+    """The workloads of a queue (its `items`, in order) that want to preempt: not placed, its
+    reason still no room or over its share, its trial not found dead (`dead`), with someone to
+    preempt at all on a type it could use: a class above the queue's victims' lowest on some
+    type (`floors`). A workload without one could only fail (no class below its own on any of
+    its types), and later workloads of its queue, of no higher class, fail the same way
+    whatever it left in the memo. A queue's workloads are sorted by (-priority class, submit
+    time, uid) (`cycle_load`), so its first at or below its lowest class on any type ends its
+    list. The lowest class over a workload's types is the same for every workload of the
+    queue with those types: answered once per types (a handful of sets in a queue, where
+    kinds are nearly one per workload), and neighbours in a queue's list mostly share their
+    kind: the last answer is kept."""
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
-    on_some_type: dict[tuple[int, int], bool] = {}
+    floor = min(floors.values())
+    least_of: dict[tuple[str, ...], float] = {}
     last_kind: object = None
-    last_class = 0
-    answer = False
+    least = math.inf
     for item in items:
         priority_class = item.workload.priority_class
         if priority_class <= floor:
@@ -109,43 +112,17 @@ def _wanting(
         if item.done or item.code not in codes:
             continue
         kind = item.kind
-        if kind is not last_kind or priority_class != last_class:
-            last_kind, last_class = kind, priority_class
-            asked = (id(kind), priority_class)
-            known = on_some_type.get(asked)
-            if known is None:
-                known = on_some_type[asked] = any(
-                    priority_class > lowest_on.get((name, gpu_type), math.inf)
-                    for gpu_type in kind.types
+        if kind is not last_kind:
+            last_kind = kind
+            types = kind.types
+            found = least_of.get(types)
+            if found is None:
+                found = least_of[types] = min(
+                    [floors.get(gpu_type, math.inf) for gpu_type in types], default=math.inf
                 )
-            answer = known
-        if answer:
+            least = found
+        if priority_class > least and item.trial not in dead:
             yield item
-
-
-def _preempt_queue(
-    state: CycleState,
-    items: Iterable[Pending],
-    dead: set[int],
-    failed: set[tuple[object, ...]],
-    budgets: dict[tuple[str, int], VictimBudget],
-) -> None:
-    """`_try_preempt` each of `items` (of one queue, whose dead trials are `dead`) in turn,
-    but those of a trial found dead; a trial is found dead after a try that evicted nothing
-    when each of its types has no victims in the queue or failed in the memo (`failed`)."""
-    own = state.preempt_own
-    for item in items:
-        trial = item.trial
-        if trial in dead or _try_preempt(state, item, failed, budgets):
-            continue
-        name = item.book.name
-        memo_key = item.kind.memo_key
-        if all(
-            (name, gpu_type) not in own or (name, gpu_type, memo_key) in failed
-            for gpu_type in item.types
-        ):
-            dead.add(trial)
-            dead.add(trial ^ 1)
 
 
 # Preemption reads no held nodes (every node is open to the workload's search).
@@ -155,35 +132,51 @@ _NOTHING_EXCLUDED = Exclusion()
 def _try_preempt(
     state: CycleState,
     item: Pending,
-    failed: set[tuple[object, ...]],
+    floors: dict[str, int],
+    dead: set[int],
+    failed: set[tuple[str, str, int]],
     budgets: dict[tuple[str, int], VictimBudget],
-) -> bool:
+) -> None:
     """Evict victims of `item`'s queue for it on the first of its types where a search finds
-    some. `budgets`: one per (queue, priority class), made at its first search and given to the
-    next: a search only ever spends a copy (`victim_search._greedy`)."""
+    some. `floors`: per type, the lowest class of the queue's victims there; `dead`: the
+    queue's dead trials. `budgets`: one per (queue, priority class), made at its first search
+    and given to the next: a search only ever spends a copy (`victim_search._greedy`).
+
+    A type is closed for the queue's later workloads of `item`'s trial when it has no victim
+    of a class below `item`'s (later ones are of no higher class) or its memo key failed;
+    a try that evicts nothing with every type closed finds the trial dead (both of its
+    preemptibilities: the test reads neither). Left open: a type the queue's limits refuse,
+    and one whose victims found would not keep the queue within its share."""
     workload = item.workload
     book = item.book
     name = book.name
     kind = item.kind
-    memo_key = kind.memo_key
+    memo_key = id(kind.memo_key)  # one object per placement problem (`kind_of`)
     pods = workload.gang_min_pods
     below = workload.priority_class
-    own = state.preempt_own
+    open_types = False
     # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
     for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
+        # No victim below its class: no search could find one (the memo is not asked).
+        if floors.get(gpu_type, below) >= below:
+            continue
         # A queue's work comes in falling priority class: a shape that found no victims at
         # one class finds none at a lower one (fewer victims, less capacity).
-        victims = own.get((name, gpu_type))
         key = (name, gpu_type, memo_key)
-        if not victims or key in failed:
+        if key in failed:
             continue
         if state.pods_allowed(item, gpu_type, within_share=False) < pods:
+            open_types = True
             continue
+        victims = state.preempt_own[name, gpu_type]
         # Cheap necessary conditions before any search: enough GPUs could be freed, and the
         # swap could keep the queue within its share or from growing.
         needed_cu = pods * cu_per_pod
         most_cu = most_gpus = 0.0
-        for priority_class, (cu, gpus) in state.preempt_totals[(name, gpu_type)].items():
+        totals = state.preempt_totals.get((name, gpu_type))
+        if totals is None:
+            totals = _totals(state, name, gpu_type, victims)
+        for priority_class, (cu, gpus) in totals.items():
             if priority_class < below:
                 most_cu += cu
                 most_gpus += gpus
@@ -237,20 +230,44 @@ def _try_preempt(
         # A swap inside the queue: it must end within its share, or at least not grow.
         within = book.allocated_cu - freed_cu + needed_cu <= book.fair_share_cu + EPS
         if not (within or needed_cu <= freed_cu + EPS):
+            open_types = True
             continue
         commit(state, item, gpu_type, selection, EvictReason.PREEMPT, bool(leaving))
-        return True
-    return False
+        return
+    if not open_types:
+        trial = item.trial
+        dead.add(trial)
+        dead.add(trial ^ 1)
+
+
+def _totals(
+    state: CycleState, name: str, gpu_type: str, victims: list[Victim]
+) -> dict[int, list[float]]:
+    """CU and GPUs of queue `name`'s `victims` on `gpu_type` by priority class, summed in their
+    order, kept (`CycleState.preempt_totals`) and taken down by `cycle_evict.commit` as they
+    are evicted. Made at the key's first cheap test: most keys are never tested, and a key's
+    victims are evicted only by a search on that key, after the test."""
+    totals: dict[int, list[float]] = {}
+    for victim in victims:
+        sums = totals.get(victim.priority_class)
+        if sums is None:
+            sums = totals[victim.priority_class] = [0.0, 0.0]
+        sums[0] += victim.cu
+        sums[1] += victim.gpus
+    state.preempt_totals[name, gpu_type] = totals
+    return totals
 
 
 def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[Victim]) -> bool:
     """True when the gang minimum of `item`'s whole-GPU pods could not fit on `gpu_type` even
     with every victim of a lower priority class gone, so the search would find nothing. Per
-    node, at most its free whole GPUs plus the GPUs such victims use there can be free, so no
-    more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
-    counted again with its victims' GPUs (read only when the buckets alone fall short). Pods
-    that share a GPU: `share_room_short`; pods of a partition or of no GPU are not bounded
-    here (False)."""
+    node, at most its free whole GPUs plus the GPUs such victims leave wholly free can be free,
+    so no more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
+    counted again with the GPUs its victims free (read only when the buckets alone fall
+    short). A GPU counts as freed once the victims read leave at most `_FREED_SLACK` of it used:
+    one that other work shares, or a claim holds over, stays used (the common failure of a
+    one-GPU pod's search after a steady cycle). Pods that share a GPU: `share_room_short`; pods
+    of a partition or of no GPU are not bounded here (False)."""
     shape = item.shape
     whole = shape.whole_gpus
     if shape.profile:
@@ -279,22 +296,42 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
     below = item.workload.priority_class
     evicted = state.evicted
     nodes = capacity.nodes
-    # Per node, its free whole GPUs and the GPUs its victims use so far (a GPU twice if
-    # shared): each victim read adds what it can to the bound, until the gang fits.
-    freeable: dict[int, int] = {}
+    # Per node, its free whole GPUs with the victims read so far gone; per GPU such a victim
+    # uses, what is left of its use (0.0 once counted as freed, so it is counted once).
+    free_on: dict[int, int] = {}
+    left: dict[tuple[int, int], float] = {}
     for victim in victims:
         if victim.priority_class >= below or victim.uid in evicted:
             continue
         for use in victim.uses:
             node = use.node
-            before = freeable.get(node)
-            if before is None:
-                before = nodes[node].free_whole
-            after = freeable[node] = before + len(use.gpu_indices)
-            pods += after // whole - before // whole
+            amount = use.gpu_amount
+            freed = 0
+            for gpu in use.gpu_indices:
+                key = (node, gpu)
+                before = left.get(key)
+                if before is None:
+                    before = nodes[node].gpu_used[gpu]
+                after = before - amount
+                if before > EPS and after <= _FREED_SLACK:
+                    freed += 1
+                    after = 0.0
+                left[key] = after
+            if freed:
+                was = free_on.get(node)
+                if was is None:
+                    was = nodes[node].free_whole
+                now = free_on[node] = was + freed
+                pods += now // whole - was // whole
         if pods >= needed:
             return False
     return True
+
+
+# What `_room_short` lets a GPU keep used and still counts it freed: the search frees a GPU
+# at `EPS`, subtracting the same uses in another order, so the bound allows more than the
+# sums' rounding may differ by. It may count a GPU the search would not free, never miss one.
+_FREED_SLACK = EPS + 1e-6
 
 
 # Rounding allowance of `share_room_short`, wider than `fit_on`'s: the bound may count a pod
