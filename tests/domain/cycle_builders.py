@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+import pytest
+
+from gpufair.domain import cycle_preempt
 from gpufair.domain.capacity import EPS, Capacity, uses_of
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
@@ -270,3 +274,17 @@ def run_cycles(
         if until_settled and not (result.binds or result.evicts or in_flight or snap.evicting):
             break
     return results
+
+
+def count_victim_searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The GPU types of the victim searches preemption makes from now on in the test, in
+    order (`cycle_preempt.select_victims`, counted and then run as usual)."""
+    searched: list[str] = []
+    search = cycle_preempt.select_victims
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        searched.append(args[1].gpu_type)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(cycle_preempt, "select_victims", counted)
+    return searched

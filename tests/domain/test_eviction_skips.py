@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
 
 import pytest
-from cycle_builders import POOL, node, queue, running, snapshot, workload
+from cycle_builders import POOL, count_victim_searches, node, queue, running, snapshot, workload
 
 from gpufair.domain import cycle_preempt, cycle_reclaim
 from gpufair.domain.capacity import EPS
@@ -143,14 +142,7 @@ def test_preempt_searches_no_victims_that_could_not_free_a_whole_pod(
         keep = workload(f"keep{i}", "a", gpus=6, preemptible=False)
         work.append(running(keep, [(f"n{i}", tuple(range(2, 8)))]))
     big = workload("big", "a", gpus=8, priority_class=5)
-    searched: list[str] = []
-    search = cycle_preempt.select_victims
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        searched.append(args[1].gpu_type)
-        return search(*args, **kwargs)
-
-    monkeypatch.setattr(cycle_preempt, "select_victims", counted)
+    searched = count_victim_searches(monkeypatch)
     result = run_cycle(snapshot(nodes, queues, {"a": 32}, running_work=work, pending=[big]))
     assert searched == []
     assert result.evicts == ()

@@ -20,6 +20,23 @@ from gpufair.domain.placement_release import (
 from tests.domain.full_pools import ASKED_SHAPES, BINPACK, TYPES, capacity_state, full_pool
 
 
+def _placed_after_release(
+    capacity: Capacity,
+    victims: list[tuple[PodUse, ...]],
+    gpu_type: str,
+    shape: PodShape,
+    pods: int,
+) -> list[PodUse] | None:
+    """`place` on the capacity with `victims` released under a journal, then restored: the
+    general way the fast placements must agree with."""
+    journal = Journal()
+    for uses in victims:
+        capacity.release(uses, journal)
+    placed = place(capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion())
+    capacity.restore(journal)
+    return placed
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_placement_on_released_capacity_is_the_one_after_the_release(seed: int) -> None:
     _compare(seed)
@@ -52,13 +69,7 @@ def _compare(seed: int) -> tuple[int, int]:
                         assert shape.shares_gpu
                         undecided += pods == 1
                         continue
-                    journal = Journal()
-                    for uses in victims:
-                        capacity.release(uses, journal)
-                    expected = place(
-                        capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion()
-                    )
-                    capacity.restore(journal)
+                    expected = _placed_after_release(capacity, victims, gpu_type, shape, pods)
                     assert fast == expected
                     compared += 1
                     if shape.shares_gpu and expected is not None:
@@ -180,13 +191,7 @@ def test_a_gang_placed_on_the_freed_nodes_is_the_one_after_the_release(seed: int
                 for pods in (1, 2, 3, 5):
                     fast = place_on_freed_nodes(capacity, gpu_type, shape, pods, freed)
                     assert fast == place_released(capacity, gpu_type, shape, pods, released)
-                    journal = Journal()
-                    for uses in victims:
-                        capacity.release(uses, journal)
-                    expected = place(
-                        capacity, Ask(shape, gpu_type, pods, pods), BINPACK, Exclusion()
-                    )
-                    capacity.restore(journal)
+                    expected = _placed_after_release(capacity, victims, gpu_type, shape, pods)
                     assert fast == expected
                     compared += 1
                     found += expected is not None

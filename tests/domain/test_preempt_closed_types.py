@@ -7,34 +7,31 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cycle_builders import V100, node, queue, running, snapshot, workload
+from cycle_builders import V100, count_victim_searches, node, queue, running, snapshot, workload
 
 from gpufair.domain import cycle_preempt
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.snapshot import EvictReason, PendingCode
+from gpufair.domain.snapshot import CycleResult, EvictReason, PendingCode
 
 
-def _searched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    searched: list[str] = []
-    search = cycle_preempt.select_victims
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        searched.append(args[1].gpu_type)
-        return search(*args, **kwargs)
-
-    monkeypatch.setattr(cycle_preempt, "select_victims", counted)
-    return searched
-
-
-def _halves(keep_preemptible: bool) -> list[Any]:
-    # Node x's eight GPUs each hold two half-GPU jobs of queue a: a class-0 job and another.
+def _one_gpu_over_halves(keep_preemptible: bool) -> CycleResult:
+    """A cycle of one class-5 workload of one GPU in queue a, whose node x's eight GPUs each
+    hold two half-GPU jobs of the queue: a class-0 job and another (`keep_preemptible`)."""
     work = []
     for gpu in range(8):
         low = workload(f"low{gpu}", "a", gpus=0.5)
         work.append(running(low, [("x", (gpu,), 0.5)], started_at_s=gpu))
         other = workload(f"other{gpu}", "a", gpus=0.5, preemptible=keep_preemptible)
         work.append(running(other, [("x", (gpu,), 0.5)], started_at_s=gpu))
-    return work
+    return run_cycle(
+        snapshot(
+            [node("x")],
+            [queue("a", 16)],
+            {"a": 16},
+            running_work=work,
+            pending=[workload("one", "a", priority_class=5)],
+        )
+    )
 
 
 def test_no_search_when_each_gpu_keeps_a_use_that_is_no_victim(
@@ -43,16 +40,8 @@ def test_no_search_when_each_gpu_keeps_a_use_that_is_no_victim(
     # Evicting all eight class-0 jobs frees half of each GPU and no whole one (the other half
     # runs non-preemptible work): the one-GPU class-5 workload's search could find nothing, so
     # none is made. Counting each victim's GPU as freed would have searched.
-    searched = _searched(monkeypatch)
-    result = run_cycle(
-        snapshot(
-            [node("x")],
-            [queue("a", 16)],
-            {"a": 16},
-            running_work=_halves(keep_preemptible=False),
-            pending=[workload("one", "a", priority_class=5)],
-        )
-    )
+    searched = count_victim_searches(monkeypatch)
+    result = _one_gpu_over_halves(keep_preemptible=False)
     assert searched == []
     assert result.evicts == ()
     assert result.pending["one"].code is PendingCode.NO_CAPACITY
@@ -63,16 +52,8 @@ def test_a_gpu_whose_every_use_is_a_lower_victim_counts_as_freed(
 ) -> None:
     # The same pool with both halves preemptible class-0 work: one GPU is freed by evicting
     # its two jobs, the most recent first (GPU 7's).
-    searched = _searched(monkeypatch)
-    result = run_cycle(
-        snapshot(
-            [node("x")],
-            [queue("a", 16)],
-            {"a": 16},
-            running_work=_halves(keep_preemptible=True),
-            pending=[workload("one", "a", priority_class=5)],
-        )
-    )
+    searched = count_victim_searches(monkeypatch)
+    result = _one_gpu_over_halves(keep_preemptible=True)
     assert searched == ["unit"]
     assert sorted(evict.workload_uid for evict in result.evicts) == ["low7", "other7"]
     assert {evict.reason for evict in result.evicts} == {EvictReason.PREEMPT}
