@@ -22,7 +22,8 @@ from gpufair.domain.capacity import Capacity
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_memory import CarriedLoad
-from gpufair.domain.cycle_state import CycleState, pending_reason
+from gpufair.domain.cycle_state import CycleState
+from gpufair.domain.decisions import pending_reason
 from gpufair.domain.model import Allocation, Workload
 from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, PendingCode, PendingReason
 
@@ -361,7 +362,7 @@ def test_a_reason_that_reads_more_of_its_queue_is_made_each_cycle() -> None:
 
 
 def test_pending_reason_builds_the_dataclass_value() -> None:
-    """`cycle_state.pending_reason` fills every field of `PendingReason`, equal to the
+    """`decisions.pending_reason` fills every field of `PendingReason`, equal to the
     constructor's."""
     made = pending_reason(PendingCode.NO_CAPACITY, "within its queue's fair share")
     assert made == PendingReason(PendingCode.NO_CAPACITY, "within its queue's fair share")

@@ -168,13 +168,7 @@ def _hold_on_victim_node(
     gpu_type = capacity.nodes[index].gpu_type
     if gpu_type not in item.kind.types:
         return
-    # `max_pods`'s first answer, without its calls: an unlimited book's preemptible work beyond
-    # the share is not capped (`UNCAPPED`); any other ask goes through `pods_allowed`.
-    book = item.book
-    workload = item.workload
-    if not (book.unlimited and workload.preemptible and workload.pods >= 1) and (
-        _pods(state, item, gpu_type, {} if allowed is None else allowed) < 1
-    ):
+    if _pods(state, item, gpu_type, allowed) < 1:
         return
     shape = item.kind.shape
     if shape.whole_gpus:
@@ -316,13 +310,16 @@ def _where_released(
     return held
 
 
-def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int]) -> int:
-    """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn; `max_pods`'
-    first answer without its calls: an unlimited book's preemptible work beyond the share is
-    not capped (`UNCAPPED`), all its pods are allowed."""
+def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int] | None) -> int:
+    """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn (`allowed`:
+    the answers so far; None: none kept, one ask); `max_pods`' first answer without its calls:
+    an unlimited book's preemptible work beyond the share is not capped (`UNCAPPED`), all its
+    pods are allowed."""
     workload = item.workload
     if item.book.unlimited and workload.preemptible:
         return workload.pods
+    if allowed is None:
+        return state.pods_allowed(item, gpu_type, False)
     pods = allowed.get(gpu_type)
     if pods is None:
         pods = allowed[gpu_type] = state.pods_allowed(item, gpu_type, False)

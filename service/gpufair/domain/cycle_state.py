@@ -20,7 +20,12 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
-from gpufair.domain.decisions import bind_decision, evicted_capacity, evicted_capacity_one
+from gpufair.domain.decisions import (
+    bind_decision,
+    evicted_capacity,
+    evicted_capacity_one,
+    pending_reason,
+)
 from gpufair.domain.explain import pending_message, queue_numbers
 from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
@@ -399,11 +404,7 @@ class CycleState:
             return
         nodes = self.capacity.nodes
         self.capacity.take(plan)
-        held = {use.node for use in plan}
-        if len(held) == 1:  # a gang on one node (claims of one victim's node): no sort
-            names: tuple[str, ...] = (nodes[plan[0].node].name,)
-        else:
-            names = tuple([nodes[index].name for index in sorted(held)])
+        names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
         record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
         self._held(item, gpu_type, len(plan) * item.workload.gpus_per_pod, len(names), record)
 
@@ -573,22 +574,6 @@ def _reason_of(item: Pending, sentence: _Sentence, numbers: str) -> PendingReaso
     code, needed_cu, _, _, held_nodes, note = sentence
     message = pending_message(code, item.workload, item.book, needed_cu, held_nodes, numbers)
     return pending_reason(code, message + note)
-
-
-_new_object = object.__new__
-_set_reason_fields = tuple(vars(PendingReason)[name].__set__ for name in ("code", "message"))
-
-
-def pending_reason(code: PendingCode, message: str) -> PendingReason:
-    """`PendingReason(code, message)`, the same value, built in about half the time: its slots
-    are filled through their descriptors, not through the frozen class's `__init__` (one
-    `object.__setattr__` per field), as `model.pod_binding` builds a `PodBinding`. A result
-    makes thousands (one per queue and sentence)."""
-    reason: PendingReason = _new_object(PendingReason)
-    set_code, set_message = _set_reason_fields
-    set_code(reason, code)
-    set_message(reason, message)
-    return reason
 
 
 def _limit_ancestors(snapshot: CycleSnapshot) -> Callable[[Queue], tuple[LimitBook, ...]]:

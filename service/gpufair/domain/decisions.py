@@ -1,5 +1,6 @@
 """The cycle's decision records, built as often as the cycle decides: once per bind, hold and
-eviction, thousands per cycle at 4,000 nodes.
+eviction, thousands per cycle at 4,000 nodes, and the pending reasons a result makes (one per
+queue and sentence).
 
 Each function returns the same value as the frozen class's constructor with those arguments
 (every field set, defaults included), in about half its time: the slots are filled through their
@@ -18,6 +19,8 @@ from gpufair.domain.snapshot import (
     BindDecision,
     EvictDecision,
     EvictReason,
+    PendingCode,
+    PendingReason,
     Reservation,
     ReservationKind,
 )
@@ -53,6 +56,7 @@ _EVICT = _setters(
         "move_gpu_type",
     ),
 )
+_REASON = _setters(PendingReason, ("code", "message"))
 _EVICTED_CAPACITY = ReservationKind.EVICTED_CAPACITY
 
 
@@ -124,4 +128,13 @@ def evict_decision(
     cu_(record, cu)
     move_to_(record, ())
     move_type_(record, "")
+    return record
+
+
+def pending_reason(code: PendingCode, message: str) -> PendingReason:
+    """`PendingReason(code, message)`."""
+    record: PendingReason = _new_object(PendingReason)
+    code_, message_ = _REASON
+    code_(record, code)
+    message_(record, message)
     return record
