@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
-from functools import partial
+from collections.abc import Iterable, Sequence
 from itertools import compress, count
 from operator import attrgetter, is_not, not_
 
@@ -75,11 +74,11 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     known = carried.pending
     aligned = _aligned(pending, carried) if known else None
     present: set[int] = set()  # the keys of the carried workloads given again (not aligned)
+    absent: set[int] = set()  # aligned: the keys of those not given again
     dropped: Dropped | None = None
     if aligned is not None:
         hits, dropped = aligned
-        absent = set().union(*dropped.values())
-        given: Callable[[int], bool] = partial(_not_in, absent)
+        absent = absent.union(*dropped.values())
         reused = len(known) - len(absent)
         wanted = sum(1 for name, records in carried.queues.items() if name not in dropped)
         wanted += sum(len(dropped[name]) < len(carried.queues[name][1]) for name in dropped)
@@ -87,22 +86,24 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         ids = [id(workload) >> 4 for workload in pending]  # their keys
         hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
         present = set(compress(ids, hits))
-        given = present.__contains__
         reused = len(present)
         wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
-    misses = list(compress(range(len(pending)), map(not_, hits)))
+    misses = _misses(hits)
     missed = list(map(pending.__getitem__, misses))  # in C, as `entries` below
     # A workload the last load found never fitting, given again, is not among those asked:
     # after any load no queued workload has the uid of one it rejected (each uid is loaded
     # once, and one taken from the carried queues is never also loaded).
     was_rejected = carried.rejected
     new = [workload.uid for workload in missed if id(workload) not in was_rejected]
-    if reused and _uid_taken(carried, given, [*fresh, *new]):
+    if reused and (
+        _uid_taken(carried, present, [*fresh, *new])
+        if dropped is None
+        else _uid_taken(carried, absent, [*fresh, *new], absent=True)
+    ):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
         hits = [False] * len(pending)
         present = set()
-        given = present.__contains__
         dropped = None
         reused = wanted = 0
         misses = list(range(len(pending)))
@@ -111,7 +112,8 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     rejected: dict[int, Rejection] = {}
     carried.doubled = False
     entries = zip(misses, missed, strict=True)
-    loaded = _load_each(state, entries, ordinary, rejected, carried.rejected)
+    claimed = state.leaving_for.keys() | state.standing_claims
+    loaded = _load_each(state, entries, ordinary, rejected, carried.rejected, claimed)
     carried.rejected = rejected
     # The queues in the order of their first workload, and where that is, to place the queues
     # of the workloads not carried.
@@ -119,7 +121,6 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary, dropped)
     carried.queues = queues
-    claimed = state.leaving_for.keys() | state.standing_claims
     if dropped is None:
         found = list(filter(None, map(carried.by_uid.get, claimed)))
         keys = [id(item.workload) >> 4 for item in found]
@@ -147,8 +148,20 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     return reused
 
 
-def _not_in(absent: set[int], key: int) -> bool:
-    return key not in absent
+def _misses(hits: list[bool]) -> list[int]:
+    """The positions of False in `hits`. Few, when records are carried: found by `bytes.find`
+    (a memchr) from one to the next, not by a pass in C that makes an int of every position;
+    many: by that pass."""
+    size = len(hits)
+    if hits.count(False) > size >> 4:
+        return list(compress(range(size), map(not_, hits)))
+    marks = bytes(hits)
+    found: list[int] = []
+    at = marks.find(0)
+    while at >= 0:
+        found.append(at)
+        at = marks.find(0, at + 1)
+    return found
 
 
 def _keep_order(
@@ -257,13 +270,14 @@ def _first_positions(pending: Sequence[Workload], hits: list[bool], wanted: int)
     return first
 
 
-def _uid_taken(carried: CarriedLoad, given: Callable[[int], bool], new: list[str]) -> bool:
+def _uid_taken(carried: CarriedLoad, keys: set[int], new: list[str], absent: bool = False) -> bool:
     """Whether one of `new` (uids of running workloads made anew, of pending ones not carried)
-    is the uid of a carried workload given again (`given`, by its key)."""
+    is the uid of a carried workload given again: one whose key is in `keys` (with `absent`:
+    one whose key is not, `keys` being those of the carried workloads not given again)."""
     by_uid = carried.by_uid
     for uid in new:
         item = by_uid.get(uid)
-        if item is not None and given(id(item.workload) >> 4):
+        if item is not None and (id(item.workload) >> 4 in keys) is not absent:
             return True
     return False
 
@@ -274,6 +288,7 @@ def _load_each(
     ordinary: dict[int, int] | None,
     rejected: dict[int, Rejection] | None = None,
     was_rejected: dict[int, Rejection] | None = None,
+    claimed: set[str] | None = None,
 ) -> Loaded:
     """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
     into per-queue lists of items in that order, with each queue's first position; the first
@@ -287,7 +302,8 @@ def _load_each(
     books = state.books
     kinds = state.kinds
     reasons = state.reasons
-    claimed = state.leaving_for.keys() | state.standing_claims
+    if claimed is None:
+        claimed = state.leaving_for.keys() | state.standing_claims
     claimants = state.claimants
     running = state.running
     seen: set[str] = set()  # the pending uids met
