@@ -16,6 +16,10 @@ from gpufair.domain.cycle_memory import (
 from gpufair.domain.cycle_state import CycleState, Running
 from gpufair.domain.victim_search import Victim
 
+# `PodUse(...)` without the Python frame of a named tuple's `__new__`: the tuple of all six
+# fields (`slice_mask` 0: no partition) made into one in C.
+_new_use = tuple.__new__
+
 
 def load(state: CycleState) -> None:
     """Fill `state` from its snapshot, reusing the records the last cycle of the pool left in
@@ -140,12 +144,16 @@ def load_running(
                 count = nodes[index].gpu_count
                 if indices and (min(indices) < 0 or max(indices) >= count):
                     indices = tuple(gpu for gpu in indices if 0 <= gpu < count)
-                use = PodUse(
-                    index,
-                    indices,
-                    amount,
-                    workload.cpu_millicores_per_pod,
-                    workload.memory_mib_per_pod,
+                use = _new_use(
+                    PodUse,
+                    (
+                        index,
+                        indices,
+                        amount,
+                        workload.cpu_millicores_per_pod,
+                        workload.memory_mib_per_pod,
+                        0,
+                    ),
                 )
                 uses = (use,)
                 take_one(use)
