@@ -28,8 +28,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from itertools import compress, count
-from operator import attrgetter, is_not, not_
+from itertools import compress
+from operator import attrgetter, indexOf, is_, not_
+from typing import Any
 
 from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
@@ -205,9 +206,19 @@ def _aligned(
     hits: list[bool] = []
     dropped: Dropped = {}
     left: Iterable[Workload] = ()  # the last load's queued workloads after the last given
+    # Iterators over both, set to each stretch's start (`__setstate__`, as in unpickling):
+    # the pairs are compared in C as they come, up to the first that differs
+    # (`operator.indexOf`: no copy, no number made per pair).
+    mine: Any = iter(pending)
+    theirs: Any = iter(last)
     at = was = 0
     while True:
-        run = _shared_run(pending, at, last, was)
+        mine.__setstate__(at)
+        theirs.__setstate__(was)
+        try:
+            run = indexOf(map(is_, mine, theirs), False)
+        except ValueError:  # no pair differs: one of them has ended
+            run = min(size - at, end - was)
         hits += flags[was : was + run]
         at += run
         was += run
@@ -233,26 +244,6 @@ def _aligned(
     for workload in left:
         dropped.setdefault(workload.queue, {})[id(workload) >> 4] = workload
     return hits, dropped
-
-
-def _shared_run(
-    pending: tuple[Workload, ...], at: int, last: tuple[Workload, ...], was: int
-) -> int:
-    """How many positions from `at` in `pending` and from `was` in `last` hold the same
-    objects: compared in C, in slices that double (a few per stretch, not one per workload)."""
-    run = 0
-    step = 64
-    while True:
-        mine = pending[at + run : at + run + step]
-        theirs = last[was + run : was + run + step]
-        parted = next(compress(count(), map(is_not, mine, theirs)), None)
-        if parted is not None:
-            return run + parted
-        length = min(len(mine), len(theirs))
-        run += length
-        if length < step:
-            return run
-        step *= 2
 
 
 def _first_positions(pending: Sequence[Workload], hits: list[bool], wanted: int) -> dict[str, int]:
