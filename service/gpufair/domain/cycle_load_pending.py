@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
-from functools import partial
-from itertools import compress, count
-from operator import attrgetter, is_not, not_
+from collections.abc import Iterable, Sequence
+from itertools import compress
+from operator import attrgetter, indexOf, is_, not_
+from typing import Any
 
 from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
@@ -75,11 +75,11 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     known = carried.pending
     aligned = _aligned(pending, carried) if known else None
     present: set[int] = set()  # the keys of the carried workloads given again (not aligned)
+    absent: set[int] = set()  # aligned: the keys of those not given again
     dropped: Dropped | None = None
     if aligned is not None:
         hits, dropped = aligned
-        absent = set().union(*dropped.values())
-        given: Callable[[int], bool] = partial(_not_in, absent)
+        absent = absent.union(*dropped.values())
         reused = len(known) - len(absent)
         wanted = sum(1 for name, records in carried.queues.items() if name not in dropped)
         wanted += sum(len(dropped[name]) < len(carried.queues[name][1]) for name in dropped)
@@ -87,22 +87,24 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         ids = [id(workload) >> 4 for workload in pending]  # their keys
         hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
         present = set(compress(ids, hits))
-        given = present.__contains__
         reused = len(present)
         wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
-    misses = list(compress(range(len(pending)), map(not_, hits)))
+    misses = _misses(hits)
     missed = list(map(pending.__getitem__, misses))  # in C, as `entries` below
     # A workload the last load found never fitting, given again, is not among those asked:
     # after any load no queued workload has the uid of one it rejected (each uid is loaded
     # once, and one taken from the carried queues is never also loaded).
     was_rejected = carried.rejected
     new = [workload.uid for workload in missed if id(workload) not in was_rejected]
-    if reused and _uid_taken(carried, given, [*fresh, *new]):
+    if reused and (
+        _uid_taken(carried, present, [*fresh, *new])
+        if dropped is None
+        else _uid_taken(carried, absent, [*fresh, *new], absent=True)
+    ):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
         hits = [False] * len(pending)
         present = set()
-        given = present.__contains__
         dropped = None
         reused = wanted = 0
         misses = list(range(len(pending)))
@@ -111,7 +113,8 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     rejected: dict[int, Rejection] = {}
     carried.doubled = False
     entries = zip(misses, missed, strict=True)
-    loaded = _load_each(state, entries, ordinary, rejected, carried.rejected)
+    claimed = state.leaving_for.keys() | state.standing_claims
+    loaded = _load_each(state, entries, ordinary, rejected, carried.rejected, claimed)
     carried.rejected = rejected
     # The queues in the order of their first workload, and where that is, to place the queues
     # of the workloads not carried.
@@ -119,7 +122,6 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary, dropped)
     carried.queues = queues
-    claimed = state.leaving_for.keys() | state.standing_claims
     if dropped is None:
         found = list(filter(None, map(carried.by_uid.get, claimed)))
         keys = [id(item.workload) >> 4 for item in found]
@@ -147,8 +149,20 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     return reused
 
 
-def _not_in(absent: set[int], key: int) -> bool:
-    return key not in absent
+def _misses(hits: list[bool]) -> list[int]:
+    """The positions of False in `hits`. Few, when records are carried: found by `bytes.find`
+    (a memchr) from one to the next, not by a pass in C that makes an int of every position;
+    many: by that pass."""
+    size = len(hits)
+    if hits.count(False) > size >> 4:
+        return list(compress(range(size), map(not_, hits)))
+    marks = bytes(hits)
+    found: list[int] = []
+    at = marks.find(0)
+    while at >= 0:
+        found.append(at)
+        at = marks.find(0, at + 1)
+    return found
 
 
 def _keep_order(
@@ -192,9 +206,19 @@ def _aligned(
     hits: list[bool] = []
     dropped: Dropped = {}
     left: Iterable[Workload] = ()  # the last load's queued workloads after the last given
+    # Iterators over both, set to each stretch's start (`__setstate__`, as in unpickling):
+    # the pairs are compared in C as they come, up to the first that differs
+    # (`operator.indexOf`: no copy, no number made per pair).
+    mine: Any = iter(pending)
+    theirs: Any = iter(last)
     at = was = 0
     while True:
-        run = _shared_run(pending, at, last, was)
+        mine.__setstate__(at)
+        theirs.__setstate__(was)
+        try:
+            run = indexOf(map(is_, mine, theirs), False)
+        except ValueError:  # no pair differs: one of them has ended
+            run = min(size - at, end - was)
         hits += flags[was : was + run]
         at += run
         was += run
@@ -222,26 +246,6 @@ def _aligned(
     return hits, dropped
 
 
-def _shared_run(
-    pending: tuple[Workload, ...], at: int, last: tuple[Workload, ...], was: int
-) -> int:
-    """How many positions from `at` in `pending` and from `was` in `last` hold the same
-    objects: compared in C, in slices that double (a few per stretch, not one per workload)."""
-    run = 0
-    step = 64
-    while True:
-        mine = pending[at + run : at + run + step]
-        theirs = last[was + run : was + run + step]
-        parted = next(compress(count(), map(is_not, mine, theirs)), None)
-        if parted is not None:
-            return run + parted
-        length = min(len(mine), len(theirs))
-        run += length
-        if length < step:
-            return run
-        step *= 2
-
-
 def _first_positions(pending: Sequence[Workload], hits: list[bool], wanted: int) -> dict[str, int]:
     """Per queue with carried workloads given again (`hits`, by position in `pending`), the
     position of its first such workload, in the order of those positions. How many queues
@@ -257,13 +261,14 @@ def _first_positions(pending: Sequence[Workload], hits: list[bool], wanted: int)
     return first
 
 
-def _uid_taken(carried: CarriedLoad, given: Callable[[int], bool], new: list[str]) -> bool:
+def _uid_taken(carried: CarriedLoad, keys: set[int], new: list[str], absent: bool = False) -> bool:
     """Whether one of `new` (uids of running workloads made anew, of pending ones not carried)
-    is the uid of a carried workload given again (`given`, by its key)."""
+    is the uid of a carried workload given again: one whose key is in `keys` (with `absent`:
+    one whose key is not, `keys` being those of the carried workloads not given again)."""
     by_uid = carried.by_uid
     for uid in new:
         item = by_uid.get(uid)
-        if item is not None and given(id(item.workload) >> 4):
+        if item is not None and (id(item.workload) >> 4 in keys) is not absent:
             return True
     return False
 
@@ -274,6 +279,7 @@ def _load_each(
     ordinary: dict[int, int] | None,
     rejected: dict[int, Rejection] | None = None,
     was_rejected: dict[int, Rejection] | None = None,
+    claimed: set[str] | None = None,
 ) -> Loaded:
     """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
     into per-queue lists of items in that order, with each queue's first position; the first
@@ -287,7 +293,8 @@ def _load_each(
     books = state.books
     kinds = state.kinds
     reasons = state.reasons
-    claimed = state.leaving_for.keys() | state.standing_claims
+    if claimed is None:
+        claimed = state.leaving_for.keys() | state.standing_claims
     claimants = state.claimants
     running = state.running
     seen: set[str] = set()  # the pending uids met

@@ -147,7 +147,18 @@ class QueueBook:
                 ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) + gpus
 
     def remove(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
-        self.add(-cu, -gpus, gpu_type, preemptible)
+        """`add` of the negated amounts, written out (one call, not two): `x - y` is
+        `x + -y` exactly, so the sums are those `add(-cu, -gpus, ...)` makes."""
+        self.answers = None
+        self.allocated_cu -= cu
+        if not preemptible:
+            self.nonpreemptible_cu -= cu
+        by_type = self.gpus_by_type
+        by_type[gpu_type] = by_type.get(gpu_type, 0.0) - gpus
+        if self.ancestors:
+            for ancestor in self.ancestors:
+                ancestor.allocated_cu -= cu
+                ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) - gpus
 
     def ratio(self) -> float:
         """Allocated over fair share: the queue order key; a queue without a share sorts last."""

@@ -1,0 +1,97 @@
+"""The pending load's walk beside the last load's workloads (`cycle_load_pending._aligned`),
+the positions of the workloads it did not carry (`_misses`) and the uid check
+(`_uid_taken`): exact positions and keys over stretches longer than one comparison."""
+
+from __future__ import annotations
+
+from cycle_builders import node, queue, running, snapshot, workload
+
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_load_pending import _aligned, _misses, _uid_taken
+from gpufair.domain.cycle_memory import CarriedLoad
+from gpufair.domain.model import Workload
+
+
+def _carried(last: list[Workload], queued: list[bool]) -> CarriedLoad:
+    """A carried state whose last load saw `last` and queued those marked in `queued`."""
+    carried = CarriedLoad()
+    carried.order = (tuple(last), list(queued))
+    carried.pending = {id(w) >> 4: None for w, q in zip(last, queued, strict=True) if q}
+    return carried
+
+
+def test_the_walk_finds_every_parting_in_long_stretches() -> None:
+    """300 workloads of two queues, the last load having queued all but 4 (never fitting,
+    say); this load drops 7 at the edges of the stretches compared at once (0, 63, 64, 65,
+    127, 128 and the last) and brings 2 new ones: 291 carried given again, the 7 dropped
+    named per queue, the 4 not queued and the 2 new not carried, at their positions."""
+    last = [workload(f"w{i}", "a" if i % 3 else "b") for i in range(300)]
+    queued = [i not in (10, 100, 200, 250) for i in range(300)]
+    carried = _carried(last, queued)
+    gone = {0, 63, 64, 65, 127, 128, 299}
+    new = [workload("n1", "a"), workload("n2", "b")]
+    pending = [w for i, w in enumerate(last) if i not in gone]
+    pending.insert(150, new[0])
+    pending.insert(5, new[1])
+    found = _aligned(tuple(pending), carried)
+    assert found is not None
+    hits, dropped = found
+    assert len(hits) == 295
+    assert sum(hits) == 289  # 300 - 4 not queued - 7 dropped
+    not_carried = [pending[at].uid for at in _misses(hits)]
+    assert not_carried == ["n2", "w10", "w100", "n1", "w200", "w250"]
+    assert {name: sorted(w.uid for w in left.values()) for name, left in dropped.items()} == {
+        "a": ["w127", "w128", "w299", "w64", "w65"],
+        "b": ["w0", "w63"],
+    }
+    assert all(key == id(w) >> 4 for left in dropped.values() for key, w in left.items())
+
+
+def test_the_walk_over_the_same_workloads_finds_no_parting() -> None:
+    last = [workload(f"w{i}", "a") for i in range(1_000)]
+    found = _aligned(tuple(last), _carried(last, [True] * 1_000))
+    assert found == ([True] * 1_000, {})
+
+
+def test_misses_are_the_positions_of_false_both_ways() -> None:
+    """Few (under a sixteenth: found one by one) and many (the pass over all)."""
+    few = [True] * 100
+    for at in (0, 1, 17, 99):
+        few[at] = False
+    assert _misses(few) == [0, 1, 17, 99]
+    many = [at % 3 == 0 for at in range(30)]
+    assert _misses(many) == [at for at in range(30) if at % 3]
+    assert _misses([]) == []
+    assert _misses([True] * 5) == []
+
+
+def test_the_uid_check_asks_the_carried_workloads_given_again() -> None:
+    """With the keys of the carried workloads not given again (`absent`): a uid of one of
+    those is free, a uid of one given again is taken; with the keys given again, the
+    reverse."""
+    jobs = [workload(f"w{i}", "a") for i in range(3)]
+    carried = CarriedLoad()
+    run_cycle(snapshot([node("n1", gpus=1)], [queue("a", 1.0)], {"a": 1.0}, pending=jobs), carried)
+    assert sorted(carried.by_uid) == ["w0", "w1", "w2"]
+    dropped = {id(jobs[0]) >> 4}
+    assert not _uid_taken(carried, dropped, ["w0", "x"], absent=True)
+    assert _uid_taken(carried, dropped, ["w1"], absent=True)
+    given = {id(jobs[1]) >> 4, id(jobs[2]) >> 4}
+    assert not _uid_taken(carried, given, ["w0", "x"])
+    assert _uid_taken(carried, given, ["w2"])
+
+
+def test_a_bound_workload_now_running_leaves_the_other_carried_work_taken() -> None:
+    """The next cycle's usual case: the workload a cycle bound runs (its uid is a fresh
+    running one) and has left the pending list; the queue's 2 other workloads are taken
+    from the carried records, and the cycle decides as one without them."""
+    team = queue("team", 8.0)
+    nodes = [node("n1", gpus=2)]
+    jobs = [workload(f"w{i}", "team", pods=2, submit_time_s=float(i)) for i in range(3)]
+    carried = CarriedLoad()
+    first = run_cycle(snapshot(nodes, [team], {"team": 8.0}, pending=jobs), carried)
+    assert [bind.workload_uid for bind in first.binds] == ["w0"]
+    started = running(jobs[0], [("n1", (0,)), ("n1", (1,))])
+    snap = snapshot(nodes, [team], {"team": 8.0}, running_work=[started], pending=jobs[1:])
+    assert run_cycle(snap, carried) == run_cycle(snap)
+    assert carried.reused == 2
