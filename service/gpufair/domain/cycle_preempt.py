@@ -63,12 +63,11 @@ def preempt(state: CycleState) -> None:
     state.preempt_own = own
     failed: set[tuple[str, str, int]] = set()
     budgets: dict[tuple[str, int], VictimBudget] = {}
-    # Per queue, per trial (`Pending.trial`: types and placement problem, all the test reads of
-    # a kind) met so far, the class a workload of it must be above to be tried (`_wanting`):
-    # its types' lowest victim class, or infinity once the trial is found dead (both
-    # preemptibilities): every type closed for the queue (`_try_preempt`), so a later workload
-    # of it would only pass over them again.
-    bars: dict[str, dict[int, float]] = {name: {} for name in floors}
+    # Per queue, the trials (`Pending.trial`, either preemptibility: types and placement
+    # problem, all the test reads of a kind) found dead: every type closed for the queue
+    # (`_try_preempt`), so a later workload of one would only pass over them again, and is not
+    # tried.
+    dead: dict[str, set[int]] = {name: set() for name in floors}
     # The queues that have victims, in the order of `CycleState.by_queue_order`; each queue's
     # workloads that want to preempt (`_wanting`) are read in place as they come (what a
     # workload is then is what it was when the phase began: a try changes only its own), and
@@ -77,51 +76,53 @@ def preempt(state: CycleState) -> None:
     for run in state.queue_runs(name for name in pending if name in floors):
         if len(run) == 1:
             name = run[0]
-            for item in _wanting(pending[name], floors[name], bars[name]):
-                _try_preempt(state, item, floors[name], bars[name], failed, budgets)
+            for item in _wanting(pending[name], floors[name], dead[name]):
+                _try_preempt(state, item, floors[name], dead[name], failed, budgets)
             continue
-        wanted = [list(_wanting(pending[name], floors[name], bars[name])) for name in run]
+        wanted = [list(_wanting(pending[name], floors[name], dead[name])) for name in run]
         for item in heapq.merge(*wanted, key=_by_order):
             name = item.book.name
-            if bars[name][item.trial] < math.inf:  # it may have died since its list was read
-                _try_preempt(state, item, floors[name], bars[name], failed, budgets)
+            if item.trial not in dead[name]:  # it may have died since its list was read
+                _try_preempt(state, item, floors[name], dead[name], failed, budgets)
     # Only this phase reads them: later evictions need not keep them current.
     state.preempt_index = {}
     state.preempt_totals = {}
 
 
-def _wanting(
-    items: list[Pending], floors: dict[str, int], bars: dict[int, float]
-) -> Iterator[Pending]:
+def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> Iterator[Pending]:
     """The workloads of a queue (its `items`, in order) that want to preempt: not placed, its
-    reason still no room or over its share, its trial not found dead, with someone to preempt
-    at all on a type it could use: a class above the queue's victims' lowest on some type
-    (`floors`). A workload without one could only fail (no class below its own on any of its
-    types), and later workloads of its queue, of no higher class, fail the same way whatever
-    it left in the memo. A queue's workloads are sorted by (-priority class, submit time, uid)
-    (`cycle_load`), so its first at or below its lowest class on any type ends its list.
-
-    Both per-trial tests are one look-up: `bars` holds per trial (an int, its types fixed) the
-    class to be above, the lowest over its types, made at the trial's first workload of the
-    queue, raised to infinity when the trial is found dead (`_try_preempt`). Neighbours in a
-    queue's list seldom share their kind (13,391 changes of kind in 14,287 waiting workloads
-    walked at 4,000 nodes), and 8,484 of those are of dead trials: one int look-up each."""
+    reason still no room or over its share, its trial not found dead (`dead`), with someone to
+    preempt at all on a type it could use: a class above the queue's victims' lowest on some
+    type (`floors`). A workload without one could only fail (no class below its own on any of
+    its types), and later workloads of its queue, of no higher class, fail the same way
+    whatever it left in the memo. A queue's workloads are sorted by (-priority class, submit
+    time, uid) (`cycle_load`), so its first at or below its lowest class on any type ends its
+    list. The lowest class over a workload's types is the same for every workload of the
+    queue with those types: answered once per types (a handful of sets in a queue, where
+    kinds are nearly one per workload), and neighbours in a queue's list mostly share their
+    kind: the last answer is kept."""
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
     floor = min(floors.values())
+    least_of: dict[tuple[str, ...], float] = {}
+    last_kind: object = None
+    least = math.inf
     for item in items:
         priority_class = item.workload.priority_class
         if priority_class <= floor:
             return
-        if item.done:
+        if item.done or item.code not in codes:
             continue
-        trial = item.trial
-        bar = bars.get(trial)
-        if bar is None:
-            bar = bars[trial] = min(
-                [floors.get(gpu_type, math.inf) for gpu_type in item.kind.types],
-                default=math.inf,
-            )
-        if priority_class > bar and item.code in codes:
+        kind = item.kind
+        if kind is not last_kind:
+            last_kind = kind
+            types = kind.types
+            found = least_of.get(types)
+            if found is None:
+                found = least_of[types] = min(
+                    [floors.get(gpu_type, math.inf) for gpu_type in types], default=math.inf
+                )
+            least = found
+        if priority_class > least and item.trial not in dead:
             yield item
 
 
@@ -133,13 +134,13 @@ def _try_preempt(
     state: CycleState,
     item: Pending,
     floors: dict[str, int],
-    bars: dict[int, float],
+    dead: set[int],
     failed: set[tuple[str, str, int]],
     budgets: dict[tuple[str, int], VictimBudget],
 ) -> None:
     """Evict victims of `item`'s queue for it on the first of its types where a search finds
-    some. `floors`: per type, the lowest class of the queue's victims there; `bars`: per
-    trial, the class to be above to be tried, infinity for the queue's dead trials. `budgets`: one per (queue, priority class), made at its first search
+    some. `floors`: per type, the lowest class of the queue's victims there; `dead`: the
+    queue's dead trials. `budgets`: one per (queue, priority class), made at its first search
     and given to the next: a search only ever spends a copy (`victim_search._greedy`).
 
     A type is closed for the queue's later workloads of `item`'s trial when it has no victim
@@ -155,7 +156,9 @@ def _try_preempt(
     pods = workload.gang_min_pods
     below = workload.priority_class
     open_types = False
-    # `max_pods`' first rule, read once per try: the queue's limits never cap this workload.
+    # `max_pods`' first rule, read once per try: the limits of a book without any never cap
+    # its preemptible work beyond the share (`queuebook.UNCAPPED`), so `pods_allowed` would
+    # answer the workload's own pods on every type.
     uncapped = book.unlimited and workload.preemptible
     capped_out = uncapped and min(UNCAPPED[0], workload.pods) < pods
     # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
@@ -243,7 +246,8 @@ def _try_preempt(
         return
     if not open_types:
         trial = item.trial
-        bars[trial] = bars[trial ^ 1] = math.inf
+        dead.add(trial)
+        dead.add(trial ^ 1)
 
 
 def _totals(
