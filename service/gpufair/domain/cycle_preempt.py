@@ -110,7 +110,7 @@ def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> It
         priority_class = item.workload.priority_class
         if priority_class <= floor:
             return
-        if item.done or item.code not in codes:
+        if item.done or item.code not in codes or item.trial in dead:
             continue
         kind = item.kind
         if kind is not last_kind:
@@ -122,7 +122,7 @@ def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> It
                     [floors.get(gpu_type, math.inf) for gpu_type in types], default=math.inf
                 )
             least = found
-        if priority_class > least and item.trial not in dead:
+        if priority_class > least:
             yield item
 
 
