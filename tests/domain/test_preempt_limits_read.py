@@ -42,8 +42,7 @@ def _full_node_and_one_waiting(
     monkeypatch.setattr(CycleState, "pods_allowed", counted)
     monkeypatch.setattr(cycle_preempt, "_try_preempt", flagged)
     work = [
-        running(workload(f"low{gpu}", "a"), [("x", (gpu,))], started_at_s=gpu)
-        for gpu in range(8)
+        running(workload(f"low{gpu}", "a"), [("x", (gpu,))], started_at_s=gpu) for gpu in range(8)
     ]
     result = run_cycle(
         snapshot(
