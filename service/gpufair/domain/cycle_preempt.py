@@ -100,7 +100,9 @@ def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> It
     list. The lowest class over a workload's types is the same for every workload of the
     queue with those types: answered once per types (a handful of sets in a queue, where
     kinds are nearly one per workload), and neighbours in a queue's list mostly share their
-    kind: the last answer is kept."""
+    kind: the last answer is kept. A workload of a dead trial is passed over before that
+    answer is read: at 4,000 nodes (next cycle) 8,484 of the 14,287 waiting workloads walked,
+    whose kind changes at nearly every one (13,391 changes)."""
     codes = (PendingCode.NO_CAPACITY, PendingCode.OVER_FAIR_SHARE)
     floor = min(floors.values())
     least_of: dict[tuple[str, ...], float] = {}
