@@ -1,0 +1,79 @@
+"""Preemption reads a queue's limits only where they can cap (`cycle_preempt._try_preempt`):
+preemptible work of a queue without limits is never capped beyond its share
+(`queuebook.UNCAPPED`), so its try does not ask `CycleState.pods_allowed`; a queue with a
+limit is asked on each type, and the limit keeps its victims running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cycle_builders import node, queue, running, snapshot, workload
+
+from gpufair.domain import cycle_preempt
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_state import CycleState
+from gpufair.domain.snapshot import CycleResult, EvictReason, PendingCode
+
+
+def _full_node_and_one_waiting(
+    monkeypatch: pytest.MonkeyPatch, limit_cu: float | None
+) -> tuple[CycleResult, list[str]]:
+    """Node x's eight GPUs run eight class-0 one-GPU jobs of queue a (8 CU deserved,
+    `limit_cu`); one class-5 one-GPU workload of a waits. Returns the cycle's result and the
+    uids `pods_allowed` was asked about inside preemption's tries."""
+    asked: list[str] = []
+    trying: list[bool] = []
+    pods_allowed = CycleState.pods_allowed
+    try_preempt = cycle_preempt._try_preempt
+
+    def counted(self: CycleState, item: Any, gpu_type: str, within_share: bool) -> int:
+        if trying:
+            asked.append(item.uid)
+        return pods_allowed(self, item, gpu_type, within_share)
+
+    def flagged(*args: Any) -> None:
+        trying.append(True)
+        try:
+            try_preempt(*args)
+        finally:
+            trying.pop()
+
+    monkeypatch.setattr(CycleState, "pods_allowed", counted)
+    monkeypatch.setattr(cycle_preempt, "_try_preempt", flagged)
+    work = [
+        running(workload(f"low{gpu}", "a"), [("x", (gpu,))], started_at_s=gpu) for gpu in range(8)
+    ]
+    result = run_cycle(
+        snapshot(
+            [node("x")],
+            [queue("a", 8, limit_cu=limit_cu)],
+            {"a": 8},
+            running_work=work,
+            pending=[workload("high", "a", priority_class=5)],
+        )
+    )
+    return result, asked
+
+
+def test_a_queue_without_limits_preempts_without_asking_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 8 - 1 + 1 = 8 CU: the swap keeps queue a within its share; the most recent class-0 job
+    # (started at 7 s) goes, and no limit was read for it.
+    result, asked = _full_node_and_one_waiting(monkeypatch, limit_cu=None)
+    assert asked == []
+    assert [evict.workload_uid for evict in result.evicts] == ["low7"]
+    assert {evict.reason for evict in result.evicts} == {EvictReason.PREEMPT}
+    assert result.pending["high"].code is PendingCode.WAITING_FOR_EVICTED_CAPACITY
+
+
+def test_a_queue_at_its_limit_is_asked_and_keeps_its_victims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # limit 8 CU, 8 CU running: the limit allows no pod beyond them, so nothing is evicted
+    # and the workload waits on its limit.
+    result, asked = _full_node_and_one_waiting(monkeypatch, limit_cu=8.0)
+    assert asked == ["high"]
+    assert result.evicts == ()
+    assert result.pending["high"].code is PendingCode.QUEUE_LIMIT
