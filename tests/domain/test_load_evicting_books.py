@@ -1,6 +1,6 @@
-"""What evictions in flight take out of the queue books (`QueueBook.remove`, written out in
-`cycle_load.load_evicting` for a book without limited inner queues above it): exactly the sums
-`add` of the negated amounts makes, in the same order."""
+"""What evictions in flight take out of the queue books (`QueueBook.remove`, as
+`cycle_load.load_evicting` asks it): exactly the sums `add` of the negated amounts makes, in the
+same order."""
 
 from __future__ import annotations
 
