@@ -289,6 +289,41 @@ class Capacity:
             self.free_whole_by_type[gpu_type] += free_whole - before
             state.free_whole = free_whole
 
+    def take_pod(
+        self, index: int, gpus: tuple[int, ...], amount: float, cpu: int, memory: int
+    ) -> NodeState:
+        """`take((PodUse(index, gpus, amount, cpu, memory),))` outside any trial, without the
+        `PodUse`: `_apply`'s one-pod change (no partition) made in place, the GPUs' classes
+        moved by `_move`'s arithmetic, the node re-indexed only where its counts changed (or
+        it ever held a partition). The claims' hold of one pod (`CycleState.hold_one`);
+        returns the node's state."""
+        state = self.nodes[index]
+        self.version = state.version = self._next_version
+        self._next_version += 1
+        state.cpu_free -= cpu
+        state.memory_free -= memory
+        used = state.gpu_used
+        free_whole = state.free_whole
+        partial = state.partial_gpus
+        for gpu in gpus:
+            before = used[gpu]
+            after = used[gpu] = before + amount
+            if before <= EPS:
+                free_whole -= 1
+            elif before < 1.0 - EPS:
+                partial -= 1
+            if after <= EPS:
+                free_whole += 1
+            elif after < 1.0 - EPS:
+                partial += 1
+        if (
+            free_whole != state.free_whole
+            or partial != state.partial_gpus
+            or state.slices is not None
+        ):
+            self._index(state, free_whole, partial)
+        return state
+
     def release(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
         self._apply(uses, -1, journal)
 
