@@ -398,15 +398,19 @@ class CycleState:
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
         per claimant and per eviction plan): a plan of one pod without a partition is held by
-        `hold_one`."""
+        `hold_one`; one of several by `Capacity.take_pods`, which names the nodes it takes on."""
         if len(plan) == 1:
             index, gpus, amount, cpu, memory, mask = plan[0]
             if not mask:
                 self.hold_one(item, gpu_type, index, gpus, amount, cpu, memory)
                 return
-        nodes = self.capacity.nodes
-        self.capacity.take(plan)
-        names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+        capacity = self.capacity
+        touched = capacity.take_pods(plan)  # the nodes taken on, by index; None: a partition
+        if touched is None:
+            capacity.take(plan)
+            names = tuple([capacity.nodes[index].name for index in sorted({u.node for u in plan})])
+        else:
+            names = tuple([touched[index].name for index in sorted(touched)])
         record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
         self._held(item, gpu_type, len(plan) * item.workload.gpus_per_pod, len(names), record)
 
