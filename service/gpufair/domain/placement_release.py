@@ -312,23 +312,21 @@ def released_shared_gpu(state: NodeState, shape: PodShape, use: PodUse) -> int |
     once `use` is released, as `_place_shared` picks it when that node is the only one freed,
     or None when the pod does not fit there then: `fit_on` and the pick in one pass over the
     node's GPUs as the release leaves them (only the victim's own change, by `_move`'s
-    arithmetic; nothing copied)."""
+    arithmetic, on a copy of the node's list of GPU use)."""
+    _, gpus, amount, victim_cpu, victim_memory, _ = use
     cpu, memory = shape.cpu_millicores, shape.memory_mib
-    if cpu > 0 and (state.cpu_free + use.cpu_millicores) // cpu < 1:
+    if cpu > 0 and (state.cpu_free + victim_cpu) // cpu < 1:
         return None
-    if memory > 0 and (state.memory_free + use.memory_mib) // memory < 1:
+    if memory > 0 and (state.memory_free + victim_memory) // memory < 1:
         return None
-    used = state.gpu_used
-    amount = use.gpu_amount
-    after: dict[int, float] = {}
-    for gpu in use.gpu_indices:
-        after[gpu] = after.get(gpu, used[gpu]) + -amount
+    after = state.gpu_used.copy()  # each GPU's use once `use` is released
+    for gpu in gpus:
+        after[gpu] += -amount
     fraction = shape.gpus_per_pod
     fits = False
     best = -1
     best_used = 0.0
-    for gpu, before in enumerate(used):
-        gpu_used = after.get(gpu, before)
+    for gpu, gpu_used in enumerate(after):
         room = 1.0 - gpu_used
         if room >= fraction - EPS:  # `fit_on`'s test; the most used such GPU, lowest index
             if not fits and int((room + EPS) / fraction) > 0:
