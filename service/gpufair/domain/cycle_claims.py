@@ -196,8 +196,11 @@ def _hold_on_freed_nodes(
     `ReleasedNode`) on the first type of the trial that takes it, and held there. False,
     nothing done, where that does not say (a victim's partition, or a node two victims free
     beside others: `Capacity.released` orders those) and `_serve` takes the claim."""
+    capacity = state.capacity
+    nodes = capacity.nodes
     freed: dict[int, list[PodUse]] = {}  # the victims' pods by node, in the order first touched
     first: dict[int, int] = {}  # the victim (its place in `leaving`) that first touched a node
+    types: set[str] = set()  # the GPU types of the nodes in `freed`
     shared = False
     for number, victim in enumerate(leaving):
         for use in victim.uses:
@@ -208,15 +211,13 @@ def _hold_on_freed_nodes(
             if found is None:
                 freed[index] = [use]
                 first[index] = number
+                types.add(nodes[index].gpu_type)
             else:
                 found.append(use)
                 shared = shared or first[index] != number
     if shared and len(freed) > 1:
         return False
-    capacity = state.capacity
-    nodes = capacity.nodes
     kind = item.kind
-    types = {nodes[index].gpu_type for index in freed}
     allowed: dict[str, int] = {}
     for gpu_type in kind.types:
         if gpu_type not in types or _pods(state, item, gpu_type, allowed) < pods:
