@@ -19,9 +19,9 @@ take it, and it is worked out among those without releasing anything (`placement
 victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a
 journal, placed, restored. Once a claim's trial is settled (`_Memo`), its claims are decided in
 `honour_claims`' own loop: the common claim goes straight to its victim's node
-(`_hold_on_victim_node`: no plan list, no `PodUse`); a gang or a claim of several victim pods, of whole GPUs,
-is placed among the nodes its victims free from their own lists (`_hold_on_freed_nodes`:
-no `ReleasedNode`).
+(`_hold_on_victim_node`: no plan list, no `PodUse`); a gang or a claim of several victim pods,
+of whole GPUs, is placed among the nodes its victims free from their own lists
+(`_hold_on_freed_nodes`: no `ReleasedNode`).
 """
 
 from __future__ import annotations
