@@ -27,6 +27,7 @@ release would leave on the nodes it touches without making it (the claims' holds
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import NamedTuple
 
 from gpufair.domain.model import Node, PodBinding, Workload
@@ -50,6 +51,7 @@ class PodUse(NamedTuple):
 
 
 _NO_GEOMETRY: Mapping[str, Geometry] = {}
+_slice_mask = attrgetter("slice_mask")
 
 
 class NodeState:
@@ -288,6 +290,88 @@ class Capacity:
             buckets[free_whole][use.node] = None
             self.free_whole_by_type[gpu_type] += free_whole - before
             state.free_whole = free_whole
+
+    def take_pod(
+        self, index: int, gpus: tuple[int, ...], amount: float, cpu: int, memory: int
+    ) -> NodeState:
+        """`take((PodUse(index, gpus, amount, cpu, memory),))` outside any trial, without the
+        `PodUse`: `_apply`'s one-pod change (no partition) made in place, the GPUs' classes
+        moved by `_move`'s arithmetic, the node re-indexed only where its counts changed (or
+        it ever held a partition). The claims' hold of one pod (`CycleState.hold_one`);
+        returns the node's state."""
+        state = self.nodes[index]
+        self.version = state.version = self._next_version
+        self._next_version += 1
+        state.cpu_free -= cpu
+        state.memory_free -= memory
+        used = state.gpu_used
+        free_whole = state.free_whole
+        partial = state.partial_gpus
+        for gpu in gpus:
+            before = used[gpu]
+            after = used[gpu] = before + amount
+            if before <= EPS:
+                free_whole -= 1
+            elif before < 1.0 - EPS:
+                partial -= 1
+            if after <= EPS:
+                free_whole += 1
+            elif after < 1.0 - EPS:
+                partial += 1
+        if (
+            free_whole != state.free_whole
+            or partial != state.partial_gpus
+            or state.slices is not None
+        ):
+            self._index(state, free_whole, partial)
+        return state
+
+    def take_pods(self, uses: Sequence[PodUse]) -> dict[int, NodeState] | None:
+        """`take(uses)` outside any trial, for pods without a partition (None, nothing taken,
+        if one has: `take` then): `_apply`'s change of several pods made in place, one
+        version for the whole take, each node's counts moved by `_move`'s arithmetic as its
+        pods come, and the node re-indexed once at the end, in the order first touched, only
+        where they changed or it ever held a partition. The holds of gangs
+        (`CycleState.hold`); returns the nodes touched, by index in the order first touched."""
+        if any(map(_slice_mask, uses)):
+            return None
+        self.version = version = self._next_version
+        self._next_version += 1
+        nodes = self.nodes
+        touched: dict[int, NodeState] = {}
+        counts: dict[int, tuple[int, int]] = {}  # per node touched: free, part-used GPUs
+        for index, gpus, amount, cpu, memory, _ in uses:
+            state = touched.get(index)
+            if state is None:
+                state = touched[index] = nodes[index]
+                state.version = version
+                free_whole, partial = state.free_whole, state.partial_gpus
+            else:
+                free_whole, partial = counts[index]
+            used = state.gpu_used
+            for gpu in gpus:
+                before = used[gpu]
+                after = used[gpu] = before + amount
+                if before <= EPS:
+                    free_whole -= 1
+                elif before < 1.0 - EPS:
+                    partial -= 1
+                if after <= EPS:
+                    free_whole += 1
+                elif after < 1.0 - EPS:
+                    partial += 1
+            counts[index] = (free_whole, partial)
+            state.cpu_free -= cpu
+            state.memory_free -= memory
+        for index, (free_whole, partial) in counts.items():
+            state = touched[index]
+            if (
+                free_whole != state.free_whole
+                or partial != state.partial_gpus
+                or state.slices is not None
+            ):
+                self._index(state, free_whole, partial)
+        return touched
 
     def release(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
         self._apply(uses, -1, journal)

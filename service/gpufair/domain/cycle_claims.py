@@ -19,9 +19,9 @@ take it, and it is worked out among those without releasing anything (`placement
 victim pod and a one-pod claimant, on that node alone); otherwise the victims are released under a
 journal, placed, restored. Once a claim's trial is settled (`_Memo`), its claims are decided in
 `honour_claims`' own loop: the common claim goes straight to its victim's node
-(`_hold_on_victim_node`: no plan lists); a gang or a claim of several victim pods, of whole GPUs,
-is placed among the nodes its victims free from their own lists (`_hold_on_freed_nodes`:
-no `ReleasedNode`).
+(`_hold_on_victim_node`: no plan list, no `PodUse`); a gang or a claim of several victim pods,
+of whole GPUs, is placed among the nodes its victims free from their own lists
+(`_hold_on_freed_nodes`: no `ReleasedNode`).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from gpufair.domain.placement_release import (
     place_on_freed_nodes,
     place_one_released,
     place_released,
+    released_shared_gpu,
     released_whole_gpus,
 )
 from gpufair.domain.victim_search import Victim
 
 _uses = attrgetter("uses")  # a victim's pods
-_new_tuple = tuple.__new__  # a `PodUse` made without its Python-level `__new__`
 
 
 def honour_claims(state: CycleState) -> None:
@@ -161,28 +161,30 @@ def _hold_on_victim_node(
     when every type of its trial is decided among the freed nodes: the victim's node is the
     one candidate, on its type (`place_one_released`), and the pod is held there
     (`CycleState.hold_one`). Hot (8,054 of 9,576 claims at 4,000 nodes): for whole GPUs the
-    placement is `released_whole_gpus`, without a plan list; `allowed`: the pods allowed per
-    type already asked in the turn (None: none)."""
-    capacity = state.capacity
+    placement is `released_whole_gpus` (sharing a GPU: `released_shared_gpu`), and the pod is
+    held from its fields: no plan list, no `PodUse`; `allowed`: the pods allowed per type
+    already asked in the turn (None: none)."""
     index = one.node
-    gpu_type = capacity.nodes[index].gpu_type
-    if gpu_type not in item.kind.types:
+    node = state.capacity.nodes[index]
+    gpu_type = node.gpu_type
+    kind = item.kind
+    if gpu_type not in kind.types:
         return
     if _pods(state, item, gpu_type, allowed) < 1:
         return
-    shape = item.kind.shape
+    shape = kind.shape
     if shape.whole_gpus:
-        taken = released_whole_gpus(capacity.nodes[index], shape, one)
-        if taken is None:
+        gpus = released_whole_gpus(node, shape, one)
+        if gpus is None:
             return
-        # `PodUse(index, taken, 1.0, cpu, memory)`
-        use = _new_tuple(PodUse, (index, taken, 1.0, shape.cpu_millicores, shape.memory_mib, 0))
+        amount = 1.0
     else:
-        plan = place_one_released(capacity, shape, one)
-        if plan is None:
+        gpu = released_shared_gpu(node, shape, one)
+        if gpu is None:
             return
-        use = plan[0]
-    state.hold_one(item, gpu_type, use)
+        gpus = (gpu,)
+        amount = shape.gpus_per_pod
+    state.hold_one(item, gpu_type, index, gpus, amount, shape.cpu_millicores, shape.memory_mib)
 
 
 def _hold_on_freed_nodes(
@@ -194,8 +196,11 @@ def _hold_on_freed_nodes(
     `ReleasedNode`) on the first type of the trial that takes it, and held there. False,
     nothing done, where that does not say (a victim's partition, or a node two victims free
     beside others: `Capacity.released` orders those) and `_serve` takes the claim."""
+    capacity = state.capacity
+    nodes = capacity.nodes
     freed: dict[int, list[PodUse]] = {}  # the victims' pods by node, in the order first touched
     first: dict[int, int] = {}  # the victim (its place in `leaving`) that first touched a node
+    types: set[str] = set()  # the GPU types of the nodes in `freed`
     shared = False
     for number, victim in enumerate(leaving):
         for use in victim.uses:
@@ -206,15 +211,13 @@ def _hold_on_freed_nodes(
             if found is None:
                 freed[index] = [use]
                 first[index] = number
+                types.add(nodes[index].gpu_type)
             else:
                 found.append(use)
                 shared = shared or first[index] != number
     if shared and len(freed) > 1:
         return False
-    capacity = state.capacity
-    nodes = capacity.nodes
     kind = item.kind
-    types = {nodes[index].gpu_type for index in freed}
     allowed: dict[str, int] = {}
     for gpu_type in kind.types:
         if gpu_type not in types or _pods(state, item, gpu_type, allowed) < pods:

@@ -23,7 +23,6 @@ from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.decisions import (
     bind_decision,
     evicted_capacity,
-    evicted_capacity_one,
     pending_reason,
 )
 from gpufair.domain.explain import pending_message, queue_numbers
@@ -398,41 +397,57 @@ class CycleState:
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
-        per claimant and per eviction plan): a plan of one pod is held by `hold_one`."""
+        per claimant and per eviction plan): a plan of one pod without a partition is held by
+        `hold_one`; one of several by `Capacity.take_pods`, which names the nodes it takes on."""
         if len(plan) == 1:
-            self.hold_one(item, gpu_type, plan[0])
-            return
-        nodes = self.capacity.nodes
-        self.capacity.take(plan)
-        names = tuple([nodes[index].name for index in sorted({u.node for u in plan})])
+            index, gpus, amount, cpu, memory, mask = plan[0]
+            if not mask:
+                self.hold_one(item, gpu_type, index, gpus, amount, cpu, memory)
+                return
+        capacity = self.capacity
+        touched = capacity.take_pods(plan)  # the nodes taken on, by index; None: a partition
+        if touched is None:
+            capacity.take(plan)
+            names = tuple([capacity.nodes[index].name for index in sorted({u.node for u in plan})])
+        else:
+            names = tuple([touched[index].name for index in sorted(touched)])
         record = evicted_capacity(item.uid, gpu_type, names, self.bind_plan(item, plan))
         self._held(item, gpu_type, len(plan) * item.workload.gpus_per_pod, len(names), record)
 
-    def hold_one(self, item: Pending, gpu_type: str, use: PodUse) -> None:
-        """`hold` of a plan of one pod, `use`: taken by `Capacity.take_one` where the node never
-        held a partition (as `take` would), named without the general path's sets and sorts,
-        its record built in one call (`evicted_capacity_one`)."""
-        capacity = self.capacity
-        node = capacity.nodes[use.node]
-        if node.slices is None:
-            capacity.take_one(use)
-        else:
-            capacity.take((use,))
-        record = evicted_capacity_one(
-            item.uid,
-            gpu_type,
-            node.name,
-            use.gpu_indices,
-            use.gpu_amount if item.kind.shape.shares_gpu else 1.0,
-            start_of(use.slice_mask) if use.slice_mask else None,
-        )
-        self._held(item, gpu_type, item.workload.gpus_per_pod, 1, record)
+    def hold_one(
+        self,
+        item: Pending,
+        gpu_type: str,
+        index: int,
+        gpus: tuple[int, ...],
+        amount: float,
+        cpu: int,
+        memory: int,
+    ) -> None:
+        """`hold` of a plan of one pod without a partition, `PodUse(index, gpus, amount, cpu,
+        memory)`, given by its fields (the common claim makes no `PodUse`): taken by
+        `Capacity.take_pod` (as `take` would), named without the general path's sets and
+        sorts, its record built by the two calls `evicted_capacity_one` makes, and `_held`'s
+        accounting made here (one call fewer: once per claim)."""
+        name = self.capacity.take_pod(index, gpus, amount, cpu, memory).name
+        held = (pod_binding(0, name, gpus, amount if item.kind.shape.shares_gpu else 1.0, None),)
+        workload = item.workload
+        gpus_held = workload.gpus_per_pod
+        cu = gpus_held * self.weights.get(gpu_type, 0.0)
+        book = item.book
+        book.add(cu, gpus_held, gpu_type, workload.preemptible)
+        book.reserved_cu += cu
+        item.done = True
+        item.code = _WAITING
+        item.held_nodes = 1
+        self.reservations.append(evicted_capacity(item.uid, gpu_type, (name,), held))
 
     def _held(
         self, item: Pending, gpu_type: str, gpus: float, held_nodes: int, record: Reservation
     ) -> None:
         """What a hold of `gpus` GPUs on `held_nodes` nodes, recorded as `record`, leaves: the
-        queue's book counts them (as reserved too), and the workload is done, waiting."""
+        queue's book counts them (as reserved too), and the workload is done, waiting. (The
+        same is written out in `hold_one`.)"""
         cu = gpus * self.weights.get(gpu_type, 0.0)
         book = item.book
         book.add(cu, gpus, gpu_type, item.workload.preemptible)

@@ -198,10 +198,15 @@ def place_one_released(capacity: Capacity, shape: PodShape, use: PodUse) -> list
     `shape` of whole GPUs or sharing one and a `use` without a partition on a node of
     `gpu_type`: the one node the release frees is the only candidate, so the pod goes there if
     it fits after the release, on its first free GPUs by index (whole GPUs,
-    `released_whole_gpus`) or as `_place_shared` picks a GPU."""
+    `released_whole_gpus`) or as `_place_shared` picks a GPU (`released_shared_gpu`)."""
     state = capacity.nodes[use.node]
     if not shape.whole_gpus:
-        return _place_shared_one(state, shape, use)
+        gpu = released_shared_gpu(state, shape, use)
+        if gpu is None:
+            return None
+        return [
+            PodUse(use.node, (gpu,), shape.gpus_per_pod, shape.cpu_millicores, shape.memory_mib)
+        ]
     taken = released_whole_gpus(state, shape, use)
     if taken is None:
         return None
@@ -302,33 +307,30 @@ def released_room(
     return free_whole, _whole_fits(free_whole, cpu, memory, shape), free
 
 
-def _place_shared_one(state: NodeState, shape: PodShape, use: PodUse) -> list[PodUse] | None:
-    """`_place_shared` when the release of `use` frees only its own node: the pod goes there if
-    it fits after the release (a GPU with room for it is then free or part-used). `fit_on` and
-    the GPU `_place_shared` picks, in one pass over the node's GPUs as the release leaves them
-    (only the victim's own change, by `_move`'s arithmetic; nothing copied)."""
+def released_shared_gpu(state: NodeState, shape: PodShape, use: PodUse) -> int | None:
+    """The GPU one pod of `shape` (sharing a GPU) takes on the node of `use` (no partition)
+    once `use` is released, as `_place_shared` picks it when that node is the only one freed,
+    or None when the pod does not fit there then: `fit_on` and the pick in one pass over the
+    node's GPUs as the release leaves them (only the victim's own change, by `_move`'s
+    arithmetic, on a copy of the node's list of GPU use)."""
+    _, gpus, amount, victim_cpu, victim_memory, _ = use
     cpu, memory = shape.cpu_millicores, shape.memory_mib
-    if cpu > 0 and (state.cpu_free + use.cpu_millicores) // cpu < 1:
+    if cpu > 0 and (state.cpu_free + victim_cpu) // cpu < 1:
         return None
-    if memory > 0 and (state.memory_free + use.memory_mib) // memory < 1:
+    if memory > 0 and (state.memory_free + victim_memory) // memory < 1:
         return None
-    used = state.gpu_used
-    amount = use.gpu_amount
-    after: dict[int, float] = {}
-    for gpu in use.gpu_indices:
-        after[gpu] = after.get(gpu, used[gpu]) + -amount
+    after = state.gpu_used.copy()  # each GPU's use once `use` is released
+    for gpu in gpus:
+        after[gpu] += -amount
     fraction = shape.gpus_per_pod
     fits = False
     best = -1
     best_used = 0.0
-    for gpu, before in enumerate(used):
-        gpu_used = after.get(gpu, before)
+    for gpu, gpu_used in enumerate(after):
         room = 1.0 - gpu_used
         if room >= fraction - EPS:  # `fit_on`'s test; the most used such GPU, lowest index
             if not fits and int((room + EPS) / fraction) > 0:
                 fits = True
             if best < 0 or gpu_used > best_used:
                 best, best_used = gpu, gpu_used
-    if not fits:
-        return None
-    return [PodUse(state.index, (best,), fraction, cpu, memory)]
+    return best if fits else None
