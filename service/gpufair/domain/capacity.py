@@ -296,7 +296,7 @@ class Capacity:
     ) -> NodeState:
         """`take((PodUse(index, gpus, amount, cpu, memory),))` outside any trial, without the
         `PodUse`: `_apply`'s one-pod change (no partition) made in place, the GPUs' classes
-        moved by `_move`'s arithmetic, the node re-indexed only where its counts changed (or
+        moved by `_move`, the node re-indexed only where its counts changed (or
         it ever held a partition). The claims' hold of one pod (`CycleState.hold_one`);
         returns the node's state."""
         state = self.nodes[index]
@@ -304,20 +304,9 @@ class Capacity:
         self._next_version += 1
         state.cpu_free -= cpu
         state.memory_free -= memory
-        used = state.gpu_used
-        free_whole = state.free_whole
-        partial = state.partial_gpus
-        for gpu in gpus:
-            before = used[gpu]
-            after = used[gpu] = before + amount
-            if before <= EPS:
-                free_whole -= 1
-            elif before < 1.0 - EPS:
-                partial -= 1
-            if after <= EPS:
-                free_whole += 1
-            elif after < 1.0 - EPS:
-                partial += 1
+        free_whole, partial = _move(
+            state.gpu_used, gpus, amount, state.free_whole, state.partial_gpus
+        )
         if (
             free_whole != state.free_whole
             or partial != state.partial_gpus
@@ -329,7 +318,7 @@ class Capacity:
     def take_pods(self, uses: Sequence[PodUse]) -> dict[int, NodeState] | None:
         """`take(uses)` outside any trial, for pods without a partition (None, nothing taken,
         if one has: `take` then): `_apply`'s change of several pods made in place, one
-        version for the whole take, each node's counts moved by `_move`'s arithmetic as its
+        version for the whole take, each node's counts moved by `_move` as its
         pods come, and the node re-indexed once at the end, in the order first touched, only
         where they changed or it ever held a partition. The holds of gangs
         (`CycleState.hold`); returns the nodes touched, by index in the order first touched."""
@@ -348,19 +337,7 @@ class Capacity:
                 free_whole, partial = state.free_whole, state.partial_gpus
             else:
                 free_whole, partial = counts[index]
-            used = state.gpu_used
-            for gpu in gpus:
-                before = used[gpu]
-                after = used[gpu] = before + amount
-                if before <= EPS:
-                    free_whole -= 1
-                elif before < 1.0 - EPS:
-                    partial -= 1
-                if after <= EPS:
-                    free_whole += 1
-                elif after < 1.0 - EPS:
-                    partial += 1
-            counts[index] = (free_whole, partial)
+            counts[index] = _move(state.gpu_used, gpus, amount, free_whole, partial)
             state.cpu_free -= cpu
             state.memory_free -= memory
         for index, (free_whole, partial) in counts.items():
