@@ -477,7 +477,12 @@ class CycleState:
         Such a reason is a function of its words and the queue's numbers alone, so with carried
         records (`cycle_memory`) a queue whose numbers are those of the last cycle's result
         starts from that result's reasons by words (`CarriedLoad.reasons`: most queues of a
-        quiet cycle) instead of making them again."""
+        quiet cycle) instead of making them again.
+
+        An item is looked up by its own trial number (`Pending.trial`), not by the preemptible
+        one (`| 1` makes a new int per item); only a key not met before in the queue finds its
+        fact, and a reason that reads more of the queue, by the preemptible key, so both
+        preemptibilities still share them (a words reason is shared through `messages`)."""
         reasons = self.reasons
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
@@ -506,13 +511,17 @@ class CycleState:
                             "its queue's share while that claim stands",
                         )
                         continue
-                key = (code, item.trial | 1, item.held_nodes)  # | 1: either preemptibility
+                key = (code, item.trial, item.held_nodes)
                 reason = shared.get(key)
                 if reason is None:
                     fact = facts.get(key)
                     if fact is None:
-                        sentence = self._sentence_of(item)
-                        fact = facts[key] = (sentence, _words_of(item, sentence))
+                        both = (code, key[1] | 1, key[2])  # either preemptibility
+                        fact = facts.get(both)
+                        if fact is None:
+                            sentence = self._sentence_of(item)
+                            fact = facts[both] = (sentence, _words_of(item, sentence))
+                        facts[key] = fact
                     sentence, words = fact
                     if messages is None:
                         numbers = queue_numbers(item.book)
@@ -520,7 +529,10 @@ class CycleState:
                         messages = dict(last[1]) if last is not None and last[0] == numbers else {}
                         kept[name] = (numbers, messages)
                     if words is None:
-                        reason = _reason_of(item, sentence, numbers)
+                        both = (code, key[1] | 1, key[2])  # either preemptibility
+                        reason = shared.get(both)
+                        if reason is None:
+                            reason = shared[both] = _reason_of(item, sentence, numbers)
                     else:
                         reason = messages.get(words)
                         if reason is None:
