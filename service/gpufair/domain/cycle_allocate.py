@@ -72,9 +72,11 @@ def allocate(state: CycleState, within_share: bool) -> None:
         failed: dict[int, PendingCode | None] = {}
         known = failed.get
         resume = end  # all tried, or nothing left here fits in the remaining share
+        position = start
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
-        for position, item in enumerate(islice(items, start, cut), start + 1):
+        for item in islice(items, start, cut):
+            position += 1
             code = known(item.trial, _UNTRIED)
             if code is not _UNTRIED:
                 if code is not None and not item.done and not (excluded and item.uid in excluded):
