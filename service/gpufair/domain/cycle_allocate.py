@@ -17,7 +17,9 @@ that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 Speed: in a queue's turn that binds nothing, one try per trial (`Pending.trial`) stands for all
 its workloads; a trial whose every type already failed placement in the pass (in any queue) is
 not tried at all: its reason is read off the queue's limits alone (`_code_when_full`), which is
-what the try would find. In the cycle after a steady one nearly every try is such a one.
+what the try would find, and for preemptible work beyond the share of a queue without limits
+not read at all (never capped: it keeps its reason). A workload of a trial already answered in
+the turn costs one look-up. In the cycle after a steady one nearly every try is such a one.
 """
 
 from __future__ import annotations

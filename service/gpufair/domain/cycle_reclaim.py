@@ -7,6 +7,8 @@ fewest CU, lowest tier and most recent first), never pushing a victim queue belo
 below a per-type guarantee, never leaving the reclaimer above a victim in allocated/fair-share
 ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase,
 and workloads whose try could only fail are passed over without one (`_reclaim_in_order`).
+The running work that may be taken is listed once per cycle for this phase, guarantee reclaim
+and preemption (`preemptible_running`).
 """
 
 from __future__ import annotations
