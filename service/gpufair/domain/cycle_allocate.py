@@ -17,7 +17,9 @@ that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 Speed: in a queue's turn that binds nothing, one try per trial (`Pending.trial`) stands for all
 its workloads; a trial whose every type already failed placement in the pass (in any queue) is
 not tried at all: its reason is read off the queue's limits alone (`_code_when_full`), which is
-what the try would find. In the cycle after a steady one nearly every try is such a one.
+what the try would find, and for preemptible work beyond the share of a queue without limits
+not read at all (never capped: it keeps its reason). A workload of a trial already answered in
+the turn costs one look-up. In the cycle after a steady one nearly every try is such a one.
 """
 
 from __future__ import annotations
@@ -49,55 +51,66 @@ def allocate(state: CycleState, within_share: bool) -> None:
         _, name = heapq.heappop(heap)
         items = state.queue_pending[name]
         end = len(items)
-        position = cursor[name]
+        start = cursor[name]
+        book = state.books[name]
         # Nothing from the first position whose suffix needs more CU than the queue's remaining
         # share fits in it; the suffix minima only grow, so that position is found by bisection
         # (the headroom is read once: until this pop binds, the book does not change).
         cut = end
         if within_share:
-            headroom = state.books[name].headroom_cu()
+            headroom = book.headroom_cu()
             cut = bisect_left(
-                state.suffix_min_cu[name], True, position, end, key=_needs_more(headroom)
+                state.suffix_min_cu[name], True, start, end, key=_needs_more(headroom)
             )
+        # Preemptible work beyond the share of a queue without limits is never capped
+        # (`queuebook.UNCAPPED`): a try of a trial known full leaves no reason (None), asked of
+        # no limits (`Pending.trial & 1`: preemptible).
+        uncapped = not within_share and book.unlimited
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
         # workload of the same trial (types and placement problem, `Kind.trial`) and
         # preemptibility fails as the first did: the reason code it leaves (None: it keeps its
         # own) is reused, not recomputed; kept by `Pending.trial`. The loop reads little of a
-        # workload of a failed trial: most of a pass's workloads are of one.
+        # workload of a failed trial (one look-up): most of a pass's workloads are of one.
         failed: dict[int, PendingCode | None] = {}
-        bound = False
+        known = failed.get
+        resume = end  # all tried, or nothing left here fits in the remaining share
+        position = start
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
-        for item in islice(items, position, cut):
+        for item in islice(items, start, cut):
             position += 1
-            trial = item.trial
-            if trial in failed:
-                code = failed[trial]
+            code = known(item.trial, _UNTRIED)
+            if code is not _UNTRIED:
                 if code is not None and not item.done and not (excluded and item.uid in excluded):
                     item.code = code
                 continue
             if item.done or (excluded and item.uid in excluded):
                 continue
+            trial = item.trial
             if trial | 1 in full:
+                if uncapped and trial & 1:
+                    failed[trial] = None
+                    continue
                 code = failed[trial] = _code_when_full(state, item, within_share)
                 if code is not None:
                     item.code = code
                 continue
             failure = _try_bind(state, item, within_share, exclusion)
             if failure is None:
-                bound = True
+                resume = position
                 break
             code = failed[trial] = _code_left(failure, within_share)
             if code is not None:
                 item.code = code
             if _every_type_full(state, item, within_share):
                 full.add(trial | 1)
-        if not bound:
-            cursor[name] = end  # all tried, or nothing left here fits in the remaining share
-        else:
-            cursor[name] = position
-            if position < end:
-                heapq.heappush(heap, (state.queue_key(name, position, rotate), name))
+        cursor[name] = resume
+        if resume < end:
+            heapq.heappush(heap, (state.queue_key(name, resume, rotate), name))
+
+
+# A trial not yet tried in a queue's turn (`failed` holds None for "keeps its own reason").
+_UNTRIED = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 
 
 Failure = tuple[bool, PendingCode | None]  # no room on some type; the first cap met
@@ -150,11 +163,9 @@ def _code_when_full(state: CycleState, item: Pending, within_share: bool) -> Pen
     have no room (`_every_type_full`): the try asks the queue's limits type by type until one
     allows the gang minimum (then no room: `NO_CAPACITY` within the share, None beyond it), and
     keeps the first cap met before (the answer when every type is capped). Without a placement
-    to try, the same answer. Preemptible work beyond the share of a queue without limits is
-    never capped (`queuebook.UNCAPPED`): None at once (`Pending.trial & 1`: preemptible)."""
+    to try, the same answer. Not asked for preemptible work beyond the share of a queue without
+    limits (`allocate` answers None: never capped, `queuebook.UNCAPPED`)."""
     book = item.book
-    if not within_share and book.unlimited and item.trial & 1:
-        return None
     workload = item.workload
     pods = workload.pods
     pods_min = workload.gang_min_pods

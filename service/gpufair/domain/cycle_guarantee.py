@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
+from gpufair.domain.cycle_reclaim import preemptible_running
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.queuebook import QueueBook
@@ -91,12 +92,10 @@ def _index(state: CycleState, gpu_type: str) -> VictimIndex:
     if found is None:
         now_s = state.snapshot.now_s
         victims: list[Victim] = []
-        for running in state.running.values():
+        for running in preemptible_running(state):
             victim = running.victim
             if (
                 victim.gpu_type == gpu_type
-                and running.preemptible
-                and victim.uid not in state.leaving
                 and victim.uid not in state.evicted
                 and victim.queue in state.books
                 and now_s - victim.started_at_s >= running.min_runtime_s

@@ -7,6 +7,8 @@ fewest CU, lowest tier and most recent first), never pushing a victim queue belo
 below a per-type guarantee, never leaving the reclaimer above a victim in allocated/fair-share
 ratio. A failed reclaim of a workload kind on a GPU type is remembered for the rest of the phase,
 and workloads whose try could only fail are passed over without one (`_reclaim_in_order`).
+The running work that may be taken is listed once per cycle for this phase, guarantee reclaim
+and preemption (`preemptible_running`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from operator import attrgetter
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
-from gpufair.domain.cycle_state import CycleState, Kind, Pending
+from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason, PendingCode
@@ -36,18 +38,13 @@ _by_order = attrgetter("order")
 def reclaim(state: CycleState) -> None:
     now_s = state.snapshot.now_s
     by_type: dict[str, list[Victim]] = {}
-    book_of, leaving = state.books.get, state.leaving
-    for running in state.running.values():
+    book_of = state.books.get
+    for running in preemptible_running(state):
         victim = running.victim
         book = book_of(victim.queue)
-        if (
-            running.preemptible
-            and victim.uid not in leaving
-            and book is not None
-            and (
-                now_s - victim.started_at_s >= running.min_runtime_s
-                or on_loan_too_long(book, victim, now_s)
-            )
+        if book is not None and (
+            now_s - victim.started_at_s >= running.min_runtime_s
+            or on_loan_too_long(book, victim, now_s)
         ):
             by_type.setdefault(victim.gpu_type, []).append(victim)
     # The workloads wanting capacity (`_wants`) are read where they are, in the queues' lists
@@ -87,6 +84,23 @@ def reclaim(state: CycleState) -> None:
     # Only this phase reads them: later evictions need not keep them current.
     state.reclaim_index = {}
     state.budgets = {}
+
+
+def preemptible_running(state: CycleState) -> list[Running]:
+    """The running work reclaim, guarantee reclaim and preemption may take: preemptible and not
+    already leaving, in `state.running`'s order. Neither changes after loading, so the list is
+    made once per cycle (`CycleState.preemptible_running`) and each phase walks it, not all the
+    running work (at 4,000 nodes, next: 21,751 running, 10,467 of them leaving). What each
+    phase asks besides (`min_runtime_s`, evicted this cycle, its queue) it asks itself."""
+    found = state.preemptible_running
+    if found is None:
+        leaving = state.leaving
+        found = state.preemptible_running = [
+            running
+            for running in state.running.values()
+            if running.preemptible and running.victim.uid not in leaving
+        ]
+    return found
 
 
 _SHORT = PendingCode.NO_CAPACITY

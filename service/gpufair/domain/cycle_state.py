@@ -207,6 +207,7 @@ class CycleState:
         # current as they are evicted (preempt's cheap "could enough be freed" test).
         self.preempt_totals: dict[tuple[str, str], dict[int, list[float]]] = {}
         self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
+        self.preemptible_running: list[Running] | None = None  # `cycle_reclaim.preemptible_running`
 
     # -- numbers --------------------------------------------------------------------------
 
