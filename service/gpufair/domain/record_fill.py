@@ -10,10 +10,11 @@ instructions each) and then assigns `cls` to its `__class__`: from then on the o
 `dataclasses.replace`, frozen). The builder must set every field, defaults included.
 
 `fill_class` checks at import what the trick relies on and raises `TypeError` otherwise: `names`
-are all of `cls`'s fields in their order, `cls` is a frozen dataclass whose slots are those
-fields alone (no `__dict__`, no `__weakref__`, no base but `object`) and without `__post_init__` (which the
-constructor would call), and a probe twin filled with one marker per field, given `cls` as its
-class, reads each marker back from its own field.
+are all of `cls`'s fields in their order; `cls` is a frozen dataclass whose own slots are those
+fields alone (no `__weakref__`), without `__post_init__` (the constructor would call it); and a
+probe twin filled with one marker per field takes `cls` as its `__class__` (Python refuses when
+the layouts differ: other slots, a base with a `__dict__` or slots of its own) and then reads
+each marker back from its own field.
 """
 
 from __future__ import annotations
@@ -29,20 +30,13 @@ def fill_class(cls: type[Any], names: tuple[str, ...]) -> type[Any]:
         raise TypeError(f"{cls.__name__} has fields {declared}, not {names}")
     if not (is_dataclass(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__} is not a frozen dataclass")
-    if (
-        sorted(getattr(cls, "__slots__", ())) != sorted(names)
-        or cls.__dictoffset__
-        or cls.__weakrefoffset__
-        or cls.__base__ is not object
-    ):
+    if sorted(getattr(cls, "__slots__", ())) != sorted(names):
         raise TypeError(f"{cls.__name__}'s slots are not its fields {names} alone")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__ the fast way would skip")
     twin: type[Any] = type(
         f"{cls.__name__}Fill", (), {"__slots__": names, "__module__": cls.__module__}
     )
-    if twin.__basicsize__ != cls.__basicsize__:
-        raise TypeError(f"{cls.__name__}Fill is not the size of {cls.__name__}")
     probe = twin()
     markers = [object() for _ in names]
     for name, marker in zip(names, markers, strict=True):
