@@ -295,9 +295,9 @@ def pod_binding(
     partition_start: int | None,
 ) -> PodBinding:
     """`PodBinding(pod_index, node, gpu_indices, gpu_fraction, partition_start)`, the same
-    value, built in under half the time: filled as its plain twin and then made a `PodBinding`
-    (`record_fill`), not through the frozen class's `__init__` (one `object.__setattr__` per
-    field). The cycle makes one per pod it binds or holds."""
+    value, built in about a third of the time: filled as its plain twin and then made a
+    `PodBinding` (`record_fill`), not through the frozen class's `__init__` (one
+    `object.__setattr__` per field). The cycle makes one per pod it binds or holds."""
     record = _PodBindingFill()
     record.pod_index = pod_index
     record.node = node
