@@ -3,18 +3,23 @@ eviction, thousands per cycle at 4,000 nodes, and the pending reasons a result m
 queue and sentence).
 
 Each function returns the same value as the frozen class's constructor with those arguments
-(every field set, defaults included), in about half its time: the slots are filled through their
-descriptors, not through the generated `__init__` (one `object.__setattr__` per field), as
-`model.pod_binding` builds a `PodBinding`.
+(every field set, defaults included). A frozen class refuses attribute stores, so its
+constructor sets each field by `object.__setattr__`, and a slot descriptor's `__set__` (the
+way these were built before) is a method-wrapper call too: about 0.9 k instructions a field.
+Here a record is made as an instance of its class's plain twin (`record_fill.fill_class`: the
+same slots, made from the class's own field list at import, which fails if the two layouts ever
+differ), its fields set by plain attribute stores, and then given the frozen class as its
+`__class__`; from then on it is of that class in every respect (type, equality, hash, repr,
+pickling, copying, `dataclasses.replace`, frozen: tests/domain/test_record_fill.py). Per call
+(cachegrind, 20,000 builds): `model.pod_binding` 5.7 -> 3.0 k instructions, `evicted_capacity`
+5.6 -> 2.9 k, `bind_decision` 7.4 -> 3.5 k, `evict_decision` 8.8 -> 4.2 k, `pending_reason`
+4.3 -> 3.4 k.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import fields
-from typing import Any
-
 from gpufair.domain.model import PodBinding, pod_binding
+from gpufair.domain.record_fill import fill_class
 from gpufair.domain.snapshot import (
     BindDecision,
     EvictDecision,
@@ -25,25 +30,12 @@ from gpufair.domain.snapshot import (
     ReservationKind,
 )
 
-_new_object = object.__new__
-
-
-def _setters(
-    cls: type[Any], names: tuple[str, ...]
-) -> tuple[Callable[[object, object], None], ...]:
-    """The slot setters of `cls` for `names`, which must be all its fields, in their order."""
-    declared = tuple(field.name for field in fields(cls))
-    if declared != names:
-        raise TypeError(f"{cls.__name__} has fields {declared}, not {names}")
-    return tuple(vars(cls)[name].__set__ for name in names)
-
-
-_BIND = _setters(
+_BindFill = fill_class(
     BindDecision,
     ("workload_uid", "queue", "gpu_type", "bindings", "cu", "over_fair_share", "gpus_by_type"),
 )
-_RESERVATION = _setters(Reservation, ("workload_uid", "kind", "gpu_type", "nodes", "held"))
-_EVICT = _setters(
+_ReservationFill = fill_class(Reservation, ("workload_uid", "kind", "gpu_type", "nodes", "held"))
+_EvictFill = fill_class(
     EvictDecision,
     (
         "workload_uid",
@@ -56,7 +48,7 @@ _EVICT = _setters(
         "move_gpu_type",
     ),
 )
-_REASON = _setters(PendingReason, ("code", "message"))
+_ReasonFill = fill_class(PendingReason, ("code", "message"))
 _EVICTED_CAPACITY = ReservationKind.EVICTED_CAPACITY
 
 
@@ -69,30 +61,32 @@ def bind_decision(
     over_fair_share: bool,
 ) -> BindDecision:
     """`BindDecision(workload_uid, queue, gpu_type, bindings, cu, over_fair_share)`."""
-    record: BindDecision = _new_object(BindDecision)
-    uid_, queue_, type_, bindings_, cu_, over_, by_type_ = _BIND
-    uid_(record, workload_uid)
-    queue_(record, queue)
-    type_(record, gpu_type)
-    bindings_(record, bindings)
-    cu_(record, cu)
-    over_(record, over_fair_share)
-    by_type_(record, {})
-    return record
+    record = _BindFill()
+    record.workload_uid = workload_uid
+    record.queue = queue
+    record.gpu_type = gpu_type
+    record.bindings = bindings
+    record.cu = cu
+    record.over_fair_share = over_fair_share
+    record.gpus_by_type = {}
+    record.__class__ = BindDecision
+    decision: BindDecision = record
+    return decision
 
 
 def evicted_capacity(
     workload_uid: str, gpu_type: str, nodes: tuple[str, ...], held: tuple[PodBinding, ...]
 ) -> Reservation:
     """`Reservation(workload_uid, ReservationKind.EVICTED_CAPACITY, gpu_type, nodes, held)`."""
-    record: Reservation = _new_object(Reservation)
-    uid_, kind_, type_, nodes_, held_ = _RESERVATION
-    uid_(record, workload_uid)
-    kind_(record, _EVICTED_CAPACITY)
-    type_(record, gpu_type)
-    nodes_(record, nodes)
-    held_(record, held)
-    return record
+    record = _ReservationFill()
+    record.workload_uid = workload_uid
+    record.kind = _EVICTED_CAPACITY
+    record.gpu_type = gpu_type
+    record.nodes = nodes
+    record.held = held
+    record.__class__ = Reservation
+    reservation: Reservation = record
+    return reservation
 
 
 def evicted_capacity_one(
@@ -118,23 +112,25 @@ def evict_decision(
     cu: float,
 ) -> EvictDecision:
     """`EvictDecision(workload_uid, queue, reason, message, beneficiary_uid, cu)`."""
-    record: EvictDecision = _new_object(EvictDecision)
-    uid_, queue_, reason_, message_, beneficiary_, cu_, move_to_, move_type_ = _EVICT
-    uid_(record, workload_uid)
-    queue_(record, queue)
-    reason_(record, reason)
-    message_(record, message)
-    beneficiary_(record, beneficiary_uid)
-    cu_(record, cu)
-    move_to_(record, ())
-    move_type_(record, "")
-    return record
+    record = _EvictFill()
+    record.workload_uid = workload_uid
+    record.queue = queue
+    record.reason = reason
+    record.message = message
+    record.beneficiary_uid = beneficiary_uid
+    record.cu = cu
+    record.move_to = ()
+    record.move_gpu_type = ""
+    record.__class__ = EvictDecision
+    decision: EvictDecision = record
+    return decision
 
 
 def pending_reason(code: PendingCode, message: str) -> PendingReason:
     """`PendingReason(code, message)`."""
-    record: PendingReason = _new_object(PendingReason)
-    code_, message_ = _REASON
-    code_(record, code)
-    message_(record, message)
-    return record
+    record = _ReasonFill()
+    record.code = code
+    record.message = message
+    record.__class__ = PendingReason
+    reason: PendingReason = record
+    return reason
