@@ -14,7 +14,6 @@ from gpufair.domain.decisions import (
     bind_decision,
     evict_decision,
     evicted_capacity,
-    evicted_capacity_one,
 )
 from gpufair.domain.model import PodBinding, pod_binding
 from gpufair.domain.snapshot import (
@@ -98,17 +97,16 @@ def test_decision_records_equal_their_constructors() -> None:
     assert held == Reservation(
         "w", ReservationKind.EVICTED_CAPACITY, V100.name, ("n0", "n1"), bindings
     )
-    one = evicted_capacity_one("w", V100.name, "n1", (0,), 0.5, 3)
-    assert one == Reservation(
+    one = evicted_capacity("w", V100.name, ("n1",), (pod_binding(0, "n1", (0,), 0.5, 3),))
+    expected = Reservation(
         "w",
         ReservationKind.EVICTED_CAPACITY,
         V100.name,
         ("n1",),
         (PodBinding(0, "n1", (0,), 0.5, 3),),
     )
-    assert repr(one) == repr(
-        evicted_capacity("w", V100.name, ("n1",), (pod_binding(0, "n1", (0,), 0.5, 3),))
-    )
+    assert one == expected
+    assert repr(one) == repr(expected)
     evict = evict_decision("v", "q", EvictReason.RECLAIM, "why", "w", 4.0)
     assert evict == EvictDecision("v", "q", EvictReason.RECLAIM, "why", "w", 4.0)
     assert (evict.move_to, evict.move_gpu_type) == ((), "")

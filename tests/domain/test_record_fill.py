@@ -16,7 +16,6 @@ from gpufair.domain.decisions import (
     bind_decision,
     evict_decision,
     evicted_capacity,
-    evicted_capacity_one,
     pending_reason,
 )
 from gpufair.domain.model import PodBinding, pod_binding
@@ -66,7 +65,7 @@ CASES: dict[str, tuple[Callable[[], Any], Any]] = {
         ),
     ),
     "Reservation of one pod": (
-        lambda: evicted_capacity_one("w3", "h100", "n9", (6,), 0.5, 2),
+        lambda: evicted_capacity("w3", "h100", ("n9",), (pod_binding(0, "n9", (6,), 0.5, 2),)),
         Reservation(
             "w3",
             ReservationKind.EVICTED_CAPACITY,

@@ -428,7 +428,7 @@ class CycleState:
         """`hold` of a plan of one pod without a partition, `PodUse(index, gpus, amount, cpu,
         memory)`, given by its fields (the common claim makes no `PodUse`): taken by
         `Capacity.take_pod` (as `take` would), named without the general path's sets and
-        sorts, its record built by the two calls `evicted_capacity_one` makes, and `_held`'s
+        sorts, its record built by `pod_binding` and `evicted_capacity`, and `_held`'s
         accounting made here (one call fewer: once per claim)."""
         name = self.capacity.take_pod(index, gpus, amount, cpu, memory).name
         held = (pod_binding(0, name, gpus, amount if item.kind.shape.shares_gpu else 1.0, None),)

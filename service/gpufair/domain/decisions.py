@@ -89,20 +89,6 @@ def evicted_capacity(
     return reservation
 
 
-def evicted_capacity_one(
-    workload_uid: str,
-    gpu_type: str,
-    node: str,
-    gpu_indices: tuple[int, ...],
-    gpu_fraction: float,
-    partition_start: int | None,
-) -> Reservation:
-    """`evicted_capacity` of one pod held on `node`: the common hold, whose node names and
-    bindings are each one item."""
-    held = (pod_binding(0, node, gpu_indices, gpu_fraction, partition_start),)
-    return evicted_capacity(workload_uid, gpu_type, (node,), held)
-
-
 def evict_decision(
     workload_uid: str,
     queue: str,
