@@ -18,7 +18,7 @@ pickling, copying, `dataclasses.replace`, frozen: tests/domain/test_record_fill.
 
 from __future__ import annotations
 
-from gpufair.domain.model import PodBinding, pod_binding
+from gpufair.domain.model import PodBinding
 from gpufair.domain.record_fill import fill_class
 from gpufair.domain.snapshot import (
     BindDecision,
