@@ -74,9 +74,9 @@ changed, and pending work is carried as whole queues in order (`cycle_load_pendi
 what was sorted); free capacity, victims and books' totals after the running work the last cycle
 had too (same objects, same order) are copied, the rest (and the holds) built in the snapshot's
 order, since placement's node order depends on it. The service and the simulator run a cycle with
-the cyclic collector paused (`gc_tuning`). Decision records are filled through their slots
-(`decisions`), and a queue's admission answers are kept in its book until the book changes
-(`QueueBook.answers`).
+the cyclic collector paused (`gc_tuning`). Decision records are filled as plain twins of their
+frozen classes and then given the class (`decisions`, `record_fill`), and a queue's admission
+answers are kept in its book until the book changes (`QueueBook.answers`).
 `bench/cycle_equivalence.py` holds any change of this code to the same decisions as another
 checkout's over the benchmark's pools.
 """
