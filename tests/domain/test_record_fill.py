@@ -217,8 +217,9 @@ class _WithWeakref:
 class _WithPostInit:
     left: int
 
-    def __post_init__(self) -> None:
-        pass
+    def __post_init__(self) -> None:  # a check the fast way would skip
+        if self.left < 0:
+            raise ValueError("left must not be negative")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -307,12 +307,7 @@ class Capacity:
         free_whole, partial = _move(
             state.gpu_used, gpus, amount, state.free_whole, state.partial_gpus
         )
-        if (
-            free_whole != state.free_whole
-            or partial != state.partial_gpus
-            or state.slices is not None
-        ):
-            self._index(state, free_whole, partial)
+        self._index_moved(state, free_whole, partial)
         return state
 
     def take_pods(self, uses: Sequence[PodUse]) -> dict[int, NodeState] | None:
@@ -342,12 +337,7 @@ class Capacity:
             state.memory_free -= memory
         for index, (free_whole, partial) in counts.items():
             state = touched[index]
-            if (
-                free_whole != state.free_whole
-                or partial != state.partial_gpus
-                or state.slices is not None
-            ):
-                self._index(state, free_whole, partial)
+            self._index_moved(state, free_whole, partial)
         return touched
 
     def release(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:
@@ -362,12 +352,7 @@ class Capacity:
             state.slices = slices
             state.cpu_free = cpu_free
             state.memory_free = memory_free
-            if (
-                free_whole != state.free_whole
-                or partial != state.partial_gpus
-                or slices is not None
-            ):
-                self._index(state, free_whole, partial)
+            self._index_moved(state, free_whole, partial)
         if journal.version is not None:
             self.version = journal.version
         journal.nodes.clear()
@@ -401,12 +386,7 @@ class Capacity:
                 state.free_whole,
                 state.partial_gpus,
             )
-            if (
-                free_whole != state.free_whole
-                or partial != state.partial_gpus
-                or state.slices is not None
-            ):
-                self._index(state, free_whole, partial)
+            self._index_moved(state, free_whole, partial)
             return
         # Per node touched: its state, its counts as they move, and whether a partition
         # changed it (its counts are then taken by a scan).
@@ -497,6 +477,16 @@ class Capacity:
             elif used < 1.0 - EPS:
                 partial += 1
         self._index(state, free_whole, partial)
+
+    def _index_moved(self, state: NodeState, free_whole: int, partial: int) -> None:
+        """`_index` where the node's counts moved (or it ever held a partition, whose set is
+        kept there too); nothing otherwise."""
+        if (
+            free_whole != state.free_whole
+            or partial != state.partial_gpus
+            or state.slices is not None
+        ):
+            self._index(state, free_whole, partial)
 
     def _index(self, state: NodeState, free_whole: int, partial: int) -> None:
         """Put the node in the buckets of its counts: `free_whole` untouched GPUs, `partial`
