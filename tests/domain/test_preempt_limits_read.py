@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cycle_builders import node, queue, running, snapshot, workload
+from cycle_builders import POOL, node, queue, running, snapshot, workload
 
 from gpufair.domain import cycle_preempt
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_state import CycleState
+from gpufair.domain.queuebook import UNCAPPED, LimitBook, QueueBook
 from gpufair.domain.snapshot import CycleResult, EvictReason, PendingCode
 
 
@@ -77,3 +78,28 @@ def test_a_queue_at_its_limit_is_asked_and_keeps_its_victims(
     assert asked == ["high"]
     assert result.evicts == ()
     assert result.pending["high"].code is PendingCode.QUEUE_LIMIT
+
+
+def test_only_preemptible_work_of_a_book_without_any_limit_is_never_capped() -> None:
+    """`QueueBook.never_caps`, the one statement of `UNCAPPED`'s rule: a book with a CU limit,
+    a GPU limit of a type, or a limited inner queue above it caps; work not preemptible is
+    capped by its deserved share whatever the limits."""
+    dept = LimitBook(queue("dept", limit_cu=100.0), POOL)
+    books = {
+        "free": QueueBook(queue("free", 8.0), POOL, 8.0, {}),
+        "cu limit": QueueBook(queue("cu", 8.0, limit_cu=16.0), POOL, 8.0, {}),
+        "gpu limit": QueueBook(queue("gpu", 8.0, limit_gpus_by_type={"a100": 2.0}), POOL, 8.0, {}),
+        "under dept": QueueBook(queue("team", 8.0, parent="dept"), POOL, 8.0, {}, (dept,)),
+    }
+    answers = {
+        name: (book.never_caps(True), book.never_caps(False)) for name, book in books.items()
+    }
+    assert answers == {
+        "free": (True, False),
+        "cu limit": (False, False),
+        "gpu limit": (False, False),
+        "under dept": (False, False),
+    }
+    # `max_pods` beyond the share agrees: UNCAPPED exactly where the rule says.
+    assert books["free"].max_pods(2.0, 1.0, "a100", True, False) == UNCAPPED
+    assert books["cu limit"].max_pods(2.0, 1.0, "a100", True, False) == (8, PendingCode.QUEUE_LIMIT)

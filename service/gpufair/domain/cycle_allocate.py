@@ -17,8 +17,8 @@ that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 Speed: in a queue's turn that binds nothing, one try per trial (`Pending.trial`) stands for all
 its workloads; a trial whose every type already failed placement in the pass (in any queue) is
 not tried at all: its reason is read off the queue's limits alone (`_code_when_full`), which is
-what the try would find, and for preemptible work beyond the share of a queue without limits
-not read at all (never capped: it keeps its reason). A workload of a trial already answered in
+what the try would find, and beyond the share for work no limit caps not read at all
+(`QueueBook.never_caps`: it keeps its reason). A workload of a trial already answered in
 the turn costs one look-up. In the cycle after a steady one nearly every try is such a one.
 """
 
@@ -62,10 +62,6 @@ def allocate(state: CycleState, within_share: bool) -> None:
             cut = bisect_left(
                 state.suffix_min_cu[name], True, start, end, key=_needs_more(headroom)
             )
-        # Preemptible work beyond the share of a queue without limits is never capped
-        # (`queuebook.UNCAPPED`): a try of a trial known full leaves no reason (None), asked of
-        # no limits (`Pending.trial & 1`: preemptible).
-        uncapped = not within_share and book.unlimited
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
         # workload of the same trial (types and placement problem, `Kind.trial`) and
         # preemptibility fails as the first did: the reason code it leaves (None: it keeps its
@@ -88,7 +84,9 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 continue
             trial = item.trial
             if trial | 1 in full:
-                if uncapped and trial & 1:
+                # Work no limit caps beyond the share (`QueueBook.never_caps`): a try of a
+                # trial known full leaves no reason (None), asked of no limits.
+                if not within_share and book.never_caps(item.workload.preemptible):
                     failed[trial] = None
                     continue
                 code = failed[trial] = _code_when_full(state, item, within_share)
@@ -163,8 +161,8 @@ def _code_when_full(state: CycleState, item: Pending, within_share: bool) -> Pen
     have no room (`_every_type_full`): the try asks the queue's limits type by type until one
     allows the gang minimum (then no room: `NO_CAPACITY` within the share, None beyond it), and
     keeps the first cap met before (the answer when every type is capped). Without a placement
-    to try, the same answer. Not asked for preemptible work beyond the share of a queue without
-    limits (`allocate` answers None: never capped, `queuebook.UNCAPPED`)."""
+    to try, the same answer. Not asked beyond the share for work no limit caps (`allocate`
+    answers None: `QueueBook.never_caps`)."""
     book = item.book
     workload = item.workload
     pods = workload.pods

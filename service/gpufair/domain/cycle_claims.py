@@ -315,11 +315,10 @@ def _where_released(
 
 def _pods(state: CycleState, item: Pending, gpu_type: str, allowed: dict[str, int] | None) -> int:
     """The pods the queue's limits allow `item` on `gpu_type`, asked once per turn (`allowed`:
-    the answers so far; None: none kept, one ask); `max_pods`' first answer without its calls:
-    an unlimited book's preemptible work beyond the share is not capped (`UNCAPPED`), all its
-    pods are allowed."""
+    the answers so far; None: none kept, one ask); where no limit can cap the work
+    (`QueueBook.never_caps`) all its pods, without those calls."""
     workload = item.workload
-    if item.book.unlimited and workload.preemptible:
+    if item.book.never_caps(workload.preemptible):
         return workload.pods
     if allowed is None:
         return state.pods_allowed(item, gpu_type, False)

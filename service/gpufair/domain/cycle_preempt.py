@@ -157,10 +157,9 @@ def _try_preempt(
     pods = workload.gang_min_pods
     below = workload.priority_class
     open_types = False
-    # `max_pods`' first rule, read once per try: the limits of a book without any never cap
-    # its preemptible work beyond the share (`queuebook.UNCAPPED`), so `pods_allowed` would
-    # answer the workload's own pods on every type.
-    uncapped = book.unlimited and workload.preemptible
+    # Read once per try: where no limit can cap the work beyond the share
+    # (`QueueBook.never_caps`), `pods_allowed` would answer its own pods on every type.
+    uncapped = book.never_caps(workload.preemptible)
     capped_out = uncapped and min(UNCAPPED[0], workload.pods) < pods
     # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
     for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):

@@ -231,7 +231,7 @@ class CycleState:
         while the queue's book has not changed. A book under inner queues with limits reads
         theirs too, which its siblings change: it is asked each time. Preemptible work
         beyond the share of a book without limits is never capped (`queuebook.UNCAPPED`)."""
-        if book.unlimited and not within_share and workload.preemptible:
+        if not within_share and book.never_caps(workload.preemptible):
             return UNCAPPED
         answers = book.answers
         if answers is None:

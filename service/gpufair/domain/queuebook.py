@@ -160,6 +160,13 @@ class QueueBook:
                 ancestor.allocated_cu -= cu
                 ancestor.gpus_by_type[gpu_type] = ancestor.gpus_by_type.get(gpu_type, 0.0) - gpus
 
+    def never_caps(self, preemptible: bool) -> bool:
+        """Whether no limit can cap such work beyond the share: preemptible work of a book
+        without limits, its own or above it (`max_pods` beyond the share is then `UNCAPPED`).
+        The rule's one statement: `CycleState.max_pods` and the phases that skip asking it
+        (claims, allocate beyond the share, preemption) read it here."""
+        return preemptible and self.unlimited
+
     def ratio(self) -> float:
         """Allocated over fair share: the queue order key; a queue without a share sorts last."""
         if self.fair_share_cu <= EPS:
