@@ -62,6 +62,10 @@ def allocate(state: CycleState, within_share: bool) -> None:
             cut = bisect_left(
                 state.suffix_min_cu[name], True, start, end, key=_needs_more(headroom)
             )
+        # Beyond the share no limit caps the queue's preemptible work (`QueueBook.never_caps`;
+        # `Pending.trial & 1`): a try of its trial known full leaves no reason (None), asked of
+        # no limits.
+        uncapped = not within_share and book.never_caps(True)
         # Until this pop binds, neither the queue's book nor the capacity changes, so a
         # workload of the same trial (types and placement problem, `Kind.trial`) and
         # preemptibility fails as the first did: the reason code it leaves (None: it keeps its
@@ -84,9 +88,7 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 continue
             trial = item.trial
             if trial | 1 in full:
-                # Work no limit caps beyond the share (`QueueBook.never_caps`): a try of a
-                # trial known full leaves no reason (None), asked of no limits.
-                if not within_share and book.never_caps(item.workload.preemptible):
+                if uncapped and trial & 1:
                     failed[trial] = None
                     continue
                 code = failed[trial] = _code_when_full(state, item, within_share)
