@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -412,7 +412,9 @@ def config_write_request(
     """A config mutation's request (a `message`) with `fields`: a fresh request id unless one is given
     (every retry of the call reuses it), and `expected_version` when given (optimistic
     concurrency: the server refuses the write if the config moved on since)."""
-    request = message(request_id=request_id or str(uuid.uuid4()), **fields)
+    # A message class takes its own fields as keywords; the stubs' `Message.__init__` knows none.
+    make = cast(Callable[..., M], message)
+    request = make(request_id=request_id or str(uuid.uuid4()), **fields)
     if expected_version is not None:
         request.expected_version = expected_version  # type: ignore[attr-defined]
     return request
