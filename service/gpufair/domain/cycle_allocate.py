@@ -75,7 +75,9 @@ def allocate(state: CycleState, within_share: bool) -> None:
         known = failed.get
         # The trials of this queue left `NO_CAPACITY` (within the share only): all the workloads
         # that can want reclaim are of one (`CycleState.short_trials`, `cycle_reclaim`).
-        short = state.short_trials.setdefault(name, set()) if within_share else None
+        short = state.short_trials.get(name) if within_share else None
+        if short is None and within_share:
+            short = state.short_trials[name] = set()
         resume = end  # all tried, or nothing left here fits in the remaining share
         position = start
         # A pop binds at most one workload; the queue then rejoins the order with its new
