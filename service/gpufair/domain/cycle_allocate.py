@@ -73,6 +73,11 @@ def allocate(state: CycleState, within_share: bool) -> None:
         # workload of a failed trial (one look-up): most of a pass's workloads are of one.
         failed: dict[int, PendingCode | None] = {}
         known = failed.get
+        # The trials of this queue left `NO_CAPACITY` (within the share only): all the workloads
+        # that can want reclaim are of one (`CycleState.short_trials`, `cycle_reclaim`).
+        short = state.short_trials.get(name) if within_share else None
+        if short is None and within_share:
+            short = state.short_trials[name] = set()
         resume = end  # all tried, or nothing left here fits in the remaining share
         position = start
         # A pop binds at most one workload; the queue then rejoins the order with its new
@@ -94,6 +99,8 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 code = failed[trial] = _code_when_full(state, item, within_share)
                 if code is not None:
                     item.code = code
+                    if code is _SHORT and short is not None:
+                        short.add(trial)
                 continue
             failure = _try_bind(state, item, within_share, exclusion)
             if failure is None:
@@ -102,6 +109,8 @@ def allocate(state: CycleState, within_share: bool) -> None:
             code = failed[trial] = _code_left(failure, within_share)
             if code is not None:
                 item.code = code
+                if code is _SHORT and short is not None:
+                    short.add(trial)
             if _every_type_full(state, item, within_share):
                 full.add(trial | 1)
         cursor[name] = resume
@@ -111,6 +120,7 @@ def allocate(state: CycleState, within_share: bool) -> None:
 
 # A trial not yet tried in a queue's turn (`failed` holds None for "keeps its own reason").
 _UNTRIED = PendingCode.WAITING_FOR_EVICTED_CAPACITY
+_SHORT = PendingCode.NO_CAPACITY
 
 
 Failure = tuple[bool, PendingCode | None]  # no room on some type; the first cap met

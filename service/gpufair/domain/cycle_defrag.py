@@ -35,6 +35,7 @@ from dataclasses import replace
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse, uses_of
 from gpufair.domain.cycle_evict import commit
+from gpufair.domain.cycle_reclaim import preemptible_running
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.model import Allocation, PodBinding
 from gpufair.domain.placement import (
@@ -128,13 +129,13 @@ def _find_moves(
 ) -> Moves | None:
     now_s = state.snapshot.now_s
     movable: dict[int, list[Victim]] = {}
-    for uid, running in state.running.items():
+    # Preemptible and not already leaving: the list reclaim made (`preemptible_running`).
+    for running in preemptible_running(state):
         victim = running.victim
+        uid = victim.uid
         if (
             victim.gpu_type != gpu_type
-            or not running.preemptible
             or uid in state.evicted
-            or uid in state.leaving
             or uid not in allocations
             or now_s - victim.started_at_s < running.min_runtime_s
             or victim.gpus > budget + EPS

@@ -40,7 +40,7 @@ import math
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
-from gpufair.domain.cycle_reclaim import on_loan_too_long
+from gpufair.domain.cycle_reclaim import on_loan_too_long, preemptible_running
 from gpufair.domain.cycle_reserve import reserve_gang
 from gpufair.domain.cycle_state import CycleState, Pending, QueueKey
 from gpufair.domain.entitlement_reach import reachable_share_cu
@@ -167,17 +167,16 @@ def _victims(state: CycleState, item: Pending, gpu_type: str) -> list[Victim]:
     now_s = state.snapshot.now_s
     tier = item.book.tier
     found = []
-    for running in state.running.values():
+    # Preemptible and not already leaving: the list reclaim made (`preemptible_running`).
+    for running in preemptible_running(state):
         victim = running.victim
         book = state.books.get(victim.queue)
         if (
             victim.gpu_type == gpu_type
-            and running.preemptible
             and book is not None
             and book is not item.book
             and book.tier <= tier
             and victim.cu <= item.min_cu + EPS
-            and victim.uid not in state.leaving
             and victim.uid not in state.evicted
             and (
                 now_s - victim.started_at_s >= running.min_runtime_s

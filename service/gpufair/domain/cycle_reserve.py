@@ -14,6 +14,7 @@ a node chosen there is held (`_Ranking.holes`).
 from __future__ import annotations
 
 import heapq
+import math
 from operator import attrgetter
 
 from gpufair.domain.capacity import Capacity
@@ -69,9 +70,15 @@ class _Ranking:
         self._fits: dict[PodShape, dict[int, tuple[int, int]]] = {}
         self._domains: dict[tuple[str, str], list[list[int]]] = {}
         self._holes: dict[tuple[PodShape, int], dict[int, _Hole]] = {}
+        self._alone: dict[str, list[list[int]]] = {}
+        self._group_of: dict[int, dict[int, int]] = {}
+        self._best: dict[tuple[PodShape, int, int], _Best] = {}
         # Holes not found: (GPU type, shape, pods, topology level). Held nodes only grow while
         # the phase runs and free capacity stays, so such a hole is not found later either.
         self.no_hole: set[tuple[object, ...]] = set()
+        # The nodes `reserve_gang` held with this ranking, in order (`_fullest_hole` reads
+        # what came since it last looked).
+        self.held: list[int] = []
 
     def ranked(self, gpu_type: str) -> list[int]:
         found = self._ranked.get(gpu_type)
@@ -96,6 +103,31 @@ class _Ranking:
             ]
         return found
 
+    def alone(self, gpu_type: str) -> list[list[int]]:
+        """The nodes of `gpu_type` as one group, freest first: the groups of a gang without a
+        required topology level (one list per type, so `best` knows it again)."""
+        found = self._alone.get(gpu_type)
+        if found is None:
+            found = self._alone[gpu_type] = [self.ranked(gpu_type)]
+        return found
+
+    def group_of(self, groups: list[list[int]]) -> dict[int, int]:
+        """Per node of `groups` (one list of `domains` or `alone`), its group's position."""
+        found = self._group_of.get(id(groups))
+        if found is None:
+            found = self._group_of[id(groups)] = {
+                index: position for position, group in enumerate(groups) for index in group
+            }
+        return found
+
+    def best(self, shape: PodShape, pods: int, groups: list[list[int]]) -> _Best | None:
+        """What `_fullest_hole` last found over `groups` for `pods` pods of `shape`, if it
+        looked before (kept by `_fullest_hole`)."""
+        return self._best.get((shape, pods, id(groups)))
+
+    def keep_best(self, shape: PodShape, pods: int, groups: list[list[int]], best: _Best) -> None:
+        self._best[(shape, pods, id(groups))] = best
+
     def fits(self, shape: PodShape) -> dict[int, tuple[int, int]]:
         """Per node, pods of `shape` it holds emptied and now (at most the former), filled in
         as `_fullest_hole` reads nodes: neither changes while the phase runs."""
@@ -119,6 +151,20 @@ class _Ranking:
 _Hole = tuple[tuple[float, list[int]] | None, list[int]]
 
 
+class _Best:
+    """What `_fullest_hole` found over one list of groups for a gang's shape and size: each
+    group's hole, its free GPUs (minus infinity for none) and the count of held nodes, of the
+    phase's (`_Ranking.held`) and in all, it read them under."""
+
+    __slots__ = ("free", "held_total", "holes", "seen")
+
+    def __init__(self, holes: list[_Hole], seen: int, held_total: int) -> None:
+        self.holes = holes
+        self.free = [-math.inf if hole[0] is None else hole[0][0] for hole in holes]
+        self.seen = seen
+        self.held_total = held_total
+
+
 def reserve_gang(
     state: CycleState, item: Pending, within_share: bool = True, ranking: _Ranking | None = None
 ) -> bool:
@@ -138,15 +184,13 @@ def reserve_gang(
         failed = (gpu_type, item.shape, pods, level)
         if failed in ranking.no_hole:
             continue
-        if level is not None:
-            ordered = ranking.domains(level, gpu_type)
-        else:
-            ordered = [ranking.ranked(gpu_type)]
+        ordered = ranking.domains(level, gpu_type) if level is not None else ranking.alone(gpu_type)
         chosen = _fullest_hole(state, ordered, item.shape, pods, ranking)
         if chosen is None:
             ranking.no_hole.add(failed)
             continue
         state.gang_held.update(chosen)
+        ranking.held += chosen
         item.held_nodes = len(chosen)
         state.reservations.append(
             Reservation(
@@ -164,19 +208,44 @@ def _fullest_hole(
     state: CycleState, groups: list[list[int]], shape: PodShape, pods: int, ranking: _Ranking
 ) -> list[int] | None:
     """The nodes with the most free GPUs that, emptied, hold the gang; in the group (domain)
-    where they are freest. Most-free-first keeps the choice stable while the hole drains.
-    Each group comes freest first; the nodes held already are not taken."""
-    best: tuple[float, list[int]] | None = None
+    where they are freest (the first such group). Most-free-first keeps the choice stable while
+    the hole drains. Each group comes freest first; the nodes held already are not taken.
+
+    A group's hole changes only when a node it chose is held (`_hole_in`), so what was found
+    over `groups` for this shape and size is kept (`_Ranking.best`) and, at the next gang,
+    only the groups of the nodes held since (`_Ranking.held`) are read again: one or two, not
+    every domain of the level (at 4,000 nodes, next cycle: 198 reservations read 14,652
+    holes before). Nodes held otherwise (not by `reserve_gang` with this ranking) since: every
+    group is read as at the first look."""
     held = state.gang_held
-    holes = ranking.holes(shape, pods)
-    for group in groups:
-        found = holes.get(id(group))
-        if found is None or not held.isdisjoint(found[1]):
-            found = holes[id(group)] = _hole_in(state, group, shape, pods, ranking)
-        hole = found[0]
-        if hole is not None and (best is None or hole[0] > best[0]):
-            best = hole
-    return None if best is None else best[1]
+    log = ranking.held
+    found = ranking.best(shape, pods, groups)
+    if found is None or found.held_total + len(log) - found.seen != len(held):
+        holes = ranking.holes(shape, pods)
+        read: list[_Hole] = []
+        for group in groups:
+            hole = holes.get(id(group))
+            if hole is None or not held.isdisjoint(hole[1]):
+                hole = holes[id(group)] = _hole_in(state, group, shape, pods, ranking)
+            read.append(hole)
+        found = _Best(read, len(log), len(held))
+        ranking.keep_best(shape, pods, groups, found)
+    elif found.seen < len(log):
+        group_of = ranking.group_of(groups)
+        touched = {group_of[index] for index in log[found.seen :] if index in group_of}
+        for position in touched:
+            if not held.isdisjoint(found.holes[position][1]):
+                again = _hole_in(state, groups[position], shape, pods, ranking)
+                found.holes[position] = again
+                found.free[position] = -math.inf if again[0] is None else again[0][0]
+        found.seen = len(log)
+        found.held_total = len(held)
+    most = max(found.free, default=-math.inf)
+    if most == -math.inf:
+        return None
+    best = found.holes[found.free.index(most)][0]
+    assert best is not None
+    return best[1]
 
 
 def _hole_in(

@@ -208,6 +208,9 @@ class CycleState:
         self.preempt_totals: dict[tuple[str, str], dict[int, list[float]]] = {}
         self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
         self.preemptible_running: list[Running] | None = None  # `cycle_reclaim.preemptible_running`
+        # Per queue, the trials (`Pending.trial`) allocation within the share left `NO_CAPACITY`
+        # on (`cycle_allocate`; reclaim passes over a queue whose trials all failed it).
+        self.short_trials: dict[str, set[int]] = {}
 
     # -- numbers --------------------------------------------------------------------------
 
@@ -247,6 +250,9 @@ class CycleState:
             answers = book.answers = {}
         gpus_per_pod = workload.gpus_per_pod
         preemptible = workload.preemptible
+        # Work that is not preemptible is held to the share in either pass (`QueueBook.max_pods`
+        # reads `within_share or not preemptible`): one answer serves both passes.
+        within_share = within_share or not preemptible
         key = (gpus_per_pod, gpu_type, preemptible, within_share)
         found = answers.get(key)
         if found is None:
