@@ -336,3 +336,44 @@ def test_the_pools_take_the_freed_nodes_path_every_way() -> None:
             _after_claims(_gang_pool(seed))
     assert seen["one node"] >= 50 and seen["several nodes"] >= 20, seen
     assert seen["gang"] >= 30 and seen["limited"] >= 10 and seen["declined"] >= 3, seen
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_common_claim_of_a_settled_trial_never_reaches_serve(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `honour_claims` finds a claimant's settled trial by its `Pending.trial` number (twice the
+    # trial's identity, plus one if preemptible: `Kind.trial_keys`); a claim of one pod for one
+    # victim pod of such a trial goes straight to the victim's node, never through `_serve`.
+    snap, _ = _pool(seed)
+    state = CycleState(snap)
+    load(state)
+    honour_moves(state)
+    real = cycle_claims._serve
+    served: list[str] = []
+    skipped: list[str] = []
+
+    def serve(state: CycleState, item: Pending, memo: cycle_claims._Memo, *rest: object) -> None:
+        leaving = state.leaving_for.get(item.uid) or []
+        common = (
+            item.workload.gang_min_pods == 1
+            and len(leaving) == 1
+            and len(leaving[0].uses) == 1
+            and not leaving[0].uses[0].slice_mask
+        )
+        if common and id(item.kind.trial) in memo.settled:
+            served.append(item.uid)
+        real(state, item, memo, *rest)  # type: ignore[arg-type]
+
+    def victim_node(
+        state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None
+    ) -> None:
+        skipped.append(item.uid)
+        hold_on_victim_node(state, item, one, allowed)
+
+    hold_on_victim_node = cycle_claims._hold_on_victim_node
+    monkeypatch.setattr(cycle_claims, "_serve", serve)
+    monkeypatch.setattr(cycle_claims, "_hold_on_victim_node", victim_node)
+    honour_claims(state)
+    assert served == []
+    assert skipped  # some claims went straight to their victim's node

@@ -55,7 +55,7 @@ def honour_claims(state: CycleState) -> None:
     for item in state.in_queue_order(state.claimants):
         book = item.book
         before_cu = book.allocated_cu
-        pods = settled.get(id(item.kind.trial))
+        pods = settled.get(item.trial >> 1)  # by the trial's identity (`Kind.trial_keys`)
         if pods is not None:
             # A claim of a trial settled both ways is decided before anything else of its turn
             # is looked at: no type is tried on free capacity, and only the nodes its victims
