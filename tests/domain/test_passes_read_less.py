@@ -182,3 +182,27 @@ def test_an_answer_for_work_not_preemptible_serves_both_passes(
         PendingCode.QUEUE_LIMIT,
     )
     assert asked == [True, True, False]
+
+
+@pytest.mark.parametrize("allocated_cu", [0.0, 1.0, 2.0, 3.5, 6.0])
+@pytest.mark.parametrize("limit_cu", [None, 3.0, 8.0])
+def test_the_book_caps_work_not_preemptible_alike_in_both_passes(
+    allocated_cu: float, limit_cu: float | None
+) -> None:
+    # `CycleState.max_pods` keys work that is not preemptible as of the pass within the share
+    # in both passes: it rests on `QueueBook.max_pods` answering such work alike in both, which
+    # a change of the book's rules must keep (or change the key).
+    state = CycleState(
+        snapshot([node("x", gpus=8)], [queue("a", 8, limit_cu=limit_cu)], {"a": 4}, pending=[])
+    )
+    book = state.books["a"]
+    # Deserved 8 above the share 4 and nothing held not preemptible: the share is the cap
+    # that binds such work first.
+    book.allocated_cu = allocated_cu
+    for gpus in (0.5, 1.0, 2.0):
+        answers = [book.max_pods(gpus, gpus, "unit", False, within) for within in (True, False)]
+        assert answers[0] == answers[1], (gpus, answers)
+        preemptible = [book.max_pods(gpus, gpus, "unit", True, within) for within in (True, False)]
+        # The premise is not empty: preemptible work is capped by the share in one pass only.
+        if allocated_cu >= 4.0 and limit_cu != 3.0:
+            assert preemptible[0][0] == 0 and preemptible[1][0] > 0, (gpus, preemptible)
