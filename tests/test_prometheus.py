@@ -131,6 +131,17 @@ class Prometheus:
         result: list[dict[str, Any]] = reply["data"]["result"]
         return result
 
+    def wait_scraped_after(self, moment: float, timeout_s: float = 60) -> None:
+        """Until every target has been scraped, successfully, by a scrape begun after `moment`
+        (a sample's timestamp is its scrape's start)."""
+
+        def scraped() -> bool:
+            stamps = [float(s["value"][1]) for s in self.query("timestamp(up == 1)")]
+            down = self.query("up == 0")
+            return bool(stamps) and not down and min(stamps) > moment
+
+        wait_for(scraped, timeout_s, f"a scrape of every target after {moment}")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -245,7 +256,10 @@ def test_every_dashboard_and_alert_expression_returns_data(
         client.apply_config(config)
         first = _drive_round(client, 1, time.time())
         assert {b.uid for b in first.binds} == {"llm-a1", "llm-g1"}
-        time.sleep(5)  # a few scrapes between the rounds
+        # A whole scrape between the rounds, so that every series of the first has a sample
+        # before the second grows it (a fixed sleep missed it on a busy machine: the
+        # histograms' first samples held both rounds, and their rates were 0/0).
+        prometheus.wait_scraped_after(time.time())
         second = _drive_round(client, 2, time.time())
         assert {b.uid for b in second.binds} == {"llm-a2", "llm-g2"}
         assert [p.uid for p in second.pending] == ["llm-big"]
