@@ -15,7 +15,7 @@ from gpufair.domain.model import Workload
 def _carried(last: list[Workload], queued: list[bool]) -> CarriedLoad:
     """A carried state whose last load saw `last` and queued those marked in `queued`."""
     carried = CarriedLoad()
-    carried.order = (tuple(last), list(queued))
+    carried.order = (tuple(last), bytes(queued))
     carried.pending = {id(w) >> 4: None for w, q in zip(last, queued, strict=True) if q}
     return carried
 
@@ -50,7 +50,7 @@ def test_the_walk_finds_every_parting_in_long_stretches() -> None:
 def test_the_walk_over_the_same_workloads_finds_no_parting() -> None:
     last = [workload(f"w{i}", "a") for i in range(1_000)]
     found = _aligned(tuple(last), _carried(last, [True] * 1_000))
-    assert found == ([True] * 1_000, {})
+    assert found == (bytes([1] * 1_000), {})
 
 
 def test_misses_are_the_positions_of_false_both_ways() -> None:
@@ -58,11 +58,11 @@ def test_misses_are_the_positions_of_false_both_ways() -> None:
     few = [True] * 100
     for at in (0, 1, 17, 99):
         few[at] = False
-    assert _misses(few) == [0, 1, 17, 99]
+    assert _misses(bytearray(few)) == [0, 1, 17, 99]
     many = [at % 3 == 0 for at in range(30)]
-    assert _misses(many) == [at for at in range(30) if at % 3]
-    assert _misses([]) == []
-    assert _misses([True] * 5) == []
+    assert _misses(bytearray(many)) == [at for at in range(30) if at % 3]
+    assert _misses(bytearray()) == []
+    assert _misses(bytearray([1] * 5)) == []
 
 
 def test_the_uid_check_asks_the_carried_workloads_given_again() -> None:

@@ -85,7 +85,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         wanted += sum(len(dropped[name]) < len(carried.queues[name][1]) for name in dropped)
     else:
         ids = [id(workload) >> 4 for workload in pending]  # their keys
-        hits = list(map(known.__contains__, ids)) if known else [False] * len(ids)
+        hits = bytearray(map(known.__contains__, ids)) if known else bytearray(len(ids))
         present = set(compress(ids, hits))
         reused = len(present)
         wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
@@ -103,7 +103,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     ):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
-        hits = [False] * len(pending)
+        hits = bytearray(len(pending))
         present = set()
         dropped = None
         reused = wanted = 0
@@ -122,6 +122,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     queues: dict[str, QueueRecords] = {}
     gone = _fill(state, loaded, first, carried.queues, present, queues, ordinary, dropped)
     carried.queues = queues
+    claimed -= carried.left_uids  # their `by_uid` items are no longer queued
     if dropped is None:
         found = list(filter(None, map(carried.by_uid.get, claimed)))
         keys = [id(item.workload) >> 4 for item in found]
@@ -134,59 +135,63 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         state.claimants += filter(None, map(carried.by_uid.get, claimed))
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
-        by_uid = dict(carried.by_uid)
         for workload in gone:
             del known[id(workload) >> 4]
-            del by_uid[workload.uid]
-        for _, items in loaded.values():
-            for item in items:
-                if id(item) in ordinary:
-                    known[id(item.workload) >> 4] = None
-                    by_uid[item.uid] = item
+        left = carried.left_uids.union([workload.uid for workload in gone])
+        if ordinary or len(left) > len(carried.by_uid) >> 3:
+            by_uid = dict(carried.by_uid)
+            for uid in left:
+                del by_uid[uid]
+            left = frozenset()
+            for _, items in loaded.values():
+                for item in items:
+                    if id(item) in ordinary:
+                        known[id(item.workload) >> 4] = None
+                        by_uid[item.uid] = item
+            carried.by_uid = by_uid
         carried.pending = known
-        carried.by_uid = by_uid
+        carried.left_uids = left
     _keep_order(carried, pending, hits, ordinary)
     return reused
 
 
-def _misses(hits: list[bool]) -> list[int]:
-    """The positions of False in `hits`. Few, when records are carried: found by `bytes.find`
-    (a memchr) from one to the next, not by a pass in C that makes an int of every position;
-    many: by that pass."""
+def _misses(hits: bytearray) -> list[int]:
+    """The positions of 0 in `hits`. Few, when records are carried: found by `find` (a memchr)
+    from one to the next, not by a pass in C that makes an int of every position; many: by
+    that pass."""
     size = len(hits)
-    if hits.count(False) > size >> 4:
+    if hits.count(0) > size >> 4:
         return list(compress(range(size), map(not_, hits)))
-    marks = bytes(hits)
     found: list[int] = []
-    at = marks.find(0)
+    at = hits.find(0)
     while at >= 0:
         found.append(at)
-        at = marks.find(0, at + 1)
+        at = hits.find(0, at + 1)
     return found
 
 
 def _keep_order(
-    carried: CarriedLoad, pending: tuple[Workload, ...], hits: list[bool], ordinary: dict[int, int]
+    carried: CarriedLoad, pending: tuple[Workload, ...], hits: bytearray, ordinary: dict[int, int]
 ) -> None:
     """Keep `pending` and, per position, whether its workload is in the carried queues now
     (`CarriedLoad.order`, what `_aligned` starts from): the carried ones given again (`hits`)
     and the ordinary ones loaded. A uid loaded twice (the second skipped, `_load_each`) could
     leave a queued workload at a position marked not queued: no order is kept then."""
     if ordinary:
-        flags = list(hits)
+        flags = bytearray(hits)
         for at in ordinary.values():
-            flags[at] = True
+            flags[at] = 1
     else:
         flags = hits
-    if carried.doubled or sum(flags) != len(carried.pending):
+    if carried.doubled or len(flags) - flags.count(0) != len(carried.pending):
         carried.order = None
     else:
-        carried.order = (pending, flags)
+        carried.order = (pending, bytes(flags))
 
 
 def _aligned(
     pending: tuple[Workload, ...], carried: CarriedLoad
-) -> tuple[list[bool], Dropped] | None:
+) -> tuple[bytearray, Dropped] | None:
     """The carried workloads given again found by walking `pending` beside the last load's
     (`CarriedLoad.order`) by identity, in C over every stretch the two share: per position of
     `pending`, whether its workload is a carried one (as `carried.pending` holds it), and per
@@ -203,7 +208,7 @@ def _aligned(
     size = len(pending)
     end = len(last)
     budget = max(1024, size >> 4)
-    hits: list[bool] = []
+    hits = bytearray()
     dropped: Dropped = {}
     left: Iterable[Workload] = ()  # the last load's queued workloads after the last given
     # Iterators over both, set to each stretch's start (`__setstate__`, as in unpickling):
@@ -228,7 +233,7 @@ def _aligned(
         if was == end:
             if any(id(workload) >> 4 in known for workload in pending[at:]):
                 return None
-            hits += [False] * (size - at)
+            hits += bytes(size - at)
             break
         budget -= 1
         if budget < 0:
@@ -239,14 +244,14 @@ def _aligned(
                 dropped.setdefault(workload.queue, {})[id(workload) >> 4] = workload
             was += 1
         else:
-            hits.append(False)
+            hits.append(0)
             at += 1
     for workload in left:
         dropped.setdefault(workload.queue, {})[id(workload) >> 4] = workload
     return hits, dropped
 
 
-def _first_positions(pending: Sequence[Workload], hits: list[bool], wanted: int) -> dict[str, int]:
+def _first_positions(pending: Sequence[Workload], hits: bytearray, wanted: int) -> dict[str, int]:
     """Per queue with carried workloads given again (`hits`, by position in `pending`), the
     position of its first such workload, in the order of those positions. How many queues
     have some (`wanted`) is known from their records, so the scan ends once it has met them
@@ -266,9 +271,10 @@ def _uid_taken(carried: CarriedLoad, keys: set[int], new: list[str], absent: boo
     is the uid of a carried workload given again: one whose key is in `keys` (with `absent`:
     one whose key is not, `keys` being those of the carried workloads not given again)."""
     by_uid = carried.by_uid
+    left = carried.left_uids
     for uid in new:
         item = by_uid.get(uid)
-        if item is not None and (id(item.workload) >> 4 in keys) is not absent:
+        if item is not None and uid not in left and (id(item.workload) >> 4 in keys) is not absent:
             return True
     return False
 

@@ -98,7 +98,14 @@ class CarriedLoad:
     # (so no key is reused while it is here), and a table of numbers only is one the
     # collector does not track (its young pass after a cycle never reads it).
     pending: dict[int, None] = field(default_factory=dict)
-    by_uid: dict[str, Pending] = field(default_factory=dict)  # the queues' items by uid
+    # The queues' items by uid, and the uids whose item here has left the queues since the
+    # table was made (`left_uids`: not to be read). A load that only drops items adds their
+    # uids to `left_uids` and keeps the table, not copied (nor read by the young pass after
+    # the cycle), until they are more than an eighth of it; one that adds items makes the
+    # table anew without them. An item kept here keeps its workload alive, so its key
+    # (`pending`) is not reused meanwhile.
+    by_uid: dict[str, Pending] = field(default_factory=dict)
+    left_uids: frozenset[str] = frozenset()
     rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
     capacity: RunningCapacity | None = None  # never changed: a load copies it
@@ -108,8 +115,10 @@ class CarriedLoad:
     victims: dict[str, Running] = field(default_factory=dict)
     totals: BookTotals | None = None
     # The last load's pending workloads, and per position whether the queues hold its workload
-    # (`cycle_load_pending._aligned`); None: not kept (a uid loaded twice, `doubled`).
-    order: tuple[tuple[Workload, ...], list[bool]] | None = None
+    # (1 or 0: bytes, which the collector does not track, so its young pass after a cycle
+    # never reads them; `cycle_load_pending._aligned`); None: not kept (a uid loaded twice,
+    # `doubled`).
+    order: tuple[tuple[Workload, ...], bytes] | None = None
     doubled: bool = False
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
     shared: int = 0  # running allocations the last load found in the kept capacity (same)
@@ -128,6 +137,7 @@ class CarriedLoad:
         self.queues = {}
         self.pending = {}
         self.by_uid = {}
+        self.left_uids = frozenset()
         self.rejected = {}
         self.kinds = {}
         self.capacity = None
