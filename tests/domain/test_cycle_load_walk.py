@@ -66,19 +66,18 @@ def test_misses_are_the_positions_of_false_both_ways() -> None:
 
 
 def test_the_uid_check_asks_the_carried_workloads_given_again() -> None:
-    """With the keys of the carried workloads not given again (`absent`): a uid of one of
+    """With the uids of the carried workloads not given again (`gone`): a uid of one of
     those is free, a uid of one given again is taken; with the keys given again, the
     reverse."""
     jobs = [workload(f"w{i}", "a") for i in range(3)]
     carried = CarriedLoad()
     run_cycle(snapshot([node("n1", gpus=1)], [queue("a", 1.0)], {"a": 1.0}, pending=jobs), carried)
     assert sorted(carried.by_uid) == ["w0", "w1", "w2"]
-    dropped = {id(jobs[0]) >> 4}
-    assert not _uid_taken(carried, dropped, ["w0", "x"], absent=True)
-    assert _uid_taken(carried, dropped, ["w1"], absent=True)
+    assert not _uid_taken(carried, ["w0", "x"], gone={"w0"})
+    assert _uid_taken(carried, ["w1"], gone={"w0"})
     given = {id(jobs[1]) >> 4, id(jobs[2]) >> 4}
-    assert not _uid_taken(carried, given, ["w0", "x"])
-    assert _uid_taken(carried, given, ["w2"])
+    assert not _uid_taken(carried, ["w0", "x"], given)
+    assert _uid_taken(carried, ["w2"], given)
 
 
 def test_a_bound_workload_now_running_leaves_the_other_carried_work_taken() -> None:

@@ -28,8 +28,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import compress
-from operator import attrgetter, indexOf, is_, not_
+from operator import attrgetter, indexOf, is_, itemgetter, not_
 from typing import Any
 
 from gpufair.domain import cu_request
@@ -56,6 +57,9 @@ signature = attrgetter(
 )
 _by_order = attrgetter("order")
 _workload_of = attrgetter("workload")
+_uid_of = attrgetter("uid")
+_first = itemgetter(0)
+_second = itemgetter(1)
 
 # Per queue, what the full path loaded: its first position in the snapshot and its items.
 Loaded = dict[str, tuple[int, list[Pending]]]
@@ -77,9 +81,11 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     present: set[int] = set()  # the keys of the carried workloads given again (not aligned)
     absent: set[int] = set()  # aligned: the keys of those not given again
     dropped: Dropped | None = None
+    gone_uids: set[str] = set()  # aligned: the uids of those not given again
     if aligned is not None:
         hits, dropped = aligned
         absent = absent.union(*dropped.values())
+        gone_uids = {workload.uid for left in dropped.values() for workload in left.values()}
         reused = len(known) - len(absent)
         wanted = sum(1 for name, records in carried.queues.items() if name not in dropped)
         wanted += sum(len(dropped[name]) < len(carried.queues[name][1]) for name in dropped)
@@ -95,11 +101,12 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     # after any load no queued workload has the uid of one it rejected (each uid is loaded
     # once, and one taken from the carried queues is never also loaded).
     was_rejected = carried.rejected
-    new = [workload.uid for workload in missed if id(workload) not in was_rejected]
+    again = list(map(was_rejected.get, map(id, missed))) if was_rejected else None
+    new = [workload.uid for workload in (compress(missed, map(not_, again)) if again else missed)]
     if reused and (
-        _uid_taken(carried, present, [*fresh, *new])
+        _uid_taken(carried, [*fresh, *new], present)
         if dropped is None
-        else _uid_taken(carried, absent, [*fresh, *new], absent=True)
+        else _uid_taken(carried, [*fresh, *new], gone=gone_uids)
     ):
         # A carried workload's uid is running, or given by another object too: everything is
         # loaded as without records (the first of a uid wins, in the snapshot's order).
@@ -109,13 +116,15 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         reused = wanted = 0
         misses = list(range(len(pending)))
         missed = list(pending)
+        again = list(map(was_rejected.get, map(id, missed))) if was_rejected else None
     ordinary: dict[int, int] = {}  # loaded items (by identity) of ordinary workloads: kept
     rejected: dict[int, Rejection] = {}
     carried.doubled = False
+    kept, misses, missed = _rejected_again(state, misses, missed, again, was_rejected)
     entries = zip(misses, missed, strict=True)
     claimed = state.leaving_for.keys() | state.standing_claims
-    loaded = _load_each(state, entries, ordinary, rejected, carried.rejected, claimed)
-    carried.rejected = rejected
+    loaded = _load_each(state, entries, ordinary, rejected, claimed)
+    carried.rejected = {**kept, **rejected} if rejected else kept
     # The queues in the order of their first workload, and where that is, to place the queues
     # of the workloads not carried.
     first = _first_positions(pending, hits, wanted) if reused else {}
@@ -131,7 +140,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         # The carried item of a uid is the only one of that uid in the carried queues (a uid
         # given twice is loaded without records): a claimant's item is dropped exactly when
         # its uid is one of the dropped workloads', so the items are not read.
-        claimed -= {workload.uid for left in dropped.values() for workload in left.values()}
+        claimed -= gone_uids
         state.claimants += filter(None, map(carried.by_uid.get, claimed))
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
@@ -266,17 +275,66 @@ def _first_positions(pending: Sequence[Workload], hits: bytearray, wanted: int) 
     return first
 
 
-def _uid_taken(carried: CarriedLoad, keys: set[int], new: list[str], absent: bool = False) -> bool:
+def _uid_taken(
+    carried: CarriedLoad,
+    new: list[str],
+    given: set[int] | None = None,
+    gone: AbstractSet[str] = frozenset(),
+) -> bool:
     """Whether one of `new` (uids of running workloads made anew, of pending ones not carried)
-    is the uid of a carried workload given again: one whose key is in `keys` (with `absent`:
-    one whose key is not, `keys` being those of the carried workloads not given again)."""
+    is the uid of a carried workload given again: one whose key is in `given`; without
+    `given` (the aligned walk), any carried one but those whose uids are in `gone` (the
+    carried workloads not given again: the carried item of a uid is the only one of that uid
+    in the carried queues, so the items are not read)."""
     by_uid = carried.by_uid
     left = carried.left_uids
+    if given is None:
+        asked = set(new)
+        asked -= gone
+        asked -= left
+        return not by_uid.keys().isdisjoint(asked)
     for uid in new:
         item = by_uid.get(uid)
-        if item is not None and uid not in left and (id(item.workload) >> 4 in keys) is not absent:
+        if item is not None and uid not in left and id(item.workload) >> 4 in given:
             return True
     return False
+
+
+def _rejected_again(
+    state: CycleState,
+    misses: list[int],
+    missed: list[Workload],
+    again: list[Rejection | None] | None,
+    was_rejected: dict[int, Rejection],
+) -> tuple[dict[int, Rejection], list[int], list[Workload]]:
+    """Of the workloads not carried (`missed`, at positions `misses`), those the last load
+    found never fitting, given again (`again`: per workload its `CarriedLoad.rejected` entry,
+    else None), only have their reason written again, in C, and are kept: returns the
+    rejections kept (the last load's table itself when all of it is given again) and the
+    others, at their positions, for `_load_each`. When a uid of one of them is running, given
+    twice, or that of another workload not carried (the first of a uid wins, in the snapshot's
+    order), none is taken so: all go to `_load_each`, which finds the same reasons. Their
+    reasons come before those `_load_each` writes (the order of `CycleResult.pending` is not
+    part of the result: the reply sorts it)."""
+    taken = list(filter(None, again)) if again else []
+    if not taken:
+        return {}, misses, missed
+    assert again is not None
+    others = list(map(not_, again))
+    uids = list(map(_uid_of, map(_first, taken)))
+    unique = set(uids)
+    if (
+        len(unique) < len(uids)
+        or not state.running.keys().isdisjoint(unique)
+        or not unique.isdisjoint(map(_uid_of, compress(missed, others)))
+    ):
+        return {}, misses, missed
+    state.reasons.update(zip(uids, map(_second, taken)))
+    if len(taken) == len(was_rejected):  # each entry once: all of them
+        kept = was_rejected
+    else:
+        kept = dict(zip(map(id, map(_first, taken)), taken))
+    return kept, list(compress(misses, others)), list(compress(missed, others))
 
 
 def _load_each(
@@ -284,16 +342,15 @@ def _load_each(
     entries: Iterable[tuple[int, Workload]],
     ordinary: dict[int, int] | None,
     rejected: dict[int, Rejection] | None = None,
-    was_rejected: dict[int, Rejection] | None = None,
     claimed: set[str] | None = None,
 ) -> Loaded:
     """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
     into per-queue lists of items in that order, with each queue's first position; the first
     of a uid (running ones first) wins. Puts the identity of every item of an ordinary
     workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
-    `ordinary`, with its position (a second of a uid marks `CarriedLoad.doubled`), and every such workload that never fits, with its reason, into `rejected`
-    (None: not kept); one in `was_rejected` (the last cycle's) only has its reason written
-    again. A workload of a known signature costs a tuple (`signature`, one C call), a dict
+    `ordinary`, with its position (a second of a uid marks `CarriedLoad.doubled`), and every
+    such workload that never fits, with its reason, into `rejected` (None: not kept; those
+    the last load rejected, given again, are kept before, `_rejected_again`). A workload of a known signature costs a tuple (`signature`, one C call), a dict
     lookup and its `Pending`."""
     pool = state.pool.name
     books = state.books
@@ -313,13 +370,6 @@ def _load_each(
                 state.carried.doubled = True
             continue
         seen.add(uid)
-        if was_rejected:
-            again = was_rejected.get(id(submitted))
-            if again is not None:
-                reasons[uid] = again[1]
-                if rejected is not None:
-                    rejected[id(submitted)] = again
-                continue
         book = books.get(workload.queue)
         usual = False
         kind: Kind | None
