@@ -329,11 +329,11 @@ def _rejected_again(
         or not unique.isdisjoint(map(_uid_of, compress(missed, others)))
     ):
         return {}, misses, missed
-    state.reasons.update(zip(uids, map(_second, taken)))
+    state.reasons.update(zip(uids, map(_second, taken), strict=True))
     if len(taken) == len(was_rejected):  # each entry once: all of them
         kept = was_rejected
     else:
-        kept = dict(zip(map(id, map(_first, taken)), taken))
+        kept = dict(zip(map(id, map(_first, taken)), taken, strict=True))
     return kept, list(compress(misses, others)), list(compress(missed, others))
 
 
