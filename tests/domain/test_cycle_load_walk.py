@@ -4,12 +4,15 @@ the positions of the workloads it did not carry (`_misses`) and the uid check
 
 from __future__ import annotations
 
+import copy
+
 from cycle_builders import node, queue, running, snapshot, workload
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_load_pending import _aligned, _misses, _uid_taken
 from gpufair.domain.cycle_memory import CarriedLoad
-from gpufair.domain.model import Workload
+from gpufair.domain.model import Allocation, Node, Queue, Workload
+from gpufair.domain.snapshot import EvictionInFlight
 
 
 def _carried(last: list[Workload], queued: list[bool]) -> CarriedLoad:
@@ -94,3 +97,61 @@ def test_a_bound_workload_now_running_leaves_the_other_carried_work_taken() -> N
     snap = snapshot(nodes, [team], {"team": 8.0}, running_work=[started], pending=jobs[1:])
     assert run_cycle(snap, carried) == run_cycle(snap)
     assert carried.reused == 2
+
+
+def _one_busy_gpu() -> tuple[list[Node], list[Queue], Allocation]:
+    """One node of one GPU, held by a running workload nothing evicts: pending work waits."""
+    held = workload("r", "b", preemptible=False)
+    return [node("n1", gpus=1)], [queue("a", 1.0), queue("b", 1.0)], running(held, [("n1", (0,))])
+
+
+def test_items_by_uid_of_dropped_workloads_are_kept_but_never_read() -> None:
+    """A load that only drops workloads keeps the items by uid (not copied) and lists the
+    dropped uids (`CarriedLoad.left_uids`): a later eviction made for the uid of a dropped
+    workload finds no claimant, and a running workload given that uid does not make the
+    load start again without records; past an eighth of the table it is made anew."""
+    nodes, queues, busy = _one_busy_gpu()
+    jobs = [workload(f"w{i}", "a", submit_time_s=float(i)) for i in range(20)]
+    shares = {"a": 1.0, "b": 1.0}
+    carried = CarriedLoad()
+    run_cycle(snapshot(nodes, queues, shares, running_work=[busy], pending=jobs), carried)
+    table = carried.by_uid
+    second = snapshot(nodes, queues, shares, running_work=[busy], pending=jobs[1:])
+    assert run_cycle(second, carried) == run_cycle(second)
+    assert carried.by_uid is table and carried.left_uids == {"w0"}
+    claim = EvictionInFlight("r", "w0")
+    third = snapshot(nodes, queues, shares, running_work=[busy], pending=jobs[1:], evicting=[claim])
+    assert run_cycle(third, copy.copy(carried)) == run_cycle(third)
+    again = running(workload("w0", "b"), [("n1", (0,), 0.0)])
+    fourth = snapshot(nodes, queues, shares, running_work=[busy, again], pending=jobs[1:])
+    given = copy.copy(carried)
+    assert run_cycle(fourth, given) == run_cycle(fourth)
+    assert given.reused == 20  # the running record and the 19 carried items
+    # More than an eighth of the table left: it is made anew without them.
+    fifth = snapshot(nodes, queues, shares, running_work=[busy], pending=jobs[4:])
+    assert run_cycle(fifth, carried) == run_cycle(fifth)
+    assert not carried.left_uids and sorted(carried.by_uid) == sorted(j.uid for j in jobs[4:])
+
+
+def test_rejected_workloads_given_again_keep_their_table_unless_a_uid_is_taken() -> None:
+    """A never-fitting workload given again keeps its reason and the last load's table of
+    them (the same object when all are given again); when its uid is also a new workload's
+    or a running one's, the first of the uid wins as without records."""
+    nodes, queues, busy = _one_busy_gpu()
+    big = workload("x", "a", gpus=4.0)
+    small = workload("w1", "a")
+    shares = {"a": 1.0, "b": 1.0}
+    carried = CarriedLoad()
+    first = snapshot(nodes, queues, shares, running_work=[busy], pending=[big, small])
+    run_cycle(first, carried)
+    table = carried.rejected
+    assert list(table) == [id(big)]
+    given = copy.copy(carried)
+    assert run_cycle(first, given) == run_cycle(first)
+    assert given.rejected is table
+    twin = workload("x", "a")
+    doubled = snapshot(nodes, queues, shares, running_work=[busy], pending=[big, twin, small])
+    assert run_cycle(doubled, copy.copy(carried)) == run_cycle(doubled)
+    runs = running(workload("x", "b"), [("n1", (0,), 0.0)])
+    taken = snapshot(nodes, queues, shares, running_work=[busy, runs], pending=[big, small])
+    assert run_cycle(taken, copy.copy(carried)) == run_cycle(taken)
