@@ -155,3 +155,32 @@ def test_rejected_workloads_given_again_keep_their_table_unless_a_uid_is_taken()
     runs = running(workload("x", "b"), [("n1", (0,), 0.0)])
     taken = snapshot(nodes, queues, shares, running_work=[busy, runs], pending=[big, small])
     assert run_cycle(taken, copy.copy(carried)) == run_cycle(taken)
+
+
+def test_running_records_added_on_the_kept_ones_until_an_eighth() -> None:
+    """Loads that start from the kept capacity keep its records and add theirs beside them
+    (`CarriedLoad.running_added`): each next load still starts from the kept capacity, and
+    the records are merged once the added ones pass an eighth of the kept; a load that
+    cannot start from it finds the records of both."""
+    nodes = [node(f"n{i}", gpus=8) for i in range(4)]
+    team = queue("team", 32.0)
+    jobs = [workload(f"r{i}", "team") for i in range(19)]
+    work = [running(job, [(f"n{i % 4}", (i // 4,))]) for i, job in enumerate(jobs)]
+    waiting = [workload("p", "team", gpus=8.0)]
+    carried = CarriedLoad()
+    first = snapshot(nodes, [team], {"team": 32.0}, running_work=work[:16], pending=waiting)
+    run_cycle(first, carried)
+    kept = carried.running
+    for count, added in ((17, 1), (18, 2), (19, 0)):
+        snap = snapshot(nodes, [team], {"team": 32.0}, running_work=work[:count], pending=waiting)
+        assert run_cycle(snap, carried) == run_cycle(snap)
+        assert carried.shared == count - 1
+        assert len(carried.running_added) == added
+        assert (carried.running is kept) == (count < 19)
+        if added:  # a load that cannot start from the kept capacity finds every record
+            given = copy.copy(carried)
+            later = work[1:count]
+            snap = snapshot(nodes, [team], {"team": 32.0}, running_work=later, pending=waiting)
+            assert run_cycle(snap, given) == run_cycle(snap)
+            assert given.shared == 0 and given.reused == count  # its records and the pending one
+    assert len(carried.running) == 19

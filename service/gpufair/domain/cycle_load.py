@@ -37,27 +37,33 @@ def load(state: CycleState) -> None:
     allocations = state.snapshot.running
     shared = state.shared_running
     base: Capacity | None = None  # the kept capacity the load starts from
+    running: dict[int, RunningRecord] = {}  # the records this load makes or takes
     if shared:
         # The running work the kept capacity took is loaded as the last load left it: the
-        # capacity is a copy of the kept one (`CycleState`), its victims, records and the
-        # books' totals copied, none taken again.
+        # capacity is a copy of the kept one (`CycleState`), its victims and the books'
+        # totals copied, none taken again; its records are kept, not copied. No allocation
+        # after those has a record (the records are of those: `CarriedLoad.running`) but one given
+        # twice, skipped as a uid already running either way.
         assert carried.capacity is not None and carried.totals is not None
         base = carried.capacity[1]
         state.running.update(carried.victims)
         restore_totals(state.books, carried.totals)
-        running = dict(carried.running)
-        reused = len(running)
+        reused = carried.records()
+        reused += load_running(state, {}, running, fresh, shared)
+        carried.add_records(running)
     else:
-        running = {}
-        reused = 0
-    reused += load_running(state, carried.running, running, fresh, shared)
+        before = carried.running
+        if carried.running_added:
+            before = {**before, **carried.running_added}
+        reused = load_running(state, before, running, fresh, shared)
+        carried.running = running
+        carried.running_added = {}
     # The copy kept for the next load: it shares with `base` every node the new running work
     # left as there (state.capacity changed since `base` only by the takes above).
     kept = state.capacity.copy(base)
     # Replaced together: `CarriedLoad.shared_running` relies on the records being those of
     # the allocations the kept capacity took.
     carried.capacity = (allocations, kept)
-    carried.running = running
     carried.victims = state.running  # not copied: no phase changes it after this load
     carried.totals = book_totals(state.books)
     carried.shared = shared

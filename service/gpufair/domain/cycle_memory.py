@@ -92,7 +92,12 @@ class CarriedLoad:
     `run_cycle` every cycle of that pool."""
 
     inputs: Inputs | None = None
+    # The records of the running allocations the kept capacity took (`capacity`): those in
+    # `running` and those in `running_added`, made by the loads since `running` that started
+    # from the kept capacity (`add_records`), so such a load neither copies the table nor
+    # leaves it for the young pass after the cycle; merged once they are an eighth of it.
     running: dict[int, RunningRecord] = field(default_factory=dict)
+    running_added: dict[int, RunningRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecords] = field(default_factory=dict)
     # The keys of the queues' workloads, to None: the queues' items keep the workloads alive
     # (so no key is reused while it is here), and a table of numbers only is one the
@@ -134,6 +139,7 @@ class CarriedLoad:
             return True
         self.inputs = inputs
         self.running = {}
+        self.running_added = {}
         self.queues = {}
         self.pending = {}
         self.by_uid = {}
@@ -150,20 +156,35 @@ class CarriedLoad:
     def shared_running(self, allocations: tuple[Allocation, ...]) -> int:
         """How many running allocations a load may skip taking, starting from the kept
         capacity: all those the kept capacity took, when `allocations` begin with exactly them
-        (the same objects, in order) and `running` holds one record for each (else 0: so when
-        they hold a uid twice, whose second allocation has no record). `running` is what the
-        load that kept the capacity recorded, replaced with it (`cycle_load`): a record of
-        each allocation it took but those of a uid taken before, so a record each when there
-        are as many. Asked once the records are known to be valid (`valid_for`)."""
+        (the same objects, in order) and the records (`running` with `running_added`) are one
+        for each (else 0: so when they hold a uid twice, whose second allocation has no
+        record). The records are what the loads since the capacity's first keeping recorded,
+        kept with it (`cycle_load`): a record of each allocation taken but those of a uid
+        taken before, so a record each when there are as many. Asked once the records are known to be valid (`valid_for`)."""
         if self.capacity is None:
             return 0
         taken = self.capacity[0]
         count = len(taken)
-        if count == 0 or count > len(allocations) or len(self.running) != count:
+        if count == 0 or count > len(allocations) or self.records() != count:
             return 0
         if not all(map(is_, taken, allocations[:count])):
             return 0
         return count
+
+    def records(self) -> int:
+        """How many running records are kept (`running` and `running_added`)."""
+        return len(self.running) + len(self.running_added)
+
+    def add_records(self, made: dict[int, RunningRecord]) -> None:
+        """Add the records a load made on top of the kept ones (replacing `running_added`, or
+        past an eighth of `running` both, never changing either in place)."""
+        if not made:
+            return
+        added = {**self.running_added, **made}
+        if len(added) > len(self.running) >> 3:
+            self.running = {**self.running, **added}
+            added = {}
+        self.running_added = added
 
 
 def book_totals(books: dict[str, QueueBook]) -> BookTotals:
