@@ -9,12 +9,13 @@ load's order (some gone, some new), by walking them beside that load's (`_aligne
 names the few gone and leaves every queue that lost none whole; else by set membership of
 each one's key (`map` over `id`, `cycle_memory`). It keeps each queue's order (dropping what
 left), so what it does per workload in Python is to make its item new again
-(`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. Only
-workloads not carried (new, of no leaf queue, of another pool, compute-unit requests, never
-fitting) go through the full path, in the snapshot's order, and are merged into their queues
-by order; a workload the pool never holds (`NEVER_FITS`) keeps its reason from the cycle
-before. The queues come in the order of their first workload in the snapshot, as when every
-workload is loaded anew, and everything is what a load without carried records makes: a
+(`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. A
+workload the pool never holds (`NEVER_FITS`), given again, keeps its reason from the cycle
+before, written in C with the others (`_rejected_again`). Only the other workloads not
+carried (new, of no leaf queue, of another pool, compute-unit requests) go through the full
+path, in the snapshot's order, and are merged into their queues by order. The queues come
+in the order of their first workload in the snapshot, as when every workload is loaded anew,
+and everything is what a load without carried records makes: a
 workload's kind, order and never-fits reason are functions of the workload and of the pool's
 hardware and queues (equal, or the records are dropped), and a uid loaded twice is loaded as
 without records (the carried queues are not used then).
