@@ -9,8 +9,10 @@ import copy
 from cycle_builders import node, queue, running, snapshot, workload
 
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_load_pending import _aligned, _misses, _uid_taken
 from gpufair.domain.cycle_memory import CarriedLoad
+from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import Allocation, Node, Queue, Workload
 from gpufair.domain.snapshot import EvictionInFlight
 
@@ -175,7 +177,10 @@ def test_running_records_added_on_the_kept_ones_until_an_eighth() -> None:
         snap = snapshot(nodes, [team], {"team": 32.0}, running_work=work[:count], pending=waiting)
         assert run_cycle(snap, carried) == run_cycle(snap)
         assert carried.shared == count - 1
-        assert len(carried.running_added) == added
+        assert len(carried.running_added) == len(carried.victims_added) == added
+        state = CycleState(snap, copy.copy(carried))
+        load(state)  # the victims of both, in order
+        assert list(state.running) == [job.uid for job in jobs[:count]]
         assert (carried.running is kept) == (count < 19)
         if added:  # a load that cannot start from the kept capacity finds every record
             given = copy.copy(carried)

@@ -47,10 +47,12 @@ def load(state: CycleState) -> None:
         assert carried.capacity is not None and carried.totals is not None
         base = carried.capacity[1]
         state.running.update(carried.victims)
+        state.running.update(carried.victims_added)
         restore_totals(state.books, carried.totals)
         reused = carried.records()
+        before = len(state.running)
         reused += load_running(state, {}, running, fresh, shared)
-        carried.add_records(running)
+        carried.add_records(running, dict(islice(state.running.items(), before, None)))
     else:
         before = carried.running
         if carried.running_added:
@@ -58,13 +60,14 @@ def load(state: CycleState) -> None:
         reused = load_running(state, before, running, fresh, shared)
         carried.running = running
         carried.running_added = {}
+        carried.victims = state.running  # not copied: no phase changes it after this load
+        carried.victims_added = {}
     # The copy kept for the next load: it shares with `base` every node the new running work
     # left as there (state.capacity changed since `base` only by the takes above).
     kept = state.capacity.copy(base)
     # Replaced together: `CarriedLoad.shared_running` relies on the records being those of
     # the allocations the kept capacity took.
     carried.capacity = (allocations, kept)
-    carried.victims = state.running  # not copied: no phase changes it after this load
     carried.totals = book_totals(state.books)
     carried.shared = shared
     load_evicting(state)

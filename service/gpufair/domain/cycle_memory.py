@@ -115,9 +115,11 @@ class CarriedLoad:
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
     capacity: RunningCapacity | None = None  # never changed: a load copies it
     # With `capacity`: the running work that capacity took, as the load left it (uid to
-    # `Running`, in the load's order), and the books' totals after it. Never changed: a load
+    # `Running`, in the load's order: `victims`, then `victims_added`, kept and merged as the
+    # records are, `running_added`), and the books' totals after it. Never changed: a load
     # copies them.
     victims: dict[str, Running] = field(default_factory=dict)
+    victims_added: dict[str, Running] = field(default_factory=dict)
     totals: BookTotals | None = None
     # The last load's pending workloads, and per position whether the queues hold its workload
     # (1 or 0: bytes, which the collector does not track, so its young pass after a cycle
@@ -148,6 +150,7 @@ class CarriedLoad:
         self.kinds = {}
         self.capacity = None
         self.victims = {}
+        self.victims_added = {}
         self.totals = None
         self.order = None
         self.reasons = {}
@@ -175,16 +178,21 @@ class CarriedLoad:
         """How many running records are kept (`running` and `running_added`)."""
         return len(self.running) + len(self.running_added)
 
-    def add_records(self, made: dict[int, RunningRecord]) -> None:
-        """Add the records a load made on top of the kept ones (replacing `running_added`, or
-        past an eighth of `running` both, never changing either in place)."""
-        if not made:
+    def add_records(self, made: dict[int, RunningRecord], victims: dict[str, Running]) -> None:
+        """Add the records a load made on top of the kept ones, and the victims it made after
+        the kept ones (replacing `running_added` and `victims_added`, or past an eighth of
+        `running` all four, never changing one in place)."""
+        if not made and not victims:
             return
         added = {**self.running_added, **made}
+        victims = {**self.victims_added, **victims}
         if len(added) > len(self.running) >> 3:
             self.running = {**self.running, **added}
+            self.victims = {**self.victims, **victims}
             added = {}
+            victims = {}
         self.running_added = added
+        self.victims_added = victims
 
 
 def book_totals(books: dict[str, QueueBook]) -> BookTotals:
