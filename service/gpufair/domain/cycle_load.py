@@ -50,9 +50,9 @@ def load(state: CycleState) -> None:
         state.running.update(carried.victims_added)
         restore_totals(state.books, carried.totals)
         reused = carried.records()
-        before = len(state.running)
+        victims = len(state.running)  # those after are this load's
         reused += load_running(state, {}, running, fresh, shared)
-        carried.add_records(running, dict(islice(state.running.items(), before, None)))
+        carried.add_records(running, dict(islice(state.running.items(), victims, None)))
     else:
         before = carried.running
         if carried.running_added:
