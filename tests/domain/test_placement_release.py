@@ -16,6 +16,7 @@ from gpufair.domain.placement_release import (
     place_on_freed_nodes,
     place_one_released,
     place_released,
+    released_whole_gpus,
 )
 from tests.domain.full_pools import ASKED_SHAPES, BINPACK, TYPES, capacity_state, full_pool
 
@@ -202,3 +203,28 @@ def test_a_gang_placed_on_the_freed_nodes_is_the_one_after_the_release(seed: int
             if plan is not None:
                 capacity.take(plan)
     assert compared > 50 and found > 5, (compared, found)
+
+
+@pytest.mark.parametrize("held_on_top", [False, True])
+@pytest.mark.parametrize("free_gpu", [None, 0, 7])
+def test_one_gpu_released_is_taken_only_where_it_is_the_first_untouched(
+    held_on_top: bool, free_gpu: int | None
+) -> None:
+    """`released_whole_gpus` gives a one-GPU victim's own tuple back only on a node with no
+    untouched GPU before the release and when the release frees that GPU: an untouched GPU of
+    lower index is taken first, and a GPU still held by a hold on top of the victim is not
+    free. Each case checked against `place` after the release."""
+    capacity = Capacity([Node("n0", "p", TYPES[0], 8, cpu_millicores=64_000, memory_mib=256_000)])
+    victims = [PodUse(0, (gpu,), 1.0, 1_000, 1_000) for gpu in range(8)]
+    capacity.take(victims)
+    victim = victims[3]
+    if held_on_top:  # another claim's hold taken over the victim's GPU
+        capacity.take([PodUse(0, (3,), 1.0, 1_000, 1_000)])
+    if free_gpu is not None:
+        capacity.release([victims[free_gpu]])
+    shape = PodShape(1.0, 1_000, 1_000)
+    expected = _placed_after_release(capacity, [(victim,)], TYPES[0], shape, 1)
+    taken = released_whole_gpus(capacity.nodes[0], shape, victim)
+    assert (None if taken is None else [PodUse(0, taken, 1.0, 1_000, 1_000)]) == expected
+    if free_gpu is None and not held_on_top:
+        assert taken is victim.gpu_indices  # the victim's own tuple, not a copy

@@ -217,35 +217,35 @@ def released_whole_gpus(state: NodeState, shape: PodShape, use: PodUse) -> tuple
     """The GPUs one pod of `shape` (whole GPUs) takes on the node of `use` (no partition) once
     `use` is released: its first untouched GPUs by index (`_assign`), or None when the pod does
     not fit there then (GPUs, CPU or memory; `_whole_fits`). Worked out from the node's own
-    lists, nothing copied: only the victim's own change, by `_move`'s arithmetic."""
+    lists, nothing copied: only the victim's own change, by `_move`'s arithmetic. The node's
+    untouched GPUs after are its count then (`free_whole` counts the GPUs used up to EPS), so
+    they are listed, not counted; a full node (the usual victim's) has none but the victim's."""
     _, gpus, amount, cpu, memory, _ = use
-    used = state.gpu_used
-    free_before = free_whole = state.free_whole
-    freed: list[int] = []  # the victim's GPUs that the release leaves untouched
-    for gpu in gpus:  # `_move`'s count of untouched GPUs, for a release
-        before = used[gpu]
-        if before <= EPS:
-            free_whole -= 1
-        if before + -amount <= EPS:
-            free_whole += 1
-            freed.append(gpu)
-    whole = shape.whole_gpus
-    if free_whole < whole:
-        return None
     need_cpu, need_memory = shape.cpu_millicores, shape.memory_mib
     if need_cpu > 0 and (state.cpu_free + cpu) // need_cpu < 1:
         return None
     if need_memory > 0 and (state.memory_free + memory) // need_memory < 1:
         return None
-    if free_before:  # the node had untouched GPUs before: the first by index after the release
+    used = state.gpu_used
+    if state.free_whole:  # untouched GPUs before: all of them by index after the release
         freed = [
             gpu
             for gpu, before in enumerate(used)
             if (before + -amount if gpu in gpus else before) <= EPS
         ]
-    elif len(freed) > 1:
-        freed.sort()
-    return tuple(freed[:whole])
+    else:  # none before: the victim's GPUs the release leaves untouched, by index
+        freed = []
+        for gpu in gpus:
+            if used[gpu] + -amount <= EPS:
+                freed.append(gpu)
+        if len(freed) > 1:
+            freed.sort()
+        elif freed and len(gpus) == 1 and shape.whole_gpus == 1:
+            return gpus  # the common claim's: the victim's one GPU, its own tuple
+    whole = shape.whole_gpus
+    if len(freed) < whole:
+        return None
+    return tuple(freed) if len(freed) == whole else tuple(freed[:whole])
 
 
 def place_on_freed_nodes(
