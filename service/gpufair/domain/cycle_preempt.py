@@ -73,8 +73,10 @@ def preempt(state: CycleState) -> None:
     for run in state.queue_runs(name for name in pending if name in floors):
         if len(run) == 1:
             name = run[0]
-            for item in _wanting(pending[name], floors[name], dead[name]):
-                _try_preempt(state, item, floors[name], dead[name], failed, budgets)
+            on_types = floors[name]
+            dead_here = dead[name]
+            for item in _wanting(pending[name], on_types, dead_here):
+                _try_preempt(state, item, on_types, dead_here, failed, budgets)
             continue
         wanted = [list(_wanting(pending[name], floors[name], dead[name])) for name in run]
         for item in heapq.merge(*wanted, key=_by_order):
@@ -154,13 +156,14 @@ def _try_preempt(
     name = book.name
     kind = item.kind
     memo_key = id(kind.memo_key)  # one object per placement problem (`kind_of`)
-    pods = workload.gang_min_pods
     below = workload.priority_class
     open_types = False
-    # Read once per try: where no limit can cap the work beyond the share
-    # (`QueueBook.never_caps`), `pods_allowed` would answer its own pods on every type.
-    uncapped = book.never_caps(workload.preemptible)
-    capped_out = uncapped and min(UNCAPPED[0], workload.pods) < pods
+    # Read at the first type the floor and the memo leave open (at 4,000 nodes, next, about
+    # two tries in five find none): the gang minimum, and whether no limit can cap the work
+    # beyond the share (`QueueBook.never_caps`: `pods_allowed` would answer its own pods on
+    # every type).
+    pods = 0
+    uncapped = capped_out = False
     # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
     for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
         # No victim below its class: no search could find one (the memo is not asked).
@@ -171,6 +174,10 @@ def _try_preempt(
         key = (name, gpu_type, memo_key)
         if key in failed:
             continue
+        if not pods:
+            pods = workload.gang_min_pods
+            uncapped = book.never_caps(workload.preemptible)
+            capped_out = uncapped and min(UNCAPPED[0], workload.pods) < pods
         if (
             capped_out
             if uncapped
