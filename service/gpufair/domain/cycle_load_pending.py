@@ -351,8 +351,8 @@ def _load_each(
     workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
     `ordinary`, with its position (a second of a uid marks `CarriedLoad.doubled`), and every
     such workload that never fits, with its reason, into `rejected` (None: not kept; those
-    the last load rejected, given again, are kept before, `_rejected_again`). A workload of a known signature costs a tuple (`signature`, one C call), a dict
-    lookup and its `Pending`."""
+    the last load rejected, given again, are kept before, `_rejected_again`). A workload of a
+    known signature costs a tuple (`signature`, one C call), a dict lookup and its `Pending`."""
     pool = state.pool.name
     books = state.books
     kinds = state.kinds

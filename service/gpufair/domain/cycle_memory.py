@@ -163,7 +163,8 @@ class CarriedLoad:
         for each (else 0: so when they hold a uid twice, whose second allocation has no
         record). The records are what the loads since the capacity's first keeping recorded,
         kept with it (`cycle_load`): a record of each allocation taken but those of a uid
-        taken before, so a record each when there are as many. Asked once the records are known to be valid (`valid_for`)."""
+        taken before, so a record each when there are as many. Asked once the records are
+        known to be valid (`valid_for`)."""
         if self.capacity is None:
             return 0
         taken = self.capacity[0]
