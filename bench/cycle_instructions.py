@@ -5,7 +5,8 @@ A child runs the benchmark's pool (`bench_cycle.build_snapshot`) to just before 
 cycle, under `valgrind --tool=cachegrind --cache-sim=no`, once with that cycle and once
 without; the difference is the cycle's instructions. `steady`: one steady cycle given the
 records of the warm-up cycle (`cycle_memory`); `next`: one next cycle given the steady cycle's
-records, as `bench_cycle.py --carry` times them. The collector is off in the child (the
+records, as `bench_cycle.py --carry` times them; `scrambled`: as `steady`, on the scrambled
+pool (`build_snapshot(scrambled=True)`). The collector is off in the child (the
 service pauses it for a cycle) and string hashes are fixed (`PYTHONHASHSEED=0`), so the same
 code counts the same.
 
@@ -34,7 +35,7 @@ from bench_cycle import build_snapshot, next_snapshot
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_memory import CarriedLoad
 mix, size, measured = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-snapshot = build_snapshot(size)
+snapshot = build_snapshot(size, scrambled=mix == "scrambled")
 carried = CarriedLoad()
 first = run_cycle(snapshot, carried)
 if mix == "next":
@@ -81,7 +82,7 @@ def instructions(tree: str, mix: str, size: int, measured: bool) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", default=".", help="checkouts, comma-separated")
-    parser.add_argument("--mix", default="steady,next", help="steady and/or next")
+    parser.add_argument("--mix", default="steady,next", help="steady, next and/or scrambled")
     parser.add_argument("--size", type=int, default=1000, help="nodes")
     args = parser.parse_args()
     trees = args.trees.split(",")

@@ -92,7 +92,7 @@ class Pending:
     workload: Workload
     book: QueueBook
     kind: Kind
-    uid: str
+    uid: str  # the workload's, as a copy made beside the item (`cycle_load_pending`)
     order: tuple[int, float, str]
     # Its kind's trial and preemptibility as one number (`Kind.trial_keys`): what a failed try
     # to bind it is remembered by in a queue's turn (`cycle_allocate`).
