@@ -4,7 +4,7 @@ ratios tied, the queue whose next workload waited longer goes first."""
 
 from __future__ import annotations
 
-from cycle_builders import bound_uids, node, queue, snapshot, workload
+from cycle_builders import bound_uids, node, queue, running, snapshot, workload
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.snapshot import PendingCode
@@ -30,3 +30,26 @@ def test_a_tie_in_ratio_goes_to_the_queue_whose_next_workload_is_older() -> None
     assert [bind.workload_uid for bind in result.binds] == ["a1", "b1", "b2"]
     assert bound_uids(result) == {"a1", "b1", "b2"}
     assert result.pending["a2"].code is PendingCode.NO_CAPACITY
+
+
+def test_a_later_turn_starts_after_the_bound_workload_not_at_the_queue_head() -> None:
+    # Nodes x and y of 2 GPUs; y is taken by b's work, which may not be evicted. Queue a, 3 CU
+    # fair share: in its first turn a1 (3 pods of 1 GPU, within the share) finds no room, so
+    # NO_CAPACITY, and a2 binds; its second turn starts at a3, which binds. Were a1 tried
+    # again there, the share left (2 CU) would cap it: OVER_FAIR_SHARE.
+    kept = workload("b1", "b", pods=2, preemptible=False)
+    result = run_cycle(
+        snapshot(
+            [node("x", gpus=2), node("y", gpus=2)],
+            [queue("a", 3), queue("b", 2)],
+            {"a": 3, "b": 2},
+            running_work=[running(kept, [("y", (0,)), ("y", (1,))])],
+            pending=[
+                workload("a1", "a", pods=3, submit_time_s=0),
+                workload("a2", "a", submit_time_s=1),
+                workload("a3", "a", submit_time_s=2),
+            ],
+        )
+    )
+    assert [bind.workload_uid for bind in result.binds] == ["a2", "a3"]
+    assert result.pending["a1"].code is PendingCode.NO_CAPACITY

@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable
-from itertools import islice
+from operator import length_hint
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_state import CycleState, Pending
@@ -79,11 +79,12 @@ def allocate(state: CycleState, within_share: bool) -> None:
         if short is None and within_share:
             short = state.short_trials[name] = set()
         resume = end  # all tried, or nothing left here fits in the remaining share
-        position = start
+        # The items from `start` to `cut`; a bind's position is read off what the iterator
+        # has left (`length_hint`), so the loop counts nothing per item.
+        walk = iter(items if start == 0 and cut == end else items[start:cut])
         # A pop binds at most one workload; the queue then rejoins the order with its new
         # ratio, so queues take turns exactly as DESIGN §4.1 orders them.
-        for item in islice(items, start, cut):
-            position += 1
+        for item in walk:
             code = known(item.trial, _UNTRIED)
             if code is not _UNTRIED:
                 if code is not None and not item.done and not (excluded and item.uid in excluded):
@@ -104,7 +105,7 @@ def allocate(state: CycleState, within_share: bool) -> None:
                 continue
             failure = _try_bind(state, item, within_share, exclusion)
             if failure is None:
-                resume = position
+                resume = cut - length_hint(walk)  # the position after the bound item
                 break
             code = failed[trial] = _code_left(failure, within_share)
             if code is not None:
@@ -177,12 +178,12 @@ def _code_when_full(state: CycleState, item: Pending, within_share: bool) -> Pen
     answers None: `QueueBook.never_caps`)."""
     book = item.book
     workload = item.workload
-    pods = workload.pods
     pods_min = workload.gang_min_pods
+    whole = workload.pods >= pods_min  # `min(allowed, pods) >= pods_min`, without the call
     capped: PendingCode | None = None
     for gpu_type in item.kind.types:
         allowed, code = state.max_pods(book, workload, gpu_type, within_share)
-        if min(allowed, pods) >= pods_min:
+        if allowed >= pods_min and whole:
             return PendingCode.NO_CAPACITY if within_share else None
         capped = capped or code
     return capped
