@@ -5,12 +5,21 @@ the positions of the workloads it did not carry (`_misses`) and the uid check
 from __future__ import annotations
 
 import copy
+import math
+import random
 
 from cycle_builders import node, queue, running, snapshot, workload
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_load import load
-from gpufair.domain.cycle_load_pending import _aligned, _misses, _uid_taken
+from gpufair.domain.cycle_load_pending import (
+    _aligned,
+    _kept_before,
+    _misses,
+    _suffix,
+    _uid_taken,
+    _without,
+)
 from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import Allocation, Node, Queue, Workload
@@ -189,3 +198,27 @@ def test_running_records_added_on_the_kept_ones_until_an_eighth() -> None:
             assert run_cycle(snap, given) == run_cycle(snap)
             assert given.shared == 0 and given.reused == count  # its records and the pending one
     assert len(carried.running) == 19
+
+
+def test_a_queue_that_lost_records_keeps_the_rest_and_their_suffix_minima() -> None:
+    """A queue of 300 records (seeded CU) loses 6 at positions 0, 1, 63, 64, 130 and 131:
+    `_kept_before` names them and ends just past 131 (records 132 to 299 not read), and
+    `_without` leaves 294 records, in order, whose suffix minima are those found anew from
+    every CU left (the 168 after position 131 taken from the old minima as they were)."""
+    rng = random.Random(5)
+    names = [f"w{i}" for i in range(300)]
+    ids = [1_000 + i for i in range(300)]
+    cus = [rng.choice([1.0, 2.0, 4.0, 8.0, 0.5]) for _ in range(300)]
+    dropped = [0, 1, 63, 64, 130, 131]
+    left = {ids[at]: workload(names[at], "a") for at in reversed(dropped)}
+    keep, end = _kept_before(ids, left)
+    assert end == 132
+    assert [at for at in range(end) if not keep[at]] == dropped
+    records = (names, ids, cus, _suffix(cus))
+    kept, kept_ids, kept_cus, least = _without(records, keep, end)  # type: ignore[arg-type]
+    remaining = [at for at in range(300) if at not in dropped]
+    assert kept == [names[at] for at in remaining]
+    assert kept_ids == [ids[at] for at in remaining]
+    assert kept_cus == [cus[at] for at in remaining]
+    assert least == _suffix(kept_cus)
+    assert len(least) == 295 and least[-1] == math.inf

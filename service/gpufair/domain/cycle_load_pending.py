@@ -8,7 +8,8 @@ workload given again by identity only, in C: where the pending workloads come in
 load's order (some gone, some new), by walking them beside that load's (`_aligned`), which
 names the few gone and leaves every queue that lost none whole; else by set membership of
 each one's key (`map` over `id`, `cycle_memory`). It keeps each queue's order (dropping what
-left), so what it does per workload in Python is to make its item new again
+left; after the walk, a queue's records are read only up to the last of those, `_kept_before`),
+so what it does per workload in Python is to make its item new again
 (`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. A
 workload the pool never holds (`NEVER_FITS`), given again, keeps its reason from the cycle
 before, written in C with the others (`_rejected_again`). Only the other workloads not
@@ -472,25 +473,19 @@ def _fill(
         items: list[Pending] = []
         records: QueueRecords | None = carried.get(name) if name in first else None
         if records is not None:
-            kept, ids, cus, least = records
+            ids = records[1]
             if dropped is None:
-                taken = None if present.issuperset(ids) else list(map(present.__contains__, ids))
+                if not present.issuperset(ids):
+                    taken = list(map(present.__contains__, ids))
+                    gone += map(_workload_of, compress(records[0], map(not_, taken)))
+                    end = len(taken) - taken[::-1].index(False)
+                    records = _without(records, taken[:end], end)
             else:
                 left = dropped.get(name)
-                taken = None if left is None else list(map(not_, map(left.__contains__, ids)))
                 if left is not None:
                     gone += left.values()
-            if taken is not None:
-                if dropped is None:
-                    gone += map(_workload_of, compress(kept, map(not_, taken)))
-                kept = list(compress(kept, taken))
-                ids = list(compress(ids, taken))
-                cus = list(compress(cus, taken))
-                if least is not None:
-                    # The items after the last one dropped keep their suffix minima: only
-                    # those before it are found again (binds take a queue's first items).
-                    after = taken[::-1].index(False)
-                    least = _suffix(cus[: len(cus) - after], least[len(least) - 1 - after :])
+                    records = _without(records, *_kept_before(ids, left))
+            kept, ids, cus, least = records
             for item in kept:  # as new (`cycle_memory`)
                 item.book = book
                 item.code = waiting
@@ -517,6 +512,37 @@ def _fill(
         if keep is not None and records is not None and records[0]:
             keep[name] = records
     return gone
+
+
+def _kept_before(ids: list[int], left: dict[int, Workload]) -> tuple[bytearray, int]:
+    """Of a queue's records whose keys are `ids`, those kept when the keys in `left` are
+    dropped (every one of them is in `ids`: `_aligned` names a queue's carried workloads):
+    per position up to just past the last dropped one, 1 if kept, and that end. The
+    dropped are found one after another in C (`operator.indexOf` over the membership of
+    each key, a bool singleton compared by identity), so the scan ends at the last of
+    them and the records after it are not read: binds take a queue's first items (at
+    4,000 nodes, next cycle: 1,751 dropped from 97 queues of 36,324 records, all within
+    5,146 of them, each queue's up to its last dropped one)."""
+    found = map(left.__contains__, ids)
+    keep = bytearray()
+    for _ in range(len(left)):
+        keep += b"\x01" * indexOf(found, True)
+        keep.append(0)
+    return keep, len(keep)
+
+
+def _without(records: QueueRecords, keep: Sequence[int], end: int) -> QueueRecords:
+    """A queue's `records` without those before position `end` whose `keep` is false (every
+    one from `end` on is kept). The items after the last one dropped keep their suffix
+    minima: only those before it are found again."""
+    kept, ids, cus, least = records
+    kept = [*compress(kept, keep), *kept[end:]]  # `compress` stops at the end of `keep`
+    ids = [*compress(ids, keep), *ids[end:]]
+    cus = [*compress(cus, keep), *cus[end:]]
+    if least is not None:
+        after = len(least) - 1 - end  # the records after `end` (`least` ends with math.inf)
+        least = _suffix(cus[: len(cus) - after], least[end:])
+    return kept, ids, cus, least
 
 
 def _records(
