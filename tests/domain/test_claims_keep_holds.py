@@ -1,5 +1,5 @@
 """A hold equal in every field to one the cycle before made is recorded as that same object
-(`decisions.holds_pod`, `cycle_claims._last_holds`, `CarriedLoad.holds`): the result is the one a
+(`decisions.held_pod`, `cycle_claims._last_holds`, `CarriedLoad.holds`): the result is the one a
 cycle without carried records makes, and a record that differs in any one field is never taken
 for it."""
 
@@ -16,7 +16,7 @@ from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_claims import honour_claims
 from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.cycle_state import CycleState
-from gpufair.domain.decisions import evicted_capacity, holds_pod
+from gpufair.domain.decisions import evicted_capacity, held_pod
 from gpufair.domain.model import pod_binding
 from gpufair.domain.snapshot import Reservation, ReservationKind
 
@@ -50,12 +50,13 @@ def _variants(last: Reservation) -> list[Reservation]:
 
 def test_an_equal_record_is_taken_and_any_other_is_not() -> None:
     last = _record()
-    assert holds_pod(last, "w1", "A100", "n7", (3,), 1.0)
-    assert holds_pod(_record((3,), 1.0), "w1", "A100", "n7", (3,), 1.0)  # equal, not the same
+    assert held_pod(last, "w1", "A100", "n7", (3,), 1.0) is last
+    assert held_pod(None, "w1", "A100", "n7", (3,), 1.0) == last
     variants = _variants(last)
     assert len(variants) == 12 and all(variant != last for variant in variants)
     for variant in variants:
-        assert not holds_pod(variant, "w1", "A100", "n7", (3,), 1.0), variant
+        made = held_pod(variant, "w1", "A100", "n7", (3,), 1.0)
+        assert made is not variant and made == last, variant
 
 
 @pytest.mark.parametrize("seed", range(12))

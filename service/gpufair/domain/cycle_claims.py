@@ -260,7 +260,7 @@ def _last_holds(state: CycleState) -> dict[str, Reservation]:
     """The last cycle's reservations by workload (`CarriedLoad.holds`; none without carried
     records or claimants), and this cycle's list left in their place. A claim whose hold
     equals its workload's record there in every field records that one
-    (`decisions.holds_pod`), so the result is the same with or without them."""
+    (`decisions.held_pod`), so the result is the same with or without them."""
     carried = state.carried
     if carried is None:
         return {}

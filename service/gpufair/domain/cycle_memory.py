@@ -39,7 +39,7 @@ load, never changed in place: a shallow copy of a `CarriedLoad` is its state at 
 
 The claims phase leaves the cycle's reservations (`CarriedLoad.holds`): most holds of the next
 cycle are equal to one of them (the claims of a steady cycle's evictions, decided again), and
-such a record is taken again rather than made (`decisions.holds_pod`, `cycle_claims`).
+such a record is taken again rather than made (`decisions.held_pod`, `cycle_claims`).
 
 The result leaves its pending reasons too (`CarriedLoad.reasons`, replaced whole by each
 result): per queue, its numbers and the reasons made of them and of words around them

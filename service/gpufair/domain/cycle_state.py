@@ -23,7 +23,7 @@ from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.decisions import (
     bind_decision,
     evicted_capacity,
-    holds_pod,
+    held_pod,
     pending_reason,
 )
 from gpufair.domain.explain import pending_message, queue_numbers
@@ -414,7 +414,7 @@ class CycleState:
         per claimant and per eviction plan): a plan of one pod without a partition is held by
         `hold_one`; one of several by `Capacity.take_pods`, which names the nodes it takes on.
         `known`: the last cycle's records by workload (`cycle_claims`), whose equal one the
-        hold of one pod records instead of a new one (`hold_one`)."""
+        hold of one pod records instead of a new one (`decisions.held_pod`)."""
         if len(plan) == 1:
             index, gpus, amount, cpu, memory, mask = plan[0]
             if not mask:
@@ -445,10 +445,9 @@ class CycleState:
         """`hold` of a plan of one pod without a partition, `PodUse(index, gpus, amount, cpu,
         memory)`, given by its fields (the common claim makes no `PodUse`): taken by
         `Capacity.take_pod` (as `take` would), named without the general path's sets and
-        sorts, its record built by `pod_binding` and `evicted_capacity` unless `last` (the
-        workload's record of the cycle before: `cycle_claims`) is that value
-        (`decisions.holds_pod`), and `_held`'s accounting made here (one call fewer: once per
-        claim)."""
+        sorts, its record made by `decisions.held_pod` (`last`, the workload's record of the
+        cycle before, when equal: `cycle_claims`), and `_held`'s accounting made here (one
+        call fewer: once per claim)."""
         name = self.capacity.take_pod(index, gpus, amount, cpu, memory).name
         fraction = amount if item.kind.shape.shares_gpu else 1.0
         workload = item.workload
@@ -460,10 +459,7 @@ class CycleState:
         item.done = True
         item.code = _WAITING
         item.held_nodes = 1
-        if last is None or not holds_pod(last, item.uid, gpu_type, name, gpus, fraction):
-            held = (pod_binding(0, name, gpus, fraction, None),)
-            last = evicted_capacity(item.uid, gpu_type, (name,), held)
-        self.reservations.append(last)
+        self.reservations.append(held_pod(last, item.uid, gpu_type, name, gpus, fraction))
 
     def _held(
         self, item: Pending, gpu_type: str, gpus: float, held_nodes: int, record: Reservation
