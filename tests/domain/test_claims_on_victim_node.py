@@ -20,24 +20,18 @@ from gpufair.domain.cycle_claims import honour_claims
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.model import Allocation, Workload
 from gpufair.domain.placement_release import place_one_released
-from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight, Reservation
+from gpufair.domain.snapshot import CycleSnapshot, EvictionInFlight
 from gpufair.domain.victim_search import Victim
 
 
-def _general(
-    state: CycleState,
-    item: Pending,
-    one: PodUse,
-    allowed: dict[str, int] | None,
-    known: dict[str, Reservation],
-) -> None:
+def _general(state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None) -> None:
     """The general way: what `_hold_on_victim_node` did before it made the hold itself."""
     capacity = state.capacity
     gpu_type = capacity.nodes[one.node].gpu_type
     if gpu_type in item.kind.types and cycle_claims._pods(state, item, gpu_type, {}) >= 1:
         plan = place_one_released(capacity, item.kind.shape, one)
         if plan is not None:
-            state.hold(item, gpu_type, plan, known)
+            state.hold(item, gpu_type, plan)
 
 
 def _pool(seed: int) -> tuple[CycleSnapshot, int]:
@@ -170,15 +164,11 @@ def test_the_pools_take_the_hold_on_the_victims_node_both_ways() -> None:
     taken = cycle_claims._hold_on_victim_node
 
     def counting(
-        state: CycleState,
-        item: Pending,
-        one: PodUse,
-        allowed: dict[str, int] | None,
-        known: dict[str, Reservation],
+        state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None
     ) -> None:
         held = len(state.reservations)
         free_before = state.capacity.nodes[one.node].free_whole > 0
-        taken(state, item, one, allowed, known)
+        taken(state, item, one, allowed)
         if len(state.reservations) > held:
             seen["shared" if item.kind.shape.shares_gpu else "whole"] += 1
             seen["free before"] += free_before
@@ -329,11 +319,9 @@ def test_the_pools_take_the_freed_nodes_path_every_way() -> None:
     seen = {"one node": 0, "several nodes": 0, "gang": 0, "limited": 0, "declined": 0}
     taken = cycle_claims._hold_on_freed_nodes
 
-    def counting(
-        state: CycleState, item: Pending, pods: int, leaving: list[Victim], *rest: object
-    ) -> bool:
+    def counting(state: CycleState, item: Pending, pods: int, leaving: list[Victim]) -> bool:
         held = len(state.reservations)
-        done = taken(state, item, pods, leaving, *rest)  # type: ignore[arg-type]
+        done = taken(state, item, pods, leaving)
         seen["declined"] += not done
         if len(state.reservations) > held:
             nodes = len(state.reservations[-1].nodes)
@@ -378,14 +366,10 @@ def test_a_common_claim_of_a_settled_trial_never_reaches_serve(
         real(state, item, memo, *rest)  # type: ignore[arg-type]
 
     def victim_node(
-        state: CycleState,
-        item: Pending,
-        one: PodUse,
-        allowed: dict[str, int] | None,
-        known: dict[str, Reservation],
+        state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None
     ) -> None:
         skipped.append(item.uid)
-        hold_on_victim_node(state, item, one, allowed, known)
+        hold_on_victim_node(state, item, one, allowed)
 
     hold_on_victim_node = cycle_claims._hold_on_victim_node
     monkeypatch.setattr(cycle_claims, "_serve", serve)

@@ -41,18 +41,15 @@ from gpufair.domain.placement_release import (
     released_shared_gpu,
     released_whole_gpus,
 )
-from gpufair.domain.snapshot import Reservation
 from gpufair.domain.victim_search import Victim
 
 _uses = attrgetter("uses")  # a victim's pods
-_workload_uid = attrgetter("workload_uid")
 
 
 def honour_claims(state: CycleState) -> None:
     memo = _Memo()
     exclusion = Exclusion()  # claims may use every node; never changed, so shared
     journal = Journal()  # emptied by each `restore`
-    known = _last_holds(state)
     settled = memo.settled
     leaving_for = state.leaving_for
     for item in state.in_queue_order(state.claimants):
@@ -71,15 +68,13 @@ def honour_claims(state: CycleState) -> None:
             if pods == 1 and len(leaving) == 1:  # the common claim: one pod for one pod
                 uses = leaving[0].uses
                 if len(uses) == 1 and not uses[0].slice_mask:
-                    _hold_on_victim_node(state, item, uses[0], None, known)
+                    _hold_on_victim_node(state, item, uses[0], None)
                     book.claimed_cu += book.allocated_cu - before_cu
                     continue
-            if item.kind.shape.whole_gpus and _hold_on_freed_nodes(
-                state, item, pods, leaving, known
-            ):
+            if item.kind.shape.whole_gpus and _hold_on_freed_nodes(state, item, pods, leaving):
                 book.claimed_cu += book.allocated_cu - before_cu
                 continue
-        _serve(state, item, memo, exclusion, journal, known)
+        _serve(state, item, memo, exclusion, journal)
         book.claimed_cu += book.allocated_cu - before_cu
 
 
@@ -105,12 +100,7 @@ class _Memo:
 
 
 def _serve(
-    state: CycleState,
-    item: Pending,
-    memo: _Memo,
-    exclusion: Exclusion,
-    journal: Journal,
-    known: dict[str, Reservation],
+    state: CycleState, item: Pending, memo: _Memo, exclusion: Exclusion, journal: Journal
 ) -> None:
     """Bind the claimant on free capacity, or hold what its victims still occupy."""
     kind = item.kind
@@ -151,7 +141,7 @@ def _serve(
         if len(uses) == 1 and not uses[0].slice_mask:
             one = uses[0]
     if one is not None and trial in memo.settled_released:
-        _hold_on_victim_node(state, item, one, allowed, known)
+        _hold_on_victim_node(state, item, one, allowed)
         return
     held = _where_released(state, item, memo, leaving, one, allowed, exclusion, journal)
     if trial not in memo.settled_released and all(
@@ -161,15 +151,11 @@ def _serve(
         if trial in memo.settled_free:
             memo.settled[trial] = pods_min
     if held is not None:
-        state.hold(item, *held, known)
+        state.hold(item, *held)
 
 
 def _hold_on_victim_node(
-    state: CycleState,
-    item: Pending,
-    one: PodUse,
-    allowed: dict[str, int] | None,
-    known: dict[str, Reservation],
+    state: CycleState, item: Pending, one: PodUse, allowed: dict[str, int] | None
 ) -> None:
     """What `_where_released` comes to for the common claim (one pod for the one pod `one`)
     when every type of its trial is decided among the freed nodes: the victim's node is the
@@ -177,7 +163,7 @@ def _hold_on_victim_node(
     (`CycleState.hold_one`). Hot (8,054 of 9,576 claims at 4,000 nodes): for whole GPUs the
     placement is `released_whole_gpus` (sharing a GPU: `released_shared_gpu`), and the pod is
     held from its fields: no plan list, no `PodUse`; `allowed`: the pods allowed per type
-    already asked in the turn (None: none); `known`: the last cycle's holds (`_last_holds`)."""
+    already asked in the turn (None: none)."""
     index = one.node
     node = state.capacity.nodes[index]
     gpu_type = node.gpu_type
@@ -198,24 +184,11 @@ def _hold_on_victim_node(
             return
         gpus = (gpu,)
         amount = shape.gpus_per_pod
-    state.hold_one(
-        item,
-        gpu_type,
-        index,
-        gpus,
-        amount,
-        shape.cpu_millicores,
-        shape.memory_mib,
-        known.get(item.uid),
-    )
+    state.hold_one(item, gpu_type, index, gpus, amount, shape.cpu_millicores, shape.memory_mib)
 
 
 def _hold_on_freed_nodes(
-    state: CycleState,
-    item: Pending,
-    pods: int,
-    leaving: list[Victim],
-    known: dict[str, Reservation],
+    state: CycleState, item: Pending, pods: int, leaving: list[Victim]
 ) -> bool:
     """What `_where_released` comes to for a claim of whole-GPU pods (a gang of `pods`) when
     every type of its trial is decided among the freed nodes: the gang is placed among the
@@ -251,24 +224,9 @@ def _hold_on_freed_nodes(
             continue  # no room on the type now, and the victims free none there; or limits
         plan = place_on_freed_nodes(capacity, gpu_type, kind.shape, pods, freed)
         if plan is not None:
-            state.hold(item, gpu_type, plan, known)
+            state.hold(item, gpu_type, plan)
             break
     return True
-
-
-def _last_holds(state: CycleState) -> dict[str, Reservation]:
-    """The last cycle's reservations by workload (`CarriedLoad.holds`; none without carried
-    records or claimants), and this cycle's list left in their place. A claim whose hold
-    equals its workload's record there in every field records that one
-    (`decisions.held_pod`), so the result is the same with or without them."""
-    carried = state.carried
-    if carried is None:
-        return {}
-    last = carried.holds
-    carried.holds = state.reservations  # filled by this cycle, replaced by the next
-    if not state.claimants:
-        return {}
-    return dict(zip(map(_workload_uid, last), last, strict=True))
 
 
 def _where_released(

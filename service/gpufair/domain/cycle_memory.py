@@ -37,10 +37,6 @@ cycle at a time. The record tables and the queues' lists are replaced whole at t
 load, never changed in place: a shallow copy of a `CarriedLoad` is its state at that moment
 (the benchmarks time one *next* cycle again and again from the same carried state that way).
 
-The claims phase leaves the cycle's reservations (`CarriedLoad.holds`): most holds of the next
-cycle are equal to one of them (the claims of a steady cycle's evictions, decided again), and
-such a record is taken again rather than made (`decisions.held_pod`, `cycle_claims`).
-
 The result leaves its pending reasons too (`CarriedLoad.reasons`, replaced whole by each
 result): per queue, its numbers and the reasons made of them and of words around them
 (`CycleState.result`). Such a reason is a function of those two strings alone, whatever the
@@ -57,7 +53,7 @@ from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.cycle_state import Kind, Pending, Running, Words
 from gpufair.domain.model import Allocation, GpuType, Node, NodePool, Queue, Workload
 from gpufair.domain.queuebook import LimitBook, QueueBook
-from gpufair.domain.snapshot import CycleSnapshot, PendingReason, Reservation
+from gpufair.domain.snapshot import CycleSnapshot, PendingReason
 
 # A running allocation's record: the allocation itself (its identity is the key; holding it
 # keeps the key from being reused), the uses its pods take, its victim, and whether it is the
@@ -136,12 +132,6 @@ class CarriedLoad:
     # Per queue, the reasons the last cycle's result made (`CycleState.result`); replaced by
     # each result, never changed in place.
     reasons: dict[str, QueueReasons] = field(default_factory=dict)
-    # The last cycle's reservations (its `CycleState.reservations`), for its claims phase to
-    # find the records it makes again (`cycle_claims`): set by each cycle's claims phase to
-    # its own list, which that cycle fills and nothing changes afterwards; replaced, never
-    # changed in place, by the next. Records are reused only when equal in every field, so
-    # these need no checking against the inputs (`valid_for` keeps them).
-    holds: list[Reservation] = field(default_factory=list)
 
     def valid_for(self, snapshot: CycleSnapshot) -> bool:
         """Whether the records were made over `snapshot`'s pool, hardware and queues; if not,

@@ -23,7 +23,6 @@ from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.decisions import (
     bind_decision,
     evicted_capacity,
-    held_pod,
     pending_reason,
 )
 from gpufair.domain.explain import pending_message, queue_numbers
@@ -400,26 +399,17 @@ class CycleState:
             ]
         )
 
-    def hold(
-        self,
-        item: Pending,
-        gpu_type: str,
-        plan: list[PodUse],
-        known: dict[str, Reservation] | None = None,
-    ) -> None:
+    def hold(self, item: Pending, gpu_type: str, plan: list[PodUse]) -> None:
         """Hold what `plan` uses for a workload that waits for evicted capacity: exactly those
         GPUs (and CPU, memory), not whole nodes. The plan is taken in the capacity on top of the
         victims still running there, so nothing else may use those GPUs in this cycle while the
         rest of each node stays free for others; the next cycle re-derives the hold. Hot (once
         per claimant and per eviction plan): a plan of one pod without a partition is held by
-        `hold_one`; one of several by `Capacity.take_pods`, which names the nodes it takes on.
-        `known`: the last cycle's records by workload (`cycle_claims`), whose equal one the
-        hold of one pod records instead of a new one (`decisions.held_pod`)."""
+        `hold_one`; one of several by `Capacity.take_pods`, which names the nodes it takes on."""
         if len(plan) == 1:
             index, gpus, amount, cpu, memory, mask = plan[0]
             if not mask:
-                last = None if known is None else known.get(item.uid)
-                self.hold_one(item, gpu_type, index, gpus, amount, cpu, memory, last)
+                self.hold_one(item, gpu_type, index, gpus, amount, cpu, memory)
                 return
         capacity = self.capacity
         touched = capacity.take_pods(plan)  # the nodes taken on, by index; None: a partition
@@ -440,16 +430,14 @@ class CycleState:
         amount: float,
         cpu: int,
         memory: int,
-        last: Reservation | None = None,
     ) -> None:
         """`hold` of a plan of one pod without a partition, `PodUse(index, gpus, amount, cpu,
         memory)`, given by its fields (the common claim makes no `PodUse`): taken by
         `Capacity.take_pod` (as `take` would), named without the general path's sets and
-        sorts, its record made by `decisions.held_pod` (`last`, the workload's record of the
-        cycle before, when equal: `cycle_claims`), and `_held`'s accounting made here (one
-        call fewer: once per claim)."""
+        sorts, its record built by `pod_binding` and `evicted_capacity`, and `_held`'s
+        accounting made here (one call fewer: once per claim)."""
         name = self.capacity.take_pod(index, gpus, amount, cpu, memory).name
-        fraction = amount if item.kind.shape.shares_gpu else 1.0
+        held = (pod_binding(0, name, gpus, amount if item.kind.shape.shares_gpu else 1.0, None),)
         workload = item.workload
         gpus_held = workload.gpus_per_pod
         cu = gpus_held * self.weights.get(gpu_type, 0.0)
@@ -459,7 +447,7 @@ class CycleState:
         item.done = True
         item.code = _WAITING
         item.held_nodes = 1
-        self.reservations.append(held_pod(last, item.uid, gpu_type, name, gpus, fraction))
+        self.reservations.append(evicted_capacity(item.uid, gpu_type, (name,), held))
 
     def _held(
         self, item: Pending, gpu_type: str, gpus: float, held_nodes: int, record: Reservation

@@ -18,7 +18,7 @@ pickling, copying, `dataclasses.replace`, frozen: tests/domain/test_record_fill.
 
 from __future__ import annotations
 
-from gpufair.domain.model import PodBinding, pod_binding
+from gpufair.domain.model import PodBinding
 from gpufair.domain.record_fill import fill_class
 from gpufair.domain.snapshot import (
     BindDecision,
@@ -87,42 +87,6 @@ def evicted_capacity(
     record.__class__ = Reservation
     reservation: Reservation = record
     return reservation
-
-
-def held_pod(
-    last: Reservation | None,
-    workload_uid: str,
-    gpu_type: str,
-    node: str,
-    gpu_indices: tuple[int, ...],
-    gpu_fraction: float,
-) -> Reservation:
-    """`evicted_capacity(workload_uid, gpu_type, (node,), (pod_binding(0, node, gpu_indices,
-    gpu_fraction, None),))`: the hold of one pod without a partition. `last` (a record of the
-    cycle before, or None) is that value when it is equal to it in every field, and is then
-    returned itself: a frozen record, so sharing it is as good as an equal one, and its four
-    objects (record, nodes, held, binding) are not made again, nor read by the collector's young
-    pass after the cycle. Most holds of a cycle after a steady one are such (`cycle_claims`)."""
-    if (
-        last is not None
-        and last.workload_uid == workload_uid
-        and last.kind is _EVICTED_CAPACITY
-        and last.gpu_type == gpu_type
-        and len(last.nodes) == 1
-        and last.nodes[0] == node
-        and len(last.held) == 1
-    ):
-        pod = last.held[0]
-        if (
-            pod.pod_index == 0
-            and pod.node == node
-            and pod.gpu_indices == gpu_indices
-            and pod.gpu_fraction == gpu_fraction
-            and pod.partition_start is None
-        ):
-            return last
-    held = (pod_binding(0, node, gpu_indices, gpu_fraction, None),)
-    return evicted_capacity(workload_uid, gpu_type, (node,), held)
 
 
 def evict_decision(
