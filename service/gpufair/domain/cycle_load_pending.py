@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import compress
+from itertools import chain, compress
 from operator import attrgetter, indexOf, is_, itemgetter, not_
 from typing import Any
 
@@ -135,7 +135,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
     carried.queues = queues
     claimed -= carried.left_uids  # their `by_uid` items are no longer queued
     if dropped is None:
-        found = list(filter(None, map(carried.by_uid.get, claimed)))
+        found = list(filter(None, map(carried.by_uid.get, _in_eviction_order(state, claimed))))
         keys = [id(item.workload) >> 4 for item in found]
         state.claimants += compress(found, map(present.__contains__, keys))
     else:
@@ -143,7 +143,7 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         # given twice is loaded without records): a claimant's item is dropped exactly when
         # its uid is one of the dropped workloads', so the items are not read.
         claimed -= gone_uids
-        state.claimants += filter(None, map(carried.by_uid.get, claimed))
+        state.claimants += filter(None, map(carried.by_uid.get, _in_eviction_order(state, claimed)))
     if gone or ordinary:  # the tables are replaced, never changed in place (`cycle_memory`)
         known = dict(known)
         for workload in gone:
@@ -164,6 +164,17 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         carried.left_uids = left
     _keep_order(carried, pending, hits, ordinary)
     return reused
+
+
+def _in_eviction_order(state: CycleState, claimed: AbstractSet[str]) -> Iterator[str]:
+    """The uids of `claimed` (all beneficiaries of `leaving_for` or `standing_claims`), those
+    with victims leaving in the order of `leaving_for` (the snapshot's evictions: as a cycle
+    decided them, each queue's in nearly its workload order), then the others. The claims phase
+    orders its claimants per queue (`CycleState.in_queue_order`): from this order that sort
+    finds few runs (at 4,000 nodes 272 for 200 queues, against 4,835 in a set's order)."""
+    leaving_for = state.leaving_for
+    others = state.standing_claims.difference(leaving_for)
+    return filter(claimed.__contains__, chain(leaving_for, others))
 
 
 def _misses(hits: bytearray) -> list[int]:
