@@ -320,7 +320,20 @@ def _greedy(
     (no capacity outside the index was released for the search), so a node that could not free
     one pod's GPUs, its option None whatever the budgets, never has its option computed: it
     does not enter the heap, and the walk passes it as before (so the walk reads the nodes
-    after it at the same moments) without scoring it."""
+    after it at the same moments) without scoring it.
+
+    Pods of `k` whole GPUs (no partition) walk the full nodes by the tier it takes to have `k`
+    GPUs free (`VictimIndex.walk_order(k)`), with `freeable_bounds`: an option gaining a pod on
+    a node short of one frees GPUs until `k` are free, and with any victims in preference
+    order (some skipped for the budgets, or released) no GPU is free that is not with all of
+    them up to the option's last, counted against a capacity that has only been taken from
+    since: its top tier is at least the `k`-th tier. The picks are then those of the walk by
+    one GPU's tier: with exact options that do not change between picks, each pick is the least
+    exact option of all nodes whatever valid lower bounds order their reading. That holds when
+    one pick ends the search (one pod: its option gains it) or no budget is bounded (an option
+    then changes only on a node a pick released, scored again at once); a gang whose budgets
+    are bounded may leave an option scored before a pick lower after it (its queue's budget
+    spent, a victim skipped), read when it was read, so it walks by one GPU's tier."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
@@ -391,6 +404,12 @@ def _greedy(
         bool(gpus_left)
         or any(map(math.inf.__ne__, cu_left.values()))  # some CU budget is finite
         or not index.by_queue.keys() <= cu_left.keys()  # some victim's queue has none
+    )
+    # The walk (and the bound of a node short of a pod's GPUs) reads the tier it takes to have
+    # a pod's whole GPUs free, not one (`VictimIndex.walk_order`), where the picks are the
+    # same whichever valid bound orders the nodes (see the docstring); else one GPU's.
+    walk_gpus = (
+        whole if plain_whole and freeable_bounds and (pods == 1 or not bounded) else min(whole, 1)
     )
 
     table = index.option_table(shape, below, bounded)
@@ -488,7 +507,9 @@ def _greedy(
         if node not in floors or whole > nodes[node].gpu_count or freeable[node] < least_freeable:
             return None
         gap = missing(node)
-        tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
+        tier, cu_per_gpu, priority_class, started_at_s = index.floor(
+            node, walk_gpus if gap > 0 else 0
+        )
         if tier == NEVER:
             return None
         return (tier, cu_per_gpu * gap, priority_class, -started_at_s, node)
@@ -522,7 +543,7 @@ def _greedy(
             if not whole:
                 rooms.append(partial)
             starts = {node for room in rooms for node in room if node in floors}
-        walk = iter(index.walk_order(whole > 0))
+        walk = iter(index.walk_order(walk_gpus))
     else:
         starts = set(subset) if subset is not None else set(floors)
     for node in starts:
