@@ -1,13 +1,14 @@
-"""The walk of full nodes for pods of several whole GPUs (`VictimIndex.walk_order(k)`): a node
-sorts by the tier it takes to have `k` GPUs free, so a search for a pod of four GPUs does not
-score the nodes whose lowest tier frees one GPU but not four, and picks what the walk by one
-GPU's tier picks."""
+"""The bound of a full node for pods of several whole GPUs (`VictimIndex.freed_tiers`): the tier
+it takes to have `k` GPUs free, so a search for a pod of four GPUs does not score the nodes
+whose lowest tier frees one GPU but not four, and picks what the bound by one GPU's tier
+picks."""
 
 from __future__ import annotations
 
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
 from gpufair.domain.placement import Ask, Exclusion, PodShape
+from gpufair.domain.victim_index import NEVER
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 
 NODES = 40
@@ -34,19 +35,18 @@ def _pool() -> tuple[Capacity, list[Victim]]:
     return capacity, victims
 
 
-def test_a_node_sorts_by_the_tier_it_takes_to_free_a_pods_gpus() -> None:
+def test_a_node_is_bounded_by_the_tier_it_takes_to_free_a_pods_gpus() -> None:
     capacity, victims = _pool()
     index = VictimIndex(victims, capacity)
-    one, four = index.walk_order(1), index.walk_order(4)
-    # By one GPU's tier every node is tier 0, `LOW` last (its first victim started earliest).
-    assert [key[0] for key in one] == [0] * NODES and one[-1][4] == LOW
-    # By four GPUs' tier only `LOW` is tier 0: it comes first.
-    assert four[0][:1] == (0,) and four[0][4] == LOW
-    assert [key[0] for key in four[1:]] == [1] * (NODES - 1)
-    # A node that can no longer have four GPUs free leaves that walk, not the one-GPU walk.
+    assert index.freed_tiers[0] == (0, 1, 1, 1) and index.freed_tiers[LOW] == (0, 0, 0, 0)
+    # One GPU's tier is 0 on every node; four GPUs' is 1 but on `LOW`.
+    assert {index.floor(node, 1)[0] for node in range(NODES)} == {0}
+    assert [index.floor(node, 4)[0] for node in range(NODES)] == [1] * LOW + [0]
+    assert index.floor(0, 2)[0] == 1
+    # A node that can no longer have four GPUs free has no tier for four.
     index.remove(victims[LOW * 4 + 3])
-    assert LOW not in [key[4] for key in index.walk_order(4)]
-    assert index.walk_order(1)[-1][4] == LOW
+    assert index.freed_tiers[LOW] == (0, 0, 0)
+    assert index.floor(LOW, 4)[0] == NEVER and index.floor(LOW, 3)[0] == 0
 
 
 def test_a_four_gpu_reclaim_scores_the_node_it_picks_only() -> None:
@@ -65,6 +65,6 @@ def test_a_four_gpu_reclaim_scores_the_node_it_picks_only() -> None:
     # The only tier-0 option: all of `LOW`'s victims, the pod on `LOW`.
     assert sorted(victim.uid for victim in found.victims) == [f"v{LOW}-{gpu}" for gpu in range(4)]
     assert [use.node for use in found.plan] == [LOW]
-    # Walked by one GPU's tier, the 39 other nodes (tier-0 floors sorting before `LOW`'s) would
-    # each have been scored (a tier-1 option) first: one option scored here.
+    # Bounded by one GPU's tier, the 39 other nodes (tier-0 floors sorting before `LOW`'s)
+    # would each have been scored (a tier-1 option) first: one option scored here.
     assert len(index.option_table(shape, None, True)) == 1

@@ -5,16 +5,10 @@
 The cycle keeps one index per GPU type (per queue and type for preemption) for a whole phase and
 removes victims from it as they are evicted; the index only ever shrinks, which keeps every bound
 valid. Per node it keeps the victims in eviction-preference order with their uses on that node,
-a floor of any option's score, the tier it takes to have one, two, ... whole GPUs free and the
-GPUs wholly freeable; walks of the nodes sorted by floor (one for shared pods, one per GPUs a
-whole-GPU pod takes) are brought up to date when next read; and the options searches found,
-kept for the next search while a node, its victims and the budgets they read are unchanged.
-
-The walk for pods of `k` whole GPUs sorts a node by the tier it takes to have `k` GPUs free
-(`freed_tiers`), not one: a bound as valid, and at 4,000 nodes the one that keeps a search for a
-pod of four GPUs from scoring every full node whose cheapest tier frees one GPU but not four
-(at 1,000 nodes, scrambled, 704 of the reclaim's 3,189 options scored were such a node; at 4,000
-nodes 8,352 of 19,271, 12 x). A node that could not have `k` GPUs free is left out of that walk.
+a floor of any option's score, the tier it takes to have one, two, ... whole GPUs free
+(`freed_tiers`) and the GPUs wholly freeable; walks of the nodes sorted by floor are brought up to date when next read; and the
+options searches found, kept for the next search while a node, its victims and the budgets they
+read are unchanged.
 """
 
 from __future__ import annotations
@@ -132,10 +126,10 @@ class VictimIndex:
         # (a bound on the tier of any option for whole-GPU pods).
         self._whole_key: dict[int, WalkKey] = {}
         # Per node, the tier of the victim, in preference order, with which the node has one,
-        # two, ... whole GPUs free (the tiers so far, when free ones count first): any option
-        # leaving `k` GPUs free evicts a victim of at least the `k`-th tier (`freed_tiers`).
-        # Counted against the capacity as `freeable_on_node` is, and a bound as long as it is.
-        self._freed_tiers: dict[int, tuple[int, ...]] = {}
+        # two, ... whole GPUs free (the first victim's tier for those free already): an option
+        # leaving `k` GPUs free evicts a victim of at least the `k`-th tier (`floor`). Counted
+        # against the capacity as `freeable_on_node` is, and a bound as long as it is.
+        self.freed_tiers: dict[int, tuple[int, ...]] = {}
         # Per node, the GPUs wholly free once every victim on it has gone: no option of the
         # node frees more for whole-GPU pods. Counted against the capacity when the node's
         # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
@@ -181,69 +175,55 @@ class VictimIndex:
             queued[victim] = None
             total_gpus += victim.gpus  # summed in this order, as `remove` takes them back
         self.total_gpus = total_gpus
-        # Nodes sorted by their keys, one list per GPUs of a whole-GPU pod and one for shared ones
-        # (`walk_order`; the
+        # Nodes sorted by their keys, one list for whole-GPU pods and one for shared ones (the
         # keys are kept per node as victims leave: a walk is made or patched without building
         # any), brought up to date when next read: the nodes whose key changed since are moved
         # (bisect: the list moves in C), or, when many did (evictions between two searches
         # often remove many victims), the list keeps its other keys and is sorted with the new
         # ones after them (one sorted run and a short tail: about one comparison per key).
-        self._walks: dict[int, list[WalkKey]] = {}
-        # Per walk, the nodes changed since it was read, each with its key in the walk (None:
-        # not in it).
-        self._stale: dict[int, dict[int, WalkKey | None]] = {}
+        self._walks: dict[bool, list[WalkKey]] = {}
+        # Per walk, the nodes changed since it was read, each with its key in the walk.
+        self._stale: dict[bool, dict[int, WalkKey]] = {}
         self._set_keys(on_node)
 
-    def walk_order(self, gpus: int) -> list[WalkKey]:
+    def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
         """Nodes in the order of their bound as full nodes: (tier, CU per GPU, priority class,
-        -start, node). `gpus`: 0 for shared pods (the floor); else the GPUs of a whole-GPU pod,
-        the tier being that with which the node has that many whole GPUs free. The walk for
-        one GPU holds every node (`tier` NEVER where none can be freed); those for more leave
-        out the nodes that could not have that many free (`freeable_on_node`)."""
-        found = self._walks.get(gpus)
+        -start, node). `whole_gpus`: the tier is that of freeing one whole GPU."""
+        found = self._walks.get(whole_gpus)
         if found is None:
-            if gpus < 2:
-                found = sorted((self._whole_key if gpus else self.floor_on_node).values())
-            else:
-                found = sorted(key for node in self.floor_on_node if (key := self._key(gpus, node)))
-            self._walks[gpus] = found
-            self._stale[gpus] = {}
-        elif self._stale[gpus]:
-            self._update_walk(gpus, found)
+            found = sorted((self._whole_key if whole_gpus else self.floor_on_node).values())
+            self._walks[whole_gpus] = found
+            self._stale[whole_gpus] = {}
+        elif self._stale[whole_gpus]:
+            self._update_walk(whole_gpus, found)
         return found
 
-    def _key(self, gpus: int, node: int) -> WalkKey | None:
-        """The node's key in the walk for `gpus` (`walk_order`), None if not in it."""
-        if gpus < 2:
-            return (self._whole_key if gpus else self.floor_on_node).get(node)
-        tiers = self._freed_tiers.get(node)
-        if tiers is None or len(tiers) < gpus:
-            return None
-        _, cu_per_gpu, priority_class, late, _ = self.floor_on_node[node]
-        return (tiers[gpus - 1], cu_per_gpu, priority_class, late, node)
-
-    def _update_walk(self, gpus: int, order: list[WalkKey]) -> None:
+    def _update_walk(self, whole_gpus: bool, order: list[WalkKey]) -> None:
         """Bring the walk `order` up to date with the nodes changed since it was read."""
-        stale = self._stale[gpus]
+        stale = self._stale[whole_gpus]
+        keys = self._whole_key if whole_gpus else self.floor_on_node
         if len(stale) * _PATCHED_PER_STALE > len(order):
             order[:] = [key for key in order if key[4] not in stale]
-            order += [key for node in stale if (key := self._key(gpus, node))]
+            order += [keys[node] for node in stale if node in keys]
             order.sort()
         else:
             for node, old in stale.items():
-                if old is not None:
-                    del order[bisect.bisect_left(order, old)]
-                new = self._key(gpus, node)
+                del order[bisect.bisect_left(order, old)]
+                new = keys.get(node)
                 if new is not None:
                     bisect.insort(order, new)
         stale.clear()
 
     def floor(self, node: int, gpus: int) -> tuple[int, float, int, float]:
-        """The node's floor as full node of the walk for `gpus` (`walk_order`): (tier, CU per
-        GPU, priority class, start). The node must be in that walk."""
-        key = self._key(gpus, node)
-        assert key is not None
-        tier, cu_per_gpu, priority_class, late, _ = key
+        """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key, the
+        tier that of having `gpus` whole GPUs free (0: the first victim's; NEVER where no
+        option has that many)."""
+        tier, cu_per_gpu, priority_class, late, _ = (
+            self._whole_key if gpus else self.floor_on_node
+        )[node]
+        if gpus > 1:
+            tiers = self.freed_tiers[node]
+            tier = tiers[gpus - 1] if gpus <= len(tiers) else NEVER
         return (tier, cu_per_gpu, priority_class, -late)
 
     def domain_gpus(self, level: str) -> dict[str, float]:
@@ -298,9 +278,9 @@ class VictimIndex:
             here = self.on_node.get(node)
             if here is not None and victim in here:
                 del here[victim]
-                for gpus, stale in self._stale.items():
+                for whole_gpus, stale in self._stale.items():
                     if node not in stale:  # its key in the walk: the one before its first change
-                        stale[node] = self._key(gpus, node)
+                        stale[node] = (self._whole_key if whole_gpus else self.floor_on_node)[node]
                 if here:
                     for table in self._options.values():
                         table.pop(node, None)
@@ -311,7 +291,7 @@ class VictimIndex:
                     del self.on_node[node]
                     del self.floor_on_node[node]
                     del self._whole_key[node]
-                    del self._freed_tiers[node]
+                    del self.freed_tiers[node]
                     del self.freeable_on_node[node]
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
@@ -340,7 +320,7 @@ class VictimIndex:
         on_node = self.on_node
         floors = self.floor_on_node
         whole_keys = self._whole_key
-        freed_tiers = self._freed_tiers
+        freed_tiers = self.freed_tiers
         freeable_on = self.freeable_on_node
         states = self._capacity.nodes
         for node in nodes:
@@ -373,7 +353,7 @@ class VictimIndex:
                 cheapest = min(v.cu / v.gpus if v.gpus > 0 else 0.0 for v in here)
                 floors[node] = (tier, cheapest, priority_class, late, node)
             used = state.gpu_used.copy()
-            tiers = [tier] * freeable  # free now: with no victim gone, the first's tier bounds
+            tiers = [tier] * freeable  # free already: any option's tier is at least the first's
             for victim, uses in here.items():
                 for use in uses:
                     amount = use.gpu_amount

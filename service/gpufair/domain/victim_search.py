@@ -322,18 +322,21 @@ def _greedy(
     does not enter the heap, and the walk passes it as before (so the walk reads the nodes
     after it at the same moments) without scoring it.
 
-    Pods of `k` whole GPUs (no partition) walk the full nodes by the tier it takes to have `k`
-    GPUs free (`VictimIndex.walk_order(k)`), with `freeable_bounds`: an option gaining a pod on
-    a node short of one frees GPUs until `k` are free, and with any victims in preference
-    order (some skipped for the budgets, or released) no GPU is free that is not with all of
-    them up to the option's last, counted against a capacity that has only been taken from
-    since: its top tier is at least the `k`-th tier. The picks are then those of the walk by
-    one GPU's tier: with exact options that do not change between picks, each pick is the least
-    exact option of all nodes whatever valid lower bounds order their reading. That holds when
-    one pick ends the search (one pod: its option gains it) or no budget is bounded (an option
-    then changes only on a node a pick released, scored again at once); a gang whose budgets
-    are bounded may leave an option scored before a pick lower after it (its queue's budget
-    spent, a victim skipped), read when it was read, so it walks by one GPU's tier."""
+    Pods of `k` whole GPUs (no partition), with `freeable_bounds`, bound a node short of a pod
+    by the tier it takes to have `k` GPUs free (`VictimIndex.freed_tiers`), not one: an option
+    gaining a pod there leaves `k` GPUs free, and with any victims in preference order (some
+    skipped for the budgets, or released) no GPU is free that is not with all of them up to
+    the option's last, counted against a capacity only taken from since, so its top tier is
+    at least the `k`-th. A full node the walk (by one GPU's tier) gives whose `k`-th tier is
+    higher enters the heap with that bound instead of being scored (at 4,000 nodes, scrambled,
+    a search for a pod of four GPUs would otherwise score every full node whose lowest tier
+    frees one GPU but not four). The picks are those of the bound by one GPU's tier: with
+    exact options that do not change between picks, each pick is the least exact option of
+    all nodes whatever valid lower bounds order their reading. That holds when one pick ends
+    the search (one pod: its option gains it) or no budget is bounded (an option then changes
+    only on a node a pick released, scored again at once); a gang whose budgets are bounded
+    may leave an option scored before a pick lower after it (its queue's budget spent, a
+    victim skipped), read when it was read, so it keeps the bound by one GPU's tier."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
@@ -405,12 +408,12 @@ def _greedy(
         or any(map(math.inf.__ne__, cu_left.values()))  # some CU budget is finite
         or not index.by_queue.keys() <= cu_left.keys()  # some victim's queue has none
     )
-    # The walk (and the bound of a node short of a pod's GPUs) reads the tier it takes to have
-    # a pod's whole GPUs free, not one (`VictimIndex.walk_order`), where the picks are the
-    # same whichever valid bound orders the nodes (see the docstring); else one GPU's.
-    walk_gpus = (
-        whole if plain_whole and freeable_bounds and (pods == 1 or not bounded) else min(whole, 1)
-    )
+    # The bound of a node short of a pod's GPUs reads the tier it takes to have a pod's whole
+    # GPUs free, not one, where the picks are the same whichever valid bound orders the nodes
+    # (see the docstring); else one GPU's (0: the floor).
+    tight = plain_whole and whole > 1 and freeable_bounds and (pods == 1 or not bounded)
+    bound_gpus = whole if tight else min(whole, 1)
+    freed_tiers = index.freed_tiers
 
     table = index.option_table(shape, below, bounded)
 
@@ -508,7 +511,7 @@ def _greedy(
             return None
         gap = missing(node)
         tier, cu_per_gpu, priority_class, started_at_s = index.floor(
-            node, walk_gpus if gap > 0 else 0
+            node, bound_gpus if gap > 0 else 0
         )
         if tier == NEVER:
             return None
@@ -543,7 +546,7 @@ def _greedy(
             if not whole:
                 rooms.append(partial)
             starts = {node for room in rooms for node in room if node in floors}
-        walk = iter(index.walk_order(walk_gpus))
+        walk = iter(index.walk_order(whole > 0))
     else:
         starts = set(subset) if subset is not None else set(floors)
     for node in starts:
@@ -614,6 +617,12 @@ def _greedy(
                 head = advance(True)
                 continue
             due = True
+            if tight:
+                tier = freed_tiers[node][whole - 1]
+                if tier != key[0]:
+                    # Its bound as a full node, by a pod's GPUs' tier (see the docstring).
+                    heapq.heappush(heap, ((tier, *key[1:]), _LOWER_BOUND, node))
+                    continue
         elif heap:
             key, _, node = heapq.heappop(heap)
         else:
