@@ -330,13 +330,14 @@ def _greedy(
     at least the `k`-th. A full node the walk (by one GPU's tier) gives whose `k`-th tier is
     higher enters the heap with that bound instead of being scored (at 4,000 nodes, scrambled,
     a search for a pod of four GPUs would otherwise score every full node whose lowest tier
-    frees one GPU but not four). The picks are those of the bound by one GPU's tier: with
-    exact options that do not change between picks, each pick is the least exact option of
-    all nodes whatever valid lower bounds order their reading. That holds when one pick ends
-    the search (one pod: its option gains it) or no budget is bounded (an option then changes
-    only on a node a pick released, scored again at once); a gang whose budgets are bounded
-    may leave an option scored before a pick lower after it (its queue's budget spent, a
-    victim skipped), read when it was read, so it keeps the bound by one GPU's tier."""
+    frees one GPU but not four). The picks are those of the bound by one GPU's tier: the
+    entries are taken in the same order but for the node's, whose exact option (at least its
+    new bound) is scored when that bound is taken rather than when the old one was, and enters
+    the heap where it would have stood. Scored later, it is the same option when nothing a
+    pick changes is read in between: one pick ends the search (one pod: its option gains it),
+    or no budget is bounded (an option then changes only on a node a pick released, scored
+    again at once). A gang whose budgets are bounded may find an option scored before a pick
+    changed by it (its queue's budget spent), so it keeps the bound by one GPU's tier."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
