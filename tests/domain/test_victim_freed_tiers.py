@@ -38,14 +38,15 @@ def _pool() -> tuple[Capacity, list[Victim]]:
 def test_a_node_is_bounded_by_the_tier_it_takes_to_free_a_pods_gpus() -> None:
     capacity, victims = _pool()
     index = VictimIndex(victims, capacity)
-    assert index.freed_tiers[0] == (0, 1, 1, 1) and index.freed_tiers[LOW] == (0, 0, 0, 0)
+    # Kept where the tiers rise only (`LOW`'s are all 0).
+    assert index.freed_tiers[0] == (0, 1, 1, 1) and LOW not in index.freed_tiers
     # One GPU's tier is 0 on every node; four GPUs' is 1 but on `LOW`.
     assert {index.floor(node, 1)[0] for node in range(NODES)} == {0}
     assert [index.floor(node, 4)[0] for node in range(NODES)] == [1] * LOW + [0]
     assert index.floor(0, 2)[0] == 1
     # A node that can no longer have four GPUs free has no tier for four.
     index.remove(victims[LOW * 4 + 3])
-    assert index.freed_tiers[LOW] == (0, 0, 0)
+    assert index.freeable_on_node[LOW] == 3 and LOW not in index.freed_tiers
     assert index.floor(LOW, 4)[0] == NEVER and index.floor(LOW, 3)[0] == 0
 
 

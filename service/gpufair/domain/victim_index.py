@@ -128,7 +128,8 @@ class VictimIndex:
         # Per node, the tier of the victim, in preference order, with which the node has one,
         # two, ... whole GPUs free (the first victim's tier for those free already): an option
         # leaving `k` GPUs free evicts a victim of at least the `k`-th tier (`floor`). Counted
-        # against the capacity as `freeable_on_node` is, and a bound as long as it is.
+        # against the capacity as `freeable_on_node` is, and a bound as long as it is. Kept
+        # only for nodes where the tiers rise: elsewhere each is the first (`_whole_key`'s).
         self.freed_tiers: dict[int, tuple[int, ...]] = {}
         # Per node, the GPUs wholly free once every victim on it has gone: no option of the
         # node frees more for whole-GPU pods. Counted against the capacity when the node's
@@ -222,8 +223,11 @@ class VictimIndex:
             self._whole_key if gpus else self.floor_on_node
         )[node]
         if gpus > 1:
-            tiers = self.freed_tiers[node]
-            tier = tiers[gpus - 1] if gpus <= len(tiers) else NEVER
+            tiers = self.freed_tiers.get(node)
+            if gpus > self.freeable_on_node[node]:
+                tier = NEVER
+            elif tiers is not None:
+                tier = tiers[gpus - 1]
         return (tier, cu_per_gpu, priority_class, -late)
 
     def domain_gpus(self, level: str) -> dict[str, float]:
@@ -284,6 +288,7 @@ class VictimIndex:
                 if here:
                     for table in self._options.values():
                         table.pop(node, None)
+                    self.freed_tiers.pop(node, None)  # made again where the tiers rise
                     self._set_keys((node,))
                 else:
                     # The node leaves the index; its kept options stay, unread: searches read
@@ -291,7 +296,7 @@ class VictimIndex:
                     del self.on_node[node]
                     del self.floor_on_node[node]
                     del self._whole_key[node]
-                    del self.freed_tiers[node]
+                    self.freed_tiers.pop(node, None)
                     del self.freeable_on_node[node]
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
@@ -346,7 +351,6 @@ class VictimIndex:
                     whole_keys[node] = (
                         key if freeable else (NEVER, cheapest, priority_class, late, node)
                     )
-                    freed_tiers[node] = (tier,) * freeable
                     freeable_on[node] = freeable
                     continue
             else:
@@ -363,7 +367,8 @@ class VictimIndex:
                         if before > EPS and after <= EPS:
                             tiers.append(victim.tier)
             whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
-            freed_tiers[node] = tuple(tiers)
+            if tiers and tiers[-1] != tiers[0]:
+                freed_tiers[node] = tuple(tiers)
             freeable_on[node] = len(tiers)
 
     def __bool__(self) -> bool:

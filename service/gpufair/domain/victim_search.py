@@ -619,8 +619,8 @@ def _greedy(
                 continue
             due = True
             if tight:
-                tier = freed_tiers[node][whole - 1]
-                if tier != key[0]:
+                tiers = freed_tiers.get(node)
+                if tiers is not None and (tier := tiers[whole - 1]) != key[0]:
                     # Its bound as a full node, by a pod's GPUs' tier (see the docstring).
                     heapq.heappush(heap, ((tier, *key[1:]), _LOWER_BOUND, node))
                     continue
