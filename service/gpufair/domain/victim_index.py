@@ -5,8 +5,8 @@
 The cycle keeps one index per GPU type (per queue and type for preemption) for a whole phase and
 removes victims from it as they are evicted; the index only ever shrinks, which keeps every bound
 valid. Per node it keeps the victims in eviction-preference order with their uses on that node,
-a floor of any option's score, the tier it takes to have one, two, ... whole GPUs free
-(`freed_tiers`) and the GPUs wholly freeable; walks of the nodes sorted by floor are brought up to date when next read; and the
+a floor of any option's score, the tier it takes to free one whole GPU and the GPUs wholly
+freeable; walks of the nodes sorted by floor are brought up to date when next read; and the
 options searches found, kept for the next search while a node, its victims and the budgets they
 read are unchanged.
 """
@@ -125,12 +125,6 @@ class VictimIndex:
         # among the victims that must go, in preference order, before one GPU is wholly free
         # (a bound on the tier of any option for whole-GPU pods).
         self._whole_key: dict[int, WalkKey] = {}
-        # Per node, the tier of the victim, in preference order, with which the node has one,
-        # two, ... whole GPUs free (the first victim's tier for those free already): an option
-        # leaving `k` GPUs free evicts a victim of at least the `k`-th tier (`floor`). Counted
-        # against the capacity as `freeable_on_node` is, and a bound as long as it is. Kept
-        # only for nodes where the tiers rise: elsewhere each is the first (`_whole_key`'s).
-        self.freed_tiers: dict[int, tuple[int, ...]] = {}
         # Per node, the GPUs wholly free once every victim on it has gone: no option of the
         # node frees more for whole-GPU pods. Counted against the capacity when the node's
         # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
@@ -215,19 +209,11 @@ class VictimIndex:
                     bisect.insort(order, new)
         stale.clear()
 
-    def floor(self, node: int, gpus: int) -> tuple[int, float, int, float]:
-        """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key, the
-        tier that of having `gpus` whole GPUs free (0: the first victim's; NEVER where no
-        option has that many)."""
+    def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
+        """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key."""
         tier, cu_per_gpu, priority_class, late, _ = (
-            self._whole_key if gpus else self.floor_on_node
+            self._whole_key if whole_gpus else self.floor_on_node
         )[node]
-        if gpus > 1:
-            tiers = self.freed_tiers.get(node)
-            if gpus > self.freeable_on_node[node]:
-                tier = NEVER
-            elif tiers is not None:
-                tier = tiers[gpus - 1]
         return (tier, cu_per_gpu, priority_class, -late)
 
     def domain_gpus(self, level: str) -> dict[str, float]:
@@ -288,7 +274,6 @@ class VictimIndex:
                 if here:
                     for table in self._options.values():
                         table.pop(node, None)
-                    self.freed_tiers.pop(node, None)  # made again where the tiers rise
                     self._set_keys((node,))
                 else:
                     # The node leaves the index; its kept options stay, unread: searches read
@@ -296,7 +281,6 @@ class VictimIndex:
                     del self.on_node[node]
                     del self.floor_on_node[node]
                     del self._whole_key[node]
-                    self.freed_tiers.pop(node, None)
                     del self.freeable_on_node[node]
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
@@ -325,7 +309,6 @@ class VictimIndex:
         on_node = self.on_node
         floors = self.floor_on_node
         whole_keys = self._whole_key
-        freed_tiers = self.freed_tiers
         freeable_on = self.freeable_on_node
         states = self._capacity.nodes
         for node in nodes:
@@ -357,7 +340,7 @@ class VictimIndex:
                 cheapest = min(v.cu / v.gpus if v.gpus > 0 else 0.0 for v in here)
                 floors[node] = (tier, cheapest, priority_class, late, node)
             used = state.gpu_used.copy()
-            tiers = [tier] * freeable  # free already: any option's tier is at least the first's
+            whole_tier = tier if freeable else NEVER
             for victim, uses in here.items():
                 for use in uses:
                     amount = use.gpu_amount
@@ -365,11 +348,11 @@ class VictimIndex:
                         before = used[gpu]
                         after = used[gpu] = before - amount
                         if before > EPS and after <= EPS:
-                            tiers.append(victim.tier)
-            whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
-            if tiers and tiers[-1] != tiers[0]:
-                freed_tiers[node] = tuple(tiers)
-            freeable_on[node] = len(tiers)
+                            freeable += 1
+                            if whole_tier == NEVER:
+                                whole_tier = victim.tier
+            whole_keys[node] = (whole_tier, cheapest, priority_class, late, node)
+            freeable_on[node] = freeable
 
     def __bool__(self) -> bool:
         return bool(self.on_node)

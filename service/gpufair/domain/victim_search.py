@@ -320,24 +320,7 @@ def _greedy(
     (no capacity outside the index was released for the search), so a node that could not free
     one pod's GPUs, its option None whatever the budgets, never has its option computed: it
     does not enter the heap, and the walk passes it as before (so the walk reads the nodes
-    after it at the same moments) without scoring it.
-
-    Pods of `k` whole GPUs (no partition), with `freeable_bounds`, bound a node short of a pod
-    by the tier it takes to have `k` GPUs free (`VictimIndex.freed_tiers`), not one: an option
-    gaining a pod there leaves `k` GPUs free, and with any victims in preference order (some
-    skipped for the budgets, or released) no GPU is free that is not with all of them up to
-    the option's last, counted against a capacity only taken from since, so its top tier is
-    at least the `k`-th. A full node the walk (by one GPU's tier) gives whose `k`-th tier is
-    higher enters the heap with that bound instead of being scored (at 4,000 nodes, scrambled,
-    a search for a pod of four GPUs would otherwise score every full node whose lowest tier
-    frees one GPU but not four). The picks are those of the bound by one GPU's tier: the
-    entries are taken in the same order but for the node's, whose exact option (at least its
-    new bound) is scored when that bound is taken rather than when the old one was, and enters
-    the heap where it would have stood. Scored later, it is the same option when nothing a
-    pick changes is read in between: one pick ends the search (one pod: its option gains it),
-    or no budget is bounded (an option then changes only on a node a pick released, scored
-    again at once). A gang whose budgets are bounded may find an option scored before a pick
-    changed by it (its queue's budget spent), so it keeps the bound by one GPU's tier."""
+    after it at the same moments) without scoring it."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
@@ -409,12 +392,6 @@ def _greedy(
         or any(map(math.inf.__ne__, cu_left.values()))  # some CU budget is finite
         or not index.by_queue.keys() <= cu_left.keys()  # some victim's queue has none
     )
-    # The bound of a node short of a pod's GPUs reads the tier it takes to have a pod's whole
-    # GPUs free, not one, where the picks are the same whichever valid bound orders the nodes
-    # (see the docstring); else one GPU's (0: the floor).
-    tight = plain_whole and whole > 1 and freeable_bounds and (pods == 1 or not bounded)
-    bound_gpus = whole if tight else min(whole, 1)
-    freed_tiers = index.freed_tiers
 
     table = index.option_table(shape, below, bounded)
 
@@ -511,9 +488,7 @@ def _greedy(
         if node not in floors or whole > nodes[node].gpu_count or freeable[node] < least_freeable:
             return None
         gap = missing(node)
-        tier, cu_per_gpu, priority_class, started_at_s = index.floor(
-            node, bound_gpus if gap > 0 else 0
-        )
+        tier, cu_per_gpu, priority_class, started_at_s = index.floor(node, whole > 0 and gap > 0)
         if tier == NEVER:
             return None
         return (tier, cu_per_gpu * gap, priority_class, -started_at_s, node)
@@ -618,12 +593,6 @@ def _greedy(
                 head = advance(True)
                 continue
             due = True
-            if tight:
-                tiers = freed_tiers.get(node)
-                if tiers is not None and (tier := tiers[whole - 1]) != key[0]:
-                    # Its bound as a full node, by a pod's GPUs' tier (see the docstring).
-                    heapq.heappush(heap, ((tier, *key[1:]), _LOWER_BOUND, node))
-                    continue
         elif heap:
             key, _, node = heapq.heappop(heap)
         else:
