@@ -289,7 +289,22 @@ def test_every_dashboard_and_alert_expression_returns_data(
     alerts = alert_expressions()
     wait_for(lambda: returns_finite(alerts["GpufairIngestStale"]), 60, "GpufairIngestStale")
     budget = alerts["GpufairBudgetProjectedExhaustion"]
-    wait_for(lambda: returns_finite(budget), 60, "GpufairBudgetProjectedExhaustion")
+    try:
+        wait_for(lambda: returns_finite(budget), 120, "GpufairBudgetProjectedExhaustion")
+    except AssertionError as exc:
+        # It failed once in CI (every dashboard query had data): say what the budget series
+        # and the jobs' last successes were then, so such a failure tells its cause.
+        seen = {
+            name: prometheus.query(name)
+            for name in (
+                "gpufair_budget_consumed_cu_hours",
+                "gpufair_budget_burn_cu_hours_per_day",
+                "gpufair_budget_projected_exhaustion_timestamp_seconds",
+                "gpufair_budget_period_end_timestamp_seconds",
+                "gpufair_periodic_job_last_success_timestamp_seconds",
+            )
+        }
+        raise AssertionError(f"{exc}; at {time.time():.0f}: {seen}; scrapes: {scrapes()}") from None
 
     # A failed run, as the job runner records one (its claim's outcome).
     engine = create_engine(normalise_url(url))
