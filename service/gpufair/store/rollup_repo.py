@@ -50,7 +50,7 @@ def _watermark(conn: Connection, pool: str) -> Watermark | None:
         text(
             "SELECT extract(epoch FROM rolled_up_to)::float8 AS upto, "
             "extract(epoch FROM dirty_from)::float8 AS dirty, half_life_s, usage_basis, "
-            "config_version FROM rollup_watermarks WHERE pool = :pool"
+            "config_version FROM rollup_watermarks WHERE pool = :pool FOR UPDATE"
         ),
         {"pool": pool},
     ).one_or_none()
@@ -111,6 +111,14 @@ def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: 
     periodic rollup, a recompute and a `Schedule` may all roll one pool up at once, and two
     writers of the same buckets would collide on their keys. The watermark is read after the lock,
     so the second of two finds the work done and writes nothing.
+
+    The watermark's row is read locked (FOR UPDATE) and rewritten with `dirty_from` cleared at the
+    end: an ingest that marks it dirty meanwhile (`runs_repo`, an UPDATE of that row) waits for
+    this transaction and marks the rewritten row, so its late usage is redone by the next rollup.
+    Read without the lock, a mark committed between the read and the rewrite was cleared, and the
+    late usage never counted (seen in CI: a budget's consumption stayed 0). Not covered: a pool's
+    first rollup has no row to lock yet, so a late event ingested while it runs finds none to mark
+    and is counted only when the pool's rollups are next redone whole.
     """
     locks.xact_lock(conn, locks.rollup_key(pool.name))
     version = config_repo.config_version(conn)
