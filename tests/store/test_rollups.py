@@ -28,7 +28,14 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.domain.usage import UsageInputs
-from gpufair.store import capacity_repo, config_repo, ingest_pipeline, rollup_repo, workload_repo
+from gpufair.store import (
+    capacity_repo,
+    config_repo,
+    ingest_pipeline,
+    retention_repo,
+    rollup_repo,
+    workload_repo,
+)
 
 NOW = 1_767_225_600.0 + 1234.5  # 2026-01-01 00:20:34.5 UTC: mid-hour on purpose
 HOUR = 3600.0
@@ -207,13 +214,32 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
 
     stop = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 10 * HOUR, "long")
     ingest_pipeline.ingest(conn, [stop], NOW)
-    dirty = conn.execute(
-        text("SELECT extract(epoch FROM dirty_from) FROM rollup_watermarks")
-    ).scalar_one()
-    assert float(dirty) == pytest.approx(NOW - 10 * HOUR, abs=1e-3)
-    rollup_repo.rollup_pool(conn, config, pool, NOW)
+    marks = "SELECT count(*), extract(epoch FROM min(dirty_from)) FROM rollup_dirty_marks"
+    count, dirty = conn.execute(text(marks)).one()
+    assert count == 1 and float(dirty) == pytest.approx(NOW - 10 * HOUR, abs=1e-3)
+    # 10 hours redone (from the stop's hour), not the run's 20, and the mark is gone.
+    assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 10
+    assert conn.execute(text(marks)).one() == (0, None)
     used = conn.execute(text("SELECT sum(cu_seconds) FROM usage_hourly")).scalar_one()
     assert used == pytest.approx(20 * 10 * HOUR, rel=1e-9)
+
+
+def test_retention_drops_the_dirty_marks_of_removed_pools_only(conn: Connection) -> None:
+    """Rollups take the marks of configured pools; marks of a pool no longer configured would
+    stay forever: retention deletes those 2 and keeps pool p's 1, however old."""
+    install(conn, make_config(POLICIES["sliding-1d-no-decay"]), NOW - 86400)
+    conn.execute(
+        text(
+            "INSERT INTO rollup_dirty_marks (pool, dirty_from) VALUES "
+            "('gone', to_timestamp(:now)), ('gone', to_timestamp(:now)), "
+            "('p', to_timestamp(:now) - interval '500 days')"
+        ),
+        {"now": NOW},
+    )
+    deleted = retention_repo.apply_retention(conn, NOW, retention_repo.Retention())
+    assert deleted["dirty_marks"] == 2
+    left = conn.execute(text("SELECT pool, count(*) FROM rollup_dirty_marks GROUP BY pool"))
+    assert [tuple(r) for r in left] == [("p", 1)]
 
 
 def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
@@ -335,16 +361,11 @@ def _assert_late_run_counted(db: Engine, config: ClusterConfig) -> None:
         assert_close(usage, rollup_repo.exact_usage(conn, config, pool, NOW))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a pool's first rollup has no watermark row; a late run ingested meanwhile is "
-    "lost (4 GPU-hours rolled up of 20). A fix by which the ingest waits for the rollup made "
-    "starts wait for a Schedule's whole cycle (4 tests of tests/api failed)",
-)
 def test_late_run_ingested_during_a_pools_first_rollup_is_counted(db: Engine) -> None:
     """The first rollup of a pool has read the runs and waits to write its buckets (a table lock
-    held here); meanwhile a late run is ingested. Its usage must be counted by the next rollup:
-    without a watermark row to mark, it was lost (BASE: 4 GPU-hours instead of 20)."""
+    held here); meanwhile a late run is ingested, without waiting for the rollup. Its usage must
+    be counted by the next rollup: without a watermark row to mark, it was lost (BASE: 4
+    GPU-hours instead of 20)."""
     config, late = _first_rollup_race_setup(db)
     pool = config.pools[0]
     errors: list[BaseException] = []
@@ -373,11 +394,9 @@ def test_late_run_ingested_during_a_pools_first_rollup_is_counted(db: Engine) ->
         _until(lambda: _waiting_on_locks(db) == 1, "the rollup never reached its writes")
         ingesting = threading.Thread(target=ingest)
         ingesting.start()
-        # Either the ingest is done (it found nothing to mark) or it waits for the rollup.
-        _until(
-            lambda: not ingesting.is_alive() or _waiting_on_locks(db) == 2,
-            "the ingest neither finished nor waited",
-        )
+        # The ingest ends while the rollup still waits: ingests never wait for rollups.
+        _until(lambda: not ingesting.is_alive(), "the ingest waited for the rollup")
+        assert rolling.is_alive()
         holder.rollback()
     rolling.join(timeout=30)
     ingesting.join(timeout=30)
@@ -385,17 +404,11 @@ def test_late_run_ingested_during_a_pools_first_rollup_is_counted(db: Engine) ->
     _assert_late_run_counted(db, config)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a pool's first rollup has no watermark row; a late run ingested meanwhile is "
-    "lost (4 GPU-hours rolled up of 20). A fix by which the ingest waits for the rollup made "
-    "starts wait for a Schedule's whole cycle (4 tests of tests/api failed)",
-)
-def test_first_rollup_waits_for_an_ingest_in_flight(db: Engine) -> None:
-    """The other order: an ingest of a late run has written but not committed when the pool's
-    first rollup starts. The rollup must not read the runs before that ingest ends (BASE: it
-    did, wrote its watermark past the late run, and the run was never counted)."""
-    config, late = _first_rollup_race_setup(db)
+def _rollup_during_uncommitted_ingest(
+    db: Engine, config: ClusterConfig, late: list[LedgerEvent]
+) -> None:
+    """Ingest `late` on one connection and, before it commits, roll the pool up at NOW on
+    another: the rollup must finish without waiting for the ingest, which then commits."""
     pool = config.pools[0]
     errors: list[BaseException] = []
 
@@ -410,11 +423,34 @@ def test_first_rollup_waits_for_an_ingest_in_flight(db: Engine) -> None:
         ingest_pipeline.ingest(ingesting, late, NOW)
         rolling = threading.Thread(target=rollup)
         rolling.start()
-        _until(
-            lambda: not rolling.is_alive() or _waiting_on_locks(db) == 1,
-            "the rollup neither finished nor waited",
-        )
+        rolling.join(timeout=30)
+        assert not rolling.is_alive(), "the rollup waited for the ingest"
         ingesting.commit()
-    rolling.join(timeout=30)
     assert errors == []
+
+
+def test_late_run_in_flight_during_a_pools_first_rollup_is_counted(db: Engine) -> None:
+    """The other order: an ingest of a late run has written but not committed when the pool's
+    first rollup runs. The rollup cannot see that run and does not wait for it; the next
+    rollup must count it (BASE: the first wrote its watermark past the late run, which was
+    never counted: 4 GPU-hours instead of 20)."""
+    config, late = _first_rollup_race_setup(db)
+    _rollup_during_uncommitted_ingest(db, config, late)
+    _assert_late_run_counted(db, config)
+
+
+def test_late_run_in_flight_at_an_hour_boundary_is_counted(db: Engine) -> None:
+    """Not only a first rollup: the pool is rolled up to floor(NOW - 6 h) (the early run's 4
+    GPU-hours), then a run over [NOW-5h, NOW-3h), after that watermark, is ingested and left
+    uncommitted while the pool is rolled up to NOW. At BASE its ingest found
+    nothing to mark (its change lay after the watermark of the moment) and the rollup, which could
+    not see it, moved the watermark past it: 4 GPU-hours rolled up instead of 20."""
+    config, late = _first_rollup_race_setup(db)
+    pool = config.pools[0]
+    with db.begin() as conn:
+        # Every hour since the capacity recorded at NOW - 2 d, up to floor(NOW - 6 h).
+        assert rollup_repo.rollup_pool(conn, config, pool, NOW - 6 * HOUR) == 42
+        gpu_s = conn.execute(text("SELECT sum(gpu_seconds) FROM usage_hourly")).scalar_one()
+        assert gpu_s / HOUR == pytest.approx(4.0, rel=1e-9)
+    _rollup_during_uncommitted_ingest(db, config, late)
     _assert_late_run_counted(db, config)
