@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 import pytest
@@ -27,7 +28,14 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.domain.usage import UsageInputs
-from gpufair.store import capacity_repo, config_repo, ingest_pipeline, rollup_repo, workload_repo
+from gpufair.store import (
+    capacity_repo,
+    config_repo,
+    ingest_pipeline,
+    retention_repo,
+    rollup_repo,
+    workload_repo,
+)
 
 NOW = 1_767_225_600.0 + 1234.5  # 2026-01-01 00:20:34.5 UTC: mid-hour on purpose
 HOUR = 3600.0
@@ -206,13 +214,32 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
 
     stop = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 10 * HOUR, "long")
     ingest_pipeline.ingest(conn, [stop], NOW)
-    dirty = conn.execute(
-        text("SELECT extract(epoch FROM dirty_from) FROM rollup_watermarks")
-    ).scalar_one()
-    assert float(dirty) == pytest.approx(NOW - 10 * HOUR, abs=1e-3)
-    rollup_repo.rollup_pool(conn, config, pool, NOW)
+    marks = "SELECT count(*), extract(epoch FROM min(dirty_from)) FROM rollup_dirty_marks"
+    count, dirty = conn.execute(text(marks)).one()
+    assert count == 1 and float(dirty) == pytest.approx(NOW - 10 * HOUR, abs=1e-3)
+    # 10 hours redone (from the stop's hour), not the run's 20, and the mark is gone.
+    assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 10
+    assert conn.execute(text(marks)).one() == (0, None)
     used = conn.execute(text("SELECT sum(cu_seconds) FROM usage_hourly")).scalar_one()
     assert used == pytest.approx(20 * 10 * HOUR, rel=1e-9)
+
+
+def test_retention_drops_the_dirty_marks_of_removed_pools_only(conn: Connection) -> None:
+    """Rollups take the marks of configured pools; marks of a pool no longer configured would
+    stay forever: retention deletes those 2 and keeps pool p's 1, however old."""
+    install(conn, make_config(POLICIES["sliding-1d-no-decay"]), NOW - 86400)
+    conn.execute(
+        text(
+            "INSERT INTO rollup_dirty_marks (pool, dirty_from) VALUES "
+            "('gone', to_timestamp(:now)), ('gone', to_timestamp(:now)), "
+            "('p', to_timestamp(:now) - interval '500 days')"
+        ),
+        {"now": NOW},
+    )
+    deleted = retention_repo.apply_retention(conn, NOW, retention_repo.Retention())
+    assert deleted["dirty_marks"] == 2
+    left = conn.execute(text("SELECT pool, count(*) FROM rollup_dirty_marks GROUP BY pool"))
+    assert [tuple(r) for r in left] == [("p", 1)]
 
 
 def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
@@ -259,3 +286,171 @@ def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
             assert snapshot(conn) == alone
     # In each round exactly one writer did the work; the other three found it done.
     assert sorted(written) == [0] * 15 + [2 * 24] * 5
+
+
+def _waiting_on_locks(db: Engine) -> int:
+    """Backends of this test's database that wait for a lock held by another transaction."""
+    with db.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+
+
+def _until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _first_rollup_race_setup(db: Engine) -> tuple[ClusterConfig, list[LedgerEvent]]:
+    """Pool `p` with one run of 2 A100 (20 CU) over [NOW-10h, NOW-8h), never rolled up (no
+    watermark row). Returns the config and a late run of 8 A100 (80 CU) over [NOW-5h, NOW-3h)."""
+    config = make_config(POLICIES["sliding-1d-no-decay"])
+    with db.begin() as conn:
+        install(conn, config, NOW - 2 * 86400)
+        workload_repo.submit(
+            conn,
+            [Workload(u, "c", "p", 1, 1, NOW - 86400) for u in ("early", "late")],
+        )
+        ingest_pipeline.ingest(
+            conn,
+            [
+                LedgerEvent(
+                    str(uuid.uuid4()),
+                    EventKind.STARTED,
+                    NOW - 10 * HOUR,
+                    "early",
+                    (EventPod("a0", (0, 1)),),
+                ),
+                LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 8 * HOUR, "early"),
+            ],
+            NOW,
+        )
+        assert conn.execute(text("SELECT count(*) FROM rollup_watermarks")).scalar_one() == 0
+    late = [
+        LedgerEvent(
+            str(uuid.uuid4()),
+            EventKind.STARTED,
+            NOW - 5 * HOUR,
+            "late",
+            (EventPod("a1", tuple(range(8))),),
+        ),
+        LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 3 * HOUR, "late"),
+    ]
+    return config, late
+
+
+def _assert_late_run_counted(db: Engine, config: ClusterConfig) -> None:
+    """After one more rollup at the same instant: 2 x 2 + 8 x 2 = 20 GPU-hours and 20 CU x 2 h
+    + 80 CU x 2 h = 200 CU-hours rolled up, and queue c's decayed usage (no decay, over its
+    deserved 50 CU) (80 - 50) CU x 2 h = 60 CU-hours, as the raw intervals say. With the late
+    run missed: 4 GPU-hours, 40 CU-hours and no usage."""
+    pool = config.pools[0]
+    with db.begin() as conn:
+        rollup_repo.rollup_pool(conn, config, pool, NOW)
+        gpu_s, cu_s = conn.execute(
+            text("SELECT sum(gpu_seconds), sum(cu_seconds) FROM usage_hourly")
+        ).one()
+        assert (gpu_s / HOUR, cu_s / HOUR) == pytest.approx((20.0, 200.0), rel=1e-9)
+        usage = rollup_repo.decayed_usage(conn, config, pool, NOW)
+        assert usage.usage_cu_s.get("c", 0.0) / HOUR == pytest.approx(60.0, rel=1e-9)
+        assert_close(usage, rollup_repo.exact_usage(conn, config, pool, NOW))
+
+
+def test_late_run_ingested_during_a_pools_first_rollup_is_counted(db: Engine) -> None:
+    """The first rollup of a pool has read the runs and waits to write its buckets (a table lock
+    held here); meanwhile a late run is ingested, without waiting for the rollup. Its usage must
+    be counted by the next rollup: without a watermark row to mark, it was lost (BASE: 4
+    GPU-hours instead of 20)."""
+    config, late = _first_rollup_race_setup(db)
+    pool = config.pools[0]
+    errors: list[BaseException] = []
+
+    def rollup() -> None:
+        try:
+            with db.begin() as conn:
+                # Every hour since the capacity recorded at NOW - 2 d.
+                assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 48
+        except BaseException as exc:
+            errors.append(exc)
+
+    def ingest() -> None:
+        try:
+            with db.begin() as conn:
+                ingest_pipeline.ingest(conn, late, NOW)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with db.connect() as holder:
+        # The rollup's first write is the DELETE of its buckets: it waits for this lock, after
+        # having read the runs.
+        holder.execute(text("LOCK TABLE fairness_hourly IN EXCLUSIVE MODE"))
+        rolling = threading.Thread(target=rollup)
+        rolling.start()
+        _until(lambda: _waiting_on_locks(db) == 1, "the rollup never reached its writes")
+        ingesting = threading.Thread(target=ingest)
+        ingesting.start()
+        # The ingest ends while the rollup still waits: ingests never wait for rollups.
+        _until(lambda: not ingesting.is_alive(), "the ingest waited for the rollup")
+        assert rolling.is_alive()
+        holder.rollback()
+    rolling.join(timeout=30)
+    ingesting.join(timeout=30)
+    assert errors == []
+    _assert_late_run_counted(db, config)
+
+
+def _rollup_during_uncommitted_ingest(
+    db: Engine, config: ClusterConfig, late: list[LedgerEvent]
+) -> None:
+    """Ingest `late` on one connection and, before it commits, roll the pool up at NOW on
+    another: the rollup must finish without waiting for the ingest, which then commits."""
+    pool = config.pools[0]
+    errors: list[BaseException] = []
+
+    def rollup() -> None:
+        try:
+            with db.begin() as conn:
+                rollup_repo.rollup_pool(conn, config, pool, NOW)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with db.connect() as ingesting:
+        ingest_pipeline.ingest(ingesting, late, NOW)
+        rolling = threading.Thread(target=rollup)
+        rolling.start()
+        rolling.join(timeout=30)
+        assert not rolling.is_alive(), "the rollup waited for the ingest"
+        ingesting.commit()
+    assert errors == []
+
+
+def test_late_run_in_flight_during_a_pools_first_rollup_is_counted(db: Engine) -> None:
+    """The other order: an ingest of a late run has written but not committed when the pool's
+    first rollup runs. The rollup cannot see that run and does not wait for it; the next
+    rollup must count it (BASE: the first wrote its watermark past the late run, which was
+    never counted: 4 GPU-hours instead of 20)."""
+    config, late = _first_rollup_race_setup(db)
+    _rollup_during_uncommitted_ingest(db, config, late)
+    _assert_late_run_counted(db, config)
+
+
+def test_late_run_in_flight_at_an_hour_boundary_is_counted(db: Engine) -> None:
+    """Not only a first rollup: the pool is rolled up to floor(NOW - 6 h) (the early run's 4
+    GPU-hours), then a run over [NOW-5h, NOW-3h), after that watermark, is ingested and left
+    uncommitted while the pool is rolled up to NOW. At BASE its ingest found
+    nothing to mark (its change lay after the watermark of the moment) and the rollup, which could
+    not see it, moved the watermark past it: 4 GPU-hours rolled up instead of 20."""
+    config, late = _first_rollup_race_setup(db)
+    pool = config.pools[0]
+    with db.begin() as conn:
+        # Every hour since the capacity recorded at NOW - 2 d, up to floor(NOW - 6 h).
+        assert rollup_repo.rollup_pool(conn, config, pool, NOW - 6 * HOUR) == 42
+        gpu_s = conn.execute(text("SELECT sum(gpu_seconds) FROM usage_hourly")).scalar_one()
+        assert gpu_s / HOUR == pytest.approx(4.0, rel=1e-9)
+    _rollup_during_uncommitted_ingest(db, config, late)
+    _assert_late_run_counted(db, config)

@@ -182,16 +182,27 @@ fairness_hourly = Table(
     Index("ix_fairness_hourly_pool_bucket", "pool", "bucket_start"),
 )
 
-# The last completed hour per pool: rollups exist for every hour before it.
+# The last completed hour per pool: rollups exist for every hour before it (unless a dirty mark
+# below says otherwise). Written by rollups only.
 rollup_watermarks = Table(
     "rollup_watermarks",
     metadata,
     Column("pool", Text, primary_key=True),
     Column("rolled_up_to", TZ, nullable=False),
-    Column("dirty_from", TZ, nullable=True),  # set by ingestion: redo rollups from here
     Column("half_life_s", Double, nullable=True),
     Column("usage_basis", Text, nullable=False),
     Column("config_version", BigInteger, nullable=False),
+)
+
+# Where ingestion changed a pool's usage: one row per pool per ingest transaction, only ever
+# inserted by ingestion (no row lock, so an ingest never waits for a rollup) and deleted by the
+# rollup that has counted it (`rollup_repo.rollup_pool` says why none is lost).
+rollup_dirty_marks = Table(
+    "rollup_dirty_marks",
+    metadata,
+    Column("pool", Text, primary_key=True),
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("dirty_from", TZ, nullable=False),  # the earliest instant whose usage changed
 )
 
 # One row per recompute of a pool; the per-queue records hang off it.

@@ -100,4 +100,13 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         keep.replies_days,
     )
     run("claims", "DELETE FROM job_claims WHERE period_start < to_timestamp(:cutoff)", 30.0)
+    # Rollups take the marks of configured pools; those of a pool since removed would stay. A
+    # pool configured again comes with a new config version, and its rollups are redone whole.
+    marks = conn.execute(
+        text(
+            "DELETE FROM rollup_dirty_marks m "
+            "WHERE NOT EXISTS (SELECT 1 FROM node_pools p WHERE p.name = m.pool)"
+        )
+    )
+    deleted["dirty_marks"] = marks.rowcount or 0
     return deleted

@@ -1,9 +1,10 @@
 """Hourly rollups (replace semantics) and decayed usage read back from them.
 
-A pool's watermark says up to which hour the rollups are complete. Ingestion moves `dirty_from`
-back when it changes an interval the rollups already counted (a late event, a run closed by the
-sweeper); the next rollup recomputes from there. A change of the pool's half-life, usage basis or
-of the config (deserved quotas) invalidates every moment, so all of the window is redone.
+A pool's watermark says up to which hour the rollups are complete. Ingestion inserts a dirty mark
+(`rollup_dirty_marks`) for each pool whose usage it changed, from the earliest instant changed (a
+late event, a run closed by the sweeper, or simply a start now); the next rollup recomputes from
+the earlier of the watermark and its marks. A change of the pool's half-life, usage basis or of
+the config (deserved quotas) invalidates every moment, so all of the window is redone.
 Rerunning a rollup is harmless: rows of the buckets it covers are replaced, never added to.
 """
 
@@ -39,7 +40,6 @@ ROOT = ""  # the queue column of a pool's root row (the group of top-level queue
 @dataclass(frozen=True, slots=True)
 class Watermark:
     rolled_up_to_s: float
-    dirty_from_s: float | None
     half_life_s: float | None
     usage_basis: str
     config_version: int
@@ -48,15 +48,32 @@ class Watermark:
 def _watermark(conn: Connection, pool: str) -> Watermark | None:
     row = conn.execute(
         text(
-            "SELECT extract(epoch FROM rolled_up_to)::float8 AS upto, "
-            "extract(epoch FROM dirty_from)::float8 AS dirty, half_life_s, usage_basis, "
-            "config_version FROM rollup_watermarks WHERE pool = :pool FOR UPDATE"
+            "SELECT extract(epoch FROM rolled_up_to)::float8 AS upto, half_life_s, usage_basis, "
+            "config_version FROM rollup_watermarks WHERE pool = :pool"
         ),
         {"pool": pool},
     ).one_or_none()
     if row is None:
         return None
-    return Watermark(row.upto, row.dirty, row.half_life_s, row.usage_basis, row.config_version)
+    return Watermark(row.upto, row.half_life_s, row.usage_basis, row.config_version)
+
+
+# The marks this statement sees, deleted by it, and the earliest of them (NULL without any).
+_TAKE_MARKS_SQL = text(
+    """
+    WITH taken AS (DELETE FROM rollup_dirty_marks WHERE pool = :pool RETURNING dirty_from)
+    SELECT extract(epoch FROM min(dirty_from))::float8 FROM taken
+    """
+)
+
+
+def take_dirty_marks(conn: Connection, pool: str) -> float | None:
+    """Delete the pool's dirty marks committed before this statement began and return the
+    earliest instant they mark (None: none). Marks committed later are not seen and stay: ingest
+    only ever inserts marks, so a DELETE finds no row changed under it. In the caller's
+    transaction: if it rolls back, the marks are back."""
+    at = conn.execute(_TAKE_MARKS_SQL, {"pool": pool}).scalar_one()
+    return None if at is None else float(at)
 
 
 _RANGES_MEET = (
@@ -112,15 +129,22 @@ def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: 
     writers of the same buckets would collide on their keys. The watermark is read after the lock,
     so the second of two finds the work done and writes nothing.
 
-    The watermark's row is read locked (FOR UPDATE) and rewritten with `dirty_from` cleared at the
-    end: an ingest that marks it dirty meanwhile (`runs_repo`, an UPDATE of that row) waits for
-    this transaction and marks the rewritten row, so its late usage is redone by the next rollup.
-    Read without the lock, a mark committed between the read and the rewrite was cleared, and the
-    late usage never counted (seen in CI: a budget's consumption stayed 0). Not covered: a pool's
-    first rollup has no row to lock yet, so a late event ingested while it runs finds none to mark
-    and is counted only when the pool's rollups are next redone whole.
+    Nothing acknowledged is lost, and no ingest waits: the rule is that the pool's dirty marks are
+    taken (read and deleted, `take_dirty_marks`) by one statement BEFORE any statement that reads
+    runs. An ingest writes its runs and its mark in one transaction. Under READ COMMITTED (every
+    caller's level: `database.make_engine` sets none) each later statement sees at least what
+    that one saw, so a mark taken is one whose runs the rewrite reads; an ingest that commits
+    after the take, even one in flight while the runs are read (its change at or after the
+    watermark of the moment, or in a pool with no watermark yet), keeps its mark, and the next
+    rollup redoes from there. Under REPEATABLE READ every statement shares the take's snapshot,
+    with the same result. Deleting by what the statement saw, never by a range of instants, is
+    what keeps a later mark. A mark taken at or after the hour the watermark moves to needs no
+    redo: those hours are not rolled up yet. The marks are rows of their own, only inserted by ingestion: the
+    watermark's row, which the rollup rewrites, is never written by an ingest, so no ingest waits
+    for a rollup's transaction (a `Schedule` cycle).
     """
     locks.xact_lock(conn, locks.rollup_key(pool.name))
+    dirty_s = take_dirty_marks(conn, pool.name)  # first: see the rule above
     version = config_repo.config_version(conn)
     policy = pool.policy
     target_s = floor_hour(now_s)
@@ -144,17 +168,18 @@ def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: 
         start_s = floor_hour(earliest) if earliest is not None else target_s
     else:
         assert mark is not None
-        start_s = floor_hour(min(mark.rolled_up_to_s, mark.dirty_from_s or math.inf))
+        redo_s = mark.rolled_up_to_s if dirty_s is None else min(mark.rolled_up_to_s, dirty_s)
+        start_s = floor_hour(redo_s)
     if start_s < target_s:
         _write_buckets(conn, config, pool, start_s, target_s, now_s)
     conn.execute(
         text(
             """
             INSERT INTO rollup_watermarks
-                (pool, rolled_up_to, dirty_from, half_life_s, usage_basis, config_version)
-            VALUES (:pool, to_timestamp(:upto), NULL, :h, :basis, :version)
+                (pool, rolled_up_to, half_life_s, usage_basis, config_version)
+            VALUES (:pool, to_timestamp(:upto), :h, :basis, :version)
             ON CONFLICT (pool) DO UPDATE SET rolled_up_to = EXCLUDED.rolled_up_to,
-                dirty_from = NULL, half_life_s = EXCLUDED.half_life_s,
+                half_life_s = EXCLUDED.half_life_s,
                 usage_basis = EXCLUDED.usage_basis, config_version = EXCLUDED.config_version
             """
         ),

@@ -1,5 +1,5 @@
 """What ran, kept in step with the ledger: allocation intervals and workload states derived from a
-workload's run events (DESIGN §5), and the rollup watermarks moved back where usage changed.
+workload's run events (DESIGN §5), and a rollup dirty mark per pool whose usage changed.
 
 Ingestion hands over, per affected workload, every run event it has: those stored before the
 batch (read before the insert) and those the batch stored. Only intervals that come out different
@@ -67,10 +67,12 @@ _INSERT_SQL = """
            to_timestamp((r->>6)::float8), to_timestamp((r->>7)::float8), r->>8, r->>9, r->10
     FROM jsonb_array_elements(%s::jsonb) AS r
 """
+# Insert only, whatever the pool's watermark: no row is locked, so an ingest never waits for a
+# rollup, and a mark at or after the watermark costs the rollup nothing (it starts from the
+# earlier of the two). Marking only before the watermark read at ingest time lost usage: a rollup
+# that had not seen this ingest's runs moved the watermark past them (`rollup_repo.rollup_pool`).
 _DIRTY_SQL = (
-    "UPDATE rollup_watermarks SET dirty_from = "
-    "LEAST(COALESCE(dirty_from, 'infinity'::timestamptz), to_timestamp(%(at)s)) "
-    "WHERE pool = %(pool)s AND rolled_up_to > to_timestamp(%(at)s)"
+    "INSERT INTO rollup_dirty_marks (pool, dirty_from) VALUES (%(pool)s, to_timestamp(%(at)s))"
 )
 
 
@@ -125,7 +127,7 @@ def run_events_from_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, list[Ledg
 
 @dataclass
 class RunsChange:
-    """The writes that bring intervals, states and watermarks in line with the events."""
+    """The writes that bring intervals, states and rollup marks in line with the events."""
 
     delete_ids: list[int] = field(default_factory=list)
     insert: list[IntervalRecord] = field(default_factory=list)
@@ -214,7 +216,7 @@ def _dirty_from(
 
 
 def queue_writes(cur: psycopg.Cursor[Any], change: RunsChange) -> None:
-    """Send the interval and watermark writes of `change` (state changes travel with the
+    """Send the interval and dirty-mark writes of `change` (state changes travel with the
     workload update of the ingest, one row version per workload)."""
     if change.delete_ids:
         cur.execute(_DELETE_SQL, ("{" + ",".join(map(str, change.delete_ids)) + "}",))
