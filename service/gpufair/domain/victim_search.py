@@ -211,10 +211,11 @@ def _subsets(
     if needed_gpus > EPS:
         # A domain with neither free GPUs nor victims could not hold a pod: only domains
         # that have either are tested. Those with free GPUs (a handful of a pool's hundreds)
-        # are ranked at once; those with victims alone all rank as 0.0 free, so in name
-        # order: they are read from the index's names in that order (`domain_order`) as the
-        # search reaches them, merged after the others, and most searches stop after a few
-        # (none reads all of a pool's domains to rank them).
+        # are ranked at once; those with victims alone all rank as 0.0 free, so by name:
+        # they are read from the index's names in that order (`domain_order`) as the search
+        # reaches them, merged with the others by rank. A search that finds its domains
+        # stops after a few; one that fails in every domain reads each name once, and none
+        # makes a set or a sort of all of a pool's domains.
         roomy = sorted(
             (-free, value)
             for value, free in free_by_domain.items()
