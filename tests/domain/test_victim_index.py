@@ -7,7 +7,13 @@ from __future__ import annotations
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import Ask, Exclusion, PodShape
-from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
+from gpufair.domain.victim_search import (
+    Victim,
+    VictimBudget,
+    VictimIndex,
+    _subsets,
+    select_victims,
+)
 
 
 def _pool(nodes: int, labels: bool = False) -> Capacity:
@@ -119,3 +125,50 @@ def test_a_required_domain_is_searched_only_where_victims_or_free_gpus_are() -> 
     assert found is not None
     assert sorted({use.node for use in found.plan}) == [8, 9, 10, 11]
     assert len(found.victims) == 16
+
+
+def test_domains_rank_most_free_first_then_those_with_victims_alone_by_name() -> None:
+    capacity = _pool(48, labels=True)  # racks r0 .. r11 of four nodes each
+    victims = _fill(capacity, 48)
+    # Rack r7 gets 3 free GPUs (node 28), rack r5 two (node 20); every other GPU has a victim.
+    for victim in victims:
+        if victim.uid in ("v28-0", "v28-1", "v28-2", "v20-2", "v20-3"):
+            capacity.release(victim.uses)
+    index = VictimIndex(
+        [v for v in victims if v.uid not in ("v28-0", "v28-1", "v28-2", "v20-2", "v20-3")], capacity
+    )
+    assert index.domain_gpus("rack")["r3"] == 16.0  # counted at the first ask, then kept
+    # Rack r3's victims all leave: 0 GPUs of victims, no free GPU, it cannot hold the gang.
+    for victim in [v for v in victims if 12 <= v.nodes[0] < 16]:
+        index.remove(victim)
+    assert index.domain_gpus("rack")["r3"] == 0.0
+    assert index.domain_order("rack") == sorted(f"r{i}" for i in range(12))
+    ask = Ask(PodShape(2.0, 0, 0), "a100", 2, 2, TopologyConstraint("rack", required=True))
+    racks = [
+        capacity.nodes[subset[0]].labels["rack"]
+        for subset in _subsets(capacity, ask, Exclusion(), index)
+        if subset is not None
+    ]
+    # Free GPUs first (r7: 3, r5: 2), then the rest by name ("r10" before "r2"), r3 left out.
+    assert racks == ["r7", "r5", "r0", "r1", "r10", "r11", "r2", "r4", "r6", "r8", "r9"]
+
+
+def test_prune_drops_what_its_budget_no_longer_covers_after_some_of_the_largest_left() -> None:
+    capacity = _pool(1)
+    cus = {"big1": 20.0, "big2": 20.0, "big3": 20.0, "small1": 10.0, "small2": 10.0}
+    victims = []
+    for gpu, (uid, cu) in enumerate(cus.items()):
+        use = PodUse(0, (gpu % 4,), 0.25, 1_000, 1_000)
+        capacity.take((use,))
+        victims.append(Victim(uid, "q", 0, 0, 1_000.0 + gpu, cu, 0.25, "a100", (use,), (0,)))
+    index = VictimIndex(victims, capacity)
+    index.prune("q", 25.0)  # 20 CU at most: nothing goes
+    assert len(index.by_queue["q"]) == 5
+    index.remove(victims[0])  # one of the three 20-CU victims leaves
+    index.prune("q", 15.0)  # the other two no longer fit the budget
+    assert sorted(v.uid for v in index.by_queue["q"]) == ["small1", "small2"]
+    index.prune("q", 12.0)  # 10 CU each: both stay
+    assert len(index.by_queue["q"]) == 2
+    index.prune("q", 9.0)
+    assert "q" not in index.by_queue or not index.by_queue["q"]
+    assert index.total_gpus == 0.0

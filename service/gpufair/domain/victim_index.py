@@ -132,9 +132,12 @@ class VictimIndex:
         self.freeable_on_node: dict[int, int] = {}
         # Per queue, its victims (a dict as an ordered set: one leaves in one step).
         self.by_queue: dict[str, dict[Victim, None]] = {}
-        self._top_cu: dict[str, float] = {}  # per queue, its largest victim's CU (`prune`)
+        # Per queue, its largest victim's CU and how many victims have it (`prune`): made at
+        # the first prune, kept by `remove` until the last of them leaves.
+        self._top_cu: dict[str, list[float]] = {}
         self.total_gpus = 0.0
         self._domain_gpus: dict[str, dict[str, float]] = {}
+        self._domain_order: dict[str, list[str]] = {}  # `domain_order`
         # Options kept between searches (`option_table`), emptied for a node when its victims
         # change.
         self._options: dict[tuple[PodShape, int | None, bool], OptionTable] = {}
@@ -203,8 +206,10 @@ class VictimIndex:
             order.sort()
         else:
             for node, old in stale.items():
-                del order[bisect.bisect_left(order, old)]
                 new = keys.get(node)
+                if new == old:
+                    continue  # its victims changed, not its key
+                del order[bisect.bisect_left(order, old)]
                 if new is not None:
                     bisect.insort(order, new)
         stale.clear()
@@ -232,18 +237,36 @@ class VictimIndex:
                     )
                     found[value] = found.get(value, 0.0) + gpus
             self._domain_gpus[level] = found
+            self._domain_order[level] = sorted(found)
+        return found
+
+    def domain_order(self, level: str) -> list[str]:
+        """The values of `level` that `domain_gpus(level)` counts, sorted: made with it (a
+        value is never added once counted, only its GPUs taken back)."""
+        found = self._domain_order.get(level)
+        if found is None:
+            self.domain_gpus(level)
+            found = self._domain_order[level]
         return found
 
     def prune(self, queue: str, max_cu: float) -> None:
         """Drop `queue`'s victims bigger than `max_cu`: its budget can only shrink. Usually
-        none is: the queue's largest victim, remembered, says so without a scan."""
+        none is: the queue's largest victim, remembered, says so without a scan (the queue's
+        victims are read again only once every victim of that CU has left)."""
         queued = self.by_queue.get(queue)
         if not queued:
             return
         top = self._top_cu.get(queue)
         if top is None:
-            top = self._top_cu[queue] = max(victim.cu for victim in queued)
-        if top <= max_cu + EPS:
+            most, count = -math.inf, 0
+            for victim in queued:
+                cu = victim.cu
+                if cu > most:
+                    most, count = cu, 1
+                elif cu == most:
+                    count += 1
+            top = self._top_cu[queue] = [most, count]
+        if top[0] <= max_cu + EPS:
             return
         for victim in [v for v in queued if v.cu > max_cu + EPS]:
             self.remove(victim)
@@ -253,8 +276,11 @@ class VictimIndex:
         if queued is None or victim not in queued:
             return
         del queued[victim]
-        if victim.cu >= self._top_cu.get(victim.queue, math.inf):
-            del self._top_cu[victim.queue]
+        top = self._top_cu.get(victim.queue)
+        if top is not None and victim.cu >= top[0]:  # one of the queue's largest
+            top[1] -= 1
+            if not top[1]:
+                del self._top_cu[victim.queue]
         self.total_gpus -= victim.gpus
         if self._domain_gpus:  # kept only once a topology search asked for them
             for use in victim.uses:

@@ -207,16 +207,33 @@ def _subsets(
             free_by_domain[value] = free_by_domain.get(value, 0.0) + free
     victim_gpus = index.domain_gpus(topology.level)
     domains = capacity.domains(topology.level).get(ask.gpu_type, {})
-    values: Iterable[str] = domains
+    ranked: Iterable[tuple[float, str]]
     if needed_gpus > EPS:
         # A domain with neither free GPUs nor victims could not hold a pod: only domains
-        # that have either are tested (a handful of a pool's hundreds).
-        values = [value for value in {*free_by_domain, *victim_gpus} if value in domains]
-    ranked = sorted(
-        (-free_by_domain.get(value, 0.0), value)
-        for value in values
-        if free_by_domain.get(value, 0.0) + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
-    )
+        # that have either are tested. Those with free GPUs (a handful of a pool's hundreds)
+        # are ranked at once; those with victims alone all rank as 0.0 free, so by name:
+        # they are read from the index's names in that order (`domain_order`) as the search
+        # reaches them, merged with the others by rank. A search that finds its domains
+        # stops after a few; one that fails in every domain reads each name once, and none
+        # makes a set or a sort of all of a pool's domains.
+        roomy = sorted(
+            (-free, value)
+            for value, free in free_by_domain.items()
+            if value in domains and free + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
+        )
+        least = needed_gpus - EPS
+        victims_only = (
+            (-0.0, value)
+            for value in index.domain_order(topology.level)
+            if value not in free_by_domain and value in domains and victim_gpus[value] >= least
+        )
+        ranked = heapq.merge(roomy, victims_only)
+    else:
+        ranked = sorted(
+            (-free_by_domain.get(value, 0.0), value)
+            for value in domains
+            if free_by_domain.get(value, 0.0) + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
+        )
     for _, value in ranked:
         yield [node for node in domains[value] if not exclusion.blocks(node)]
     if not topology.required:
