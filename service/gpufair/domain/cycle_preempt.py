@@ -304,12 +304,17 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
         return False
     needed = item.workload.gang_min_pods
     capacity = state.capacity
-    pods = sum(
-        len(capacity.bucket(gpu_type, free)) * (free // whole)
-        for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
-    )
-    if pods >= needed:
-        return False
+    # No free GPU of the type (the common case: preemption runs in a full pool): no node in a
+    # bucket the sum reads.
+    if capacity.free_whole_by_type.get(gpu_type, 0):
+        pods = sum(
+            len(capacity.bucket(gpu_type, free)) * (free // whole)
+            for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
+        )
+        if pods >= needed:
+            return False
+    else:
+        pods = 0
     below = item.workload.priority_class
     evicted = state.evicted
     nodes = capacity.nodes

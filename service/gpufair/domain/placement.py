@@ -394,14 +394,35 @@ def _choose_domain(
     room: dict[str, int] = {}
     members: dict[str, list[int]] = {}
     nodes = capacity.nodes
-    for index in _ordered_nodes(capacity, ask.shape, ask.gpu_type, strategy):
-        value = nodes[index].labels.get(level)
-        if value is None or exclusion.blocks(index):
+    shape = ask.shape
+    blocking = exclusion.blocks_any()
+    # Whole-GPU pods (no partition) are counted here as `fit_on` counts them, without its
+    # call: every node with room is read, and a pool of 4,000 nodes has a few hundred.
+    whole = 0 if shape.profile else shape.whole_gpus
+    cpu, memory, one_per_node = shape.cpu_millicores, shape.memory_mib, shape.one_per_node
+    for index in _ordered_nodes(capacity, shape, ask.gpu_type, strategy):
+        state = nodes[index]
+        value = state.labels.get(level)
+        if value is None or (blocking and exclusion.blocks(index)):
             continue
-        fits = pods_fit(nodes[index], ask.shape)
+        if whole:
+            fits = state.free_whole // whole
+            if cpu > 0 and state.cpu_free // cpu < fits:
+                fits = state.cpu_free // cpu
+            if memory > 0 and state.memory_free // memory < fits:
+                fits = state.memory_free // memory
+            if one_per_node and fits > 1:
+                fits = 1
+        else:
+            fits = pods_fit(state, shape)
         if fits > 0:
-            room[value] = room.get(value, 0) + fits
-            members.setdefault(value, []).append(index)
+            found = members.get(value)
+            if found is None:
+                room[value] = fits
+                members[value] = [index]
+            else:
+                room[value] += fits
+                found.append(index)
     spread = strategy is PlacementStrategy.SPREAD
     fitting = [(-total if spread else total, value) for value, total in room.items()]
     fitting = [key for key in fitting if room[key[1]] >= ask.pods_min]
