@@ -103,9 +103,11 @@ def _nodes(count: int) -> list[Node]:
     ]
 
 
-def _queues(capacity_cu: float, rng: random.Random) -> tuple[list[Queue], dict[str, float]]:
-    """200 queues; fair shares add up to the pool's CU, deserved quotas to half of it."""
-    weights = [rng.random() + 0.1 for _ in range(QUEUES)]
+def _queues(
+    capacity_cu: float, rng: random.Random, count: int = QUEUES
+) -> tuple[list[Queue], dict[str, float]]:
+    """`count` queues; fair shares add up to the pool's CU, deserved quotas to half of it."""
+    weights = [rng.random() + 0.1 for _ in range(count)]
     total = sum(weights)
     queues = []
     shares = {}
@@ -151,8 +153,11 @@ def _workload(
     )
 
 
-def build_snapshot(node_count: int, scrambled: bool = False, seed: int = 7) -> CycleSnapshot:
-    """`scrambled=False`: running work drawn per queue in proportion to its fair share times a
+def build_snapshot(
+    node_count: int, scrambled: bool = False, seed: int = 7, queues: int = QUEUES
+) -> CycleSnapshot:
+    """`queues` leaf queues (200, the benchmark's, at every size unless given).
+    `scrambled=False`: running work drawn per queue in proportion to its fair share times a
     drift (0.7–1.3), a busy pool where some queues have drifted over or under their share.
     `scrambled=True`: running work drawn without regard to shares, so about half the queues
     are far under their share and reclaim runs for hundreds of workloads in one cycle. The
@@ -161,8 +166,8 @@ def build_snapshot(node_count: int, scrambled: bool = False, seed: int = 7) -> C
     nodes = _nodes(node_count)
     by_name = {gpu_type.name: gpu_type for gpu_type in GPU_TYPES}
     capacity_cu = sum(n.gpu_count * by_name[n.gpu_type].compute_weight for n in nodes)
-    queues, shares = _queues(capacity_cu, rng)
-    names = [q.name for q in queues]
+    made, shares = _queues(capacity_cu, rng, queues)
+    names = [q.name for q in made]
     drift = [shares[name] * rng.uniform(0.7, 1.3) for name in names]
     capacity = Capacity(nodes)
     running: list[Allocation] = []
@@ -193,7 +198,7 @@ def build_snapshot(node_count: int, scrambled: bool = False, seed: int = 7) -> C
         pool=NodePool(POOL),
         nodes=tuple(nodes),
         gpu_types=GPU_TYPES,
-        queues=tuple(queues),
+        queues=tuple(made),
         fair_share_cu=shares,
         running=tuple(running),
         pending=tuple(pending),

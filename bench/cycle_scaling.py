@@ -1,0 +1,115 @@
+"""How a cycle's cost grows with the pool, beside how its decisions grow (issue 17's 1,000 ->
+4,000 nodes at most 4 x).
+
+`bench_cycle.py` keeps 200 leaf queues at every size, so at 4,000 nodes each queue holds four
+times the work and the victims, and the cycle decides more than four times as much (steady:
+evictions 4.16 x, preemptions 4.8 x). Here each size is run twice: with the benchmark's 200
+queues, and with its queues grown with the pool (200 per 1,000 nodes: a cluster that grows with
+its teams), where the work per queue stays the same. Each row gives the CPU time of a cycle, the
+decisions it made, and both as ratios to the smallest size, so a cost that grows faster than
+its decisions shows apart from one that follows them.
+
+All pools are built in one process first; then their cycles run interleaved, one of each in
+turn, so every pool sees the same machine load. Each cycle is given the records the warm-up
+cycle left (`cycle_memory`, as the service carries them), the collector paused during the cycle
+and one young pass after it, timed with it (as `pair_cycle.py --gc cycle --carry`).
+
+Run from the repository root:
+
+    PYTHONPATH=service python bench/cycle_scaling.py --mix steady --sizes 1000,2000,4000 --cycles 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cycle import QUEUES, build_snapshot
+
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_memory import CarriedLoad
+from gpufair.domain.snapshot import CycleSnapshot
+
+
+@dataclass
+class Pool:
+    nodes: int
+    queues: int
+    snapshot: CycleSnapshot
+    carried: Any
+    decisions: int
+    evictions: int
+    times: list[float]
+
+
+def _build(nodes: int, queues: int, scrambled: bool) -> Pool:
+    snapshot = build_snapshot(nodes, scrambled=scrambled, queues=queues)
+    carried = CarriedLoad()
+    result = run_cycle(snapshot, carried)  # warm-up: leaves the records every timed cycle gets
+    decisions = len(result.binds) + len(result.evicts) + len(result.reservations)
+    return Pool(nodes, queues, snapshot, carried, decisions, len(result.evicts), [])
+
+
+def _time_one(pool: Pool) -> None:
+    gc.collect()
+    given = copy.copy(pool.carried)
+    started = time.process_time()
+    gc.disable()
+    result = run_cycle(pool.snapshot, given)
+    result = None
+    gc.enable()
+    gc.collect(0)
+    pool.times.append(time.process_time() - started)
+    del result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mix", choices=("steady", "scrambled"), default="steady")
+    parser.add_argument("--sizes", default="1000,2000,4000", help="node counts, smallest first")
+    parser.add_argument("--cycles", type=int, default=8, help="timed cycles per pool")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    scrambled = args.mix == "scrambled"
+    pools: list[Pool] = []
+    for nodes in sizes:
+        pools.append(_build(nodes, QUEUES, scrambled))
+        grown = QUEUES * nodes // sizes[0]
+        if grown != QUEUES:
+            pools.append(_build(nodes, grown, scrambled))
+    started_wall, started_cpu = time.perf_counter(), time.process_time()
+    for _ in range(args.cycles):
+        for pool in pools:
+            _time_one(pool)
+    wall, cpu = time.perf_counter() - started_wall, time.process_time() - started_cpu
+    smallest = pools[0]
+    base_cpu = statistics.median(smallest.times)
+    print(f"{args.mix}, {args.cycles} cycles per pool, carried records, collector paused per cycle")
+    print()
+    print(
+        "| nodes | queues | CPU median / min s | decisions (evictions) | CPU x | decisions x "
+        "| CPU µs per decision |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for pool in pools:
+        median = statistics.median(pool.times)
+        print(
+            f"| {pool.nodes:,} | {pool.queues} | {median:.3f} / {min(pool.times):.3f} "
+            f"| {pool.decisions:,} ({pool.evictions:,}) | {median / base_cpu:.2f} "
+            f"| {pool.decisions / smallest.decisions:.2f} "
+            f"| {1e6 * median / pool.decisions:.1f} |"
+        )
+    print(f"\ntimed cycles: {wall:.1f} s wall, {cpu:.1f} s CPU")
+
+
+if __name__ == "__main__":
+    main()
