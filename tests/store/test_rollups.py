@@ -226,7 +226,8 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
 
 def test_retention_drops_the_dirty_marks_of_removed_pools_only(conn: Connection) -> None:
     """Rollups take the marks of configured pools; marks of a pool no longer configured would
-    stay forever: retention deletes those 2 and keeps pool p's 1, however old."""
+    stay forever: retention deletes those 2 and keeps pool p's 2, however old (one 500 days old,
+    one from the capacity its config recorded)."""
     install(conn, make_config(POLICIES["sliding-1d-no-decay"]), NOW - 86400)
     conn.execute(
         text(
@@ -239,7 +240,7 @@ def test_retention_drops_the_dirty_marks_of_removed_pools_only(conn: Connection)
     deleted = retention_repo.apply_retention(conn, NOW, retention_repo.Retention())
     assert deleted["dirty_marks"] == 2
     left = conn.execute(text("SELECT pool, count(*) FROM rollup_dirty_marks GROUP BY pool"))
-    assert [tuple(r) for r in left] == [("p", 1)]
+    assert [tuple(r) for r in left] == [("p", 2)]
 
 
 def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
