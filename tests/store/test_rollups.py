@@ -28,10 +28,13 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.domain.usage import UsageInputs
+from gpufair.jobs.runner import JobSettings, PeriodicJobs
+from gpufair.services.recompute import recompute_pool
 from gpufair.store import (
     capacity_repo,
     config_repo,
     ingest_pipeline,
+    locks,
     retention_repo,
     rollup_repo,
     workload_repo,
@@ -226,7 +229,8 @@ def test_late_stop_rerolls_only_from_its_end(conn: Connection) -> None:
 
 def test_retention_drops_the_dirty_marks_of_removed_pools_only(conn: Connection) -> None:
     """Rollups take the marks of configured pools; marks of a pool no longer configured would
-    stay forever: retention deletes those 2 and keeps pool p's 1, however old."""
+    stay forever: retention deletes those 2 and keeps pool p's 2, however old (one 500 days old,
+    one from the capacity its config recorded)."""
     install(conn, make_config(POLICIES["sliding-1d-no-decay"]), NOW - 86400)
     conn.execute(
         text(
@@ -239,7 +243,7 @@ def test_retention_drops_the_dirty_marks_of_removed_pools_only(conn: Connection)
     deleted = retention_repo.apply_retention(conn, NOW, retention_repo.Retention())
     assert deleted["dirty_marks"] == 2
     left = conn.execute(text("SELECT pool, count(*) FROM rollup_dirty_marks GROUP BY pool"))
-    assert [tuple(r) for r in left] == [("p", 1)]
+    assert [tuple(r) for r in left] == [("p", 2)]
 
 
 def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
@@ -454,3 +458,65 @@ def test_late_run_in_flight_at_an_hour_boundary_is_counted(db: Engine) -> None:
         assert gpu_s / HOUR == pytest.approx(4.0, rel=1e-9)
     _rollup_during_uncommitted_ingest(db, config, late)
     _assert_late_run_counted(db, config)
+
+
+def _rollup_in_job(db: Engine) -> None:
+    jobs = PeriodicJobs(db, JobSettings(), clock=lambda: NOW, replica="test")
+    try:
+        jobs._rollup(NOW)
+    finally:
+        jobs.stop()
+
+
+def _rollup_in_recompute(db: Engine) -> None:
+    with db.begin() as conn:
+        recompute_pool(conn, "p", NOW)
+
+
+@pytest.mark.parametrize("roll", [_rollup_in_job, _rollup_in_recompute], ids=["job", "recompute"])
+def test_config_applied_while_a_rollup_waits_is_rolled_up_again(
+    db: Engine, roll: Callable[[Engine], None]
+) -> None:
+    """A rollup (the periodic job's, or a recompute's) has read the config and waits for the
+    pool's rollup lock (held here) while an ApplyConfig raises queue c's deserved CU from 50 to
+    70 and commits. The rollup counts with the config it read; the next rollup, with the new
+    one, must redo the buckets: queue c's run of 80 CU for 2 h is then 10 CU over its quota,
+    20 CU-hours of over-quota and decayed usage. At BASE the first stamped its buckets with the
+    version it read after the lock, the new one, so they were never redone: 60 CU-hours."""
+    config, late = _first_rollup_race_setup(db)
+    with db.begin() as conn:
+        ingest_pipeline.ingest(conn, late, NOW)
+    raised = replace(
+        config,
+        queues=tuple(replace(q, quotas=quota(70)) if q.name == "c" else q for q in config.queues),
+    )
+    errors: list[BaseException] = []
+
+    def rollup() -> None:
+        try:
+            roll(db)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with db.connect() as holder:
+        locks.xact_lock(holder, locks.rollup_key("p"))
+        rolling = threading.Thread(target=rollup)
+        rolling.start()
+        _until(lambda: _waiting_on_locks(db) == 1, "the rollup never reached the pool's lock")
+        with db.begin() as conn:
+            install(conn, raised, NOW)
+        holder.rollback()
+    rolling.join(timeout=30)
+    assert errors == []
+    pool = raised.pools[0]
+    with db.begin() as conn:
+        stored = config_repo.load_config(conn)
+        assert {q.name: q.quota("p").deserved_cu for q in stored.queues}["c"] == 70
+        rollup_repo.rollup_pool(conn, stored, pool, NOW)
+        over_s = conn.execute(
+            text("SELECT sum(over_quota_cu_seconds) FROM usage_hourly WHERE queue = 'c'")
+        ).scalar_one()
+        assert over_s / HOUR == pytest.approx(20.0, rel=1e-9)
+        usage = rollup_repo.decayed_usage(conn, stored, pool, NOW)
+        assert usage.usage_cu_s.get("c", 0.0) / HOUR == pytest.approx(20.0, rel=1e-9)
+        assert_close(usage, rollup_repo.exact_usage(conn, stored, pool, NOW))

@@ -146,13 +146,17 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
 
     def _config(self, held: Hashable) -> tuple[Hashable, pb.GetConfigResponse | None]:
         """The check of `configs`: the latest version's key, and the reply when it is not
-        `held`. The key is read first, so a reply is never older than its key."""
+        `held`. The key is read first, so a reply is never older than its key; the version is
+        read before the config, so it is never newer than the config it comes with. Read after
+        (each statement sees what is committed when it starts), an apply committed between the
+        two paired the new version with the old config, and a client's read-modify-write with
+        that `expected_version` undid the apply it never saw."""
         key = self.keys.config_key()
         if key is not None and key == held:
             return key, None
         with self.engine.connect() as conn:
-            config = config_repo.load_config(conn)
             version = config_repo.config_version(conn)
+            config = config_repo.load_config(conn)
         return key, pb.GetConfigResponse(config=config_to_proto(config), config_version=version)
 
     def DeleteObjects(

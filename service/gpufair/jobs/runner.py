@@ -207,9 +207,10 @@ class PeriodicJobs:
     def _rollup(self, now_s: float) -> str:
         written = 0
         with self.engine.connect() as conn:
+            version = config_repo.config_version(conn)  # before the config (`rollup_pool`)
             config = within_limits(config_repo.load_config(conn))[0]
             for pool in config.pools:
-                written += rollup_repo.rollup_pool(conn, config, pool, now_s)
+                written += rollup_repo.rollup_pool(conn, config, pool, now_s, version)
             conn.commit()
         return f"ok: {written} buckets"
 

@@ -83,11 +83,14 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
     """Roll up, compute and store one pool's fair shares as of `now_s`, in the caller's
     transaction. `NotFound` for an unknown pool. The stored config is read within the input
     limits and stored history that is not finite is skipped; `warnings` says what was."""
+    # Read before the config, so that what is stamped with it is never newer than what was
+    # computed (`rollup_repo.rollup_pool`).
+    version = config_repo.config_version(conn)
     config, clamped = within_limits(config_repo.load_config(conn))
     for gone in set(_plans) - {p.name for p in config.pools}:
         _plans.pop(gone, None)
     pool = config.pool(pool_name)
-    rollup_repo.rollup_pool(conn, config, pool, now_s)
+    rollup_repo.rollup_pool(conn, config, pool, now_s, version)
     usage, dropped = finite_usage(rollup_repo.decayed_usage(conn, config, pool, now_s))
     warnings = [*clamped, *history_warnings(conn, pool, now_s), *dropped]
     for warning in warnings:
@@ -122,7 +125,7 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
         plan,
     )
     _plans[pool.name] = result.shares.plan
-    run_id = fairshare_repo.store_run(conn, result, now_s, config_repo.config_version(conn))
+    run_id = fairshare_repo.store_run(conn, result, now_s, version)
     return Recomputed(result, run_id, now_s, tuple(warnings))
 
 

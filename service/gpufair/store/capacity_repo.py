@@ -3,6 +3,9 @@
 A pool's capacity is the CU of its ready nodes, each counted with the GPUs the batch system last
 reported usable (node_capacity events), else its declared GPU count. A new row is written whenever
 that changes: by a config apply or by a node capacity event.
+
+Capacity is what rollups divide by, so a change is also a rollup dirty mark from its instant (a
+node capacity event may come late, or commit while a rollup runs; `rollup_repo.rollup_pool`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, select, text
 
 from gpufair.domain.usage import Segment
+from gpufair.store import locks
 from gpufair.store import tables as t
 from gpufair.store.ledger_tables import node_capacity, pool_capacity_changes
 
@@ -38,8 +42,19 @@ def capacity_now(conn: Connection) -> dict[str, tuple[float, dict[str, float]]]:
     return {pool: (cu[pool], dict(by_type[pool])) for pool in cu}
 
 
+def lock_changes(conn: Connection) -> None:
+    """Serialise capacity writers until this transaction ends (`locks.CAPACITY`): take it before
+    the first write that changes a capacity (a node's usable GPUs), so the recount after it sees
+    every change committed by another writer. Taking it again in the transaction is free."""
+    locks.xact_lock(conn, locks.CAPACITY)
+
+
 def record_if_changed(conn: Connection, at_s: float, source: str) -> int:
-    """Write a capacity row for every pool whose capacity differs from its latest row."""
+    """Write a capacity row for every pool whose capacity differs from its latest row, and a
+    rollup dirty mark from `at_s` for it. Under `lock_changes` (taken here if the caller has
+    not): without it, two writers at once each recounted without the other's uncommitted change,
+    and the later row lacked the earlier change from then on."""
+    lock_changes(conn)
     latest = {
         r.pool: (r.capacity_cu, r.capacity_gpus_by_type)
         for r in conn.execute(
@@ -62,6 +77,12 @@ def record_if_changed(conn: Connection, at_s: float, source: str) -> int:
                 "capacity_gpus_by_type = EXCLUDED.capacity_gpus_by_type, source = EXCLUDED.source"
             ),
             {"pool": pool, "at": at_s, "cu": cu, "by_type": json.dumps(by_type), "source": source},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO rollup_dirty_marks (pool, dirty_from) VALUES (:pool, to_timestamp(:at))"
+            ),
+            {"pool": pool, "at": at_s},
         )
         written += 1
     return written

@@ -341,6 +341,10 @@ def write(
         plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
     else:
         plan = _copy(pg, keep, ctx, outcomes, hooks)
+    if plan.node_events:
+        # Before the overlap check's lock (`locks.BIND_CHECK` is taken last) and before the
+        # nodes' capacity rows are written: the recount then sees every other change committed.
+        capacity_repo.lock_changes(conn)
     _send_writes(pg, plan, hooks, commit=commit and not plan.node_events)
     if plan.node_events:
         _apply_node_capacity(conn, plan.node_events)

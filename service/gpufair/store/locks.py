@@ -26,6 +26,12 @@ CONFIG = (_NAMESPACE << 32) | 2  # ApplyConfig / DeleteObjects: one change set a
 # transaction: whichever commits second sees the other's holders. Nothing waits for a row lock
 # while holding it (the withdrawal skips locked rows), so it cannot take part in a deadlock.
 BIND_CHECK = (_NAMESPACE << 32) | 3
+# Whatever records pools' capacity (`capacity_repo.record_if_changed`: a config apply, an ingest
+# of node capacity events), from its first capacity write to its commit. Each recomputes a pool's
+# capacity from the nodes it sees: two at once would each miss the other's change, and the later
+# row, the one that counts from then on, would lack the other's. Taken before BIND_CHECK, and
+# held by short transactions only (no job, no scheduling cycle takes it).
+CAPACITY = (_NAMESPACE << 32) | 4
 
 
 def _named_key(name: str) -> int:

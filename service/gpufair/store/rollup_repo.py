@@ -121,8 +121,21 @@ def _leaf_timelines(
     return dict(timelines)
 
 
-def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: float) -> int:
+def rollup_pool(
+    conn: Connection,
+    config: ClusterConfig,
+    pool: NodePool,
+    now_s: float,
+    config_version: int | None = None,
+) -> int:
     """Bring the pool's rollups up to the last complete hour; returns the buckets written.
+
+    `config_version` is the stored config's version read BEFORE `config` was loaded: the buckets
+    are stamped with it, and a later version makes the next rollup redo them all. Read after (or
+    here, the default), an ApplyConfig committed in between stamped buckets made with the old
+    config as the new version's, and they were never redone (a quota raised while a rollup
+    waited for this lock: a queue's over-quota usage counted with the old quota for good). The
+    default is right only where no config can be applied meanwhile (tests, tools).
 
     Serialised per pool (`locks.rollup_key`, for the rest of the caller's transaction): the
     periodic rollup, a recompute and a `Schedule` may all roll one pool up at once, and two
@@ -145,7 +158,7 @@ def rollup_pool(conn: Connection, config: ClusterConfig, pool: NodePool, now_s: 
     """
     locks.xact_lock(conn, locks.rollup_key(pool.name))
     dirty_s = take_dirty_marks(conn, pool.name)  # first: see the rule above
-    version = config_repo.config_version(conn)
+    version = config_repo.config_version(conn) if config_version is None else config_version
     policy = pool.policy
     target_s = floor_hour(now_s)
     mark = _watermark(conn, pool.name)
