@@ -14,6 +14,7 @@ Run from the repository root:
 
 The reference checkout runs in a child process (`PYTHONPATH=OTHER_CHECKOUT/service`), with this
 file's pools, so both versions see the same snapshots. Exit status 1 on the first difference.
+`--queues N` builds the pools with N leaf queues instead of the benchmark's 200.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cycle import build_snapshot, next_snapshot
+from bench_cycle import QUEUES, build_snapshot, next_snapshot
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.snapshot import CycleResult
@@ -51,13 +52,13 @@ def _digest(result: CycleResult) -> dict[str, str]:
     }
 
 
-def _chain(size: int, seed: int) -> dict[str, str]:
+def _chain(size: int, seed: int, queues: int) -> dict[str, str]:
     """The `carried` mix: a digest of each field of each cycle of the chain, and a mark of
     each carried cycle that decided otherwise than the same cycle without records."""
     from gpufair.domain.cycle_memory import CarriedLoad
 
     carried = CarriedLoad()
-    snapshot = build_snapshot(size, seed=seed)
+    snapshot = build_snapshot(size, seed=seed, queues=queues)
     out: dict[str, str] = {}
     for step in ("steady", "next1", "next2", "next3"):
         result = run_cycle(snapshot, carried)
@@ -69,14 +70,15 @@ def _chain(size: int, seed: int) -> dict[str, str]:
     return out
 
 
-def digests(cases: list[tuple[str, int, int]]) -> dict[str, dict[str, str]]:
-    """Per case `mix/size/seed`, a digest of each field of its result."""
+def digests(cases: list[tuple[str, int, int]], queues: int = QUEUES) -> dict[str, dict[str, str]]:
+    """Per case `mix/size/seed`, a digest of each field of its result (pools of `queues` leaf
+    queues)."""
     out = {}
     for mix, size, seed in cases:
         if mix == "carried":
-            out[f"{mix}/{size}/{seed}"] = _chain(size, seed)
+            out[f"{mix}/{size}/{seed}"] = _chain(size, seed, queues)
             continue
-        snapshot = build_snapshot(size, scrambled=mix == "scrambled", seed=seed)
+        snapshot = build_snapshot(size, scrambled=mix == "scrambled", seed=seed, queues=queues)
         if mix == "next":
             snapshot = next_snapshot(snapshot, run_cycle(snapshot))
         out[f"{mix}/{size}/{seed}"] = _digest(run_cycle(snapshot))
@@ -98,11 +100,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,300,1000", help="node counts, comma-separated")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N per mix and size")
     parser.add_argument("--mix", default="steady,next,scrambled", help="and/or carried")
+    parser.add_argument("--queues", type=int, default=QUEUES, help="leaf queues per pool")
     parser.add_argument("--json", action="store_true", help="print the digests as JSON and stop")
     args = parser.parse_args()
     cases = _cases(args.sizes, args.seeds, args.mix)
     if args.json:
-        print(json.dumps(digests(cases)))
+        print(json.dumps(digests(cases, args.queues)))
         return
     if not args.reference:
         parser.error("--reference is required unless --json")
@@ -121,6 +124,8 @@ def main() -> None:
             str(args.seeds),
             "--mix",
             args.mix,
+            "--queues",
+            str(args.queues),
         ],
         env=env,
         check=True,
@@ -128,7 +133,7 @@ def main() -> None:
         text=True,
     )
     theirs = json.loads(child.stdout)
-    ours = digests(cases)
+    ours = digests(cases, args.queues)
     differing = [
         f"{case}: {name}"
         for case, fields in ours.items()

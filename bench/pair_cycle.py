@@ -52,13 +52,16 @@ PHASES: list[tuple[str, dict[str, bool]]] = [
 ]
 
 
-def worker(mix: str, size: int, collector: str = "default", carry: bool = False) -> None:
+def worker(
+    mix: str, size: int, collector: str = "default", carry: bool = False, queues: int = 0
+) -> None:
     """Build the pool, then time one cycle per line read from stdin (one JSON line each).
     `carry`: each timed cycle is given the records the cycle before it left
     (`cycle_memory.CarriedLoad`, where the checkout has it): for the *next* mix those of the
-    steady cycle that made its snapshot, for the others those of the warm-up cycle."""
+    steady cycle that made its snapshot, for the others those of the warm-up cycle.
+    `queues`: the pool's leaf queues (0: the benchmark's, `bench_cycle.QUEUES`)."""
     sys.path.insert(0, str(BENCH))
-    from bench_cycle import build_snapshot, next_snapshot
+    from bench_cycle import QUEUES, build_snapshot, next_snapshot
 
     from gpufair.domain import cycle
     from gpufair.domain.cycle import run_cycle
@@ -69,7 +72,7 @@ def worker(mix: str, size: int, collector: str = "default", carry: bool = False)
         from gpufair.domain.cycle_memory import CarriedLoad
 
         carried = CarriedLoad()
-    snapshot = build_snapshot(size, scrambled=mix == "scrambled")
+    snapshot = build_snapshot(size, scrambled=mix == "scrambled", queues=queues or QUEUES)
     if mix == "next":
         first = run_cycle(snapshot, carried) if carried is not None else run_cycle(snapshot)
         snapshot = next_snapshot(snapshot, first)
@@ -135,10 +138,13 @@ def main() -> None:
         help="give each cycle the records the cycle before it loaded (cycle_memory), where a "
         "checkout has them",
     )
+    parser.add_argument(
+        "--queues", type=int, default=0, help="leaf queues of the pool (default: the benchmark's)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.mix, args.size, args.gc, args.carry)
+        worker(args.mix, args.size, args.gc, args.carry, args.queues)
         return
     trees = args.trees.split(",")
     workers = []
@@ -147,6 +153,7 @@ def main() -> None:
         command = [sys.executable, __file__, "--worker", "--trees", tree]
         command += ["--mix", args.mix, "--size", str(args.size), "--gc", args.gc]
         command += ["--carry"] if args.carry else []
+        command += ["--queues", str(args.queues)] if args.queues else []
         workers.append(
             subprocess.Popen(
                 command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -172,7 +179,9 @@ def main() -> None:
         process.stdin.close()
         process.wait()
     print(
-        f"{args.mix}, {args.size:,} nodes, collector {args.gc}, {args.cycles} cycles each; "
+        f"{args.mix}, {args.size:,} nodes"
+        + (f", {args.queues:,} queues" if args.queues else "")
+        + f", collector {args.gc}, {args.cycles} cycles each; "
         "decisions (binds / evictions / holds): "
         + "; ".join(f"{t}: {' / '.join(map(str, d))}" for t, d in decisions.items())
         + "; carried state: "

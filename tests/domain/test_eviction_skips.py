@@ -12,7 +12,7 @@ from cycle_builders import POOL, count_victim_searches, node, queue, running, sn
 from gpufair.domain import cycle_preempt, cycle_reclaim
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_reclaim import _least_cu_in_share
+from gpufair.domain.cycle_reclaim import least_cu_in_share
 from gpufair.domain.cycle_state import Kind
 from gpufair.domain.placement import PodShape
 from gpufair.domain.queuebook import QueueBook
@@ -95,7 +95,7 @@ def _kind(cu_per_pod: tuple[float, ...]) -> Kind:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_least_cu_in_share_is_below_what_the_share_test_admits(seed: int) -> None:
+def testleast_cu_in_share_is_below_what_the_share_test_admits(seed: int) -> None:
     """Whenever the room is below the bound, `QueueBook.max_pods` (within share) refuses the
     gang minimum on every type; at the bound's own CU (gang minimum times the cheapest CU per
     pod) it admits it."""
@@ -106,7 +106,7 @@ def test_least_cu_in_share_is_below_what_the_share_test_admits(seed: int) -> Non
         gpus_per_pod = rng.choice([0.25, 0.5, 1.0, 2.0, 3.0, 8.0])
         pods = rng.randint(1, 16)
         cu_per_pod = tuple(gpus_per_pod * weight for weight in weights.values())
-        least = _least_cu_in_share(_kind(cu_per_pod), pods)
+        least = least_cu_in_share(_kind(cu_per_pod), pods)
         book.fair_share_cu = rng.choice([7.3, 64.0, 100.1, 1_000.0 / 3.0])
         need = pods * min(cu_per_pod)
         for room in (need, need - EPS, need - 2 * EPS, need * (1 - 1e-15), rng.uniform(0, need)):
@@ -122,10 +122,10 @@ def test_least_cu_in_share_is_below_what_the_share_test_admits(seed: int) -> Non
                 assert computed >= least and max(allowed) >= pods
 
 
-def test_least_cu_in_share_never_refuses_free_or_empty_gangs() -> None:
-    assert _least_cu_in_share(_kind((0.0, 2.0)), 4) == -math.inf
-    assert _least_cu_in_share(_kind((1.0,)), 0) == -math.inf
-    assert _least_cu_in_share(_kind((2.0, 8.0)), 3) == pytest.approx(6.0, rel=1e-11)
+def testleast_cu_in_share_never_refuses_free_or_empty_gangs() -> None:
+    assert least_cu_in_share(_kind((0.0, 2.0)), 4) == -math.inf
+    assert least_cu_in_share(_kind((1.0,)), 0) == -math.inf
+    assert least_cu_in_share(_kind((2.0, 8.0)), 3) == pytest.approx(6.0, rel=1e-11)
 
 
 def test_preempt_searches_no_victims_that_could_not_free_a_whole_pod(

@@ -6,6 +6,8 @@
 - the reservations keep what each group of nodes offers a gang's shape and size, and read again
   only the groups of the nodes held since (`cycle_reserve._fullest_hole`): the same holes as a
   read of every group at every gang;
+- the reservations pass over a waiter whose gang its queue's room in its share cannot hold, and
+  leave unread a queue whose every waiting trial is so refused (`cycle_reserve._Shares`);
 - a queue's answer of its limits for work that is not preemptible serves both allocation
   passes (`CycleState.max_pods`)."""
 
@@ -141,6 +143,75 @@ def test_reservations_read_again_only_the_groups_of_nodes_held_since(
     assert [r.workload_uid for r in kept.reservations] == ["ga", "gb", "gc"]
     assert kept.pending == every.pending
     assert (kept_reads, len(reads)) == (6, 12)
+
+
+def _spent_shares() -> CycleSnapshot:
+    """Queues a and c each hold 5 CU on node x (shares 9 and 9.5) and wait, long enough for a
+    reservation, with 12 four-GPU workloads each; b runs 8 preemptible one-GPU workloads on
+    y above its share of 0. Reclaim takes 4 of b's GPUs for c0 and 4 for a0; a and c then hold
+    9 CU each, 0 and 0.5 CU short of their share, so none of their other 22 waiters can be
+    reserved for."""
+    nodes = [node("x", gpus=10), node("y")]
+    work = [
+        *(running(workload(f"a-run{i}", "a"), [("x", (i,))]) for i in range(5)),
+        *(running(workload(f"c-run{i}", "c"), [("x", (5 + i,))]) for i in range(5)),
+        *(running(workload(f"b{i}", "b"), [("y", (i,))], started_at_s=i) for i in range(8)),
+    ]
+    pending = [
+        workload(f"{name}{i}", name, gpus=4, submit_time_s=i) for name in "ac" for i in range(12)
+    ]
+    return snapshot(
+        nodes,
+        [queue("a", 9), queue("b", 0), queue("c", 9)],
+        {"a": 9, "b": 0, "c": 9.5},
+        running_work=work,
+        pending=pending,
+        gang_reservation_after_s=600,
+        now_s=10_000.0,
+    )
+
+
+def test_reservations_pass_over_waiters_their_share_cannot_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tried: list[str] = []
+    reserve_gang = cycle_reserve.reserve_gang
+
+    def counted(state: CycleState, item: Pending, *args: object, **kwargs: object) -> bool:
+        tried.append(item.uid)
+        return reserve_gang(state, item, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cycle_reserve, "reserve_gang", counted)
+    skipped = run_cycle(_spent_shares())
+    skipped_tries = list(tried)
+    # Every waiter tried, as without the test of the room.
+    tried.clear()
+    monkeypatch.setattr(cycle_reserve._Shares, "refuses", lambda *args: False)
+    monkeypatch.setattr(cycle_reserve._Shares, "refuses_all", lambda *args: False)
+    every = run_cycle(_spent_shares())
+    assert (len(skipped_tries), len(tried)) == (0, 22)
+    assert skipped == every
+    assert sorted({evict.beneficiary_uid for evict in every.evicts}) == ["a0", "c0"]
+    assert len(every.evicts) == 8
+    assert every.reservations[2:] == ()  # the two claims' holds, no gang reservation
+    waiting = {f"{name}{i}" for name in "ac" for i in range(1, 12)}
+    assert {every.pending[uid].code for uid in waiting} == {PendingCode.NO_CAPACITY}
+
+
+def test_a_queue_whose_waiting_trials_are_all_refused_is_not_read() -> None:
+    state = CycleState(_spent_shares())
+    load(state)
+    honour_claims(state)
+    allocate(state, within_share=True)
+    reclaim(state)
+    lists = {name: _Counted(state.queue_pending[name]) for name in ("a", "c")}
+    state.queue_pending.update(lists)
+    cycle_reserve.reserve_for_long_waits(state)
+    # c (first in order: ratio 9 / 9.5 against a's 9 / 9) is read to meet its one trial, and
+    # each of its waiters passed over; a, of the same trial, is not read.
+    assert sorted(state.short_trials) == ["a", "c"]
+    assert (lists["c"].read, lists["a"].read) == (12, 0)
+    assert state.reservations[2:] == []
 
 
 def test_an_answer_for_work_not_preemptible_serves_both_passes(

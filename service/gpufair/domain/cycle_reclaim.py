@@ -121,7 +121,7 @@ def _reclaim_in_order(state: CycleState) -> None:
       read of its kind) has every type failed in the memo (it only grows), in any queue;
     - a workload the share test (`QueueBook.max_pods`, within share) refuses on every type: its
       queue's room in its share is below the gang minimum at the kind's cheapest CU per pod
-      (`_least_cu_in_share`, which reads only the trial's types, GPUs per pod and gang minimum).
+      (`least_cu_in_share`, which reads only the trial's types, GPUs per pod and gang minimum).
       That test caps every queue, with limits or without.
 
     Workloads with victims already leaving for them skip the memo, so they are always tried.
@@ -147,7 +147,7 @@ def _reclaim_in_order(state: CycleState) -> None:
     ]
     leaving = {item.uid for item in claiming}
     dead: set[int] = set()  # `Pending.trial` (either preemptibility) with every type in the memo
-    least_cu: dict[int, float] = {}  # `Pending.trial` → `_least_cu_in_share`
+    least_cu: dict[int, float] = {}  # `Pending.trial` → `least_cu_in_share`
     pending = state.queue_pending
     # Per queue, the trials its wanting workloads can be of (`CycleState.short_trials`); a
     # queue none of whose workloads victims leave for is passed over, unread, once they are
@@ -184,7 +184,7 @@ def _reclaim_in_order(state: CycleState) -> None:
             book = item.book
             least = least_cu.get(trial)
             if least is None:
-                least = _least_cu_in_share(item.kind, item.workload.gang_min_pods)
+                least = least_cu_in_share(item.kind, item.workload.gang_min_pods)
                 least_cu[trial] = least_cu[trial ^ 1] = least
             if book.fair_share_cu - book.allocated_cu + EPS < least:
                 continue
@@ -198,7 +198,7 @@ def _reclaim_in_order(state: CycleState) -> None:
                         break
 
 
-def _least_cu_in_share(kind: Kind, pods: int) -> float:
+def least_cu_in_share(kind: Kind, pods: int) -> float:
     """A room in the queue's share (fair share - allocated + EPS, as `QueueBook.max_pods`
     computes it) below which the share test refuses `pods` pods of `kind` on each of its types:
     the gang minimum at the cheapest type's CU per pod, less a margin wider than the rounding of

@@ -9,6 +9,14 @@ The phase takes no capacity and only adds held nodes, so a hole not found for a 
 shape and size is not found for the next such gang either (`_Ranking.no_hole`), and what a
 group of nodes (a topology domain) offers a gang of one shape and size is read again only once
 a node chosen there is held (`_Ranking.holes`).
+
+Nor does it change a queue's book, so a queue's room in its share is the same for all its
+waiters: a waiter whose gang that room cannot hold on any type (`cycle_reclaim.
+least_cu_in_share`, the test `reserve_gang` makes first, type by type, through
+`QueueBook.max_pods`) is passed over without a try, and a queue whose every trial that can
+wait (`CycleState.short_trials`: only those leave `NO_CAPACITY`) is so refused is not read
+(`_Shares`). In a pool whose queues grow with it most queues are such: at 4,000 nodes and 800
+queues, steady, 5,256 of the 5,627 tries failed that test.
 """
 
 from __future__ import annotations
@@ -17,9 +25,11 @@ import heapq
 import math
 from operator import attrgetter
 
-from gpufair.domain.capacity import Capacity
+from gpufair.domain.capacity import EPS, Capacity
+from gpufair.domain.cycle_reclaim import least_cu_in_share
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import PodShape, pods_fit, pods_fit_empty
+from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import PendingCode, Reservation, ReservationKind
 
 
@@ -40,14 +50,23 @@ def reserve_for_long_waits(state: CycleState) -> None:
     # The long waiters in queue order (`CycleState.in_queue_order`), read lazily: a queue's
     # items stop at its first reservation, so the phase does not walk every pending workload.
     ranking = _Ranking(state.capacity)
+    shares = _Shares()
     pending = state.queue_pending
+    trials_of = state.short_trials
+    books = state.books
     for run in state.queue_runs(pending):
         if len(run) == 1:  # `waits_long` written out: the loop reads every item of a queue
-            for item in pending[run[0]]:
+            name = run[0]
+            book = books[name]
+            room = shares.room(book)
+            if shares.refuses_all(room, trials_of.get(name)):
+                continue
+            for item in pending[name]:
                 if (
                     not item.done
                     and item.code is no_capacity
                     and now_s - item.workload.submit_time_s >= after_s
+                    and not shares.refuses(room, item)
                     and reserve_gang(state, item, ranking=ranking)
                 ):
                     break
@@ -55,8 +74,49 @@ def reserve_for_long_waits(state: CycleState) -> None:
         served: set[str] = set()
         tied = (filter(waits_long, pending[name]) for name in run)
         for item in heapq.merge(*tied, key=attrgetter("order")):
-            if item.book.name not in served and reserve_gang(state, item, ranking=ranking):
+            if (
+                item.book.name not in served
+                and not shares.refuses(shares.room(item.book), item)
+                and reserve_gang(state, item, ranking=ranking)
+            ):
                 served.add(item.book.name)
+
+
+class _Shares:
+    """Whether a queue's room in its share refuses a waiter on every type, known before its
+    try: `reserve_gang` asks `state.pods_allowed(item, type, within_share=True)` first, and
+    `QueueBook.max_pods` caps within the share at floor((fair share - allocated + EPS) / CU per
+    pod); a room below `least_cu_in_share` of the waiter's kind and gang minimum is below that
+    on each type (the bound reclaim passes workloads over by). Books do not change in this
+    phase, so a queue's room is read once."""
+
+    def __init__(self) -> None:
+        # `Pending.trial` → `least_cu_in_share` of its kind and gang minimum (one per trial:
+        # the trial holds the types, GPUs per pod and gang minimum it reads), as met.
+        self.least: dict[int, float] = {}
+
+    @staticmethod
+    def room(book: QueueBook) -> float:
+        return book.fair_share_cu - book.allocated_cu + EPS
+
+    def refuses(self, room: float, item: Pending) -> bool:
+        trial = item.trial
+        least = self.least.get(trial)
+        if least is None:
+            least = self.least[trial] = least_cu_in_share(item.kind, item.workload.gang_min_pods)
+        return room < least
+
+    def refuses_all(self, room: float, trials: set[int] | None) -> bool:
+        """Whether `room` refuses every trial of `trials` (a queue's `short_trials`, which its
+        waiters are all of); False while one of them has not been met yet, or for None."""
+        if trials is None:
+            return False
+        least = self.least
+        for trial in trials:
+            found = least.get(trial)
+            if found is None or not room < found:
+                return False
+        return True
 
 
 class _Ranking:
