@@ -4,7 +4,8 @@ A batch goes in two steps. `prepare` needs no database: conversion results, cano
 digests, duplicates within the batch and every check that depends only on the event and the
 clock. `write` does the rest in the caller's transaction, in a constant number of round trips
 whatever the batch size: one pipelined read of everything the batch needs (its workloads, locked;
-nodes; the earlier run events and intervals of the workloads whose runs it changes), one COPY of
+nodes; the earlier run events and intervals of the workloads whose runs it changes; first of all,
+in a batch with heartbeats, the stale sweeper's lock `locks.SWEEP`, shared), one COPY of
 the new events, and one pipelined set of writes, which can end with the commit. Only then does
 the caller acknowledge. While the database works on each of the three (and on the commit, when
 it waits for an overlap check), the caller can do work of its own (`Overlap`): a stream prepares
@@ -45,7 +46,7 @@ from gpufair.domain.ledger import (
     stop_before_start,
 )
 from gpufair.domain.model import GpuType, Node
-from gpufair.store import bind_overlaps, capacity_repo, runs_repo
+from gpufair.store import bind_overlaps, capacity_repo, locks, runs_repo
 from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
     copy_row,
@@ -468,8 +469,10 @@ def _read_context(
     uids: set[str] = set()
     run_uids: set[str] = set()
     node_names: set[str] = set()
+    heartbeat, beats = EventKind.HEARTBEAT, False
     for c in candidates:
         e = c.event
+        beats = beats or e.kind is heartbeat
         if e.workload_uid:
             uids.add(e.workload_uid)
             if e.kind in RUN_KINDS:
@@ -488,6 +491,10 @@ def _read_context(
         pg.cursor() as types,
     ):
         with pg.pipeline():
+            if beats:
+                # The transaction's first lock (`locks.SWEEP`): the sweeper waits for this batch
+                # to commit before it reads the last signs of life, or this batch waits for it.
+                pg.execute(locks.XACT_LOCK_SHARED_SQL, {"key": locks.SWEEP})
             # Lookups per workload can look costly to a planner whose statistics are behind
             # the table, and JIT-compiling them took longer than running them. The statements
             # are prepared (psycopg does after a few runs) and shaped as lookups per key, so

@@ -32,6 +32,19 @@ BIND_CHECK = (_NAMESPACE << 32) | 3
 # row, the one that counts from then on, would lack the other's. Taken before BIND_CHECK, and
 # held by short transactions only (no job, no scheduling cycle takes it).
 CAPACITY = (_NAMESPACE << 32) | 4
+# The stale sweeper (`services/sweep.py`, exclusive) against the ingests of heartbeats (shared):
+# the first lock of either transaction, before any row lock or other key. A batch holding a
+# heartbeat takes it shared as its first statement and keeps it to its commit, so the sweeper's
+# read of the last signs of life, which waits for it, sees every heartbeat acknowledged before
+# the sweep; a heartbeat batch that comes while the sweeper works waits for its (short)
+# transaction and is acknowledged after the runs it closed. Shared holders never wait for each
+# other. Deadlock-free because it is taken first: a transaction waiting for it holds nothing,
+# and the sweeper, holding it, waits only for row locks of transactions that never ask for it
+# (run events without heartbeats, cycles, cancellations) or hold it already (impossible while it
+# is held exclusive). So never take it after another lock in the same transaction (a second
+# batch of heartbeats in a transaction that already wrote a batch of starts, say): the database
+# would then detect a deadlock with a waiting sweeper and cancel one of the two.
+SWEEP = (_NAMESPACE << 32) | 5
 
 
 def _named_key(name: str) -> int:
