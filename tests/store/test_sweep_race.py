@@ -146,8 +146,8 @@ def test_heartbeat_arriving_during_a_sweep_is_acknowledged_after_it(db: Engine) 
     """The sweeper has read the silent runs and waits for `late`'s row (a cycle holds it) when a
     heartbeat at NOW - 1 min comes: its batch waits for the sweeper's commit, which closes the run
     at NOW - 20 min (80 CU, 53.3 CU-hours, `late` finished); only then is the heartbeat stored and
-    acknowledged. It does not reopen the run: a later sign of life than a stale close is kept but
-    changes nothing (what a reopening would need: docs/RELIABILITY.md)."""
+    acknowledged. It does not reopen the run there: the next sweep does (the heartbeat voids the
+    close), and `late` is running again, 80 CU-hours up to NOW (`test_sweep_revive.py`)."""
     _late_running(db)
     closed: list[object] = []
     batch: list[object] = []
@@ -167,6 +167,9 @@ def test_heartbeat_arriving_during_a_sweep_is_acknowledged_after_it(db: Engine) 
     ended, cu, state, cu_hours = _late_run(db)
     assert (ended, cu, state) == (NOW - 1200, 80.0, "finished")
     assert round(cu_hours, 1) == 53.3
+    with db.begin() as conn:
+        assert _sweep(conn) == 0
+    assert _late_run(db) == (None, 80.0, "running", 80.0)
 
 
 def test_silent_run_without_heartbeats_is_closed_at_its_start(db: Engine) -> None:

@@ -11,6 +11,14 @@ Pairing rules:
   open they are orphans and change nothing (a stop that arrived before its start is kept, and
   pairs once the start arrives, as long as it is not earlier than that start).
 - `stale` is written by the sweeper when heartbeats stop: the run ends at its last sign of life.
+- A `stale` close is void when the workload showed a sign of life after it: given the instant of
+  its latest heartbeat (`alive_at_s`), a `stale` earlier than that closes nothing, and the run
+  goes on (it ran through the silence: a cut-off batch system came back and still reports it).
+  Unless a `started` lies between the two (after the stale, not after the heartbeat): that
+  heartbeat may be the new start's, so the close stands, as it did before a start re-opened the
+  workload. Real stops keep their meaning whatever comes after them. Only the latest heartbeat
+  is needed, the one retention keeps; a `stale` at it or after it (the sweeper's close of a run
+  silent again) stands.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ RUN_KINDS = END_KINDS | {EventKind.STARTED}
 MAX_FUTURE_SKEW_S = 300.0
 # Events older than this are refused: their usage would fall before any retained history.
 MAX_AGE_S = 400 * 86400.0
-# Namespace of the ids the sweeper gives its `stale` events: one per run, so sweeps are idempotent.
+# Namespace of the ids the sweeper gives its `stale` events: one per close (`stale_event_id`).
 STALE_NAMESPACE = uuid.UUID("3f0d6f0e-8a53-4b5e-9d7c-6a2f2c1e9b41")
 
 
@@ -116,15 +124,19 @@ def _order(event: LedgerEvent) -> tuple[float, int, str]:
     return (event.occurred_at_s, 0 if event.kind is _STARTED else 1, event.event_id)
 
 
-def derive_runs(events: Iterable[LedgerEvent]) -> list[Run]:
-    """A workload's runs from its start and stop events, in any arrival order."""
+def derive_runs(events: Iterable[LedgerEvent], alive_at_s: float | None = None) -> list[Run]:
+    """A workload's runs from its start and stop events, in any arrival order; `alive_at_s`: the
+    instant of its latest heartbeat, if it has one (it voids earlier `stale` closes)."""
     runs: list[Run] = []
     opened: LedgerEvent | None = None  # the start of the open run
-    for event in sorted((e for e in events if e.kind in RUN_KINDS), key=_order):
+    ordered = sorted((e for e in events if e.kind in RUN_KINDS), key=_order)
+    for event in ordered:
         if event.kind is _STARTED:
             if opened is None:
                 opened = event
         elif opened is not None:
+            if event.kind is _STALE and _void_close(event, ordered, alive_at_s):
+                continue
             runs.append(
                 Run(
                     opened.event_id,
@@ -138,6 +150,17 @@ def derive_runs(events: Iterable[LedgerEvent]) -> list[Run]:
     if opened is not None:
         runs.append(Run(opened.event_id, opened.occurred_at_s, opened.pods))
     return runs
+
+
+def _void_close(
+    stale: LedgerEvent, events: Sequence[LedgerEvent], alive_at_s: float | None
+) -> bool:
+    """Whether `stale` is void: a heartbeat later than it and no start of `events` in between
+    (see the module's docstring)."""
+    stale_s = stale.occurred_at_s
+    if alive_at_s is None or alive_at_s <= stale_s:
+        return False
+    return not any(stale_s < e.occurred_at_s <= alive_at_s for e in events if e.kind is _STARTED)
 
 
 def state_after(runs: Sequence[Run], current: WorkloadState) -> WorkloadState:
@@ -187,8 +210,14 @@ def interval_rows(
     return rows
 
 
-def stale_event_id(start_event_id: str) -> str:
-    return str(uuid.uuid5(STALE_NAMESPACE, start_event_id))
+def stale_event_id(start_event_id: str, alive_at_s: float) -> str:
+    """The id of the sweeper's close of the run started by `start_event_id`, silent since
+    `alive_at_s`: one per close, not per run. Sweeping the same silence twice gives one id (the
+    second is a replay); a run revived by a later heartbeat and silent again gets a new close.
+    The instant enters in whole microseconds, as stored. Closes stored when the id named the run
+    alone (`uuid5(STALE_NAMESPACE, start_event_id)`) stay valid: the rule that voids a close
+    reads its instant, not its id."""
+    return str(uuid.uuid5(STALE_NAMESPACE, f"{start_event_id}@{round(alive_at_s * 1e6)}"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import enum
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -197,11 +197,13 @@ def ingest(
     now_s: float,
     *,
     internal: bool = False,
+    rederive: Collection[str] = (),
 ) -> list[EventOutcome]:
     """Store a batch of events. Items that could not even be converted come as (event_id, error).
     Returns one outcome per item, in order. `internal` admits the kinds only gpufair writes
-    (`stale`, from the sweeper)."""
-    return write(conn, prepare(events, now_s, internal=internal)).as_list()
+    (`stale`, from the sweeper); `rederive`: see `write`."""
+    batch = prepare(events, now_s, internal=internal)
+    return write(conn, batch, rederive=rederive).as_list()
 
 
 def prepare(
@@ -294,6 +296,11 @@ class _Context:
     run_events: dict[str, list[LedgerEvent]]  # of the batch's workloads, stored before it
     intervals: list[runs_repo.IntervalRecord]  # of the same workloads
     gpu_types: dict[str, GpuType]
+    rederive: set[str]  # workloads whose runs are derived again without an event of the batch
+    # Of the workloads whose runs are derived, those with a stored `stale` event, and the instant
+    # of the latest stored heartbeat of each of them that has one (`derive_runs`).
+    staled: set[str]
+    alive_at: dict[str, float]
 
 
 @dataclass(slots=True)
@@ -315,6 +322,7 @@ def write(
     overlap: Overlap | None = None,
     commit: bool = False,
     known: KnownWorkloads | None = None,
+    rederive: Collection[str] = (),
 ) -> Outcomes:
     """Store a prepared batch in `conn`'s transaction; one outcome per item, in order.
 
@@ -328,14 +336,18 @@ def write(
 
     `known` holds workloads seen to exist: heartbeats of those are not looked up, and those
     looked up are added to it.
+
+    `rederive` names workloads whose runs and states are derived again from their stored events
+    as if the batch held one of theirs (locked, written and checked for overlaps as theirs would
+    be): the sweeper's way to reopen runs whose stale close a later heartbeat voided.
     """
     outcomes = batch.outcomes
-    if not batch.candidates:
+    if not batch.candidates and not rederive:
         return outcomes
     hooks = overlap or Overlap()
     pg = _driver(conn)
     ctx = _read_context(
-        pg, batch.candidates, hooks, known if known is not None else KnownWorkloads(0)
+        pg, batch.candidates, hooks, known if known is not None else KnownWorkloads(0), rederive
     )
     keep = _validate(batch, ctx)
     if expect_duplicates:
@@ -436,23 +448,25 @@ def _plan_group(kept: Sequence[Sequence[Candidate]], ctx: _Context) -> _Plan:
     several of them change taken through their runs batch after batch, as separate
     transactions would (a workload's state depends on the state it had: `state_after`)."""
     plan = _plan([c for keep in kept for c in keep], ctx)
-    by_batch: dict[str, list[list[LedgerEvent]]] = defaultdict(list)
-    for keep in kept:
+    by_batch: dict[str, list[tuple[int, list[LedgerEvent]]]] = defaultdict(list)
+    for index, keep in enumerate(kept):
         mine: dict[str, list[LedgerEvent]] = defaultdict(list)
         for c in keep:
             if c.read_back is not None:
                 mine[c.event.workload_uid].append(c.read_back)
         for uid, events in mine.items():
-            by_batch[uid].append(events)
+            by_batch[uid].append((index, events))
     states = plan.change.states
     for uid, parts in by_batch.items():
         if len(parts) < 2 or uid not in ctx.workloads:
             continue
         before = state = ctx.workloads[uid][1]
         events = list(ctx.run_events.get(uid, []))
-        for part in parts:
+        for index, part in parts:
             events += part
-            state = state_after(derive_runs(events), state)
+            # Each batch's state with the heartbeats of the batches up to it, as if alone.
+            alive = _alive_at(ctx, kept[: index + 1]).get(uid) if uid in ctx.staled else None
+            state = state_after(derive_runs(events, alive), state)
         if state is before:
             states.pop(uid, None)
         else:
@@ -465,9 +479,10 @@ def _read_context(
     candidates: Sequence[Candidate],
     hooks: Overlap,
     known: KnownWorkloads,
+    rederive: Collection[str] = (),
 ) -> _Context:
-    uids: set[str] = set()
-    run_uids: set[str] = set()
+    uids: set[str] = set(rederive)
+    run_uids: set[str] = set(rederive)
     node_names: set[str] = set()
     heartbeat, beats = EventKind.HEARTBEAT, False
     for c in candidates:
@@ -524,10 +539,15 @@ def _read_context(
             {},
             [],
             {},
+            set(rederive),
+            set(),
+            {},
         )
         known.add(ctx.workloads.keys() | (others - ctx.missing))
         if run_uids:
-            ctx.run_events = runs_repo.run_events_from_rows(runs.fetchall())
+            rows = runs.fetchall()
+            ctx.run_events = runs_repo.run_events_from_rows(rows)
+            ctx.staled = {r[1] for r in rows if r[2] == "stale"}
             ctx.intervals = runs_repo.intervals_from_rows(intervals.fetchall())
             ctx.gpu_types = {r[0]: GpuType(r[0], r[1], r[2]) for r in types.fetchall()}
     # Runs are re-derived with their pods: earlier starts may name nodes this batch does not.
@@ -536,6 +556,11 @@ def _read_context(
     if missing:
         rows = pg.execute(runs_repo.NODES_SQL, (text_array(missing),)).fetchall()
         ctx.nodes.update(runs_repo.nodes_from_rows(rows))
+    # A stale close is void if a later heartbeat came (`derive_runs`): the workloads that have
+    # one need their latest heartbeat, read in a round trip of its own, as rare as they are.
+    if ctx.staled:
+        rows = pg.execute(runs_repo.LATEST_BEATS_SQL, (text_array(ctx.staled),)).fetchall()
+        ctx.alive_at = {r[0]: r[1] for r in rows}
     return ctx
 
 
@@ -685,16 +710,34 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
             node_events.append(e)
 
     change = runs_repo.RunsChange()
-    rebuild = {u: ctx.workloads[u] for u in sorted(new_run_events) if u in ctx.workloads}
+    uids = sorted(new_run_events.keys() | (ctx.rederive - ctx.purged))
+    rebuild = {u: ctx.workloads[u] for u in uids if u in ctx.workloads}
     if rebuild:
-        events = {u: ctx.run_events.get(u, []) + new_run_events[u] for u in rebuild}
-        change = runs_repo.plan_runs(rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types)
+        events = {u: ctx.run_events.get(u, []) + new_run_events.get(u, []) for u in rebuild}
+        alive = _alive_at(ctx, [stored]) if ctx.staled else None
+        change = runs_repo.plan_runs(
+            rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types, alive
+        )
     opened = [r for r in change.insert if r.ended_at_s is None]
     if opened and bind_overlaps.runs_within_bindings(
         ((r.workload_uid, r.pods) for r in opened), ctx.bindings
     ):
         opened = []
     return _Plan(change, node_events, opened)
+
+
+def _alive_at(ctx: _Context, parts: Iterable[Sequence[Candidate]]) -> dict[str, float]:
+    """The latest heartbeat of each workload of `ctx.staled`, stored or among `parts` (as it
+    reads back): a heartbeat of the batch voids an earlier stale close as a stored one does."""
+    alive = dict(ctx.alive_at)
+    heartbeat, staled = EventKind.HEARTBEAT, ctx.staled
+    for part in parts:
+        for c in part:
+            e = c.event
+            if e.kind is heartbeat and e.workload_uid in staled:
+                at = stored_epoch_s(e.occurred_at_s)
+                alive[e.workload_uid] = max(alive.get(e.workload_uid, at), at)
+    return alive
 
 
 def _send_writes(pg: psycopg.Connection[Any], plan: _Plan, hooks: Overlap, *, commit: bool) -> None:

@@ -116,6 +116,13 @@ allocation_intervals = Table(
         "pool",
         postgresql_where=text("ended_at IS NULL"),
     ),
+    # The sweeper looks for recent stale closes that a later heartbeat voids
+    # (`runs_repo.revived_runs`): few rows, kept apart so the look stays an index range scan.
+    Index(
+        "ix_allocation_intervals_stale_end",
+        "ended_at",
+        postgresql_where=text("end_kind = 'stale'"),
+    ),
     # Window queries ("what ran in [lo, hi)") must not scan all earlier history. A GiST index on
     # the run's time range answers `&&` in O(log n + matches), but it is the dearest write of an
     # interval (about as much as the row and its other indexes together), and most runs are

@@ -49,6 +49,16 @@ INTERVALS_SQL = (
     "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
     "SELECT * FROM allocation_intervals WHERE workload_uid = u.uid OFFSET 0) AS i"
 )
+# The latest heartbeat of each workload (the sign of life that voids earlier `stale` closes,
+# `derive_runs`): read backwards along the workload's events, one row however long it ran. Read
+# only for workloads with a `stale` event, which few have: other derivations need no heartbeat.
+LATEST_BEATS_SQL = (
+    "SELECT u.uid, extract(epoch FROM b.at)::float8 "
+    "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
+    "SELECT e.occurred_at AS at FROM ledger_events e "
+    "WHERE e.workload_uid = u.uid AND e.kind = 'heartbeat' "
+    "ORDER BY e.occurred_at DESC LIMIT 1) AS b"
+)
 NODES_SQL = "SELECT name, pool, gpu_type, gpu_count FROM nodes WHERE name = ANY(%s::text[])"
 # A weight stored before the input limits is read within them (domain/stored_limits.py): a run's
 # CU must be finite, or its whole batch could not be stored.
@@ -141,14 +151,17 @@ def plan_runs(
     current: Iterable[IntervalRecord],
     nodes: Mapping[str, Node],
     gpu_types: Mapping[str, GpuType],
+    alive_at: Mapping[str, float] | None = None,
 ) -> RunsChange:
-    """Derive the runs of each workload in `workloads` from all of its run `events`, and compare
-    with its `current` intervals: rows that stay as they are are not written again."""
+    """Derive the runs of each workload in `workloads` from all of its run `events` (and the
+    instant of its latest heartbeat in `alive_at`, for a workload with a `stale` event), and
+    compare with its `current` intervals: rows that stay as they are are not written again."""
+    alive = alive_at or {}
     change = RunsChange()
     previous = [r for r in current if r.workload_uid in workloads]
     derived: list[IntervalRecord] = []
     for uid, (ref, state) in workloads.items():
-        runs = derive_runs(events.get(uid, ()))
+        runs = derive_runs(events.get(uid, ()), alive.get(uid))
         for r in interval_rows(runs, nodes, gpu_types):
             pods = [pod_json(p) for p in r.pods]
             end_kind = r.end_kind.value if r.end_kind else None
@@ -257,3 +270,43 @@ def silent_runs(conn: Connection, cutoff_s: float) -> list[SilentRun]:
         {"cutoff": cutoff_s},
     ).all()
     return [SilentRun(r.workload_uid, r.start_id, r.alive_at_s) for r in rows]
+
+
+class RevivedRun(NamedTuple):
+    workload_uid: str
+    start_id: str  # the start event of the run closed as stale
+    alive_at_s: float  # the workload's latest heartbeat, later than the close
+
+
+def revived_runs(conn: Connection, since_s: float) -> list[RevivedRun]:
+    """Runs closed as stale at or after `since_s` whose workload has a heartbeat later than the
+    close and no start in between: the close is void (`derive_runs`), the run goes on.
+
+    Read through the partial index of stale ends, whose rows are few (stale closes are rare, and
+    a revived run's row is replaced by an open one): `since_s` bounds how far back it looks,
+    so the read stays a short index scan and a probe or two per close, whatever the table."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT ON (i.workload_uid) i.workload_uid,
+                   i.start_event_id::text AS start_id,
+                   extract(epoch FROM beat.at)::float8 AS alive_at_s
+            FROM allocation_intervals i
+            CROSS JOIN LATERAL (
+                SELECT e.occurred_at AS at FROM ledger_events e
+                WHERE e.workload_uid = i.workload_uid AND e.kind = 'heartbeat'
+                ORDER BY e.occurred_at DESC LIMIT 1
+            ) AS beat
+            WHERE i.end_kind = 'stale' AND i.ended_at >= to_timestamp(:since)
+              AND beat.at > i.ended_at
+              AND NOT EXISTS (
+                  SELECT 1 FROM ledger_events s
+                  WHERE s.workload_uid = i.workload_uid AND s.kind <> 'heartbeat'
+                    AND s.kind = 'started' AND s.occurred_at > i.ended_at
+                    AND s.occurred_at <= beat.at)
+            ORDER BY i.workload_uid, i.ended_at DESC
+            """
+        ),
+        {"since": since_s},
+    ).all()
+    return [RevivedRun(r.workload_uid, r.start_id, r.alive_at_s) for r in rows]
