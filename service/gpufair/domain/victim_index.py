@@ -101,8 +101,9 @@ WalkKey = tuple[int, float, int, float, int]
 Key = tuple[int, float, int, float, int]
 Option = tuple[Key, list[Victim]] | None
 # Per node, its last option: the version of the node's capacity it was computed at, the
-# (queue, CU budget, GPU budget) it read, and the option.
-OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option]]
+# (queue, CU budget, GPU budget) it read, the option, and the victims its budget tests passed
+# (the option's prefix; for None, every victim that passed).
+OptionTable = dict[int, tuple[int, tuple[tuple[str, float, float], ...], Option, list[Victim]]]
 
 
 class VictimIndex:
@@ -315,9 +316,11 @@ class VictimIndex:
         of the node's capacity it was computed at and the budgets it read (one per node: an
         option of a state a search made, victims released, is of no use once the search is
         over). An option is a function of the node's
-        capacity, its victims, the shape and the budgets of the queues of the victims it read,
-        and nothing else: a search finding an entry at the node's current version whose
-        budgets are unchanged has the option without computing it."""
+        capacity, its victims, the shape and the answers of its budget tests, and nothing
+        else: a search finding an entry at the node's current version whose budgets are
+        unchanged has the option without computing it, and one whose budgets changed (another
+        eviction from a queue it read) has it when each test, asked again, answers as before
+        (`victim_search._greedy`'s `same_tests`)."""
         same = self._last_table.get((id(shape), below, bounded))
         if same is not None and same[0] is shape:
             return same[1]  # the shape object of an earlier search: no hash of its fields

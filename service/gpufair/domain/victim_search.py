@@ -414,7 +414,8 @@ def _greedy(
 
     def option(node: int) -> Option:
         """The node's best option now: kept from an earlier search or step if the node's
-        capacity, victims and the budgets it read are unchanged, else computed and kept."""
+        capacity and victims are unchanged and so are the budgets it read or the answers of
+        its budget tests (`same_tests`), else computed and kept."""
         state = nodes[node]
         version = state.version
         entry = table.get(node)
@@ -423,6 +424,10 @@ def _greedy(
                 if cu_left.get(queue, 0.0) != cu or gpus_left.get(queue, math.inf) != gpus:
                     break
             else:
+                return entry[2]
+            now_read = same_tests(entry[1], entry[3])
+            if now_read is not None:
+                table[node] = (version, now_read, entry[2], entry[3])
                 return entry[2]
         read: list[tuple[str, float, float]] = []  # the budgets read, in first-read order
         used: list[float] | None = None  # the node's GPUs as victims go, copied at the first
@@ -480,10 +485,48 @@ def _greedy(
                     -prefix[0].started_at_s,
                     node,
                 )
-                table[node] = (version, tuple(read) if read else (), (key, prefix))
+                table[node] = (version, tuple(read) if read else (), (key, prefix), prefix)
                 return key, prefix
-        table[node] = (version, tuple(read) if read else (), None)
+        table[node] = (version, tuple(read) if read else (), None, prefix)
         return None
+
+    def same_tests(
+        read: tuple[tuple[str, float, float], ...], passed: list[Victim]
+    ) -> tuple[tuple[str, float, float], ...] | None:
+        """The budgets a node's kept option reads now (`read`: as they were when it was
+        computed), if each budget test `option` made for it would answer as it did; else None.
+        Then the prefixes are the same, so the option is, and it need not be computed again
+        (a budget changed by another eviction from a queue read rarely changes an answer:
+        scrambled, 4,000 nodes, 1 of 4,601 kept options). Exact without reading the node: a
+        test's spent CU and GPUs are its queue's earlier passes', so with the same passes, a
+        test that failed fails again when no budget it read rose (its bound `budget - spent +
+        EPS` can only fall), and the passes (`passed`, in order) are asked again."""
+        for queue, cu, gpus in read:
+            if cu_left.get(queue, 0.0) > cu or gpus_left.get(queue, math.inf) > gpus:
+                return None  # a test that failed might pass now
+        spent_cu: dict[str, float] = {}
+        spent_gpus: dict[str, float] = {}
+        for victim in passed:
+            if victim.uid in released:
+                return None
+            queue = victim.queue
+            spent = spent_cu.get(queue)
+            if spent is None:
+                spent = spent_gpu = 0.0
+            else:
+                spent_gpu = spent_gpus[queue]
+            if victim.cu > cu_left.get(queue, 0.0) - spent + EPS or (
+                victim.gpus > gpus_left.get(queue, math.inf) - spent_gpu + EPS
+            ):
+                return None
+            spent_cu[queue] = spent + victim.cu
+            spent_gpus[queue] = spent_gpu + victim.gpus
+        return tuple(
+            [
+                (queue, cu_left.get(queue, 0.0), gpus_left.get(queue, math.inf))
+                for queue, _, _ in read
+            ]
+        )
 
     # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
     per_pod = float(whole) if whole else shape.gpus_per_pod if shape.shares_gpu else 0.0
@@ -562,14 +605,22 @@ def _greedy(
             # whatever else holds; with a heap, when its key sorts before the heap's top.
             skip_all = passing and not heap and least_freeable > 0
             top = heap[0][0] if passing and heap else None
+            top_tier = top[0] if top is not None else 0
             for entry in walk:
                 node = entry[4]
-                if skip_all and freeable[node] < least_freeable:
-                    continue  # passed whether or not it is a full node now
                 tier, cu_per_gpu, priority_class, late, _ = entry
-                if top is not None and freeable[node] < least_freeable:
-                    key = (tier, cu_per_gpu * per_pod, priority_class, late, node)
-                    if key < top:
+                if freeable[node] < least_freeable:
+                    if skip_all:
+                        continue  # passed whether or not it is a full node now
+                    # Its key sorts before the top when its tier does (the first field: half
+                    # the nodes passed here), so its key is made only on a tie of tiers.
+                    if top is not None and (
+                        tier < top_tier
+                        or (
+                            tier == top_tier
+                            and (tier, cu_per_gpu * per_pod, priority_class, late, node) < top
+                        )
+                    ):
                         continue
                 state = nodes[node]
                 if (
