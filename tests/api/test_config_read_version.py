@@ -16,20 +16,11 @@ from gpufair.domain.model import QueueQuota, frozen_map
 from gpufair.store import config_repo, locks
 from gpufair.v1 import cluster_pb2 as pb
 from tests.api.ledger_support import cluster
+from tests.lock_waits import waiting_on_locks
 
 
 def _deserved(config: pb.ClusterConfig) -> dict[str, float]:
     return {q.name: q.quotas[0].deserved_cu for q in config.queues}
-
-
-def _waiting_on_locks(db: Engine) -> int:
-    with db.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        ).scalar_one()
 
 
 def test_read_modify_write_never_undoes_a_config_committed_during_the_read(
@@ -70,7 +61,7 @@ def test_read_modify_write_never_undoes_a_config_committed_during_the_read(
         reading = threading.Thread(target=read)
         reading.start()
         deadline = time.monotonic() + 20
-        while _waiting_on_locks(db) != 1 and reading.is_alive():
+        while waiting_on_locks(db) != 1 and reading.is_alive():
             assert time.monotonic() < deadline, "GetConfig never waited for the budgets"
             time.sleep(0.02)
         assert reading.is_alive(), "GetConfig did not read the budgets after the queues"

@@ -16,13 +16,12 @@ from sqlalchemy import Engine, text
 from gpufair.domain.ledger import EventKind, LedgerEvent
 from gpufair.domain.model import ClusterConfig
 from gpufair.store import capacity_repo, ingest_pipeline, rollup_repo
+from tests.lock_waits import until, waiting_on_locks
 from tests.store.test_rollups import (
     HOUR,
     NOW,
     _first_rollup_race_setup,
     _rollup_during_uncommitted_ingest,
-    _until,
-    _waiting_on_locks,
     assert_close,
 )
 
@@ -88,8 +87,8 @@ def test_capacity_changes_of_one_pool_committed_together_are_both_recorded(db: E
         second = threading.Thread(target=other)
         second.start()
         # Either it waits for the first (a lock), or it commits without seeing it.
-        _until(
-            lambda: not second.is_alive() or _waiting_on_locks(db) == 1,
+        until(
+            lambda: not second.is_alive() or waiting_on_locks(db) == 1,
             "the second capacity change neither finished nor waited",
         )
         first.commit()

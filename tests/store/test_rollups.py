@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -39,6 +38,7 @@ from gpufair.store import (
     rollup_repo,
     workload_repo,
 )
+from tests.lock_waits import until, waiting_on_locks
 
 NOW = 1_767_225_600.0 + 1234.5  # 2026-01-01 00:20:34.5 UTC: mid-hour on purpose
 HOUR = 3600.0
@@ -292,24 +292,6 @@ def test_concurrent_rollups_of_one_pool_never_collide(db: Engine) -> None:
     assert sorted(written) == [0] * 15 + [2 * 24] * 5
 
 
-def _waiting_on_locks(db: Engine) -> int:
-    """Backends of this test's database that wait for a lock held by another transaction."""
-    with db.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        ).scalar_one()
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 20
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def _first_rollup_race_setup(db: Engine) -> tuple[ClusterConfig, list[LedgerEvent]]:
     """Pool `p` with one run of 2 A100 (20 CU) over [NOW-10h, NOW-8h), never rolled up (no
     watermark row). Returns the config and a late run of 8 A100 (80 CU) over [NOW-5h, NOW-3h)."""
@@ -395,11 +377,11 @@ def test_late_run_ingested_during_a_pools_first_rollup_is_counted(db: Engine) ->
         holder.execute(text("LOCK TABLE fairness_hourly IN EXCLUSIVE MODE"))
         rolling = threading.Thread(target=rollup)
         rolling.start()
-        _until(lambda: _waiting_on_locks(db) == 1, "the rollup never reached its writes")
+        until(lambda: waiting_on_locks(db) == 1, "the rollup never reached its writes")
         ingesting = threading.Thread(target=ingest)
         ingesting.start()
         # The ingest ends while the rollup still waits: ingests never wait for rollups.
-        _until(lambda: not ingesting.is_alive(), "the ingest waited for the rollup")
+        until(lambda: not ingesting.is_alive(), "the ingest waited for the rollup")
         assert rolling.is_alive()
         holder.rollback()
     rolling.join(timeout=30)
@@ -502,7 +484,7 @@ def test_config_applied_while_a_rollup_waits_is_rolled_up_again(
         locks.xact_lock(holder, locks.rollup_key("p"))
         rolling = threading.Thread(target=rollup)
         rolling.start()
-        _until(lambda: _waiting_on_locks(db) == 1, "the rollup never reached the pool's lock")
+        until(lambda: waiting_on_locks(db) == 1, "the rollup never reached the pool's lock")
         with db.begin() as conn:
             install(conn, raised, NOW)
         holder.rollback()

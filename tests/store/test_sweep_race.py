@@ -21,7 +21,8 @@ from gpufair.domain.model import Workload
 from gpufair.services.sweep import sweep
 from gpufair.store import ingest_pipeline, workload_repo
 from gpufair.store.ingest_pipeline import EventStatus
-from tests.store.test_rollups import HOUR, NOW, _first_rollup_race_setup, _until
+from tests.lock_waits import until, waiting_on_locks
+from tests.store.test_rollups import HOUR, NOW, _first_rollup_race_setup
 
 
 def _late_running(db: Engine, *, beat: bool = True) -> None:
@@ -36,20 +37,6 @@ def _late_running(db: Engine, *, beat: bool = True) -> None:
         workload_repo.submit(conn, [Workload("other", "c", "p", 1, 1, NOW - 600)])
         stored = ingest_pipeline.ingest(conn, events, NOW)
         assert [o.status for o in stored] == [EventStatus.STORED] * len(events)
-
-
-def _waiting(db: Engine, event: str | None = None) -> int:
-    """Backends of this test's database waiting for a lock (of kind `event`: 'advisory' for
-    `locks.SWEEP`, 'tuple' or 'transactionid' for a row)."""
-    with db.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND (CAST(:event AS text) IS NULL "
-                "OR wait_event = :event)"
-            ),
-            {"event": event},
-        ).scalar_one()
 
 
 def _in_thread(db: Engine, work: Callable[..., object], results: list[object]) -> threading.Thread:
@@ -112,9 +99,11 @@ def test_heartbeat_acknowledged_while_the_sweeper_works_keeps_its_run_open(
         beating = _in_thread(
             db, lambda c: ingest_pipeline.ingest(c, [_beat(), started], NOW), batch
         )
-        _until(lambda: _waiting(db) == 1, "the heartbeat's batch never reached the row")
+        until(lambda: waiting_on_locks(db) == 1, "the heartbeat's batch never reached the row")
         sweeping = _in_thread(db, _sweep, closed)
-        _until(lambda: _waiting(db, "advisory") == 1, "the sweeper never waited for the batch")
+        until(
+            lambda: waiting_on_locks(db, "advisory") == 1, "the sweeper never waited for the batch"
+        )
         cycle.rollback()
     beating.join(timeout=30)
     outcomes = batch[0]
@@ -135,7 +124,9 @@ def test_heartbeat_in_flight_when_the_sweep_starts_keeps_its_run_open(db: Engine
     with db.begin() as conn:
         assert ingest_pipeline.ingest(conn, [_beat()], NOW)[0].status is EventStatus.STORED
         sweeping = _in_thread(db, _sweep, closed)
-        _until(lambda: _waiting(db, "advisory") == 1, "the sweeper never waited for the batch")
+        until(
+            lambda: waiting_on_locks(db, "advisory") == 1, "the sweeper never waited for the batch"
+        )
         assert closed == []
     sweeping.join(timeout=30)
     assert closed == [0]
@@ -154,9 +145,12 @@ def test_heartbeat_arriving_during_a_sweep_is_acknowledged_after_it(db: Engine) 
     with db.connect() as cycle:
         cycle.execute(text("SELECT 1 FROM workloads WHERE uid = 'late' FOR UPDATE"))
         sweeping = _in_thread(db, _sweep, closed)
-        _until(lambda: _waiting(db) == 1, "the sweeper never reached the workload")
+        until(lambda: waiting_on_locks(db) == 1, "the sweeper never reached the workload")
         beating = _in_thread(db, lambda c: ingest_pipeline.ingest(c, [_beat()], NOW), batch)
-        _until(lambda: _waiting(db, "advisory") == 1, "the heartbeat never waited for the sweep")
+        until(
+            lambda: waiting_on_locks(db, "advisory") == 1,
+            "the heartbeat never waited for the sweep",
+        )
         assert batch == []
         cycle.rollback()
     sweeping.join(timeout=30)
