@@ -105,8 +105,8 @@ def test_sweeper_closes_silent_runs_at_their_last_heartbeat(
             [started("quiet", now - 7200), beat, started("alive", now - 7200, "gpu-02"), fresh],
             now,
         )
-        assert sweep(conn, now, stale_after_s=600) == 1
-        assert sweep(conn, now, stale_after_s=600) == 0  # idempotent
+        assert sweep(conn, now, stale_after_s=600) == (1, 0)
+        assert sweep(conn, now, stale_after_s=600) == (0, 0)  # idempotent
         rows = conn.execute(
             text(
                 "SELECT workload_uid, end_kind, extract(epoch FROM ended_at)::float8 "
@@ -146,7 +146,7 @@ def test_retention_keeps_what_runs_need(cluster: GpufairClient, db: Engine) -> N
             )
         ).all()
         # The latest heartbeat stays, however old: the sweeper closes the run there.
-        assert sweep(conn, now, stale_after_s=600) == 1
+        assert sweep(conn, now, stale_after_s=600) == (1, 0)
         ended = conn.execute(
             text(
                 "SELECT extract(epoch FROM ended_at)::float8 FROM allocation_intervals "
@@ -209,7 +209,7 @@ def test_recompute_job_updates_metrics(cluster: GpufairClient, db: Engine) -> No
     with db.connect() as conn:
         outcomes = dict(conn.execute(text("SELECT job, outcome FROM job_claims")).all())
     assert outcomes["recompute:default"].startswith("ok: run ")
-    assert outcomes["sweep"] == "ok: 0 stale runs closed"
+    assert outcomes["sweep"] == "ok: 0 stale runs closed, 0 reopened"
     registry = CollectorRegistry()
     registry.register(StateCollector(db, cache_s=0.0))
     labels = {"pool": "default", "queue": "llm"}

@@ -216,9 +216,9 @@ class PeriodicJobs:
 
     def _sweep(self, now_s: float) -> str:
         with self.engine.connect() as conn:
-            closed = sweep(conn, now_s, self.settings.stale_after_s)
+            swept = sweep(conn, now_s, self.settings.stale_after_s)
             conn.commit()
-        return f"ok: {closed} stale runs closed"
+        return f"ok: {swept.closed} stale runs closed, {swept.reopened} reopened"
 
     def _retention(self, now_s: float) -> str:
         with self.engine.connect() as conn:

@@ -33,6 +33,8 @@ stale events with the reopened workloads), which bounds how long heartbeats can 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sqlalchemy import Connection
 
 from gpufair.domain.ledger import EventKind, LedgerEvent, stale_event_id
@@ -46,13 +48,21 @@ DEFAULT_STALE_AFTER_S = 600.0
 DEFAULT_REVIVE_WITHIN_S = 86400.0
 
 
+class Swept(NamedTuple):
+    """What a sweep did: runs it closed (`stale` events written) and workloads whose stale-closed
+    run a later heartbeat reopened."""
+
+    closed: int
+    reopened: int
+
+
 def sweep(
     conn: Connection,
     now_s: float,
     stale_after_s: float = DEFAULT_STALE_AFTER_S,
     revive_within_s: float = DEFAULT_REVIVE_WITHIN_S,
-) -> int:
-    """Close stale runs and reopen those a later heartbeat revived; returns how many it closed."""
+) -> Swept:
+    """Close stale runs and reopen those a later heartbeat revived."""
     locks.xact_lock(conn, locks.SWEEP)  # first, before the reads (see the module's docstring)
     cutoff_s = now_s - stale_after_s
     revived = runs_repo.revived_runs(conn, now_s - revive_within_s)
@@ -70,4 +80,4 @@ def sweep(
     reopen = sorted({r.workload_uid for r in revived if r.alive_at_s >= cutoff_s})
     if events or reopen:
         ingest_pipeline.ingest(conn, events, now_s, internal=True, rederive=reopen)
-    return len(events)
+    return Swept(len(events), len(reopen))
