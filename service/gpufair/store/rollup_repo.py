@@ -152,9 +152,10 @@ def rollup_pool(
     rollup redoes from there. Under REPEATABLE READ every statement shares the take's snapshot,
     with the same result. Deleting by what the statement saw, never by a range of instants, is
     what keeps a later mark. A mark taken at or after the hour the watermark moves to needs no
-    redo: those hours are not rolled up yet. The marks are rows of their own, only inserted by ingestion: the
-    watermark's row, which the rollup rewrites, is never written by an ingest, so no ingest waits
-    for a rollup's transaction (a `Schedule` cycle).
+    redo: those hours are not rolled up yet. The marks are rows of their own, only ever inserted
+    (by ingestion, and by a capacity change: `capacity_repo.record_if_changed`): the watermark's
+    row, which the rollup rewrites, is never written by them, so no ingest waits for a rollup's
+    transaction (a `Schedule` cycle).
     """
     locks.xact_lock(conn, locks.rollup_key(pool.name))
     dirty_s = take_dirty_marks(conn, pool.name)  # first: see the rule above

@@ -49,16 +49,26 @@ INTERVALS_SQL = (
     "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
     "SELECT * FROM allocation_intervals WHERE workload_uid = u.uid OFFSET 0) AS i"
 )
+
+
+def _latest_beat(uid: str) -> str:
+    """A LATERAL subquery: the latest heartbeat (`at`) of the workload whose uid is the column
+    `uid`, read backwards along its events (one row however long it ran, not all its beats)."""
+    return (
+        "SELECT e.occurred_at AS at FROM ledger_events e "
+        f"WHERE e.workload_uid = {uid} AND e.kind = 'heartbeat' "
+        "ORDER BY e.occurred_at DESC LIMIT 1"
+    )
+
+
 # The latest heartbeat of each workload (the sign of life that voids earlier `stale` closes,
-# `derive_runs`): read backwards along the workload's events, one row however long it ran. Read
-# only for workloads with a `stale` event, which few have: other derivations need no heartbeat.
+# `derive_runs`). Read only for workloads with a `stale` event, which few have: other
+# derivations need no heartbeat.
 LATEST_BEATS_SQL = (
     "SELECT u.uid, extract(epoch FROM b.at)::float8 "
-    "FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ("
-    "SELECT e.occurred_at AS at FROM ledger_events e "
-    "WHERE e.workload_uid = u.uid AND e.kind = 'heartbeat' "
-    "ORDER BY e.occurred_at DESC LIMIT 1) AS b"
+    f"FROM unnest(%s::text[]) AS u(uid) CROSS JOIN LATERAL ({_latest_beat('u.uid')}) AS b"
 )
+_INTERVAL_BEAT = _latest_beat("i.workload_uid")  # of the interval `i`'s workload
 NODES_SQL = "SELECT name, pool, gpu_type, gpu_count FROM nodes WHERE name = ANY(%s::text[])"
 # A weight stored before the input limits is read within them (domain/stored_limits.py): a run's
 # CU must be finite, or its whole batch could not be stored.
@@ -249,19 +259,13 @@ def silent_runs(conn: Connection, cutoff_s: float) -> list[SilentRun]:
     """Open runs whose last sign of life is before `cutoff_s` (the sweeper closes them)."""
     rows = conn.execute(
         text(
-            """
+            f"""
             SELECT DISTINCT ON (i.start_event_id) i.workload_uid,
                    i.start_event_id::text AS start_id,
                    extract(epoch FROM GREATEST(i.started_at,
                        COALESCE(beat.at, i.started_at)))::float8 AS alive_at_s
             FROM allocation_intervals i
-            LEFT JOIN LATERAL (
-                -- The latest only: read backwards along the workload's events, not all of a
-                -- long run's heartbeats.
-                SELECT e.occurred_at AS at FROM ledger_events e
-                WHERE e.workload_uid = i.workload_uid AND e.kind = 'heartbeat'
-                ORDER BY e.occurred_at DESC LIMIT 1
-            ) AS beat ON true
+            LEFT JOIN LATERAL ({_INTERVAL_BEAT}) AS beat ON true
             WHERE i.ended_at IS NULL
               AND GREATEST(i.started_at, COALESCE(beat.at, i.started_at)) < to_timestamp(:cutoff)
             ORDER BY i.start_event_id
@@ -287,19 +291,16 @@ def revived_runs(conn: Connection, since_s: float) -> list[RevivedRun]:
     so the read stays a short index scan and a probe or two per close, whatever the table."""
     rows = conn.execute(
         text(
-            """
+            f"""
             SELECT DISTINCT ON (i.workload_uid) i.workload_uid,
                    i.start_event_id::text AS start_id,
                    extract(epoch FROM beat.at)::float8 AS alive_at_s
             FROM allocation_intervals i
-            CROSS JOIN LATERAL (
-                SELECT e.occurred_at AS at FROM ledger_events e
-                WHERE e.workload_uid = i.workload_uid AND e.kind = 'heartbeat'
-                ORDER BY e.occurred_at DESC LIMIT 1
-            ) AS beat
+            CROSS JOIN LATERAL ({_INTERVAL_BEAT}) AS beat
             WHERE i.end_kind = 'stale' AND i.ended_at >= to_timestamp(:since)
               AND beat.at > i.ended_at
               AND NOT EXISTS (
+                  -- `kind <> 'heartbeat'` as well: the partial index of run events has it
                   SELECT 1 FROM ledger_events s
                   WHERE s.workload_uid = i.workload_uid AND s.kind <> 'heartbeat'
                     AND s.kind = 'started' AND s.occurred_at > i.ended_at
