@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import random
 import signal
 import socket
 import subprocess
@@ -12,11 +14,27 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+# Ports are picked below the kernel's range of ephemeral ports (Linux: 32768 and up), so that no
+# outgoing connection of a test running beside this one (a client's socket to PostgreSQL, say)
+# takes the port between the pick and the server's bind. A CI run failed so: the metrics port
+# of a group's second worker (the first's + 1) was already some connection's.
+_PICKED = range(20000, 32768)
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+def free_port(count: int = 1) -> int:
+    """A port P such that P, P + 1, ..., P + count - 1 are all free now (`gpufair serve
+    --processes N` serves metrics on the given port and the N - 1 after it)."""
+    picker = random.Random()
+    for _ in range(500):
+        first = picker.randrange(_PICKED.start, _PICKED.stop - count)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return first
+    raise RuntimeError(f"no {count} free consecutive ports in {_PICKED}")
 
 
 class ServeProcess:

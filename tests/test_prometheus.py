@@ -376,7 +376,7 @@ def test_a_process_group_is_scraped_per_worker_and_counts_the_cluster_once(
     prometheus_binary, _ = _tools()
     env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
     with scratch_database(pg_server.url) as url:
-        metrics = free_port()
+        metrics = free_port(2)
         args = ["--database-url", url, "--grace-s", "1", "--job-tick-s", "0.5"]
         args += ["--metrics-address", f"127.0.0.1:{metrics}", "--processes", "2"]
         serve = ServeProcess(args, env, tmp_path / "serve.log")

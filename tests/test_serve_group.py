@@ -60,7 +60,7 @@ def database_url(pg_server: Database) -> Iterator[str]:
 
 def test_two_processes_share_the_port_and_stop_together(database_url: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFAIR_")}
-    metrics = free_port()
+    metrics = free_port(2)
     log = tmp_path / "serve.log"
     group = ServeProcess(
         [
