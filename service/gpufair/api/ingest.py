@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
 
-from gpufair.api.convert_ledger import event_from_proto
+from gpufair.api.convert_ledger import events_from_proto
 from gpufair.api.group_commit import GroupCommit
 from gpufair.api.prefetch import Pending, Prefetch
 from gpufair.domain.errors import InvalidInputError, Violation
@@ -244,10 +244,7 @@ class Ingest:
     ) -> None:
         """Append `events` as domain events, or (event_id, why not) for those that cannot be
         one, to `converted`, and prepare them."""
-        part: list[Converted] = []
-        for msg in events:
-            event = event_from_proto(msg)
-            part.append((msg.event_id, event) if isinstance(event, str) else event)
+        part = events_from_proto(events)
         converted.extend(part)
         preparation.add(part)
 

@@ -158,6 +158,35 @@ def copy_row(
     )
 
 
+_HEARTBEAT_FIELD = _KIND_FIELD[EventKind.HEARTBEAT]
+
+
+def plain_heartbeat(event_id: str, epoch_s: float, workload_uid: str) -> tuple[bytes, str, bytes]:
+    """The payload, digest and COPY row of a heartbeat with no pods, no node and no GPU count,
+    at a finite `epoch_s` (a float), `event_id` canonical: what `payload_json`, `payload_digest`
+    and `copy_row` give for it, in one call. Nearly every event of a working cluster is one."""
+    payload = (
+        f'{{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":{epoch_s!r},"pods":[],'
+        f'"workload_uid":{_quote(workload_uid)}}}'
+    ).encode()
+    digest = hashlib.sha256(payload).hexdigest()
+    uid = workload_uid.encode()
+    row = b"".join(
+        (
+            _ROW_HEAD.pack(
+                6, 16, bytes.fromhex(event_id.replace("-", "")), len(uid) if uid else -1
+            ),
+            uid,
+            _HEARTBEAT_FIELD,
+            _ROW_TIME.pack(8, round((epoch_s - _PG_EPOCH_S) * 1e6), len(payload) + 1, 1),
+            payload,
+            _DIGEST_LENGTH,
+            digest.encode(),
+        )
+    )
+    return payload, digest, row
+
+
 def copy_stream(rows: Iterable[bytes]) -> bytes:
     return b"".join((_COPY_HEADER, *rows, _COPY_TRAILER))
 

@@ -1,0 +1,220 @@
+"""The plain heartbeat's short path through `Preparation.add` (`event_codec.plain_heartbeat`)
+gives every event the candidate and outcome the general path gives it: the same payload bytes,
+digest and COPY row, the same duplicates and rejections; and what it stores reads back as the
+general functions say."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+from gpufair.domain.ledger import (
+    MAX_AGE_S,
+    MAX_FUTURE_SKEW_S,
+    RUN_KINDS,
+    EventKind,
+    EventPod,
+    LedgerEvent,
+    canonical_event_id,
+    static_problem,
+    static_problem_of_uuid,
+)
+from gpufair.store import ingest_pipeline
+from gpufair.store.event_codec import (
+    copy_row,
+    payload_digest,
+    payload_json,
+    plain_heartbeat,
+    stored_epoch_s,
+)
+from gpufair.store.ingest_pipeline import REUSED, EventStatus
+from tests.store.ingest_support import (
+    DUPLICATE,
+    NOW,
+    REJECTED,
+    STORED,
+    one_pool_connection,
+)
+
+HEARTBEAT = EventKind.HEARTBEAT
+PRINTABLE_UIDS = ["w", "", 'quote"d', "back\\slash", "é", "名前", "\U0001f600", "w" * 253]
+
+
+def beat(at: float, uid: str = "w0", event_id: str | None = None, **more: object) -> LedgerEvent:
+    return LedgerEvent(event_id or str(uuid.uuid4()), HEARTBEAT, at, uid, **more)  # type: ignore[arg-type]
+
+
+def test_plain_heartbeat_is_payload_digest_and_row_of_the_general_functions() -> None:
+    rng = random.Random(17)
+    for _ in range(3000):
+        uid = rng.choice(PRINTABLE_UIDS) + rng.choice(PRINTABLE_UIDS)[:100]
+        at = rng.choice([rng.uniform(1e9, 2e9), float(round(rng.uniform(1e9, 2e9))), 1e-7, 0.5])
+        event = beat(at, uid, str(uuid.UUID(int=rng.getrandbits(128))))
+        payload = payload_json(event).encode()
+        digest = payload_digest(payload)
+        row = copy_row(event.event_id, uid, HEARTBEAT, at, payload, digest)
+        assert plain_heartbeat(event.event_id, at, uid) == (payload, digest, row), event
+    # The digest every stored heartbeat of `w` at 1.5 s has had since the ledger began.
+    payload, digest, _ = plain_heartbeat("8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a11", 1.5, "w")
+    assert payload == (
+        b'{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":1.5,"pods":[],'
+        b'"workload_uid":"w"}'
+    )
+    assert digest == "edca0af0d26100e75f245737c4dc15552867272eab1b9200c06191b9708ba91e"
+
+
+def reference(
+    items: Sequence[LedgerEvent | tuple[str, str]], now_s: float
+) -> tuple[list[EventStatus | None], dict[int, str], list[tuple[object, ...]]]:
+    """`prepare` as the general path makes it, event by event from the domain's checks and the
+    codec's general functions: statuses, errors by position, candidates."""
+    statuses: list[EventStatus | None] = []
+    errors: dict[int, str] = {}
+    candidates: list[tuple[object, ...]] = []
+    first: dict[str, str] = {}
+    for i, item in enumerate(items):
+        statuses.append(None)
+        if not isinstance(item, LedgerEvent):
+            statuses[i], errors[i] = EventStatus.REJECTED, item[1]
+            continue
+        payload = payload_json(item).encode()
+        digest = hashlib.sha256(payload).hexdigest()
+        key = canonical_event_id(item.event_id)
+        name = key or item.event_id
+        if name in first:
+            if first[name] == digest:
+                statuses[i] = EventStatus.DUPLICATE
+            else:
+                statuses[i], errors[i] = EventStatus.REJECTED, REUSED
+            continue
+        first[name] = digest
+        problem = static_problem(item, now_s=now_s) if key is None else None
+        problem = problem or (None if key is None else static_problem_of_uuid(item, now_s=now_s))
+        if key is None or problem:
+            statuses[i], errors[i] = EventStatus.REJECTED, problem or ""
+            continue
+        at, uid = item.occurred_at_s, item.workload_uid
+        read_back = (
+            LedgerEvent(key, item.kind, stored_epoch_s(at), uid, item.pods)
+            if item.kind in RUN_KINDS
+            else None
+        )
+        row = copy_row(key, uid, item.kind, at, payload, digest)
+        candidates.append((i, item, key, payload, digest, row, read_back))
+    return statuses, errors, candidates
+
+
+def test_prepare_gives_each_heartbeat_the_general_candidate_and_outcome() -> None:
+    first = beat(NOW - 10)
+    oldest, latest = NOW - MAX_AGE_S, NOW + MAX_FUTURE_SKEW_S
+    items: list[LedgerEvent | tuple[str, str]] = [
+        first,
+        first._replace(event_id=first.event_id.upper()),  # the same event, spelled otherwise
+        first._replace(occurred_at_s=NOW - 9),  # its id with another payload
+        first,  # a plain replay
+        beat(latest),  # the last instant accepted
+        beat(latest + 1e-3),  # past it: refused
+        beat(oldest),  # the oldest accepted
+        beat(oldest - 1e-3),  # older: refused
+        beat(0.0),
+        beat(-5.0),
+        beat(float("nan")),
+        beat(float("inf")),
+        beat(NOW - 1, "w" * 253),
+        beat(NOW - 1, "w" * 254),  # too long: refused
+        beat(NOW - 1, ""),  # stored here, refused once the workloads are read
+        beat(NOW - 1, "tab\there"),  # a control character: refused
+        beat(NOW - 1, "no\xa0break"),  # not printable, yet no control character
+        beat(NOW - 1, "名前"),
+        beat(NOW - 1, node="a0"),
+        beat(NOW - 1, gpu_count=3),
+        beat(NOW - 1, pods=(EventPod("a0", (1,)),)),
+        beat(NOW - 1, event_id="not-a-uuid"),
+        beat(float(round(NOW - 1))),
+        ("some-id", "unknown event kind 9"),
+        LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, NOW - 5, "w1", (EventPod("a0", (0,)),)),
+        LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 4, "w1"),
+    ]
+    statuses, errors, candidates = reference(items, NOW)
+    batch = ingest_pipeline.prepare(items, NOW)
+    assert batch.outcomes.statuses == statuses
+    assert batch.outcomes.errors == errors
+    assert [tuple(c) for c in batch.candidates] == candidates
+    # What the corpus holds, as a user would count it: 13 candidates; one duplicate (the same id
+    # in upper case), one replay, one reuse; the rest refused before any database.
+    assert len(candidates) == 13
+    assert statuses.count(EventStatus.DUPLICATE) == 2
+    assert list(errors.values()).count(REUSED) == 1
+    assert len(errors) == 11
+
+
+@pytest.fixture
+def conn(db: Engine) -> Iterator[Connection]:
+    yield from one_pool_connection(db, nodes=2)
+
+
+def stored_rows(conn: Connection) -> dict[str, tuple[object, ...]]:
+    return {
+        r[0]: tuple(r[1:])
+        for r in conn.execute(
+            text(
+                "SELECT event_id::text, workload_uid, kind, extract(epoch FROM occurred_at)::float8,"
+                " payload::text, payload_digest FROM ledger_events WHERE kind = 'heartbeat'"
+            )
+        )
+    }
+
+
+@pytest.mark.parametrize("careful", [False, True])
+def test_heartbeats_store_the_general_rows_with_the_general_outcomes(
+    conn: Connection, careful: bool
+) -> None:
+    """Heartbeats of a running workload (w0), of one whose run stopped (w1), of one never
+    submitted, duplicates in the batch and of a batch before, a refused one: by COPY and by the
+    careful insert a replay takes."""
+    run = [
+        LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, NOW - 900, "w0", (EventPod("a0", (0,)),)),
+        LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, NOW - 900, "w1", (EventPod("a0", (1,)),)),
+        LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 800, "w1"),
+    ]
+    assert ingest_pipeline.write(conn, ingest_pipeline.prepare(run, NOW)).final() == [STORED] * 3
+    earlier = beat(NOW - 700, "w0")
+    assert ingest_pipeline.write(conn, ingest_pipeline.prepare([earlier], NOW)).final() == [STORED]
+    beats = [
+        beat(NOW - 600.123456789, "w0"),
+        beat(NOW - 600, "w1"),
+        beat(NOW - 600, "never-submitted"),
+        beat(NOW + 3600, "w0"),
+        beat(NOW - 500, "w0", "A" * 8 + "-aaaa-4aaa-8aaa-" + "a" * 12),
+    ]
+    batch = [*beats, beats[0], beats[4]._replace(event_id=beats[4].event_id.lower())]
+    outcomes = ingest_pipeline.write(
+        conn, ingest_pipeline.prepare(batch, NOW), expect_duplicates=careful
+    )
+    assert outcomes.final() == [STORED, STORED, REJECTED, REJECTED, STORED, DUPLICATE, DUPLICATE]
+    assert outcomes.errors == {
+        2: "unknown workload 'never-submitted'",
+        3: "occurred_at is 3600 s in the future (more than 300 s of clock skew)",
+    }
+    rows = stored_rows(conn)
+    assert len(rows) == 4
+    for event in [earlier, beats[0], beats[1], beats[4]]:
+        key = event.event_id.lower()
+        payload = payload_json(event)
+        wid, kind, at, stored_payload, digest = rows[key]
+        assert (wid, kind, at) == (
+            event.workload_uid,
+            "heartbeat",
+            stored_epoch_s(event.occurred_at_s),
+        )
+        assert json.loads(str(stored_payload)) == json.loads(payload)
+        assert digest == payload_digest(payload.encode())
+    # A replay of the earlier batch's heartbeat is a duplicate, as in the general path.
+    again = ingest_pipeline.write(conn, ingest_pipeline.prepare([earlier], NOW))
+    assert again.final() == [DUPLICATE]
