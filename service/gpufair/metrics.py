@@ -22,7 +22,7 @@ import bisect
 import itertools
 import platform
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import prometheus_client
 from prometheus_client import REGISTRY, Counter, Histogram, Info
@@ -117,13 +117,15 @@ class BatchHistogram(Collector):
         self._lock = threading.Lock()
         REGISTRY.register(self)
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        counts = [0] * len(self._counts)
-        total = 0.0
-        bounds = self._bounds
-        for value in values:
-            counts[bisect.bisect_left(bounds, value)] += 1  # bucket `le` bound: value <= bound
-            total += value
+    def observe_many(self, values: Sequence[float]) -> None:
+        """Count `values` (none below zero): sorted once in C, each bucket's count is then one
+        binary search away, instead of a search per value. The sum adds them in their given
+        order, as observing them one by one does."""
+        ordered = sorted(values)
+        within = [bisect.bisect_right(ordered, bound) for bound in self._bounds]  # value <= bound
+        within.append(len(ordered))
+        counts = [b - a for a, b in zip([0, *within], within, strict=False)]
+        total = sum(values)
         with self._lock:
             self._counts = [a + b for a, b in zip(self._counts, counts, strict=True)]
             self._sum += total
@@ -192,8 +194,11 @@ def observe_job(job: str, failed: bool) -> None:
         counter.inc()
 
 
-def observe_events(lags_s: Iterable[float], counts: Mapping[str, int]) -> None:
-    """Count a batch of ingested events: the lag of each stored one, and outcomes by status."""
-    INGEST_LAG.observe_many(max(0.0, lag) for lag in lags_s)
+def observe_events(lags_s: Sequence[float], counts: Mapping[str, int]) -> None:
+    """Count a batch of ingested events: the lag of each stored one (one that happened after
+    it was stored, within the clock skew allowed, as 0), and outcomes by status."""
+    if lags_s and min(lags_s) < 0.0:
+        lags_s = [max(0.0, lag) for lag in lags_s]
+    INGEST_LAG.observe_many(lags_s)
     for status, n in counts.items():
         EVENTS.labels(status).inc(n)

@@ -3,11 +3,15 @@ the result the protobuf runtime would have built field by field."""
 
 from __future__ import annotations
 
+import bisect
+import random
+
 import pytest
 from prometheus_client import REGISTRY
 
 from gpufair.api.ingest import _Message, _report, result_bytes
 from gpufair.domain.ledger import EventKind, LedgerEvent
+from gpufair.metrics import BatchHistogram
 from gpufair.store import ingest_pipeline
 from gpufair.v1 import ledger_pb2 as pb
 
@@ -88,3 +92,73 @@ def test_a_reported_message_lists_every_outcome_and_counts_them() -> None:
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
     assert sample("gpufair_ingest_lag_seconds_count") - lags_before == 1
     assert sample("gpufair_ingest_lag_seconds_bucket", le="60.0") - in_60 == 1
+
+
+def test_a_reply_of_stored_events_in_any_id_spelling_is_the_runtime_s_own() -> None:
+    """Five heartbeats 30 s old, their ids spelled canonically, in upper case, in braces, as a
+    URN and canonically again; the fourth refused by the database's checks, the others stored:
+    five results as the runtime serializes them, in order, and four lags of 30 s counted (the
+    refused one has none)."""
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    now = 1_800_000_000.0
+    ids = [
+        "0b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e",
+        "1B6F3C1E-8A52-4C1A-9A0E-0D3C2B1A0F9E",
+        "{2b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e}",
+        "urn:uuid:3b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e",
+    ]
+    converted: list[LedgerEvent | tuple[str, str]] = [
+        LedgerEvent(i, EventKind.HEARTBEAT, now - 30.0, "w1") for i in ids
+    ]
+    converted.append(
+        LedgerEvent("4b6f3c1e-8a52-4c1a-9a0e-0d3c2b1a0f9e", EventKind.HEARTBEAT, now - 30.0, "w2")
+    )
+    batch = ingest_pipeline.prepare(converted, now)
+    assert len(batch.candidates) == 5
+    for c in batch.candidates[:3] + batch.candidates[4:]:
+        batch.outcomes.statuses[c.position] = ingest_pipeline.EventStatus.STORED
+    batch.outcomes.reject(batch.candidates[3].position, "unknown workload 'w1'")
+    in_60 = sample("gpufair_ingest_lag_seconds_bucket", le="60.0")
+    in_15 = sample("gpufair_ingest_lag_seconds_bucket", le="15.0")
+    lag_sum = sample("gpufair_ingest_lag_seconds_sum")
+
+    reply = pb.ReportEventsResponse()
+    _report(reply, _Message(converted, now, batch, batch.outcomes))
+
+    expected = pb.ReportEventsResponse()
+    for event in converted:
+        expected.results.add().event_id = event[0]
+        expected.results[-1].status = pb.EVENT_STATUS_STORED
+    expected.results[3].status = pb.EVENT_STATUS_REJECTED
+    expected.results[3].error = "unknown workload 'w1'"
+    assert reply.SerializeToString() == expected.SerializeToString()
+    assert sample("gpufair_ingest_lag_seconds_bucket", le="60.0") - in_60 == 4
+    assert sample("gpufair_ingest_lag_seconds_bucket", le="15.0") - in_15 == 0
+    assert sample("gpufair_ingest_lag_seconds_sum") - lag_sum == pytest.approx(120.0)
+
+
+def test_a_batch_histogram_counts_as_one_observation_at_a_time() -> None:
+    """3,000 values, a third of them exactly on a bucket's bound (which counts them in it, as
+    `le` says): the same counts per bucket and the same sum as bisecting each value alone."""
+    bounds = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 86400)
+    rng = random.Random(3)
+    values = [
+        rng.choice([rng.uniform(0, 2e5), float(rng.choice(bounds)), 0.0, rng.expovariate(0.01)])
+        for _ in range(3000)
+    ]
+    histogram = BatchHistogram("gpufair_test_batch_histogram", "test", bounds)
+    try:
+        histogram.observe_many(values[:1000])
+        histogram.observe_many(values[1000:])
+        histogram.observe_many([])
+        expected = [0] * (len(bounds) + 1)
+        for v in values:
+            expected[bisect.bisect_left([float(b) for b in bounds], v)] += 1
+        assert histogram._counts == expected
+        assert sum(expected[:-1]) > 1000  # most values fall in a bounded bucket
+        assert histogram._sum == sum(values[:1000]) + sum(values[1000:])
+    finally:
+        REGISTRY.unregister(histogram)
