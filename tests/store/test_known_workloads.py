@@ -19,3 +19,11 @@ def test_starts_over_when_full() -> None:
     assert sorted(u for u in "abcd" if u in known) == ["d"]
     known.add([f"w{i}" for i in range(5)])  # more than the limit at once: the first ones
     assert len(known) == 3 and "w0" in known and "w4" not in known
+
+
+def test_unknown_are_those_not_seen() -> None:
+    known = KnownWorkloads(limit=10)
+    known.add(["a", "b"])
+    assert known.unknown({"a", "c", "d"}) == {"c", "d"}
+    assert known.unknown({"a", "b"}) == set()
+    assert KnownWorkloads(0).unknown({"a"}) == {"a"}  # a set that keeps nothing knows nothing

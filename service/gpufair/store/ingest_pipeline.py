@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import compress
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
@@ -193,6 +194,8 @@ _STATE_UPDATE_SQL = """
 """
 _SAVEPOINT = "gpufair_ingest_copy"
 _BY_ID = attrgetter("event_id")
+_EVENT, _KIND, _UID = attrgetter("event"), attrgetter("kind"), attrgetter("workload_uid")
+_NODE, _PODS = attrgetter("node"), attrgetter("pods")
 
 
 def ingest(
@@ -511,22 +514,21 @@ def _read_context(
     known: KnownWorkloads,
     rederive: Collection[str] = (),
 ) -> _Context:
-    uids: set[str] = set(rederive)
-    run_uids: set[str] = set(rederive)
-    node_names: set[str] = set()
-    heartbeat, beats = EventKind.HEARTBEAT, False
-    for c in candidates:
-        e = c.event
-        beats = beats or e.kind is heartbeat
-        if e.workload_uid:
-            uids.add(e.workload_uid)
-            if e.kind in RUN_KINDS:
-                run_uids.add(e.workload_uid)
-        if e.node:
-            node_names.add(e.node)
-        for p in e.pods:
-            node_names.add(p.node)
-    others = {u for u in uids - run_uids if u not in known}
+    # Gathered by C loops (`map`, `compress`): a batch of heartbeats has thousands of events
+    # and nothing to find in them but their workloads.
+    events = list(map(_EVENT, candidates))
+    beats = EventKind.HEARTBEAT in set(map(_KIND, events))
+    uids = set(map(_UID, events))
+    uids.discard("")
+    uids.update(rederive)
+    run_uids = set(map(_UID, compress(events, map(RUN_KINDS.__contains__, map(_KIND, events)))))
+    run_uids.discard("")
+    run_uids.update(rederive)
+    node_names = set(map(_NODE, events))
+    node_names.discard("")
+    for e in filter(_PODS, events):
+        node_names.update(p.node for p in e.pods)
+    others = known.unknown(uids - run_uids)
     with (
         pg.cursor() as w,
         pg.cursor() as other,
@@ -604,17 +606,23 @@ def _validate(
     # The enum's members read once, not once per event (see domain/ledger.py).
     heartbeat, stale, started = EventKind.HEARTBEAT, EventKind.STALE, EventKind.STARTED
     valid: list[Candidate] = []
+    runs: list[Candidate] = []  # those of `valid` that start or end a run
     for c in batch.candidates:
         event = c.event
-        if event.kind is heartbeat and event.workload_uid not in workloads:
-            problem = sign_of_life_problem(event, known=event.workload_uid not in missing)
+        kind, uid = event.kind, event.workload_uid
+        if kind is heartbeat and uid not in workloads:
+            # What `sign_of_life_problem` accepts, nearly every heartbeat, without the call.
+            if uid and uid not in missing and not event.pods:
+                valid.append(c)
+                continue
+            problem = sign_of_life_problem(event, known=uid not in missing)
             if problem:
                 outcomes.reject(c.position, problem)
             else:
                 valid.append(c)
             continue
-        ref = workloads.get(event.workload_uid)
-        if batch.internal and event.kind is stale:
+        ref = workloads.get(uid)
+        if batch.internal and kind is stale:
             problem = (
                 None
                 if ref is not None
@@ -622,12 +630,14 @@ def _validate(
             )
         else:
             problem = context_problem(event, workload=ref[0] if ref else None, nodes=nodes)
-        if not problem and event.kind in RUN_KINDS and event.workload_uid in ctx.purged:
+        if not problem and kind in RUN_KINDS and uid in ctx.purged:
             problem = PURGED  # a heartbeat changes no run: it is stored, as it would be alone
         if problem:
             outcomes.reject(c.position, problem)
         else:
             valid.append(c)
+            if kind in RUN_KINDS:
+                runs.append(c)
 
     # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
     earliest: dict[str, float] = {}
@@ -638,23 +648,22 @@ def _validate(
     if earlier_starts:
         for uid, at in earlier_starts.items():
             earliest[uid] = min(earliest.get(uid, at), at)
-    for c in valid:
+    for c in runs:
         e = c.event
         if e.kind is started:
             earliest[e.workload_uid] = min(
                 earliest.get(e.workload_uid, e.occurred_at_s), e.occurred_at_s
             )
-    keep: list[Candidate] = []
-    for c in valid:
+    refused: set[int] = set()
+    for c in runs:
         e = c.event
         problem = (
             stop_before_start(e, earliest.get(e.workload_uid)) if e.kind in END_KINDS else None
         )
         if problem:
             outcomes.reject(c.position, problem)
-        else:
-            keep.append(c)
-    return keep
+            refused.add(c.position)
+    return [c for c in valid if c.position not in refused] if refused else valid
 
 
 def _copy(

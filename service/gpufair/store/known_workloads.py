@@ -24,6 +24,10 @@ class KnownWorkloads:
     def __len__(self) -> int:
         return len(self._uids)
 
+    def unknown(self, uids: set[str]) -> set[str]:
+        """Those of `uids` not known to exist (a set difference, in C)."""
+        return uids - self._uids
+
     def add(self, uids: Iterable[str]) -> None:
         """Remember `uids`, seen to exist. Past the limit the set is emptied first: the cost is
         one lookup per workload the next time it reports, and no bookkeeping per hit."""
