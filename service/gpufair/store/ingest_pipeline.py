@@ -21,8 +21,8 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any, NamedTuple, cast
 
 import psycopg
@@ -196,6 +196,11 @@ _SAVEPOINT = "gpufair_ingest_copy"
 _BY_ID = attrgetter("event_id")
 _EVENT, _KIND, _UID = attrgetter("event"), attrgetter("kind"), attrgetter("workload_uid")
 _NODE, _PODS = attrgetter("node"), attrgetter("pods")
+_POSITION, _ROW, _READ_BACK = (
+    attrgetter("position"),
+    attrgetter("copy_row"),
+    attrgetter("read_back"),
+)
 
 
 def ingest(
@@ -684,7 +689,7 @@ def _copy(
         return _plan(_insert_careful(pg, events, outcomes), ctx)
     try:
         with pg.cursor() as cur, cur.copy(COPY_EVENTS_SQL) as copy:
-            copy.write(copy_stream(c.copy_row for c in sorted(events, key=_BY_ID)))
+            copy.write(copy_stream(map(_ROW, sorted(events, key=_BY_ID))))
             # The server is still working through the rows: plan the writes meanwhile, as if
             # all of them get stored, and let the caller do its own work.
             plan = _plan(events, ctx)
@@ -694,8 +699,8 @@ def _copy(
         return _plan(_insert_careful(pg, events, outcomes), ctx)
     hooks.copied()
     statuses, stored = outcomes.statuses, EventStatus.STORED
-    for c in events:
-        statuses[c.position] = stored
+    for position in map(_POSITION, events):
+        statuses[position] = stored
     return plan
 
 
@@ -739,14 +744,12 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
     """Runs and workload states as the newly `stored` events make them. A heartbeat changes
     neither: it is only kept, as a sign of life the sweeper reads back."""
     new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
-    node_events: list[LedgerEvent] = []
-    node_capacity = EventKind.NODE_CAPACITY
-    for c in stored:
-        e, read_back = c.event, c.read_back
-        if read_back is not None:
-            new_run_events[e.workload_uid].append(read_back)
-        elif e.kind is node_capacity:
-            node_events.append(e)
+    # The run events and node events picked by C loops: nearly all are heartbeats.
+    for c in filter(_READ_BACK, stored):
+        new_run_events[c.event.workload_uid].append(cast("LedgerEvent", c.read_back))
+    kept = list(map(_EVENT, stored))
+    kinds = map(_KIND, kept)
+    node_events = list(compress(kept, map(is_, kinds, repeat(EventKind.NODE_CAPACITY))))
 
     change = runs_repo.RunsChange()
     uids = sorted(new_run_events.keys() | (ctx.rederive - ctx.purged))
