@@ -15,6 +15,13 @@ does not change:
 
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect=_operator_call \\
         python bench/ingest_python.py --mix steady --callgrind
+
+With `--stream` it measures the whole of a stream's work instead, database included:
+`Ingest.stream` in this process over a scratch database, with `bench_ingest.py`'s steady events
+(`--events`, in messages of 2,000; the runs going when the clock starts sent first), the
+collector tuned as `gpufair serve` tunes it. It prints the CPU per event of the stream's
+thread and of the process (the reader thread parses the messages): the server's CPU per event
+of `bench_ingest.py` without gRPC's share, and far steadier on a shared machine.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import time
 import uuid
 
 from gpufair.api.ingest import Ingest, _report
+from gpufair.domain.ledger import LedgerEvent
 from gpufair.store.ingest_pipeline import EventStatus
 from gpufair.v1 import ledger_pb2 as pb
 
@@ -74,12 +82,71 @@ def events_of(mix: str) -> list[pb.LedgerEvent]:
     return events
 
 
+def stream_cpu(n_events: int) -> None:
+    """`--stream`: one steady stream through `Ingest.stream` against a scratch database."""
+    import bench_ingest
+    from sqlalchemy import Engine
+
+    from gpufair.api.convert_cluster import config_from_proto
+    from gpufair.config_file import parse_config
+    from gpufair.domain.config_diff import diff_configs
+    from gpufair.gc_tuning import tune_for_serving
+    from gpufair.store import config_repo, migrate
+    from gpufair.store.database import make_engine
+    from gpufair.store.scratch import scratch_database, test_server
+
+    def serialized(events: list[LedgerEvent]) -> list[bytes]:
+        return [m.SerializeToString() for m in bench_ingest.messages(events, BATCH)]
+
+    with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
+        migrate.upgrade(url)
+        engine: Engine = make_engine(url)
+        try:
+            t0 = time.time() - 3 * 86400
+            before, events, n_workloads = bench_ingest.steady_events(n_events, t0)
+            config, problems = config_from_proto(parse_config(bench_ingest.cluster()))
+            assert not problems, problems
+            with engine.connect() as conn:
+                changes = diff_configs(config_repo.load_config(conn), config)
+                config_repo.apply_changes(conn, config, changes)
+                config_repo.record_version(conn, changes)
+                conn.commit()
+            bench_ingest.submit_workloads(engine, n_workloads, t0)
+            ingest = Ingest(engine)
+            ingest.stream(pb.ReportEventsRequest.FromString(r) for r in serialized(before))
+            raw = serialized(events)
+            tune_for_serving()
+            process, thread = time.process_time(), time.thread_time()
+            start = time.perf_counter()
+            reply = operator.call(  # the span `--callgrind` counts
+                ingest.stream, (pb.ReportEventsRequest.FromString(r) for r in raw)
+            )
+            wall = time.perf_counter() - start
+            thread, process = time.thread_time() - thread, time.process_time() - process
+        finally:
+            engine.dispose()
+    n = len(events)
+    stored = sum(1 for r in reply.results if r.status == pb.EVENT_STATUS_STORED)
+    assert stored == n, f"only {stored} of {n} stored"
+    print(
+        f"steady stream: {n} events, CPU per event {thread / n * 1e6:.2f} µs (stream thread), "
+        f"{process / n * 1e6:.2f} µs (process), wall {wall / n * 1e6:.2f} µs"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mix", choices=["steady", "churn"], default="steady")
     parser.add_argument("--passes", type=int, default=15)
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument(
+        "--stream", action="store_true", help="a whole steady stream, database included"
+    )
+    parser.add_argument("--events", type=int, default=50_000, help="with --stream")
     args = parser.parse_args()
+    if args.stream:
+        stream_cpu(args.events)
+        return
     events = events_of(args.mix)
     raw = [
         pb.ReportEventsRequest(events=events[i : i + BATCH]).SerializeToString()
