@@ -21,7 +21,9 @@ With `--stream` it measures the whole of a stream's work instead, database inclu
 (`--events`, in messages of 2,000; the runs going when the clock starts sent first), the
 collector tuned as `gpufair serve` tunes it. It prints the CPU per event of the stream's
 thread and of the process (the reader thread parses the messages): the server's CPU per event
-of `bench_ingest.py` without gRPC's share, and far steadier on a shared machine.
+of `bench_ingest.py` without gRPC's share. The stream runs inside `operator.call`, so the
+valgrind command above counts its instructions (setup excluded) with `--stream` in place of
+`--mix steady --callgrind`.
 """
 
 from __future__ import annotations
