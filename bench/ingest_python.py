@@ -2,6 +2,7 @@
 batch's preparation (payload, digest, checks, COPY row) and the reply, as a stream does them.
 
     python bench/ingest_python.py [--mix steady|churn] [--passes 15] [--callgrind]
+    python bench/ingest_python.py --stream [--events 50000]
 
 The events are those of `bench_ingest.py`'s mixes (4,020 steady events: heartbeats of 400 runs,
 one run in 200 replaced per round; or 4,000 churn events of 800 short runs), in messages of
