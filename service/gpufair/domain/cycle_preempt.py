@@ -5,10 +5,10 @@ Inside one queue, pending work evicts preemptible work of a lower priority class
 the victims, lowest class and most recent first.
 
 A failed preemption of a workload kind on a GPU type is remembered for the rest of the phase in
-its queue (keyed by the placement problem's identity, one object per problem: `kind_of`); a type
-with no victim of a class below the workload's is closed to it and to the queue's later work
-without a look at the memo, the limits or the victims' totals (made per queue and type at their
-first test). A try that evicts nothing with every type closed or remembered finds its trial
+its queue and type (`_Own`, by the placement problem's identity, one object per problem:
+`kind_of`); a type with no victim of a class below the workload's (the floor, raised as the last
+victim of a class is evicted) is closed to it and to the queue's later work without a look at
+the memo, the limits or the victims' totals (made per queue and type at their first test). A try that evicts nothing with every type closed or remembered finds its trial
 dead, and the queue's later workloads of it are passed over before a try. A queue's first search
 on a type, and any for pods of two GPUs or more or that share a GPU, is not made (nor, at the
 first, its victims indexed) when those victims could not free a pod's whole GPUs on enough
