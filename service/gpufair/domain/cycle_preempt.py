@@ -75,10 +75,10 @@ def preempt(state: CycleState) -> None:
     for run in state.queue_runs(name for name in pending if name in floors):
         if len(run) == 1:
             name = run[0]
-            on_types = mine[name]
+            queue_own = mine[name]
             dead_here = dead[name]
             for item in _wanting(pending[name], floors[name], dead_here):
-                _try_preempt(state, item, on_types, dead_here, budgets)
+                _try_preempt(state, item, queue_own, dead_here, budgets)
             continue
         wanted = [list(_wanting(pending[name], floors[name], dead[name])) for name in run]
         for item in heapq.merge(*wanted, key=_by_order):
