@@ -90,6 +90,7 @@ def commit(
             if sums is not None:
                 sums[0] -= victim.cu
                 sums[1] -= victim.gpus
+                sums[2] -= 1
             preempt_index = preempt_indexes.get(own_key)
             if preempt_index is not None:
                 preempt_index.remove(victim)

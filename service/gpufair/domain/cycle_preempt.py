@@ -5,10 +5,10 @@ Inside one queue, pending work evicts preemptible work of a lower priority class
 the victims, lowest class and most recent first.
 
 A failed preemption of a workload kind on a GPU type is remembered for the rest of the phase in
-its queue (keyed by the placement problem's identity, one object per problem: `kind_of`); a type
-with no victim of a class below the workload's is closed to it and to the queue's later work
-without a look at the memo, the limits or the victims' totals (made per queue and type at their
-first test). A try that evicts nothing with every type closed or remembered finds its trial
+its queue and type (`_Own`, by the placement problem's identity, one object per problem:
+`kind_of`); a type with no victim of a class below the workload's (the floor, raised as the last
+victim of a class is evicted) is closed to it and to the queue's later work without a look at
+the memo, the limits or the victims' totals (made per queue and type at their first test). A try that evicts nothing with every type closed or remembered finds its trial
 dead, and the queue's later workloads of it are passed over before a try. A queue's first search
 on a type, and any for pods of two GPUs or more or that share a GPU, is not made (nor, at the
 first, its victims indexed) when those victims could not free a pod's whole GPUs on enough
@@ -48,17 +48,19 @@ def preempt(state: CycleState) -> None:
                 own[key] = [victim]
             else:
                 found.append(victim)
-    # Per queue, its victims' lowest priority class on each GPU type: a workload of a class at
-    # or below it has no one to preempt on that type, nor has any later workload of the queue
-    # (the queue's work comes in falling class, and the phase only removes victims).
+    # Per queue, its victims on each GPU type (`_Own`), and their lowest priority class there:
+    # a workload of a class at or below it has no one to preempt on that type, nor has any
+    # later workload of the queue (the queue's work comes in falling class, and the phase only
+    # removes victims).
+    mine: dict[str, dict[str, _Own]] = {}
     floors: dict[str, dict[str, int]] = {}
     for (name, gpu_type), victims in own.items():
         on_types = floors.get(name)
         if on_types is None:
             on_types = floors[name] = {}
-        on_types[gpu_type] = min(map(_priority_class, victims))
-    state.preempt_own = own
-    failed: set[tuple[str, str, int]] = set()
+            mine[name] = {}
+        floor = on_types[gpu_type] = min(map(_priority_class, victims))
+        mine[name][gpu_type] = _Own(victims, floor)
     budgets: dict[tuple[str, int], VictimBudget] = {}
     # Per queue, the trials (`Pending.trial`, either preemptibility: types and placement
     # problem, all the test reads of a kind) found dead: every type closed for the queue
@@ -73,19 +75,37 @@ def preempt(state: CycleState) -> None:
     for run in state.queue_runs(name for name in pending if name in floors):
         if len(run) == 1:
             name = run[0]
-            on_types = floors[name]
+            queue_own = mine[name]
             dead_here = dead[name]
-            for item in _wanting(pending[name], on_types, dead_here):
-                _try_preempt(state, item, on_types, dead_here, failed, budgets)
+            for item in _wanting(pending[name], floors[name], dead_here):
+                _try_preempt(state, item, queue_own, dead_here, budgets)
             continue
         wanted = [list(_wanting(pending[name], floors[name], dead[name])) for name in run]
         for item in heapq.merge(*wanted, key=_by_order):
             name = item.book.name
             if item.trial not in dead[name]:  # it may have died since its list was read
-                _try_preempt(state, item, floors[name], dead[name], failed, budgets)
+                _try_preempt(state, item, mine[name], dead[name], budgets)
     # Only this phase reads them: later evictions need not keep them current.
     state.preempt_index = {}
     state.preempt_totals = {}
+
+
+class _Own:
+    """A queue's victims of one GPU type in the phase and what its tries learned of them: the
+    lowest priority class among those not evicted (`floor`, raised as the last of a class
+    leaves: `_try_preempt`), their CU and GPUs by class (`_totals`, made at the first cheap
+    test), their index (made at the first search) and the placement problems whose search
+    failed (by the identity of their memo key, `kind_of`: a shape that found no victims at one
+    class finds none at a lower one, with fewer victims and less capacity)."""
+
+    __slots__ = ("failed", "floor", "index", "totals", "victims")
+
+    def __init__(self, victims: list[Victim], floor: int) -> None:
+        self.victims = victims
+        self.floor = floor
+        self.totals: dict[int, list[float]] | None = None
+        self.index: VictimIndex | None = None
+        self.failed: set[int] = set()
 
 
 def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> Iterator[Pending]:
@@ -136,15 +156,14 @@ _NOTHING_EXCLUDED = Exclusion()
 def _try_preempt(
     state: CycleState,
     item: Pending,
-    floors: dict[str, int],
+    mine: dict[str, _Own],
     dead: set[int],
-    failed: set[tuple[str, str, int]],
     budgets: dict[tuple[str, int], VictimBudget],
 ) -> None:
     """Evict victims of `item`'s queue for it on the first of its types where a search finds
-    some. `floors`: per type, the lowest class of the queue's victims there; `dead`: the
-    queue's dead trials. `budgets`: one per (queue, priority class), made at its first search
-    and given to the next: a search only ever spends a copy (`victim_search._greedy`).
+    some. `mine`: the queue's victims per type (`_Own`); `dead`: the queue's dead trials.
+    `budgets`: one per (queue, priority class), made at its first search and given to the
+    next: a search only ever spends a copy (`victim_search._greedy`).
 
     A type is closed for the queue's later workloads of `item`'s trial when it has no victim
     of a class below `item`'s (later ones are of no higher class) or its memo key failed;
@@ -153,7 +172,6 @@ def _try_preempt(
     and one whose victims found would not keep the queue within its share."""
     workload = item.workload
     book = item.book
-    name = book.name
     kind = item.kind
     memo_key = id(kind.memo_key)  # one object per placement problem (`kind_of`)
     below = workload.priority_class
@@ -167,12 +185,11 @@ def _try_preempt(
     # The kind's CU per pod on each type is the workload's (`CycleState.cu_per_pod`).
     for gpu_type, cu_per_pod in zip(kind.types, kind.cu_per_pod, strict=True):
         # No victim below its class: no search could find one (the memo is not asked).
-        if floors.get(gpu_type, below) >= below:
+        own = mine.get(gpu_type)
+        if own is None or own.floor >= below:
             continue
-        # A queue's work comes in falling priority class: a shape that found no victims at
-        # one class finds none at a lower one (fewer victims, less capacity).
-        key = (name, gpu_type, memo_key)
-        if key in failed:
+        failed = own.failed
+        if memo_key in failed:
             continue
         if not pods:
             pods = workload.gang_min_pods
@@ -185,55 +202,57 @@ def _try_preempt(
         ):
             open_types = True
             continue
-        victims = state.preempt_own[name, gpu_type]
         # Cheap necessary conditions before any search: enough GPUs could be freed, and the
         # swap could keep the queue within its share or from growing.
         needed_cu = pods * cu_per_pod
         most_cu = most_gpus = 0.0
-        totals = state.preempt_totals.get((name, gpu_type))
+        totals = own.totals
         if totals is None:
-            totals = _totals(state, name, gpu_type, victims)
-        for priority_class, (cu, gpus) in totals.items():
+            totals = own.totals = _totals(state, book.name, gpu_type, own.victims)
+        for priority_class, (cu, gpus, _) in totals.items():
             if priority_class < below:
                 most_cu += cu
                 most_gpus += gpus
-        free_gpus = state.capacity.free_whole_by_type.get(gpu_type, 0)
-        swap_ok = book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
+        shape = kind.shape
         if (
             most_cu <= 0.0
             or (
-                kind.shape.gpus_per_pod >= 1.0
-                and free_gpus + most_gpus < pods * kind.shape.gpus_per_pod - EPS
+                shape.gpus_per_pod >= 1.0
+                and state.capacity.free_whole_by_type.get(gpu_type, 0) + most_gpus
+                < pods * shape.gpus_per_pod - EPS
             )
-            or not (swap_ok or needed_cu <= most_cu + EPS)
+            or not (
+                book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
+                or needed_cu <= most_cu + EPS
+            )
         ):
-            failed.add(key)
+            failed.add(memo_key)
             continue
-        leaving = state.leaving_for.get(item.uid, [])
-        index = state.preempt_index.get((name, gpu_type))
+        leaving = state.leaving_for.get(item.uid)
+        index = own.index
         # No search (nor, at the first, an index of the queue's victims of the type) when those
         # victims could not make room for the gang whatever is chosen: asked at the first
         # search, and again at each for pods of two GPUs or more, which most often fail so
         # (a full node's victims of a lower class seldom free that much of it).
         if (
             not leaving
-            and (index is None or kind.shape.whole_gpus > 1 or kind.shape.shares_gpu)
-            and _room_short(state, item, gpu_type, victims)
+            and (index is None or shape.whole_gpus > 1 or shape.shares_gpu)
+            and _room_short(state, item, gpu_type, own.victims)
         ):
-            failed.add(key)
+            failed.add(memo_key)
             continue
         if index is None:
-            index = VictimIndex(victims, state.capacity)
-            state.preempt_index[(name, gpu_type)] = index
-        budget = budgets.get((name, below))
+            index = own.index = VictimIndex(own.victims, state.capacity)
+            state.preempt_index[book.name, gpu_type] = index
+        budget = budgets.get((book.name, below))
         if budget is None:
-            budget = budgets[name, below] = VictimBudget(
-                {name: math.inf}, {}, below_priority_class=below
+            budget = budgets[book.name, below] = VictimBudget(
+                {book.name: math.inf}, {}, below_priority_class=below
             )
         selection = select_victims(
             state.capacity,
             # The ask the search makes of any: exactly the gang minimum, no pool levels.
-            Ask(item.shape, gpu_type, pods, pods, workload.topology),
+            Ask(shape, gpu_type, pods, pods, workload.topology),
             state.strategy,
             _NOTHING_EXCLUDED,
             index=index,
@@ -241,7 +260,7 @@ def _try_preempt(
             already_leaving=[victim.uses for victim in leaving] if leaving else (),
         )
         if selection is None or not selection.victims:
-            failed.add(key)
+            failed.add(memo_key)
             continue
         freed_cu = selection.cu
         # A swap inside the queue: it must end within its share, or at least not grow.
@@ -250,6 +269,12 @@ def _try_preempt(
             open_types = True
             continue
         commit(state, item, gpu_type, selection, EvictReason.PREEMPT, bool(leaving))
+        # The last victim of the type's lowest class gone: the floor rises to the next class
+        # with victims left (`commit` counts them down), closing the type to work of that
+        # class before any other test.
+        sums = totals.get(own.floor)
+        if sums is not None and not sums[2]:
+            own.floor = min([c for c, (_, _, left) in totals.items() if left], default=_NO_FLOOR)
         return
     if not open_types:
         trial = item.trial
@@ -257,20 +282,26 @@ def _try_preempt(
         dead.add(trial ^ 1)
 
 
+# A floor above every class: a type whose victims have all been evicted.
+_NO_FLOOR = 1 << 30
+
+
 def _totals(
     state: CycleState, name: str, gpu_type: str, victims: list[Victim]
 ) -> dict[int, list[float]]:
     """CU and GPUs of queue `name`'s `victims` on `gpu_type` by priority class, summed in their
-    order, kept (`CycleState.preempt_totals`) and taken down by `cycle_evict.commit` as they
-    are evicted. Made at the key's first cheap test: most keys are never tested, and a key's
-    victims are evicted only by a search on that key, after the test."""
+    order, and how many, kept (`CycleState.preempt_totals`) and taken down by
+    `cycle_evict.commit` as they are evicted. Made at the key's first cheap test: most keys are
+    never tested, and a key's victims are evicted only by a search on that key, after the
+    test."""
     totals: dict[int, list[float]] = {}
     for victim in victims:
         sums = totals.get(victim.priority_class)
         if sums is None:
-            sums = totals[victim.priority_class] = [0.0, 0.0]
+            sums = totals[victim.priority_class] = [0.0, 0.0, 0]
         sums[0] += victim.cu
         sums[1] += victim.gpus
+        sums[2] += 1
     state.preempt_totals[name, gpu_type] = totals
     return totals
 

@@ -202,9 +202,9 @@ class CycleState:
         # current by `cycle_evict.commit` (binds and holds of reclaimers, within their share,
         # change no victim queue's budget).
         self.budgets: dict[str, VictimBudget] = {}
-        self.preempt_own: dict[tuple[str, str], list[Victim]] = {}
-        # Per (queue, GPU type): CU and GPUs of its preemptible victims by priority class, kept
-        # current as they are evicted (preempt's cheap "could enough be freed" test).
+        # Per (queue, GPU type): CU and GPUs of its preemptible victims by priority class and
+        # how many, kept current as they are evicted (preempt's cheap "could enough be freed"
+        # test, and its floor of their classes).
         self.preempt_totals: dict[tuple[str, str], dict[int, list[float]]] = {}
         self.preempt_index: dict[tuple[str, str], VictimIndex] = {}
         self.preemptible_running: list[Running] | None = None  # `cycle_reclaim.preemptible_running`
