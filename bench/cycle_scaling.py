@@ -14,9 +14,15 @@ turn, so every pool sees the same machine load. Each cycle is given the records 
 cycle left (`cycle_memory`, as the service carries them), the collector paused during the cycle
 and one young pass after it, timed with it (as `pair_cycle.py --gc cycle --carry`).
 
+With `--phases` each cycle is run phase by phase, as `pair_cycle.py` times them (its `PHASES`,
+then the result and the young pass after the cycle), and a second table gives each phase's CPU
+median per pool beside the total and its ratio to the smallest pool's, so the growth of each
+phase can be read beside that of the decisions.
+
 Run from the repository root:
 
     PYTHONPATH=service python bench/cycle_scaling.py --mix steady --sizes 1000,2000,4000 --cycles 8
+    PYTHONPATH=service python bench/cycle_scaling.py --mix steady --sizes 1000,4000 --cycles 6 --phases
 """
 
 from __future__ import annotations
@@ -34,9 +40,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cycle import QUEUES, build_snapshot
+from pair_cycle import PHASES
 
+from gpufair.domain import cycle
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_memory import CarriedLoad
+from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.snapshot import CycleSnapshot
 
 
@@ -49,6 +58,7 @@ class Pool:
     decisions: int
     evictions: int
     times: list[float]
+    phases: dict[str, list[float]]
 
 
 def _build(nodes: int, queues: int, scrambled: bool) -> Pool:
@@ -56,18 +66,63 @@ def _build(nodes: int, queues: int, scrambled: bool) -> Pool:
     carried = CarriedLoad()
     result = run_cycle(snapshot, carried)  # warm-up: leaves the records every timed cycle gets
     decisions = len(result.binds) + len(result.evicts) + len(result.reservations)
-    return Pool(nodes, queues, snapshot, carried, decisions, len(result.evicts), [])
+    return Pool(nodes, queues, snapshot, carried, decisions, len(result.evicts), [], {})
 
 
-def _time_one(pool: Pool) -> None:
+def _time_one(pool: Pool, phased: bool) -> None:
     gc.collect()
     given = copy.copy(pool.carried)
     started = time.process_time()
     gc.disable()
-    run_cycle(pool.snapshot, given)  # its result dropped before the young pass, as in pair_cycle.py
+    if phased:
+        _run_phases(pool, given)
+    else:  # its result dropped before the young pass, as in pair_cycle.py
+        run_cycle(pool.snapshot, given)
+    freed = time.process_time()
     gc.enable()
     gc.collect(0)
-    pool.times.append(time.process_time() - started)
+    ended = time.process_time()
+    pool.times.append(ended - started)
+    if phased:
+        pool.phases.setdefault("free, young pass", []).append(ended - freed)
+
+
+def _run_phases(pool: Pool, given: CarriedLoad) -> None:
+    """One cycle as `run_cycle` runs it, each phase timed as `pair_cycle.py` times it (the
+    state's construction counts in the total only)."""
+    times: dict[str, float] = {}
+    state = CycleState(pool.snapshot, given)
+    for name, kwargs in PHASES:
+        started = time.process_time()
+        getattr(cycle, name)(state, **kwargs)
+        label = f"{name} beyond share" if kwargs.get("within_share") is False else name
+        times[label] = times.get(label, 0.0) + time.process_time() - started
+    started = time.process_time()
+    state.result()
+    times["result"] = time.process_time() - started
+    for label, seconds in times.items():
+        pool.phases.setdefault(label, []).append(seconds)
+
+
+def _print_phases(pools: list[Pool]) -> None:
+    """Per phase, its CPU median per pool (ms) and, in brackets, its ratio to the smallest
+    pool's; phases under 1 ms in every pool are left out."""
+    smallest = pools[0]
+    print()
+    print("| phase | " + " | ".join(f"{p.nodes:,} / {p.queues} ms (x)" for p in pools) + " |")
+    print("|---|" + "---:|" * len(pools))
+    rows = [*smallest.phases, "total"]
+    for label in rows:
+        samples = [p.times if label == "total" else p.phases[label] for p in pools]
+        medians = [statistics.median(found) for found in samples]
+        if max(medians) < 0.001:
+            continue
+        base = medians[0]
+        cells = [
+            f"{1e3 * median:.1f} ({median / base:.2f})" if base > 0 else f"{1e3 * median:.1f}"
+            for median in medians
+        ]
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -75,6 +130,11 @@ def main() -> None:
     parser.add_argument("--mix", choices=("steady", "scrambled"), default="steady")
     parser.add_argument("--sizes", default="1000,2000,4000", help="node counts, smallest first")
     parser.add_argument("--cycles", type=int, default=8, help="timed cycles per pool")
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="time each phase as pair_cycle.py does and print their growth beside the totals",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     scrambled = args.mix == "scrambled"
@@ -87,7 +147,7 @@ def main() -> None:
     started_wall, started_cpu = time.perf_counter(), time.process_time()
     for _ in range(args.cycles):
         for pool in pools:
-            _time_one(pool)
+            _time_one(pool, args.phases)
     wall, cpu = time.perf_counter() - started_wall, time.process_time() - started_cpu
     smallest = pools[0]
     base_cpu = statistics.median(smallest.times)
@@ -106,6 +166,8 @@ def main() -> None:
             f"| {pool.decisions / smallest.decisions:.2f} "
             f"| {1e6 * median / pool.decisions:.1f} |"
         )
+    if args.phases:
+        _print_phases(pools)
     print(f"\ntimed cycles: {wall:.1f} s wall, {cpu:.1f} s CPU")
 
 

@@ -168,6 +168,43 @@ def test_rejected_workloads_given_again_keep_their_table_unless_a_uid_is_taken()
     assert run_cycle(taken, copy.copy(carried)) == run_cycle(taken)
 
 
+def test_rejected_workloads_where_they_were_are_marked_and_never_missed() -> None:
+    """The kept order marks never-fitting workloads 2 (queued ones 1): given again where they
+    were, even just after a workload that left (w0 here), the walk finds them (no misses) and
+    all of them keep the last load's table and reasons; when one of them is gone, the other
+    is looked up among the misses as before and keeps its reason. Each cycle decides as one
+    without records."""
+    nodes, queues, busy = _one_busy_gpu()
+    jobs = [workload(f"w{i}", "a", submit_time_s=float(i)) for i in range(4)]
+    bigs = [workload(f"x{i}", "a", gpus=4.0) for i in range(2)]
+    shares = {"a": 1.0, "b": 1.0}
+    carried = CarriedLoad()
+
+    def cycle(pending: list[Workload], given: CarriedLoad) -> None:
+        snap = snapshot(nodes, queues, shares, running_work=[busy], pending=pending)
+        with_records, without = run_cycle(snap, given), run_cycle(snap)
+        assert with_records == without
+        assert list(with_records.pending) == list(without.pending)
+
+    cycle([jobs[0], bigs[0], jobs[1], jobs[2], bigs[1], jobs[3]], carried)
+    assert carried.order is not None and carried.order[1] == bytes([1, 2, 1, 1, 2, 1])
+    table = carried.rejected
+    assert list(carried.rejected_reasons) == ["x0", "x1"]
+    again = (bigs[0], jobs[1], jobs[2], bigs[1], jobs[3])
+    found = _aligned(again, carried)
+    assert found is not None
+    hits, dropped = found
+    assert hits == bytearray([2, 1, 1, 2, 1]) and _misses(hits) == []
+    assert [w.uid for left in dropped.values() for w in left.values()] == ["w0"]
+    given = copy.copy(carried)
+    cycle(list(again), given)
+    assert given.rejected is table and given.reused == 4  # the running record, 3 items
+    assert given.order is not None and given.order[1] == bytes([2, 1, 1, 2, 1])
+    cycle([jobs[0], bigs[0], jobs[1], jobs[2], jobs[3]], carried)  # x1 gone
+    assert list(carried.rejected) == [id(bigs[0])] and list(carried.rejected_reasons) == ["x0"]
+    assert carried.order is not None and carried.order[1] == bytes([1, 2, 1, 1, 1])
+
+
 def test_running_records_added_on_the_kept_ones_until_an_eighth() -> None:
     """Loads that start from the kept capacity keep its records and add theirs beside them
     (`CarriedLoad.running_added`): each next load still starts from the kept capacity, and

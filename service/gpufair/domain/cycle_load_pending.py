@@ -12,7 +12,9 @@ left; after the walk, a queue's records are read only up to the last of those, `
 so what it does per workload in Python is to make its item new again
 (`cycle_memory`); a queue that lost or gained nothing keeps its suffix minima too. A
 workload the pool never holds (`NEVER_FITS`), given again, keeps its reason from the cycle
-before, written in C with the others (`_rejected_again`). Only the other workloads not
+before, written in C with the others: when all of them come where the walk finds them
+(marked in the kept order, `_rejected_in_place`), in one call, none of them read; else
+found among the workloads not carried (`_rejected_again`). Only the other workloads not
 carried (new, of no leaf queue, of another pool, compute-unit requests) go through the full
 path, in the snapshot's order, and are merged into their queues by order. The queues come
 in the order of their first workload in the snapshot, as when every workload is loaded anew,
@@ -41,7 +43,7 @@ from gpufair.domain.cycle_state import CycleState, Kind, Pending
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in
 from gpufair.domain.queuebook import QueueBook
-from gpufair.domain.snapshot import PendingCode
+from gpufair.domain.snapshot import PendingCode, PendingReason
 
 # What makes two workloads of one kind (`kind_of`): everything placement and admission read of a
 # workload but its identity, queue and times. One C call builds the tuple.
@@ -99,11 +101,16 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         wanted = sum(1 for records in carried.queues.values() if not present.isdisjoint(records[1]))
     misses = _misses(hits)
     missed = list(map(pending.__getitem__, misses))  # in C, as `entries` below
+    was_rejected = carried.rejected
+    in_place = _rejected_in_place(state, carried, hits, missed)
+    if not in_place and _REJECTED in hits:  # they are looked up among the others
+        hits = hits.translate(_QUEUED)
+        misses = _misses(hits)
+        missed = list(map(pending.__getitem__, misses))
     # A workload the last load found never fitting, given again, is not among those asked:
     # after any load no queued workload has the uid of one it rejected (each uid is loaded
     # once, and one taken from the carried queues is never also loaded).
-    was_rejected = carried.rejected
-    again = list(map(was_rejected.get, map(id, missed))) if was_rejected else None
+    again = list(map(was_rejected.get, map(id, missed))) if was_rejected and not in_place else None
     new = [workload.uid for workload in (compress(missed, map(not_, again)) if again else missed)]
     if reused and (
         _uid_taken(carried, [*fresh, *new], present)
@@ -116,17 +123,31 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
         present = set()
         dropped = None
         reused = wanted = 0
+        in_place = False
         misses = list(range(len(pending)))
         missed = list(pending)
         again = list(map(was_rejected.get, map(id, missed))) if was_rejected else None
     ordinary: dict[int, int] = {}  # loaded items (by identity) of ordinary workloads: kept
     rejected: dict[int, Rejection] = {}
+    rejected_at: list[int] = []  # the positions of the rejections kept, where not marked
     carried.doubled = False
-    kept, misses, missed = _rejected_again(state, misses, missed, again, was_rejected)
+    if in_place:
+        state.reasons.update(carried.rejected_reasons)
+        kept, kept_reasons = was_rejected, carried.rejected_reasons
+    else:
+        kept, kept_reasons, misses, missed = _rejected_again(
+            state, misses, missed, again, carried, rejected_at
+        )
     entries = zip(misses, missed, strict=True)
     claimed = state.leaving_for.keys() | state.standing_claims
-    loaded = _load_each(state, entries, ordinary, rejected, claimed)
-    carried.rejected = {**kept, **rejected} if rejected else kept
+    loaded = _load_each(state, entries, ordinary, rejected, claimed, rejected_at)
+    if rejected:
+        carried.rejected = {**kept, **rejected}
+        made = {workload.uid: reason for workload, reason in rejected.values()}
+        carried.rejected_reasons = {**kept_reasons, **made}
+    else:
+        carried.rejected = kept
+        carried.rejected_reasons = kept_reasons
     # The queues in the order of their first workload, and where that is, to place the queues
     # of the workloads not carried.
     first = _first_positions(pending, hits, wanted) if reused else {}
@@ -162,8 +183,34 @@ def load_pending(state: CycleState, carried: CarriedLoad | None, fresh: Sequence
             carried.by_uid = by_uid
         carried.pending = known
         carried.left_uids = left
-    _keep_order(carried, pending, hits, ordinary)
+    _keep_order(carried, pending, hits, ordinary, rejected_at)
     return reused
+
+
+# The marks of `CarriedLoad.order`: a workload the queues hold, one the pool never holds (kept
+# in `CarriedLoad.rejected`); 0 for any other. `_QUEUED` keeps only the first.
+_HELD = 1
+_REJECTED = 2
+_QUEUED = bytes([1 if mark == _HELD else 0 for mark in range(256)])
+
+
+def _rejected_in_place(
+    state: CycleState, carried: CarriedLoad, hits: bytearray, missed: list[Workload]
+) -> bool:
+    """Whether every workload the last load found never fitting (`CarriedLoad.rejected`) is
+    given again where the walk beside the last load's workloads found it (`_aligned`: marked
+    `_REJECTED` in `hits`, the same object as then), none of their uids is running, and none
+    is the uid of a workload not carried (`missed`): they then keep their reasons, written
+    from `CarriedLoad.rejected_reasons` in one C call, and are neither misses nor looked up.
+    A mark stands for one entry (a uid loaded twice keeps no order), so as many marks as
+    entries are all of them; `_rejected_again` would take each (its uid unique, not running,
+    not another's) with the same reason."""
+    reasons = carried.rejected_reasons
+    if not reasons or hits.count(_REJECTED) != len(carried.rejected):
+        return False
+    return state.running.keys().isdisjoint(reasons) and reasons.keys().isdisjoint(
+        map(_uid_of, missed)
+    )
 
 
 def _in_eviction_order(state: CycleState, claimed: AbstractSet[str]) -> Iterator[str]:
@@ -193,19 +240,27 @@ def _misses(hits: bytearray) -> list[int]:
 
 
 def _keep_order(
-    carried: CarriedLoad, pending: tuple[Workload, ...], hits: bytearray, ordinary: dict[int, int]
+    carried: CarriedLoad,
+    pending: tuple[Workload, ...],
+    hits: bytearray,
+    ordinary: dict[int, int],
+    rejected_at: list[int],
 ) -> None:
     """Keep `pending` and, per position, whether its workload is in the carried queues now
-    (`CarriedLoad.order`, what `_aligned` starts from): the carried ones given again (`hits`)
-    and the ordinary ones loaded. A uid loaded twice (the second skipped, `_load_each`) could
-    leave a queued workload at a position marked not queued: no order is kept then."""
-    if ordinary:
+    or in the rejections kept (`CarriedLoad.order`, what `_aligned` starts from): the carried
+    ones given again and the rejections kept in place (`hits`), the ordinary ones loaded and
+    the rejections kept at `rejected_at`. A uid loaded twice (the second skipped,
+    `_load_each`) could leave a queued workload at a position marked not queued: no order is
+    kept then."""
+    if ordinary or rejected_at:
         flags = bytearray(hits)
         for at in ordinary.values():
-            flags[at] = 1
+            flags[at] = _HELD
+        for at in rejected_at:
+            flags[at] = _REJECTED
     else:
         flags = hits
-    if carried.doubled or len(flags) - flags.count(0) != len(carried.pending):
+    if carried.doubled or flags.count(_HELD) != len(carried.pending):
         carried.order = None
     else:
         carried.order = (pending, bytes(flags))
@@ -222,11 +277,17 @@ def _aligned(
     one's workloads between were dropped; one it did not queue is not carried. None when the
     order is not kept, when a carried workload comes again out of order or twice (the last
     load's are then passed before it: it is met after them), or after more partings than a
-    sixteenth of the workloads (new objects, mostly: the table lookups are cheaper then)."""
+    sixteenth of the workloads (new objects, mostly: the table lookups are cheaper then).
+
+    The marks are the kept order's: a workload the last load rejected (`CarriedLoad.rejected`,
+    marked `_REJECTED`) given again in its place keeps that mark, and one met at a parting is
+    in the last load's further on, as a queued one is (the last load's workloads before it
+    are passed), so it keeps its mark too."""
     if carried.order is None:
         return None
     last, flags = carried.order
     known = carried.pending
+    rejected = carried.rejected
     size = len(pending)
     end = len(last)
     budget = max(1024, size >> 4)
@@ -250,7 +311,7 @@ def _aligned(
         at += run
         was += run
         if at == size:
-            left = compress(last[was:], flags[was:])
+            left = compress(last[was:], flags[was:].translate(_QUEUED))
             break
         if was == end:
             if any(id(workload) >> 4 in known for workload in pending[at:]):
@@ -260,8 +321,8 @@ def _aligned(
         budget -= 1
         if budget < 0:
             return None
-        if id(pending[at]) >> 4 in known:
-            if flags[was]:
+        if id(pending[at]) >> 4 in known or id(pending[at]) in rejected:
+            if flags[was] == _HELD:
                 workload = last[was]
                 dropped.setdefault(workload.queue, {})[id(workload) >> 4] = workload
             was += 1
@@ -280,6 +341,8 @@ def _first_positions(pending: Sequence[Workload], hits: bytearray, wanted: int) 
     all: a few hundred workloads in, not all of them."""
     first: dict[str, int] = {}
     for at in compress(range(len(pending)), hits):
+        if hits[at] != _HELD:
+            continue  # a workload the pool never holds (`_REJECTED`)
         name = pending[at].queue
         if name not in first:
             first[name] = at
@@ -318,20 +381,23 @@ def _rejected_again(
     misses: list[int],
     missed: list[Workload],
     again: list[Rejection | None] | None,
-    was_rejected: dict[int, Rejection],
-) -> tuple[dict[int, Rejection], list[int], list[Workload]]:
+    carried: CarriedLoad,
+    rejected_at: list[int],
+) -> tuple[dict[int, Rejection], dict[str, PendingReason], list[int], list[Workload]]:
     """Of the workloads not carried (`missed`, at positions `misses`), those the last load
     found never fitting, given again (`again`: per workload its `CarriedLoad.rejected` entry,
     else None), only have their reason written again, in C, and are kept: returns the
-    rejections kept (the last load's table itself when all of it is given again) and the
-    others, at their positions, for `_load_each`. When a uid of one of them is running, given
-    twice, or that of another workload not carried (the first of a uid wins, in the snapshot's
-    order), none is taken so: all go to `_load_each`, which finds the same reasons. Their
-    reasons come before those `_load_each` writes (the order of `CycleResult.pending` is not
-    part of the result: the reply sorts it)."""
+    rejections kept (the last load's table itself when all of it is given again) and their
+    reasons by uid, and the others, at their positions, for `_load_each`; the positions of
+    those kept go to `rejected_at`. When a uid of one of them is running, given twice, or
+    that of another workload not carried (the first of a uid wins, in the snapshot's order),
+    none is taken so: all go to `_load_each`, which finds the same reasons. Their reasons
+    come before those `_load_each` writes (the order of `CycleResult.pending` is not part of
+    the result: the reply sorts it)."""
+    was_rejected = carried.rejected
     taken = list(filter(None, again)) if again else []
     if not taken:
-        return {}, misses, missed
+        return {}, {}, misses, missed
     assert again is not None
     others = list(map(not_, again))
     uids = list(map(_uid_of, map(_first, taken)))
@@ -341,13 +407,14 @@ def _rejected_again(
         or not state.running.keys().isdisjoint(unique)
         or not unique.isdisjoint(map(_uid_of, compress(missed, others)))
     ):
-        return {}, misses, missed
-    state.reasons.update(zip(uids, map(_second, taken), strict=True))
+        return {}, {}, misses, missed
+    reasons = dict(zip(uids, map(_second, taken), strict=True))
+    state.reasons.update(reasons)
+    rejected_at += compress(misses, again)
     if len(taken) == len(was_rejected):  # each entry once: all of them
-        kept = was_rejected
-    else:
-        kept = dict(zip(map(id, map(_first, taken)), taken, strict=True))
-    return kept, list(compress(misses, others)), list(compress(missed, others))
+        return was_rejected, reasons, list(compress(misses, others)), list(compress(missed, others))
+    kept = dict(zip(map(id, map(_first, taken)), taken, strict=True))
+    return kept, reasons, list(compress(misses, others)), list(compress(missed, others))
 
 
 def _load_each(
@@ -356,6 +423,7 @@ def _load_each(
     ordinary: dict[int, int] | None,
     rejected: dict[int, Rejection] | None = None,
     claimed: set[str] | None = None,
+    rejected_at: list[int] | None = None,
 ) -> Loaded:
     """The full path: `entries` (position in the snapshot, workload), in the snapshot's order,
     into per-queue lists of items in DESIGN §4.1 order, with each queue's first position; the
@@ -363,7 +431,8 @@ def _load_each(
     workload (of a leaf queue of this pool, of a usable kind, not a compute-unit request) into
     `ordinary`, with its position (a second of a uid marks `CarriedLoad.doubled`), and every
     such workload that never fits, with its reason, into `rejected` (None: not kept; those
-    the last load rejected, given again, are kept before, `_rejected_again`). A workload of a
+    the last load rejected, given again, are kept before, `_rejected_again`) and its position
+    into `rejected_at`. A workload of a
     known signature costs a tuple (`signature`, one C call), a dict lookup and its `Pending`.
 
     The items are made queue by queue, each queue's in order (`_made_in_order`), not in the
@@ -405,6 +474,8 @@ def _load_each(
                 if kind is None:
                     if rejected is not None:
                         rejected[id(submitted)] = (submitted, reasons[uid])
+                        if rejected_at is not None:
+                            rejected_at.append(at)
                     continue
         entry = ((-workload.priority_class, workload.submit_time_s, uid), at, workload, kind, usual)
         queue = by_queue.get(book.name)

@@ -112,6 +112,9 @@ class CarriedLoad:
     by_uid: dict[str, Pending] = field(default_factory=dict)
     left_uids: frozenset[str] = frozenset()
     rejected: dict[int, Rejection] = field(default_factory=dict)  # by the workload's id
+    # The reasons of `rejected`, by uid (unique: each uid is loaded once), in its order:
+    # written in one call when all of them come again where they were (`order`).
+    rejected_reasons: dict[str, PendingReason] = field(default_factory=dict)
     kinds: dict[tuple[object, ...], Kind] = field(default_factory=dict)
     capacity: RunningCapacity | None = None  # never changed: a load copies it
     # With `capacity`: the running work that capacity took, as the load left it (uid to
@@ -122,9 +125,9 @@ class CarriedLoad:
     victims_added: dict[str, Running] = field(default_factory=dict)
     totals: BookTotals | None = None
     # The last load's pending workloads, and per position whether the queues hold its workload
-    # (1 or 0: bytes, which the collector does not track, so its young pass after a cycle
-    # never reads them; `cycle_load_pending._aligned`); None: not kept (a uid loaded twice,
-    # `doubled`).
+    # (1), it is one of `rejected` (2), or neither (0): bytes, which the collector does not
+    # track, so its young pass after a cycle never reads them (`cycle_load_pending._aligned`);
+    # None: not kept (a uid loaded twice, `doubled`).
     order: tuple[tuple[Workload, ...], bytes] | None = None
     doubled: bool = False
     reused: int = 0  # records the last load took from the cycle before (tests, benchmarks)
@@ -147,6 +150,7 @@ class CarriedLoad:
         self.by_uid = {}
         self.left_uids = frozenset()
         self.rejected = {}
+        self.rejected_reasons = {}
         self.kinds = {}
         self.capacity = None
         self.victims = {}
