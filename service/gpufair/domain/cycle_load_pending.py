@@ -568,11 +568,19 @@ def _fill(
                     gone += left.values()
                     records = _without(records, *_kept_before(ids, left))
             kept, ids, cus, least = records
-            for item in kept:  # as new (`cycle_memory`)
-                item.book = book
-                item.code = waiting
-                item.done = False
-                item.held_nodes = 0
+            if kept and kept[0].book is book:
+                # The book they hold made new again (`CycleState`): every item of a queue
+                # holds the same, its book when it was loaded.
+                for item in kept:  # as new (`cycle_memory`)
+                    item.code = waiting
+                    item.done = False
+                    item.held_nodes = 0
+            else:
+                for item in kept:
+                    item.book = book
+                    item.code = waiting
+                    item.done = False
+                    item.held_nodes = 0
             records = (kept, ids, cus, least)
             items = list(kept)  # the cycle's list: the carried one is not changed
         new = loaded.get(name)

@@ -31,8 +31,9 @@ from new ones, so every decision is the one a cycle without carried state makes
 
 `Running` and `Kind` are never changed once made, so a record can be shared by two cycles. A
 queue's items (`Pending`) are the one exception: a cycle marks them (bound, held, their reason),
-so the load that takes them makes each new again (its book, reason code, `done`, held nodes as
-a new `Pending` has them) instead of making another; a carried state therefore serves one
+so the load that takes them makes each new again (its reason code, `done`, held nodes as
+a new `Pending` has them) instead of making another; their books are the last cycle's, made new
+again (`books`, `QueueBook.reset`), so the items keep them. A carried state therefore serves one
 cycle at a time. The record tables and the queues' lists are replaced whole at the end of each
 load, never changed in place: a shallow copy of a `CarriedLoad` is its state at that moment
 (the benchmarks time one *next* cycle again and again from the same carried state that way).
@@ -99,6 +100,9 @@ class CarriedLoad:
     running: dict[int, RunningRecord] = field(default_factory=dict)
     running_added: dict[int, RunningRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecords] = field(default_factory=dict)
+    # The last cycle's books by queue, those its items hold (`Pending.book`): the next cycle
+    # over the same queues makes them new again and keeps them (`CycleState`).
+    books: dict[str, QueueBook] = field(default_factory=dict)
     # The keys of the queues' workloads, to None: the queues' items keep the workloads alive
     # (so no key is reused while it is here), and a table of numbers only is one the
     # collector does not track (its young pass after a cycle never reads it).
@@ -146,6 +150,7 @@ class CarriedLoad:
         self.running = {}
         self.running_added = {}
         self.queues = {}
+        self.books = {}
         self.pending = {}
         self.by_uid = {}
         self.left_uids = frozenset()

@@ -152,8 +152,12 @@ class CycleState:
         hardware = self.capacity if len(ready) == len(pool_nodes) else Capacity(pool_nodes, shapes)
         self.pool_room = PoolRoom(hardware)
         ancestors = _limit_ancestors(snapshot)
-        self.books = {
-            queue.name: QueueBook(
+        # With valid carried records, the last cycle's books made new again (`QueueBook.reset`):
+        # the queues' carried items hold them, so loading need not give them a book each.
+        kept = carried.books if carried is not None and self.carried_valid else {}
+        self.books: dict[str, QueueBook] = {}
+        for queue in snapshot.queues:
+            arguments = (
                 queue,
                 self.pool.name,
                 snapshot.fair_share_cu.get(queue.name, 0.0),
@@ -161,8 +165,14 @@ class CycleState:
                 ancestors(queue),
                 max_borrow_s(queue.quota(self.pool.name), self.pool),
             )
-            for queue in snapshot.queues
-        }
+            book = kept.get(queue.name)
+            if book is None:
+                book = QueueBook(*arguments)
+            else:
+                book.reset(*arguments)
+            self.books[queue.name] = book
+        if carried is not None:
+            carried.books = self.books
         # Nodes promised to long-waiting gangs (no beyond-fair-share work). Capacity held for a
         # workload waiting for its victims is taken in `capacity` itself (see `hold`).
         self.gang_held: set[int] = set()

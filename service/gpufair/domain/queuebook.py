@@ -100,6 +100,20 @@ class QueueBook:
         ancestors: tuple[LimitBook, ...] = (),
         max_borrow_s: float | None = None,
     ) -> None:
+        self.reset(queue, pool, fair_share_cu, compute_weights, ancestors, max_borrow_s)
+
+    def reset(
+        self,
+        queue: Queue,
+        pool: str,
+        fair_share_cu: float,
+        compute_weights: Mapping[str, float],
+        ancestors: tuple[LimitBook, ...] = (),
+        max_borrow_s: float | None = None,
+    ) -> None:
+        """Every field as a new book of these arguments has it: a cycle with carried records
+        makes the last cycle's book of a queue new again this way, so the queue's carried
+        items keep theirs (`CycleState`, `cycle_load_pending._fill`)."""
         quota = queue.quota(pool)
         self.name = queue.name
         self.tier = quota.priority
