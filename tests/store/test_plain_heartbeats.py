@@ -59,9 +59,12 @@ def test_plain_heartbeat_is_payload_digest_and_row_of_the_general_functions() ->
         payload = payload_json(event).encode()
         digest = payload_digest(payload)
         row = copy_row(event.event_id, uid, HEARTBEAT, at, payload, digest)
-        assert plain_heartbeat(event.event_id, at, uid) == (payload, digest, row), event
+        raw = uuid.UUID(event.event_id).bytes
+        assert plain_heartbeat(raw, at, uid) == (payload, digest, row), event
     # The digest every stored heartbeat of `w` at 1.5 s has had since the ledger began.
-    payload, digest, _ = plain_heartbeat("8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a11", 1.5, "w")
+    payload, digest, _ = plain_heartbeat(
+        uuid.UUID("8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a11").bytes, 1.5, "w"
+    )
     assert payload == (
         b'{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":1.5,"pods":[],'
         b'"workload_uid":"w"}'
