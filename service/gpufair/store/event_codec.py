@@ -8,6 +8,7 @@ byte for byte (and falls back to it for anything but the plain types the API pro
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import json
 import math
@@ -218,18 +219,17 @@ def canonical_ids_bytes(event_ids: Sequence[str]) -> bytes | None:
         return None
     joined = "".join(event_ids)
     dashes = "-" * n
-    if any(joined[k::36] != dashes for k in (8, 13, 18, 23)):
+    if any(joined[k::36] != dashes for k in (8, 13, 18, 23)) or not joined.isascii():
         return None
-    digits = joined.replace("-", "")
+    digits = joined.encode().replace(b"-", b"")
     if len(digits) != 32 * n:  # a hyphen elsewhere
         return None
     try:
-        found = bytes.fromhex(digits)
-    except ValueError:  # not hexadecimal
+        found = binascii.unhexlify(digits)
+    except binascii.Error:  # not hexadecimal
         return None
-    # Equal only if every character is a lowercase digit: fromhex also takes upper case and
-    # skips whitespace, which would change what hex() gives back.
-    return found if found.hex() == digits else None
+    # Equal only if every digit is in lower case: unhexlify also takes upper case.
+    return found if binascii.hexlify(found) == digits else None
 
 
 def copy_stream(rows: Iterable[bytes]) -> bytes:

@@ -260,16 +260,18 @@ class Preparation:
         # `static_problem_of_uuid`'s window for the instant; a NaN fails both comparisons.
         earliest, latest = now_s - MAX_AGE_S, now_s + MAX_FUTURE_SKEW_S
         max_uid = MAX_UID_LEN
-        all_bytes = canonical_ids_bytes(list(map(_FIRST, items)))
+        ids = list(map(_FIRST, items))
+        all_bytes = canonical_ids_bytes(ids)
+        start = len(event_ids)
+        event_ids += ids
+        statuses += repeat(None, len(ids))
         for j, item in enumerate(items):
-            i = len(event_ids)
-            statuses.append(None)
+            i = start + j
             if type(item) is not LedgerEvent:
-                event_ids.append(item[0])
                 outcomes.reject(i, item[1])
                 continue
-            event_id, kind, at, uid, pods, node, count = item
-            event_ids.append(event_id)
+            # Unpacked from a plain tuple's copy: a named tuple is unpacked by an iterator.
+            event_id, kind, at, uid, pods, node, count = item[:]
             if all_bytes is not None:  # every id canonical
                 key: str | None = event_id
             else:
