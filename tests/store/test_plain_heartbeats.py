@@ -26,8 +26,7 @@ from gpufair.domain.ledger import (
     static_problem,
     static_problem_of_uuid,
 )
-from gpufair.store import ingest_pipeline
-from gpufair.store import event_codec
+from gpufair.store import event_codec, ingest_pipeline
 from gpufair.store.event_codec import (
     canonical_ids_bytes,
     copy_row,
@@ -140,7 +139,9 @@ def test_prepare_of_canonical_ids_in_parts_is_the_general_path() -> None:
             at = NOW - MAX_AGE_S - 1 if k % 50 == 3 else NOW - rng.uniform(0, 600)
             items.append(beat(at, f"w{k % 40}", str(uuid.UUID(int=rng.getrandbits(128)))))
     items[10] = (str(uuid.uuid4()), "unknown event kind 9")
-    items[20] = LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, NOW - 5, "w1", (EventPod("a0", (0,)),))
+    items[20] = LedgerEvent(
+        str(uuid.uuid4()), EventKind.STARTED, NOW - 5, "w1", (EventPod("a0", (0,)),)
+    )
     items[30] = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 4, "w1")
     statuses, errors, candidates = reference(items, NOW)
     preparation = ingest_pipeline.Preparation(NOW)

@@ -712,8 +712,11 @@ def _copy(
         return _plan(_insert_careful(pg, events, outcomes), ctx)
     hooks.copied()
     statuses, stored = outcomes.statuses, EventStatus.STORED
-    for position in map(_POSITION, events):
-        statuses[position] = stored
+    if len(events) == len(statuses):  # every item of the batch, as a stream's usually are
+        statuses[:] = repeat(stored, len(statuses))
+    else:
+        for position in map(_POSITION, events):
+            statuses[position] = stored
     return plan
 
 
