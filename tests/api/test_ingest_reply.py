@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import random
+import uuid
 
 import pytest
 from prometheus_client import REGISTRY
@@ -162,3 +163,33 @@ def test_a_batch_histogram_counts_as_one_observation_at_a_time() -> None:
         assert histogram._sum == sum(values[:1000]) + sum(values[1000:])
     finally:
         REGISTRY.unregister(histogram)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [str(uuid.UUID(int=random.Random(k).getrandbits(128))) for k in range(2000)],  # one join
+        ["é" * 36, "e" * 36],  # one length in characters, not in bytes
+        ["x" * 123] * 3,  # the longest of the short form, joined
+        ["x" * 124] * 3,  # too long for it
+        ["a", "bc"],  # two lengths
+        [""],
+    ],
+    ids=["uuids", "non-ascii", "123", "124", "lengths", "empty"],
+)
+def test_a_reply_of_a_message_stored_whole_is_the_runtime_s_own(ids: list[str]) -> None:
+    """Every event of the message stored: the reply is what the runtime serializes for those
+    results, whether the results are joined at once (ids of one length in ASCII) or not."""
+    outcomes = ingest_pipeline.Outcomes(list(ids))
+    outcomes.statuses[:] = [ingest_pipeline.EventStatus.STORED] * len(ids)
+    batch = ingest_pipeline.PreparedBatch(1.8e9, False, outcomes, [])
+    reply = pb.ReportEventsResponse()
+    reply.results.add(event_id="before", status=pb.EVENT_STATUS_DUPLICATE)
+    _report(reply, _Message([], 1.8e9, batch, outcomes))
+
+    expected = pb.ReportEventsResponse()
+    expected.results.add(event_id="before", status=pb.EVENT_STATUS_DUPLICATE)
+    for event_id in ids:
+        expected.results.add(event_id=event_id, status=pb.EVENT_STATUS_STORED)
+    assert reply.SerializeToString() == expected.SerializeToString()
+    assert len(reply.results) == len(ids) + 1

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.ledger import (
+    CANONICAL_UUID,
     MAX_AGE_S,
     MAX_FUTURE_SKEW_S,
     RUN_KINDS,
@@ -25,8 +26,9 @@ from gpufair.domain.ledger import (
     static_problem,
     static_problem_of_uuid,
 )
-from gpufair.store import ingest_pipeline
+from gpufair.store import event_codec, ingest_pipeline
 from gpufair.store.event_codec import (
+    canonical_ids_bytes,
     copy_row,
     payload_digest,
     payload_json,
@@ -59,14 +61,100 @@ def test_plain_heartbeat_is_payload_digest_and_row_of_the_general_functions() ->
         payload = payload_json(event).encode()
         digest = payload_digest(payload)
         row = copy_row(event.event_id, uid, HEARTBEAT, at, payload, digest)
-        assert plain_heartbeat(event.event_id, at, uid) == (payload, digest, row), event
+        raw = uuid.UUID(event.event_id).bytes
+        assert plain_heartbeat(raw, at, uid) == (payload, digest, row), event
     # The digest every stored heartbeat of `w` at 1.5 s has had since the ledger began.
-    payload, digest, _ = plain_heartbeat("8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a11", 1.5, "w")
+    payload, digest, _ = plain_heartbeat(
+        uuid.UUID("8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a11").bytes, 1.5, "w"
+    )
     assert payload == (
         b'{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":1.5,"pods":[],'
         b'"workload_uid":"w"}'
     )
     assert digest == "edca0af0d26100e75f245737c4dc15552867272eab1b9200c06191b9708ba91e"
+
+
+def test_plain_heartbeat_parts_kept_per_uid_start_over_past_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With room for 2 uids, 5 uids reported twice in turn: every heartbeat is still the
+    general functions' payload, digest and row, and the cache never holds more than 2."""
+    monkeypatch.setattr(event_codec, "HEARTBEAT_PARTS_LIMIT", 2)
+    monkeypatch.setattr(event_codec, "_HEARTBEAT_PARTS", {})
+    for k in range(10):
+        uid, at = f"w{k % 5}", 1.7e9 + k / 3
+        event = beat(at, uid)
+        payload = payload_json(event).encode()
+        digest = payload_digest(payload)
+        row = copy_row(event.event_id, uid, HEARTBEAT, at, payload, digest)
+        raw = uuid.UUID(event.event_id).bytes
+        assert plain_heartbeat(raw, at, uid) == (payload, digest, row), event
+        assert 1 <= len(event_codec._HEARTBEAT_PARTS) <= 2
+
+
+def test_canonical_ids_bytes_is_the_regular_expression_id_by_id() -> None:
+    """A list's ids as bytes in one pass exactly when `CANONICAL_UUID` matches each of them:
+    2,000 random ids, then each of 13 near misses in their midst (upper case, braces, a hyphen
+    moved, a space, a non-ASCII digit, ids of 35 and 37 characters whose concatenation has
+    every hyphen in place, ...)."""
+    rng = random.Random(4)
+    ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(2000)]
+    assert canonical_ids_bytes(ids) == b"".join(uuid.UUID(i).bytes for i in ids)
+    assert canonical_ids_bytes([]) is None
+    good = ids[7]
+    near_misses = [
+        [good.upper()],
+        [good[:35] + "A"],
+        ["{" + good[:34] + "}"],
+        [good[:8] + good[9] + "-" + good[10:]],  # a hyphen moved by one
+        [good[:5] + " " + good[6:]],
+        [good[:5] + "\u0661" + good[6:]],  # ARABIC-INDIC DIGIT ONE
+        [good[:5] + "g" + good[6:]],
+        [good + "\n"],
+        [good.replace("-", "")],
+        [good[:35], "a" + good[:35]],  # 35 + 37 characters: the hyphens of two ids in place
+        [good[:35] + "-", good[1:]],
+        [good[:-1] + "+"],
+        ["some-id"],
+    ]
+    for bad in near_misses:
+        mixed = ids[:1000] + bad + ids[1000:]
+        assert not all(CANONICAL_UUID.match(i) for i in mixed)
+        assert canonical_ids_bytes(mixed) is None, bad
+        assert canonical_ids_bytes(bad) is None, bad
+
+
+def test_prepare_of_canonical_ids_in_parts_is_the_general_path() -> None:
+    """Every id canonical (the ids checked at once), given in three parts as a stream
+    prepares a message: 5,000 heartbeats of 40 workloads, one in 100 a replay, one in 100 a
+    reused id, one in 50 late, with a conversion error and a start and stop among them."""
+    rng = random.Random(5)
+    items: list[LedgerEvent | tuple[str, str]] = []
+    for k in range(5000):
+        if k % 100 == 1:
+            items.append(items[k - 1])  # a replay
+        elif k % 100 == 2 and isinstance(prior := items[k - 2], LedgerEvent):
+            items.append(prior._replace(occurred_at_s=NOW - 3))  # its id, another payload
+        else:
+            at = NOW - MAX_AGE_S - 1 if k % 50 == 3 else NOW - rng.uniform(0, 600)
+            items.append(beat(at, f"w{k % 40}", str(uuid.UUID(int=rng.getrandbits(128)))))
+    items[10] = (str(uuid.uuid4()), "unknown event kind 9")
+    items[20] = LedgerEvent(
+        str(uuid.uuid4()), EventKind.STARTED, NOW - 5, "w1", (EventPod("a0", (0,)),)
+    )
+    items[30] = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 4, "w1")
+    statuses, errors, candidates = reference(items, NOW)
+    preparation = ingest_pipeline.Preparation(NOW)
+    for part in (items[:1234], items[1234:4000], items[4000:]):
+        preparation.add(part)
+    batch = preparation.batch()
+    assert batch.outcomes.event_ids == [i[0] for i in items]
+    assert batch.outcomes.statuses == statuses
+    assert batch.outcomes.errors == errors
+    assert [tuple(c) for c in batch.candidates] == candidates
+    assert len(candidates) == 5000 - 50 - 50 - 100 - 1
+    assert statuses.count(EventStatus.DUPLICATE) == 50
+    assert list(errors.values()).count(REUSED) == 50
 
 
 def reference(

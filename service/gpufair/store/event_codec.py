@@ -8,6 +8,7 @@ byte for byte (and falls back to it for anything but the plain types the API pro
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import json
 import math
@@ -159,25 +160,40 @@ def copy_row(
 
 
 _HEARTBEAT_FIELD = _KIND_FIELD[EventKind.HEARTBEAT]
+_ROW_START = struct.pack(">hi", 6, 16)  # 6 fields; the uuid's length
+# Of a plain heartbeat's payload: what comes before its instant, and per workload uid what comes
+# after it, with the part of its COPY row between the id and the instant (`_heartbeat_parts`).
+_HEARTBEAT_HEAD = '{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":'
+_HEARTBEAT_PARTS: dict[str, tuple[str, bytes]] = {}
+HEARTBEAT_PARTS_LIMIT = 100_000  # uids kept; beyond it the cache starts over
 
 
-def plain_heartbeat(event_id: str, epoch_s: float, workload_uid: str) -> tuple[bytes, str, bytes]:
-    """The payload, digest and COPY row of a heartbeat with no pods, no node and no GPU count,
-    at a finite `epoch_s` (a float), `event_id` canonical: what `payload_json`, `payload_digest`
-    and `copy_row` give for it, in one call. Nearly every event of a working cluster is one."""
-    payload = (
-        f'{{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":{epoch_s!r},"pods":[],'
-        f'"workload_uid":{_quote(workload_uid)}}}'
-    ).encode()
-    digest = hashlib.sha256(payload).hexdigest()
+def _heartbeat_parts(workload_uid: str) -> tuple[str, bytes]:
     uid = workload_uid.encode()
+    parts = (
+        f',"pods":[],"workload_uid":{_quote(workload_uid)}}}',
+        b"".join((_LENGTH.pack(len(uid) if uid else -1), uid, _HEARTBEAT_FIELD)),
+    )
+    if len(_HEARTBEAT_PARTS) >= HEARTBEAT_PARTS_LIMIT:
+        _HEARTBEAT_PARTS.clear()
+    _HEARTBEAT_PARTS[workload_uid] = parts
+    return parts
+
+
+def plain_heartbeat(id_bytes: bytes, epoch_s: float, workload_uid: str) -> tuple[bytes, str, bytes]:
+    """The payload, digest and COPY row of a heartbeat with no pods, no node and no GPU count,
+    at a finite `epoch_s` (a float), its id given as the UUID's 16 bytes: what `payload_json`,
+    `payload_digest` and `copy_row` give for it, in one call. Nearly every event of a working
+    cluster is one, and its workload reports one every few seconds: the parts that depend on
+    the uid alone (its quoted JSON, its field in the row) are made once per uid and kept."""
+    tail, middle = _HEARTBEAT_PARTS.get(workload_uid) or _heartbeat_parts(workload_uid)
+    payload = f"{_HEARTBEAT_HEAD}{epoch_s!r}{tail}".encode()
+    digest = hashlib.sha256(payload).hexdigest()
     row = b"".join(
         (
-            _ROW_HEAD.pack(
-                6, 16, bytes.fromhex(event_id.replace("-", "")), len(uid) if uid else -1
-            ),
-            uid,
-            _HEARTBEAT_FIELD,
+            _ROW_START,
+            id_bytes,
+            middle,
             _ROW_TIME.pack(8, round((epoch_s - _PG_EPOCH_S) * 1e6), len(payload) + 1, 1),
             payload,
             _DIGEST_LENGTH,
@@ -185,6 +201,35 @@ def plain_heartbeat(event_id: str, epoch_s: float, workload_uid: str) -> tuple[b
         )
     )
     return payload, digest, row
+
+
+def id_bytes(canonical_id: str) -> bytes:
+    """The 16 bytes of a UUID in its canonical text form."""
+    return bytes.fromhex(canonical_id.replace("-", ""))
+
+
+def canonical_ids_bytes(event_ids: Sequence[str]) -> bytes | None:
+    """The 16 bytes of each of `event_ids`, one after the other, if every one is in the canonical
+    form (what `domain.ledger.CANONICAL_UUID` matches: 36 characters, hyphens at 8, 13, 18 and 23
+    and nowhere else, lowercase hexadecimal digits elsewhere); else None. A few passes in C over
+    the whole list instead of a regular expression and a conversion per id: a client sends its
+    ids in that form, and a message holds thousands."""
+    n = len(event_ids)
+    if not n or set(map(len, event_ids)) != {36}:
+        return None
+    joined = "".join(event_ids)
+    dashes = "-" * n
+    if any(joined[k::36] != dashes for k in (8, 13, 18, 23)) or not joined.isascii():
+        return None
+    digits = joined.encode().replace(b"-", b"")
+    if len(digits) != 32 * n:  # a hyphen elsewhere
+        return None
+    try:
+        found = binascii.unhexlify(digits)
+    except binascii.Error:  # not hexadecimal
+        return None
+    # Equal only if every digit is in lower case: unhexlify also takes upper case.
+    return found if binascii.hexlify(found) == digits else None
 
 
 def copy_stream(rows: Iterable[bytes]) -> bytes:

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import compress, repeat
-from operator import attrgetter, is_
+from operator import attrgetter, is_, itemgetter
 from typing import Any, NamedTuple, cast
 
 import psycopg
@@ -53,8 +53,10 @@ from gpufair.domain.model import GpuType, Node
 from gpufair.store import bind_overlaps, capacity_repo, locks, runs_repo
 from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
+    canonical_ids_bytes,
     copy_row,
     copy_stream,
+    id_bytes,
     payload_json,
     plain_heartbeat,
     stored_epoch_s,
@@ -194,6 +196,7 @@ _STATE_UPDATE_SQL = """
 """
 _SAVEPOINT = "gpufair_ingest_copy"
 _BY_ID = attrgetter("event_id")
+_FIRST = itemgetter(0)
 _EVENT, _KIND, _UID = attrgetter("event"), attrgetter("kind"), attrgetter("workload_uid")
 _NODE, _PODS = attrgetter("node"), attrgetter("pods")
 _POSITION, _ROW, _READ_BACK = (
@@ -245,7 +248,10 @@ class Preparation:
         short printable uid; a canonical id), nearly every event of a working cluster, passes
         every check of `static_problem_of_uuid` by those conditions alone: its payload, digest
         and COPY row come from one call (`plain_heartbeat`) and its checks are not made again.
-        Its candidate is the one the general path would make."""
+        Its candidate is the one the general path would make. The ids are checked for the
+        canonical form, and turned into bytes, for all the items at once
+        (`canonical_ids_bytes`); one at a time only when one of them is not."""
+        items = events if type(events) is list else list(events)
         outcomes, candidates, first_seen = self._outcomes, self._candidates, self._first_seen
         event_ids, statuses = outcomes.event_ids, outcomes.statuses
         now_s, internal = self.now_s, self._internal
@@ -254,17 +260,23 @@ class Preparation:
         # `static_problem_of_uuid`'s window for the instant; a NaN fails both comparisons.
         earliest, latest = now_s - MAX_AGE_S, now_s + MAX_FUTURE_SKEW_S
         max_uid = MAX_UID_LEN
-        for item in events:
-            i = len(event_ids)
-            statuses.append(None)
+        ids = list(map(_FIRST, items))
+        all_bytes = canonical_ids_bytes(ids)
+        start = len(event_ids)
+        event_ids += ids
+        statuses += repeat(None, len(ids))
+        for j, item in enumerate(items):
+            i = start + j
             if type(item) is not LedgerEvent:
-                event_ids.append(item[0])
                 outcomes.reject(i, item[1])
                 continue
-            event_id, kind, at, uid, pods, node, count = item
-            event_ids.append(event_id)
-            # `canonical_event_id`: the canonical form is recognised here, the rest goes there.
-            key = event_id if canonical(event_id) else canonical_event_id(event_id)
+            # Unpacked from a plain tuple's copy: a named tuple is unpacked by an iterator.
+            event_id, kind, at, uid, pods, node, count = item[:]
+            if all_bytes is not None:  # every id canonical
+                key: str | None = event_id
+            else:
+                # `canonical_event_id`: the canonical form recognised here, the rest goes there.
+                key = event_id if canonical(event_id) else canonical_event_id(event_id)
             name = key or event_id  # what duplicates are found by
             plain = (
                 kind is heartbeat
@@ -280,7 +292,8 @@ class Preparation:
                 and uid.isprintable()
             )
             if plain:
-                payload, digest, row = plain_heartbeat(name, at, uid)  # name is key
+                raw = all_bytes[16 * j : 16 * j + 16] if all_bytes is not None else id_bytes(name)
+                payload, digest, row = plain_heartbeat(raw, at, uid)
             else:
                 payload = payload_json(item).encode()
                 digest = sha256(payload).hexdigest()  # `payload_digest`, without a call per event
@@ -699,8 +712,11 @@ def _copy(
         return _plan(_insert_careful(pg, events, outcomes), ctx)
     hooks.copied()
     statuses, stored = outcomes.statuses, EventStatus.STORED
-    for position in map(_POSITION, events):
-        statuses[position] = stored
+    if len(events) == len(statuses):  # every item of the batch, as a stream's usually are
+        statuses[:] = repeat(stored, len(statuses))
+    else:
+        for position in map(_POSITION, events):
+            statuses[position] = stored
     return plan
 
 
