@@ -14,6 +14,7 @@ import pytest
 from gpufair.domain import cycle_preempt
 from gpufair.domain.capacity import EPS, Capacity, uses_of
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import (
     Allocation,
     GpuType,
@@ -288,3 +289,28 @@ def count_victim_searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(cycle_preempt, "select_victims", counted)
     return searched
+
+
+def limits_asked_in_preemption(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The uids `CycleState.pods_allowed` (a queue's limits) is asked about inside preemption's
+    tries (`cycle_preempt._try_preempt`), in order, as the cycle goes on."""
+    asked: list[str] = []
+    trying: list[bool] = []
+    pods_allowed = CycleState.pods_allowed
+    try_preempt = cycle_preempt._try_preempt
+
+    def counted(self: CycleState, item: Any, gpu_type: str, within_share: bool) -> int:
+        if trying:
+            asked.append(item.uid)
+        return pods_allowed(self, item, gpu_type, within_share)
+
+    def flagged(*args: Any) -> None:
+        trying.append(True)
+        try:
+            try_preempt(*args)
+        finally:
+            trying.pop()
+
+    monkeypatch.setattr(CycleState, "pods_allowed", counted)
+    monkeypatch.setattr(cycle_preempt, "_try_preempt", flagged)
+    return asked

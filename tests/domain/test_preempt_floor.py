@@ -5,14 +5,10 @@ victims' totals would have found nothing below its class to free."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from cycle_builders import node, queue, running, snapshot, workload
+from cycle_builders import limits_asked_in_preemption, node, queue, running, snapshot, workload
 
-from gpufair.domain import cycle_preempt
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.snapshot import EvictReason, PendingCode
 
 
@@ -21,25 +17,7 @@ def test_the_floor_rises_when_its_class_is_evicted(monkeypatch: pytest.MonkeyPat
     # limit, so its tries read the limit). "high" (class 5) evicts low0: 8 - 1 + 1 = 8 CU,
     # within the share. "second" and "third" (class 1, the same shape) have nothing below
     # their class left: the type's floor is now 1, so no try of theirs reads the limit.
-    asked: list[str] = []
-    trying: list[bool] = []
-    pods_allowed = CycleState.pods_allowed
-    try_preempt = cycle_preempt._try_preempt
-
-    def counted(self: CycleState, item: Any, gpu_type: str, within_share: bool) -> int:
-        if trying:
-            asked.append(item.uid)
-        return pods_allowed(self, item, gpu_type, within_share)
-
-    def flagged(*args: Any) -> None:
-        trying.append(True)
-        try:
-            try_preempt(*args)
-        finally:
-            trying.pop()
-
-    monkeypatch.setattr(CycleState, "pods_allowed", counted)
-    monkeypatch.setattr(cycle_preempt, "_try_preempt", flagged)
+    asked = limits_asked_in_preemption(monkeypatch)
     work = [
         running(workload("low0", "a"), [("x", (0,))]),
         *(

@@ -5,14 +5,18 @@ limit is asked on each type, and the limit keeps its victims running."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from cycle_builders import POOL, node, queue, running, snapshot, workload
+from cycle_builders import (
+    POOL,
+    limits_asked_in_preemption,
+    node,
+    queue,
+    running,
+    snapshot,
+    workload,
+)
 
-from gpufair.domain import cycle_preempt
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.queuebook import UNCAPPED, LimitBook, QueueBook
 from gpufair.domain.snapshot import CycleResult, EvictReason, PendingCode
 
@@ -23,25 +27,7 @@ def _full_node_and_one_waiting(
     """Node x's eight GPUs run eight class-0 one-GPU jobs of queue a (8 CU deserved,
     `limit_cu`); one class-5 one-GPU workload of a waits. Returns the cycle's result and the
     uids `pods_allowed` was asked about inside preemption's tries."""
-    asked: list[str] = []
-    trying: list[bool] = []
-    pods_allowed = CycleState.pods_allowed
-    try_preempt = cycle_preempt._try_preempt
-
-    def counted(self: CycleState, item: Any, gpu_type: str, within_share: bool) -> int:
-        if trying:
-            asked.append(item.uid)
-        return pods_allowed(self, item, gpu_type, within_share)
-
-    def flagged(*args: Any) -> None:
-        trying.append(True)
-        try:
-            try_preempt(*args)
-        finally:
-            trying.pop()
-
-    monkeypatch.setattr(CycleState, "pods_allowed", counted)
-    monkeypatch.setattr(cycle_preempt, "_try_preempt", flagged)
+    asked = limits_asked_in_preemption(monkeypatch)
     work = [
         running(workload(f"low{gpu}", "a"), [("x", (gpu,))], started_at_s=gpu) for gpu in range(8)
     ]
