@@ -14,7 +14,7 @@ turn, so every pool sees the same machine load. Each cycle is given the records 
 cycle left (`cycle_memory`, as the service carries them), the collector paused during the cycle
 and one young pass after it, timed with it (as `pair_cycle.py --gc cycle --carry`).
 
-With `--phases` each cycle is run phase by phase, as `pair_cycle.py` times them (its `PHASES`,
+With `--phases` each cycle is run phase by phase, as `pair_cycle.py` times them (its `run_phases`,
 then the result and the young pass after the cycle), and a second table gives each phase's CPU
 median per pool beside the total and its ratio to the smallest pool's, so the growth of each
 phase can be read beside that of the decisions.
@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cycle import QUEUES, build_snapshot
-from pair_cycle import PHASES
+from pair_cycle import run_phases
 
 from gpufair.domain import cycle
 from gpufair.domain.cycle import run_cycle
@@ -90,16 +90,7 @@ def _time_one(pool: Pool, phased: bool) -> None:
 def _run_phases(pool: Pool, given: CarriedLoad) -> None:
     """One cycle as `run_cycle` runs it, each phase timed as `pair_cycle.py` times it (the
     state's construction counts in the total only)."""
-    times: dict[str, float] = {}
-    state = CycleState(pool.snapshot, given)
-    for name, kwargs in PHASES:
-        started = time.process_time()
-        getattr(cycle, name)(state, **kwargs)
-        label = f"{name} beyond share" if kwargs.get("within_share") is False else name
-        times[label] = times.get(label, 0.0) + time.process_time() - started
-    started = time.process_time()
-    state.result()
-    times["result"] = time.process_time() - started
+    times = run_phases(cycle, CycleState(pool.snapshot, given))
     for label, seconds in times.items():
         pool.phases.setdefault(label, []).append(seconds)
 

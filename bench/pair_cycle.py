@@ -52,6 +52,22 @@ PHASES: list[tuple[str, dict[str, bool]]] = [
 ]
 
 
+def run_phases(cycle: Any, state: Any) -> dict[str, float]:
+    """Run the phases of `cycle` (a checkout's `gpufair.domain.cycle` module) on `state` in
+    `run_cycle`'s order, then its result; the CPU seconds of each, by label (the allocations
+    after the guarantees as "... beyond share")."""
+    times: dict[str, float] = {}
+    for name, kwargs in PHASES:
+        started = time.process_time()
+        getattr(cycle, name)(state, **kwargs)
+        label = f"{name} beyond share" if kwargs.get("within_share") is False else name
+        times[label] = times.get(label, 0.0) + time.process_time() - started
+    started = time.process_time()
+    state.result()
+    times["result"] = time.process_time() - started
+    return times
+
+
 def worker(
     mix: str, size: int, collector: str = "default", carry: bool = False, queues: int = 0
 ) -> None:
@@ -96,14 +112,7 @@ def worker(
         state: Any = None
         if phased:
             state = CycleState(snapshot, given) if given is not None else CycleState(snapshot)
-            for name, kwargs in PHASES:
-                phase_started = time.process_time()
-                getattr(cycle, name)(state, **kwargs)
-                label = f"{name} beyond share" if kwargs.get("within_share") is False else name
-                times[label] = times.get(label, 0.0) + time.process_time() - phase_started
-            phase_started = time.process_time()
-            state.result()
-            times["result"] = time.process_time() - phase_started
+            times.update(run_phases(cycle, state))
         elif given is not None:
             run_cycle(snapshot, given)
         else:
