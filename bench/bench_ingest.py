@@ -62,7 +62,7 @@ from server_process import (
 )
 from sqlalchemy.engine import Engine, make_url
 
-from gpufair.client import GpufairClient
+from gpufair.client import GpufairClient, channel_options
 from gpufair.config_file import parse_config
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import Workload
@@ -252,6 +252,11 @@ def connections_by_worker(server_pid: int, port: int) -> dict[int, int]:
     return found
 
 
+# A stream's reply holds a result per event: past about 100,000 events a stream it is larger than
+# gRPC's default 4 MiB, so the channels allow the messages gpufair's own client allows.
+_MESSAGE_SIZES = [o for o in channel_options() if o[0].endswith("message_length")]
+
+
 def open_streams(
     address: str, n: int, server_pid: int, *, spread: bool
 ) -> tuple[list[grpc.Channel], list[int]]:
@@ -263,7 +268,9 @@ def open_streams(
     before = connections_by_worker(server_pid, port)
     for _ in range(50):
         channels = [
-            grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+            grpc.insecure_channel(
+                address, options=[*_MESSAGE_SIZES, ("grpc.use_local_subchannel_pool", 1)]
+            )
             for _ in range(n)
         ]
         for c in channels:

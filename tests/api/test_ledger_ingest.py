@@ -24,7 +24,7 @@ from ledger_support import (
 )
 from sqlalchemy import Engine, text
 
-from gpufair.client import GpufairClient
+from gpufair.client import GpufairClient, field_violations
 from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 T0 = time.time() - 3 * 86400  # three days ago: well inside the accepted range
@@ -248,6 +248,51 @@ def test_stream_error_keeps_what_earlier_messages_stored(
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "messages[1].events" in str(failed.value.details())
     assert len(intervals(db, "e-1")) == 1 and state(db, "e-1") == "running"
+
+
+def test_a_stream_whose_reply_could_pass_the_message_limit_is_refused_before_the_message(
+    ready: GpufairClient, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the limit at 900 bytes: the first message's two results can take at most 892 bytes
+    and take 84 (42 each); the second's could take 892 more, so it is refused before any of its
+    events is written, and the first one's stay stored."""
+    monkeypatch.setattr("gpufair.api.event_results.MAX_MESSAGE_BYTES", 900)
+    submit(ready, "b-1")
+    messages = [
+        [event(STARTED, "b-1", T0, [("a1", [0], 1.0)]), event(HEARTBEAT, "b-1", T0 + 1)],
+        [event(HEARTBEAT, "b-1", T0 + 2), event(STOPPED, "b-1", T0 + 3)],
+    ]
+    with pytest.raises(grpc.RpcError) as failed:
+        ready.ledger.StreamEvents(
+            iter(ledger_pb2.ReportEventsRequest(events=m) for m in messages), timeout=20
+        )
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    ((field, why),) = field_violations(failed.value)
+    assert field == "messages[1]" and "900 bytes" in why and "(1 messages) is stored" in why
+    assert state(db, "b-1") == "running"
+    with db.connect() as conn:
+        kinds = conn.execute(
+            text("SELECT kind FROM ledger_events WHERE workload_uid = 'b-1' ORDER BY occurred_at")
+        ).scalars()
+        assert list(kinds) == ["started", "heartbeat"]
+    # The first message alone fits, on a stream of its own: its events come back as duplicates.
+    again = ready.ledger.StreamEvents(iter([ledger_pb2.ReportEventsRequest(events=messages[0])]))
+    assert [r.status for r in again.results] == [DUPLICATE, DUPLICATE]
+
+
+def test_a_report_whose_reply_could_pass_the_message_limit_is_refused_whole(
+    ready: GpufairClient, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpufair.api.event_results.MAX_MESSAGE_BYTES", 800)
+    submit(ready, "b-2")
+    events = [event(STARTED, "b-2", T0, [("a1", [1], 1.0)]), event(HEARTBEAT, "b-2", T0 + 1)]
+    with pytest.raises(grpc.RpcError) as failed:
+        report(ready, *events)  # at most 892 bytes of results
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    ((field, why),) = field_violations(failed.value)
+    assert field == "events" and "send fewer events" in why
+    assert state(db, "b-2") == "pending"
+    assert [r.status for r in report(ready, events[0])] == [STORED]  # 446 bytes at most
 
 
 def test_resent_stream_is_all_duplicates_and_changes_nothing(

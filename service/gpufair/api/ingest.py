@@ -29,6 +29,14 @@ from operator import attrgetter
 from sqlalchemy import Connection, Engine
 
 from gpufair.api.convert_ledger import events_from_proto
+from gpufair.api.event_results import (
+    SHORT,
+    SHORT_HEAD,
+    STATUS,
+    STORED_TAIL,
+    ReplyBudget,
+    result_bytes,
+)
 from gpufair.api.group_commit import GroupCommit
 from gpufair.api.prefetch import Pending, Prefetch
 from gpufair.domain.errors import InvalidInputError, Violation
@@ -39,12 +47,6 @@ from gpufair.store import ingest_pipeline
 from gpufair.store.ingest_pipeline import EventStatus, Outcomes
 from gpufair.store.known_workloads import KnownWorkloads
 from gpufair.v1 import ledger_pb2 as pb
-
-_STATUS = {
-    EventStatus.STORED: pb.EVENT_STATUS_STORED,
-    EventStatus.DUPLICATE: pb.EVENT_STATUS_DUPLICATE,
-    EventStatus.REJECTED: pb.EVENT_STATUS_REJECTED,
-}
 
 Converted = LedgerEvent | tuple[str, str]
 
@@ -76,7 +78,7 @@ def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
         raise RuntimeError("a message is reported only once written")
     statuses = outcomes.final()
     errors = outcomes.errors
-    stored, head, tail = EventStatus.STORED, _SHORT_HEAD, _STORED_TAIL
+    stored, head, tail = EventStatus.STORED, SHORT_HEAD, STORED_TAIL
     counts = {s: n for s in EventStatus if (n := statuses.count(s))}
     event_ids = outcomes.event_ids
     lengths = set(map(len, event_ids))
@@ -86,15 +88,15 @@ def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
         # whole is one join, in C.
         (n,) = lengths
         ids = "".join(event_ids)
-        if n < _SHORT and ids.isascii():
+        if n < SHORT and ids.isascii():
             between = (tail + head[n]).decode()
             reply.MergeFromString(head[n] + between.join(event_ids).encode() + tail)
             event_ids = []
     if event_ids:
         encoded = [
             head[len(eid)] + eid + tail
-            if status is stored and len(eid := event_id.encode()) < _SHORT
-            else result_bytes(event_id, _STATUS[status], errors.get(i))
+            if status is stored and len(eid := event_id.encode()) < SHORT
+            else result_bytes(event_id, STATUS[status], errors.get(i))
             for i, (event_id, status) in enumerate(zip(event_ids, statuses, strict=True))
         ]
         reply.MergeFromString(b"".join(encoded))
@@ -108,39 +110,6 @@ def _report(reply: pb.ReportEventsResponse, message: _Message) -> None:
 
 
 _OCCURRED_AT = attrgetter("event.occurred_at_s")
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# An EventResult as field 1 of ReportEventsResponse, for an event id of n < 124 UTF-8 bytes and no
-# error: tag and length of the result, tag and length of the id; then the id, tag and status.
-_SHORT = 124
-_SHORT_HEAD = [bytes((0x0A, n + 4, 0x0A, n)) for n in range(_SHORT)]
-_STORED_TAIL = bytes((0x10, pb.EVENT_STATUS_STORED))  # the status field
-
-
-def result_bytes(event_id: str, status: int, error: str | None) -> bytes:
-    """One `results` entry of ReportEventsResponse in the protobuf wire format: what
-    `reply.results.add()` with `event_id`, `status` and `error` set would serialize to."""
-    eid = event_id.encode()
-    n = len(eid)
-    if not error and n < _SHORT and 0 < status < 128:
-        return _SHORT_HEAD[n] + eid + bytes((0x10, status))
-    body = b"".join(
-        (
-            b"\x0a" + _varint(n) + eid if n else b"",
-            b"\x10" + _varint(status) if status else b"",
-            b"\x1a" + _varint(len(e := error.encode())) + e if error else b"",
-        )
-    )
-    return b"\x0a" + _varint(len(body)) + body
 
 
 class _Split:
@@ -178,6 +147,7 @@ class Ingest:
         wait for a writer meanwhile (`GroupCommit`, `write_group`)."""
         reply = pb.ReportEventsResponse()
         message = self.prepare(request, "events")
+        ReplyBudget().admit(message.batch.outcomes.event_ids, "events", 0)
         if message.batch.candidates:
             self.group.submit(message)
         else:  # nothing to store: every outcome is known already
@@ -215,7 +185,8 @@ class Ingest:
     def stream(self, requests: Iterator[pb.ReportEventsRequest]) -> pb.ReportEventsResponse:
         """Each message is committed as it is written; the reply lists every event's outcome. If
         the stream breaks, what was committed stays, and a client resending everything is safe:
-        stored events come back as duplicates.
+        stored events come back as duplicates. A message that could make the reply larger than
+        gRPC sends is refused before it is written (`event_results.ReplyBudget`).
 
         A message's commit goes with its last writes, in one round trip. Committing several
         messages together was measured no faster (the commit overlaps the preparation of the
@@ -232,9 +203,12 @@ class Ingest:
             # trip (the pool's liveness check) each time.
             with self.engine.connect() as conn:
                 n, replaying, unreported = 0, False, None
+                budget = ReplyBudget()
                 while message is not None:
+                    budget.admit(message.batch.outcomes.event_ids, f"messages[{n}]", n)
                     ahead = _Ahead(self, inbox, n + 1, reply, unreported, split.share)
                     self.write_in(conn, message, replaying, ahead)
+                    budget.spend(message.batch.outcomes)
                     ahead.written()
                     if ahead.waits is not None:
                         split.update(*ahead.waits)

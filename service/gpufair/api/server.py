@@ -33,6 +33,7 @@ from gpufair.api.rpc_threads import RpcThreads
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
 from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
+from gpufair.domain.limits import MAX_MESSAGE_BYTES
 from gpufair.store.commit_watch import KeyNotices, key_commit_count
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
@@ -51,7 +52,6 @@ SERVICE_NAMES = (
     scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
     ledger_pb2.DESCRIPTOR.services_by_name["Ledger"].full_name,
 )
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_GRACE_S = 10.0
 # Methods whose reply object is shared by many calls, encoded once (`SharedReplyInterceptor`): a
 # coalesced cycle's, and the read caches' (`api/read_cache.py`) until the entry is rebuilt.

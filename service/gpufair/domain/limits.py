@@ -73,6 +73,8 @@ MAX_NODES_PER_UPSERT = 100_000
 MAX_PRUNE_POOLS = 1_000
 MAX_WORKLOADS_PER_BATCH = 10_000
 MAX_EVENTS_PER_BATCH = 50_000
+# Of a gRPC message either way, and so of a reply: a stream's reply, a result per event, too.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH = 16
 MAX_PAGE_SIZE = 10_000
 DEFAULT_PAGE_SIZE = 1_000

@@ -74,7 +74,12 @@ class LedgerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamEvents(self, request_iterator, context):
-        """The same over a client stream: each message is a batch, committed as it arrives.
+        """The same over a client stream: each message is a batch, committed as it arrives. The one
+        reply holds a result per event of the stream (42 bytes for a UUID id and no error), and no
+        reply may pass 64 MiB: a message that could take it past is refused (INVALID_ARGUMENT, its
+        field messages[n]) before any of its events is written; the messages before it are stored.
+        A client should end a stream every few hundred thousand events, and one that keeps gRPC's
+        default limit on received messages (4 MiB) every 90,000.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

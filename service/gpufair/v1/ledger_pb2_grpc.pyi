@@ -42,7 +42,13 @@ class LedgerStub:
     ReportEvents: _grpc.UnaryUnaryMultiCallable[_ledger_pb2.ReportEventsRequest, _ledger_pb2.ReportEventsResponse]
     """A batch of events; each gets a result, good ones land even when others are rejected."""
     StreamEvents: _grpc.StreamUnaryMultiCallable[_ledger_pb2.ReportEventsRequest, _ledger_pb2.ReportEventsResponse]
-    """The same over a client stream: each message is a batch, committed as it arrives."""
+    """The same over a client stream: each message is a batch, committed as it arrives. The one
+    reply holds a result per event of the stream (42 bytes for a UUID id and no error), and no
+    reply may pass 64 MiB: a message that could take it past is refused (INVALID_ARGUMENT, its
+    field messages[n]) before any of its events is written; the messages before it are stored.
+    A client should end a stream every few hundred thousand events, and one that keeps gRPC's
+    default limit on received messages (4 MiB) every 90,000.
+    """
     GetFairShare: _grpc.UnaryUnaryMultiCallable[_ledger_pb2.GetFairShareRequest, _ledger_pb2.GetFairShareResponse]
     GetFairShareHistory: _grpc.UnaryUnaryMultiCallable[_ledger_pb2.GetFairShareHistoryRequest, _ledger_pb2.GetFairShareHistoryResponse]
     GetUsage: _grpc.UnaryUnaryMultiCallable[_ledger_pb2.GetUsageRequest, _ledger_pb2.GetUsageResponse]
@@ -55,7 +61,13 @@ class LedgerAsyncStub(LedgerStub):
     ReportEvents: _aio.UnaryUnaryMultiCallable[_ledger_pb2.ReportEventsRequest, _ledger_pb2.ReportEventsResponse]  # type: ignore[assignment]
     """A batch of events; each gets a result, good ones land even when others are rejected."""
     StreamEvents: _aio.StreamUnaryMultiCallable[_ledger_pb2.ReportEventsRequest, _ledger_pb2.ReportEventsResponse]  # type: ignore[assignment]
-    """The same over a client stream: each message is a batch, committed as it arrives."""
+    """The same over a client stream: each message is a batch, committed as it arrives. The one
+    reply holds a result per event of the stream (42 bytes for a UUID id and no error), and no
+    reply may pass 64 MiB: a message that could take it past is refused (INVALID_ARGUMENT, its
+    field messages[n]) before any of its events is written; the messages before it are stored.
+    A client should end a stream every few hundred thousand events, and one that keeps gRPC's
+    default limit on received messages (4 MiB) every 90,000.
+    """
     GetFairShare: _aio.UnaryUnaryMultiCallable[_ledger_pb2.GetFairShareRequest, _ledger_pb2.GetFairShareResponse]  # type: ignore[assignment]
     GetFairShareHistory: _aio.UnaryUnaryMultiCallable[_ledger_pb2.GetFairShareHistoryRequest, _ledger_pb2.GetFairShareHistoryResponse]  # type: ignore[assignment]
     GetUsage: _aio.UnaryUnaryMultiCallable[_ledger_pb2.GetUsageRequest, _ledger_pb2.GetUsageResponse]  # type: ignore[assignment]
@@ -77,7 +89,13 @@ class LedgerServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_ledger_pb2.ReportEventsRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_ledger_pb2.ReportEventsResponse, _abc.Awaitable[_ledger_pb2.ReportEventsResponse]]:
-        """The same over a client stream: each message is a batch, committed as it arrives."""
+        """The same over a client stream: each message is a batch, committed as it arrives. The one
+        reply holds a result per event of the stream (42 bytes for a UUID id and no error), and no
+        reply may pass 64 MiB: a message that could take it past is refused (INVALID_ARGUMENT, its
+        field messages[n]) before any of its events is written; the messages before it are stored.
+        A client should end a stream every few hundred thousand events, and one that keeps gRPC's
+        default limit on received messages (4 MiB) every 90,000.
+        """
 
     @_abc_1.abstractmethod
     def GetFairShare(
