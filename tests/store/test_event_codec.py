@@ -144,9 +144,15 @@ def test_copy_stores_what_an_insert_of_the_same_values_stores(conn: Connection) 
     assert got == want
 
 
-def test_text_array_round_trips_any_text(conn: Connection) -> None:
-    values = [*AWKWARD[:-1], "{a,b}", "NULL", " spaced ", "c,d", "'"]
+@pytest.mark.parametrize("plain", [False, True])
+def test_text_array_round_trips_any_text(conn: Connection, plain: bool) -> None:
+    """With a backslash or a double quote among the elements (each escaped), and without (the
+    elements joined as they are)."""
+    values = [*AWKWARD[:-1], "{a,b}", "NULL", " spaced ", "c,d", "'", "", "é"]
+    if plain:
+        values = [v for v in values if "\\" not in v and '"' not in v]
     got = conn.execute(
-        text("SELECT unnest(CAST(:a AS text[]))"), {"a": text_array(values)}
+        text("SELECT unnest(CAST(:a AS text[]))"), {"a": text_array(iter(values))}
     ).scalars()
     assert list(got) == values
+    assert text_array([]) == "{}" and text_array(["w-1"]) == '{"w-1"}'
