@@ -398,7 +398,10 @@ class GpufairClient:
         timeout_s: float | None = None,
     ) -> ledger_pb2.ReportEventsResponse:
         """Send `batches` over one `StreamEvents` call; each is committed as it arrives, and the
-        one reply, at the end, has a result per event. The deadline covers the whole stream."""
+        one reply, at the end, has a result per event. The deadline covers the whole stream.
+        The reply may not pass 64 MiB (about 1.5 million events with UUID ids): a batch that
+        could take it past is refused, INVALID_ARGUMENT, with the batches before it stored;
+        a longer feed goes as several streams."""
         requests = (ledger_pb2.ReportEventsRequest(events=batch) for batch in batches)
         return self.ledger.StreamEvents(requests, timeout=timeout_s or self.timeout_s)
 
