@@ -2,7 +2,7 @@
 batch's preparation (payload, digest, checks, COPY row) and the reply, as a stream does them.
 
     python bench/ingest_python.py [--mix steady|churn] [--passes 15] [--callgrind]
-    python bench/ingest_python.py --stream [--events 50000]
+    python bench/ingest_python.py --stream [--mix steady|churn] [--events 50000]
 
 The events are those of `bench_ingest.py`'s mixes (4,020 steady events: heartbeats of 400 runs,
 one run in 200 replaced per round; or 4,000 churn events of 800 short runs), in messages of
@@ -18,8 +18,9 @@ does not change:
         python bench/ingest_python.py --mix steady --callgrind
 
 With `--stream` it measures the whole of a stream's work instead, database included:
-`Ingest.stream` in this process over a scratch database, with `bench_ingest.py`'s steady events
-(`--events`, in messages of 2,000; the runs going when the clock starts sent first), the
+`Ingest.stream` in this process over a scratch database, with `bench_ingest.py`'s events of
+`--mix` (`--events`, in messages of 2,000; for steady, the runs going when the clock starts
+sent first), the
 collector tuned as `gpufair serve` tunes it. It prints the CPU per event of the stream's
 thread and of the process (the reader thread parses the messages): the server's CPU per event
 of `bench_ingest.py` without gRPC's share. The stream runs inside `operator.call`, so the
@@ -85,8 +86,8 @@ def events_of(mix: str) -> list[pb.LedgerEvent]:
     return events
 
 
-def stream_cpu(n_events: int) -> None:
-    """`--stream`: one steady stream through `Ingest.stream` against a scratch database."""
+def stream_cpu(n_events: int, mix: str = "steady") -> None:
+    """`--stream`: one stream of `mix` through `Ingest.stream` against a scratch database."""
     import bench_ingest
     from sqlalchemy import Engine
 
@@ -106,7 +107,12 @@ def stream_cpu(n_events: int) -> None:
         engine: Engine = make_engine(url)
         try:
             t0 = time.time() - 3 * 86400
-            before, events, n_workloads = bench_ingest.steady_events(n_events, t0)
+            if mix == "churn":
+                n_workloads = n_events // bench_ingest.EVENTS_PER_WORKLOAD
+                before: list[LedgerEvent] = []
+                events = bench_ingest.events_for(n_workloads, t0)
+            else:
+                before, events, n_workloads = bench_ingest.steady_events(n_events, t0)
             config, problems = config_from_proto(parse_config(bench_ingest.cluster()))
             assert not problems, problems
             with engine.connect() as conn:
@@ -116,7 +122,8 @@ def stream_cpu(n_events: int) -> None:
                 conn.commit()
             bench_ingest.submit_workloads(engine, n_workloads, t0)
             ingest = Ingest(engine)
-            ingest.stream(pb.ReportEventsRequest.FromString(r) for r in serialized(before))
+            if before:
+                ingest.stream(pb.ReportEventsRequest.FromString(r) for r in serialized(before))
             raw = serialized(events)
             tune_for_serving()
             process, thread = time.process_time(), time.thread_time()
@@ -132,7 +139,7 @@ def stream_cpu(n_events: int) -> None:
     stored = sum(1 for r in reply.results if r.status == pb.EVENT_STATUS_STORED)
     assert stored == n, f"only {stored} of {n} stored"
     print(
-        f"steady stream: {n} events, CPU per event {thread / n * 1e6:.2f} µs (stream thread), "
+        f"{mix} stream: {n} events, CPU per event {thread / n * 1e6:.2f} µs (stream thread), "
         f"{process / n * 1e6:.2f} µs (process), wall {wall / n * 1e6:.2f} µs"
     )
 
@@ -148,7 +155,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=50_000, help="with --stream")
     args = parser.parse_args()
     if args.stream:
-        stream_cpu(args.events)
+        stream_cpu(args.events, args.mix)
         return
     events = events_of(args.mix)
     raw = [
