@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
 from gpufair.domain.placement import Ask, Exclusion, PodShape
+from gpufair.domain.victim_index import NEVER
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 
 
@@ -46,3 +47,37 @@ def test_a_node_is_a_candidate_only_for_pods_its_victims_could_make_room_for() -
     assert search(1.0) is None
     index.remove(second)
     assert index.freeable_on_node == {} and index.floor_on_node == {}
+
+
+def test_a_pod_of_several_gpus_reads_no_node_whose_tier_to_free_them_is_above_the_answer() -> None:
+    """Two full nodes, a pod of 4 GPUs. Node a frees one GPU at tier 0 but four only at tier 2;
+    node b frees four at tier 1. The walk meets a first (its key has the one-GPU tier, 0); the
+    search takes b, and a's option is never computed: its bound of tier 2 stays below b's."""
+    nodes = [Node(name, "p", "a100", 8, 64_000, 512_000) for name in ("a", "b")]
+    capacity = Capacity(nodes)
+    cheap = PodUse(0, (0,), 1.0, 1_000, 1_000)
+    dear = PodUse(0, (1, 2, 3), 1.0, 1_000, 1_000)
+    middle = PodUse(1, (0, 1, 2, 3), 1.0, 1_000, 1_000)
+    fixed = [PodUse(n, (4, 5, 6, 7), 1.0, 1_000, 1_000) for n in (0, 1)]  # not victims
+    capacity.take((cheap, dear, middle, *fixed))
+
+    def victim(uid: str, use: PodUse, tier: int) -> Victim:
+        gpus = float(len(use.gpu_indices))
+        return Victim(uid, "q", tier, 0, 100.0, 10.0 * gpus, gpus, "a100", (use,), (use.node,))
+
+    index = VictimIndex(
+        [victim("a0", cheap, 0), victim("a1", dear, 2), victim("b", middle, 1)], capacity
+    )
+    assert [index.whole_tier(0, n) for n in (1, 2, 3, 4, 5)] == [0, 2, 2, 2, NEVER]
+    assert [index.whole_tier(1, n) for n in (1, 4, 5)] == [1, 1, NEVER]
+    shape = PodShape(4.0, 0, 0)
+    found = select_victims(
+        capacity,
+        Ask(shape, "a100", 1, 1),
+        PlacementStrategy.BINPACK,
+        Exclusion(),
+        index=index,
+        budget=VictimBudget({"q": 1_000.0}, {}),
+    )
+    assert found is not None and [v.uid for v in found.victims] == ["b"]
+    assert set(index.option_table(shape, None, True)) == {1}  # node b's option alone was read

@@ -126,6 +126,10 @@ class VictimIndex:
         # among the victims that must go, in preference order, before one GPU is wholly free
         # (a bound on the tier of any option for whole-GPU pods).
         self._whole_key: dict[int, WalkKey] = {}
+        # Per node, for each count n of GPUs wholly free, the tier it takes to have n: the tier of
+        # the victim, in preference order, whose going frees the n-th (a node's free GPUs take
+        # its first victim's), none past the GPUs freeable (`whole_tier`).
+        self._whole_tiers: dict[int, tuple[int, ...]] = {}
         # Per node, the GPUs wholly free once every victim on it has gone: no option of the
         # node frees more for whole-GPU pods. Counted against the capacity when the node's
         # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
@@ -214,6 +218,15 @@ class VictimIndex:
                 if new is not None:
                     bisect.insort(order, new)
         stale.clear()
+
+    def whole_tier(self, node: int, gpus: int) -> int:
+        """A bound on the tier of any option that leaves `gpus` GPUs of `node` wholly free,
+        counted against its capacity when its victims last changed (NEVER if none can): a
+        bound while no capacity has been released on the node since, outside the index. An
+        option takes its victims in preference order, tier by tier, so it frees no more GPUs
+        than all the victims of its highest tier and below."""
+        tiers = self._whole_tiers[node]
+        return tiers[gpus - 1] if 0 < gpus <= len(tiers) else NEVER
 
     def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
         """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key."""
@@ -308,6 +321,7 @@ class VictimIndex:
                     del self.on_node[node]
                     del self.floor_on_node[node]
                     del self._whole_key[node]
+                    del self._whole_tiers[node]
                     del self.freeable_on_node[node]
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
@@ -338,6 +352,7 @@ class VictimIndex:
         on_node = self.on_node
         floors = self.floor_on_node
         whole_keys = self._whole_key
+        whole_tiers = self._whole_tiers
         freeable_on = self.freeable_on_node
         states = self._capacity.nodes
         for node in nodes:
@@ -363,13 +378,14 @@ class VictimIndex:
                     whole_keys[node] = (
                         key if freeable else (NEVER, cheapest, priority_class, late, node)
                     )
+                    whole_tiers[node] = (tier,) * freeable
                     freeable_on[node] = freeable
                     continue
             else:
                 cheapest = min(v.cu / v.gpus if v.gpus > 0 else 0.0 for v in here)
                 floors[node] = (tier, cheapest, priority_class, late, node)
             used = state.gpu_used.copy()
-            whole_tier = tier if freeable else NEVER
+            tiers = [tier] * freeable  # GPUs free already: any option's first victim's tier
             for victim, uses in here.items():
                 for use in uses:
                     amount = use.gpu_amount
@@ -377,11 +393,10 @@ class VictimIndex:
                         before = used[gpu]
                         after = used[gpu] = before - amount
                         if before > EPS and after <= EPS:
-                            freeable += 1
-                            if whole_tier == NEVER:
-                                whole_tier = victim.tier
-            whole_keys[node] = (whole_tier, cheapest, priority_class, late, node)
-            freeable_on[node] = freeable
+                            tiers.append(victim.tier)
+            whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
+            whole_tiers[node] = tuple(tiers)
+            freeable_on[node] = len(tiers)
 
     def __bool__(self) -> bool:
         return bool(self.on_node)

@@ -357,6 +357,12 @@ def _greedy(
 
     whole = shape.whole_gpus
     plain_whole = whole > 0 and not shape.profile  # none fits where fewer GPUs are free
+    # A pod of several GPUs on a full node of the walk needs the tier that frees them all
+    # (`VictimIndex.whole_tier`), often above its key's, which frees one: such a node goes to
+    # the heap with that bound, unread, and is read only if the bound reaches the top. A bound
+    # while nothing outside the index was released (`freeable_bounds`); a node a pick of this
+    # search changed has its option in the heap already, read after the pick.
+    tighten = freeable_bounds and whole > 1
 
     def fit_now(node: int) -> int:
         found = fits.get(node)
@@ -661,6 +667,11 @@ def _greedy(
                 head = advance(True)
                 continue
             due = True
+            if tighten:
+                tier = index.whole_tier(node, whole)
+                if tier > key[0]:
+                    heapq.heappush(heap, ((tier, *key[1:]), _LOWER_BOUND, node))
+                    continue
         elif heap:
             key, _, node = heapq.heappop(heap)
         else:
