@@ -36,7 +36,9 @@ when they reach its top; full nodes are walked from that sorted list one at a ti
 heap (the walk's next node is taken when it sorts before the heap's top). A reclaim in a large
 busy pool therefore reads a handful of nodes. A node that could not free one pod's whole GPUs
 even with all its victims gone (`freeable_on_node`) is passed over without being scored (the
-walk passes one that sorts before the heap's top by its key alone, before reading the node). Each
+walk passes one that sorts before the heap's top by its key alone, before reading the node). A
+full node the walk meets for a pod of several GPUs goes back to the heap unread when the tier it
+takes to free them all (`VictimIndex.whole_tier`) is above its key's, which frees one. Each
 node's victims are kept with their uses on that node; a node's option found in one search is
 kept for the next while the node, its victims and the budgets it read are unchanged
 (`option_table`). The walk's next node, due when its head is taken, is read only if the search
