@@ -27,6 +27,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
+from gpufair.domain.placement import Ask, Exclusion, PodShape
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,
@@ -34,6 +35,7 @@ from gpufair.domain.snapshot import (
     ReservationKind,
     UsageStanding,
 )
+from gpufair.domain.victim_search import VictimBudget, VictimIndex, select_victims
 
 POOL = "main"
 A100 = GpuType("a100-80gb", memory_gib=80, compute_weight=10)
@@ -314,3 +316,19 @@ def limits_asked_in_preemption(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(CycleState, "pods_allowed", counted)
     monkeypatch.setattr(cycle_preempt, "_try_preempt", flagged)
     return asked
+
+
+def victims_found(
+    capacity: Capacity, index: VictimIndex, shape: PodShape, cu_left: Mapping[str, float]
+) -> list[str] | None:
+    """The uids `victim_search.select_victims` picks for one pod of `shape` on type "a100"
+    (binpack, nothing excluded, budgets of CU alone), or None when nothing fits."""
+    found = select_victims(
+        capacity,
+        Ask(shape, "a100", 1, 1),
+        PlacementStrategy.BINPACK,
+        Exclusion(),
+        index=index,
+        budget=VictimBudget(cu_left, {}),
+    )
+    return None if found is None else [victim.uid for victim in found.victims]

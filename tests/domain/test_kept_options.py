@@ -4,10 +4,12 @@ when one may not (a budget that rose), and the search decides as one on a fresh 
 
 from __future__ import annotations
 
+from cycle_builders import victims_found
+
 from gpufair.domain.capacity import Capacity, PodUse
-from gpufair.domain.model import Node, PlacementStrategy
-from gpufair.domain.placement import Ask, Exclusion, PodShape
-from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
+from gpufair.domain.model import Node
+from gpufair.domain.placement import PodShape
+from gpufair.domain.victim_search import Victim, VictimIndex
 
 SHAPE = PodShape(2.0, 0, 0)
 
@@ -39,15 +41,7 @@ def _full_pool() -> tuple[Capacity, list[Victim]]:
 
 
 def _search(capacity: Capacity, index: VictimIndex, lender_cu: float) -> list[str] | None:
-    found = select_victims(
-        capacity,
-        Ask(SHAPE, "a100", 1, 1),
-        PlacementStrategy.BINPACK,
-        Exclusion(),
-        index=index,
-        budget=VictimBudget({"lender": lender_cu}, {}),
-    )
-    return None if found is None else [victim.uid for victim in found.victims]
+    return victims_found(capacity, index, SHAPE, {"lender": lender_cu})
 
 
 def test_an_option_whose_budget_tests_answer_as_before_is_kept_when_the_budget_falls() -> None:

@@ -1,14 +1,17 @@
-"""The victim search's "what could a node free" bound (`VictimIndex.freeable_on_node`): a node
-whose victims could not free one pod's whole GPUs is never scored for that pod, and the bound
-follows the node's victims as they are evicted."""
+"""The victim search's bounds of what a node could free: a node whose victims could not free one
+pod's whole GPUs is never scored for that pod (`VictimIndex.freeable_on_node`), and the bound
+follows the node's victims as they are evicted; a node whose tier to free a pod's GPUs is above
+the answer is not scored either (`VictimIndex.whole_tier`)."""
 
 from __future__ import annotations
 
+from cycle_builders import victims_found
+
 from gpufair.domain.capacity import Capacity, PodUse
-from gpufair.domain.model import Node, PlacementStrategy
-from gpufair.domain.placement import Ask, Exclusion, PodShape
+from gpufair.domain.model import Node
+from gpufair.domain.placement import PodShape
 from gpufair.domain.victim_index import NEVER
-from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
+from gpufair.domain.victim_search import Victim, VictimIndex
 
 
 def _victim(uid: str, use: PodUse, started_at_s: float) -> Victim:
@@ -30,15 +33,7 @@ def test_a_node_is_a_candidate_only_for_pods_its_victims_could_make_room_for() -
     assert index.freeable_on_node == {0: 1}
 
     def search(gpus_per_pod: float) -> list[str] | None:
-        found = select_victims(
-            capacity,
-            Ask(PodShape(gpus_per_pod, 0, 0), "a100", 1, 1),
-            PlacementStrategy.BINPACK,
-            Exclusion(),
-            index=index,
-            budget=VictimBudget({"q": 100.0}, {}),
-        )
-        return None if found is None else [victim.uid for victim in found.victims]
+        return victims_found(capacity, index, PodShape(gpus_per_pod, 0, 0), {"q": 100.0})
 
     assert search(1.0) == ["v1"]
     assert search(2.0) is None  # one GPU at most: never scored
@@ -71,13 +66,5 @@ def test_a_pod_of_several_gpus_reads_no_node_whose_tier_to_free_them_is_above_th
     assert [index.whole_tier(0, n) for n in (1, 2, 3, 4, 5)] == [0, 2, 2, 2, NEVER]
     assert [index.whole_tier(1, n) for n in (1, 4, 5)] == [1, 1, NEVER]
     shape = PodShape(4.0, 0, 0)
-    found = select_victims(
-        capacity,
-        Ask(shape, "a100", 1, 1),
-        PlacementStrategy.BINPACK,
-        Exclusion(),
-        index=index,
-        budget=VictimBudget({"q": 1_000.0}, {}),
-    )
-    assert found is not None and [v.uid for v in found.victims] == ["b"]
+    assert victims_found(capacity, index, shape, {"q": 1_000.0}) == ["b"]
     assert set(index.option_table(shape, None, True)) == {1}  # node b's option alone was read
