@@ -91,17 +91,6 @@ class QueueBook:
         "victim_rank",
     )
 
-    def __init__(
-        self,
-        queue: Queue,
-        pool: str,
-        fair_share_cu: float,
-        compute_weights: Mapping[str, float],
-        ancestors: tuple[LimitBook, ...] = (),
-        max_borrow_s: float | None = None,
-    ) -> None:
-        self.reset(queue, pool, fair_share_cu, compute_weights, ancestors, max_borrow_s)
-
     def reset(
         self,
         queue: Queue,
@@ -147,6 +136,8 @@ class QueueBook:
         # No limit of its own nor above it: `max_pods` of preemptible work beyond the share
         # reads nothing and caps nothing (`UNCAPPED`).
         self.unlimited = self.limit_cu is None and not self.limit_gpus_by_type and not ancestors
+
+    __init__ = reset  # a new book is one reset with its arguments
 
     def add(self, cu: float, gpus: float, gpu_type: str, preemptible: bool) -> None:
         self.answers = None
