@@ -10,11 +10,21 @@ pool (`build_snapshot(scrambled=True)`). The collector is off in the child (the
 service pauses it for a cycle) and string hashes are fixed (`PYTHONHASHSEED=0`), so the same
 code counts the same.
 
+With `--phase NAME` (a phase of `pair_cycle.PHASES`, such as `reclaim` or `preempt`) only that
+phase of the measured cycle is counted: the cycle is run phase by phase as `run_cycle` runs them,
+that phase called through `operator.call`, under `valgrind --tool=callgrind` collecting only
+inside that call; one child per count, none without the cycle. `--queues` sets the pool's leaf
+queues (`bench_cycle.build_snapshot`'s; 200 unless given), as `cycle_scaling.py` grows them with
+the pool.
+
 Run from the repository root, for the code of a checkout at `TREE` (several: side by side):
 
     python bench/cycle_instructions.py --trees TREE[,TREE...] --mix steady,next --size 1000
+    python bench/cycle_instructions.py --mix scrambled --size 4000 --phase reclaim
+    python bench/cycle_instructions.py --mix steady --size 4000 --queues 800
 
-Needs `valgrind` (Debian package `valgrind`). 1,000 nodes take about 3 minutes per checkout.
+Needs `valgrind` (Debian package `valgrind`). 1,000 nodes take 1.5-3 minutes per checkout,
+by the machine's speed (`--phase`, one child: half of that); 4,000 nodes, 3.5 times as long.
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cycle import QUEUES
+
 _CHILD = """
 import copy, gc, sys
 gc.disable()
@@ -34,8 +48,8 @@ sys.path.insert(0, {bench!r})
 from bench_cycle import build_snapshot, next_snapshot
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_memory import CarriedLoad
-mix, size, measured = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-snapshot = build_snapshot(size, scrambled=mix == "scrambled")
+mix, size, measured, queues = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[5])
+snapshot = build_snapshot(size, scrambled=mix == "scrambled", queues=queues)
 carried = CarriedLoad()
 first = run_cycle(snapshot, carried)
 if mix == "next":
@@ -46,8 +60,61 @@ if measured:
     run_cycle(snapshot, copy.copy(carried))
 """
 
+# The measured cycle phase by phase, `phase` alone inside `operator.call` (what callgrind collects).
+_PHASED = """
+import operator
+from gpufair.domain import cycle
+from gpufair.domain.cycle_state import CycleState
+from pair_cycle import PHASES
+phase = sys.argv[4]
+state = CycleState(snapshot, copy.copy(carried))
+for name, kwargs in PHASES:
+    if name == phase:
+        operator.call(getattr(cycle, name), state, **kwargs)
+    else:
+        getattr(cycle, name)(state, **kwargs)
+state.result()
+"""
 
-def instructions(tree: str, mix: str, size: int, measured: bool) -> int:
+
+def phase_instructions(tree: str, mix: str, size: int, phase: str, queues: int) -> int:
+    """Instructions inside `phase` of the measured cycle (every call of it, as `run_cycle` makes
+    them: `allocate` is called twice)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        child = _CHILD.format(bench=str(Path(__file__).resolve().parent)) + _PHASED
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                "--toggle-collect=_operator_call",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                "-c",
+                child,
+                mix,
+                str(size),
+                "0",
+                phase,
+                str(queues),
+            ],
+            env=dict(
+                os.environ,
+                PYTHONPATH=str(Path(tree).resolve() / "service"),
+                PYTHONHASHSEED="0",
+            ),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"no instruction count in {out.name}")
+        return int(found.group(1))
+
+
+def instructions(tree: str, mix: str, size: int, measured: bool, queues: int) -> int:
     """Instructions of the whole child process (`measured`: with the cycle)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "cachegrind.out"
@@ -63,6 +130,8 @@ def instructions(tree: str, mix: str, size: int, measured: bool) -> int:
                 mix,
                 str(size),
                 "1" if measured else "0",
+                "",
+                str(queues),
             ],
             env=dict(
                 os.environ,
@@ -84,22 +153,29 @@ def main() -> None:
     parser.add_argument("--trees", default=".", help="checkouts, comma-separated")
     parser.add_argument("--mix", default="steady,next", help="steady, next and/or scrambled")
     parser.add_argument("--size", type=int, default=1000, help="nodes")
+    parser.add_argument("--phase", default="", help="count this phase of the cycle alone")
+    parser.add_argument("--queues", type=int, default=QUEUES, help="leaf queues of the pool")
     args = parser.parse_args()
     trees = args.trees.split(",")
     for tree in trees:
         if not (Path(tree) / "service" / "gpufair" / "domain" / "cycle.py").is_file():
             parser.error(f"{tree}: no service/gpufair/domain/cycle.py there")
-    print("| checkout | mix | nodes | instructions (G) | of the first |")
-    print("|---|---|---:|---:|---:|")
+    label = f" ({args.phase})" if args.phase else ""
+    print(f"| checkout | mix | nodes | queues | instructions{label} (G) | of the first |")
+    print("|---|---|---:|---:|---:|---:|")
     for mix in args.mix.split(","):
         first = 0
         for tree in trees:
-            count = instructions(tree, mix, args.size, True) - instructions(
-                tree, mix, args.size, False
-            )
+            if args.phase:
+                count = phase_instructions(tree, mix, args.size, args.phase, args.queues)
+            else:
+                count = instructions(tree, mix, args.size, True, args.queues) - instructions(
+                    tree, mix, args.size, False, args.queues
+                )
             first = first or count
             print(
-                f"| {tree} | {mix} | {args.size:,} | {count / 1e9:.4f} | {count / first:.3f} |",
+                f"| {tree} | {mix} | {args.size:,} | {args.queues:,} | {count / 1e9:.4f} "
+                f"| {count / first:.3f} |",
                 flush=True,
             )
 
