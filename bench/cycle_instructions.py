@@ -77,37 +77,32 @@ state.result()
 """
 
 
+def _child(tree: str, tool: list[str], code: str, argv: list[str]) -> str:
+    """Run `code` under valgrind with `tool`'s options and `argv`, with `tree`'s code, the
+    hashes fixed; its standard error (valgrind's summary)."""
+    done = subprocess.run(
+        ["valgrind", *tool, sys.executable, "-c", code, *argv],
+        env=dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"), PYTHONHASHSEED="0"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stderr
+
+
 def phase_instructions(tree: str, mix: str, size: int, phase: str, queues: int) -> int:
     """Instructions inside `phase` of the measured cycle (every call of it, as `run_cycle` makes
     them: `allocate` is called twice)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
-        child = _CHILD.format(bench=str(Path(__file__).resolve().parent)) + _PHASED
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--collect-atstart=no",
-                "--toggle-collect=_operator_call",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                "-c",
-                child,
-                mix,
-                str(size),
-                "0",
-                phase,
-                str(queues),
-            ],
-            env=dict(
-                os.environ,
-                PYTHONPATH=str(Path(tree).resolve() / "service"),
-                PYTHONHASHSEED="0",
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        tool = [
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--toggle-collect=_operator_call",
+            f"--callgrind-out-file={out}",
+        ]
+        code = _CHILD.format(bench=str(Path(__file__).resolve().parent)) + _PHASED
+        _child(tree, tool, code, [mix, str(size), "0", phase, str(queues)])
         found = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
         if found is None:
             raise RuntimeError(f"no instruction count in {out.name}")
@@ -118,33 +113,14 @@ def instructions(tree: str, mix: str, size: int, measured: bool, queues: int) ->
     """Instructions of the whole child process (`measured`: with the cycle)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "cachegrind.out"
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={out}",
-                sys.executable,
-                "-c",
-                _CHILD.format(bench=str(Path(__file__).resolve().parent)),
-                mix,
-                str(size),
-                "1" if measured else "0",
-                "",
-                str(queues),
-            ],
-            env=dict(
-                os.environ,
-                PYTHONPATH=str(Path(tree).resolve() / "service"),
-                PYTHONHASHSEED="0",
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
+        tool = ["--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
+        code = _CHILD.format(bench=str(Path(__file__).resolve().parent))
+        stderr = _child(
+            tree, tool, code, [mix, str(size), "1" if measured else "0", "", str(queues)]
         )
-        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
         if found is None:
-            raise RuntimeError(f"no instruction count from valgrind: {done.stderr[-500:]}")
+            raise RuntimeError(f"no instruction count from valgrind: {stderr[-500:]}")
         return int(found.group(1).replace(",", ""))
 
 
