@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cycle import QUEUES
+from pair_cycle import PHASES
 
 _CHILD = """
 import copy, gc, sys
@@ -129,7 +130,12 @@ def main() -> None:
     parser.add_argument("--trees", default=".", help="checkouts, comma-separated")
     parser.add_argument("--mix", default="steady,next", help="steady, next and/or scrambled")
     parser.add_argument("--size", type=int, default=1000, help="nodes")
-    parser.add_argument("--phase", default="", help="count this phase of the cycle alone")
+    parser.add_argument(
+        "--phase",
+        default="",
+        choices=["", *dict.fromkeys(name for name, _ in PHASES)],
+        help="count this phase of the cycle alone",
+    )
     parser.add_argument("--queues", type=int, default=QUEUES, help="leaf queues of the pool")
     args = parser.parse_args()
     trees = args.trees.split(",")
