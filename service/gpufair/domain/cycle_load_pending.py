@@ -568,19 +568,15 @@ def _fill(
                     gone += left.values()
                     records = _without(records, *_kept_before(ids, left))
             kept, ids, cus, least = records
-            if kept and kept[0].book is book:
-                # The book they hold made new again (`CycleState`): every item of a queue
-                # holds the same, its book when it was loaded.
-                for item in kept:  # as new (`cycle_memory`)
-                    item.code = waiting
-                    item.done = False
-                    item.held_nodes = 0
-            else:
+            # Every item of a queue holds the same book, the one it was loaded with: usually
+            # this one, made new again (`CycleState`), and then the items keep it.
+            if kept and kept[0].book is not book:
                 for item in kept:
                     item.book = book
-                    item.code = waiting
-                    item.done = False
-                    item.held_nodes = 0
+            for item in kept:  # as new (`cycle_memory`)
+                item.code = waiting
+                item.done = False
+                item.held_nodes = 0
             records = (kept, ids, cus, least)
             items = list(kept)  # the cycle's list: the carried one is not changed
         new = loaded.get(name)
