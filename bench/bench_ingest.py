@@ -151,6 +151,17 @@ def to_proto(e: LedgerEvent) -> ledger_pb2.LedgerEvent:
     return msg
 
 
+def mix_events(
+    mix: str, n_events: int, t0: float
+) -> tuple[list[LedgerEvent], list[LedgerEvent], int]:
+    """The events of `mix` (see the module's docstring): those sent before the clock starts (the
+    steady mix's runs going), the timed ones, and the workloads they name."""
+    if mix == "churn":
+        n_workloads = n_events // EVENTS_PER_WORKLOAD
+        return [], events_for(n_workloads, t0), n_workloads
+    return steady_events(n_events, t0)
+
+
 def messages(events: list[LedgerEvent], batch: int) -> list[ledger_pb2.ReportEventsRequest]:
     return [
         ledger_pb2.ReportEventsRequest(events=[to_proto(e) for e in events[i : i + batch]])
@@ -366,12 +377,7 @@ def one_round(
     mix: str, n_events: int, batch: int, streams: int = 1, *, spread: bool = False
 ) -> dict[str, Any]:
     t0 = time.time() - 3 * 86400
-    if mix == "churn":
-        n_workloads = n_events // EVENTS_PER_WORKLOAD
-        before: list[LedgerEvent] = []
-        events = events_for(n_workloads, t0)
-    else:
-        before, events, n_workloads = steady_events(n_events, t0)
+    before, events, n_workloads = mix_events(mix, n_events, t0)
     with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
         migrate.upgrade(url)
         port = free_port()

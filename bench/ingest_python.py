@@ -20,8 +20,7 @@ does not change:
 With `--stream` it measures the whole of a stream's work instead, database included:
 `Ingest.stream` in this process over a scratch database, with `bench_ingest.py`'s events of
 `--mix` (`--events`, in messages of 2,000; for steady, the runs going when the clock starts
-sent first), the
-collector tuned as `gpufair serve` tunes it. It prints the CPU per event of the stream's
+sent first), the collector tuned as `gpufair serve` tunes it. It prints the CPU per event of the stream's
 thread and of the process (the reader thread parses the messages): the server's CPU per event
 of `bench_ingest.py` without gRPC's share. The stream runs inside `operator.call`, so the
 valgrind command above counts its instructions (setup excluded) with `--stream` in place of
@@ -107,12 +106,7 @@ def stream_cpu(n_events: int, mix: str = "steady") -> None:
         engine: Engine = make_engine(url)
         try:
             t0 = time.time() - 3 * 86400
-            if mix == "churn":
-                n_workloads = n_events // bench_ingest.EVENTS_PER_WORKLOAD
-                before: list[LedgerEvent] = []
-                events = bench_ingest.events_for(n_workloads, t0)
-            else:
-                before, events, n_workloads = bench_ingest.steady_events(n_events, t0)
+            before, events, n_workloads = bench_ingest.mix_events(mix, n_events, t0)
             config, problems = config_from_proto(parse_config(bench_ingest.cluster()))
             assert not problems, problems
             with engine.connect() as conn:
