@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import uuid
 from collections.abc import Iterator, Sequence
@@ -90,6 +91,32 @@ def test_plain_heartbeat_parts_kept_per_uid_start_over_past_the_limit(
         raw = uuid.UUID(event.event_id).bytes
         assert plain_heartbeat(raw, at, uid) == (payload, digest, row), event
         assert 1 <= len(event_codec._HEARTBEAT_PARTS) <= 2
+
+
+def test_plain_heartbeats_at_one_instant_share_its_parts_and_no_other_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A period's heartbeats all at its start, as the Slurm bridge stamps them, with the
+    instant's next and previous floats, one equal value reached by other arithmetic, and an
+    earlier instant coming back between them: every heartbeat is still the general
+    functions' payload, digest and row, and the instant kept is the last one's."""
+    monkeypatch.setattr(event_codec, "_LAST_INSTANT", [(math.nan, "", 0)])
+    start = 1_764_900_000.0 + 60.0 * 7 + 0.123456
+    near = [math.nextafter(start, math.inf), math.nextafter(start, 0.0)]
+    same = (1_764_900_000.0 + 0.123456) + 60.0 * 7  # other arithmetic
+    instants = [start] * 5 + near + [same, 1.7e9, start, 1.7e9, 1.7e9, 0.5, start]
+    for k, at in enumerate(instants):
+        uid = f"w{k % 3}"
+        event = beat(at, uid)
+        payload = payload_json(event).encode()
+        digest = payload_digest(payload)
+        row = copy_row(event.event_id, uid, HEARTBEAT, at, payload, digest)
+        raw = uuid.UUID(event.event_id).bytes
+        assert plain_heartbeat(raw, at, uid) == (payload, digest, row), (k, at)
+        kept, at_text, _ = event_codec._LAST_INSTANT[0]
+        assert kept == at and at_text == repr(at)
+    assert len({repr(at) for at in [start, *near]}) == 3  # neighbours, three texts
+    assert same == start
 
 
 def test_canonical_ids_bytes_is_the_regular_expression_id_by_id() -> None:

@@ -166,6 +166,13 @@ _ROW_START = struct.pack(">hi", 6, 16)  # 6 fields; the uuid's length
 _HEARTBEAT_HEAD = '{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":'
 _HEARTBEAT_PARTS: dict[str, tuple[str, bytes]] = {}
 HEARTBEAT_PARTS_LIMIT = 100_000  # uids kept; beyond it the cache starts over
+# The last instant a plain heartbeat had: (epoch_s, its `repr`, `_pg_internal_micros` of it).
+# A batch system reports its running jobs' heartbeats at one instant per period (the Slurm
+# bridge stamps them all with the period's start), so a message's heartbeats nearly all share
+# it; the float's shortest `repr` alone cost more than its SHA-256. One tuple, replaced whole
+# in the list's one slot: threads that read it see one instant's three parts together. NaN
+# equals nothing.
+_LAST_INSTANT: list[tuple[float, str, int]] = [(math.nan, "", 0)]
 
 
 def _heartbeat_parts(workload_uid: str) -> tuple[str, bytes]:
@@ -182,19 +189,28 @@ def _heartbeat_parts(workload_uid: str) -> tuple[str, bytes]:
 
 def plain_heartbeat(id_bytes: bytes, epoch_s: float, workload_uid: str) -> tuple[bytes, str, bytes]:
     """The payload, digest and COPY row of a heartbeat with no pods, no node and no GPU count,
-    at a finite `epoch_s` (a float), its id given as the UUID's 16 bytes: what `payload_json`,
-    `payload_digest` and `copy_row` give for it, in one call. Nearly every event of a working
-    cluster is one, and its workload reports one every few seconds: the parts that depend on
-    the uid alone (its quoted JSON, its field in the row) are made once per uid and kept."""
+    at a finite, positive `epoch_s` (a float), its id given as the UUID's 16 bytes: what
+    `payload_json`, `payload_digest` and `copy_row` give for it, in one call. Nearly every event
+    of a working cluster is one, and its workload reports one every few seconds: the parts that
+    depend on the uid alone (its quoted JSON, its field in the row) are made once per uid and
+    kept, and those of the instant are kept for the next heartbeat at the same instant
+    (`_LAST_INSTANT`; equal positive floats have one `repr`)."""
     tail, middle = _HEARTBEAT_PARTS.get(workload_uid) or _heartbeat_parts(workload_uid)
-    payload = f"{_HEARTBEAT_HEAD}{epoch_s!r}{tail}".encode()
+    last = _LAST_INSTANT[0]
+    if last[0] == epoch_s:
+        text, micros = last[1], last[2]
+    else:
+        # `_pg_internal_micros`, written out: a churning cluster's heartbeats seldom share one.
+        text, micros = repr(epoch_s), round((epoch_s - _PG_EPOCH_S) * 1e6)
+        _LAST_INSTANT[0] = (epoch_s, text, micros)
+    payload = f"{_HEARTBEAT_HEAD}{text}{tail}".encode()
     digest = hashlib.sha256(payload).hexdigest()
     row = b"".join(
         (
             _ROW_START,
             id_bytes,
             middle,
-            _ROW_TIME.pack(8, round((epoch_s - _PG_EPOCH_S) * 1e6), len(payload) + 1, 1),
+            _ROW_TIME.pack(8, micros, len(payload) + 1, 1),
             payload,
             _DIGEST_LENGTH,
             digest.encode(),
