@@ -200,8 +200,7 @@ def plain_heartbeat(id_bytes: bytes, epoch_s: float, workload_uid: str) -> tuple
     if last[0] == epoch_s:
         text, micros = last[1], last[2]
     else:
-        # `_pg_internal_micros`, written out: a churning cluster's heartbeats seldom share one.
-        text, micros = repr(epoch_s), round((epoch_s - _PG_EPOCH_S) * 1e6)
+        text, micros = repr(epoch_s), _pg_internal_micros(epoch_s)
         _LAST_INSTANT[0] = (epoch_s, text, micros)
     payload = f"{_HEARTBEAT_HEAD}{text}{tail}".encode()
     digest = hashlib.sha256(payload).hexdigest()
