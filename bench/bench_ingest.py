@@ -179,6 +179,26 @@ class CopyRun(NamedTuple):
     client_cpu_s: float
 
 
+RAW_COPY_SQL = (
+    "COPY ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest)"
+    " FROM STDIN"
+)
+
+
+def raw_row(e: LedgerEvent) -> tuple[str, str, str, datetime, str, str]:
+    """`e`'s row of RAW_COPY_SQL, made as a client without gpufair would make it."""
+    payload = payload_json(e)
+    digest = hashlib.sha256(payload.encode()).hexdigest()
+    return (
+        e.event_id,
+        e.workload_uid,
+        e.kind.value,
+        datetime.fromtimestamp(e.occurred_at_s, UTC),
+        payload,
+        digest,
+    )
+
+
 def copy_rate(url: str, events: list[LedgerEvent]) -> CopyRun:
     with psycopg.connect(libpq_url(url)) as conn:
         conn.execute("TRUNCATE ledger_events")
@@ -194,25 +214,9 @@ def copy_rate(url: str, events: list[LedgerEvent]) -> CopyRun:
 
         pg_before, client_before = backend_cpu(), time.process_time()
         start = time.perf_counter()
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                "COPY ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest)"
-                " FROM STDIN"
-            ) as copy,
-        ):
+        with conn.cursor() as cur, cur.copy(RAW_COPY_SQL) as copy:
             for e in events:
-                payload = payload_json(e)
-                copy.write_row(
-                    (
-                        e.event_id,
-                        e.workload_uid,
-                        e.kind.value,
-                        datetime.fromtimestamp(e.occurred_at_s, UTC),
-                        payload,
-                        hashlib.sha256(payload.encode()).hexdigest(),
-                    )
-                )
+                copy.write_row(raw_row(e))
         conn.commit()
         elapsed = time.perf_counter() - start
         run = CopyRun(

@@ -15,35 +15,16 @@ the CPU per event, not the rate.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from bench_ingest import libpq_url, split_by_workload, steady_events
+from bench_ingest import RAW_COPY_SQL, libpq_url, raw_row, split_by_workload, steady_events
 from server_process import cpu_seconds
 
-from gpufair.domain.ledger import LedgerEvent
 from gpufair.store import migrate
-from gpufair.store.event_codec import payload_json
 from gpufair.store.scratch import scratch_database, test_server
-
-_COPY = (
-    "COPY ledger_events (event_id, workload_uid, kind, occurred_at, payload, payload_digest)"
-    " FROM STDIN"
-)
-
-
-def _rows(events: list[LedgerEvent]) -> list[tuple[Any, ...]]:
-    rows = []
-    for e in events:
-        payload = payload_json(e)
-        digest = hashlib.sha256(payload.encode()).hexdigest()
-        at = datetime.fromtimestamp(e.occurred_at_s, UTC)
-        rows.append((e.event_id, e.workload_uid, e.kind.value, at, payload, digest))
-    return rows
 
 
 def _write(url: str, rows: list[tuple[Any, ...]], start: threading.Barrier) -> float:
@@ -53,7 +34,7 @@ def _write(url: str, rows: list[tuple[Any, ...]], start: threading.Barrier) -> f
         pid = found[0] if found else 0
         start.wait()
         before = cpu_seconds(pid)
-        with conn.cursor() as cur, cur.copy(_COPY) as copy:
+        with conn.cursor() as cur, cur.copy(RAW_COPY_SQL) as copy:
             for row in rows:
                 copy.write_row(row)
         conn.commit()
@@ -86,8 +67,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     _, events, _ = steady_events(args.events, time.time() - 3 * 86400)
-    whole = [_rows(events)]
-    halves = [_rows(part) for part in split_by_workload(events, 2)]
+    whole = [list(map(raw_row, events))]
+    halves = [list(map(raw_row, part)) for part in split_by_workload(events, 2)]
     n = len(events)
     print("| round | writers | events/s | PostgreSQL CPU µs / event |")
     print("|---:|---:|---:|---:|")
