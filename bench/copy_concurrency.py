@@ -34,7 +34,7 @@ def _write(url: str, rows: list[tuple[Any, ...]], start: threading.Barrier) -> f
         pid = found[0] if found else 0
         start.wait()
         before = cpu_seconds(pid)
-        with conn.cursor() as cur, cur.copy(RAW_COPY_SQL) as copy:
+        with conn.cursor() as cur, cur.copy(RAW_COPY_SQL.format(table="ledger_events")) as copy:
             for row in rows:
                 copy.write_row(row)
         conn.commit()
