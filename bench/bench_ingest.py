@@ -10,11 +10,12 @@ a batch system has its events before it sends them. The COPY path writes the sam
 payload and digest) straight into an empty table made like `ledger_events` (its columns, checks
 and indexes) and does nothing else: the ceiling a database client could reach for that table.
 It has a table of its own so that the stream meets the ledger as it was: the starts of the runs
-going when the clock starts stay stored, and the runs they stop pair with them. Each round uses a new database and runs both, one after the
-other, so the ratio is fair on a shared, noisy machine; the summary is the median of the rounds'
-ratios. The CPU seconds of the server process, the client and the PostgreSQL backends during the
-stream, per event, show which side bounds the rate; the CPU of the COPY's own backend and client
-(`copy_us_per_event_*`) is what the same rows cost the database and a client without the service.
+going when the clock starts stay stored, and the runs they stop pair with them. Each round uses
+a new database and runs both, one after the other, so the ratio is fair on a shared, noisy
+machine; the summary is the median of the rounds' ratios. The CPU seconds of the server
+process, the client and the PostgreSQL backends during the stream, per event, show which side
+bounds the rate; the CPU of the COPY's own backend and client (`copy_us_per_event_*`) is what
+the same rows cost the database and a client without the service.
 
 With `--streams N` the timed events go over N streams at once, each on a connection of its own
 (a batch system reporting from several places), split by workload so that each workload's
