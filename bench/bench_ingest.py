@@ -7,15 +7,16 @@ The gRPC path is the whole service path: `gpufair serve` started as its own proc
 deployed), on a loopback port, StreamEvents, per-event validation, idempotent insert, runs
 re-derived, commit before the reply. The client builds its messages before the clock starts, as
 a batch system has its events before it sends them. The COPY path writes the same rows (same
-payload and digest) straight into an empty table made like `ledger_events` (its columns, checks
-and indexes) and does nothing else: the ceiling a database client could reach for that table.
-It has a table of its own so that the stream meets the ledger as it was: the starts of the runs
-going when the clock starts stay stored, and the runs they stop pair with them. Each round uses
-a new database and runs both, one after the other, so the ratio is fair on a shared, noisy
-machine; the summary is the median of the rounds' ratios. The CPU seconds of the server
-process, the client and the PostgreSQL backends during the stream, per event, show which side
-bounds the rate; the CPU of the COPY's own backend and client (`copy_us_per_event_*`) is what
-the same rows cost the database and a client without the service.
+payload and digest) straight into a table made like `ledger_events` (its columns, checks and
+indexes) and does nothing else: the ceiling a database client could reach for that table. It
+has a table of its own, holding what `ledger_events` holds when the clock starts (the steady
+mix's earlier starts, written before the clock), so that the stream meets the ledger as it was
+left: the runs its stops end have their starts stored. Each round uses a new database and runs
+both, one after the other, so the ratio is fair on a shared, noisy machine; the summary is the
+median of the rounds' ratios. The CPU seconds of the server process, the client and the
+PostgreSQL backends during the stream, per event, show which side bounds the rate; the CPU of
+the COPY's own backend and client (`copy_us_per_event_*`) is what the same rows cost the
+database and a client without the service.
 
 With `--streams N` the timed events go over N streams at once, each on a connection of its own
 (a batch system reporting from several places), split by workload so that each workload's
@@ -188,7 +189,7 @@ class CopyRun(NamedTuple):
 RAW_COPY_SQL = (
     "COPY {table} (event_id, workload_uid, kind, occurred_at, payload, payload_digest) FROM STDIN"
 )
-RAW_COPY_TABLE = "raw_copy_events"  # `copy_rate`'s, made like ledger_events and dropped after
+RAW_COPY_TABLE = "raw_copy_events"  # `copy_rate`'s, made like ledger_events, dropped after
 
 
 def raw_row(e: LedgerEvent) -> tuple[str, str, str, datetime, str, str]:
@@ -205,9 +206,14 @@ def raw_row(e: LedgerEvent) -> tuple[str, str, str, datetime, str, str]:
     )
 
 
-def copy_rate(url: str, events: list[LedgerEvent]) -> CopyRun:
+def copy_rate(url: str, events: list[LedgerEvent], before: list[LedgerEvent]) -> CopyRun:
+    """The raw COPY of `events`, timed, into a table that holds `before` as the stream's
+    `ledger_events` does."""
     with psycopg.connect(libpq_url(url)) as conn:
         conn.execute(f"CREATE TABLE {RAW_COPY_TABLE} (LIKE ledger_events INCLUDING ALL)")
+        with conn.cursor() as cur, cur.copy(RAW_COPY_SQL.format(table=RAW_COPY_TABLE)) as copy:
+            for e in before:
+                copy.write_row(raw_row(e))
         conn.commit()
         backend = conn.execute("SELECT pg_backend_pid()").fetchone()
         pid = backend[0] if backend else 0
@@ -407,7 +413,7 @@ def one_round(
                 if before:
                     reply = client.ledger.StreamEvents(iter(messages(before, batch)), timeout=900)
                     assert_all_stored([reply], len(before))
-                copy = copy_rate(url, events)
+                copy = copy_rate(url, events, before)
                 parts = [messages(p, batch) for p in split_by_workload(events, streams)]
                 channels, placed = open_streams(
                     f"127.0.0.1:{port}", streams, process.pid, spread=spread

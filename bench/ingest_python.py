@@ -117,7 +117,10 @@ def stream_cpu(n_events: int, mix: str = "steady") -> None:
             bench_ingest.submit_workloads(engine, n_workloads, t0)
             ingest = Ingest(engine)
             if before:
-                ingest.stream(pb.ReportEventsRequest.FromString(r) for r in serialized(before))
+                setup = ingest.stream(
+                    pb.ReportEventsRequest.FromString(r) for r in serialized(before)
+                )
+                bench_ingest.assert_all_stored([setup], len(before))
             raw = serialized(events)
             tune_for_serving()
             process, thread = time.process_time(), time.thread_time()
@@ -130,8 +133,7 @@ def stream_cpu(n_events: int, mix: str = "steady") -> None:
         finally:
             engine.dispose()
     n = len(events)
-    stored = sum(1 for r in reply.results if r.status == pb.EVENT_STATUS_STORED)
-    assert stored == n, f"only {stored} of {n} stored"
+    bench_ingest.assert_all_stored([reply], n)
     print(
         f"{mix} stream: {n} events, CPU per event {thread / n * 1e6:.2f} µs (stream thread), "
         f"{process / n * 1e6:.2f} µs (process), wall {wall / n * 1e6:.2f} µs"

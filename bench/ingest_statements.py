@@ -30,6 +30,7 @@ from typing import Any
 
 import psycopg
 from bench_ingest import (
+    assert_all_stored,
     cluster,
     events_for,
     libpq_url,
@@ -164,6 +165,7 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
                 pg, batch.candidates, ingest_pipeline.Overlap(), KnownWorkloads(0)
             )
             keep = ingest_pipeline._validate(batch, ctx)
+            assert len(keep) == len(chunk), f"{len(keep)} of {len(chunk)} events valid"
             plan = ingest_pipeline._plan(keep, ctx).change
             rows = copy_stream(c.copy_row for c in sorted(keep, key=lambda c: c.event_id))
             timed("COPY of the batch's events", copy_in, COPY_EVENTS_SQL, rows)
@@ -234,7 +236,8 @@ def main() -> None:
             with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
                 client.apply_config(parse_config(cluster()))
                 submit_workloads(engine, n_workloads, t0)
-                client.ledger.StreamEvents(iter(messages(streamed, BATCH)), timeout=900)
+                reply = client.ledger.StreamEvents(iter(messages(streamed, BATCH)), timeout=900)
+                assert_all_stored([reply], len(streamed))
         finally:
             process.terminate()
             process.wait(30)

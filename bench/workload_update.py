@@ -85,11 +85,13 @@ def measure(url: str, n: int, repeats: int) -> dict[str, list[tuple[float, float
         def update(uids: list[str], state: str) -> float:
             with pg.transaction():
                 before = cpu_ms()
-                pg.execute(
+                done = pg.execute(
                     ingest_pipeline._STATE_UPDATE_SQL,
                     (text_array(uids), text_array([state] * len(uids))),
-                )
-                return cpu_ms() - before
+                ).rowcount
+                spent_ms = cpu_ms() - before
+            assert done == len(uids), f"{done} of {len(uids)} workloads updated"
+            return spent_ms
 
         for _ in range(repeats):
             for name, (fillfactor, indexes) in LAYOUTS.items():
@@ -125,6 +127,8 @@ def main() -> None:
     parser.add_argument("--workloads", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    if args.workloads < 2 * BATCHES * BATCH:  # the updated ones are all in the second half
+        parser.error(f"--workloads must be at least {2 * BATCHES * BATCH}")
     with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
         migrate.upgrade(url)
         print(
