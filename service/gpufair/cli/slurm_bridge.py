@@ -3,7 +3,8 @@
 One cycle per `cycle_s` of the mapping file. A cycle that fails (gpufair unreachable, a Slurm
 command failing) is logged and the next one starts on time: the bridge keeps no state, so a failed
 cycle leaves nothing half-remembered. SIGTERM or SIGINT ends the loop after the current cycle.
-`--once` runs one cycle and exits 0, or 1 if it failed.
+`--once` runs one cycle and exits 0, or 1 if it failed or any step of it did (a Slurm command, an
+event gpufair refused, a node it could not prune yet): each is logged as a warning.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def run_bridge(bridge: Bridge, *, once: bool, stop: threading.Event) -> int:
         ok = True
         try:
             report = bridge.cycle()
+            ok = not report.errors
             if report.busy():
                 log.info("cycle: %s", _summary(report))
             for error in report.errors:
@@ -86,7 +88,9 @@ def add_slurm_bridge_command(
         "slurm-bridge", help="make gpufair place the jobs of a Slurm cluster (see docs/slurm.md)"
     )
     bridge.add_argument("--config", required=True, help="the bridge's mapping file (YAML)")
-    bridge.add_argument("--once", action="store_true", help="run one cycle and exit")
+    bridge.add_argument(
+        "--once", action="store_true", help="run one cycle and exit (1 if any step of it failed)"
+    )
     bridge.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     add_client_options(bridge)
     bridge.set_defaults(func=cmd_slurm_bridge)

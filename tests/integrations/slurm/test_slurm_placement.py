@@ -4,9 +4,12 @@ Comment."""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from slurm_support import (
     BRIDGE_YAML,
@@ -18,14 +21,18 @@ from slurm_support import (
     sbatch,
     squeue,
 )
+from sqlalchemy import Engine, text
 
 from gpufair.cli import main
-from gpufair.client import GpufairClient
+from gpufair.client import GpufairClient, started, stopped
+from gpufair.integrations.slurm.bridge import CycleReport
 from gpufair.integrations.slurm.config import load_config
+from gpufair.integrations.slurm.records import gpu_indices
+from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 
 def test_big_memory_job_lands_on_a100_and_small_job_on_cheaper_rtx(
-    slurm: Any, client: GpufairClient
+    slurm: Any, client: GpufairClient, db: Engine
 ) -> None:
     # The example files: gpufair's side (no nodes) applied by the CLI, and the mapping file.
     example = ROOT / "examples" / "slurm"
@@ -76,53 +83,157 @@ def test_big_memory_job_lands_on_a100_and_small_job_on_cheaper_rtx(
 
     # Cancelled in Slurm while running: stopped in gpufair at Slurm's end time.
     slurm.run("scancel", str(small))
-    cycle_until(
-        bridge,
-        lambda: (
-            not any(
-                w.workload.uid == f"slurm-{small}"
-                for w in client.list_workloads(states=["running"])
-            )
-        ),
-        max_cycles=5,
-    )
+    uid = f"slurm-{small}"
+    cycle_until(bridge, lambda: client.explain(uid).state == "finished", max_cycles=5)
+    cancelled = squeue(slurm)[small]
+    assert cancelled["job_state"] == "CANCELLED"
+    with db.connect() as conn:
+        runs = conn.execute(
+            text(
+                "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM ended_at)::float8,"
+                " gpus, gpu_type, end_kind FROM allocation_intervals WHERE workload_uid = :uid"
+            ),
+            {"uid": uid},
+        ).all()
+    assert [tuple(r) for r in runs] == [
+        (
+            float(cancelled["start_time"]),
+            float(cancelled["end_time"]),
+            2.0,
+            "rtx4090-24gb",
+            "stopped",
+        )
+    ]
+
+
+def bridge_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "gpufair.slurm_bridge" and r.levelno >= logging.WARNING
+    ]
+
+
+def gpufair_nodes(client: GpufairClient) -> dict[str, tuple[str, int, bool]]:
+    return {n.name: (n.gpu_type, n.gpu_count, n.ready) for n in client.get_config().config.nodes}
+
+
+SLURM_NODES = {
+    "a100-0": ("a100-80gb", 8, True),
+    "a100-1": ("a100-80gb", 8, True),
+    "rtx-0": ("rtx4090-24gb", 8, True),
+    "rtx-1": ("rtx4090-24gb", 8, True),
+}
 
 
 def test_drained_node_is_not_ready_in_gpufair(
-    slurm: Any, client: GpufairClient, tmp_path: Path
+    slurm: Any, client: GpufairClient, db: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     client.apply_config(cluster_config("gpu"))
+    config = tmp_path / "bridge.yaml"
+    config.write_text(yaml.safe_dump(BRIDGE_YAML))
+    once = ["slurm-bridge", "--config", str(config), "--once", "--address", client.address]
     bridge = make_bridge(client, bridge_config())
     slurm.run("scontrol", "update", "NodeName=rtx-1", "State=DRAIN", "Reason=test")
     try:
-        bridge.cycle()
-        ready = {n.name: n.ready for n in client.get_config().config.nodes}
-        assert ready == {"a100-0": True, "a100-1": True, "rtx-0": True, "rtx-1": False}
+        # One cycle of the command, as a site would run it from cron or by hand: it makes the
+        # nodes, the drained one not ready, and exits 0 as no step of it failed.
+        with caplog.at_level(logging.INFO, logger="gpufair.slurm_bridge"):
+            assert main(once) == 0
+        assert bridge_warnings(caplog) == []
+        assert gpufair_nodes(client) == {**SLURM_NODES, "rtx-1": ("rtx4090-24gb", 8, False)}
         # A job of 2 whole RTX nodes has only one ready RTX node: gpufair leaves it pending.
         job = sbatch(slurm, account="acct-a", nodes=2, gres="gpu:8", constraint="rtx4090")
-        bridge.cycle()
-        bridge.cycle()
+        assert bridge.cycle().submitted == [f"slurm-{job}"]
+        assert bridge.cycle().placed == {}
         assert squeue(slurm)[job]["job_state"] == "PENDING"
-        assert client.explain(f"slurm-{job}").state == "pending"
+        explained = client.explain(f"slurm-{job}")
+        assert (explained.state, explained.needs_cu) == ("pending", 32)
     finally:
         slurm.run("scontrol", "update", "NodeName=rtx-1", "State=RESUME")
-    # One cycle of the command, as a site would run it from cron or by hand.
-    config = tmp_path / "bridge.yaml"
-    config.write_text(yaml.safe_dump(BRIDGE_YAML))
-    assert (
-        main(["slurm-bridge", "--config", str(config), "--once", "--address", client.address]) == 0
-    )
-    # A job submitted without a hold may start before the bridge holds it: gpufair counts it.
-    unheld = sbatch(slurm, account="acct-b", gres="gpu:1", seconds=30, hold=False)
+    # Cancelled in Slurm before it ever ran: gpufair cancels the workload.
+    slurm.run("scancel", str(job))
+    reports: list[CycleReport] = []
     cycle_until(
         bridge,
-        lambda: (
-            squeue(slurm)[unheld]["job_state"] == "RUNNING"
-            and client.explain(f"slurm-{unheld}").state == "running"
-        ),
-        max_cycles=6,
+        lambda: client.explain(f"slurm-{job}").state == "cancelled",
+        max_cycles=3,
+        reports=reports,
     )
+    assert [r.cancelled for r in reports] == [[f"slurm-{job}"]]
+
+    # A job submitted without a hold that Slurm starts before the bridge looks: gpufair learns
+    # of it (submitted, never pinned), then of its start, on the node and GPUs Slurm chose.
+    unheld = sbatch(slurm, account="acct-b", gres="gpu:1", seconds=30, hold=False)
+    deadline = time.monotonic() + 20.0
+    while squeue(slurm)[unheld]["job_state"] != "RUNNING":
+        assert time.monotonic() < deadline, "Slurm did not start the job submitted unheld"
+        time.sleep(0.2)
+    uid = f"slurm-{unheld}"
+    first = bridge.cycle()
+    assert (first.submitted, first.placed, first.errors) == ([uid], {}, [])
+    second = bridge.cycle()
+    assert (second.events, second.errors) == ({"STORED": 1}, [])
+    seen = squeue(slurm)[unheld]
+    assert (seen["job_state"], seen["restart_cnt"]) == ("RUNNING", 0)
+    running = {w.workload.uid: w for w in client.list_workloads(states=["running"])}
+    assert [(p.node, list(p.gpu_indices)) for p in running[uid].pods] == [
+        (seen["nodes"], gpu_indices(seen["gres_detail"][0]))
+    ]
+    with db.connect() as conn:
+        started_at = conn.execute(
+            text(
+                "SELECT extract(epoch FROM started_at)::float8 FROM allocation_intervals "
+                "WHERE workload_uid = :uid"
+            ),
+            {"uid": uid},
+        ).scalar_one()
+    assert started_at == seen["start_time"]
+
     # Resumed: Slurm reports it "not responding" for a moment, then idle; then it is ready again.
-    cycle_until(
-        bridge, lambda: all(n.ready for n in client.get_config().config.nodes), max_cycles=5
+    cycle_until(bridge, lambda: gpufair_nodes(client) == SLURM_NODES, max_cycles=5)
+
+
+def test_node_gone_from_slurm_is_pruned_once_no_work_uses_it(
+    slurm: Any, client: GpufairClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.apply_config(cluster_config("gpu"))
+    config = tmp_path / "bridge.yaml"
+    config.write_text(yaml.safe_dump(BRIDGE_YAML))
+    once = ["slurm-bridge", "--config", str(config), "--once", "--address", client.address]
+    # A node of the bridge's pool that Slurm no longer has, with a run of another system on it.
+    gone = cluster_pb2.Node(
+        name="a100-9",
+        pool="gpu",
+        gpu_type="a100-80gb",
+        gpu_count=8,
+        cpu_millicores=64_000,
+        memory_mib=512_000,
+        ready=True,
     )
+    client.upsert_nodes([gone])
+    work = scheduler_pb2.Workload(uid="batch-7", queue="team-a", pool="gpu", pods=1, gpus_per_pod=2)
+    assert [r.accepted for r in client.submit_workloads([work]).results] == [True]
+    on_gone = [ledger_pb2.EventPod(node="a100-9", gpu_indices=[0, 1], gpu_fraction=1.0)]
+    stored = client.report_events([started("batch-7", on_gone)]).results
+    assert [r.status for r in stored] == [ledger_pb2.EVENT_STATUS_STORED]
+
+    # The cycle updates Slurm's nodes but may not delete one that work uses: it says so, and
+    # `--once` exits 1 for the step that failed.
+    with caplog.at_level(logging.INFO, logger="gpufair.slurm_bridge"):
+        assert main(once) == 1
+    refused = (
+        "nodes: not pruned yet: cannot delete node a100-9. In use: running workload batch-7 "
+        "uses node a100-9. Nothing was changed."
+    )
+    assert bridge_warnings(caplog) == [refused]
+    assert gpufair_nodes(client) == {**SLURM_NODES, "a100-9": ("a100-80gb", 8, True)}
+
+    # A bridge that keeps running tries again each cycle, and prunes once the run has ended.
+    bridge = make_bridge(client, bridge_config())
+    assert bridge.cycle().errors == [refused]
+    assert [r.status for r in client.report_events([stopped("batch-7")]).results] == [
+        ledger_pb2.EVENT_STATUS_STORED
+    ]
+    assert bridge.cycle().errors == []
+    assert gpufair_nodes(client) == SLURM_NODES
