@@ -8,8 +8,11 @@ bytes go to every method of the three services on a channel without serializers.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
@@ -73,11 +76,11 @@ def fuzz_client(engine: Engine) -> Iterator[GpufairClient]:
             conn.execute(sqlalchemy.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
 
 
-def expect_clear_status(call: object) -> None:
+def expect_clear_status(call: Callable[[], object]) -> object:
     """No UNKNOWN or INTERNAL; an INVALID_ARGUMENT names a field for every violation, and its
-    status stays short."""
+    status stays short. Returns the reply, or the error the call was refused with."""
     try:
-        call()  # type: ignore[operator]
+        return call()
     except grpc.RpcError as exc:
         assert isinstance(exc, grpc.Call)
         assert exc.code() not in FORBIDDEN, (exc.code(), exc.details())
@@ -88,6 +91,20 @@ def expect_clear_status(call: object) -> None:
             assert all(field for field, _ in violations), violations
             # The database's refusal is the last resort: the limits must name the field first.
             assert not (exc.details() or "").startswith("a value cannot be stored"), violations
+        return exc
+
+
+def refused(outcome: object) -> bool:
+    return isinstance(outcome, grpc.RpcError)
+
+
+def stored_rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every table, in a stable order: what a refused call leaves as it found it."""
+    with engine.connect() as conn:
+        return {
+            table.name: sorted((tuple(row) for row in conn.execute(table.select())), key=repr)
+            for table in metadata.sorted_tables
+        }
 
 
 @st.composite
@@ -158,19 +175,32 @@ def configs(draw: st.DrawFn) -> cluster_pb2.ClusterConfig:
 )
 def test_apply_config_fuzz(
     fuzz_client: GpufairClient,
+    engine: Engine,
     config: cluster_pb2.ClusterConfig,
     dry_run: bool,
     request_id: str,
     kinds: list[str],
     expected_version: int | None,
 ) -> None:
+    """A refused apply leaves every stored row as it was; a dry run leaves the config and its
+    version; an apply that went through moves the version by one exactly when the config
+    changed."""
     request = cluster_pb2.ApplyConfigRequest(
         config=config, dry_run=dry_run, request_id=request_id, kinds=kinds
     )
     if expected_version is not None:
         request.expected_version = expected_version
-    expect_clear_status(lambda: fuzz_client.cluster.ApplyConfig(request, timeout=30))
-    assert fuzz_client.get_config().config_version >= 0
+    fuzz_client.apply_config(base_config())  # something a refusal could lose
+    rows, before = stored_rows(engine), fuzz_client.get_config()
+    outcome = expect_clear_status(lambda: fuzz_client.cluster.ApplyConfig(request, timeout=30))
+    after = fuzz_client.get_config()
+    if refused(outcome):
+        assert stored_rows(engine) == rows
+    if refused(outcome) or dry_run:
+        assert after == before
+    else:
+        changed = after.config != before.config
+        assert after.config_version == before.config_version + changed
 
 
 @settings_fuzz
@@ -184,6 +214,7 @@ def test_apply_config_fuzz(
 )
 def test_node_rpcs_fuzz(
     fuzz_client: GpufairClient,
+    engine: Engine,
     config: cluster_pb2.ClusterConfig,
     prune_pools: list[str],
     names: list[str],
@@ -197,8 +228,14 @@ def test_node_rpcs_fuzz(
     drain = cluster_pb2.SetNodesReadyRequest(
         names=names, ready=ready, dry_run=dry_run, request_id=request_id
     )
-    expect_clear_status(lambda: fuzz_client.cluster.UpsertNodes(upsert, timeout=30))
-    expect_clear_status(lambda: fuzz_client.cluster.SetNodesReady(drain, timeout=30))
+    fuzz_client.apply_config(base_config())  # something a refusal could lose
+    for call in (
+        lambda: fuzz_client.cluster.UpsertNodes(upsert, timeout=30),
+        lambda: fuzz_client.cluster.SetNodesReady(drain, timeout=30),
+    ):
+        rows = stored_rows(engine)
+        if refused(expect_clear_status(call)):
+            assert stored_rows(engine) == rows
     expect_clear_status(
         lambda: fuzz_client.cluster.GetConfig(cluster_pb2.GetConfigRequest(), timeout=30)
     )
@@ -232,13 +269,20 @@ def workloads(draw: st.DrawFn) -> scheduler_pb2.Workload:
 @settings_fuzz
 @given(batch=st.lists(workloads(), max_size=5), request_id=text)
 def test_submit_workloads_fuzz(
-    fuzz_client: GpufairClient, batch: list[scheduler_pb2.Workload], request_id: str
+    fuzz_client: GpufairClient,
+    engine: Engine,
+    batch: list[scheduler_pb2.Workload],
+    request_id: str,
 ) -> None:
-    expect_clear_status(
+    fuzz_client.apply_config(base_config())  # something a refusal could lose
+    rows = stored_rows(engine)
+    outcome = expect_clear_status(
         lambda: fuzz_client.scheduler.SubmitWorkloads(
             scheduler_pb2.SubmitWorkloadsRequest(workloads=batch, request_id=request_id), timeout=30
         )
     )
+    if refused(outcome):
+        assert stored_rows(engine) == rows
 
 
 @st.composite
@@ -265,18 +309,20 @@ def events(draw: st.DrawFn) -> ledger_pb2.LedgerEvent:
 @settings_fuzz
 @given(batch=st.lists(events(), max_size=6))
 def test_report_events_fuzz(
-    fuzz_client: GpufairClient, batch: list[ledger_pb2.LedgerEvent]
+    fuzz_client: GpufairClient, engine: Engine, batch: list[ledger_pb2.LedgerEvent]
 ) -> None:
-    expect_clear_status(
+    fuzz_client.apply_config(base_config())  # something a refusal could lose
+    for call in (
         lambda: fuzz_client.ledger.ReportEvents(
             ledger_pb2.ReportEventsRequest(events=batch), timeout=30
-        )
-    )
-    expect_clear_status(
+        ),
         lambda: fuzz_client.ledger.StreamEvents(
             iter([ledger_pb2.ReportEventsRequest(events=batch)]), timeout=30
-        )
-    )
+        ),
+    ):
+        rows = stored_rows(engine)
+        if refused(expect_clear_status(call)):
+            assert stored_rows(engine) == rows
 
 
 @settings_fuzz
@@ -405,15 +451,76 @@ def test_garbage_bytes_are_invalid_argument_on_every_method(fuzz_client: Gpufair
         assert [field for field, _ in field_violations(err.value)] == [expected], path
 
 
-hostile_number = st.sampled_from(
-    [math.nan, math.inf, -math.inf, 1e308, -1e308, 5e-324, -5e-324, -1.0, 1e19, 2.0**63]
+# One field of a valid request made hostile: every field, with every hostile value of its kind.
+HOSTILE_NUMBERS = (
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e308,
+    -1e308,
+    5e-324,
+    -5e-324,
+    -1.0,
+    1e19,
+    2.0**63,
 )
-hostile_text = st.sampled_from(
-    ["", "\x00", "a\x00", "x\x1b[31m", "\x7f", "z" * 1_048_576, "名" * 300, "\ud7ff\x85"]
+HOSTILE_TEXTS = (
+    "",
+    "\x00",
+    "a\x00",
+    "x\x1b[31m",
+    "\x7f",
+    "z" * 1_048_576,
+    "名" * 300,
+    "\ud7ff\x85",
 )
-hostile_seconds = st.sampled_from([-1, -62135596800, 253402300800, 10**15, 2**63 - 1, -(2**63)])
-WORKLOAD_NUMBERS = ("gpus_per_pod", "min_gpu_memory_gib", "min_runtime_s")
-WORKLOAD_TEXTS = ("uid", "queue", "pool")
+HOSTILE_SECONDS = (-1, -62135596800, 253402300800, 10**15, 2**63 - 1, -(2**63))
+# The smallest positive double: the only hostile number inside a range that starts at 0.
+TINY = 5e-324
+_PART = re.compile(r"(\w+)(?:\[(.+)\])?$")
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """A field of a valid request and the hostile values it is tried with. `path` is where it
+    sits in its message, as a field violation names it (`config.` or `workloads[0].` before
+    it); `holds` are the values among them the field may hold, within its limits
+    (domain/limits.py): those are accepted and stored as sent, every other one is refused.
+    `add` puts a value where a plain assignment cannot (a new map key, a list entry), and
+    `named` gives the violation's path when the value is part of it."""
+
+    path: str
+    values: tuple[Any, ...]
+    holds: tuple[Any, ...] = ()
+    add: Callable[[Any, Any], None] | None = None
+    named: Callable[[Any], str] | None = None
+
+    def _last(self, msg: Any) -> tuple[Any, str, str | None]:
+        *parents, last = self.path.split(".")
+        for part in parents:
+            name, key = _PART.fullmatch(part).groups()  # type: ignore[union-attr]
+            msg = getattr(msg, name)
+            if key is not None:
+                msg = msg[int(key)]
+        name, key = _PART.fullmatch(last).groups()  # type: ignore[union-attr]
+        return msg, name, key
+
+    def put(self, msg: Any, value: Any) -> None:
+        if self.add is not None:
+            self.add(msg, value)
+            return
+        parent, name, key = self._last(msg)
+        if key is None:
+            setattr(parent, name, value)
+        else:
+            getattr(parent, name)[key] = value  # a map's entry
+
+    def read(self, msg: Any) -> Any:
+        parent, name, key = self._last(msg)
+        return getattr(parent, name) if key is None else getattr(parent, name).get(key)
+
+    def violation_path(self, value: Any) -> str:
+        return self.named(value) if self.named is not None else self.path
 
 
 def base_config() -> cluster_pb2.ClusterConfig:
@@ -429,84 +536,136 @@ def base_config() -> cluster_pb2.ClusterConfig:
     return config
 
 
-CONFIG_NUMBERS: dict[str, Callable[[cluster_pb2.ClusterConfig, float], None]] = {
-    "compute_weight": lambda c, v: setattr(c.gpu_types[0], "compute_weight", v),
-    "memory_gib": lambda c, v: setattr(c.gpu_types[0], "memory_gib", v),
-    "gpu_fraction": lambda c, v: setattr(c.gpu_types[0].partition_profiles[0], "gpu_fraction", v),
-    "half_life_s": lambda c, v: setattr(c.pools[0].policy, "half_life_s", v),
-    "window_s": lambda c, v: setattr(c.pools[0].policy, "window_s", v),
-    "k": lambda c, v: setattr(c.pools[0].policy, "k", v),
-    "window_anchor_unix_s": lambda c, v: setattr(c.pools[0].policy, "window_anchor_unix_s", v),
-    "recompute_interval_s": lambda c, v: setattr(c.pools[0].policy, "recompute_interval_s", v),
-    "dead_band": lambda c, v: setattr(c.pools[0].policy, "dead_band", v),
-    "gang_reservation_after_s": lambda c, v: setattr(c.pools[0], "gang_reservation_after_s", v),
-    "deserved_cu": lambda c, v: setattr(c.queues[0].quotas[0], "deserved_cu", v),
-    "limit_cu": lambda c, v: setattr(c.queues[0].quotas[0], "limit_cu", v),
-    "over_quota_weight": lambda c, v: setattr(c.queues[0].quotas[0], "over_quota_weight", v),
-    "deserved_gpus_by_type": lambda c, v: (
-        c.queues[0].quotas[0].deserved_gpus_by_type.update({"a100": v})
-    ),
-    "cu_hours": lambda c, v: setattr(c.budgets[0], "cu_hours", v),
+# What `base_config` may hold of the hostile values: TINY where the range is [0, max] (k,
+# dead_band, the anchor, the reservation delay, deserved quotas, weights) or (0, max] (a
+# budget); "" where a string is optional (a label's value, a top-level queue's parent, a budget
+# for every pool). Nothing else: durations and GPU sizes start at 0.001, limit_cu may not be
+# below deserved_cu (40), names and label keys must match their patterns.
+CONFIG_FIELDS = {
+    hostile.path: hostile
+    for hostile in (
+        Hostile("gpu_types[0].compute_weight", HOSTILE_NUMBERS),
+        Hostile("gpu_types[0].memory_gib", HOSTILE_NUMBERS),
+        Hostile("gpu_types[0].partition_profiles[0].gpu_fraction", HOSTILE_NUMBERS),
+        Hostile("pools[0].policy.half_life_s", HOSTILE_NUMBERS),
+        Hostile("pools[0].policy.window_s", HOSTILE_NUMBERS),
+        Hostile("pools[0].policy.k", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("pools[0].policy.window_anchor_unix_s", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("pools[0].policy.recompute_interval_s", HOSTILE_NUMBERS),
+        Hostile("pools[0].policy.dead_band", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("pools[0].gang_reservation_after_s", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("queues[0].quotas[0].deserved_cu", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("queues[0].quotas[0].limit_cu", HOSTILE_NUMBERS),
+        Hostile("queues[0].quotas[0].over_quota_weight", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("queues[0].quotas[0].deserved_gpus_by_type[a100]", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("budgets[0].cu_hours", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("nodes[0].labels[rack]", HOSTILE_TEXTS, ("",)),
+        Hostile(
+            "nodes[0].labels",  # a second label, with the hostile key
+            HOSTILE_TEXTS,
+            add=lambda c, v: c.nodes[0].labels.update({v: "r"}),
+            named=lambda v: f"nodes[0].labels[{v[:80]}]",
+        ),
+        Hostile("nodes[0].name", HOSTILE_TEXTS),
+        Hostile("queues[0].parent", HOSTILE_TEXTS, ("",)),
+        Hostile("budgets[0].pool", HOSTILE_TEXTS, ("",)),
+    )
 }
-CONFIG_TEXTS: dict[str, Callable[[cluster_pb2.ClusterConfig, str], None]] = {
-    "label value": lambda c, v: c.nodes[0].labels.update({"rack": v}),
-    "label key": lambda c, v: c.nodes[0].labels.update({v: "r"}),
-    "node name": lambda c, v: setattr(c.nodes[0], "name", v),
-    "queue parent": lambda c, v: setattr(c.queues[0], "parent", v),
-    "budget pool": lambda c, v: setattr(c.budgets[0], "pool", v),
+# What a one-GPU workload of `base_config` may hold: TINY as its GPU memory floor and its
+# minimum runtime ([0, max]); nothing else (a pod takes at least 0.001 GPU, instants lie in
+# 1970-9999, uid, queue, pool, topology level and GPU types are required patterns or names).
+WORKLOAD_FIELDS = {
+    hostile.path: hostile
+    for hostile in (
+        Hostile("gpus_per_pod", HOSTILE_NUMBERS),
+        Hostile("min_gpu_memory_gib", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("min_runtime_s", HOSTILE_NUMBERS, (TINY,)),
+        Hostile("uid", HOSTILE_TEXTS),
+        Hostile("queue", HOSTILE_TEXTS),
+        Hostile("pool", HOSTILE_TEXTS),
+        Hostile(
+            "submit_time", HOSTILE_SECONDS, add=lambda w, s: setattr(w.submit_time, "seconds", s)
+        ),
+        Hostile("topology.level", HOSTILE_TEXTS),
+        Hostile(
+            "allowed_gpu_types[0]", HOSTILE_TEXTS, add=lambda w, v: w.allowed_gpu_types.append(v)
+        ),
+    )
 }
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    field=st.sampled_from([*CONFIG_NUMBERS, *CONFIG_TEXTS]),
-    number_value=hostile_number,
-    text_value=hostile_text,
-    dry_run=st.booleans(),
-)
+def cases(fields: dict[str, Hostile]) -> list[Any]:
+    """Every field with every one of its hostile values, named by both (long strings cut)."""
+    out = []
+    for path, hostile in fields.items():
+        for value in hostile.values:
+            shown = repr(value) if len(repr(value)) <= 24 else f"{repr(value)[:12]}…({len(value)})"
+            out.append(pytest.param(path, value, id=f"{path}={shown}"))
+    return out
+
+
+def expect_refused_naming(outcome: object, path: str) -> None:
+    """Refused as bad input, with a violation for the field at `path`."""
+    assert isinstance(outcome, grpc.Call), f"accepted: {outcome}"
+    assert outcome.code() == grpc.StatusCode.INVALID_ARGUMENT, (outcome.code(), outcome.details())
+    named = [field for field, _ in field_violations(outcome)]
+    assert path in named, named
+
+
+@pytest.mark.parametrize(("path", "value"), cases(CONFIG_FIELDS))
 def test_one_hostile_field_in_a_valid_config(
-    fuzz_client: GpufairClient, field: str, number_value: float, text_value: str, dry_run: bool
+    fuzz_client: GpufairClient, engine: Engine, path: str, value: Any
 ) -> None:
-    """A valid config with one field made hostile: refused with that field named, or (for the
-    few hostile values a field may hold) applied; never a database error."""
+    """A valid config with one field made hostile: refused with INVALID_ARGUMENT naming that
+    field, dry run or not, and nothing stored; or, for a value the field may hold (`holds`),
+    a dry run stores nothing and the apply stores the value as sent."""
+    hostile = CONFIG_FIELDS[path]
+    fuzz_client.apply_config(base_config())
+    before, rows = fuzz_client.get_config(), stored_rows(engine)
     config = base_config()
-    if field in CONFIG_NUMBERS:
-        CONFIG_NUMBERS[field](config, number_value)
-    else:
-        CONFIG_TEXTS[field](config, text_value)
-    request = cluster_pb2.ApplyConfigRequest(config=config, dry_run=dry_run)
-    expect_clear_status(lambda: fuzz_client.cluster.ApplyConfig(request, timeout=30))
+    hostile.put(config, value)
+    for dry_run in (True, False):
+        request = cluster_pb2.ApplyConfigRequest(config=config, dry_run=dry_run)
+        outcome = expect_clear_status(
+            lambda request=request: fuzz_client.cluster.ApplyConfig(request, timeout=30)
+        )
+        if value not in hostile.holds:
+            expect_refused_naming(outcome, f"config.{hostile.violation_path(value)}")
+            assert stored_rows(engine) == rows
+        elif dry_run:
+            assert isinstance(outcome, cluster_pb2.ApplyConfigResponse) and not outcome.applied
+            assert stored_rows(engine) == rows
+        else:
+            assert isinstance(outcome, cluster_pb2.ApplyConfigResponse) and outcome.applied
+            after = fuzz_client.get_config()
+            assert hostile.read(after.config) == value
+            changed = hostile.read(before.config) != value
+            assert after.config_version == outcome.config_version
+            assert after.config_version == before.config_version + changed
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    field=st.sampled_from([*WORKLOAD_NUMBERS, *WORKLOAD_TEXTS, "submit_time", "level", "types"]),
-    number_value=hostile_number,
-    text_value=hostile_text,
-    seconds=hostile_seconds,
-)
+@pytest.mark.parametrize(("path", "value"), cases(WORKLOAD_FIELDS))
 def test_one_hostile_field_in_a_valid_workload(
-    fuzz_client: GpufairClient, field: str, number_value: float, text_value: str, seconds: int
+    fuzz_client: GpufairClient, engine: Engine, path: str, value: Any
 ) -> None:
-    fuzz_client.cluster.ApplyConfig(
-        cluster_pb2.ApplyConfigRequest(config=base_config()), timeout=30
-    )
-    w = scheduler_pb2.Workload(
-        uid=f"w-{uuid.uuid4()}", queue="team", pool="main", pods=1, gpus_per_pod=1
-    )
-    if field in WORKLOAD_NUMBERS:
-        setattr(w, field, number_value)
-    elif field in WORKLOAD_TEXTS:
-        setattr(w, field, text_value)
-    elif field == "submit_time":
-        w.submit_time.seconds = seconds
-    elif field == "level":
-        w.topology.level = text_value
-    else:
-        w.allowed_gpu_types.append(text_value)
+    """A valid workload with one field made hostile: refused with INVALID_ARGUMENT naming that
+    field and nothing stored; or, for a value the field may hold, accepted and stored as
+    sent."""
+    hostile = WORKLOAD_FIELDS[path]
+    fuzz_client.apply_config(base_config())
+    uid = f"w-{uuid.uuid4()}"
+    w = scheduler_pb2.Workload(uid=uid, queue="team", pool="main", pods=1, gpus_per_pod=1)
+    hostile.put(w, value)
     request = scheduler_pb2.SubmitWorkloadsRequest(workloads=[w])
-    expect_clear_status(lambda: fuzz_client.scheduler.SubmitWorkloads(request, timeout=30))
+    rows = stored_rows(engine)
+    outcome = expect_clear_status(
+        lambda: fuzz_client.scheduler.SubmitWorkloads(request, timeout=30)
+    )
+    if value not in hostile.holds:
+        expect_refused_naming(outcome, f"workloads[0].{hostile.violation_path(value)}")
+        assert stored_rows(engine) == rows
+        return
+    assert isinstance(outcome, scheduler_pb2.SubmitWorkloadsResponse)
+    assert [(r.uid, r.accepted, r.error) for r in outcome.results] == [(uid, True, "")]
+    [stored] = [s.workload for s in fuzz_client.list_workloads() if s.workload.uid == uid]
+    assert hostile.read(stored) == value
