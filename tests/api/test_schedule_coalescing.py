@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, create_engine, event, text
 
+from gpufair.api.cycle_gate import CycleGate
 from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.server import RunningServer, build_server
 from gpufair.client import GpufairClient
@@ -45,6 +46,67 @@ CALLERS = 200
 
 def one_gpu(uid: str) -> scheduler_pb2.Workload:
     return scheduler_pb2.Workload(uid=uid, queue="q", pool="main", pods=1, gpus_per_pod=1)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < end, f"not within {timeout_s:g} s: {what}"
+        time.sleep(0.01)
+
+
+def waiting_for_the_pool_lock(db: Engine) -> int:
+    """Connections of this database that wait for an advisory lock (a pool's)."""
+    with db.connect() as watcher:
+        return int(
+            watcher.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND wait_event = 'advisory' AND datname = current_database()"
+                )
+            ).scalar_one()
+        )
+
+
+class GateWatch:
+    """Where the server's `Schedule` callers are in its coalescing gate (api/cycle_gate.py), by
+    request id: the gate is caught on its first call, and its slots are read under its lock."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.gates: list[CycleGate[Any, Any]] = []
+        call = CycleGate.call
+
+        def watched(gate: CycleGate[Any, Any], *args: Any, **kwargs: Any) -> Any:
+            if not any(g is gate for g in self.gates):
+                self.gates.append(gate)
+            return call(gate, *args, **kwargs)
+
+        monkeypatch.setattr(CycleGate, "call", watched)
+
+    def _gate(self) -> CycleGate[Any, Any]:
+        [gate] = self.gates  # one server, one gate
+        return gate
+
+    def running(self, pool: str) -> list[str]:
+        """The callers of the cycle that runs for `pool`, in their order of arrival."""
+        gate = self._gate()
+        with gate._lock:
+            slot = gate._running.get(pool)
+            return [] if slot is None else [m.key.request_id for m in slot.members]
+
+    def waiting(self, pool: str) -> list[str]:
+        """The callers waiting for the next cycle of `pool` (the slot behind the running one)."""
+        gate = self._gate()
+        with gate._lock:
+            slot = gate._tail.get(pool)
+            if slot is None or slot.started:
+                return []
+            return [m.key.request_id for m in slot.members]
+
+
+@pytest.fixture
+def gate_watch(monkeypatch: pytest.MonkeyPatch) -> GateWatch:
+    return GateWatch(monkeypatch)
 
 
 def test_200_concurrent_callers_of_one_pool_share_cycles_and_all_answer(
@@ -99,19 +161,7 @@ def test_a_caller_that_waited_for_another_replicas_cycle_gets_its_reply(
         locks.xact_lock(conn, locks.pool_key("main"))
         caller = threading.Thread(target=lambda: got.setdefault("r", client.schedule("main")))
         caller.start()
-        waiting = 0
-        for _ in range(1000):  # until the call waits for the lock (20 s at most)
-            with db.connect() as watcher:
-                waiting = watcher.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND wait_event = 'advisory' AND datname = current_database()"
-                    )
-                ).scalar_one()
-            if waiting:
-                break
-            time.sleep(0.02)
-        assert waiting == 1
+        wait_until(lambda: waiting_for_the_pool_lock(db) == 1, "the call waits for the lock")
         theirs, _ = other_replica._decide_and_record(conn, "main", time.time())
         conn.commit()
     caller.join(30)
@@ -124,7 +174,7 @@ def test_a_caller_that_waited_for_another_replicas_cycle_gets_its_reply(
 
 
 def test_a_caller_that_wrote_after_another_replicas_cycle_read_gets_a_cycle_of_its_own(
-    client: GpufairClient, db: Engine
+    client: GpufairClient, db: Engine, gate_watch: GateWatch
 ) -> None:
     """The slot waits for the pool's lock while another replica's cycle (which read the pool
     already) holds it. A caller that submits `c` and then joins that slot must not get the other
@@ -135,24 +185,22 @@ def test_a_caller_that_wrote_after_another_replicas_cycle_read_gets_a_cycle_of_i
     got: dict[str, scheduler_pb2.ScheduleResponse] = {}
     with db.connect() as conn:
         locks.xact_lock(conn, locks.pool_key("main"))
-        first = threading.Thread(target=lambda: got.setdefault("first", client.schedule("main")))
+        first = threading.Thread(
+            target=lambda: got.setdefault("first", client.schedule("main", request_id="first"))
+        )
         first.start()
-        for _ in range(1000):  # until the call waits for the lock (20 s at most)
-            with db.connect() as watcher:
-                waiting = watcher.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND wait_event = 'advisory' AND datname = current_database()"
-                    )
-                ).scalar_one()
-            if waiting:
-                break
-            time.sleep(0.02)
+        wait_until(lambda: waiting_for_the_pool_lock(db) == 1, "the call waits for the lock")
         theirs, _ = other_replica._decide_and_record(conn, "main", time.time())  # read: no c
         client.submit_workloads([one_gpu("c")])
-        second = threading.Thread(target=lambda: got.setdefault("second", client.schedule("main")))
+        second = threading.Thread(
+            target=lambda: got.setdefault("second", client.schedule("main", request_id="second"))
+        )
         second.start()
-        time.sleep(0.3)  # it joins the waiting slot
+        # It joins the slot that waits for the lock (its cycle has not read the pool yet).
+        wait_until(
+            lambda: gate_watch.running("main") == ["first", "second"],
+            "the second caller joins the first one's slot",
+        )
         conn.commit()
     first.join(30)
     second.join(30)
@@ -280,6 +328,7 @@ def test_a_caller_joins_the_running_cycle_unless_a_write_it_made_could_be_missed
     db: Engine,
     server: RunningServer,
     held_at_bind_write: dict[str, threading.Event],
+    gate_watch: GateWatch,
 ) -> None:
     """Two 8-GPU nodes; `r` runs on one, `a` and `p` (8 GPUs each) wait. A cycle C reads the
     pool and is held before it writes its bind (one of `a`, `p`, on the free node). A caller
@@ -295,24 +344,27 @@ def test_a_caller_joins_the_running_cycle_unless_a_write_it_made_could_be_missed
     address = f"127.0.0.1:{server.port}"
     joined_before = joined_running()
 
-    def schedule() -> scheduler_pb2.ScheduleResponse:
+    def schedule(request_id: str) -> scheduler_pb2.ScheduleResponse:
         with GpufairClient(address, timeout_s=60, attempts=1) as c:
-            return c.schedule("main")
+            return c.schedule("main", request_id=request_id)
 
     held_at_bind_write["armed"].set()
     with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(schedule)  # cycle C
+        first = pool.submit(schedule, "first")  # cycle C
         assert held_at_bind_write["held"].wait(30)
-        joiner = pool.submit(schedule)  # no write since C read the pool: joins C
-        end = time.monotonic() + 20
-        while joined_running() < joined_before + 1:
-            assert time.monotonic() < end, "the caller did not join the running cycle"
-            time.sleep(0.01)
+        joiner = pool.submit(schedule, "joiner")  # no write since C read the pool: joins C
+        wait_until(
+            lambda: joined_running() == joined_before + 1, "the caller joins the running cycle"
+        )
+        assert gate_watch.running("main") == ["first", "joiner"]
         # A batch system reports r stopped (acknowledged), then asks for a cycle.
         ack = client.report_events([run_event(ledger_pb2.EVENT_KIND_STOPPED, "r")])
         assert [r.status for r in ack.results] == [ledger_pb2.EVENT_STATUS_STORED]
-        writer = pool.submit(schedule)
-        time.sleep(0.3)  # it arrived, and waits for the next cycle
+        writer = pool.submit(schedule, "writer")
+        wait_until(
+            lambda: gate_watch.waiting("main") == ["writer"], "the writer waits for the next cycle"
+        )
+        assert gate_watch.running("main") == ["first", "joiner"]  # it did not join C
         assert joined_running() == joined_before + 1
         held_at_bind_write["go"].set()
         c, joined, after = first.result(30), joiner.result(30), writer.result(30)
