@@ -154,6 +154,9 @@ def test_reads_from_memory_are_answered_while_every_work_slot_is_held(db: Engine
     quick = GpufairClient(address, attempts=1, timeout_s=0.5)
     try:
         client.apply_config(cluster(8))
+        client.submit_workloads(
+            [scheduler_pb2.Workload(uid="w1", queue="beta", pool="default", pods=1, gpus_per_pod=2)]
+        )
         client.get_fair_share("default")  # computes and commits the first run: checks again
         client.get_config()
         client.get_fair_share("default")
@@ -165,7 +168,11 @@ def test_reads_from_memory_are_answered_while_every_work_slot_is_held(db: Engine
             with pytest.raises(grpc.RpcError) as waited:
                 quick.list_workloads()
             assert waited.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        assert client.list_workloads() is not None
+        # With the slot free again, the listing that needs the database answers: the one workload.
+        listed = client.list_workloads()
+        assert [
+            (s.workload.uid, s.workload.queue, s.workload.gpus_per_pod, s.state) for s in listed
+        ] == [("w1", "beta", 2.0, "pending")]
     finally:
         client.close()
         quick.close()
