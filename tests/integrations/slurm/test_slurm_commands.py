@@ -1,19 +1,25 @@
 """The Slurm commands the bridge issues and their order, and its table of (Slurm state, gpufair
 state) -> action, with the command runner recording instead of running (no Slurm needed): a failed
 pin is never followed by a release, a requeue is stamped into the job's Comment before it happens,
-and a restarted bridge picks up every half-done step from what Slurm and gpufair show."""
+and a restarted bridge picks up every half-done step from what Slurm and gpufair show (every row
+of the table in bridge.py). Then whole cycles against a real gpufair with Slurm's answers set by
+the test: a workload gpufair refuses, workloads whose job Slurm forgot, heartbeats, a refused event.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any, cast
 
+from slurm_support import cluster_config
+from sqlalchemy import Engine, text
 from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import events
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
-from gpufair.integrations.slurm.records import parse_job
+from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
 from gpufair.v1 import ledger_pb2, scheduler_pb2
 
@@ -33,9 +39,23 @@ class RecordingSlurm(SlurmCtl):
         return ""
 
 
-def bridge(slurm: SlurmCtl) -> Bridge:
-    # _place and _requeue talk to Slurm only; no gpufair call happens in them.
-    return Bridge(CONFIG, cast(GpufairClient, None), slurm, clock=lambda: 1796136520.2503817)
+class RecordingClient:
+    """The one gpufair call `_reconcile` makes itself, recorded: CancelWorkload."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def cancel_workload(self, uid: str) -> scheduler_pb2.CancelWorkloadResponse:
+        self.cancelled.append(uid)
+        return scheduler_pb2.CancelWorkloadResponse()
+
+
+NOW_S = 1796136520.2503817
+
+
+def bridge(slurm: SlurmCtl, client: RecordingClient | None = None, now_s: float = NOW_S) -> Bridge:
+    # _place and _requeue talk to Slurm only; _reconcile calls gpufair only to cancel.
+    return Bridge(CONFIG, cast(GpufairClient, client), slurm, clock=lambda: now_s)
 
 
 PODS = [
@@ -120,12 +140,16 @@ def status(state: str, *, evicting: bool = False) -> scheduler_pb2.WorkloadStatu
 
 
 def reconcile(
-    job: Any, state: scheduler_pb2.WorkloadStatus | None, slurm: RecordingSlurm
+    job: Any,
+    state: scheduler_pb2.WorkloadStatus | None,
+    slurm: RecordingSlurm,
+    client: RecordingClient | None = None,
+    now_s: float = NOW_S,
 ) -> tuple[list[ledger_pb2.LedgerEvent], list[Any], CycleReport]:
     out: list[ledger_pb2.LedgerEvent] = []
     to_submit: list[Any] = []
     report = CycleReport()
-    bridge(slurm)._reconcile(job, state, out, to_submit, report)
+    bridge(slurm, client, now_s)._reconcile(job, state, out, to_submit, report)
     return out, to_submit, report
 
 
@@ -159,8 +183,12 @@ def test_evicted_job_still_running_is_requeued() -> None:
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, start_time=1796136500)
     slurm = RecordingSlurm()
     out, _, report = reconcile(running, status("running", evicting=True), slurm)
-    assert [c[1] for c in slurm.commands] == ["update", "requeuehold"]
-    assert report.requeued == ["slurm-42"] and len(out) == 1
+    assert slurm.commands == [
+        ["scontrol", "update", "JobId=42", "Comment=gpufair: requeued run 0 at 1796136520.250"],
+        ["scontrol", "requeuehold", "42"],
+    ]
+    assert report.requeued == ["slurm-42"]
+    assert out == [events.ended("slurm-42", 0, 1796136520.25, ledger_pb2.EVENT_KIND_PREEMPTED)]
 
 
 def test_start_is_reported_with_slurms_time_nodes_and_gpu_indices() -> None:
@@ -214,3 +242,219 @@ def test_unknown_held_job_is_mapped_for_submission_and_an_unmappable_one_says_wh
     again = RecordingSlurm()
     reconcile(replace(lost, comment=slurm.commands[0][3].removeprefix("Comment=")), None, again)
     assert again.commands == []
+
+
+def test_requeue_without_a_stamp_is_reported_at_the_bridges_clock() -> None:
+    # Requeued by someone else (or the stamp is of another run): the end is when the bridge saw it.
+    for comment in ("", events.requeue_stamp(1, 1796136510.5)):
+        requeued = replace(parse_job(RAW_JOB), restart_count=1, comment=comment)
+        slurm = RecordingSlurm()
+        out, to_submit, _ = reconcile(requeued, status("running"), slurm)
+        assert slurm.commands == [] and to_submit == []
+        assert out == [events.ended("slurm-42", 0, NOW_S, ledger_pb2.EVENT_KIND_PREEMPTED)]
+        assert out[0].occurred_at.ToMicroseconds() == 1796136520250382
+
+
+def test_running_job_gets_one_heartbeat_at_the_start_of_each_period_after_the_first() -> None:
+    running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, start_time=1796136400)
+    # 1796136485 is 5 s into the period that began at 1796136480 (= 29935608 x 60).
+    slurm = RecordingSlurm()
+    out, to_submit, _ = reconcile(running, status("running"), slurm, now_s=1796136485.0)
+    assert slurm.commands == [] and to_submit == []
+    assert [(e.event_id, e.kind, e.occurred_at.ToSeconds()) for e in out] == [
+        (
+            events.event_id("slurm-42", 0, "heartbeat-29935608"),
+            ledger_pb2.EVENT_KIND_HEARTBEAT,
+            1796136480,
+        )
+    ]
+    # 40 s into that period (its first two 5 s cycles are past), or 35 s into the run: none.
+    assert reconcile(running, status("running"), slurm, now_s=1796136520.25)[0] == []
+    recent = replace(running, start_time=1796136450)
+    assert reconcile(recent, status("running"), slurm, now_s=1796136485.0)[0] == []
+
+
+def test_job_slurm_started_itself_is_submitted_and_not_held() -> None:
+    running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, start_time=1796136500)
+    slurm = RecordingSlurm()
+    out, to_submit, report = reconcile(running, None, slurm)
+    assert slurm.commands == [] and out == [] and report.submitted == []
+    assert [(w.uid, w.queue, w.pool, w.pods, w.gpus_per_pod) for _, w in to_submit] == [
+        ("slurm-42", "vision-train", "main", 2, 4)
+    ]
+
+
+def test_job_that_ended_without_a_run_is_cancelled_in_gpufair() -> None:
+    never_ran = replace(parse_job(RAW_JOB), state="CANCELLED", end_time=1796136530)
+    for state in ("pending", "bound"):
+        slurm, client = RecordingSlurm(), RecordingClient()
+        out, _, report = reconcile(never_ran, status(state), slurm, client)
+        assert client.cancelled == ["slurm-42"] and report.cancelled == ["slurm-42"], state
+        assert out == [] and slurm.commands == []
+
+
+def test_run_gpufair_never_saw_start_is_reported_whole_when_the_job_has_ended() -> None:
+    # Ended with its GPU indices no longer shown: the nodes and GPUs of gpufair's binding.
+    completed = replace(
+        parse_job(RAW_JOB),
+        state="COMPLETED",
+        priority=1,
+        nodes=("a100-1", "a100-0"),
+        start_time=1796136500,
+        end_time=1796136530,
+    )
+    client = RecordingClient()
+    out, _, report = reconcile(completed, status("bound"), RecordingSlurm(), client)
+    assert out == [
+        events.started(
+            "slurm-42", 0, 1796136500, ["a100-1", "a100-0"], [[0, 1, 2, 3], [4, 5, 6, 7]]
+        ),
+        events.ended("slurm-42", 0, 1796136530, ledger_pb2.EVENT_KIND_STOPPED),
+    ]
+    assert client.cancelled == [] and report.cancelled == []
+    # Failed with the indices still shown: Slurm's, and the end is a failure.
+    failed = replace(
+        completed, state="NODE_FAIL", nodes=("a100-0", "a100-1"), gpu_indices=((0, 1), (2, 3))
+    )
+    out, _, _ = reconcile(failed, status("pending"), RecordingSlurm(), client)
+    assert out == [
+        events.started("slurm-42", 0, 1796136500, ["a100-0", "a100-1"], [[0, 1], [2, 3]]),
+        events.ended("slurm-42", 0, 1796136530, ledger_pb2.EVENT_KIND_FAILED),
+    ]
+    assert client.cancelled == []
+
+
+# ---- whole cycles against gpufair, Slurm's answers set by the test ------------------------------
+
+
+class CannedSlurm(RecordingSlurm):
+    """`squeue` and `sinfo` answer what the test sets; the other commands are recorded."""
+
+    def __init__(self, nodes: list[SlurmNode]) -> None:
+        super().__init__()
+        self.node_list = nodes
+        self.job_list: list[SlurmJob] = []
+
+    def jobs(self) -> list[SlurmJob]:
+        return list(self.job_list)
+
+    def nodes(self) -> list[SlurmNode]:
+        return list(self.node_list)
+
+
+def slurm_node(name: str, gres: str = "gpu:a100:8") -> SlurmNode:
+    raw = {"name": name, "partitions": ["gpu"], "gres": gres, "cpus": 64, "real_memory": 512000}
+    return parse_node({**raw, "state": "idle", "state_flags": [], "features": ""})
+
+
+def held_job(job_id: int, **changes: Any) -> SlurmJob:
+    return replace(
+        parse_job(RAW_JOB), job_id=job_id, submit_time=int(time.time()) - 600 + job_id, **changes
+    )
+
+
+def states(client: GpufairClient) -> dict[str, str]:
+    every = ["pending", "bound", "running", "finished", "cancelled"]
+    return {w.workload.uid: w.state for w in client.list_workloads(states=every)}
+
+
+def test_refused_workload_says_why_in_its_comment_and_vanished_ones_are_cancelled(
+    client: GpufairClient,
+) -> None:
+    client.apply_config(cluster_config("main"))
+    config = replace(CONFIG, accounts={"vision": "team-a", "finance": "team-c"})
+    slurm = CannedSlurm([slurm_node("a100-0"), slurm_node("a100-1")])
+    # 2 x 4 GPUs; an account whose queue gpufair lacks; 2 x 8 GPUs, which waits for the first.
+    slurm.job_list = [held_job(42), held_job(43, account="finance"), held_job(44)]
+    slurm.job_list[2] = replace(slurm.job_list[2], tres_per_node="gres:gpu:8")
+    live = Bridge(config, client, slurm)
+    first = live.cycle()
+    assert first.submitted == ["slurm-42", "slurm-44"]
+    assert first.unmappable == {"slurm-43": "unknown queue 'team-c'"}
+    assert first.placed == {"slurm-42": ["a100-0", "a100-1"]}
+    assert (first.cancelled, first.errors) == ([], [])
+    refused = "Comment=gpufair: not scheduled: unknown queue 'team-c'"
+    assert slurm.commands == [
+        ["scontrol", "update", "JobId=43", refused],
+        ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"],
+        ["scontrol", "release", "42"],
+    ]
+    assert states(client) == {"slurm-42": "bound", "slurm-44": "pending"}
+
+    # Slurm forgets both jobs (purged before they started): gpufair cancels them; the refused
+    # job's Comment already says why, so nothing is written again.
+    slurm.commands.clear()
+    slurm.job_list = [replace(slurm.job_list[1], comment=refused.removeprefix("Comment="))]
+    second = live.cycle()
+    assert sorted(second.cancelled) == ["slurm-42", "slurm-44"]
+    assert second.unmappable == {"slurm-43": "unknown queue 'team-c'"}
+    assert (second.submitted, second.placed, second.errors) == ([], {}, [])
+    assert slurm.commands == []
+    assert states(client) == {"slurm-42": "cancelled", "slurm-44": "cancelled"}
+
+
+def test_running_job_start_and_heartbeats_reach_the_ledger(
+    client: GpufairClient, db: Engine
+) -> None:
+    client.apply_config(cluster_config("main"))
+    config = replace(CONFIG, accounts={"vision": "team-a"})
+    slurm = CannedSlurm([slurm_node("a100-0"), slurm_node("a100-1")])
+    minute_s = (int(time.time()) // 60 - 3) * 60  # a period's start, 3 to 4 minutes ago
+    now = [float(minute_s)]
+    live = Bridge(config, client, slurm, clock=lambda: now[0])
+    slurm.job_list = [held_job(42, node_count=1, max_nodes=1)]
+    assert live.cycle().placed == {"slurm-42": ["a100-0"]}
+    [bound] = client.list_workloads(states=["bound"])
+    indices = tuple(bound.pods[0].gpu_indices)
+    assert len(indices) == 4
+    running = replace(
+        slurm.job_list[0],
+        state="RUNNING",
+        priority=1,
+        nodes=("a100-0",),
+        gpu_indices=(indices,),
+        start_time=minute_s + 1,
+    )
+    slurm.job_list = [running]
+    # A cycle each: the start; the run's first period over, the heartbeat at the period's
+    # start; the next cycle resends it (a duplicate); later in the period, none.
+    sent = []
+    for at_s in (minute_s + 30, minute_s + 63, minute_s + 68, minute_s + 75):
+        now[0] = float(at_s)
+        report = live.cycle()
+        assert report.errors == []
+        sent.append(report.events)
+    assert sent == [{"STORED": 1}, {"STORED": 1}, {"DUPLICATE": 1}, {}]
+    with db.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT kind, extract(epoch FROM occurred_at)::float8 FROM ledger_events "
+                "WHERE workload_uid = 'slurm-42' ORDER BY occurred_at"
+            )
+        ).all()
+    assert [tuple(r) for r in stored] == [("started", minute_s + 1), ("heartbeat", minute_s + 60)]
+    assert states(client) == {"slurm-42": "running"}
+
+
+def test_event_gpufair_refuses_is_an_error_of_the_cycle(client: GpufairClient) -> None:
+    client.apply_config(cluster_config("main"))
+    config = replace(CONFIG, accounts={"vision": "team-a"})
+    # An H100 node in the partition: its GPU type is not mapped, so gpufair does not have it.
+    slurm = CannedSlurm([slurm_node("a100-0"), slurm_node("h100-0", gres="gpu:h100:8")])
+    started_s = int(time.time()) - 30
+    slurm.job_list = [
+        held_job(45, node_count=1, max_nodes=1, tres_per_node="gres:gpu:1", priority=1)
+    ]
+    slurm.job_list[0] = replace(
+        slurm.job_list[0],
+        state="RUNNING",
+        nodes=("h100-0",),
+        gpu_indices=((3,),),
+        start_time=started_s,
+    )
+    live = Bridge(config, client, slurm)
+    assert live.cycle().submitted == ["slurm-45"]  # Slurm started it itself
+    report = live.cycle()
+    assert report.events == {"REJECTED": 1}
+    assert report.errors == ["slurm-45: event refused: pods[0]: unknown node 'h100-0'"]
+    assert states(client)["slurm-45"] in ("pending", "bound")
