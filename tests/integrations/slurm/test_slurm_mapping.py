@@ -12,8 +12,14 @@ import pytest
 
 from gpufair.config_file import ConfigFileError
 from gpufair.integrations.slurm import events
-from gpufair.integrations.slurm.config import load_config, parse_config
-from gpufair.integrations.slurm.mapping import Unmappable, job_id_of, map_job, map_node
+from gpufair.integrations.slurm.config import BridgeConfig, FeatureRule, load_config, parse_config
+from gpufair.integrations.slurm.mapping import (
+    Unmappable,
+    job_id_of,
+    map_job,
+    map_node,
+    node_pool,
+)
 from gpufair.integrations.slurm.records import (
     SlurmJob,
     expand_hostlist,
@@ -66,6 +72,12 @@ RAW_JOB: dict[str, Any] = {
 }
 
 
+MIXED = (
+    "constraint {!r}: its alternatives ask different GPU memory of different GPU types; "
+    "name GPU types only (a|b), or memory features only"
+)
+
+
 def job(**changes: Any) -> SlurmJob:
     return replace(parse_job(RAW_JOB), **changes)
 
@@ -91,7 +103,88 @@ def test_mapping_file_errors_are_listed_together_with_their_fields(tmp_path: Pat
 
 def test_example_mapping_file_loads() -> None:
     config = load_config(ROOT / "examples" / "slurm" / "bridge.yaml")
-    assert config.cycle_s == 5 and config.pools
+    assert config == BridgeConfig(
+        partitions={"gpu": "gpu"},
+        gpu_types={"a100": "a100-80gb", "rtx4090": "rtx4090-24gb"},
+        accounts={"acct-a": "team-a", "acct-b": "team-b"},
+        default_queue="",
+        features={"gpumem40": FeatureRule(gpu_types=(), min_gpu_memory_gib=40.0)},
+        non_preemptible_qos=frozenset({"inference"}),
+        uid_prefix="slurm-",
+        cycle_s=5.0,
+        heartbeat_s=60.0,
+        slurm_bin="",
+    )
+    assert config.pools == ["gpu"]
+    assert (config.queue_of("acct-a"), config.queue_of("acct-b"), config.queue_of("x")) == (
+        "team-a",
+        "team-b",
+        "",
+    )
+
+
+def test_default_queue_takes_the_accounts_not_listed() -> None:
+    config = replace(CONFIG, default_queue="shared")
+    workload = map_job(config, job(account="finance"))
+    assert not isinstance(workload, Unmappable) and workload.queue == "shared"
+    listed = map_job(config, job(account="vision"))
+    assert not isinstance(listed, Unmappable) and listed.queue == "vision-train"
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"default_queue": 3}, "default_queue: expected a queue name, got 3"),
+        ({"uid_prefix": "bad prefix!"}, "uid_prefix: expected [A-Za-z0-9._-]*, got 'bad prefix!'"),
+        ({"uid_prefix": 7}, "uid_prefix: expected [A-Za-z0-9._-]*, got 7"),
+        ({"heartbeat_s": "soon"}, "heartbeat_s"),
+        ({"non_preemptible_qos": "inference"}, "non_preemptible_qos: expected a list of QOS names"),
+        ({"slurm_bin": ["/bin"]}, "slurm_bin: expected a folder"),
+    ],
+)
+def test_mapping_file_field_errors(changes: dict[str, Any], error: str) -> None:
+    base = {"partitions": {"gpu": "main"}, "gpu_types": {"a100": "a100-80gb"}}
+    with pytest.raises(ConfigFileError) as err:
+        parse_config({**base, **changes})
+    assert str(err.value).startswith("the mapping file is invalid:\n  - " + error), err.value
+    assert str(err.value).count("\n  - ") == 1
+
+
+def test_uid_prefix_names_the_workloads_of_this_bridge_only() -> None:
+    bare = replace(CONFIG, uid_prefix="")
+    workload = map_job(bare, job())
+    assert not isinstance(workload, Unmappable) and workload.uid == "42"
+    assert (job_id_of(bare, "42"), job_id_of(bare, "slurm-42")) == (42, None)
+    dotted = parse_config(
+        {"partitions": {"gpu": "main"}, "gpu_types": {"a100": "a"}, "uid_prefix": "site.b-"}
+    )
+    assert dotted.uid_prefix == "site.b-"
+    assert [job_id_of(dotted, uid) for uid in ("site.b-7", "slurm-7", "site.b-7x", "site.b-")] == [
+        7,
+        None,
+        None,
+        None,
+    ]
+
+
+def test_unreadable_or_malformed_mapping_file_is_reported_with_its_path(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigFileError) as err:
+        load_config(absent)
+    assert str(err.value) == f"{absent}: cannot read: No such file or directory"
+    with pytest.raises(ConfigFileError) as err:
+        load_config(tmp_path)
+    assert str(err.value) == f"{tmp_path}: cannot read: Is a directory"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("partitions: [gpu\n")
+    with pytest.raises(ConfigFileError) as err:
+        load_config(broken)
+    assert str(err.value).startswith(f"{broken}: not valid YAML: ")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- gpu\n")
+    with pytest.raises(ConfigFileError) as err:
+        load_config(listed)
+    assert str(err.value) == f"{listed}: the mapping file: expected a mapping at the top"
 
 
 def test_hostlists_and_gpu_indices() -> None:
@@ -157,11 +250,101 @@ def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:
             "GPU type 'a100' contradicts the constraint",
         ),
         ({"is_array": True}, "job arrays are not supported; submit one job per task"),
+        (
+            {"tres_per_task": "gres:gpu:1"},
+            "--gpus-per-task is not supported; ask --gres=gpu:N per node",
+        ),
         ({"partition": "gpu,debug"}, "submitted to several partitions (gpu,debug); name one"),
     ],
 )
 def test_unmappable_jobs_say_why(changes: dict[str, Any], reason: str) -> None:
     assert map_job(CONFIG, job(**changes)) == Unmappable(reason)
+
+
+def test_cpus_per_task_is_not_a_gpu_request() -> None:
+    workload = map_job(CONFIG, job(tres_per_task="cpu:4"))
+    assert not isinstance(workload, Unmappable) and workload.gpus_per_pod == 4
+
+
+# Feature rules that name gpufair GPU types, with and without GPU memory.
+TYPED = replace(
+    CONFIG,
+    features={
+        "gpumem40": FeatureRule(min_gpu_memory_gib=40),
+        "gpumem80": FeatureRule(min_gpu_memory_gib=80),
+        "fast": FeatureRule(gpu_types=("a100-80gb",)),
+        "big": FeatureRule(gpu_types=("a100-80gb", "h100-80gb"), min_gpu_memory_gib=80),
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("tres", "features", "types", "memory_gib"),
+    [
+        ("gres:gpu:4", "fast", ["a100-80gb"], 0),
+        ("gres:gpu:4", "big", ["a100-80gb", "h100-80gb"], 80),
+        ("gres:gpu:4", "fast|rtx4090", ["a100-80gb", "rtx4090-24gb"], 0),
+        # Either memory: the lesser. A typed rule asking at least that memory adds nothing.
+        ("gres:gpu:4", "gpumem80|gpumem40", [], 40),
+        ("gres:gpu:4", "big|gpumem40", [], 40),
+        # The GRES type narrows the rule's types.
+        ("gres:gpu:a100:4", "big", ["a100-80gb"], 80),
+    ],
+)
+def test_constraint_features_map_to_gpu_types_and_memory(
+    tres: str, features: str, types: list[str], memory_gib: float
+) -> None:
+    workload = map_job(TYPED, job(tres_per_node=tres, features=features))
+    assert not isinstance(workload, Unmappable), workload
+    assert (list(workload.allowed_gpu_types), workload.min_gpu_memory_gib) == (types, memory_gib)
+
+
+@pytest.mark.parametrize(
+    ("tres", "features", "reason"),
+    [
+        # An A100 (any memory, as far as the bridge knows) or any type with 40 GiB: no single
+        # (types, memory) says that, and (any type, 0 GiB) would let an RTX 4090 in.
+        ("gres:gpu:4", "a100|gpumem40", MIXED.format("a100|gpumem40")),
+        ("gres:gpu:4", "fast|big", MIXED.format("fast|big")),
+        ("gres:gpu:rtx4090:4", "fast", "GPU type 'rtx4090' contradicts the constraint"),
+    ],
+)
+def test_constraints_no_workload_can_say_are_refused(tres: str, features: str, reason: str) -> None:
+    assert map_job(TYPED, job(tres_per_node=tres, features=features)) == Unmappable(reason)
+
+
+def test_node_pool_is_that_of_the_first_mapped_partition_in_the_mapping_file() -> None:
+    node = parse_node(
+        {"name": "a100-0", "partitions": ["gpu", "a100"], "gres": "gpu:a100:8", "state": "idle"}
+    )
+    fast_first = replace(CONFIG, partitions={"a100": "fast", "gpu": "main"})
+    main_first = replace(CONFIG, partitions={"gpu": "main", "a100": "fast"})
+    assert (node_pool(fast_first, node), node_pool(main_first, node)) == ("fast", "main")
+    assert node_pool(CONFIG, replace(node, partitions=("debug",))) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "base", "ready"),
+    [
+        ("idle", [], "idle", True),
+        ("MIXED", [], "MIXED", True),
+        ("allocated", ["COMPLETING"], "allocated", True),
+        ("idle+drain", [], "idle", False),
+        ("mixed+draining", [], "mixed", False),
+        ("idle", ["DRAIN"], "idle", False),
+        ("idle", ["MAINTENANCE"], "idle", False),
+        # Slurm's mark of a node that does not respond.
+        ("idle*", [], "idle", False),
+        ("down*", [], "down", False),
+        ("idle+drain*", [], "idle", False),
+        ("future", [], "future", False),
+    ],
+)
+def test_node_states_compound_or_flagged(
+    state: str, flags: list[str], base: str, ready: bool
+) -> None:
+    node = parse_node({"name": "a100-0", "state": state, "state_flags": flags})
+    assert (node.state, node.ready) == (base, ready)
 
 
 def test_nodes_map_with_their_type_and_readiness() -> None:

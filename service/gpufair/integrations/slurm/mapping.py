@@ -18,13 +18,13 @@ A job becomes a `Workload` whose pods are its nodes:
 | submit time | `submit_time` |
 
 Anything else that changes where a job may run (node ranges, `--gpus-per-task`, arrays, `&` in
-constraints, unknown GPU types or features, several partitions) makes the job unmappable: it stays held, and the
-reason is written to its Comment.
+constraints, `a|b` of a GPU type and a GPU memory no one workload can say, unknown GPU types or
+features, several partitions) makes the job unmappable: it stays held, and the reason is written
+to its Comment.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -106,24 +106,32 @@ def _constraint(config: BridgeConfig, features: str) -> tuple[set[str], float, s
         return set(), 0.0, ""
     if any(op in features for op in "&[]*,()"):
         return set(), 0.0, f"constraint {features!r}: only one feature or 'a|b' is supported"
-    types: set[str] = set()
-    memory = math.inf
+    alternatives: list[tuple[set[str], float]] = []  # (gpufair types, empty = any; min GiB)
     for name in features.split("|"):
         if name in config.gpu_types:
-            types.add(config.gpu_types[name])
-            memory = 0.0
+            alternatives.append(({config.gpu_types[name]}, 0.0))
             continue
         rule = config.features.get(name)
         if rule is None:
             return set(), 0.0, f"constraint {name!r} is not in the bridge's features or gpu_types"
-        types |= set(rule.gpu_types)
-        memory = min(memory, rule.min_gpu_memory_gib)
-        if not rule.gpu_types:
-            # An alternative with no type rule admits every type.
-            types.add("*")
-    if "*" in types:
-        types = set()
-    return types, (0.0 if memory == math.inf else memory), ""
+        alternatives.append((set(rule.gpu_types), rule.min_gpu_memory_gib))
+    # A workload has one (types, memory): it must admit what either alternative admits, no more.
+    # Alternatives of any type: the least memory of them, when every typed one asks at least as
+    # much. Typed ones only: the union of their types, when they ask the same memory.
+    untyped = [memory for types, memory in alternatives if not types]
+    if untyped:
+        if all(memory >= min(untyped) for types, memory in alternatives if types):
+            return set(), min(untyped), ""
+    elif len({memory for _, memory in alternatives}) == 1:
+        return set().union(*(types for types, _ in alternatives)), alternatives[0][1], ""
+    return (
+        set(),
+        0.0,
+        (
+            f"constraint {features!r}: its alternatives ask different GPU memory of different GPU "
+            "types; name GPU types only (a|b), or memory features only"
+        ),
+    )
 
 
 def map_job(config: BridgeConfig, job: SlurmJob) -> scheduler_pb2.Workload | Unmappable:

@@ -172,7 +172,10 @@ class SlurmNode:
 def parse_node(raw: dict[str, Any]) -> SlurmNode:
     state = str(raw.get("state") or "")
     # Some builds print compound states ('idle+drain'); split them into base state and flags.
+    # A trailing '*' is Slurm's mark of a node that does not respond.
     base, *flags = state.replace("*", "").split("+")
+    if "*" in state:
+        flags.append("NOT_RESPONDING")
     return SlurmNode(
         name=str(raw["name"]),
         partitions=tuple(raw.get("partitions") or ()),
