@@ -69,7 +69,9 @@ def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
     for _ in range(6):
         reports.append(bridge.cycle())
         time.sleep(1.0)
+    assert [r.errors for r in reports] == [[]] * 6
     assert not any(r.requeued for r in reports)
+    assert [w.workload.uid for w in client.list_workloads() if w.evicting] == []
     assert squeue(slurm)[gang]["job_state"] == "PENDING"
     shares = {q.queue: q for q in client.get_fair_share("a100").queues}
     assert round(shares["team-b"].fair_share_cu) == 80
@@ -80,7 +82,7 @@ def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
 
     # k = 1, with team-a's usage over the whole window.
     time.sleep(max(0.0, filled_at + WINDOW_S + 1.0 - time.time()))
-    bridge.cycle()
+    assert bridge.cycle().errors == []
     shares = {q.queue: q for q in client.get_fair_share("a100").queues}
     assert shares["team-a"].usage_share > 0.97  # U' = (1, 0), up to the second's rounding
     assert shares["team-b"].usage_share == 0
@@ -97,7 +99,7 @@ def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
         crash_cycles += 1
         assert crash_cycles <= 3, "no evictions"
         try:
-            crashing.cycle()
+            assert crashing.cycle().errors == []
         except SimulatedCrash:
             break
         time.sleep(1.0)
@@ -150,7 +152,9 @@ def test_gang_waits_with_k0_and_runs_after_reclaim_with_k1(
         stamp_s = events.stamped_requeue_s(jobs[int(uid.removeprefix("slurm-"))]["comment"], 0)
         assert end_kind == "preempted" and stamp_s is not None
         assert ended_s == pytest.approx(stamp_s, abs=1e-3)
-    restarted.cycle()
+    assert restarted.cycle().errors == []
+    # Every eviction was reported: none is left in flight.
+    assert [w.workload.uid for w in client.list_workloads() if w.evicting] == []
     gang_status = {w.workload.uid: w for w in client.list_workloads(states=["running"])}
     assert set(gang_status) == {f"slurm-{gang}"}
     assert sorted(p.node for p in gang_status[f"slurm-{gang}"].pods) == ["a100-0", "a100-1"]
