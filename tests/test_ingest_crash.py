@@ -83,27 +83,42 @@ def test_sigkill_during_ingest_loses_nothing_acknowledged(
         events = make_events(time.time() - 86400)
         batches = [events[i : i + 50] for i in range(0, len(events), 50)]
         acknowledged: list[str] = []
+        failures: list[BaseException] = []  # what ended the sender other than the kill
+        a_third = threading.Event()  # set once a third is acknowledged, or the sender ended
 
         def send() -> None:
-            with GpufairClient(server.address, attempts=1, timeout_s=10) as c:
-                for batch in batches:
-                    try:
-                        reply = c.ledger.ReportEvents(
-                            ledger_pb2.ReportEventsRequest(events=batch), timeout=10
-                        )
-                    except grpc.RpcError:
-                        return  # the server died under us
-                    assert all(r.status == ledger_pb2.EVENT_STATUS_STORED for r in reply.results)
-                    acknowledged.extend(r.event_id for r in reply.results)
+            try:
+                with GpufairClient(server.address, attempts=1, timeout_s=10) as c:
+                    for batch in batches:
+                        try:
+                            reply = c.ledger.ReportEvents(
+                                ledger_pb2.ReportEventsRequest(events=batch), timeout=10
+                            )
+                        except grpc.RpcError:
+                            if a_third.is_set():
+                                return  # the server died under us
+                            raise
+                        statuses = {r.status for r in reply.results}
+                        assert statuses == {ledger_pb2.EVENT_STATUS_STORED}, reply
+                        acknowledged.extend(r.event_id for r in reply.results)
+                        if len(acknowledged) >= len(events) // 3:
+                            a_third.set()
+            except BaseException as exc:  # reported by the test's thread
+                failures.append(exc)
+            finally:
+                a_third.set()
 
         sender = threading.Thread(target=send)
         sender.start()
-        while len(acknowledged) < len(events) // 3:
-            time.sleep(0.01)
-        server.proc.send_signal(signal.SIGKILL)
+        reached = a_third.wait(120)
+        server.proc.send_signal(signal.SIGKILL)  # also when the sender failed: none left running
         server.proc.wait(timeout=30)
         sender.join(timeout=60)
-        assert 0 < len(acknowledged) < len(events)
+        assert reached, "no third of the events acknowledged within 120 s"
+        assert not sender.is_alive(), "the sender still waits on the killed server"
+        if failures:
+            raise failures[0]
+        assert len(events) // 3 <= len(acknowledged) < len(events)
 
         engine = create_engine(normalise_url(url))
         try:
