@@ -1,21 +1,45 @@
 """Recompute cost must not grow with the ledger: one pool with a small vs a large ledger.
 
-    python bench/bench_recompute.py [--small 10000] [--large 10000000] [--repeat 7]
+    python bench/bench_recompute.py [--small 10000] [--large 10000000] [--repeat 15]
+                                    [--first-rollup-days DAYS]
 
 Two scratch databases hold the same cluster (100 nodes x 8 GPUs, 20 leaf queues in 4
 departments, a 7-day sliding window with a 1-day half-life) and the same present (200 running
-runs, 500 pending workloads); they differ only in history: `--small` vs `--large` ledger events
-spread over the past year (5 events per run: start, 3 heartbeats, stop; runs of 5 min to 2 h).
+runs of 2 GPUs, 500 pending workloads). They differ only in how far back their history goes:
+past runs start one every 6 minutes (10 an hour) in both, counted back from two hours before
+now, so `--small` vs `--large` ledger events (5 per run: start, 3 heartbeats, stop) hold the
+same recent runs and the large one older ones too: at 10,000 events the history reaches 8.4
+days back, just past the window; at 500,000 about 1.1 years, at 10,000,000 about 23 years. The
+window and its edges, where a recompute reads raw runs, hold the same runs in both; what grows
+is the older history, the rollups that cover it and the tables' indexes. (Until round 22 both
+histories spanned one year, so the large one packed 1,000 x as many runs into every hour,
+edges included, and kept about 1,070 of the 800 GPUs busy on average: `results/recompute.md`.)
+
+A past run takes 1-8 GPUs for 300 to 7,199 s; no more than 20 of them overlap at any instant
+(starts 6 minutes apart, each over before 2 h), so history holds at most 160 GPUs, and with the
+present's 400 the pool's 800 are never exceeded: the peak is computed from the stored runs and
+reported (`peak_gpus_busy`), with the average over the history (`mean_gpus_busy`). Each run's
+events agree with its interval: started at its start (the interval's start event), heartbeats
+at a quarter, half and three quarters of it, stopped at its end. `--small` must reach past the
+window's old edge by the longest run, so that edge meets as many runs in both databases.
+
 History is written with SQL (the ingest path has its own benchmark), then rolled up once, untimed
 but reported. What is timed is `recompute_pool` — the periodic job: rollups brought up to date,
 decayed usage from rollups plus the window's edges, demand, the fair-share division — inside a
 transaction that is rolled back, so every repetition sees the same state.
+
+The first rollup of 23 years (10,000,000 events) fails as one rollup: it spends over a minute
+of Python between two statements of its transaction, past the engine's idle limit of 60 s, and
+its hourly usage rows are more than one jsonb value may hold (256 MB; `results/recompute.md`,
+round 22). `--first-rollup-days 365` brings the rollups up a year at a time instead, each step
+in a transaction of its own; the rollups the recomputes then read are the same.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 
@@ -29,7 +53,17 @@ from gpufair.store import capacity_repo, config_repo, migrate, rollup_repo
 from gpufair.store.database import make_engine
 from gpufair.store.scratch import scratch_database, test_server
 
-YEAR_S = 365 * 86400.0
+WINDOW_S = 7 * 86400.0  # the pool's `window_s` below
+STEP_S = 360.0  # a past run starts every 6 minutes, in both databases
+LONGEST_S = 7200.0  # past runs last 300 to 7,199 s; the present's started in the last 2 h
+EVENTS_PER_RUN = 5
+CAPACITY_GPUS = 100 * 8
+
+
+def min_events() -> int:
+    """The fewest events whose history reaches back past the window's old edge by the longest
+    run (so that edge meets the same runs whatever the history's length)."""
+    return EVENTS_PER_RUN * math.ceil(WINDOW_S / STEP_S)
 
 
 def cluster() -> dict[str, object]:
@@ -51,7 +85,7 @@ def cluster() -> dict[str, object]:
     ]
     return {
         "gpu_types": [{"name": "a100", "memory_gib": 80, "compute_weight": 1}],
-        "pools": [{"name": "main", "policy": {"window_s": "7d", "half_life_s": "1d", "k": 1}}],
+        "pools": [{"name": "main", "policy": {"window_s": WINDOW_S, "half_life_s": "1d", "k": 1}}],
         "nodes": [
             {
                 "name": f"n{i:03d}",
@@ -67,54 +101,68 @@ def cluster() -> dict[str, object]:
     }
 
 
+def history_start_s(events: int, now_s: float) -> float:
+    """When the pool's capacity is recorded: a day before the first past run starts."""
+    return now_s - LONGEST_S - max(1, events // EVENTS_PER_RUN) * STEP_S - 86400
+
+
+# Past run i (1 = the latest) starts LONGEST_S + i x STEP_S before now and lasts d seconds.
+_PAST_RUNS = """
+    WITH runs AS (
+        SELECT i, :now - :longest - i * :step AS s, 300 + (i::bigint * 7919) % 6900 AS d
+        FROM generate_series(1, :runs) AS i
+    )
+"""
+
+
 def populate(engine: Engine, events: int, now_s: float) -> None:
-    runs = max(1, events // 5)
+    runs = max(1, events // EVENTS_PER_RUN)
     config, problems = config_from_proto(parse_config(cluster()))
     assert not problems
     with engine.begin() as conn:
         changes = diff_configs(config_repo.load_config(conn), config)
         config_repo.apply_changes(conn, config, changes)
         config_repo.record_version(conn, changes)
-        capacity_repo.record_if_changed(conn, now_s - YEAR_S - 86400, "config")
-        params = {"runs": runs, "now": now_s, "year": YEAR_S}
-        # Past runs: uniform over the year, 1-8 GPUs, 5 min to 2 h, on leaf queues.
+        capacity_repo.record_if_changed(conn, history_start_s(events, now_s), "config")
+        params = {"runs": runs, "now": now_s, "longest": LONGEST_S, "step": STEP_S}
+        # Past runs: one every STEP_S, 1-8 GPUs, 5 min to 2 h, on leaf queues.
         conn.execute(
             text(
-                """
+                _PAST_RUNS
+                + """
                 INSERT INTO workloads (uid, queue, pool, state, spec, spec_digest, submit_time)
                 SELECT 'h' || i, 'team' || (i % 4) || '-' || (i % 5), 'main', 'finished', '{}',
-                       md5(i::text), to_timestamp(:now - :year)
-                FROM generate_series(1, :runs) AS i
+                       md5(i::text), to_timestamp(s)
+                FROM runs
                 """
             ),
             params,
         )
         conn.execute(
             text(
-                """
+                _PAST_RUNS
+                + """
                 INSERT INTO allocation_intervals (workload_uid, start_event_id, queue, pool,
                     gpu_type, gpus, cu, started_at, ended_at, end_kind, pods)
-                SELECT 'h' || i, md5('s' || i)::uuid, 'team' || (i % 4) || '-' || (i % 5), 'main',
-                       'a100', 1 + i % 8, 1 + i % 8,
-                       to_timestamp(:now - :year + (i::float8 / :runs) * (:year - 7200)),
-                       to_timestamp(:now - :year + (i::float8 / :runs) * (:year - 7200)
-                                    + 300 + (i::bigint * 7919) % 6900),
+                SELECT 'h' || i, md5('e' || i || '-0')::uuid, 'team' || (i % 4) || '-' || (i % 5),
+                       'main', 'a100', 1 + i % 8, 1 + i % 8, to_timestamp(s), to_timestamp(s + d),
                        'stopped', '[]'::jsonb
-                FROM generate_series(1, :runs) AS i
+                FROM runs
                 """
             ),
             params,
         )
+        # Started at the interval's start, heartbeats at 1/4, 1/2 and 3/4, stopped at its end.
         conn.execute(
             text(
-                """
+                _PAST_RUNS
+                + """
                 INSERT INTO ledger_events (event_id, workload_uid, kind, occurred_at, payload,
                                            payload_digest)
                 SELECT md5('e' || i || '-' || k)::uuid, 'h' || i,
                        CASE k WHEN 0 THEN 'started' WHEN 4 THEN 'stopped' ELSE 'heartbeat' END,
-                       to_timestamp(:now - :year + (i::float8 / :runs) * (:year - 7200) + 60 * k),
-                       '{}'::jsonb, md5(i || '-' || k)
-                FROM generate_series(1, :runs) AS i, generate_series(0, 4) AS k
+                       to_timestamp(s + d * k / 4.0::float8), '{}'::jsonb, md5(i || '-' || k)
+                FROM runs, generate_series(0, 4) AS k
                 """
             ),
             params,
@@ -164,19 +212,62 @@ def populate(engine: Engine, events: int, now_s: float) -> None:
         conn.commit()
 
 
-def prepare(url: str, events: int, now_s: float) -> tuple[Engine, dict[str, float]]:
+_BUSY_SQL = text(
+    """
+    WITH edges AS (
+        SELECT started_at AS at, gpus AS change FROM allocation_intervals WHERE pool = 'main'
+        UNION ALL
+        SELECT ended_at, -gpus FROM allocation_intervals
+        WHERE pool = 'main' AND ended_at IS NOT NULL
+    )
+    SELECT (SELECT max(busy) FROM (
+                SELECT sum(change) OVER (ORDER BY at, change) AS busy FROM edges) AS b),
+           (SELECT sum(gpus * extract(epoch FROM coalesce(ended_at, to_timestamp(:now))
+                                                  - started_at))
+                   / (:now - extract(epoch FROM min(started_at)))
+            FROM allocation_intervals WHERE pool = 'main')
+    """
+)
+
+
+def busy_gpus(engine: Engine, now_s: float) -> tuple[float, float]:
+    """The most GPUs the stored runs ever held at once (runs end before an instant where others
+    start: [start, end)), and how many on average from the first start to now."""
+    with engine.connect() as conn:
+        peak, mean = conn.execute(_BUSY_SQL, {"now": now_s}).one()
+    return float(peak), float(mean)
+
+
+def prepare(
+    url: str, events: int, now_s: float, first_rollup_days: float = 0.0
+) -> tuple[Engine, dict[str, float]]:
     migrate.upgrade(url)
     engine = make_engine(url, pool_size=2, statement_timeout_ms=3_600_000)
     start = time.perf_counter()
     populate(engine, events, now_s)
     populate_s = time.perf_counter() - start
+    peak, mean = busy_gpus(engine, now_s)
+    if peak > CAPACITY_GPUS:
+        raise RuntimeError(f"the history holds {peak} GPUs at once, over the {CAPACITY_GPUS}")
     start = time.perf_counter()
     with engine.connect() as conn:
         config = config_repo.load_config(conn)
-        rollup_repo.rollup_pool(conn, config, config.pool("main"), now_s)
+        pool = config.pool("main")
+        # In steps, when asked: each brings the rollups up to its end, as the periodic job does.
+        step_s = first_rollup_days * 86400
+        until_s = history_start_s(events, now_s) + step_s
+        while step_s and until_s < now_s:
+            rollup_repo.rollup_pool(conn, config, pool, until_s)
+            conn.commit()
+            until_s += step_s
+        rollup_repo.rollup_pool(conn, config, pool, now_s)
         conn.commit()
+    runs = max(1, events // EVENTS_PER_RUN)
     return engine, {
         "events": events,
+        "history_days": round((LONGEST_S + runs * STEP_S) / 86400, 1),
+        "peak_gpus_busy": peak,
+        "mean_gpus_busy": round(mean, 1),
         "populate_s": round(populate_s, 1),
         "first_rollup_s": round(time.perf_counter() - start, 1),
     }
@@ -196,15 +287,23 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--first-rollup-days",
+        type=float,
+        default=0.0,
+        help="the first rollup in steps of this many days of history (default: one rollup)",
+    )
     args = parser.parse_args()
+    if min(args.small, args.large) < min_events():
+        parser.error(f"a ledger of fewer than {min_events()} events does not cover the window")
     now_s = time.time()
     with (
         test_server() as server,
         scratch_database(server.url, prefix="gpufair_bench") as small_url,
         scratch_database(server.url, prefix="gpufair_bench") as large_url,
     ):
-        small, small_info = prepare(small_url, args.small, now_s)
-        large, large_info = prepare(large_url, args.large, now_s)
+        small, small_info = prepare(small_url, args.small, now_s, args.first_rollup_days)
+        large, large_info = prepare(large_url, args.large, now_s, args.first_rollup_days)
         try:
             for engine in (small, large):  # warm caches and connections alike
                 recompute_s(engine, now_s)
