@@ -12,24 +12,28 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
+from gpufair.store.ledger_tables import NOT_FINITE_RUN
+
+# The runs' count goes through the partial index of the runs that are not finite
+# (`ledger_tables.allocation_intervals`), whose predicate it repeats: a lookup in an index that
+# is normally empty, whatever the length of the history.
+HISTORY_SQL = text(
+    f"""
+    SELECT
+      (SELECT count(*) FROM pool_capacity_changes
+        WHERE pool = :pool AND NOT (capacity_cu < 'Infinity'::float8)) AS capacity,
+      (SELECT count(*) FROM allocation_intervals
+        WHERE pool = :pool
+          AND {NOT_FINITE_RUN}
+          AND (ended_at IS NULL OR ended_at >= to_timestamp(:since))) AS runs
+    """
+)
+
 
 def nonfinite_history(conn: Connection, pool: str, since_s: float) -> list[str]:
     """Warnings about the pool's capacity rows and its runs since `since_s` whose numbers are
     not finite (infinite or NaN); empty when all are."""
-    row = conn.execute(
-        text(
-            """
-            SELECT
-              (SELECT count(*) FROM pool_capacity_changes
-                WHERE pool = :pool AND NOT (capacity_cu < 'Infinity'::float8)) AS capacity,
-              (SELECT count(*) FROM allocation_intervals
-                WHERE pool = :pool
-                  AND (ended_at IS NULL OR ended_at >= to_timestamp(:since))
-                  AND NOT (gpus < 'Infinity'::float8 AND cu < 'Infinity'::float8)) AS runs
-            """
-        ),
-        {"pool": pool, "since": max(since_s, 0.0)},
-    ).one()
+    row = conn.execute(HISTORY_SQL, {"pool": pool, "since": max(since_s, 0.0)}).one()
     warnings = []
     if row.capacity:
         warnings.append(

@@ -35,6 +35,10 @@ LONG_OR_OPEN = f"ended_at IS NULL OR ended_at - started_at >= {SHORT_RUN}"
 
 TZ = DateTime(timezone=True)
 
+# A run whose GPUs or CU are not finite (stored before the input limits; `data_checks`): the
+# predicate of the partial index that finds them, which the check repeats word for word.
+NOT_FINITE_RUN = "NOT (gpus < 'Infinity'::float8 AND cu < 'Infinity'::float8)"
+
 # Workloads as the batch system submitted them. `spec` holds the full request (for idempotent
 # resubmission and for the scheduling cycle); the columns are what queries filter on.
 workloads = Table(
@@ -122,6 +126,15 @@ allocation_intervals = Table(
         "ix_allocation_intervals_stale_end",
         "ended_at",
         postgresql_where=text("end_kind = 'stale'"),
+    ),
+    # Every recompute asks whether the pool's window holds runs that are not finite
+    # (`data_checks.nonfinite_history`); without this (normally empty) index that is a scan of
+    # all the pool's history, which grew with the ledger. A finite run is not in it, so it costs
+    # the writes of runs nothing but its predicate.
+    Index(
+        "ix_allocation_intervals_not_finite",
+        "pool",
+        postgresql_where=text(NOT_FINITE_RUN),
     ),
     # Window queries ("what ran in [lo, hi)") must not scan all earlier history. A GiST index on
     # the run's time range answers `&&` in O(log n + matches), but it is the dearest write of an
