@@ -15,6 +15,8 @@ from sqlalchemy import Connection, Engine, text
 from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import (
+    Budget,
+    BudgetPeriod,
     ClusterConfig,
     FairSharePolicy,
     GpuType,
@@ -502,3 +504,44 @@ def test_config_applied_while_a_rollup_waits_is_rolled_up_again(
         usage = rollup_repo.decayed_usage(conn, stored, pool, NOW)
         assert usage.usage_cu_s.get("c", 0.0) / HOUR == pytest.approx(20.0, rel=1e-9)
         assert_close(usage, rollup_repo.exact_usage(conn, stored, pool, NOW))
+
+
+def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_it_all(
+    conn: Connection,
+) -> None:
+    """A batch system drains and resumes nodes all day, each a new config version. Buckets are
+    made of the runs, the queues, the GPU types' weights and the capacity; a node's change
+    reaches them only through the capacity, whose change leaves a dirty mark from its instant.
+    So a version that changed only nodes or budgets must not redo the pool's history (it did:
+    every bucket since the first run), while a quota's change still redoes all of it."""
+    config = make_config(POLICIES["sliding-2d-halflife-6h"])
+    install(conn, config, NOW - 4 * 86400)
+    workloads, events = random_history(random.Random(5), 300, 3 * 86400)
+    workload_repo.submit(conn, workloads)
+    ingest_pipeline.ingest(conn, events, NOW)
+    pool = config.pools[0]
+    assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
+    rolled = snapshot(conn)
+
+    drained = replace(
+        config,
+        nodes=tuple(replace(n, ready=False) if n.name == "a0" else n for n in config.nodes),
+    )
+    with_budget = replace(drained, budgets=(Budget("a", BudgetPeriod.WEEK, 500.0, "p"),))
+    for changed in (drained, with_budget):
+        install(conn, changed, NOW)
+        # The drain lowers the capacity from NOW: the hour of NOW is not rolled up yet.
+        assert rollup_repo.rollup_pool(conn, changed, pool, NOW) == 0
+        assert snapshot(conn) == rolled
+    # What the skipped redo would have written is what is there.
+    conn.execute(text("DELETE FROM rollup_watermarks"))
+    assert rollup_repo.rollup_pool(conn, with_budget, pool, NOW) == 4 * 24
+    assert snapshot(conn) == rolled
+
+    raised = replace(
+        with_budget,
+        queues=tuple(replace(q, quotas=quota(70)) if q.name == "c" else q for q in config.queues),
+    )
+    install(conn, raised, NOW)
+    assert rollup_repo.rollup_pool(conn, raised, pool, NOW) == 4 * 24
+    assert snapshot(conn) != rolled  # queue c's over-quota usage counted against 70 CU now

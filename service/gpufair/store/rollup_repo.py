@@ -4,7 +4,9 @@ A pool's watermark says up to which hour the rollups are complete. Ingestion ins
 (`rollup_dirty_marks`) for each pool whose usage it changed, from the earliest instant changed (a
 late event, a run closed by the sweeper, or simply a start now); the next rollup recomputes from
 the earlier of the watermark and its marks. A change of the pool's half-life, usage basis or of
-the config (deserved quotas) invalidates every moment, so all of the window is redone.
+the config's queues, GPU types or pools (deserved quotas, weights) invalidates every moment, so
+all of the pool's history is redone; a change of nodes alone reaches the buckets only through
+the capacity, whose change leaves a dirty mark, and budgets not at all.
 Rerunning a rollup is harmless: rows of the buckets it covers are replaced, never added to.
 """
 
@@ -131,7 +133,8 @@ def rollup_pool(
     """Bring the pool's rollups up to the last complete hour; returns the buckets written.
 
     `config_version` is the stored config's version read BEFORE `config` was loaded: the buckets
-    are stamped with it, and a later version makes the next rollup redo them all. Read after (or
+    are stamped with it, and a later version makes the next rollup redo them all, unless every
+    change between the two versions is of nodes or budgets (`_buckets_may_differ`). Read after (or
     here, the default), an ApplyConfig committed in between stamped buckets made with the old
     config as the new version's, and they were never redone (a quota raised while a rollup
     waited for this lock: a queue's over-quota usage counted with the old quota for good). The
@@ -167,7 +170,7 @@ def rollup_pool(
         mark is None
         or mark.half_life_s != policy.half_life_s
         or mark.usage_basis != policy.usage_basis.value
-        or mark.config_version != version
+        or _buckets_may_differ(conn, mark.config_version, version)
     )
     if stale:
         # From the first instant anything counts: usage, or capacity (the denominators).
@@ -206,6 +209,37 @@ def rollup_pool(
         },
     )
     return max(0, round((target_s - start_s) / HOUR_S))
+
+
+# What a bucket is made of besides the runs: the queues (their tree and quotas), the GPU types'
+# weights and the pool's policy. Nodes reach it only through the pool's capacity, whose changes
+# leave a dirty mark from their instant (`capacity_repo.record_if_changed`); budgets not at all.
+_KINDS_OUTSIDE_BUCKETS = ("node", "budget")
+
+
+def _buckets_may_differ(conn: Connection, stamped: int, version: int) -> bool:
+    """Whether buckets made with config `stamped` may differ from those of `version`: true
+    unless every change recorded between the two is of a kind outside the buckets. A node that
+    a batch system drains or resumes is a new config version; redoing a pool's whole history
+    for it cost the next rollup time in the length of the history (`bench/results/recompute.md`).
+    A version missing from `config_versions` counts as a change of anything."""
+    if stamped == version:
+        return False
+    lo, hi = min(stamped, version), max(stamped, version)
+    rows = conn.execute(
+        text(
+            """
+            SELECT count(DISTINCT v.version),
+                   count(*) FILTER (WHERE NOT (c->>'kind' = ANY(:outside)))
+            FROM config_versions v
+            LEFT JOIN LATERAL jsonb_array_elements(v.changes) AS c ON true
+            WHERE v.version > :lo AND v.version <= :hi
+            """
+        ),
+        {"lo": lo, "hi": hi, "outside": list(_KINDS_OUTSIDE_BUCKETS)},
+    ).one()
+    versions, inside = int(rows[0]), int(rows[1])
+    return versions != hi - lo or inside > 0
 
 
 def _write_buckets(
