@@ -28,11 +28,11 @@ but reported. What is timed is `recompute_pool` — the periodic job: rollups br
 decayed usage from rollups plus the window's edges, demand, the fair-share division — inside a
 transaction that is rolled back, so every repetition sees the same state.
 
-The first rollup of 23 years (10,000,000 events) fails as one rollup: it spends over a minute
-of Python between two statements of its transaction, past the engine's idle limit of 60 s, and
-its hourly usage rows are more than one jsonb value may hold (256 MB; `results/recompute.md`,
-round 22). `--first-rollup-days 365` brings the rollups up a year at a time instead, each step
-in a transaction of its own; the rollups the recomputes then read are the same.
+`--first-rollup-days DAYS` brings the rollups up that many days at a time, each step in a
+transaction of its own, as a periodic job would have over the years; the rollups the recomputes
+then read are the same. (Before round 22's spans, one rollup of 23 years failed: over a minute
+of Python between two statements, past the engine's idle limit, and more rows than one jsonb
+value may hold; `results/recompute.md`.)
 """
 
 from __future__ import annotations

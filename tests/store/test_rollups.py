@@ -545,3 +545,30 @@ def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_it_
     install(conn, raised, NOW)
     assert rollup_repo.rollup_pool(conn, raised, pool, NOW) == 4 * 24
     assert snapshot(conn) != rolled  # queue c's over-quota usage counted against 70 CU now
+
+
+def test_a_redo_in_spans_writes_the_rows_of_one_piece(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long history is rolled up in spans of `REDO_SPAN_S` (one jsonb value per span, well
+    under PostgreSQL's 256 MB, and no minutes of Python between two statements). Runs cross the
+    spans' edges; the rows must be those of the history rolled up in one piece."""
+    config = make_config(POLICIES["sliding-2d-halflife-6h"])
+    install(conn, config, NOW - 4 * 86400)
+    workloads, events = random_history(random.Random(9), 400, 3 * 86400)
+    workload_repo.submit(conn, workloads)
+    ingest_pipeline.ingest(conn, events, NOW)
+    pool = config.pools[0]
+    assert rollup_repo.REDO_SPAN_S >= 4 * 86400  # this history is one span by default
+    assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
+    whole = snapshot(conn)
+    whole_usage = rollup_repo.decayed_usage(conn, config, pool, NOW)
+    assert len(whole) > 500
+
+    monkeypatch.setattr(rollup_repo, "REDO_SPAN_S", 5 * HOUR)  # 96 hours in 20 spans
+    conn.execute(text("DELETE FROM rollup_watermarks"))
+    conn.execute(text("DELETE FROM usage_hourly"))
+    conn.execute(text("DELETE FROM fairness_hourly"))
+    assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
+    assert snapshot(conn) == whole
+    assert_close(rollup_repo.decayed_usage(conn, config, pool, NOW), whole_usage, rel=1e-12)

@@ -187,8 +187,13 @@ def rollup_pool(
         assert mark is not None
         redo_s = mark.rolled_up_to_s if dirty_s is None else min(mark.rolled_up_to_s, dirty_s)
         start_s = floor_hour(redo_s)
-    if start_s < target_s:
-        _write_buckets(conn, config, pool, start_s, target_s, now_s)
+    # In spans of at most REDO_SPAN_S: a redo of a long history in one piece held all its rows
+    # in memory and sent them as one jsonb value, past PostgreSQL's 256 MB for one, after
+    # minutes of Python between two statements, past the engine's idle limit
+    # (`bench/results/recompute.md`, round 22). A bucket is made of what overlaps its hour, so
+    # the spans write the same rows.
+    for lo_s in range(int(start_s), int(target_s), int(REDO_SPAN_S)):
+        _write_buckets(conn, config, pool, lo_s, min(lo_s + REDO_SPAN_S, target_s), now_s)
     conn.execute(
         text(
             """
@@ -210,6 +215,8 @@ def rollup_pool(
     )
     return max(0, round((target_s - start_s) / HOUR_S))
 
+
+REDO_SPAN_S = 30 * 24 * HOUR_S  # hours of buckets `rollup_pool` writes per statement
 
 # What a bucket is made of besides the runs: the queues (their tree and quotas), the GPU types'
 # weights and the pool's policy. Nodes reach it only through the pool's capacity, whose changes
