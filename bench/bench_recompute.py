@@ -42,8 +42,9 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from gpufair.api.convert_cluster import config_from_proto
 from gpufair.config_file import parse_config
@@ -273,8 +274,14 @@ def prepare(
     }
 
 
-def recompute_s(engine: Engine, now_s: float) -> float:
+def recompute_s(
+    engine: Engine, now_s: float, before: Callable[[Connection], None] | None = None
+) -> float:
+    """One `recompute_pool` timed, after `before` (untimed) in the same transaction, which is
+    rolled back."""
     with engine.connect() as conn:
+        if before is not None:
+            before(conn)
         start = time.perf_counter()
         recompute_pool(conn, "main", now_s)
         elapsed = time.perf_counter() - start

@@ -25,13 +25,13 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
-from bench_recompute import prepare
-from sqlalchemy import Connection, Engine
+from bench_recompute import prepare, recompute_s
+from sqlalchemy import Connection
 
 from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.model import ClusterConfig, frozen_map
-from gpufair.services.recompute import recompute_pool
 from gpufair.store import capacity_repo, config_repo
 from gpufair.store.scratch import scratch_database, test_server
 
@@ -62,19 +62,6 @@ def change(conn: Connection, edit: Callable[[ClusterConfig], ClusterConfig], now
     capacity_repo.record_if_changed(conn, now_s, "config")
 
 
-def timed(
-    engine: Engine, edit: Callable[[ClusterConfig], ClusterConfig] | None, now_s: float
-) -> float:
-    with engine.connect() as conn:
-        if edit is not None:
-            change(conn, edit, now_s)
-        start = time.perf_counter()
-        recompute_pool(conn, "main", now_s)
-        elapsed = time.perf_counter() - start
-        conn.rollback()
-    return elapsed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500_000)
@@ -89,11 +76,12 @@ def main() -> None:
     with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
         engine, info = prepare(url, args.events, now_s, first_rollup_days=365)
         try:
-            timed(engine, None, now_s)  # warm caches and connections
+            recompute_s(engine, now_s)  # warm caches and connections
             times: dict[str, list[float]] = {name: [] for name in edits}
             for _ in range(args.repeat):  # in turn, so the machine's load hits all alike
                 for name, edit in edits.items():
-                    times[name].append(timed(engine, edit, now_s))
+                    before = None if edit is None else partial(change, edit=edit, now_s=now_s)
+                    times[name].append(recompute_s(engine, now_s, before))
         finally:
             engine.dispose()
     print(json.dumps(info))
