@@ -199,13 +199,17 @@ def handler_times(log: Any, since: int) -> dict[str, Any]:
     and the reply's way back."""
     log.flush()
     log.seek(since)
+    calls = [line for line in log.read().splitlines() if b" gpufair.rpc: GetFairShare " in line]
     durations = sorted(
         float(line.rsplit(b" ", 2)[-2])
-        for line in log.read().splitlines()
+        for line in calls
         if b" gpufair.rpc: GetFairShare OK " in line and line.endswith(b" ms")
     )
     log.seek(0, os.SEEK_END)
     return {
+        # A gRPC error travels in the trailers of an HTTP 200, which h2load counts as a reply:
+        # gpufair's own log says whether any call failed.
+        "handler_not_ok": sum(1 for line in calls if b" gpufair.rpc: GetFairShare OK " not in line),
         "handler_calls": len(durations),
         "handler_over_10ms": sum(1 for d in durations if d > 10.0),
         "handler_p99_ms": round(percentile(durations, 0.99), 2) if durations else None,
