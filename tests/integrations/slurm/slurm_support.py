@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine, text
+
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.config import BridgeConfig, parse_config
@@ -128,3 +130,17 @@ def cycle_until(
             return count
         time.sleep(max(0.0, period_s - (time.monotonic() - started)))
     raise AssertionError(f"not done after {max_cycles} cycles; last cycle: {report}")
+
+
+def runs_of(db: Engine, uid: str) -> list[tuple[float, float | None, float, str, str | None]]:
+    """The workload's runs in the ledger: (start, end or None, GPUs, GPU type, end kind)."""
+    with db.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM ended_at)::float8,"
+                " gpus, gpu_type, end_kind FROM allocation_intervals WHERE workload_uid = :uid"
+                " ORDER BY started_at"
+            ),
+            {"uid": uid},
+        ).all()
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]

@@ -18,10 +18,11 @@ from slurm_support import (
     cluster_config,
     cycle_until,
     make_bridge,
+    runs_of,
     sbatch,
     squeue,
 )
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from gpufair.cli import main
 from gpufair.client import GpufairClient, started, stopped
@@ -87,15 +88,7 @@ def test_big_memory_job_lands_on_a100_and_small_job_on_cheaper_rtx(
     cycle_until(bridge, lambda: client.explain(uid).state == "finished", max_cycles=5)
     cancelled = squeue(slurm)[small]
     assert cancelled["job_state"] == "CANCELLED"
-    with db.connect() as conn:
-        runs = conn.execute(
-            text(
-                "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM ended_at)::float8,"
-                " gpus, gpu_type, end_kind FROM allocation_intervals WHERE workload_uid = :uid"
-            ),
-            {"uid": uid},
-        ).all()
-    assert [tuple(r) for r in runs] == [
+    assert runs_of(db, uid) == [
         (
             float(cancelled["start_time"]),
             float(cancelled["end_time"]),
@@ -180,15 +173,7 @@ def test_drained_node_is_not_ready_in_gpufair(
     assert [(p.node, list(p.gpu_indices)) for p in running[uid].pods] == [
         (seen["nodes"], gpu_indices(seen["gres_detail"][0]))
     ]
-    with db.connect() as conn:
-        started_at = conn.execute(
-            text(
-                "SELECT extract(epoch FROM started_at)::float8 FROM allocation_intervals "
-                "WHERE workload_uid = :uid"
-            ),
-            {"uid": uid},
-        ).scalar_one()
-    assert started_at == seen["start_time"]
+    assert [run[0] for run in runs_of(db, uid)] == [seen["start_time"]]
 
     # Resumed: Slurm reports it "not responding" for a moment, then idle; then it is ready again.
     cycle_until(bridge, lambda: gpufair_nodes(client) == SLURM_NODES, max_cycles=5)
