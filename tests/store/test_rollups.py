@@ -506,6 +506,18 @@ def test_config_applied_while_a_rollup_waits_is_rolled_up_again(
         assert_close(usage, rollup_repo.exact_usage(conn, stored, pool, NOW))
 
 
+def with_history(conn: Connection, *, seed: int, runs: int) -> ClusterConfig:
+    """The config of a 2-day window with a 6 h half-life, installed 4 days before NOW, and
+    `runs` random runs over the 3 days before NOW, ingested."""
+    config = make_config(POLICIES["sliding-2d-halflife-6h"])
+    install(conn, config, NOW - 4 * 86400)
+    workloads, events = random_history(random.Random(seed), runs, 3 * 86400)
+    workload_repo.submit(conn, workloads)
+    outcomes = ingest_pipeline.ingest(conn, events, NOW)
+    assert {o.status for o in outcomes} == {ingest_pipeline.EventStatus.STORED}
+    return config
+
+
 def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_it_all(
     conn: Connection,
 ) -> None:
@@ -514,11 +526,7 @@ def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_it_
     reaches them only through the capacity, whose change leaves a dirty mark from its instant.
     So a version that changed only nodes or budgets must not redo the pool's history (it did:
     every bucket since the first run), while a quota's change still redoes all of it."""
-    config = make_config(POLICIES["sliding-2d-halflife-6h"])
-    install(conn, config, NOW - 4 * 86400)
-    workloads, events = random_history(random.Random(5), 300, 3 * 86400)
-    workload_repo.submit(conn, workloads)
-    ingest_pipeline.ingest(conn, events, NOW)
+    config = with_history(conn, seed=5, runs=300)
     pool = config.pools[0]
     assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
     rolled = snapshot(conn)
@@ -553,11 +561,7 @@ def test_a_redo_in_spans_writes_the_rows_of_one_piece(
     """A long history is rolled up in spans of `REDO_SPAN_S` (one jsonb value per span, well
     under PostgreSQL's 256 MB, and no minutes of Python between two statements). Runs cross the
     spans' edges; the rows must be those of the history rolled up in one piece."""
-    config = make_config(POLICIES["sliding-2d-halflife-6h"])
-    install(conn, config, NOW - 4 * 86400)
-    workloads, events = random_history(random.Random(9), 400, 3 * 86400)
-    workload_repo.submit(conn, workloads)
-    ingest_pipeline.ingest(conn, events, NOW)
+    config = with_history(conn, seed=9, runs=400)
     pool = config.pools[0]
     assert rollup_repo.REDO_SPAN_S >= 4 * 86400  # this history is one span by default
     assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
