@@ -192,8 +192,10 @@ def rollup_pool(
     # minutes of Python between two statements, past the engine's idle limit
     # (`bench/results/recompute.md`, round 22). A bucket is made of what overlaps its hour, so
     # the spans write the same rows.
-    for lo_s in range(int(start_s), int(target_s), int(REDO_SPAN_S)):
-        _write_buckets(conn, config, pool, lo_s, min(lo_s + REDO_SPAN_S, target_s), now_s)
+    if start_s < target_s:
+        capacity = capacity_repo.capacity_timeline(conn, pool.name, now_s)  # once, for all spans
+        for lo_s in range(int(start_s), int(target_s), int(REDO_SPAN_S)):
+            _write_buckets(conn, config, pool, lo_s, min(lo_s + REDO_SPAN_S, target_s), capacity)
     conn.execute(
         text(
             """
@@ -255,14 +257,13 @@ def _write_buckets(
     pool: NodePool,
     start_s: float,
     end_s: float,
-    now_s: float,
+    capacity: Sequence[Segment],
 ) -> None:
     leaves = {q.name for q in config.leaf_queues()}
     gpu_types = {t.name: t for t in config.gpu_types}
     weights = {t.name: t.compute_weight for t in config.gpu_types}
     deserved = {q.name: deserved_cu_with_types(q.quota(pool.name), weights) for q in config.queues}
     intervals = intervals_between(conn, pool.name, start_s, end_s)
-    capacity = capacity_repo.capacity_timeline(conn, pool.name, now_s)
 
     # Each interval goes to the buckets it overlaps: O(overlaps), not O(buckets x intervals).
     per_bucket: dict[int, list[TypedInterval]] = defaultdict(list)
