@@ -2,7 +2,8 @@
 
 Each job ticks more often than its period and claims the current period before working
 (`claims`), so a replica that starts late or misses a tick still gets the period done, and any
-number of replicas do it once.
+number of replicas do it once. A tick acts at its host's time or the database's, whichever is
+earlier: a host clock that jumped ahead never makes a job act on a future.
 
 | job | period | work |
 |---|---|---|
@@ -25,7 +26,7 @@ from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 
 from gpufair.domain.stored_limits import within_limits
 from gpufair.metrics import observe_job
@@ -50,6 +51,8 @@ class _SkippedTick(logging.Filter):
 logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTick())
 
 CANCEL_WAIT_S = 2.0  # for a cancelled job to roll back and record its outcome
+CLOCK_AHEAD_WARN_S = 5.0  # a host clock further ahead of the database's is logged
+_DATABASE_TIME = text("SELECT extract(epoch FROM clock_timestamp())::float8")
 
 
 @dataclass(frozen=True)
@@ -157,10 +160,22 @@ class PeriodicJobs:
         now_s = self.clock()
         try:
             with self.engine.connect() as conn:
+                database_s = float(conn.execute(_DATABASE_TIME).scalar_one())
                 pools = within_limits(config_repo.load_config(conn))[0].pools
         except Exception:
             log.warning("periodic jobs: database unavailable, retrying next tick", exc_info=True)
             return
+        if now_s > database_s + CLOCK_AHEAD_WARN_S:
+            log.warning(
+                "periodic jobs: this host's clock is %.0f s ahead of the database's; "
+                "the jobs run at the database's time",
+                now_s - database_s,
+            )
+        # A clock ahead of the database's (a host whose clock jumped) is not trusted: acting on
+        # that future, retention would delete what is not yet past its age, the sweeper close
+        # runs that are alive, the recompute store shares dated ahead of every later one (read
+        # as the latest until then), and the claims take periods no replica would run again.
+        now_s = min(now_s, database_s)
         for pool in pools:
             self._run_once(
                 f"recompute:{pool.name}",
