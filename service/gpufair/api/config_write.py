@@ -1,5 +1,6 @@
 """What every config mutation (ApplyConfig, DeleteObjects, UpsertNodes, SetNodesReady) shares:
-its request checks, the optimistic-concurrency check, the deletion rules and the write.
+its request checks, the optimistic-concurrency check, the deletion rules (and the like rule that
+a leaf queue holding work stays a leaf) and the write.
 
 Each runs in one transaction under the config lock (api/idempotent.py). A dry run goes through the
 very same steps, writes included, and checks the deferred foreign keys before its transaction is
@@ -13,10 +14,11 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from gpufair.domain.config_diff import ConfigChange
+from gpufair.domain.config_scope import MAX_SHOWN, capped
 from gpufair.domain.errors import FailedPrecondition, Violation
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import request_id_violations
-from gpufair.store import capacity_repo, config_repo
+from gpufair.store import capacity_repo, config_repo, workload_repo
 from gpufair.store.deletion_guard import refuse_unsafe_deletions
 from gpufair.v1 import cluster_pb2 as pb
 
@@ -67,6 +69,7 @@ def write(
     """Make `changes` (the diff from the stored config to `final`) once the deletion rules
     allow them; returns the config version after them (for a dry run: the current one)."""
     refuse_unsafe_deletions(conn, final, changes)
+    refuse_new_parents_with_work(conn, final, changes)
     version = config_repo.config_version(conn)
     if not changes:
         return version
@@ -78,3 +81,26 @@ def write(
         config_repo.check_constraints_now(conn)
         return version
     return new_version
+
+
+def refuse_new_parents_with_work(
+    conn: Connection, final: ClusterConfig, changes: Sequence[ConfigChange]
+) -> None:
+    """Raise FailedPrecondition when `final` gives children to a stored leaf queue that holds
+    bound or running work. Only leaves hold work (fair shares count allocations at the leaves):
+    as a parent, its work's GPUs would count in no share, and its department could hand them
+    out again. Like a deletion in use, it waits until that work stops or is cancelled."""
+    if not any(c.kind == "queue" for c in changes):
+        return  # no queue changes: no new parent (the node RPCs pay nothing)
+    parents = {q.parent for q in final.queues if q.parent}
+    new = sorted(parents - config_repo.parent_queue_names(conn))
+    if not new:
+        return
+    in_use = workload_repo.active_in_queues(conn, new, MAX_SHOWN + 1)
+    if in_use:
+        held = sorted({queue for _, _, queue in in_use})
+        lines = [f"{state} workload {uid} uses queue {queue}" for state, uid, queue in in_use]
+        raise FailedPrecondition(
+            f"cannot make queue {', '.join(held)} a parent. In use: {capped(lines)}. "
+            "Only leaf queues hold work: it must stop or be cancelled first. Nothing was changed."
+        )

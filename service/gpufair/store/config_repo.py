@@ -97,6 +97,15 @@ def load_config(conn: Connection) -> ClusterConfig:
     return ClusterConfig(gpu_types, pools, nodes, queues, budgets)
 
 
+def parent_queue_names(conn: Connection) -> set[str]:
+    """The stored queues that have children."""
+    return set(
+        conn.execute(
+            select(t.queues.c.parent).where(t.queues.c.parent.is_not(None)).distinct()
+        ).scalars()
+    )
+
+
 def config_version(conn: Connection) -> int:
     return int(
         conn.execute(select(func.coalesce(func.max(t.config_versions.c.version), 0))).one()[0]

@@ -188,6 +188,22 @@ def cancel(conn: Connection, uid: str) -> WorkloadState | None:
     return before
 
 
+def active_in_queues(
+    conn: Connection, queues: Sequence[str], limit: int
+) -> list[tuple[str, str, str]]:
+    """Up to `limit` bound or running workloads of `queues`, by uid: (state, uid, queue)."""
+    rows = conn.execute(
+        select(workloads.c.uid, workloads.c.queue, workloads.c.state)
+        .where(
+            workloads.c.queue.in_(list(queues)),
+            workloads.c.state.in_([WorkloadState.BOUND.value, WorkloadState.RUNNING.value]),
+        )
+        .order_by(workloads.c.uid)
+        .limit(limit)
+    )
+    return [(r.state, r.uid, r.queue) for r in rows]
+
+
 class SpecCache:
     """Parsed workload specs by (uid, spec digest). Parsing 25,000 JSON specs is most of what a
     snapshot costs; a spec never changes under its digest, so an entry cannot go stale, and the
