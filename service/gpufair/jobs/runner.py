@@ -26,7 +26,7 @@ from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, event
 
 from gpufair.domain.stored_limits import within_limits
 from gpufair.metrics import observe_job
@@ -52,7 +52,6 @@ logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTick())
 
 CANCEL_WAIT_S = 2.0  # for a cancelled job to roll back and record its outcome
 CLOCK_AHEAD_WARN_S = 5.0  # a host clock further ahead of the database's is logged
-_DATABASE_TIME = text("SELECT extract(epoch FROM clock_timestamp())::float8")
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ class PeriodicJobs:
         now_s = self.clock()
         try:
             with self.engine.connect() as conn:
-                database_s = float(conn.execute(_DATABASE_TIME).scalar_one())
+                database_s = claims.database_time(conn)
                 pools = within_limits(config_repo.load_config(conn))[0].pools
         except Exception:
             log.warning("periodic jobs: database unavailable, retrying next tick", exc_info=True)

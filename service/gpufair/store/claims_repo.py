@@ -18,9 +18,16 @@ import socket
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 REPLICA_ID = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+def database_time(conn: Connection) -> float:
+    """The database server's clock, in Unix seconds: the one clock every replica shares."""
+    return float(
+        conn.execute(text("SELECT extract(epoch FROM clock_timestamp())::float8")).scalar_one()
+    )
 
 
 def period_start(now_s: float, period_s: float) -> float:
