@@ -1,4 +1,4 @@
-"""Ages out raw events, rollups and history on configurable schedules.
+"""Ages out raw events, rollups, history and recorded scheduling cycles on configurable schedules.
 
 Raw events are what runs are derived from, so an event goes only when its whole workload is done
 with: the workload finished or was cancelled, and its latest event is older than the cutoff.
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
+from gpufair.store.idempotency import CYCLE_REFERENCE
+
 
 @dataclass(frozen=True, slots=True)
 class Retention:
@@ -20,6 +22,7 @@ class Retention:
     rollups_days: float = 400.0
     history_days: float = 90.0
     replies_days: float = 7.0
+    cycles_days: float = 7.0
 
 
 def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str, int]:
@@ -99,6 +102,9 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         "DELETE FROM request_replies WHERE created_at < to_timestamp(:cutoff)",
         keep.replies_days,
     )
+    # Recorded Schedule cycles: only each pool's newest is read (metrics, workload listings),
+    # and those a stored request reply refers to (a replayed Schedule), which are as recent.
+    run("cycles", _CYCLES_SQL, keep.cycles_days)
     run("claims", "DELETE FROM job_claims WHERE period_start < to_timestamp(:cutoff)", 30.0)
     # Rollups take the marks of configured pools; those of a pool since removed would stay. A
     # pool configured again comes with a new config version, and its rollups are redone whole.
@@ -110,3 +116,20 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     )
     deleted["dirty_marks"] = marks.rowcount or 0
     return deleted
+
+
+# The newest cycle of each pool (and its newest one that was not a dry run) stays whatever its
+# age, and so does every cycle from the oldest one a stored request reply names on (ids grow with
+# time, so that is one bound, read once).
+_CYCLES_SQL = f"""
+    WITH newest AS (
+        SELECT pool, max(id) AS id, max(id) FILTER (WHERE NOT dry_run) AS recorded
+        FROM schedule_cycles GROUP BY pool),
+    referred AS (
+        SELECT min(convert_from(reply, 'UTF8')::int8) AS id FROM request_replies
+        WHERE method = '{CYCLE_REFERENCE}' AND convert_from(reply, 'UTF8') ~ '^[0-9]{{1,18}}$')
+    DELETE FROM schedule_cycles c USING newest n
+    WHERE c.pool = n.pool AND c.id < n.id AND c.id IS DISTINCT FROM n.recorded
+      AND c.decided_at < to_timestamp(:cutoff)
+      AND c.id < COALESCE((SELECT id FROM referred), 9223372036854775807)
+"""
