@@ -214,9 +214,10 @@ def _when(at: datetime | None) -> str:
 
 def _with_engine(args: argparse.Namespace, action: Callable[[Engine], int]) -> int:
     """Run `action(engine)` on the database the options name, migrated first like `serve`."""
+    from gpufair.cli.database_errors import resolve
     from gpufair.store import database, migrate
 
-    db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
+    db = resolve(args)
     try:
         migrate.upgrade(db.url)
         engine = database.make_engine(db.url, pool_size=1)

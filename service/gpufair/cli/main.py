@@ -31,6 +31,7 @@ from gpufair.cli.auth import (
     server_credentials,
 )
 from gpufair.cli.convert import add_convert_command
+from gpufair.cli.database_errors import DatabaseUrlError, describe, resolve
 from gpufair.cli.logs import LOG_FORMATS, setup_logging, stop_logging
 from gpufair.cli.options import (
     add_output_option,
@@ -118,7 +119,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     index = worker_index()
     # A worker of a group says its start and stop at DEBUG: the group's parent says them once.
     say = log.info if index is None else log.debug
-    db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
+    try:
+        db = resolve(args)
+    except BaseException:
+        stop_logging()
+        raise
     try:
         say("database: %s", db.describe())
         migrate.upgrade(db.url)
@@ -189,6 +194,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log.warning("a periodic job is still running; exiting without it (not committed)")
         engine.dispose()
         say("stopped in %.2f s", time.monotonic() - stopping)
+    except BaseException:
+        stop_logging()  # the error is main()'s to say, after what was logged
+        raise
     finally:
         db.close()
     # Everything of ours is closed. Exit now rather than let the interpreter join threads that
@@ -201,11 +209,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from gpufair.store import database, migrate
+    from gpufair.store import migrate
 
     _setup_logging(args.log_level)
     _quiet_setup_logs(args.log_level)
-    db = database.resolve(args.database_url, Path(args.data_dir) if args.data_dir else None)
+    db = resolve(args)
     try:
         migrate.upgrade(db.url)
         print(f"{db.describe()}: schema at revision {migrate.current_revision(db.url)}")
@@ -734,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (UserError, ConfigFileError, AuthSetupError, NoDefaultPool) as exc:
+    except (UserError, ConfigFileError, AuthSetupError, NoDefaultPool, DatabaseUrlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
@@ -749,6 +757,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if database is not None and isinstance(exc, database.EmbeddedUnavailable):
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        unreachable = describe(exc)
+        if unreachable is not None:
+            print(f"error: {unreachable}", file=sys.stderr)
+            return 1
         raise
 
 
