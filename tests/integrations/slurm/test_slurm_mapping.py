@@ -72,12 +72,6 @@ RAW_JOB: dict[str, Any] = {
 }
 
 
-MIXED = (
-    "constraint {!r}: its alternatives ask different GPU memory of different GPU types; "
-    "name GPU types only (a|b), or memory features only"
-)
-
-
 def job(**changes: Any) -> SlurmJob:
     return replace(parse_job(RAW_JOB), **changes)
 
@@ -299,18 +293,16 @@ def test_constraint_features_map_to_gpu_types_and_memory(
     assert (list(workload.allowed_gpu_types), workload.min_gpu_memory_gib) == (types, memory_gib)
 
 
-@pytest.mark.parametrize(
-    ("tres", "features", "reason"),
-    [
-        # An A100 (any memory, as far as the bridge knows) or any type with 40 GiB: no single
-        # (types, memory) says that, and (any type, 0 GiB) would let an RTX 4090 in.
-        ("gres:gpu:4", "a100|gpumem40", MIXED.format("a100|gpumem40")),
-        ("gres:gpu:4", "fast|big", MIXED.format("fast|big")),
-        ("gres:gpu:rtx4090:4", "fast", "GPU type 'rtx4090' contradicts the constraint"),
-    ],
-)
-def test_constraints_no_workload_can_say_are_refused(tres: str, features: str, reason: str) -> None:
-    assert map_job(TYPED, job(tres_per_node=tres, features=features)) == Unmappable(reason)
+def test_alternatives_of_types_and_memory_become_gpu_types_by_their_memory() -> None:
+    # An A100, or any type with 40 GiB: no (types, memory) says that, so the GPU types of
+    # gpufair's config that either admits (test_slurm_constraints.py: every combination).
+    memory = {"a100-80gb": 80.0, "rtx4090-24gb": 24.0, "h100-80gb": 80.0}
+    for features, types in (("a100|gpumem40", ["a100-80gb"]), ("fast|big", ["a100-80gb"])):
+        workload = map_job(TYPED, job(features=features), gpu_memory=lambda: memory)
+        assert not isinstance(workload, Unmappable), workload
+        assert (list(workload.allowed_gpu_types), workload.min_gpu_memory_gib) == (types, 0)
+    contradicted = map_job(TYPED, job(tres_per_node="gres:gpu:rtx4090:4", features="fast"))
+    assert contradicted == Unmappable("GPU type 'rtx4090' contradicts the constraint")
 
 
 def test_node_pool_is_that_of_the_first_mapped_partition_in_the_mapping_file() -> None:

@@ -2,7 +2,8 @@
 
 Stateless: everything a cycle needs is read again from Slurm (`squeue`, `sinfo`: job state, held
 flag, Comment, restart count, times, GPU indices) and from gpufair (`ListWorkloads`: each
-workload's state, binding and `evicting` flag), so a bridge killed at any point and started again
+workload's state, binding and `evicting` flag; `GetConfig`'s GPU types with their memory, in a cycle
+that maps a constraint needing them), so a bridge killed at any point and started again
 carries on where the two systems say things stand. The in-memory caches only avoid repeating
 writes that would change nothing.
 
@@ -91,11 +92,13 @@ class Bridge:
         self.slurm = slurm
         self.clock = clock
         self._sent_nodes: bytes | None = None
+        self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
 
     # ---- the cycle -----------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
         report = CycleReport()
+        self._gpu_memory_now = None
         self._sync_nodes(report)
         jobs = {j.job_id: j for j in self.slurm.jobs() if self._mapped(j)}
         statuses = self._workloads()
@@ -135,6 +138,14 @@ class Bridge:
                 if job_id_of(self.config, status.workload.uid) is not None:
                     found[status.workload.uid] = status
         return found
+
+    def _gpu_memory(self) -> dict[str, float]:
+        """gpufair's GPU types and the memory of one GPU of each, from its config: read in a
+        cycle only when a job's constraint needs them, and once."""
+        if self._gpu_memory_now is None:
+            types = self.client.get_config().config.gpu_types
+            self._gpu_memory_now = {t.name: t.memory_gib for t in types}
+        return self._gpu_memory_now
 
     def _job_of(self, uid: str, jobs: dict[int, SlurmJob]) -> SlurmJob | None:
         job_id = job_id_of(self.config, uid)
@@ -235,7 +246,7 @@ class Bridge:
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
         report: CycleReport,
     ) -> None:
-        mapped = map_job(self.config, job)
+        mapped = map_job(self.config, job, gpu_memory=self._gpu_memory)
         if isinstance(mapped, Unmappable):
             self._explain(job, uid, mapped.reason, report)
         else:

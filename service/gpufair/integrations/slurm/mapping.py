@@ -10,7 +10,7 @@ A job becomes a `Workload` whose pods are its nodes:
 |---|---|
 | `-N n` (a fixed count) | `pods = n` |
 | `--gres=gpu[:TYPE]:g` (per node), or `--gpus=G` divisible by n | `gpus_per_pod = g` (`G / n`) |
-| a GRES TYPE, `--constraint` features (`a\\|b` = either) | `allowed_gpu_types`, `min_gpu_memory_gib` via `gpu_types`, `features` |
+| a GRES TYPE, `--constraint` features (`a\\|b` = either) | `allowed_gpu_types`, `min_gpu_memory_gib` (constraints.py) |
 | CPUs and memory per node | `cpu_millicores_per_pod`, `memory_mib_per_pod` |
 | account | queue (`accounts`, else `default_queue`) |
 | `--nice=v` | `priority_class = -v` (a held job's Slurm priority is 0, so nice carries the order) |
@@ -18,9 +18,8 @@ A job becomes a `Workload` whose pods are its nodes:
 | submit time | `submit_time` |
 
 Anything else that changes where a job may run (node ranges, `--gpus-per-task`, arrays, `&` in
-constraints, `a|b` of a GPU type and a GPU memory no one workload can say, unknown GPU types or
-features, several partitions) makes the job unmappable: it stays held, and the reason is written
-to its Comment.
+constraints, an `a|b` that no GPU type meets, unknown GPU types or features, several partitions)
+makes the job unmappable: it stays held, and the reason is written to its Comment.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from gpufair.integrations.slurm.config import BridgeConfig
+from gpufair.integrations.slurm.constraints import GpuMemory, gpu_choice
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode
 from gpufair.v1 import cluster_pb2, scheduler_pb2
 
@@ -100,42 +100,11 @@ def _gpus_per_node(job: SlurmJob) -> tuple[GpuRequest | None, str]:
     return None, "the job asks for no GPU (use --gres=gpu:N)"
 
 
-def _constraint(config: BridgeConfig, features: str) -> tuple[set[str], float, str]:
-    """(allowed gpufair types, min GPU memory GiB, error) of a --constraint expression."""
-    if not features:
-        return set(), 0.0, ""
-    if any(op in features for op in "&[]*,()"):
-        return set(), 0.0, f"constraint {features!r}: only one feature or 'a|b' is supported"
-    alternatives: list[tuple[set[str], float]] = []  # (gpufair types, empty = any; min GiB)
-    for name in features.split("|"):
-        if name in config.gpu_types:
-            alternatives.append(({config.gpu_types[name]}, 0.0))
-            continue
-        rule = config.features.get(name)
-        if rule is None:
-            return set(), 0.0, f"constraint {name!r} is not in the bridge's features or gpu_types"
-        alternatives.append((set(rule.gpu_types), rule.min_gpu_memory_gib))
-    # A workload has one (types, memory): it must admit what either alternative admits, no more.
-    # Alternatives of any type: the least memory of them, when every typed one asks at least as
-    # much. Typed ones only: the union of their types, when they ask the same memory.
-    untyped = [memory for types, memory in alternatives if not types]
-    if untyped:
-        if all(memory >= min(untyped) for types, memory in alternatives if types):
-            return set(), min(untyped), ""
-    elif len({memory for _, memory in alternatives}) == 1:
-        return set().union(*(types for types, _ in alternatives)), alternatives[0][1], ""
-    return (
-        set(),
-        0.0,
-        (
-            f"constraint {features!r}: its alternatives ask different GPU memory of different GPU "
-            "types; name GPU types only (a|b), or memory features only"
-        ),
-    )
-
-
-def map_job(config: BridgeConfig, job: SlurmJob) -> scheduler_pb2.Workload | Unmappable:
-    """The workload for a job of a mapped partition, or why there is none."""
+def map_job(
+    config: BridgeConfig, job: SlurmJob, *, gpu_memory: GpuMemory | None = None
+) -> scheduler_pb2.Workload | Unmappable:
+    """The workload for a job of a mapped partition, or why there is none. `gpu_memory` (gpufair's
+    GPU types and their memory) is asked only for a constraint that needs it (constraints.py)."""
     if job.partition not in config.partitions:
         return Unmappable(f"submitted to several partitions ({job.partition}); name one")
     pool = config.partitions[job.partition]
@@ -150,9 +119,10 @@ def map_job(config: BridgeConfig, job: SlurmJob) -> scheduler_pb2.Workload | Unm
     queue = config.queue_of(job.account)
     if not queue:
         return Unmappable(f"account {job.account!r} maps to no gpufair queue")
-    allowed, min_memory_gib, error = _constraint(config, job.features)
-    if error:
-        return Unmappable(error)
+    choice = gpu_choice(config, job.features, gpu_memory)
+    if isinstance(choice, str):
+        return Unmappable(choice)
+    allowed, min_memory_gib = set(choice.types), choice.min_memory_gib
     if gpus.slurm_type:
         if gpus.slurm_type not in config.gpu_types:
             return Unmappable(f"GPU type {gpus.slurm_type!r} is not in the bridge's gpu_types")
