@@ -77,3 +77,18 @@ def test_past_instant_example_shows_the_budgets(
     }
     research = next(r for r in rows if r[0] == "research")
     assert research[3] == 540  # the scenario's research subtree at Wednesday 2026-03-04 12:00
+
+
+def test_the_compose_database_is_named_at_its_published_port() -> None:
+    """The section says where Docker Compose publishes PostgreSQL: the host port of the
+    docker-compose.yml `postgres` service."""
+    import yaml
+
+    text = README.read_text()
+    start = text.index(SECTION)
+    section = text[start : text.find("\n## ", start + len(SECTION))]
+    compose = yaml.safe_load((README.parent / "docker-compose.yml").read_text())
+    (published,) = compose["services"]["postgres"]["ports"]
+    host, port, _ = published.rsplit(":", 2)
+    said = re.search(r"with Docker Compose, `([\d.]+:\d+)`", section)
+    assert said is not None and said.group(1) == f"{host}:{port}" == "127.0.0.1:5433"
