@@ -364,7 +364,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 raise NotFound("workload", request.uid)
             workload, state = found
             share = fairshare_repo.latest_run(conn, workload.pool)
-            if state is WorkloadState.PENDING:
+            if state is WorkloadState.PENDING and not config_repo.pool_exists(conn, workload.pool):
+                # Its pool was removed while it waited (pending work does not block that): it
+                # waits on, and no cycle of that pool can say more.
+                reply = _without_pool(workload.uid, workload.pool)
+                share = None
+            elif state is WorkloadState.PENDING:
                 explanation = schedule.explain_pending(
                     conn, workload.pool, workload.uid, now_s, self.snapshots
                 )
@@ -402,6 +407,17 @@ def move_message(move: EvictionInFlight) -> str:
     return (
         f"being moved to make room for {move.beneficiary_uid}: once it stops it is bound on "
         f"{move.move_gpu_type} {places}, held for it meanwhile"
+    )
+
+
+def _without_pool(uid: str, pool: str) -> pb.ExplainWorkloadResponse:
+    code = "unknown_pool"
+    return pb.ExplainWorkloadResponse(
+        uid=uid,
+        state=WorkloadState.PENDING.value,
+        reason_code=code,
+        message=f"{uid} is pending ({code}): pool {pool} is not in the config; it waits until "
+        "the pool is declared again, or until it is cancelled",
     )
 
 

@@ -97,6 +97,13 @@ def load_config(conn: Connection) -> ClusterConfig:
     return ClusterConfig(gpu_types, pools, nodes, queues, budgets)
 
 
+def pool_exists(conn: Connection, name: str) -> bool:
+    return (
+        conn.execute(select(t.node_pools.c.name).where(t.node_pools.c.name == name)).first()
+        is not None
+    )
+
+
 def parent_queue_names(conn: Connection) -> set[str]:
     """The stored queues that have children."""
     return set(
