@@ -133,3 +133,15 @@ def test_no_created_series_and_a_build_info() -> None:
         )
         == 1.0
     )
+
+
+def test_readme_names_every_eviction_reason() -> None:
+    """`gpufair_evictions_total`'s row lists the values its `reason` label takes."""
+    from gpufair.domain.snapshot import EvictReason
+
+    readme = (ROOT / "README.md").read_text()
+    (row,) = [
+        line for line in readme.splitlines() if line.startswith("| `gpufair_evictions_total`")
+    ]
+    said = set(re.findall(r"`([a-z_]+)`", row.split("|")[4]))
+    assert said == {reason.value for reason in EvictReason}
