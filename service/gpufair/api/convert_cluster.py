@@ -1,8 +1,9 @@
 """ClusterConfig between proto and domain.
 
 `config_from_proto` applies the documented defaults of unset optional fields and reports what no
-domain value can hold (unknown enum numbers, two quotas for one pool) as field violations; the
-domain rules in `config_rules` then check the values themselves.
+domain value can hold (unknown enum numbers, two quotas for one pool, two partition profiles of
+one name on a GPU type) as field violations; the domain rules in `config_rules` then check the
+values themselves.
 """
 
 from __future__ import annotations
@@ -95,6 +96,16 @@ class _Collector:
         self.violations.append(Violation(path, f"unknown enum value {number}"))
         return default
 
+    def unique_names(self, items: Iterable[Any], path: str) -> None:
+        """Each name once: a workload asks for a partition profile by its name alone."""
+        seen: set[str] = set()
+        for j, item in enumerate(items):
+            if item.name in seen:
+                self.violations.append(
+                    Violation(f"{path}[{j}].name", f"duplicate name {item.name[:80]!r}")
+                )
+            seen.add(item.name)
+
 
 def config_from_proto(msg: pb.ClusterConfig) -> tuple[ClusterConfig, list[Violation]]:
     c = _Collector()
@@ -112,6 +123,8 @@ def config_from_proto(msg: pb.ClusterConfig) -> tuple[ClusterConfig, list[Violat
         )
         for g in msg.gpu_types
     )
+    for i, g in enumerate(msg.gpu_types):
+        c.unique_names(g.partition_profiles, f"gpu_types[{i}].partition_profiles")
     pools = tuple(_pool_from_proto(p, f"pools[{i}]", c) for i, p in enumerate(msg.pools))
     nodes = tuple(node_from_proto(n) for n in msg.nodes)
     queues = tuple(_queue_from_proto(q, f"queues[{i}]", c) for i, q in enumerate(msg.queues))
