@@ -32,7 +32,7 @@ def test_cycles_age_out_but_each_pools_newest_and_those_replies_refer_to_stay(
     db: Engine,
 ) -> None:
     now_s = time.time()
-    with db.begin() as conn:
+    with db.connect() as conn:
         quiet = _cycle(conn, "q", now_s - 30 * DAY)  # pool q's newest: metrics and listings read it
         month = _cycle(conn, "p", now_s - 30 * DAY)
         week = _cycle(conn, "p", now_s - 8 * DAY)
@@ -45,7 +45,8 @@ def test_cycles_age_out_but_each_pools_newest_and_those_replies_refer_to_stay(
             ),
             {"method": CYCLE_REFERENCE, "reply": str(edge).encode(), "at": now_s - 7 * DAY + 60},
         )
-        deleted = apply_retention(conn, now_s, Retention(replies_days=7.0))
+        conn.commit()
+        deleted = apply_retention(conn, now_s, Retention(replies_days=7.0))  # commits
         left = conn.execute(text("SELECT id FROM schedule_cycles ORDER BY id")).scalars().all()
     assert deleted["cycles"] == 2
     assert left == sorted([quiet, edge, hour])

@@ -25,87 +25,94 @@ class Retention:
     cycles_days: float = 7.0
 
 
+# Rows one statement deletes at most (workloads: a tenth of it); each batch is committed. One
+# statement per kind took a whole backlog at once (a first run on a large ledger, or a run after
+# retention was shortened): past the engine's statement timeout it rolled back whole, every day.
+BATCH_ROWS = 10_000
+
+
 def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str, int]:
-    """Delete what is past its age; returns rows deleted per kind."""
+    """Delete what is past its age; returns rows deleted per kind. Works in batches of at most
+    `BATCH_ROWS` rows, committing `conn` after each: a run cut short keeps what it deleted, and
+    the next one goes on from there."""
     day = 86400.0
     deleted: dict[str, int] = {}
 
-    def run(name: str, sql: str, cutoff_days: float) -> None:
-        result = conn.execute(text(sql), {"cutoff": now_s - cutoff_days * day})
-        deleted[name] = result.rowcount or 0
+    def run(name: str, table: str, where: str, cutoff_days: float, **params: object) -> None:
+        """Delete the rows of `table` (alias `x` in `where`) matching `where`, batch by batch."""
+        sql = text(
+            f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+            f"SELECT x.ctid FROM {table} x WHERE {where} LIMIT :batch))"
+        )
+        args = {**params, "cutoff": now_s - cutoff_days * day, "batch": BATCH_ROWS}
+        total = 0
+        while True:
+            n = conn.execute(sql, args).rowcount or 0
+            conn.commit()
+            total += n
+            if n < BATCH_ROWS:
+                break
+        deleted[name] = total
 
     run(
         "heartbeats",
+        "ledger_events",
         """
-        DELETE FROM ledger_events e
-        WHERE e.kind = 'heartbeat' AND e.occurred_at < to_timestamp(:cutoff)
+        x.kind = 'heartbeat' AND x.occurred_at < to_timestamp(:cutoff)
           AND EXISTS (
               SELECT 1 FROM ledger_events newer
-              WHERE newer.workload_uid = e.workload_uid AND newer.kind = 'heartbeat'
-                AND newer.occurred_at > e.occurred_at)
+              WHERE newer.workload_uid = x.workload_uid AND newer.kind = 'heartbeat'
+                AND newer.occurred_at > x.occurred_at)
         """,
         keep.heartbeats_days,
     )
     # A workload's events go all together, and the workload is marked: its runs stay as they
     # are, and a late run event for it is refused (`ingest_pipeline`).
-    events = conn.execute(
-        text(
-            """
-            WITH purged AS (
-                DELETE FROM ledger_events e USING workloads w
-                WHERE e.workload_uid = w.uid AND w.state IN ('finished', 'cancelled')
-                  AND NOT EXISTS (
-                      SELECT 1 FROM ledger_events newer
-                      WHERE newer.workload_uid = e.workload_uid
-                        AND newer.occurred_at >= to_timestamp(:cutoff))
-                RETURNING e.workload_uid),
-            marked AS (
-                UPDATE workloads w SET events_purged_at = now()
-                FROM (SELECT DISTINCT workload_uid FROM purged) AS p
-                WHERE w.uid = p.workload_uid
-                RETURNING 1)
-            SELECT (SELECT count(*) FROM purged), (SELECT count(*) FROM marked)
-            """
-        ),
-        {"cutoff": now_s - keep.events_days * day},
-    ).one()
-    deleted["events"], deleted["workloads_purged"] = int(events[0]), int(events[1])
+    deleted["events"] = deleted["workloads_purged"] = 0
+    per_batch = max(1, BATCH_ROWS // 10)
+    while True:
+        events, marked = conn.execute(
+            _PURGE_SQL, {"cutoff": now_s - keep.events_days * day, "batch": per_batch}
+        ).one()
+        conn.commit()
+        deleted["events"] += int(events)
+        deleted["workloads_purged"] += int(marked)
+        if marked < per_batch:
+            break
     run(
         "node_events",
-        "DELETE FROM ledger_events WHERE kind = 'node_capacity' "
-        "AND occurred_at < to_timestamp(:cutoff)",
+        "ledger_events",
+        "x.kind = 'node_capacity' AND x.occurred_at < to_timestamp(:cutoff)",
         keep.events_days,
     )
     run(
         "intervals",
-        "DELETE FROM allocation_intervals WHERE ended_at < to_timestamp(:cutoff)",
+        "allocation_intervals",
+        "x.ended_at < to_timestamp(:cutoff)",
         keep.rollups_days,
     )
     for table in ("usage_hourly", "fairness_hourly"):
-        run(
-            table,
-            f"DELETE FROM {table} WHERE bucket_start < to_timestamp(:cutoff)",
-            keep.rollups_days,
-        )
-    run(
-        "history",
-        "DELETE FROM fair_share_runs WHERE computed_at < to_timestamp(:cutoff)",
-        keep.history_days,
-    )
+        run(table, table, "x.bucket_start < to_timestamp(:cutoff)", keep.rollups_days)
+    run("history", "fair_share_runs", "x.computed_at < to_timestamp(:cutoff)", keep.history_days)
     run(
         "history_rows",
-        "DELETE FROM fair_share_history WHERE computed_at < to_timestamp(:cutoff)",
+        "fair_share_history",
+        "x.computed_at < to_timestamp(:cutoff)",
         keep.history_days,
     )
-    run(
-        "replies",
-        "DELETE FROM request_replies WHERE created_at < to_timestamp(:cutoff)",
-        keep.replies_days,
-    )
+    run("replies", "request_replies", "x.created_at < to_timestamp(:cutoff)", keep.replies_days)
     # Recorded Schedule cycles: only each pool's newest is read (metrics, workload listings),
     # and those a stored request reply refers to (a replayed Schedule), which are as recent.
-    run("cycles", _CYCLES_SQL, keep.cycles_days)
-    run("claims", "DELETE FROM job_claims WHERE period_start < to_timestamp(:cutoff)", 30.0)
+    kept, referred = conn.execute(_CYCLES_KEPT_SQL).one()
+    run(
+        "cycles",
+        "schedule_cycles",
+        "x.decided_at < to_timestamp(:cutoff) AND x.id <> ALL(:kept) AND x.id < :referred",
+        keep.cycles_days,
+        kept=list(kept or []),
+        referred=referred,
+    )
+    run("claims", "job_claims", "x.period_start < to_timestamp(:cutoff)", 30.0)
     # Rollups take the marks of configured pools; those of a pool since removed would stay. A
     # pool configured again comes with a new config version, and its rollups are redone whole.
     marks = conn.execute(
@@ -118,18 +125,42 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     return deleted
 
 
-# The newest cycle of each pool (and its newest one that was not a dry run) stays whatever its
-# age, and so does every cycle from the oldest one a stored request reply names on (ids grow with
-# time, so that is one bound, read once).
-_CYCLES_SQL = f"""
-    WITH newest AS (
-        SELECT pool, max(id) AS id, max(id) FILTER (WHERE NOT dry_run) AS recorded
-        FROM schedule_cycles GROUP BY pool),
-    referred AS (
-        SELECT min(convert_from(reply, 'UTF8')::int8) AS id FROM request_replies
-        WHERE method = '{CYCLE_REFERENCE}' AND convert_from(reply, 'UTF8') ~ '^[0-9]{{1,18}}$')
-    DELETE FROM schedule_cycles c USING newest n
-    WHERE c.pool = n.pool AND c.id < n.id AND c.id IS DISTINCT FROM n.recorded
-      AND c.decided_at < to_timestamp(:cutoff)
-      AND c.id < COALESCE((SELECT id FROM referred), 9223372036854775807)
-"""
+# Up to :batch finished workloads whose events are all older than the cutoff: their events go,
+# and they are marked, in one statement.
+_PURGE_SQL = text(
+    """
+    WITH batch AS (
+        SELECT w.uid FROM workloads w
+        WHERE w.state IN ('finished', 'cancelled')
+          AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.workload_uid = w.uid)
+          AND NOT EXISTS (
+              SELECT 1 FROM ledger_events newer
+              WHERE newer.workload_uid = w.uid AND newer.occurred_at >= to_timestamp(:cutoff))
+        LIMIT :batch),
+    purged AS (
+        DELETE FROM ledger_events e USING batch b WHERE e.workload_uid = b.uid
+        RETURNING e.workload_uid),
+    marked AS (
+        UPDATE workloads w SET events_purged_at = now()
+        FROM (SELECT DISTINCT workload_uid FROM purged) AS p
+        WHERE w.uid = p.workload_uid
+        RETURNING 1)
+    SELECT (SELECT count(*) FROM purged), (SELECT count(*) FROM marked)
+    """
+)
+
+# The cycles that stay whatever their age: each pool's newest, and its newest that was not a
+# dry run; and the oldest cycle a stored request reply names (ids grow with time: every cycle
+# from it on stays). Read once per run.
+_CYCLES_KEPT_SQL = text(
+    f"""
+    SELECT
+        (SELECT array_agg(id) FROM (
+            SELECT max(id) AS id FROM schedule_cycles GROUP BY pool
+            UNION SELECT max(id) FROM schedule_cycles WHERE NOT dry_run GROUP BY pool) AS n),
+        COALESCE((
+            SELECT min(convert_from(reply, 'UTF8')::int8) FROM request_replies
+            WHERE method = '{CYCLE_REFERENCE}'
+              AND convert_from(reply, 'UTF8') ~ '^[0-9]{{1,18}}$'), 9223372036854775807)
+    """
+)
