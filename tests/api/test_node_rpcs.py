@@ -189,3 +189,61 @@ def test_set_nodes_ready_names_an_unknown_node(client: GpufairClient) -> None:
     with pytest.raises(grpc.RpcError) as empty:
         client.set_nodes_ready([], False)
     assert field_violations(empty.value) == [("names", "name at least one node")]
+
+
+def test_a_prune_that_empties_a_pool_needs_confirm_delete_all(
+    client: GpufairClient, db: Engine
+) -> None:
+    config = cluster()  # pool main: a1, a2, r1
+    config.pools.add(name="spare")
+    config.nodes.add(name="s1", pool="spare", gpu_type="a100", gpu_count=8)
+    client.apply_config(config)
+
+    # A controller's bug: it lists no node of main; for the dry run as for the real call.
+    for dry_run in (False, True):
+        with pytest.raises(grpc.RpcError) as err:
+            client.upsert_nodes([], prune_pools=["main"], dry_run=dry_run)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert err.value.details() == (
+            "this upsert would delete every stored node of pool main (3 nodes) and keep none: "
+            "set confirm_delete_all if that is meant. Nothing was changed."
+        )
+    s2 = node("s2")
+    s2.pool = "spare"
+    with pytest.raises(grpc.RpcError) as err:  # spare keeps a node, main none
+        client.upsert_nodes([s2], prune_pools=["spare", "main"], request_id="sync-1")
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.details().startswith(
+        "this upsert would delete every stored node of pool main (3 nodes) and keep none:"
+    )
+    assert sorted(stored_nodes(client)) == ["a1", "a2", "r1", "s1"]
+    assert client.get_config().config_version == 1
+    with db.connect() as conn:
+        stored = text("SELECT count(*) FROM request_replies WHERE request_id = 'sync-1'")
+        assert conn.execute(stored).scalar_one() == 0  # a refusal stores no reply
+
+    # Replacing a pool's nodes by others is not emptying it; a node moved away is.
+    replaced = client.upsert_nodes([node("m1")], prune_pools=["main"], dry_run=True)
+    assert changes(replaced) == [
+        ("create", "m1"),
+        ("delete", "a1"),
+        ("delete", "a2"),
+        ("delete", "r1"),
+    ]
+    with pytest.raises(grpc.RpcError) as err:
+        client.upsert_nodes([node("s1")], prune_pools=["spare"])  # s1 now in main
+    assert err.value.details().startswith(
+        "this upsert would delete every stored node of pool spare (1 node) and keep none:"
+    )
+
+    # Meant: confirmed, the pool is emptied (the other pool, not pruned, keeps its node).
+    confirmed = client.call(
+        client.cluster.UpsertNodes,
+        pb.UpsertNodesRequest(prune_pools=["main"], confirm_delete_all=True),
+    )
+    assert changes(confirmed) == [("delete", "a1"), ("delete", "a2"), ("delete", "r1")]
+    assert confirmed.applied and confirmed.config_version == 2
+    assert sorted(stored_nodes(client)) == ["s1"]
+    # An empty pool stays prunable without it: nothing stored there to lose.
+    again = client.upsert_nodes([], prune_pools=["main"])
+    assert list(again.changes) == [] and again.config_version == 2

@@ -8,12 +8,16 @@ version counter, deletion rules and capacity history as ApplyConfig (api/config_
 UpsertNodes: each listed node is created or updated as given, except that a node sent without
 `ready` keeps its stored flag (a new one is ready), so a controller that syncs hardware does not
 undo a drain. With `prune_pools`, the stored nodes of those pools that the list leaves out are
-deleted, refused while work uses them. SetNodesReady flips the flag only.
+deleted, refused while work uses them; a prune that would leave a pool with no node where some
+are stored needs `confirm_delete_all`, as an empty ApplyConfig does, so a controller whose list
+came back empty by mistake cannot wipe a pool. SetNodesReady flips the flag only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
+from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
@@ -22,7 +26,7 @@ from gpufair.api.convert_cluster import changes_to_proto, config_from_proto
 from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.config_rules import validate_config
 from gpufair.domain.config_scope import in_scope
-from gpufair.domain.errors import InvalidInputError, NotFound, Violation
+from gpufair.domain.errors import FailedPrecondition, InvalidInputError, NotFound, Violation
 from gpufair.domain.limits import MAX_NODES_PER_UPSERT
 from gpufair.domain.model import ClusterConfig, Node
 from gpufair.domain.request_rules import object_names_violations, prune_pools_violations
@@ -59,11 +63,27 @@ def upsert_nodes(
     final = dataclasses.replace(
         stored, nodes=tuple(sorted([*kept, *listed.values()], key=lambda n: n.name))
     )
+    emptied = emptied_pools(stored.nodes, final.nodes, prune)
+    if emptied and not request.confirm_delete_all:
+        raise FailedPrecondition(
+            f"this upsert would delete every stored node of pool{'s' if len(emptied) > 1 else ''} "
+            f"{', '.join(emptied)} and keep none: set confirm_delete_all if that is meant. "
+            "Nothing was changed."
+        )
     changes = diff_configs(stored, final)
     version = write(conn, final, changes, dry_run=request.dry_run, now_s=now_s)
     return pb.UpsertNodesResponse(
         changes=changes_to_proto(changes), applied=not request.dry_run, config_version=version
     )
+
+
+def emptied_pools(before: Iterable[Node], after: Iterable[Node], pruned: set[str]) -> list[str]:
+    """The pools of `pruned` that hold nodes `before` and none `after`, by name, each with how
+    many it holds: "main (3 nodes)"."""
+    held = Counter(n.pool for n in before if n.pool in pruned)
+    for n in after:
+        held.pop(n.pool, None)
+    return [f"{pool} ({n} node{'s' if n > 1 else ''})" for pool, n in sorted(held.items())]
 
 
 def set_nodes_ready(

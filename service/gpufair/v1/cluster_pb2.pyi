@@ -954,10 +954,17 @@ class UpsertNodesRequest(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    CONFIRM_DELETE_ALL_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     request_id: _builtins.str
     expected_version: _builtins.int
     """as in ApplyConfigRequest"""
+    confirm_delete_all: _builtins.bool
+    """A prune that would leave a pool of `prune_pools` with no node where some are stored (as a
+    controller's empty node list asks) is refused with FAILED_PRECONDITION naming the pools,
+    dry run or not, unless this is true; nothing is written then. Deletions still follow the
+    rules of DeleteObjects either way. A pool that has no node stored may be pruned without it.
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]:
         """At most 100,000; names unique in the request. A node sent without `ready` keeps its stored
@@ -979,10 +986,11 @@ class UpsertNodesRequest(_message.Message):
         dry_run: _builtins.bool = ...,
         request_id: _builtins.str = ...,
         expected_version: _builtins.int | None = ...,
+        confirm_delete_all: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "dry_run", b"dry_run", "expected_version", b"expected_version", "nodes", b"nodes", "prune_pools", b"prune_pools", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "confirm_delete_all", b"confirm_delete_all", "dry_run", b"dry_run", "expected_version", b"expected_version", "nodes", b"nodes", "prune_pools", b"prune_pools", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
     _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
