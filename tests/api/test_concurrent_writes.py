@@ -118,7 +118,9 @@ def test_attempts_of_one_request_id_at_once_have_one_reply_and_one_effect(
     for uid, got in replies.items():
         assert len(got) == 6
         assert set(got) == {
-            scheduler_pb2.CancelWorkloadResponse(was_pending=True).SerializeToString()
+            scheduler_pb2.CancelWorkloadResponse(
+                was_pending=True, previous_state="pending"
+            ).SerializeToString()
         }, uid
     with db.connect() as conn:
         states = Counter(conn.execute(text("SELECT state FROM workloads")).scalars())

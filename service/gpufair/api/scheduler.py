@@ -151,7 +151,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if before is None:
                 raise NotFound("workload", request.uid)
             return pb.CancelWorkloadResponse(
-                was_pending=before in (WorkloadState.PENDING, WorkloadState.BOUND)
+                was_pending=before in (WorkloadState.PENDING, WorkloadState.BOUND),
+                previous_state=before.value,
             )
 
         return run_mutation(

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gpufair.v1 import fairshare_pb2 as gpufair_dot_v1_dot_fairshare__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1agpufair/v1/scheduler.proto\x12\ngpufair.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1agpufair/v1/fairshare.proto\"5\n\x12TopologyConstraint\x12\r\n\x05level\x18\x01 \x01(\t\x12\x10\n\x08required\x18\x02 \x01(\x08\"\x96\x04\n\x08Workload\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12\x0c\n\x04pods\x18\x04 \x01(\x05\x12\x14\n\x0cgpus_per_pod\x18\x05 \x01(\x01\x12\x15\n\x08min_pods\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x19\n\x11\x61llowed_gpu_types\x18\x07 \x03(\t\x12\x1a\n\x12min_gpu_memory_gib\x18\x08 \x01(\x01\x12\x1e\n\x16\x63pu_millicores_per_pod\x18\t \x01(\x03\x12\x1a\n\x12memory_mib_per_pod\x18\n \x01(\x03\x12\x30\n\x08topology\x18\x0b \x01(\x0b\x32\x1e.gpufair.v1.TopologyConstraint\x12\x16\n\x0epriority_class\x18\x0c \x01(\x05\x12\x18\n\x0bpreemptible\x18\r \x01(\x08H\x01\x88\x01\x01\x12\x15\n\rmin_runtime_s\x18\x0e \x01(\x01\x12/\n\x0bsubmit_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11partition_profile\x18\x10 \x01(\t\x12\x15\n\rcompute_units\x18\x11 \x01(\x01\x12\x17\n\x0fmixed_gpu_types\x18\x12 \x01(\x08\x12\x1e\n\x16pods_on_distinct_nodes\x18\x13 \x01(\x08\x42\x0b\n\t_min_podsB\x0e\n\x0c_preemptible\"U\n\x16SubmitWorkloadsRequest\x12\'\n\tworkloads\x18\x01 \x03(\x0b\x32\x14.gpufair.v1.Workload\x12\x12\n\nrequest_id\x18\x02 \x01(\t\">\n\x0eWorkloadResult\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"F\n\x17SubmitWorkloadsResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.gpufair.v1.WorkloadResult\"8\n\x15\x43\x61ncelWorkloadRequest\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"-\n\x16\x43\x61ncelWorkloadResponse\x12\x13\n\x0bwas_pending\x18\x01 \x01(\x08\"D\n\x0fScheduleRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"\x8a\x01\n\nPodBinding\x12\x11\n\tpod_index\x18\x01 \x01(\x05\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\x12\x14\n\x0cgpu_fraction\x18\x04 \x01(\x01\x12\x1c\n\x0fpartition_start\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x12\n\x10_partition_start\"\xf9\x01\n\x0c\x42indDecision\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x10\n\x08gpu_type\x18\x02 \x01(\t\x12$\n\x04pods\x18\x03 \x03(\x0b\x32\x16.gpufair.v1.PodBinding\x12\n\n\x02\x63u\x18\x04 \x01(\x01\x12\x17\n\x0fover_fair_share\x18\x05 \x01(\x08\x12\x0c\n\x04gpus\x18\x06 \x01(\x01\x12>\n\x0cgpus_by_type\x18\x07 \x03(\x0b\x32(.gpufair.v1.BindDecision.GpusByTypeEntry\x1a\x31\n\x0fGpusByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc9\x01\n\rEvictDecision\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06reason\x18\x03 \x01(\x0e\x32\x17.gpufair.v1.EvictReason\x12\x14\n\x0cin_favour_of\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0c\n\x04move\x18\x06 \x01(\x08\x12\x15\n\rmove_gpu_type\x18\x07 \x01(\t\x12\'\n\x07move_to\x18\x08 \x03(\x0b\x32\x16.gpufair.v1.PodBinding\"D\n\x0fPendingWorkload\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x13\n\x0breason_code\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xf6\x01\n\x10ScheduleResponse\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\'\n\x05\x62inds\x18\x02 \x03(\x0b\x32\x18.gpufair.v1.BindDecision\x12)\n\x06\x65victs\x18\x03 \x03(\x0b\x32\x19.gpufair.v1.EvictDecision\x12,\n\x07pending\x18\x04 \x03(\x0b\x32\x1b.gpufair.v1.PendingWorkload\x12.\n\ndecided_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x63ycle_id\x18\x06 \x01(\x03\x12\x10\n\x08warnings\x18\x07 \x03(\t\"%\n\x16\x45xplainWorkloadRequest\x12\x0b\n\x03uid\x18\x01 \x01(\t\"3\n\x0b\x46ilterCount\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\x12\x14\n\x0cnodes_failed\x18\x02 \x01(\x05\"\xdf\x01\n\x17\x45xplainWorkloadResponse\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12+\n\x0bqueue_share\x18\x05 \x01(\x0b\x32\x16.gpufair.v1.QueueShare\x12(\n\x07\x66ilters\x18\x06 \x03(\x0b\x32\x17.gpufair.v1.FilterCount\x12\x10\n\x08needs_cu\x18\x07 \x01(\x01\x12\x19\n\x11queue_may_take_cu\x18\x08 \x01(\x01\"j\n\x14ListWorkloadsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0e\n\x06states\x18\x03 \x03(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\x85\x02\n\x0eWorkloadStatus\x12&\n\x08workload\x18\x01 \x01(\x0b\x32\x14.gpufair.v1.Workload\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x16\n\x0equeue_position\x18\x05 \x01(\x05\x12$\n\x04pods\x18\x06 \x03(\x0b\x32\x16.gpufair.v1.PodBinding\x12\x10\n\x08gpu_type\x18\x07 \x01(\t\x12\x34\n\x10state_changed_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x65victing\x18\t \x01(\x08\"_\n\x15ListWorkloadsResponse\x12-\n\tworkloads\x18\x01 \x03(\x0b\x32\x1a.gpufair.v1.WorkloadStatus\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9a\x01\n\x0b\x45victReason\x12\x1c\n\x18\x45VICT_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45VICT_REASON_RECLAIM\x10\x01\x12\x18\n\x14\x45VICT_REASON_PREEMPT\x10\x02\x12\x1b\n\x17\x45VICT_REASON_DEFRAGMENT\x10\x03\x12\x1c\n\x18\x45VICT_REASON_ENTITLEMENT\x10\x04\x32\xb9\x03\n\tScheduler\x12Z\n\x0fSubmitWorkloads\x12\".gpufair.v1.SubmitWorkloadsRequest\x1a#.gpufair.v1.SubmitWorkloadsResponse\x12W\n\x0e\x43\x61ncelWorkload\x12!.gpufair.v1.CancelWorkloadRequest\x1a\".gpufair.v1.CancelWorkloadResponse\x12\x45\n\x08Schedule\x12\x1b.gpufair.v1.ScheduleRequest\x1a\x1c.gpufair.v1.ScheduleResponse\x12Z\n\x0f\x45xplainWorkload\x12\".gpufair.v1.ExplainWorkloadRequest\x1a#.gpufair.v1.ExplainWorkloadResponse\x12T\n\rListWorkloads\x12 .gpufair.v1.ListWorkloadsRequest\x1a!.gpufair.v1.ListWorkloadsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1agpufair/v1/scheduler.proto\x12\ngpufair.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1agpufair/v1/fairshare.proto\"5\n\x12TopologyConstraint\x12\r\n\x05level\x18\x01 \x01(\t\x12\x10\n\x08required\x18\x02 \x01(\x08\"\x96\x04\n\x08Workload\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12\x0c\n\x04pods\x18\x04 \x01(\x05\x12\x14\n\x0cgpus_per_pod\x18\x05 \x01(\x01\x12\x15\n\x08min_pods\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x19\n\x11\x61llowed_gpu_types\x18\x07 \x03(\t\x12\x1a\n\x12min_gpu_memory_gib\x18\x08 \x01(\x01\x12\x1e\n\x16\x63pu_millicores_per_pod\x18\t \x01(\x03\x12\x1a\n\x12memory_mib_per_pod\x18\n \x01(\x03\x12\x30\n\x08topology\x18\x0b \x01(\x0b\x32\x1e.gpufair.v1.TopologyConstraint\x12\x16\n\x0epriority_class\x18\x0c \x01(\x05\x12\x18\n\x0bpreemptible\x18\r \x01(\x08H\x01\x88\x01\x01\x12\x15\n\rmin_runtime_s\x18\x0e \x01(\x01\x12/\n\x0bsubmit_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11partition_profile\x18\x10 \x01(\t\x12\x15\n\rcompute_units\x18\x11 \x01(\x01\x12\x17\n\x0fmixed_gpu_types\x18\x12 \x01(\x08\x12\x1e\n\x16pods_on_distinct_nodes\x18\x13 \x01(\x08\x42\x0b\n\t_min_podsB\x0e\n\x0c_preemptible\"U\n\x16SubmitWorkloadsRequest\x12\'\n\tworkloads\x18\x01 \x03(\x0b\x32\x14.gpufair.v1.Workload\x12\x12\n\nrequest_id\x18\x02 \x01(\t\">\n\x0eWorkloadResult\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"F\n\x17SubmitWorkloadsResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.gpufair.v1.WorkloadResult\"8\n\x15\x43\x61ncelWorkloadRequest\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"E\n\x16\x43\x61ncelWorkloadResponse\x12\x13\n\x0bwas_pending\x18\x01 \x01(\x08\x12\x16\n\x0eprevious_state\x18\x02 \x01(\t\"D\n\x0fScheduleRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"\x8a\x01\n\nPodBinding\x12\x11\n\tpod_index\x18\x01 \x01(\x05\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\x12\x14\n\x0cgpu_fraction\x18\x04 \x01(\x01\x12\x1c\n\x0fpartition_start\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x12\n\x10_partition_start\"\xf9\x01\n\x0c\x42indDecision\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x10\n\x08gpu_type\x18\x02 \x01(\t\x12$\n\x04pods\x18\x03 \x03(\x0b\x32\x16.gpufair.v1.PodBinding\x12\n\n\x02\x63u\x18\x04 \x01(\x01\x12\x17\n\x0fover_fair_share\x18\x05 \x01(\x08\x12\x0c\n\x04gpus\x18\x06 \x01(\x01\x12>\n\x0cgpus_by_type\x18\x07 \x03(\x0b\x32(.gpufair.v1.BindDecision.GpusByTypeEntry\x1a\x31\n\x0fGpusByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc9\x01\n\rEvictDecision\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06reason\x18\x03 \x01(\x0e\x32\x17.gpufair.v1.EvictReason\x12\x14\n\x0cin_favour_of\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0c\n\x04move\x18\x06 \x01(\x08\x12\x15\n\rmove_gpu_type\x18\x07 \x01(\t\x12\'\n\x07move_to\x18\x08 \x03(\x0b\x32\x16.gpufair.v1.PodBinding\"D\n\x0fPendingWorkload\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x13\n\x0breason_code\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xf6\x01\n\x10ScheduleResponse\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\'\n\x05\x62inds\x18\x02 \x03(\x0b\x32\x18.gpufair.v1.BindDecision\x12)\n\x06\x65victs\x18\x03 \x03(\x0b\x32\x19.gpufair.v1.EvictDecision\x12,\n\x07pending\x18\x04 \x03(\x0b\x32\x1b.gpufair.v1.PendingWorkload\x12.\n\ndecided_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x63ycle_id\x18\x06 \x01(\x03\x12\x10\n\x08warnings\x18\x07 \x03(\t\"%\n\x16\x45xplainWorkloadRequest\x12\x0b\n\x03uid\x18\x01 \x01(\t\"3\n\x0b\x46ilterCount\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\x12\x14\n\x0cnodes_failed\x18\x02 \x01(\x05\"\xdf\x01\n\x17\x45xplainWorkloadResponse\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12+\n\x0bqueue_share\x18\x05 \x01(\x0b\x32\x16.gpufair.v1.QueueShare\x12(\n\x07\x66ilters\x18\x06 \x03(\x0b\x32\x17.gpufair.v1.FilterCount\x12\x10\n\x08needs_cu\x18\x07 \x01(\x01\x12\x19\n\x11queue_may_take_cu\x18\x08 \x01(\x01\"j\n\x14ListWorkloadsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0e\n\x06states\x18\x03 \x03(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\x85\x02\n\x0eWorkloadStatus\x12&\n\x08workload\x18\x01 \x01(\x0b\x32\x14.gpufair.v1.Workload\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x16\n\x0equeue_position\x18\x05 \x01(\x05\x12$\n\x04pods\x18\x06 \x03(\x0b\x32\x16.gpufair.v1.PodBinding\x12\x10\n\x08gpu_type\x18\x07 \x01(\t\x12\x34\n\x10state_changed_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x65victing\x18\t \x01(\x08\"_\n\x15ListWorkloadsResponse\x12-\n\tworkloads\x18\x01 \x03(\x0b\x32\x1a.gpufair.v1.WorkloadStatus\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9a\x01\n\x0b\x45victReason\x12\x1c\n\x18\x45VICT_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45VICT_REASON_RECLAIM\x10\x01\x12\x18\n\x14\x45VICT_REASON_PREEMPT\x10\x02\x12\x1b\n\x17\x45VICT_REASON_DEFRAGMENT\x10\x03\x12\x1c\n\x18\x45VICT_REASON_ENTITLEMENT\x10\x04\x32\xb9\x03\n\tScheduler\x12Z\n\x0fSubmitWorkloads\x12\".gpufair.v1.SubmitWorkloadsRequest\x1a#.gpufair.v1.SubmitWorkloadsResponse\x12W\n\x0e\x43\x61ncelWorkload\x12!.gpufair.v1.CancelWorkloadRequest\x1a\".gpufair.v1.CancelWorkloadResponse\x12\x45\n\x08Schedule\x12\x1b.gpufair.v1.ScheduleRequest\x1a\x1c.gpufair.v1.ScheduleResponse\x12Z\n\x0f\x45xplainWorkload\x12\".gpufair.v1.ExplainWorkloadRequest\x1a#.gpufair.v1.ExplainWorkloadResponse\x12T\n\rListWorkloads\x12 .gpufair.v1.ListWorkloadsRequest\x1a!.gpufair.v1.ListWorkloadsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_BINDDECISION_GPUSBYTYPEENTRY']._loaded_options = None
   _globals['_BINDDECISION_GPUSBYTYPEENTRY']._serialized_options = b'8\001'
-  _globals['_EVICTREASON']._serialized_start=2797
-  _globals['_EVICTREASON']._serialized_end=2951
+  _globals['_EVICTREASON']._serialized_start=2821
+  _globals['_EVICTREASON']._serialized_end=2975
   _globals['_TOPOLOGYCONSTRAINT']._serialized_start=103
   _globals['_TOPOLOGYCONSTRAINT']._serialized_end=156
   _globals['_WORKLOAD']._serialized_start=159
@@ -50,33 +50,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CANCELWORKLOADREQUEST']._serialized_start=918
   _globals['_CANCELWORKLOADREQUEST']._serialized_end=974
   _globals['_CANCELWORKLOADRESPONSE']._serialized_start=976
-  _globals['_CANCELWORKLOADRESPONSE']._serialized_end=1021
-  _globals['_SCHEDULEREQUEST']._serialized_start=1023
-  _globals['_SCHEDULEREQUEST']._serialized_end=1091
-  _globals['_PODBINDING']._serialized_start=1094
-  _globals['_PODBINDING']._serialized_end=1232
-  _globals['_BINDDECISION']._serialized_start=1235
-  _globals['_BINDDECISION']._serialized_end=1484
-  _globals['_BINDDECISION_GPUSBYTYPEENTRY']._serialized_start=1435
-  _globals['_BINDDECISION_GPUSBYTYPEENTRY']._serialized_end=1484
-  _globals['_EVICTDECISION']._serialized_start=1487
-  _globals['_EVICTDECISION']._serialized_end=1688
-  _globals['_PENDINGWORKLOAD']._serialized_start=1690
-  _globals['_PENDINGWORKLOAD']._serialized_end=1758
-  _globals['_SCHEDULERESPONSE']._serialized_start=1761
-  _globals['_SCHEDULERESPONSE']._serialized_end=2007
-  _globals['_EXPLAINWORKLOADREQUEST']._serialized_start=2009
-  _globals['_EXPLAINWORKLOADREQUEST']._serialized_end=2046
-  _globals['_FILTERCOUNT']._serialized_start=2048
-  _globals['_FILTERCOUNT']._serialized_end=2099
-  _globals['_EXPLAINWORKLOADRESPONSE']._serialized_start=2102
-  _globals['_EXPLAINWORKLOADRESPONSE']._serialized_end=2325
-  _globals['_LISTWORKLOADSREQUEST']._serialized_start=2327
-  _globals['_LISTWORKLOADSREQUEST']._serialized_end=2433
-  _globals['_WORKLOADSTATUS']._serialized_start=2436
-  _globals['_WORKLOADSTATUS']._serialized_end=2697
-  _globals['_LISTWORKLOADSRESPONSE']._serialized_start=2699
-  _globals['_LISTWORKLOADSRESPONSE']._serialized_end=2794
-  _globals['_SCHEDULER']._serialized_start=2954
-  _globals['_SCHEDULER']._serialized_end=3395
+  _globals['_CANCELWORKLOADRESPONSE']._serialized_end=1045
+  _globals['_SCHEDULEREQUEST']._serialized_start=1047
+  _globals['_SCHEDULEREQUEST']._serialized_end=1115
+  _globals['_PODBINDING']._serialized_start=1118
+  _globals['_PODBINDING']._serialized_end=1256
+  _globals['_BINDDECISION']._serialized_start=1259
+  _globals['_BINDDECISION']._serialized_end=1508
+  _globals['_BINDDECISION_GPUSBYTYPEENTRY']._serialized_start=1459
+  _globals['_BINDDECISION_GPUSBYTYPEENTRY']._serialized_end=1508
+  _globals['_EVICTDECISION']._serialized_start=1511
+  _globals['_EVICTDECISION']._serialized_end=1712
+  _globals['_PENDINGWORKLOAD']._serialized_start=1714
+  _globals['_PENDINGWORKLOAD']._serialized_end=1782
+  _globals['_SCHEDULERESPONSE']._serialized_start=1785
+  _globals['_SCHEDULERESPONSE']._serialized_end=2031
+  _globals['_EXPLAINWORKLOADREQUEST']._serialized_start=2033
+  _globals['_EXPLAINWORKLOADREQUEST']._serialized_end=2070
+  _globals['_FILTERCOUNT']._serialized_start=2072
+  _globals['_FILTERCOUNT']._serialized_end=2123
+  _globals['_EXPLAINWORKLOADRESPONSE']._serialized_start=2126
+  _globals['_EXPLAINWORKLOADRESPONSE']._serialized_end=2349
+  _globals['_LISTWORKLOADSREQUEST']._serialized_start=2351
+  _globals['_LISTWORKLOADSREQUEST']._serialized_end=2457
+  _globals['_WORKLOADSTATUS']._serialized_start=2460
+  _globals['_WORKLOADSTATUS']._serialized_end=2721
+  _globals['_LISTWORKLOADSRESPONSE']._serialized_start=2723
+  _globals['_LISTWORKLOADSRESPONSE']._serialized_end=2818
+  _globals['_SCHEDULER']._serialized_start=2978
+  _globals['_SCHEDULER']._serialized_end=3419
 # @@protoc_insertion_point(module_scope)

@@ -301,19 +301,32 @@ Global___CancelWorkloadRequest: _TypeAlias = CancelWorkloadRequest  # noqa: Y015
 
 @_typing.final
 class CancelWorkloadResponse(_message.Message):
+    """What the call found. Cancelling is idempotent: every state of a known uid is OK (unknown:
+    NOT_FOUND), and only a pending or bound workload changes.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WAS_PENDING_FIELD_NUMBER: _builtins.int
+    PREVIOUS_STATE_FIELD_NUMBER: _builtins.int
     was_pending: _builtins.bool
-    """false: it was running, and its GPUs free when it is reported stopped"""
+    """true: it was pending or bound, and this call cancelled it. false: it was not, see
+    previous_state: "running" (it keeps its GPUs, and its usage counts, until the batch system
+    reports it stopped: stop it there), "finished" or "cancelled" (nothing changed).
+    """
+    previous_state: _builtins.str
+    """The state the workload was in when the call came: "pending", "bound", "running",
+    "finished" or "cancelled". Empty only in the replay of a reply stored before this field.
+    """
     def __init__(
         self,
         *,
         was_pending: _builtins.bool = ...,
+        previous_state: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["was_pending", b"was_pending"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["previous_state", b"previous_state", "was_pending", b"was_pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
