@@ -194,6 +194,24 @@ def observe_job(job: str, failed: bool) -> None:
         counter.inc()
 
 
+# The period of each periodic job in this process's runner (jobs/runner.py says it on every
+# tick), exported with the jobs' state gauges (api/state_metrics.py) for the overdue alert.
+_JOB_PERIODS: dict[str, float] = {}
+_JOB_PERIODS_LOCK = threading.Lock()
+
+
+def observe_job_period(job: str, period_s: float) -> None:
+    """The period this process's job runner gives `job` now."""
+    with _JOB_PERIODS_LOCK:
+        _JOB_PERIODS[job] = float(period_s)
+
+
+def job_periods() -> dict[str, float]:
+    """Each job's period in this process's runner, by job; empty where no runner runs."""
+    with _JOB_PERIODS_LOCK:
+        return dict(_JOB_PERIODS)
+
+
 def observe_events(lags_s: Sequence[float], counts: Mapping[str, int]) -> None:
     """Count a batch of ingested events: the lag of each stored one (one that happened after
     it was stored, within the clock skew allowed, as 0), and outcomes by status."""
