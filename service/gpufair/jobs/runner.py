@@ -29,7 +29,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine, event
 
 from gpufair.domain.stored_limits import within_limits
-from gpufair.metrics import observe_job
+from gpufair.metrics import observe_job, observe_job_period
 from gpufair.services.recompute import recompute_pool
 from gpufair.services.sweep import DEFAULT_STALE_AFTER_S, sweep
 from gpufair.store import claims_repo as claims
@@ -189,6 +189,7 @@ class PeriodicJobs:
         )
 
     def _run_once(self, job: str, period_s: float, now_s: float, work: Callable[[], str]) -> None:
+        observe_job_period(job, period_s)  # for the overdue alert (metrics.py)
         start_s = claims.period_start(now_s, period_s)
         try:
             if not claims.claim(self.engine, job, start_s, self.replica):
