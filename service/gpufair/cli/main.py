@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format
@@ -55,6 +56,9 @@ from gpufair.domain.config_diff import KINDS
 from gpufair.render import fmt_number, table
 from gpufair.sim.command import add_simulate_command
 from gpufair.v1 import cluster_pb2, scheduler_pb2
+
+if TYPE_CHECKING:  # the store is imported by the commands that use it
+    from gpufair.store.retention_repo import Retention
 
 log = logging.getLogger("gpufair")
 
@@ -106,7 +110,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpufair.gc_tuning import tune_for_serving
     from gpufair.jobs.runner import JobSettings, PeriodicJobs
     from gpufair.store import database, migrate
-    from gpufair.store.retention_repo import Retention
 
     _setup_logging(args.log_level, args.log_format, queued=True)
     _quiet_setup_logs(args.log_level)
@@ -160,10 +163,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     tick_s=args.job_tick_s,
                     sweep_period_s=args.sweep_period_s,
                     stale_after_s=args.stale_after_s,
-                    retention=Retention(
-                        events_days=args.event_retention_days,
-                        rollups_days=args.rollup_retention_days,
-                    ),
+                    retention=retention_settings(args),
                 ),
             )
             jobs.start()
@@ -284,6 +284,41 @@ def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
         print(f"{_ACTIONS.get(change.action, '?'):>6} {change.kind} {change.name}")
         for f in change.fields:
             print(f"         {f.field}: {f.before or '(unset)'} -> {f.after or '(unset)'}")
+
+
+# Retention (`store/retention_repo.py`), days: serve's --<flag>-retention-days, `Retention` field.
+_RETENTION_FLAGS = (
+    ("event", 180.0, "finished workloads' events (their runs stay)"),
+    ("heartbeat", 7.0, "heartbeats but each workload's latest"),
+    ("rollup", 400.0, "hourly rollups and the ended runs they are made of"),
+    ("history", 90.0, "fair-share history (GetFairShare, report.fair_share_history)"),
+    ("reply", 7.0, "stored replies of requests with a request id (replays)"),
+    ("cycle", 7.0, "recorded Schedule cycles (each pool's newest stays)"),
+)
+
+
+def retention_settings(args: argparse.Namespace) -> Retention:
+    """The periodic retention's ages, from serve's --*-retention-days options."""
+    from gpufair.store.retention_repo import Retention
+
+    return Retention(
+        events_days=args.event_retention_days,
+        heartbeats_days=args.heartbeat_retention_days,
+        rollups_days=args.rollup_retention_days,
+        history_days=args.history_retention_days,
+        replies_days=args.reply_retention_days,
+        cycles_days=args.cycle_retention_days,
+    )
+
+
+def _days(value: str) -> float:
+    try:
+        days = float(value)
+    except ValueError:
+        days = math.nan
+    if not 0 < days < math.inf:
+        raise argparse.ArgumentTypeError("must be a number of days above 0")
+    return days
 
 
 def _positive_int(value: str) -> int:
@@ -646,8 +681,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--stale-after-s", type=float, default=600.0, help="close runs silent this long"
     )
-    serve.add_argument("--event-retention-days", type=float, default=180.0)
-    serve.add_argument("--rollup-retention-days", type=float, default=400.0)
+    for flag, default, what in _RETENTION_FLAGS:
+        serve.add_argument(f"--{flag}-retention-days", type=_days, default=default, help=what)
     add_serve_auth_options(serve)
     _add_database_options(serve)
     serve.set_defaults(func=cmd_serve)
