@@ -93,3 +93,41 @@ def test_a_mixed_cu_job_runs_on_an_a100_and_4090s_of_one_rack() -> None:
     # Ten 4090s or two A100s are not there (8 and 1): one A100 and five 4090s give 20 CU.
     assert (job.first_start_s, job.gpus, job.cu) == (0.0, 6.0, 20.0)
     assert queue_metrics(metrics, "team").allocated_cu_hours == pytest.approx(20.0)
+
+
+def test_a_mixed_cu_job_counts_its_gpus_on_each_type_it_holds() -> None:
+    """`mix` (20 CU, one rack) holds one A100 and five 4090s for an hour from 0; `four` wants
+    four 4090s from 60 s and waits for them, beside the three 4090s `mix` left free. As the
+    ledger does, each type's GPUs count on that type: demand, idle GPUs, events."""
+    data = scenario([])
+    for item in data["cluster"]["nodes"]:
+        item["labels"] = {"rack": "r1"}
+    data["timeline_s"] = "30m"
+    data["workloads"] = [
+        {
+            "uid": "mix",
+            "queue": "team",
+            "compute_units": 20,
+            "mixed_gpu_types": True,
+            "topology": {"level": "rack", "required": True},
+            "duration_s": "1h",
+        },
+        {
+            "uid": "four",
+            "queue": "team",
+            "gpus_per_pod": 4,
+            "gpu_types": ["rtx4090-24gb"],
+            "submit_s": 60,
+            "duration_s": "1h",
+        },
+    ]
+    result, metrics = run(scenario_from(data))
+    binds = [(d.uid, d.time_s, d.gpus, d.cu) for d in result.decisions]
+    assert binds == [("mix", 0.0, 6.0, 20.0), ("four", 3600.0, 4.0, 8.0)]
+    # At 30 min the queue holds 10 + 10 CU and waits for four 4090s (8 CU); only eight 4090s
+    # exist, so its demand is one A100 and eight 4090s: 26 CU, the whole pool.
+    (at_30m,) = [r for r in result.timeline if r.time_s == 1800.0]
+    assert (at_30m.allocated_cu, at_30m.fair_share_cu) == (20.0, 26.0)
+    # `four` waited 59 minutes beside three free 4090s (the A100 is not of its type).
+    (pool,) = metrics.pools
+    assert pool.idle_gpu_hours_while_pending == pytest.approx(3 * 3540 / 3600)

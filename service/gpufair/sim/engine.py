@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpufair.domain import cu_request
@@ -105,6 +105,9 @@ class JobRecord:
     gpu_type: str = ""
     gpus: float = 0.0
     cu: float = 0.0
+    # The GPUs of its last run per type, by type name: one entry unless a compute-unit request
+    # mixed types, whose GPUs count each on its own type (as the ledger splits a run).
+    gpus_by_type: tuple[tuple[str, float], ...] = ()
 
     @property
     def workload(self) -> Workload:
@@ -194,6 +197,7 @@ class _Pool:
         self.next_recompute_s = 0.0
         self.recomputes = 0
         self.nodes = tuple(n for n in cluster.nodes if n.pool == pool.name)
+        self.node_types = {n.name: n.gpu_type for n in self.nodes}
         self.gpu_types: tuple[GpuType, ...] = cluster.gpu_types
         self.types_by_name = {t.name: t for t in cluster.gpu_types}
         weights = {t.name: t.compute_weight for t in cluster.gpu_types}
@@ -275,8 +279,8 @@ class _Pool:
             for t in self.wanted_types
         )
 
-    def refresh_allocation(self, now_s: float, queue: str, gpu_type: str) -> None:
-        """Re-derive `queue`'s CU (and its ancestors') and the GPUs of `gpu_type` in use from
+    def refresh_allocation(self, now_s: float, queue: str, gpu_types: Iterable[str]) -> None:
+        """Re-derive `queue`'s CU (and its ancestors') and the GPUs of `gpu_types` in use from
         what runs, after a start or stop; fsum over the jobs, so no float residue builds up."""
         jobs = self.running_by_queue[queue]
         self.histories[queue].set(now_s, math.fsum(j.cu for j in jobs.values()))
@@ -285,9 +289,13 @@ class _Pool:
             total = math.fsum(self.histories[c].value for c in self.tree.children_of(parent))
             self.histories[parent].set(now_s, total)
             parent = self.tree.queues[parent].parent
-        self.allocated_gpus_by_type[gpu_type] = math.fsum(
-            j.gpus for j in self.running.values() if j.gpu_type == gpu_type
-        )
+        for gpu_type in gpu_types:
+            self.allocated_gpus_by_type[gpu_type] = math.fsum(
+                gpus
+                for j in self.running.values()
+                for name, gpus in j.gpus_by_type
+                if name == gpu_type
+            )
         self.gpu_history.set(now_s, math.fsum(self.allocated_gpus_by_type.values()))
 
 
@@ -437,7 +445,8 @@ class Simulation:
         job.pending_since_s = None
         job.allocation = allocation
         job.gpu_type = allocation.gpu_type
-        job.gpus = math.fsum(binding_gpus(binding) for binding in allocation.bindings)
+        job.gpus_by_type = _gpus_by_type(allocation, pool.node_types)
+        job.gpus = math.fsum(gpus for _, gpus in job.gpus_by_type)
         job.cu = cu
         job.run_start_s = now_s
         job.token += 1
@@ -445,7 +454,7 @@ class Simulation:
         heapq.heappush(self.completions, (now_s + job.remaining_s, self.sequence, uid, job.token))
         pool.running[uid] = job
         pool.running_by_queue[job.workload.queue][uid] = job
-        pool.refresh_allocation(now_s, job.workload.queue, job.gpu_type)
+        pool.refresh_allocation(now_s, job.workload.queue, (t for t, _ in job.gpus_by_type))
         if job.first_start_s is None:
             job.first_start_s = now_s
             generator = job.spec.generator
@@ -466,7 +475,7 @@ class Simulation:
         del pool.running_by_queue[job.workload.queue][uid]
         job.token += 1
         job.allocation = None
-        pool.refresh_allocation(now_s, job.workload.queue, job.gpu_type)
+        pool.refresh_allocation(now_s, job.workload.queue, (t for t, _ in job.gpus_by_type))
         pool.dirty = True
 
     def _evict(self, pool: _Pool, uid: str, now_s: float) -> None:
@@ -543,7 +552,11 @@ class Simulation:
     def _demands(
         self, pool: _Pool, plan: FairSharePlan | None
     ) -> dict[str, QueueDemand] | LeafDemands:
-        held = ((j.workload.queue, j.gpu_type, j.gpus) for j in pool.running.values())
+        held = (
+            (j.workload.queue, gpu_type, gpus)
+            for j in pool.running.values()
+            for gpu_type, gpus in j.gpus_by_type
+        )
         waiting = (j.workload for uid, j in pool.pending.items() if uid not in pool.hopeless)
         weights = {name: gpu_type.compute_weight for name, gpu_type in pool.types_by_name.items()}
         if plan is not None:
@@ -609,14 +622,13 @@ class Simulation:
         self, pool: _Pool, result: CycleResult, claimed_for: dict[str, str], now_s: float
     ) -> None:
         """The cycle's binds and evictions as `DecisionRow`s (`events.csv`)."""
-        weights = pool.types_by_name
         for bind in result.binds:
             claim = claimed_for.get(bind.workload_uid)
             if claim is not None:
                 reason = f"claim:{claim}" if claim else "claim"
             else:
                 reason = "beyond_share" if bind.over_fair_share else "within_share"
-            gpus = bind.cu / weights[bind.gpu_type].compute_weight
+            gpus = math.fsum(binding_gpus(binding) for binding in bind.bindings)
             self.decisions.append(
                 DecisionRow(
                     now_s, pool.name, "bind", bind.workload_uid, bind.queue, gpus, bind.cu, reason
@@ -763,6 +775,17 @@ class Simulation:
         return SimResult(
             self.scenario, tuple(pools), tuple(jobs), tuple(self.timeline), tuple(self.decisions)
         )
+
+
+def _gpus_by_type(
+    allocation: Allocation, node_types: dict[str, str]
+) -> tuple[tuple[str, float], ...]:
+    """The allocation's GPUs per type of the nodes its pods are on, by type name."""
+    parts: dict[str, list[float]] = {}
+    for binding in allocation.bindings:
+        gpu_type = node_types.get(binding.node, allocation.gpu_type)
+        parts.setdefault(gpu_type, []).append(binding_gpus(binding))
+    return tuple((name, math.fsum(parts[name])) for name in sorted(parts))
 
 
 def _moved_last_hour(pool: _Pool, now_s: float) -> float:
