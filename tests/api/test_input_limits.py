@@ -60,6 +60,39 @@ def test_a_tiny_gpus_per_pod_and_a_year_10000_submit_time_are_invalid_argument(
     assert [r.accepted for r in client.submit_workloads([late]).results] == [True]
 
 
+def test_submit_time_nanos_out_of_range_are_refused_at_their_field(
+    client: GpufairClient,
+) -> None:
+    client.apply_config(small_cluster())
+    sent = []
+    for uid, seconds, nanos in (
+        ("neg", 1_700_000_000, -1),  # read as 1 ns before the second
+        ("big", 1_700_000_000, 2_000_000_000),  # read as 2 s after it
+        ("pre", -1, 2_000_000_000),  # a second before 1970 read as 1970-01-01T00:00:01
+        ("far", 253_402_300_800, -1),  # the year 10000 read as 9999
+    ):
+        w = scheduler_pb2.Workload(uid=uid, queue="team", pool="main", pods=1, gpus_per_pod=1)
+        w.submit_time.seconds, w.submit_time.nanos = seconds, nanos
+        sent.append(w)
+    error = refused(lambda: client.submit_workloads(sent))
+    assert fields_of(error) == {
+        f"workloads[{i}].submit_time.nanos": "must be in [0, 999999999]" for i in range(4)
+    }
+    sent[1].submit_time.nanos = 500_000_000
+    sent[2].submit_time.nanos = 0
+    error = refused(lambda: client.submit_workloads(sent[1:3]))
+    # Each field once: the Timestamp's check, not again the instant made of it.
+    assert field_violations(error) == [
+        ("workloads[1].submit_time", "must be an instant between 1970-01-01 and 9999-12-31 (UTC)")
+    ]
+    assert [r.accepted for r in client.submit_workloads(sent[1:2]).results] == [True]
+    assert client.list_workloads(pool="main")[0].workload.submit_time == sent[1].submit_time
+    usage = ledger_pb2.GetUsageRequest(since=Timestamp(seconds=1, nanos=2_000_000_000))
+    assert fields_of(refused(lambda: client.ledger.GetUsage(usage))) == {
+        "since.nanos": "must be in [0, 999999999]"
+    }
+
+
 def test_absurd_numbers_in_a_config_are_refused_with_their_fields(client: GpufairClient) -> None:
     config = small_cluster()
     config.gpu_types[0].compute_weight = 1e308

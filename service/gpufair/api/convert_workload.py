@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+from gpufair.domain.errors import Violation
+from gpufair.domain.limits import timestamp_violations
 from gpufair.domain.model import PodBinding, TopologyConstraint, Workload
 from gpufair.v1 import scheduler_pb2 as pb
+
+
+def submit_time_violations(msg: pb.Workload, path: str) -> list[Violation]:
+    """The Timestamp's own fields, before they are made one instant (which would hide nanos
+    out of range, and seconds out of range that such nanos bring back in): seconds at
+    `{path}.submit_time`, nanos at `{path}.submit_time.nanos`."""
+    if not msg.HasField("submit_time"):
+        return []
+    return timestamp_violations(
+        f"{path}.submit_time", msg.submit_time.seconds, msg.submit_time.nanos
+    )
 
 
 def workload_from_proto(msg: pb.Workload, received_at_s: float) -> Workload:

@@ -15,7 +15,7 @@ from gpufair.api.convert_schedule import (
     result_to_proto,
     without_binds,
 )
-from gpufair.api.convert_workload import workload_from_proto
+from gpufair.api.convert_workload import submit_time_violations, workload_from_proto
 from gpufair.api.cycle_gate import Batch, CycleGate, Member
 from gpufair.api.idempotent import run_mutation
 from gpufair.api.ledger import share_to_proto
@@ -99,8 +99,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         batch = [workload_from_proto(w, now_s) for w in request.workloads]
         # Malformed fields are the caller's bug: refuse the whole call. Workloads that are well
         # formed but do not fit the cluster are refused one by one, the others accepted.
-        for i, w in enumerate(batch):
-            violations += workload_violations(w, f"workloads[{i}]")
+        for i, (msg, w) in enumerate(zip(request.workloads, batch, strict=True)):
+            path = f"workloads[{i}]"
+            stamp = submit_time_violations(msg, path)
+            found = workload_violations(w, path)
+            if stamp:  # named once, by the Timestamp's field, not again by the instant of it
+                found = [v for v in found if v.field_path != f"{path}.submit_time"]
+            violations += stamp + found
         seen: set[str] = set()
         for i, w in enumerate(batch):
             if w.uid in seen:

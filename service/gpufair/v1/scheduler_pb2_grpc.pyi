@@ -5,8 +5,9 @@ Workloads and placement decisions. gpufair decides; the batch system binds, runs
 what actually ran through the Ledger service.
 
 Input limits (service/gpufair/domain/limits.py): numbers finite and in the ranges the comments
-give; strings without NUL or other control characters; instants in the years 1970-9999.
-Anything outside is INVALID_ARGUMENT naming the field.
+give; strings without NUL or other control characters; instants in the years 1970-9999, and
+a Timestamp's nanos in [0, 999999999]. Anything outside is INVALID_ARGUMENT naming the field
+(a Timestamp's nanos by their own path, e.g. workloads[0].submit_time.nanos).
 """
 
 from collections import abc as _abc
