@@ -165,6 +165,22 @@ def test_cluster_section_errors_carry_the_cluster_path_and_line() -> None:
     assert "sliding" in message
 
 
+def test_a_value_of_the_wrong_kind_in_the_cluster_section_is_named_by_its_path() -> None:
+    """Protobuf's parser names no index for some of these ("Failed to parse nodes field: ...");
+    the problem still carries the element's path and line, and a message without the prefixes."""
+    two_nodes = CLUSTER + (
+        "    - {name: n2, pool: default, gpu_type: unit, gpu_count: eight, cpu_millicores: 1,"
+        " memory_mib: 1}\n"
+    )
+    assert problems(scenario_text("", two_nodes)) == [
+        (16, "cluster.nodes[1].gpu_count", "invalid literal for int() with base 10: 'eight'")
+    ]
+    number_name = CLUSTER.replace("- name: team", "- name: 2024")
+    assert problems(scenario_text("", number_name)) == [
+        (10, "cluster.queues[0].name", "expected string or bytes-like object, got 'int'")
+    ]
+
+
 def test_a_cluster_file_is_read_relative_to_the_scenario_and_its_errors_name_it(
     tmp_path: Path,
 ) -> None:

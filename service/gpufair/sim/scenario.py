@@ -56,7 +56,6 @@ import dataclasses
 import enum
 import math
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -87,6 +86,7 @@ from gpufair.domain.model import (
 )
 from gpufair.domain.partitions import with_profile_share
 from gpufair.domain.workload_rules import workload_violations
+from gpufair.sim.config_errors import split_config_error
 from gpufair.sim.distributions import Distribution, constant, parse_distribution
 from gpufair.sim.generators import GeneratorSpec
 from gpufair.sim.jobspec import JobSpec
@@ -335,9 +335,6 @@ def _pydantic_problems(exc: ValidationError, lines: SourceLines) -> list[Problem
     return problems
 
 
-_PARSE_DICT_RE = re.compile(r"(?:Failed to parse \w+ field: )*(.*?) at ClusterConfig\.(\S+?)\.*$")
-
-
 class _Builder:
     """Turns a schema-valid model into a `Scenario`, gathering every cross-field problem."""
 
@@ -426,7 +423,7 @@ class _Builder:
         try:
             message = parse_config(data or {}, "cluster")
         except ConfigFileError as exc:
-            self._cluster_problem(*_split_config_error(str(exc)))
+            self._cluster_problem(*split_config_error(str(exc), data))
             return ClusterConfig(), 0
         config, violations = config_from_proto(message)
         for violation in violations:
@@ -635,16 +632,6 @@ class _Builder:
                 where = f"workloads[{index}].uid" if index < len(self.model.workloads) else "trace"
                 self.problem(where, f"duplicate uid {uid!r}")
             seen.add(uid)
-
-
-def _split_config_error(message: str) -> tuple[str, str]:
-    """(field path, message) from a `ConfigFileError` of `parse_config`."""
-    text = message.removeprefix("cluster: ")
-    found = _PARSE_DICT_RE.search(text)
-    if found:
-        return found.group(2), found.group(1)
-    path, sep, rest = text.partition(": ")
-    return (path, rest) if sep else ("(cluster)", text)
 
 
 def _only_pool(cluster: ClusterConfig) -> str | None:
