@@ -1,7 +1,8 @@
 """Stored replies of mutating RPCs, keyed by the caller's request id.
 
 A replay of a request id returns the first reply byte for byte; the same id with a different request
-is refused, since the caller has mixed up two operations.
+is refused, since the caller has mixed up two operations. Callers read the whole rule (failed calls
+and dry runs store no reply) in the proto comment of ApplyConfigRequest.request_id.
 """
 
 from __future__ import annotations

@@ -789,7 +789,23 @@ class ApplyConfigRequest(_message.Message):
     dry_run: _builtins.bool
     """Validate and diff, write nothing: the same checks and refusals as the real apply."""
     request_id: _builtins.str
-    """idempotency key: a replay returns the stored reply; at most 200 characters"""
+    """Idempotency key, at most 200 characters; empty = none (each call runs). The rule of every
+    request_id of the API (ClusterAdmin and Scheduler):
+    - The reply of a call that succeeds is stored with the change it reports, in one
+      transaction. A replay of the id with the same request returns that reply and changes
+      nothing, even after the state moved on. Replies are kept 7 days by default (gpufair serve
+      --reply-retention-days); a replay after that runs again.
+    - One id is one request of one method: the same id with a different request, or sent to
+      another method, is ALREADY_EXISTS and changes nothing. Use a new id for a new operation.
+    - A call refused with an error (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, ...)
+      changes nothing and stores no reply, so a replay of its id runs again, against the state
+      of then, and may succeed. After UNAVAILABLE or DEADLINE_EXCEEDED the caller cannot know
+      whether the call committed: retrying with the same id is safe either way.
+    - A dry run neither reads nor stores replies: it always runs, answers its own result even
+      under an id that has a stored reply, and leaves its id free for the real call.
+    Attempts of one id at once (a retry before the first answered) have one effect, and each
+    answers the reply that was stored.
+    """
     expected_version: _builtins.int
     """Optimistic concurrency: when set, the apply goes through only if the stored config_version
     is this one; otherwise FAILED_PRECONDITION naming the current version, and nothing is written.
@@ -916,6 +932,7 @@ class DeleteObjectsRequest(_message.Message):
     """"gpu_type", "pool", "node", "queue" or "budget" """
     dry_run: _builtins.bool
     request_id: _builtins.str
+    """idempotency key: the rule of ApplyConfigRequest.request_id"""
     expected_version: _builtins.int
     """as in ApplyConfigRequest"""
     @_builtins.property
@@ -957,6 +974,7 @@ class UpsertNodesRequest(_message.Message):
     CONFIRM_DELETE_ALL_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     request_id: _builtins.str
+    """idempotency key: the rule of ApplyConfigRequest.request_id"""
     expected_version: _builtins.int
     """as in ApplyConfigRequest"""
     confirm_delete_all: _builtins.bool
@@ -1043,6 +1061,7 @@ class SetNodesReadyRequest(_message.Message):
     ready: _builtins.bool
     dry_run: _builtins.bool
     request_id: _builtins.str
+    """idempotency key: the rule of ApplyConfigRequest.request_id"""
     expected_version: _builtins.int
     """as in ApplyConfigRequest"""
     @_builtins.property

@@ -214,6 +214,12 @@ class SubmitWorkloadsRequest(_message.Message):
     WORKLOADS_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """Idempotency key, at most 200 characters; empty = none. The rule of every request_id
+    (ApplyConfigRequest.request_id in cluster.proto): a replay with the same request returns
+    the stored reply; the same id with another request or method is ALREADY_EXISTS; a call
+    refused with an error stores no reply, so its replay runs again; dry runs neither read nor
+    store replies.
+    """
     @_builtins.property
     def workloads(self) -> _containers.RepeatedCompositeFieldContainer[Global___Workload]:
         """a batch of at most 10,000; a known uid with the same content is a no-op"""
@@ -286,6 +292,7 @@ class CancelWorkloadRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     request_id: _builtins.str
+    """idempotency key: as SubmitWorkloadsRequest.request_id"""
     def __init__(
         self,
         *,
@@ -342,9 +349,12 @@ class ScheduleRequest(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     request_id: _builtins.str
-    """a replay returns the stored decisions"""
+    """Idempotency key, as SubmitWorkloadsRequest.request_id: a replay returns the stored
+    decisions of the cycle that answered it (callers of one pool arriving together may share a
+    cycle, each id stored with it).
+    """
     dry_run: _builtins.bool
-    """decide, store nothing"""
+    """decide, store nothing; its request_id is neither read nor stored"""
     def __init__(
         self,
         *,
