@@ -111,6 +111,25 @@ def test_an_unknown_gpu_model_names_the_file_and_line(trace_dir: Path) -> None:
     )
 
 
+def test_a_row_cut_short_names_the_file_line_and_first_missing_column(trace_dir: Path) -> None:
+    """A file cut off mid-row (an interrupted download) is a problem with its line, not a crash."""
+    (trace_dir / PODS_FILE).write_text("\n".join([*PODS, "pod-f,4000,8192,1"]) + "\n")
+    (trace_dir / NODES_FILE).write_text("\n".join([*NODES, "node-x,64000"]) + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from(trace_scenario_data(), trace_dir=trace_dir)
+    (problem,) = caught.value.problems
+    assert problem.message == (
+        f"{trace_dir / NODES_FILE}:12: the row ends before column memory_mib (3 of 5 missing)"
+    )
+    (trace_dir / NODES_FILE).write_text("\n".join(NODES) + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from(trace_scenario_data(), trace_dir=trace_dir)
+    (problem,) = caught.value.problems
+    assert problem.message == (
+        f"{trace_dir / PODS_FILE}:7: the row ends before column gpu_milli (7 of 11 missing)"
+    )
+
+
 def trace_scenario_data() -> dict[str, object]:
     return {
         "name": "replay",

@@ -139,6 +139,12 @@ def _rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, s
         if missing:
             raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}")
         for row in reader:
+            cut = [c for c in columns if row.get(c) is None]
+            if cut:  # csv leaves the columns of a short row None
+                raise TraceError(
+                    f"{path}:{reader.line_num}: the row ends before column {cut[0]} "
+                    f"({len(cut)} of {len(columns)} missing)"
+                )
             yield reader.line_num, row
 
 
