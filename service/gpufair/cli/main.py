@@ -290,7 +290,12 @@ def _print_changes(changes: Sequence[cluster_pb2.ConfigChange]) -> None:
 _RETENTION_FLAGS = (
     ("event", 180.0, "finished workloads' events (their runs stay)"),
     ("heartbeat", 7.0, "heartbeats but each workload's latest"),
-    ("rollup", 400.0, "hourly rollups and the ended runs they are made of"),
+    (
+        "rollup",
+        400.0,
+        "hourly rollups and the ended runs they are made of; kept longer while a pool's usage "
+        "window or a budget's period reads them (logged once)",
+    ),
     ("history", 90.0, "fair-share history (GetFairShare, report.fair_share_history)"),
     ("reply", 7.0, "stored replies of requests with a request id (replays)"),
     ("cycle", 7.0, "recorded Schedule cycles (each pool's newest stays)"),
