@@ -18,6 +18,7 @@ import yaml
 
 ALERTS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "alerts.yml"
 JOB_ALERT = "GpufairPeriodicJobFailing"
+MINUTES = 4 * 24 * 60  # how long the made-up series last
 
 
 def _promtool() -> str:
@@ -29,16 +30,30 @@ def _promtool() -> str:
     pytest.skip("promtool not installed (Debian package `prometheus`)")
 
 
-def _job(job: str, last_success_s: int, failed: int = 0) -> list[dict[str, str]]:
-    """A job's gauges as one replica exports them, unchanged for two days."""
+def _job(
+    job: str, last_success_s: int, failed: int = 0, period_s: float | None = None
+) -> list[dict[str, str]]:
+    """A job's gauges as one replica exports them, unchanged for four days; its period only
+    when `period_s` is given (a replica that runs no jobs does not know it)."""
     labels = f'periodic_job="{job}", instance="gpufair:9464", job="gpufair"'
-    return [
+    series = [
         {
             "series": f"gpufair_periodic_job_last_success_timestamp_seconds{{{labels}}}",
-            "values": f"{last_success_s}+0x2880",
+            "values": f"{last_success_s}+0x{MINUTES}",
         },
-        {"series": f"gpufair_periodic_job_last_failed{{{labels}}}", "values": f"{failed}+0x2880"},
+        {
+            "series": f"gpufair_periodic_job_last_failed{{{labels}}}",
+            "values": f"{failed}+0x{MINUTES}",
+        },
     ]
+    if period_s is not None:
+        series.append(
+            {
+                "series": f"gpufair_periodic_job_period_seconds{{{labels}}}",
+                "values": f"{period_s}+0x{MINUTES}",
+            }
+        )
+    return series
 
 
 def _run(tmp_path: Path, series: list[dict[str, str]], checks: list[dict[str, Any]]) -> None:
@@ -73,30 +88,52 @@ def _firing(job: str) -> dict[str, Any]:
     }
 
 
-def test_a_daily_job_that_ran_today_is_not_failing(tmp_path: Path) -> None:
-    # Retention runs once a UTC day (jobs/runner.py): it succeeded at 00:00:10 and is next due
-    # at midnight. The rollup (hourly) last succeeded at 00:00:20 and has not run since.
-    series = _job("retention", 10) + _job("rollup", 20)
-    _run(
-        tmp_path,
-        series,
-        [
-            # 6 hours on: the rollup has missed five periods, retention none.
-            {"eval_time": "6h", "alertname": JOB_ALERT, "exp_alerts": [_firing("rollup")]},
-            # 23 hours on, retention is still not due.
-            {"eval_time": "23h", "alertname": JOB_ALERT, "exp_alerts": [_firing("rollup")]},
-            # 27 hours on, it missed the midnight run.
-            {
-                "eval_time": "27h",
-                "alertname": JOB_ALERT,
-                "exp_alerts": [_firing("retention"), _firing("rollup")],
-            },
-        ],
-    )
+def _not_firing(at: str) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": JOB_ALERT, "exp_alerts": []}
+
+
+def _fires(at: str, *jobs: str) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": JOB_ALERT, "exp_alerts": [_firing(j) for j in jobs]}
+
+
+# A job is overdue when no replica has finished it for two periods and 15 minutes: one lost run
+# (a replica that died in it) is repaired by the next and is no ticket; two are. The alert then
+# waits its 10 minutes `for`.
+
+
+def test_a_job_of_60_s_is_overdue_within_half_an_hour(tmp_path: Path) -> None:
+    # The sweep last succeeded at 00:00:10: overdue from 00:17:10, firing from 00:27:10.
+    series = _job("sweep", 10, period_s=60)
+    checks = [_not_firing("15m"), _not_firing("27m"), _fires("28m", "sweep"), _fires("3h", "sweep")]
+    _run(tmp_path, series, checks)
+
+
+def test_a_daily_job_is_overdue_once_it_missed_two_runs(tmp_path: Path) -> None:
+    # Retention runs once a UTC day; it succeeded at 00:00:10. A day on it has not run again
+    # yet, two days on it has missed one midnight (repaired by the next), not two.
+    series = _job("retention", 10, period_s=86400)
+    checks = [_not_firing("23h"), _not_firing("27h"), _not_firing("48h20m")]
+    _run(tmp_path, series, [*checks, _fires("48h30m", "retention")])
+
+
+def test_a_pool_recomputed_every_6_hours_is_not_overdue_between_runs(tmp_path: Path) -> None:
+    # Pool `batch` recomputes every 6 h, last at 00:00:10; the hourly rollup last ran then too.
+    series = _job("recompute:batch", 10, period_s=21600) + _job("rollup", 10, period_s=3600)
+    checks = [
+        _fires("6h", "rollup"),  # the rollup missed five runs, the recompute none
+        _fires("12h20m", "rollup"),  # the recompute missed one run
+        _fires("12h30m", "recompute:batch", "rollup"),
+    ]
+    _run(tmp_path, series, checks)
+
+
+def test_a_job_whose_period_no_replica_exports_is_overdue_after_26_hours(tmp_path: Path) -> None:
+    series = _job("rollup", 10)  # no replica exporting metrics runs the jobs
+    _run(tmp_path, series, [_not_firing("26h"), _fires("26h20m", "rollup")])
 
 
 def test_a_failed_run_fires_whatever_the_job(tmp_path: Path) -> None:
-    series = _job("retention", 10, failed=1) + _job("sweep", 7190)
+    series = _job("retention", 10, failed=1, period_s=86400) + _job("sweep", 7190, period_s=60)
     _run(
         tmp_path,
         series,

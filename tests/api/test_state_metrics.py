@@ -189,3 +189,27 @@ def test_schedule_counts_binds_waits_and_pending_reasons(
     for registry in replicas:
         pending = {"pool": "default", "queue": "llm", "reason": reasons["llm-extra"]}
         assert registry.get_sample_value("gpufair_pending_workloads", pending) == 1.0
+
+
+def test_each_periodic_job_exports_its_period(client: GpufairClient, db: Engine) -> None:
+    """The period a job is overdue against: a pool's recompute interval as configured now, the
+    other jobs' as this process's runner runs them."""
+    config = _config(with_audio=False)
+    config.pools[0].policy.recompute_interval_s = 21600.0
+    client.apply_config(config)
+    settings = JobSettings(rollup_period_s=1800.0, sweep_period_s=45.0)
+    now = time.time()
+    PeriodicJobs(db, settings, clock=lambda: now, replica="a").tick()
+    registry = CollectorRegistry()
+    registry.register(StateCollector(db, cache_s=0.0))
+    name = "gpufair_periodic_job_period_seconds"
+    assert _state_lines(registry, name + "{") == [
+        f'{name}{{periodic_job="recompute:default"}} 21600.0',
+        f'{name}{{periodic_job="retention"}} 86400.0',
+        f'{name}{{periodic_job="rollup"}} 1800.0',
+        f'{name}{{periodic_job="sweep"}} 45.0',
+    ]
+    # A new interval counts from the apply on, before the runner's next tick.
+    config.pools[0].policy.recompute_interval_s = 300.0
+    client.apply_config(config)
+    assert registry.get_sample_value(name, {"periodic_job": "recompute:default"}) == 300.0

@@ -7,6 +7,11 @@ computed; a queue or pool deleted from the config disappears from the next scrap
 transaction under a statement timeout; their result is kept for `cache_s`, so several scrapers
 (or a dashboard refreshing quickly) cost one read.
 
+A job's period is a pool's `recompute_interval_s` as configured (read within the input limits, as
+the runner reads it) for `recompute:<pool>`, and for the other jobs the period this process's
+runner gives them: a replica that runs no jobs leaves those out (the alert takes the max over
+replicas).
+
 When the database cannot be read, the state gauges are left out (a stale value would be a lie)
 and `gpufair_database_up` says 0.
 
@@ -20,12 +25,14 @@ and `gpufair_database_up` says 0.
 | `gpufair_pending_workloads` | pool, queue, reason | workloads |
 | `gpufair_budget_cu_hours`, `…_consumed_cu_hours`, `…_remaining_cu_hours`, `…_burn_cu_hours_per_day`, `…_period_end_timestamp_seconds`, `…_projected_exhaustion_timestamp_seconds` | queue, pool, period | CU·h, CU·h/day, s |
 | `gpufair_periodic_job_last_success_timestamp_seconds`, `…_last_duration_seconds`, `…_last_failed` | periodic_job | s, s, 0/1 |
+| `gpufair_periodic_job_period_seconds` | periodic_job | s |
 | `gpufair_database_up` | | 0/1 |
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +43,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Connection, Engine
 
 from gpufair.api.health import DatabaseHealth
+from gpufair.domain import limits
+from gpufair.metrics import job_periods
 from gpufair.store import metrics_repo
 from gpufair.v1 import scheduler_pb2
 
@@ -244,10 +253,27 @@ def _jobs(conn: Connection) -> list[Metric]:
         "1 when the job's latest finished run failed, else 0",
         labels=labels,
     )
+    period = GaugeMetricFamily(
+        "gpufair_periodic_job_period_seconds",
+        "How often the job runs: a pool's recompute interval, else this replica runner's period",
+        labels=labels,
+    )
+    runner = job_periods()
     for job in metrics_repo.jobs(conn):
+        if job.configured_period_s is not None:
+            period.add_metric([job.job], _as_read(job.configured_period_s))
+        elif job.job in runner:
+            period.add_metric([job.job], runner[job.job])
         if job.last_success_s is not None:
             success.add_metric([job.job], job.last_success_s)
         if job.last_duration_s is not None:
             duration.add_metric([job.job], job.last_duration_s)
             failed.add_metric([job.job], 1.0 if job.last_failed else 0.0)
-    return [success, duration, failed]
+    return [success, duration, failed, period]
+
+
+def _as_read(interval_s: float) -> float:
+    """A stored interval as the runner reads it: within the input limits (`domain/stored_limits`),
+    one that is not a number as the lower limit."""
+    low, high = limits.MIN_DURATION_S, limits.MAX_DURATION_S
+    return low if math.isnan(interval_s) else min(max(interval_s, low), high)

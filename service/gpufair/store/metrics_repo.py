@@ -51,6 +51,9 @@ class JobRecord:
     last_duration_s: float | None
     last_failed: bool
     last_success_s: float | None
+    # A pool's recompute interval as stored (not clamped); None for the other jobs, whose
+    # period is the runner's setting.
+    configured_period_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,15 +176,17 @@ def latest_cycles(conn: Connection) -> list[LatestCycle]:
 
 
 def jobs(conn: Connection) -> list[JobRecord]:
-    """Every current job's newest finished claim and newest success (`ok: …` outcome)."""
+    """Every current job's newest finished claim and newest success (`ok: …` outcome), and a
+    pool's recompute interval as configured."""
     rows = conn.execute(
         text(
             """
             WITH names AS (
-                SELECT 'recompute:' || name AS job FROM node_pools
-                UNION ALL SELECT unnest(CAST(:fixed AS text[]))
+                SELECT 'recompute:' || name AS job, recompute_interval_s AS period
+                FROM node_pools
+                UNION ALL SELECT unnest(CAST(:fixed AS text[])), NULL
             )
-            SELECT n.job,
+            SELECT n.job, n.period,
                    extract(epoch FROM f.finished_at)::float8 AS finished,
                    extract(epoch FROM f.finished_at - f.claimed_at)::float8 AS duration,
                    coalesce(f.outcome NOT LIKE 'ok%', false) AS failed,
@@ -202,7 +207,9 @@ def jobs(conn: Connection) -> list[JobRecord]:
         ),
         {"fixed": list(FIXED_JOBS)},
     )
-    return [JobRecord(r.job, r.finished, r.duration, bool(r.failed), r.success) for r in rows]
+    return [
+        JobRecord(r.job, r.finished, r.duration, bool(r.failed), r.success, r.period) for r in rows
+    ]
 
 
 def budgets(conn: Connection, at: datetime) -> list[report_repo.BudgetRecord]:
