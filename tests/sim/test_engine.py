@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from sim_support import queue_metrics, run, scenario_from, unit_cluster
 
+from gpufair.sim.outputs import run_summary
+
 
 def reclaim_scenario(on_evict: str) -> dict[str, Any]:
     """4 GPUs. b (no quota) starts a 3-hour job on all of them at 0; at 1 h, a (deserved 4)
@@ -40,6 +42,24 @@ def test_an_evicted_job_waits_again_and_resumes_or_restarts(on_evict: str, b_end
     assert pool.evictions == 1
     # Idle while a1 waited for the capacity freed for it: 4 GPUs for one cycle.
     assert pool.idle_gpu_hours_while_pending == pytest.approx(4 * 60 / 3600)
+
+
+@pytest.mark.parametrize(("on_evict", "lost_gpu_hours"), [("resume", 0.0), ("restart", 4.0)])
+def test_work_thrown_away_by_an_eviction_is_counted_as_lost_gpu_hours(
+    on_evict: str, lost_gpu_hours: float
+) -> None:
+    """b1 (3 hours on 4 GPUs) had run an hour when it was reclaimed: with `restart` those 4
+    GPU-hours are done again (b1 holds 4 + 12 GPU-hours, not 12), with `resume` nothing is lost
+    (4 + 8). a1 adds 4."""
+    result, metrics = run(scenario_from(reclaim_scenario(on_evict)))
+    assert queue_metrics(metrics, "b").lost_gpu_hours == lost_gpu_hours
+    assert queue_metrics(metrics, "a").lost_gpu_hours == 0.0
+    (pool,) = metrics.pools
+    assert pool.lost_gpu_hours == lost_gpu_hours
+    assert pool.allocated_gpu_hours == 4.0 + 4.0 + (8.0 if on_evict == "resume" else 12.0)
+    summary = run_summary(result, metrics)
+    assert summary["pools"][0]["lost_gpu_hours"] == lost_gpu_hours
+    assert [q["lost_gpu_hours"] for q in summary["queues"]] == [0.0, lost_gpu_hours]
 
 
 def test_pools_are_scheduled_apart_with_their_own_policies() -> None:

@@ -16,7 +16,7 @@ Events, and what happens at one instant, in this order:
    Binds start at once (the simulated batch system confirms instantly). Evicted jobs stop at
    once, count an eviction and wait again with their original submit time (so they keep their
    place in their queue's order); with `on_evict: resume` they keep the work done, with `restart`
-   they start over. The victims are gone by the next cycle, which carries each eviction once
+   they start over (the GPU-seconds of the run thrown away count as lost). The victims are gone by the next cycle, which carries each eviction once
    more as a standing claim, as the service does once a victim has stopped (`snapshot`): the
    workload it was evicted for binds first on the freed capacity, and the victim is not bound
    beyond its queue's share in that cycle.
@@ -99,6 +99,7 @@ class JobRecord:
     end_s: float | None = None
     wait_s: float = 0.0
     evictions: int = 0
+    lost_gpu_s: float = 0.0  # GPU-seconds of work evictions threw away (`on_evict: restart`)
     token: int = 0  # bumped at every start and stop, so stale completion events are ignored
     run_start_s: float = 0.0
     allocation: Allocation | None = None
@@ -485,6 +486,7 @@ class Simulation:
         job.evictions += 1
         pool.evictions += 1
         if self.scenario.on_evict is EvictionMode.RESTART:
+            job.lost_gpu_s += job.gpus * ran_s  # all it did since its last start
             job.remaining_s = job.spec.duration_s
         else:
             job.remaining_s = job.remaining_s - ran_s

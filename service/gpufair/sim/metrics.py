@@ -24,6 +24,8 @@ Per pool:
   waits for whole nodes while single GPUs sit free shows here: fragmentation and reservations
   cost idle GPU-hours.
 - **Evictions per 100 GPU-hours** of allocation.
+- **Lost GPU-hours** (per queue too): the work evictions threw away, GPUs × time each victim
+  had run since its last start, done again after it; 0 with `on_evict: resume`.
 - **Fragmented GPUs**: free GPU capacity on nodes partly in use (where a gang wanting whole
   nodes cannot go), averaged over the timeline samples, and its maximum.
 """
@@ -61,6 +63,7 @@ class QueueMetrics:
     wait_p99_s: float | None
     wait_max_s: float | None
     evictions: int
+    lost_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class PoolMetrics:
     idle_gpu_hours_while_pending: float
     evictions: int
     evictions_per_100_gpu_hours: float
+    lost_gpu_hours: float
     fragmented_gpus_mean: float
     fragmented_gpus_max: float
     jain_index: dict[str, float | None]  # by sibling group ("" = top level)
@@ -155,7 +159,8 @@ def compute_metrics(result: SimResult) -> RunMetrics:
                     jobs_by_queue=jobs_by_queue,
                 )
             )
-        pools.append(_pool_metrics(pool, duration_s, jain))
+        lost_gpu_s = math.fsum(j.lost_gpu_s for j in result.jobs if j.workload.pool == pool.name)
+        pools.append(_pool_metrics(pool, duration_s, jain, lost_gpu_s / HOUR_S))
     return RunMetrics(duration_s, tuple(pools), tuple(queues))
 
 
@@ -221,6 +226,7 @@ def _queue_metrics(
         wait_p99_s=percentile(waits, 99),
         wait_max_s=max(waits) if waits else None,
         evictions=sum(j.evictions for j in jobs),
+        lost_gpu_hours=math.fsum(j.lost_gpu_s for j in jobs) / HOUR_S,
     )
 
 
@@ -243,7 +249,9 @@ def _jobs_under(
     return out
 
 
-def _pool_metrics(pool: PoolRun, duration_s: float, jain: dict[str, float | None]) -> PoolMetrics:
+def _pool_metrics(
+    pool: PoolRun, duration_s: float, jain: dict[str, float | None], lost_gpu_hours: float
+) -> PoolMetrics:
     top = [q for q in pool.queues if q.parent is None]
     allocated_cu_s = math.fsum(step_integral(q.changes, duration_s) for q in top)
     gpu_hours = step_integral(pool.gpu_changes, duration_s) / HOUR_S
@@ -259,6 +267,7 @@ def _pool_metrics(pool: PoolRun, duration_s: float, jain: dict[str, float | None
         idle_gpu_hours_while_pending=pool.idle_gpu_s_while_pending / HOUR_S,
         evictions=pool.evictions,
         evictions_per_100_gpu_hours=100.0 * pool.evictions / gpu_hours if gpu_hours > 0 else 0.0,
+        lost_gpu_hours=lost_gpu_hours,
         fragmented_gpus_mean=math.fsum(fragmented) / len(fragmented) if fragmented else 0.0,
         fragmented_gpus_max=max(fragmented, default=0.0),
         jain_index=jain,

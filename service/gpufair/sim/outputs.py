@@ -219,6 +219,7 @@ def _pool_dict(pool: PoolMetrics) -> dict[str, Any]:
         "idle_gpu_hours_while_pending": pool.idle_gpu_hours_while_pending,
         "evictions": pool.evictions,
         "evictions_per_100_gpu_hours": pool.evictions_per_100_gpu_hours,
+        "lost_gpu_hours": pool.lost_gpu_hours,
         "fragmented_gpus_mean": pool.fragmented_gpus_mean,
         "fragmented_gpus_max": pool.fragmented_gpus_max,
         "jain_index": dict(sorted(pool.jain_index.items())),
@@ -248,6 +249,7 @@ def _queue_dict(queue: QueueMetrics) -> dict[str, Any]:
         "wait_p99_s": queue.wait_p99_s,
         "wait_max_s": queue.wait_max_s,
         "evictions": queue.evictions,
+        "lost_gpu_hours": queue.lost_gpu_hours,
     }
 
 
@@ -344,6 +346,7 @@ def summary_table(runs: Sequence[tuple[str, RunMetrics]]) -> str:
                     _pct(p.utilisation),
                     round(p.idle_gpu_hours_while_pending, 1),
                     round(p.evictions_per_100_gpu_hours, 2),
+                    round(p.lost_gpu_hours, 1),
                     round(p.fragmented_gpus_mean, 1),
                     _round(p.jain_index.get(""), 3),
                 ]
@@ -356,6 +359,7 @@ def summary_table(runs: Sequence[tuple[str, RunMetrics]]) -> str:
             "UTILISATION %",
             "IDLE GPU-H WHILE PENDING",
             "EVICTIONS/100 GPU-H",
+            "LOST GPU-H",
             "FRAGMENTED GPUS",
             "JAIN",
         ],
