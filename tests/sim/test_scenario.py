@@ -205,6 +205,38 @@ def test_text_that_is_not_yaml_names_the_line() -> None:
     assert (line, path) == (4, "(yaml)")
 
 
+def test_a_key_given_twice_is_a_problem_not_a_silent_override() -> None:
+    """YAML loaders keep the last of two equal keys: a second `generators:` block would drop the
+    first without a word. Keys merged in with `<<` may still be overridden."""
+    body = """\
+        generators:
+          - {queue: team, rate_per_h: 1, duration_s: 1h}
+        workloads:
+          - {queue: team, duration_s: 1h, pods: 1, gpus_per_pod: 1}
+        generators:
+          - {queue: team, rate_per_h: 2, duration_s: 2h}
+        """
+    assert problems(scenario_text(body)) == [
+        (20, "generators", "given twice (first on line 16); the second would replace the first")
+    ]
+    nested = CLUSTER.replace("deserved_cu: 4", "deserved_cu: 4\n          deserved_cu: 8")
+    assert problems(scenario_text("", nested)) == [
+        (
+            14,
+            "cluster.queues[0].quotas[0].deserved_cu",
+            "given twice (first on line 13); the second would replace the first",
+        )
+    ]
+    merged = """\
+        defaults: &job {queue: team, duration_s: 1h}
+        workloads:
+          - {<<: *job, duration_s: 2h}
+        """
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(scenario_text(merged))
+    assert [p.path for p in caught.value.problems] == ["defaults"]  # not a known field
+
+
 def test_seed_given_on_the_command_line_wins() -> None:
     text = scenario_text("seed: 5\n")
     assert parse_scenario(text).seed == 5

@@ -91,6 +91,7 @@ from gpufair.sim.distributions import Distribution, constant, parse_distribution
 from gpufair.sim.generators import GeneratorSpec
 from gpufair.sim.jobspec import JobSpec
 from gpufair.sim.source_lines import (
+    DuplicateKeyError,
     Problem,
     ScenarioError,
     SourceLines,
@@ -316,6 +317,11 @@ def parse_scenario(
 def _load_yaml(text: str, source: str) -> tuple[Any, SourceLines]:
     try:
         return load_yaml_with_lines(text)
+    except DuplicateKeyError as exc:
+        message = (
+            f"given twice (first on line {exc.first_line}); the second would replace the first"
+        )
+        raise ScenarioError(source, [Problem(join_path(exc.steps), message, exc.line)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

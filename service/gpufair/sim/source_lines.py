@@ -102,16 +102,50 @@ def _walk(node: yaml.Node, steps: tuple[str, ...], out: dict[tuple[str, ...], in
             _walk(item, here, out)
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that gives one key twice: YAML loaders keep the last without a word."""
+
+    def __init__(self, steps: tuple[str | int, ...], line: int, first_line: int) -> None:
+        super().__init__(f"{join_path(steps)} given twice (lines {first_line} and {line})")
+        self.steps = steps
+        self.line = line
+        self.first_line = first_line
+
+
+def _check_unique_keys(node: yaml.Node, steps: tuple[str | int, ...], seen: set[int]) -> None:
+    """Raise `DuplicateKeyError` for the first key a mapping of `node` gives twice; keys
+    merged in with `<<` are not its own, and may be overridden."""
+    if id(node) in seen:  # an alias of a node already checked
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in first:
+                raise DuplicateKeyError((*steps, key), line, first[key])
+            first[key] = line
+            _check_unique_keys(value_node, (*steps, key), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check_unique_keys(item, (*steps, index), seen)
+
+
 def load_yaml_with_lines(text: str) -> tuple[Any, SourceLines]:
     """The document's data, as `yaml.safe_load` gives it, and the line of each of its fields.
 
-    Raises `yaml.YAMLError` for text that is not YAML.
+    Raises `yaml.YAMLError` for text that is not YAML, `DuplicateKeyError` (one) for a mapping
+    that gives a key twice.
     """
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None, SourceLines()
+        _check_unique_keys(node, (), set())
         data = loader.construct_document(node)
     finally:
         loader.dispose()
