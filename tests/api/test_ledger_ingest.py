@@ -167,6 +167,33 @@ def test_bad_events_get_reasons_and_good_ones_land(ready: GpufairClient, db: Eng
     assert [r[:3] for r in intervals(db, "good")] == [("a100", 2.0, 20.0)]
 
 
+def test_an_instant_with_nanos_out_of_range_is_rejected(ready: GpufairClient, db: Engine) -> None:
+    """Read as it is, nanos of -1 or 2e9 would move the instant (by a nanosecond back, by two
+    seconds on): the event is refused instead, and the one beside it lands."""
+    submit(ready, "nanos")
+    whole = int(T0)
+    late = event(STARTED, "nanos", T0, [("a1", [0], 1.0)])
+    late.occurred_at.seconds, late.occurred_at.nanos = whole, 2_000_000_000
+    early = event(HEARTBEAT, "nanos", T0)
+    early.occurred_at.seconds, early.occurred_at.nanos = whole + 60, -1
+    edge = event(STARTED, "nanos", T0, [("a1", [1], 1.0)])
+    edge.occurred_at.seconds, edge.occurred_at.nanos = whole, 999_999_999
+    results = report(ready, late, early, edge)
+    assert [r.status for r in results] == [REJECTED, REJECTED, STORED]
+    assert results[0].error == "occurred_at.nanos must be in [0, 999999999], got 2000000000"
+    assert results[1].error == "occurred_at.nanos must be in [0, 999999999], got -1"
+    with db.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT event_id::text, extract(epoch FROM occurred_at)::float8 "
+                "FROM ledger_events WHERE workload_uid = 'nanos'"
+            )
+        ).all()
+    # Stored to the microsecond, as every instant is.
+    assert [(r[0], r[1]) for r in stored] == [(edge.event_id, whole + 1.0)]
+    assert [r[:2] for r in intervals(db, "nanos")] == [("a100", 1.0)]
+
+
 def test_stream_commits_each_message(ready: GpufairClient, db: Engine) -> None:
     for i in range(3):
         submit(ready, f"s-{i}")

@@ -8,6 +8,8 @@ from functools import partial
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.v1 import ledger_pb2 as pb
 
+NANOS_PER_S = 1_000_000_000
+
 _KINDS = {
     pb.EVENT_KIND_STARTED: EventKind.STARTED,
     pb.EVENT_KIND_STOPPED: EventKind.STOPPED,
@@ -48,13 +50,18 @@ def events_from_proto(msgs: Iterable[pb.LedgerEvent]) -> list[LedgerEvent | tupl
             continue
         # An unset occurred_at reads as zero seconds: the same 0.0 as asking HasField first.
         at = msg.occurred_at
+        nanos = at.nanos
+        if not 0 <= nanos < NANOS_PER_S:
+            # Out of a Timestamp's range: read as it is, it would move the instant by seconds.
+            append((msg.event_id, f"occurred_at.nanos must be in [0, 999999999], got {nanos}"))
+            continue
         pods = msg.pods
         append(
             event(
                 (
                     msg.event_id,
                     kind,
-                    at.seconds + at.nanos / 1e9,
+                    at.seconds + nanos / 1e9,
                     msg.workload_uid,
                     _pods(pods) if pods else (),
                     msg.node,

@@ -173,7 +173,9 @@ class LedgerEvent(_message.Message):
     """node events: usable GPUs now"""
     @_builtins.property
     def occurred_at(self) -> _timestamp_pb2.Timestamp:
-        """The batch system's own clock: at most 300 s ahead of gpufair's, at most 400 days behind."""
+        """The batch system's own clock: at most 300 s ahead of gpufair's, at most 400 days behind;
+        nanos in [0, 999,999,999], as a Timestamp's are (an event outside is rejected).
+        """
 
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventPod]:
