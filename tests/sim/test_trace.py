@@ -130,6 +130,17 @@ def test_a_row_cut_short_names_the_file_line_and_first_missing_column(trace_dir:
     )
 
 
+def test_files_saved_with_a_byte_order_mark_read_alike(trace_dir: Path) -> None:
+    """A spreadsheet's "CSV UTF-8" starts with a byte order mark; the first column is still
+    `name` (and `sn`), not a missing one."""
+    plain = read_trace(options(trace_dir))
+    for name in (NODES_FILE, PODS_FILE):
+        (trace_dir / name).write_bytes(b"\xef\xbb\xbf" + (trace_dir / name).read_bytes())
+    marked = read_trace(options(trace_dir))
+    assert [j.workload.uid for j in marked.jobs] == ["pod-a", "pod-b", "pod-d", "pod-e"]
+    assert (marked.nodes, marked.jobs) == (plain.nodes, plain.jobs)
+
+
 def trace_scenario_data() -> dict[str, object]:
     return {
         "name": "replay",

@@ -130,7 +130,7 @@ class TraceReplay:
 
 def _rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     try:
-        handle = path.open(newline="")
+        handle = path.open(newline="", encoding="utf-8-sig")  # a leading BOM is no column
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
     with handle:
