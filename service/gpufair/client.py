@@ -255,18 +255,21 @@ class GpufairClient:
         nodes: Sequence[cluster_pb2.Node],
         *,
         prune_pools: Sequence[str] = (),
+        confirm_delete_all: bool = False,
         dry_run: bool = False,
         expected_version: int | None = None,
         request_id: str = "",
     ) -> cluster_pb2.UpsertNodesResponse:
         """Create or update `nodes` (a node without `ready` keeps its stored flag); the nodes of
-        `prune_pools` left out of `nodes` are deleted, unless work uses them."""
+        `prune_pools` left out of `nodes` are deleted, unless work uses them. A prune that would
+        leave a pool with none of its stored nodes is refused unless `confirm_delete_all`."""
         request = config_write_request(
             cluster_pb2.UpsertNodesRequest,
             request_id=request_id,
             expected_version=expected_version,
             nodes=nodes,
             prune_pools=prune_pools,
+            confirm_delete_all=confirm_delete_all,
             dry_run=dry_run,
         )
         return self.call(self.cluster.UpsertNodes, request)

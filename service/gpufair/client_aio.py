@@ -147,6 +147,7 @@ class AsyncGpufairClient:
         nodes: Sequence[cluster_pb2.Node],
         *,
         prune_pools: Sequence[str] = (),
+        confirm_delete_all: bool = False,
         dry_run: bool = False,
         expected_version: int | None = None,
         request_id: str = "",
@@ -157,6 +158,7 @@ class AsyncGpufairClient:
             expected_version=expected_version,
             nodes=nodes,
             prune_pools=prune_pools,
+            confirm_delete_all=confirm_delete_all,
             dry_run=dry_run,
         )
         reply: cluster_pb2.UpsertNodesResponse = await self.call(self.cluster.UpsertNodes, request)

@@ -237,10 +237,7 @@ def test_a_prune_that_empties_a_pool_needs_confirm_delete_all(
     )
 
     # Meant: confirmed, the pool is emptied (the other pool, not pruned, keeps its node).
-    confirmed = client.call(
-        client.cluster.UpsertNodes,
-        pb.UpsertNodesRequest(prune_pools=["main"], confirm_delete_all=True),
-    )
+    confirmed = client.upsert_nodes([], prune_pools=["main"], confirm_delete_all=True)
     assert changes(confirmed) == [("delete", "a1"), ("delete", "a2"), ("delete", "r1")]
     assert confirmed.applied and confirmed.config_version == 2
     assert sorted(stored_nodes(client)) == ["s1"]
