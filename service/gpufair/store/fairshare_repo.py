@@ -1,4 +1,9 @@
-"""Fair-share history: every recompute of a pool, with each queue's explain record."""
+"""Fair-share history: every recompute of a pool, with each queue's explain record.
+
+A pool's latest run is the one stored last (the highest id), not the one dated latest: a run is
+dated by the clock of the replica that computed it, and one whose clock ran ahead would otherwise
+hide every later run until real time passed its date. History comes in the same order.
+"""
 
 from __future__ import annotations
 
@@ -104,7 +109,7 @@ def latest_run(conn: Connection, pool: str) -> StoredRun | None:
     run = conn.execute(
         text(
             "SELECT id, extract(epoch FROM computed_at)::float8 AS at, capacity_cu "
-            "FROM fair_share_runs WHERE pool = :pool ORDER BY computed_at DESC, id DESC LIMIT 1"
+            "FROM fair_share_runs WHERE pool = :pool ORDER BY id DESC LIMIT 1"
         ),
         {"pool": pool},
     ).one_or_none()
@@ -125,7 +130,7 @@ def history(
             f"SELECT {_SHARE_COLUMNS} FROM fair_share_history "
             "WHERE pool = :pool AND (CAST(:queue AS text) IS NULL OR queue = :queue) "
             "AND computed_at >= to_timestamp(:since) AND computed_at <= to_timestamp(:until) "
-            "ORDER BY computed_at, queue LIMIT :limit"
+            "ORDER BY run_id, queue LIMIT :limit"
         ),
         {"pool": pool, "queue": queue, "since": since_s, "until": until_s, "limit": limit},
     )

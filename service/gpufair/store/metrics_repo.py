@@ -75,7 +75,7 @@ def latest_runs(conn: Connection) -> tuple[list[RunRecord], list[QueueRecord]]:
             FROM node_pools p
             CROSS JOIN LATERAL (
                 SELECT id, computed_at, capacity_cu FROM fair_share_runs
-                WHERE pool = p.name ORDER BY computed_at DESC, id DESC LIMIT 1
+                WHERE pool = p.name ORDER BY id DESC LIMIT 1  -- as fairshare_repo.latest_run
             ) r
             ORDER BY p.name
             """

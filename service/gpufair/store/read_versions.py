@@ -2,7 +2,9 @@
 
 A key names the latest committed row that a read depends on, by its id and the id of the
 transaction that wrote it (`xmin`): ids restart after a TRUNCATE or a restore, transaction ids do
-not, so a key never matches an older state by chance. Each key is read by one indexed lookup.
+not, so a key never matches an older state by chance. Each key is read by one indexed lookup;
+a pool's latest run is its last stored (highest id, `fairshare_repo`), found by reading the
+primary key backwards past the runs other pools stored since.
 
 The checks run often (every few milliseconds under load), so `KeyReader` makes each one a single
 round trip on a connection of its own, in autocommit: no pool checkout, no liveness ping, no
@@ -20,12 +22,12 @@ from sqlalchemy import Connection, Engine, text
 _FAIR_SHARE_KEY = """
 SELECT
   (SELECT id::text || '@' || xmin::text FROM fair_share_runs
-    WHERE pool = %(pool)s ORDER BY computed_at DESC, id DESC LIMIT 1),
+    WHERE pool = %(pool)s ORDER BY id DESC LIMIT 1),
   (SELECT version::text || '@' || xmin::text FROM config_versions ORDER BY version DESC LIMIT 1)
 """
 _RUN_KEY = """
 SELECT id::text || '@' || xmin::text FROM fair_share_runs
- WHERE pool = :pool ORDER BY computed_at DESC, id DESC LIMIT 1
+ WHERE pool = :pool ORDER BY id DESC LIMIT 1
 """
 _CONFIG_KEY = (
     "SELECT version::text || '@' || xmin::text FROM config_versions ORDER BY version DESC LIMIT 1"
@@ -57,7 +59,7 @@ class KeyReader:
         self.checks = 0  # how many keys it has read
 
     def fair_share_key(self, pool: str) -> tuple[str | None, str | None]:
-        """The latest fair-share run of `pool` (in the order `fairshare_repo.latest_run` reads)
+        """The latest fair-share run of `pool` (the last stored, as `fairshare_repo.latest_run`)
         and the latest config version; None where there is none."""
         row = self._one(_FAIR_SHARE_KEY, {"pool": pool})
         return row[0], row[1]
