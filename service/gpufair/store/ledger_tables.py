@@ -225,6 +225,16 @@ rollup_dirty_marks = Table(
     Column("dirty_from", TZ, nullable=False),  # the earliest instant whose usage changed
 )
 
+# From when retention keeps each kind of history ('rollups': usage_hourly, fairness_hourly and
+# ended runs), the latest it deleted up to: a full rollup redo starts no earlier
+# (`retention_repo.apply_retention`, `rollup_repo.rollup_pool`).
+retention_horizons = Table(
+    "retention_horizons",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("kept_from", TZ, nullable=False),
+)
+
 # One row per recompute of a pool; the per-queue records hang off it.
 fair_share_runs = Table(
     "fair_share_runs",

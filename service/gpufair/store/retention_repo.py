@@ -143,6 +143,11 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     deleted: dict[str, int] = {}
     horizon = rollup_horizon(conn, now_s, keep.rollups_days)
     _say_held(horizon, keep.rollups_days)
+    if math.isfinite(horizon.kept_from_s):
+        # Recorded before anything goes, and never moved back: a full rollup redo starts no
+        # earlier, so it cannot write again what this run deletes or an earlier one did.
+        conn.execute(_RECORD_HORIZON_SQL, {"at": horizon.kept_from_s})
+        conn.commit()
 
     def run(name: str, table: str, where: str, cutoff_s: float, **params: object) -> None:
         """Delete the rows of `table` (alias `x` in `where`) matching `where`, batch by batch
@@ -236,6 +241,14 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     deleted["dirty_marks"] = marks.rowcount or 0
     return deleted
 
+
+_RECORD_HORIZON_SQL = text(
+    """
+    INSERT INTO retention_horizons (kind, kept_from) VALUES ('rollups', to_timestamp(:at))
+    ON CONFLICT (kind) DO UPDATE
+    SET kept_from = greatest(retention_horizons.kept_from, EXCLUDED.kept_from)
+    """
+)
 
 # Up to :batch finished workloads whose events are all older than the cutoff: their events go,
 # and they are marked, in one statement.

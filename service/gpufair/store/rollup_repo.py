@@ -173,16 +173,13 @@ def rollup_pool(
         or _buckets_may_differ(conn, mark.config_version, version)
     )
     if stale:
-        # From the first instant anything counts: usage, or capacity (the denominators).
-        earliest = conn.execute(
-            text(
-                "SELECT extract(epoch FROM least("
-                "(SELECT min(started_at) FROM allocation_intervals WHERE pool = :pool), "
-                "(SELECT min(changed_at) FROM pool_capacity_changes WHERE pool = :pool)))::float8"
-            ),
-            {"pool": pool.name},
-        ).scalar_one()
+        # From the first instant anything counts, usage or capacity (the denominators), but not
+        # before what retention keeps: older buckets it deleted, and the runs and capacity rows
+        # still stored from before it are only what outlived it.
+        earliest, kept_from = conn.execute(_REDO_FROM_SQL, {"pool": pool.name}).one()
         start_s = floor_hour(earliest) if earliest is not None else target_s
+        if kept_from is not None:
+            start_s = max(start_s, ceil_hour(kept_from))
     else:
         assert mark is not None
         redo_s = mark.rolled_up_to_s if dirty_s is None else min(mark.rolled_up_to_s, dirty_s)
@@ -217,6 +214,16 @@ def rollup_pool(
     )
     return max(0, round((target_s - start_s) / HOUR_S))
 
+
+_REDO_FROM_SQL = text(
+    """
+    SELECT extract(epoch FROM least(
+               (SELECT min(started_at) FROM allocation_intervals WHERE pool = :pool),
+               (SELECT min(changed_at) FROM pool_capacity_changes WHERE pool = :pool)))::float8,
+           (SELECT extract(epoch FROM kept_from)::float8 FROM retention_horizons
+            WHERE kind = 'rollups')
+    """
+)
 
 REDO_SPAN_S = 30 * 24 * HOUR_S  # hours of buckets `rollup_pool` writes per statement
 
