@@ -5,15 +5,22 @@ with: the workload finished or was cancelled, and its latest event is older than
 Heartbeats matter only as the latest sign of life, which the sweeper reads, and go sooner: all
 but each workload's latest one.
 
-Rollups (`usage_hourly`, `fairness_hourly`) and the ended runs they are made of go at
-`rollups_days`, unless something still reads them (`rollup_horizon`): the recompute reads each
-pool's usage window (decayed usage: the buckets inside it, the runs at its edges), and
-`report.budget_status_at` each budget's current period (usage since its UTC day, ISO week or
-month began). The horizon is then the earliest of the three, on the hour, and a warning says so
-once per process for each set of reasons: housekeeping never changes a fair share or a budget's
-consumption. A pool whose window is all history reads back as far as its half-life leaves a
-weight a double can tell from zero (`NEGLIGIBLE_HALF_LIVES`); without a half-life, all history
-counts alike, and no rollup or run goes while such a pool is configured.
+Rollups (`usage_hourly`, `fairness_hourly`), the ended runs they are made of and each pool's
+capacity rows but the one in force at the horizon go at `rollups_days`, unless something still
+reads them (`rollup_horizon`): the recompute reads each pool's usage window (decayed usage: the
+buckets inside it, the runs at its edges), and `report.budget_status_at` each budget's current
+period (usage since its UTC day, ISO week or month began). The horizon is then the earliest of
+the three, on the hour, and a warning says so once per process for each set of reasons:
+housekeeping never changes a fair share or a budget's consumption. A pool whose window is all
+history reads back as far as its half-life leaves a weight a double can tell from zero
+(`NEGLIGIBLE_HALF_LIVES`); without a half-life, all history counts alike, and no rollup or run
+goes while such a pool is configured. The horizon is recorded (`retention_horizons`): a full
+rollup redo starts no earlier.
+
+Finished and cancelled workloads stay, however old: a uid names one workload for good (a
+replayed SubmitWorkloads of it is a no-op, not a new run), their row carries the mark that
+refuses late events once their events are gone, and ExplainWorkload, ListWorkloads and
+`report.workload_accounting` show them.
 """
 
 from __future__ import annotations
@@ -208,6 +215,20 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     )
     for table in ("usage_hourly", "fairness_hourly"):
         run(table, table, "x.bucket_start < to_timestamp(:cutoff)", horizon.kept_from_s)
+    # Capacity is a step function: of the rows before the horizon, the last one of each pool
+    # holds at the horizon and stays; the others are read by nothing that is kept.
+    run(
+        "capacity",
+        "pool_capacity_changes",
+        """
+        x.changed_at < to_timestamp(:cutoff)
+          AND EXISTS (
+              SELECT 1 FROM pool_capacity_changes later
+              WHERE later.pool = x.pool AND later.changed_at > x.changed_at
+                AND later.changed_at <= to_timestamp(:cutoff))
+        """,
+        horizon.kept_from_s,
+    )
     history_s = now_s - keep.history_days * DAY_S
     run("history", "fair_share_runs", "x.computed_at < to_timestamp(:cutoff)", history_s)
     run(
