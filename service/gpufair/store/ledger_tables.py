@@ -245,6 +245,7 @@ fair_share_runs = Table(
     Column("capacity_cu", Double, nullable=False),
     Column("config_version", BigInteger, nullable=False),
     Index("ix_fair_share_runs_pool_time", "pool", "computed_at"),
+    Index("ix_fair_share_runs_pool_id", "pool", "id"),  # the latest run is the last stored
 )
 
 fair_share_history = Table(

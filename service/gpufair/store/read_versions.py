@@ -2,9 +2,8 @@
 
 A key names the latest committed row that a read depends on, by its id and the id of the
 transaction that wrote it (`xmin`): ids restart after a TRUNCATE or a restore, transaction ids do
-not, so a key never matches an older state by chance. Each key is read by one indexed lookup;
-a pool's latest run is its last stored (highest id, `fairshare_repo`), found by reading the
-primary key backwards past the runs other pools stored since.
+not, so a key never matches an older state by chance. Each key is read by one indexed lookup
+(a pool's latest run is its last stored, the highest id: index on pool and id).
 
 The checks run often (every few milliseconds under load), so `KeyReader` makes each one a single
 round trip on a connection of its own, in autocommit: no pool checkout, no liveness ping, no
