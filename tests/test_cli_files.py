@@ -29,7 +29,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         ),
         (b"\xff\xfe" + "pools: []\n".encode("utf-16-le"), "not UTF-8 text (byte 0xff at offset 0"),
         (b"[" * 200_000, "not valid YAML: nested too deeply"),
-        (b"pools: [{name: p, policy: {k: [1, 2]}}]\n", "Failed to parse k field"),
+        (
+            b"pools: [{name: p, policy: {k: [1, 2]}}]\n",
+            "pools[0].policy.k: expected a number, got a list",
+        ),
     ],
 )
 def test_a_file_that_cannot_be_a_config_is_one_line_and_exit_2(

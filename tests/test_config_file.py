@@ -58,13 +58,44 @@ def test_short_enum_names_and_durations() -> None:
         ),
         ({"nodes": [{"name": "n", "gpus": 8}]}, "nodes[0].gpus: unknown field"),
         ({"queues": {"name": "q"}}, "queues: expected a list"),
-        ({"nodes": [{"name": "n", "gpu_count": "eight"}]}, "gpu_count"),
+        (
+            {"nodes": [{"name": "n"}, {"name": "m", "gpu_count": "eight"}]},
+            "config: nodes[1].gpu_count: expected a whole number, got 'eight'",
+        ),
+        (
+            {"queues": [{"name": 2024}]},
+            "config: queues[0].name: expected text, got 2024; in YAML, write it in quotes: '2024'",
+        ),
+        ({"pools": [{"name": ["p"]}]}, "config: pools[0].name: expected text, got a list"),
+        (
+            {"nodes": [{"name": "n", "ready": "maybe"}]},
+            "config: nodes[0].ready: expected true or false, got 'maybe'",
+        ),
+        (
+            {"pools": [{"name": "p", "policy": {"k": "much"}}]},
+            "config: pools[0].policy.k: expected a number, got 'much'",
+        ),
+        (
+            {"nodes": [{"name": "n", "gpu_count": 8.5}]},
+            "config: nodes[0].gpu_count: expected a whole number, got 8.5",
+        ),
     ],
 )
 def test_errors_name_the_field(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigFileError) as err:
         parse_config(data)
     assert message in str(err.value)
+
+
+def test_numbers_written_as_text_or_whole_floats_are_taken() -> None:
+    config = parse_config(
+        {
+            "nodes": [{"name": "n", "gpu_count": "8"}, {"name": "m", "gpu_count": 4.0}],
+            "pools": [{"name": "p", "policy": {"k": "0.5"}}],
+        }
+    )
+    assert [n.gpu_count for n in config.nodes] == [8, 4]
+    assert config.pools[0].policy.k == 0.5
 
 
 def test_examples_load() -> None:

@@ -128,17 +128,73 @@ def _normalise_scalar(field: FieldDescriptor, value: Any, path: str) -> Any:
     if field.type == FieldDescriptor.TYPE_ENUM:
         return _enum_name(field, value, path)
     if field.name.endswith("_s"):
-        return parse_duration_s(value, path)
+        value = parse_duration_s(value, path)
+    _check_kind(field, value, path)
     return value
 
 
+_WHOLE = frozenset(
+    {
+        FieldDescriptor.TYPE_INT32,
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT32,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT32,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED32,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED32,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+_REAL = frozenset({FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT})
+
+
+def _parses(convert: type[int] | type[float], text: str) -> bool:
+    try:
+        convert(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_kind(field: FieldDescriptor, value: Any, path: str) -> None:
+    """Refuse a value of the wrong kind at its own path. Left to protobuf's parser, a value
+    Python cannot convert (`gpu_count: eight`, a name YAML read as a number) was named by its
+    field alone, without the list index that says which node or queue it is. Numbers written
+    as text (`"8"`) stay accepted, as the parser accepts them."""
+    if value is None:
+        return
+    kind, number = field.type, isinstance(value, int | float) and not isinstance(value, bool)
+    text = isinstance(value, str)
+    if kind in _WHOLE:
+        if not ((number and float(value).is_integer()) or (text and _parses(int, value))):
+            raise ConfigFileError(f"{path}: expected a whole number, got {_got(value)}")
+    elif kind in _REAL:
+        if not (number or (text and _parses(float, value))):
+            raise ConfigFileError(f"{path}: expected a number, got {_got(value)}")
+    elif kind == FieldDescriptor.TYPE_BOOL:
+        if not isinstance(value, bool):
+            raise ConfigFileError(f"{path}: expected true or false, got {_got(value)}")
+    elif kind == FieldDescriptor.TYPE_STRING and not text:
+        hint = "" if isinstance(value, list | dict) else f"; in YAML, write it in quotes: '{value}'"
+        raise ConfigFileError(f"{path}: expected text, got {_got(value)}{hint}")
+
+
+def _got(value: Any) -> str:
+    return f"a {_SHAPES[type(value)]}" if type(value) in _SHAPES else repr(value)
+
+
+_SHAPES: dict[type, str] = {list: "list", dict: "mapping"}
+
+
 def parse_config(data: Any, source: str = "config") -> cluster_pb2.ClusterConfig:
-    """A ClusterConfig from already-parsed YAML data."""
-    normalised = _normalise(data or {}, cluster_pb2.ClusterConfig.DESCRIPTOR, "")
+    """A ClusterConfig from already-parsed YAML data; an error's message starts with `source`
+    and names the field (`nodes[1].gpu_count: ...`)."""
     msg = cluster_pb2.ClusterConfig()
     try:
-        json_format.ParseDict(normalised, msg)
-    except json_format.ParseError as exc:
+        json_format.ParseDict(_normalise(data or {}, cluster_pb2.ClusterConfig.DESCRIPTOR, ""), msg)
+    except (ConfigFileError, json_format.ParseError) as exc:
         raise ConfigFileError(f"{source}: {exc}") from None
     return msg
 
@@ -165,9 +221,7 @@ def load_config_file(path: Path) -> cluster_pb2.ClusterConfig:
     except RecursionError:
         raise ConfigFileError(f"{path}: not valid YAML: nested too deeply") from None
     try:
-        return parse_config(data, str(path))
-    except ConfigFileError as exc:
-        raise ConfigFileError(f"{path}: {exc}") from None
+        return parse_config(data, str(path))  # its errors name the file already
     except RecursionError:
         raise ConfigFileError(f"{path}: nested too deeply for a cluster config") from None
 

@@ -173,11 +173,15 @@ def test_a_value_of_the_wrong_kind_in_the_cluster_section_is_named_by_its_path()
         " memory_mib: 1}\n"
     )
     assert problems(scenario_text("", two_nodes)) == [
-        (16, "cluster.nodes[1].gpu_count", "invalid literal for int() with base 10: 'eight'")
+        (16, "cluster.nodes[1].gpu_count", "expected a whole number, got 'eight'")
     ]
     number_name = CLUSTER.replace("- name: team", "- name: 2024")
     assert problems(scenario_text("", number_name)) == [
-        (10, "cluster.queues[0].name", "expected string or bytes-like object, got 'int'")
+        (
+            10,
+            "cluster.queues[0].name",
+            "expected text, got 2024; in YAML, write it in quotes: '2024'",
+        )
     ]
 
 
