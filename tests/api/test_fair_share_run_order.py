@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, text
 
+from gpufair.api.convert_workload import workload_to_proto
 from gpufair.api.server import build_server
 from gpufair.api.state_metrics import StateCollector
 from gpufair.client import GpufairClient
@@ -93,3 +94,31 @@ def test_a_run_dated_ahead_does_not_hide_later_runs(
     )
     points = [(p.computed_at.seconds, p.share.fair_share_cu) for p in history.points]
     assert points == [(now_s + DAY, 0.0), (now_s, 60.0)]  # as stored; the last is the latest
+
+
+def test_schedule_recomputes_over_a_run_dated_ahead(
+    client: GpufairClient, ahead: GpufairClient, db: Engine, now_s: float
+) -> None:
+    """Its age (negative) says nothing of a run dated tomorrow: an honest replica's Schedule
+    recomputes at once, so the LLM team's new gang counts as demand without waiting for the
+    periodic job."""
+    client.apply_config(_config(with_audio=False))
+    _run_vision(db, now_s)
+    assert _shares(ahead.get_fair_share("default")) == {"llm": 0.0, "vision": 40.0}
+    client.submit_workloads(
+        [workload_to_proto(Workload("llm-post", "llm", "default", 15, 4, now_s))]
+    )
+    client.schedule("default")
+    with db.connect() as conn:
+        runs = (
+            conn.execute(
+                text("SELECT extract(epoch FROM computed_at) FROM fair_share_runs ORDER BY id")
+            )
+            .scalars()
+            .all()
+        )
+        latest = fairshare_repo.latest_run(conn, "default")
+    assert len(runs) == 2 and runs[0] == now_s + DAY
+    assert now_s <= runs[1] < now_s + 60  # this replica's clock
+    assert latest is not None
+    assert {s.queue: s.fair_share_cu for s in latest.shares} == {"llm": 60.0, "vision": 40.0}

@@ -44,6 +44,9 @@ class Shares:
     standing: dict[str, UsageStanding] = field(default_factory=dict)  # W' and U' per queue
 
 
+CLOCK_SKEW_S = 60.0  # how far ahead of this replica's clock another's run may be dated
+
+
 def fair_shares(
     conn: Connection,
     config: ClusterConfig,
@@ -52,8 +55,9 @@ def fair_shares(
     source: SnapshotSource | None = None,
 ) -> Shares:
     """Leaf fair shares from the latest recompute, recomputed first when it is older than the
-    pool's interval or predates a change of the pool's workloads (a new submission must not wait
-    a whole interval to count as demand)."""
+    pool's interval, predates a change of the pool's workloads (a new submission must not wait
+    a whole interval to count as demand), or is dated ahead of this replica's clock by more than
+    `CLOCK_SKEW_S`."""
     if source is None:
         run = fairshare_repo.latest_run(conn, pool.name)
     else:
@@ -62,6 +66,9 @@ def fair_shares(
     stale = (
         run is None
         or now_s - run.computed_at_s >= pool.policy.recompute_interval_s
+        # Dated further ahead than replicas' clocks differ: stored by a replica whose clock ran
+        # ahead, so its age says nothing (new submissions would wait until that date).
+        or run.computed_at_s - now_s > CLOCK_SKEW_S
         or (changed_at is not None and changed_at > run.computed_at_s)
     )
     if stale:
