@@ -81,6 +81,39 @@ def test_workload_accounting(db: Engine) -> None:
     assert waiting.wait_s > (datetime.now(UTC) - T0).total_seconds() - 60  # still waiting
 
 
+def test_workload_accounting_after_retention_deleted_the_runs(db: Engine) -> None:
+    """Retention deletes the runs of finished work and keeps the workload: its wait is unknown
+    then (NULL), not a wait that grows to now. Cancelled work that never ran keeps its wait
+    to the cancel, and pending work its wait so far."""
+    with db.begin() as conn:
+        add_workload(conn, "pruned", "finished", T0, 4)
+        add_workload(conn, "withdrawn", "cancelled", T0, 2)
+        conn.execute(
+            text("UPDATE workloads SET state_changed_at = :at WHERE uid = 'withdrawn'"),
+            {"at": T0 + 25 * MIN},
+        )
+        add_workload(conn, "waiting", "pending", T0, 2)
+        rows = {
+            r.workload: r for r in conn.execute(text("SELECT * FROM report.workload_accounting"))
+        }
+        comment = conn.execute(
+            text(
+                "SELECT col_description('report.workload_accounting'::regclass, "
+                "(SELECT attnum FROM pg_attribute WHERE attname = 'wait_s' "
+                "AND attrelid = 'report.workload_accounting'::regclass))"
+            )
+        ).scalar_one()
+    pruned = rows["pruned"]
+    assert (pruned.start_time, pruned.end_time, pruned.wait_s) == (None, None, None)
+    assert (pruned.gpu_hours, pruned.runs, pruned.requested_gpus) == (0, 0, 4)
+    assert rows["withdrawn"].wait_s == 25 * 60
+    assert rows["waiting"].wait_s > (datetime.now(UTC) - T0).total_seconds() - 60
+    assert comment == (
+        "seconds from submit to its first start (to now while it waits; NULL for finished work "
+        "whose runs retention deleted)"
+    )
+
+
 def test_pool_utilisation_daily(db: Engine) -> None:
     with db.begin() as conn:
         for at, gpus in ((T0 - 3 * 60 * MIN, 100), (T0 + 9 * 60 * MIN, 50)):  # 06:00, 18:00
