@@ -299,9 +299,9 @@ class Picked(NamedTuple):
     back with the gang still fitting, so the pruning would keep them all: each was a pick of
     one victim on a node of its own that no other pick touched, over the whole type with
     nothing excluded, for a shape without partitions, and the picks freed exactly the pods
-    the gang needs. Putting one back takes its node's pods back to what they were before its
-    pick, one or more: the gang falls short, and `place` fails a plain gang exactly when its
-    pods do not fit."""
+    the gang needs, each at least one. Putting one back takes its node's pods back to what
+    they were before its pick, one or more: the gang falls short, and `place` fails a plain
+    gang exactly when its pods do not fit."""
 
     victims: list[Victim]
     each_needed: bool
@@ -728,12 +728,19 @@ def _greedy(
             chosen.append(victim)
             touched.update(victim.nodes)
         changed: list[int] = []
+        gained = 0
         for other in touched:
             if usable(other):
                 now = pods_fit(nodes[other], shape)
-                total += now - fits[other]
+                gained += now - fits[other]
                 fits[other] = now
                 changed.append(other)
+        total += gained
+        if gained <= 0:
+            # The pick freed no pod (a partition whose GPU other partitions still hold frees
+            # nothing a plain share or whole GPU can use, though its option counted it): it
+            # may be needless, so the pruning decides.
+            lone_picks = False
         if total < pods:  # the nodes' next options are read only if the search goes on
             for other in changed:
                 again = option(other)
