@@ -46,3 +46,8 @@ def test_the_open_hour_is_counted_and_marked(client: GpufairClient) -> None:
     assert list(client.get_usage(include_open_hour=True, queue="vision").rows) == []
     past = datetime.fromtimestamp(hour_start - 7200, UTC)
     assert list(client.get_usage(include_open_hour=True, until=past).rows) == []
+    later = datetime.fromtimestamp(time.time() + 60, UTC)  # after the instant counted up to
+    assert list(client.get_usage(include_open_hour=True, since=later).rows) == []
+    earlier = datetime.fromtimestamp(started_at, UTC)  # inside the open hour: it overlaps
+    (row,) = client.get_usage(include_open_hour=True, since=earlier).rows
+    assert row.partial and row.queue == "llm"

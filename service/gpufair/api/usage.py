@@ -77,7 +77,7 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
     for a pool and/or a queue (a parent queue: the rows of every queue below it), and the
     budgets that apply, each in its own period containing `now_s`. With `include_open_hour`,
     rows of the open UTC hour (up to `now_s`, from the raw runs) follow, marked `partial`, unless
-    `until` ends before that hour.
+    `until` ends before that hour or `since` starts after `now_s`.
 
     Raises InvalidInputError (INVALID_ARGUMENT) for an unknown period, an invalid timestamp, since not
     before until, or a range with more than MAX_ROWS rows; NotFound for a pool or queue that is
@@ -133,8 +133,10 @@ def get_usage(engine: Engine, request: pb.GetUsageRequest, now_s: float) -> pb.G
         )
         open_rows = (
             report_repo.open_hour_usage(conn, now_s, pool=request.pool, queue=request.queue)
+            # The open hour so far, [its start, now), where it overlaps [since, until).
             if request.include_open_hour
             and (until is None or until.timestamp() > now_s - now_s % 3600)
+            and (since is None or since.timestamp() < now_s)
             else []
         )
         conn.rollback()
