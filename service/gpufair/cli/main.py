@@ -1,5 +1,6 @@
 """The `gpufair` command: serve | migrate | database-url | apply | get (config, workloads) |
-submit | delete | explain | report | token | completion | simulate | convert.
+submit | cancel | delete | drain | undrain | explain | report | token | completion | simulate |
+convert.
 
 Every read takes `-o table|json|yaml`; every option's help shows its default; each `serve`
 option `--foo-bar` may come from `$GPUFAIR_FOO_BAR` instead (cli/options.py)."""
@@ -32,8 +33,10 @@ from gpufair.cli.auth import (
     client_auth_kwargs,
     server_credentials,
 )
+from gpufair.cli.cancel import add_cancel_command
 from gpufair.cli.convert import add_convert_command
 from gpufair.cli.database_errors import DatabaseUrlError, describe, resolve
+from gpufair.cli.drain import add_drain_commands
 from gpufair.cli.logs import LOG_FORMATS, setup_logging, stop_logging
 from gpufair.cli.options import (
     add_output_option,
@@ -773,6 +776,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_slurm_bridge_command(sub, _add_client_options)
     add_submit_command(sub, _add_client_options)
+    add_cancel_command(sub, _add_client_options)
+    add_drain_commands(sub, _add_client_options)
     add_convert_command(sub)
 
     completion = sub.add_parser("completion", help="print a shell completion script")
