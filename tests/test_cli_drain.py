@@ -36,7 +36,7 @@ def test_drain_and_undrain(
     assert (code, err) == (0, "")
     assert out == (
         "update node a1\n"
-        "         ready: True -> False\n"
+        "         ready: true -> false\n"
         f"dry run: nothing written (config version stays {version})\n"
     )
     assert ready(client) == {"a1": True, "a2": True, "r1": True}
@@ -44,7 +44,7 @@ def test_drain_and_undrain(
     code, out, err = run(capsys, "drain", "a1", "--address", address)
     assert (code, err) == (0, "")
     assert out == (
-        f"update node a1\n         ready: True -> False\napplied: config version {version + 1}\n"
+        f"update node a1\n         ready: true -> false\napplied: config version {version + 1}\n"
     )
     assert ready(client) == {"a1": False, "a2": True, "r1": True}
 
@@ -65,7 +65,7 @@ def test_drain_and_undrain(
     assert (code, err) == (0, "")
     assert out == (
         "update node r1\n"
-        "         ready: True -> False\n"
+        "         ready: true -> false\n"
         "a1: already drained\n"
         f"applied: config version {version + 2}\n"
     )
@@ -78,7 +78,7 @@ def test_drain_and_undrain(
                 "action": "CHANGE_ACTION_UPDATE",
                 "kind": "node",
                 "name": "r1",
-                "fields": [{"field": "ready", "before": "False", "after": "True"}],
+                "fields": [{"field": "ready", "before": "false", "after": "true"}],
             }
         ],
         "applied": True,
@@ -94,7 +94,7 @@ def test_drain_and_undrain(
                 "action": "update",
                 "kind": "node",
                 "name": "a2",
-                "fields": [{"field": "ready", "before": "True", "after": "False"}],
+                "fields": [{"field": "ready", "before": "true", "after": "false"}],
             }
         ],
         "config_version": version + 3,

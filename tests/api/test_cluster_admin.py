@@ -328,7 +328,7 @@ def test_every_pool_field_goes_through_the_api_and_the_store(client: GpufairClie
     reply = client.apply_config(parse_config(data))
     [change] = reply.changes
     assert [(f.field, f.before, f.after) for f in change.fields] == [
-        ("gang_entitlement", "False", "True")
+        ("gang_entitlement", "false", "true")
     ]
     assert client.get_config().config.pools[0].gang_entitlement is True
 

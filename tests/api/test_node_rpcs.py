@@ -162,7 +162,7 @@ def test_set_nodes_ready_drains_and_the_next_schedule_binds_elsewhere(
     drained = client.set_nodes_ready(["a1", "r1"], False)
     assert changes(drained) == [("update", "a1"), ("update", "r1")]
     assert [(f.field, f.before, f.after) for f in drained.changes[0].fields] == [
-        ("ready", "True", "False")
+        ("ready", "true", "false")
     ]
     assert drained.config_version == 2
     assert capacity_rows(db) == [168.0, 80.0]  # only a2's 8 A100 remain ready

@@ -60,6 +60,8 @@ def render(value: object) -> str:
     """A stable, readable rendering of a field value for diffs and tables."""
     if value is None:
         return ""
+    if isinstance(value, bool):  # as a config file and the API's JSON write it
+        return "true" if value else "false"
     if isinstance(value, enum.Enum):
         return str(value.value)
     if isinstance(value, float):
