@@ -20,6 +20,11 @@ config files). The shape:
     generators: [...]              # job streams per queue (`generators`)
     trace: {...}                   # Alibaba 2023 trace replay (`trace`)
 
+A run takes at most 1,000,000 cycles (duration_s / cycle_s), as many fair-share recomputes
+(duration_s / recompute_s, or each pool's `policy.recompute_interval_s` when recompute_s is not
+given) and 100,000 timeline samples (duration_s / timeline_s): a step smaller than that is a
+problem named at its field, or at duration_s when the step is the default (`scenario_checks`).
+
 A workload: `queue` (a leaf), `pool` (may be left out when the cluster has one pool), `uid`
 (default `<queue>-<index>`), `submit_s` (default 0), `duration_s` (its run time, required), `pods`
 (1), `gpus_per_pod` (1; below 1 a share of one GPU), `min_pods` (default: all pods, a gang),
@@ -90,6 +95,7 @@ from gpufair.sim.config_errors import split_config_error
 from gpufair.sim.distributions import Distribution, constant, parse_distribution
 from gpufair.sim.generators import GeneratorSpec
 from gpufair.sim.jobspec import JobSpec
+from gpufair.sim.scenario_checks import MAX_SAMPLES, MAX_STEPS, too_many_steps
 from gpufair.sim.source_lines import (
     DuplicateKeyError,
     Problem,
@@ -388,6 +394,8 @@ class _Builder:
                 duration_s = max(j.workload.submit_time_s for j in jobs) + TRACE_TAIL_S
         generators = self._generators(cluster, duration_s or math.inf)
         self._unique_uids(jobs)
+        if duration_s is not None:
+            self._steps(cluster, duration_s)
         self.fail_if_any()
         assert duration_s is not None
         return Scenario(
@@ -404,6 +412,39 @@ class _Builder:
             generators=generators,
             notes=tuple(self.notes),
         )
+
+    def _steps(self, cluster: ClusterConfig, duration_s: float) -> None:
+        """Clocks a run can step through in reasonable time (`scenario_checks`); a problem is
+        named at the step's field when the scenario gives it, else at duration_s."""
+        model = self.model
+        given = model.model_fields_set
+        clocks = (
+            ("cycle_s", model.cycle_s, "cycles", MAX_STEPS),
+            ("timeline_s", model.timeline_s, "timeline samples", MAX_SAMPLES),
+            ("recompute_s", model.recompute_s, "recomputes", MAX_STEPS),
+        )
+        for field, step_s, what, bound in clocks:
+            if step_s is None:
+                continue
+            message = too_many_steps(field, step_s, duration_s, what, bound)
+            if message is not None:
+                self.problem(field if field in given else "duration_s", message)
+        if model.recompute_s is not None:
+            return
+        for index, pool in enumerate(cluster.pools):
+            step_s = pool.policy.recompute_interval_s
+            message = too_many_steps(
+                f"pool {pool.name}'s recompute_interval_s",
+                step_s,
+                duration_s,
+                "recomputes",
+                MAX_STEPS,
+            )
+            if message is not None:
+                self._cluster_problem(
+                    f"pools[{index}].policy.recompute_interval_s",
+                    f"{message}, or set the scenario's recompute_s",
+                )
 
     # -- cluster ----------------------------------------------------------------------------
 
