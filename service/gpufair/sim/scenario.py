@@ -40,7 +40,8 @@ A generator: `queue`, `pool`, `name` (default `<queue>-g<index>`; it names the j
 their random stream), exactly one of `rate_per_h` (Poisson arrivals) and `backlog` (keeps that
 many jobs waiting), `start_s` (0), `stop_s` (the end), `max_jobs`, `pods` and `gpus_per_pod`
 (a number or a choice), `duration_s` (a distribution, see `distributions`), `gang` (true), and
-the workload fields above from `preemptible` on.
+the workload fields above from `preemptible` on. A generator that would make no job (`start_s`
+at or after its `stop_s` or the end of the run) is a problem.
 
 A trace replay (`trace`, see `trace` for how pods become jobs): `dir` (the folder with the two CSV
 files, relative to the current directory; `--trace-dir` and $GPUFAIR_TRACE_DIR override it),
@@ -95,7 +96,12 @@ from gpufair.sim.config_errors import split_config_error
 from gpufair.sim.distributions import Distribution, constant, parse_distribution
 from gpufair.sim.generators import GeneratorSpec
 from gpufair.sim.jobspec import JobSpec
-from gpufair.sim.scenario_checks import MAX_SAMPLES, MAX_STEPS, too_many_steps
+from gpufair.sim.scenario_checks import (
+    MAX_SAMPLES,
+    MAX_STEPS,
+    generator_idle,
+    too_many_steps,
+)
 from gpufair.sim.source_lines import (
     DuplicateKeyError,
     Problem,
@@ -644,6 +650,9 @@ class _Builder:
                         self.problem(violation.field_path, violation.message)
             if item.gpus_per_pod.kind not in ("constant", "choice"):
                 self.problem(f"{path}.gpus_per_pod", "must be a number or a choice")
+            idle = generator_idle(item.start_s, item.stop_s, duration_s)
+            if idle is not None:
+                self.problem(f"{path}.start_s", idle)
             stop_s = min(item.stop_s or math.inf, duration_s)
             specs.append(
                 GeneratorSpec(

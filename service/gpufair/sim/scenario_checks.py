@@ -28,3 +28,17 @@ def too_many_steps(
         f"{what}; a run takes at most {bound:,}: make {field} at least {least_s:g} s or "
         "duration_s shorter"
     )
+
+
+def generator_idle(start_s: float, stop_s: float | None, duration_s: float) -> str | None:
+    """Why a generator starting at `start_s` would make no job, or None: it stops at or before
+    its start (no arrival at or after `stop_s`), or the run ends first (`duration_s`, inf when
+    unknown)."""
+    if stop_s is not None and start_s >= stop_s:
+        return f"{start_s:g} s is not before stop_s ({stop_s:g} s): the generator makes no jobs"
+    if start_s >= duration_s:
+        return (
+            f"{start_s:g} s is not before the end of the run (duration_s {duration_s:g} s): "
+            "the generator makes no jobs"
+        )
+    return None
