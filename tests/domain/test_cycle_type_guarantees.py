@@ -92,5 +92,13 @@ def test_guarantee_reclaim_keeps_the_victims_own_type_guarantee() -> None:
     )
     # h is guaranteed 6 A100: only 2 may go, the most recent.
     assert evicted_uids(result) == {"h7", "h6"}
+    # Each message names this phase's bounds (the guarantees, h's deserved CU), not the CU
+    # reclaim's "at least max(deserved, fair share)": h ends below its 100 CU fair share.
+    assert [e.message for e in result.evicts] == [
+        f"reclaimed for g{i} of queue g, below its guarantee of 4 a100-80gb GPUs (holds {i}); "
+        f"queue h keeps {7 - i} a100-80gb GPUs, at least its own guarantee of 6, and "
+        f"{70 - 10 * i}.0 CU, at least its deserved 60.0"
+        for i in range(2)
+    ]
     assert {e.beneficiary_uid for e in result.evicts} == {"g0", "g1"}
     assert result.pending["g2"].code is PendingCode.NO_CAPACITY

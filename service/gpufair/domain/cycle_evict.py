@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.decisions import evict_decision
+from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason
-from gpufair.domain.victim_search import Selection
+from gpufair.domain.victim_search import Selection, Victim
 
 
 def commit(
@@ -18,7 +19,12 @@ def commit(
     selection: Selection,
     reason: EvictReason,
     claimed_before: bool,
+    *,
+    guarantee: bool = False,
 ) -> None:
+    """Evict `selection`'s victims for `item` and hold what it will use. `guarantee`: a reclaim
+    for a per-type guarantee (`cycle_guarantee`, DESIGN §3.5), whose bounds are the type's
+    guarantees, not the CU fair shares: its victims' messages say so."""
     if not selection.victims and not claimed_before:
         # Nothing needs to stop: the plan is on free capacity (held GPUs are taken).
         state.bind(item, gpu_type, selection.plan)
@@ -39,7 +45,9 @@ def commit(
     for victim in selection.victims:
         queue = victim.queue
         victim_book = books[queue]
-        if reclaim:
+        if guarantee:
+            message = _guarantee_message(item, victim, victim_book, gpu_type)
+        elif reclaim:
             message = (
                 f"reclaimed for {item.uid} of queue {book.name} "
                 f"({book.allocated_cu:.1f} of fair share {book.fair_share_cu:.1f} CU); queue "
@@ -98,3 +106,21 @@ def commit(
             evict_decision(victim.uid, victim.queue, reason, message, item.uid, victim.cu)
         )
     state.hold(item, gpu_type, selection.plan)
+
+
+def _guarantee_message(item: Pending, victim: Victim, victim_book: QueueBook, gpu_type: str) -> str:
+    """Why a victim of a per-type guarantee's reclaim goes, in the terms of that phase's bounds
+    (`cycle_guarantee`): the reclaimer's guarantee of the type, the victim's own, its deserved CU.
+    The victim may keep less than its CU fair share: that bound is the CU reclaim's."""
+    book = item.book
+    wanted = book.deserved_gpus_by_type.get(gpu_type, 0.0)
+    held = book.gpus_by_type.get(gpu_type, 0.0)
+    kept = victim_book.gpus_by_type.get(gpu_type, 0.0) - victim.gpus
+    own = victim_book.deserved_gpus_by_type.get(gpu_type, 0.0)
+    return (
+        f"reclaimed for {item.uid} of queue {book.name}, below its guarantee of {wanted:g} "
+        f"{gpu_type} GPUs (holds {held:g}); queue {victim.queue} keeps {kept:g} {gpu_type} GPUs, "
+        f"at least its own guarantee of {own:g}, and "
+        f"{victim_book.allocated_cu - victim.cu:.1f} CU, at least its deserved "
+        f"{victim_book.deserved_cu:.1f}"
+    )

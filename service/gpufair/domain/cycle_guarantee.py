@@ -80,7 +80,7 @@ def _try(state: CycleState, item: Pending) -> bool:
         if selection is None or not selection.victims:
             state.reclaim_failed.add(key)
             continue
-        commit(state, item, gpu_type, selection, EvictReason.RECLAIM, False)
+        commit(state, item, gpu_type, selection, EvictReason.RECLAIM, False, guarantee=True)
         return True
     return False
 
