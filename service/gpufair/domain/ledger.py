@@ -19,6 +19,11 @@ Pairing rules:
   workload. Real stops keep their meaning whatever comes after them. Only the latest heartbeat
   is needed, the one retention keeps; a `stale` at it or after it (the sweeper's close of a run
   silent again) stands.
+- A later stop is a sign of life too: a `stale` close followed by a later end (a real stop, or
+  the sweeper's close at a later heartbeat) with no start in between is void, and the run ends
+  at that end. So a stop reported after the sweep ends the run where it would have ended had it
+  come before, and a restart after it (whose start lies before the latest heartbeat) leaves that
+  end where it is.
 """
 
 from __future__ import annotations
@@ -130,12 +135,12 @@ def derive_runs(events: Iterable[LedgerEvent], alive_at_s: float | None = None) 
     runs: list[Run] = []
     opened: LedgerEvent | None = None  # the start of the open run
     ordered = sorted((e for e in events if e.kind in RUN_KINDS), key=_order)
-    for event in ordered:
+    for i, event in enumerate(ordered):
         if event.kind is _STARTED:
             if opened is None:
                 opened = event
         elif opened is not None:
-            if event.kind is _STALE and _void_close(event, ordered, alive_at_s):
+            if event.kind is _STALE and _void_close(i, ordered, alive_at_s):
                 continue
             runs.append(
                 Run(
@@ -152,15 +157,18 @@ def derive_runs(events: Iterable[LedgerEvent], alive_at_s: float | None = None) 
     return runs
 
 
-def _void_close(
-    stale: LedgerEvent, events: Sequence[LedgerEvent], alive_at_s: float | None
-) -> bool:
-    """Whether `stale` is void: a heartbeat later than it and no start of `events` in between
-    (see the module's docstring)."""
-    stale_s = stale.occurred_at_s
+def _void_close(position: int, ordered: Sequence[LedgerEvent], alive_at_s: float | None) -> bool:
+    """Whether the `stale` at `position` of `ordered` (the run events in order) is void: a later
+    stop, or a heartbeat later than it, and no start in between (see the module's docstring)."""
+    stale_s = ordered[position].occurred_at_s
+    for later in ordered[position + 1 :]:
+        if later.kind is _STARTED:
+            break
+        if later.occurred_at_s > stale_s:
+            return True  # a stop (or the sweeper's close at a later heartbeat): alive till then
     if alive_at_s is None or alive_at_s <= stale_s:
         return False
-    return not any(stale_s < e.occurred_at_s <= alive_at_s for e in events if e.kind is _STARTED)
+    return not any(stale_s < e.occurred_at_s <= alive_at_s for e in ordered if e.kind is _STARTED)
 
 
 def state_after(runs: Sequence[Run], current: WorkloadState) -> WorkloadState:

@@ -5,8 +5,9 @@ A run open longer than `stale_after_s` past its workload's last sign of life (it
 latest heartbeat, read from the ledger: ingesting a heartbeat writes nothing but the event) is
 closed at that last sign of life by a `stale` event. The event's id is derived from the run's
 start event and that instant (`ledger.stale_event_id`), so sweeping the same silence twice
-writes it once; a real stop that arrives later and is earlier than the stale instant still wins,
-since runs are re-derived from all events.
+writes it once. A real stop that arrives later still wins, since runs are re-derived from all
+events: one earlier than the stale instant ends the run first, and a later one voids the close
+(`ledger.derive_runs`), the run ending at the stop as if it had come before the sweep.
 
 A batch system cut off for longer than `stale_after_s` (a bridge restart, a network partition)
 comes back still running what it ran: its heartbeats later than the close void it
