@@ -5,7 +5,8 @@ Events, and what happens at one instant, in this order:
 
 1. **Completions.** A job whose work is done stops; its capacity is free from that instant.
 2. **Arrivals.** Explicit and trace jobs at their `submit_s`, generator jobs as their streams draw
-   them; a job waits in its pool from that instant.
+   them; a job waits in its pool from that instant, unless the service's submit checks refuse it
+   (`admission`): a refused job never waits and is kept apart (`SimResult.refused`).
 3. **Fair-share recompute**, per pool every `recompute_s` (`Scenario.recompute_interval_s`), as the
    service's periodic job does: `usage.usage_inputs` over the pool's simulated allocation history
    (exact integrals; one `history.QueueHistory` per queue, pruned to the window), demands from the
@@ -78,6 +79,7 @@ from gpufair.domain.snapshot import (
 from gpufair.domain.tree import QueueTree
 from gpufair.domain.usage import Segment, usage_inputs, window_bounds
 from gpufair.gc_tuning import collector_paused
+from gpufair.sim.admission import Admission, RefusedJob
 from gpufair.sim.generators import GeneratorStream
 from gpufair.sim.history import QueueHistory
 from gpufair.sim.jobspec import JobSpec
@@ -185,6 +187,7 @@ class SimResult:
     jobs: tuple[JobRecord, ...]  # by submit time, then uid
     timeline: tuple[TimelineRow, ...]
     decisions: tuple[DecisionRow, ...] = ()  # in the order they were made
+    refused: tuple[RefusedJob, ...] = ()  # jobs the service's submit checks refused, by arrival
 
 
 class _Pool:
@@ -312,6 +315,8 @@ class Simulation:
             for p in sorted(scenario.cluster.pools, key=lambda p: p.name)
         }
         self.jobs: dict[str, JobRecord] = {}
+        self.admission = Admission(scenario.cluster)
+        self.refused: list[RefusedJob] = []
         self.arrivals = scenario.jobs  # sorted by submit time
         self.next_arrival = 0
         self.streams = [GeneratorStream(spec, scenario.seed) for spec in scenario.generators]
@@ -428,6 +433,10 @@ class Simulation:
                 heapq.heappush(self.stream_events, (stream.next_arrival_s, index))
 
     def _submit(self, spec: JobSpec, now_s: float) -> None:
+        reason = self.admission.refusal(spec.workload)
+        if reason is not None:
+            self.refused.append(RefusedJob(spec, reason))
+            return
         job = JobRecord(spec, remaining_s=spec.duration_s, pending_since_s=now_s)
         self.jobs[spec.workload.uid] = job
         pool = self.pools[spec.workload.pool]
@@ -775,7 +784,12 @@ class Simulation:
             )
         jobs = sorted(self.jobs.values(), key=lambda j: (j.workload.submit_time_s, j.workload.uid))
         return SimResult(
-            self.scenario, tuple(pools), tuple(jobs), tuple(self.timeline), tuple(self.decisions)
+            self.scenario,
+            tuple(pools),
+            tuple(jobs),
+            tuple(self.timeline),
+            tuple(self.decisions),
+            tuple(self.refused),
         )
 
 

@@ -53,6 +53,26 @@ class GeneratorSpec:
     min_runtime_s: float = 0.0
     topology: TopologyConstraint | None = None
 
+    def workload(self, number: int, pods: int, gpus_per_pod: float, submit_s: float) -> Workload:
+        """The stream's `number`-th job (from 1) as the scheduler sees it."""
+        return Workload(
+            uid=f"{self.name}-{number:06d}",
+            queue=self.queue,
+            pool=self.pool,
+            pods=pods,
+            gpus_per_pod=gpus_per_pod,
+            submit_time_s=submit_s,
+            min_pods=None if self.gang else 1,
+            allowed_gpu_types=self.allowed_gpu_types,
+            min_gpu_memory_gib=self.min_gpu_memory_gib,
+            cpu_millicores_per_pod=self.cpu_millicores_per_pod,
+            memory_mib_per_pod=self.memory_mib_per_pod,
+            topology=self.topology,
+            priority_class=self.priority_class,
+            preemptible=self.preemptible,
+            min_runtime_s=self.min_runtime_s,
+        )
+
 
 class GeneratorStream:
     """The running state of one generator during one simulation."""
@@ -111,21 +131,5 @@ class GeneratorStream:
         gpus_per_pod = spec.gpus_per_pod.sample(self.rng)
         duration_s = max(MIN_DURATION_S, spec.duration.sample(self.rng))
         self.made += 1
-        workload = Workload(
-            uid=f"{spec.name}-{self.made:06d}",
-            queue=spec.queue,
-            pool=spec.pool,
-            pods=pods,
-            gpus_per_pod=gpus_per_pod,
-            submit_time_s=submit_s,
-            min_pods=None if spec.gang else 1,
-            allowed_gpu_types=spec.allowed_gpu_types,
-            min_gpu_memory_gib=spec.min_gpu_memory_gib,
-            cpu_millicores_per_pod=spec.cpu_millicores_per_pod,
-            memory_mib_per_pod=spec.memory_mib_per_pod,
-            topology=spec.topology,
-            priority_class=spec.priority_class,
-            preemptible=spec.preemptible,
-            min_runtime_s=spec.min_runtime_s,
-        )
+        workload = spec.workload(self.made, pods, gpus_per_pod, submit_s)
         return JobSpec(workload, duration_s, generator=spec.name)

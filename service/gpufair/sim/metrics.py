@@ -7,6 +7,8 @@ Per queue (and pool), over the whole run [0, duration):
   capacity at some recompute (those that never wanted more than their quota are not owed any),
   over_quota_share = its CU-hours / theirs, weight_share = w / Σ w, and share_error_pp =
   100 · (over_quota_share - weight_share). None where the group got no over-quota CU-hours.
+- **Jobs** submitted, started, completed and still waiting at the end; jobs the service's submit
+  checks refused (`admission`) are counted apart (`jobs_refused`) and nowhere else.
 - **Wait** P50 / P99 / max, over every job submitted in the queue: the time it spent waiting, in
   total (before its first start and after each eviction); a job still waiting at the end counts
   the wait so far, so starvation shows instead of vanishing. Percentiles interpolate linearly
@@ -33,12 +35,15 @@ Per pool:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+from gpufair.sim.admission import RefusedJob
 from gpufair.sim.engine import JobRecord, PoolRun, QueueRun, SimResult
 
 HOUR_S = 3600.0
+_Job = TypeVar("_Job")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,7 @@ class QueueMetrics:
     wait_max_s: float | None
     evictions: int
     lost_gpu_hours: float = 0.0
+    jobs_refused: int = 0  # refused by the service's submit checks: never waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +138,10 @@ def compute_metrics(result: SimResult) -> RunMetrics:
     for job in result.jobs:
         key = (job.workload.pool, job.workload.queue)
         jobs_by_queue.setdefault(key, []).append(job)
+    refused_by_queue: dict[tuple[str, str], list[RefusedJob]] = {}
+    for refused in result.refused:
+        key = (refused.spec.workload.pool, refused.spec.workload.queue)
+        refused_by_queue.setdefault(key, []).append(refused)
     pools = []
     queues = []
     for pool in result.pools:
@@ -157,6 +167,7 @@ def compute_metrics(result: SimResult) -> RunMetrics:
                     over_quota_cu_hours=over[queue.name],
                     shares=shares[queue.name],
                     jobs_by_queue=jobs_by_queue,
+                    refused=len(_jobs_under(pool, queue, refused_by_queue)),
                 )
             )
         lost_gpu_s = math.fsum(j.lost_gpu_s for j in result.jobs if j.workload.pool == pool.name)
@@ -198,6 +209,7 @@ def _queue_metrics(
     over_quota_cu_hours: float,
     shares: tuple[float | None, float | None],
     jobs_by_queue: dict[tuple[str, str], list[JobRecord]],
+    refused: int,
 ) -> QueueMetrics:
     jobs = _jobs_under(pool, queue, jobs_by_queue)
     waits = [j.wait_s for j in jobs]
@@ -227,17 +239,18 @@ def _queue_metrics(
         wait_max_s=max(waits) if waits else None,
         evictions=sum(j.evictions for j in jobs),
         lost_gpu_hours=math.fsum(j.lost_gpu_s for j in jobs) / HOUR_S,
+        jobs_refused=refused,
     )
 
 
 def _jobs_under(
-    pool: PoolRun, queue: QueueRun, jobs_by_queue: dict[tuple[str, str], list[JobRecord]]
-) -> list[JobRecord]:
+    pool: PoolRun, queue: QueueRun, jobs_by_queue: Mapping[tuple[str, str], list[_Job]]
+) -> list[_Job]:
     """The jobs of `queue`, or of every leaf below it for an inner queue."""
     if queue.is_leaf:
         return jobs_by_queue.get((pool.name, queue.name), [])
     parents = {q.name: q.parent for q in pool.queues}
-    out = []
+    out: list[_Job] = []
     for q in pool.queues:
         if not q.is_leaf:
             continue

@@ -5,16 +5,18 @@ byte-identical files: fixed float formats, rows in a fixed order, no wall clock,
   pool, queue, allocated_cu, pending_cu, fair_share_cu, effective_weight, usage_share (U'),
   decayed_usage_cu_s (the U' numerator), weight_share (W'). Fair-share columns are those of the
   latest recompute.
-- `jobs.csv`: one row per job, by submit time then uid: uid, pool, queue, pods, gpus_per_pod,
-  preemptible, submit_s, first_start_s, end_s, wait_s (total time waiting; counted to the end
-  for a job still waiting), evictions, gpu_type, gpus, cu (of its last run), state (done,
-  running or waiting at the end).
+- `jobs.csv`: one row per job submitted in the run, by submit time then uid: uid, pool, queue,
+  pods, gpus_per_pod, preemptible, submit_s, first_start_s, end_s, wait_s (total time waiting;
+  counted to the end for a job still waiting), evictions, gpu_type, gpus, cu (of its last run),
+  state (done, running or waiting at the end, or refused), refusal (why the service's submit
+  checks refused it, `admission`; a refused job has no start, end or wait).
 - `events.csv`: every bind and eviction in the order the cycles made them: time_s, pool, event
   (bind or evict), uid, queue, gpus, cu, reason (a bind: within_share, beyond_share, or
   claim:<eviction reason> on capacity evicted for it; an eviction: reclaim, preempt or
   entitlement), beneficiary and beneficiary_queue (whom an eviction was for).
-- `summary.json`: the scenario's name, seed, span and policies, what loading noted, and the
-  metrics of `metrics` per pool and queue (floats rounded to 6 decimals).
+- `summary.json`: the scenario's name, seed, span and policies, what loading noted, the
+  metrics of `metrics` per pool and queue (floats rounded to 6 decimals), and `refused`: how
+  many jobs the submit checks refused and how many for each reason.
 - `summary.txt`: the summary table printed at the end of a run (in each run's own folder of a
   comparison too).
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufair.render import table
+from gpufair.sim.admission import reason_counts
 from gpufair.sim.engine import SimResult
 from gpufair.sim.fairness import fairness_dicts, wait_fairness
 from gpufair.sim.metrics import HOUR_S, PoolMetrics, QueueMetrics, RunMetrics
@@ -61,6 +64,7 @@ JOB_COLUMNS = (
     "gpus",
     "cu",
     "state",
+    "refusal",
 )
 
 EVENT_COLUMNS = (
@@ -142,8 +146,29 @@ def write_jobs(result: SimResult, path: Path) -> None:
                 fmt(job.gpus, 3) if started else "",
                 fmt(job.cu, 3) if started else "",
                 state,
+                "",
             )
         )
+    for refused in result.refused:
+        workload = refused.spec.workload
+        rows.append(
+            (
+                workload.uid,
+                workload.pool,
+                workload.queue,
+                str(workload.pods),
+                fmt(workload.gpus_per_pod, 3),
+                "true" if workload.preemptible else "false",
+                fmt(workload.submit_time_s, 3),
+                *("",) * 7,
+                "refused",
+                refused.reason,
+            )
+        )
+    if result.refused:  # in among the others, by the exact submit time, then uid
+        times = {j.workload.uid: j.workload.submit_time_s for j in result.jobs}
+        times.update((r.spec.workload.uid, r.spec.workload.submit_time_s) for r in result.refused)
+        rows.sort(key=lambda row: (times[row[0]], row[0]))
     _write_csv(path, JOB_COLUMNS, rows)
 
 
@@ -205,6 +230,7 @@ def run_summary(result: SimResult, metrics: RunMetrics) -> dict[str, Any]:
         "queues": [_queue_dict(q) for q in metrics.queues],
         "wait_fairness": fairness_dicts(wait_fairness(result)),
         "moves": moves_summary(result),
+        "refused": {"jobs": len(result.refused), "reasons": dict(reason_counts(result.refused))},
     }
 
 
@@ -250,6 +276,7 @@ def _queue_dict(queue: QueueMetrics) -> dict[str, Any]:
         "wait_max_s": queue.wait_max_s,
         "evictions": queue.evictions,
         "lost_gpu_hours": queue.lost_gpu_hours,
+        "jobs_refused": queue.jobs_refused,
     }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from gpufair.sim.admission import refused_line
 from gpufair.sim.compare import VARIANTS
 from gpufair.sim.engine import SimResult, simulate
 from gpufair.sim.fairness import fairness_table, wait_fairness
@@ -47,10 +48,12 @@ def run_and_write(
         write_run(result, metrics, run_dir)
         if compare:  # each run's folder stands on its own
             own = _header(scenario) + summary_table([(label, metrics)])
+            own += _refused([(label, result)])
             (run_dir / "summary.txt").write_text(own)
         if plots and compare:
             plot_all([(label, result)], run_dir)
     text = _header(scenario) + summary_table([(label, m) for label, _, m in runs])
+    text += _refused([(label, result) for label, result, _ in runs])
     text += (
         "\n" + fairness_table([(label, wait_fairness(result)) for label, result, _ in runs]) + "\n"
     )
@@ -69,6 +72,13 @@ def _overlay_order(
 ) -> list[tuple[str, SimResult]]:
     """Time-based first (solid lines), classic after (dashed)."""
     return [(label, result) for label, result, _ in reversed(runs)]
+
+
+def _refused(runs: Sequence[tuple[str, SimResult]]) -> str:
+    """A line per run with jobs refused at submit (`admission`), after the tables."""
+    lines = [refused_line(result.refused, label) for label, result in runs]
+    shown = [line for line in lines if line]
+    return "".join(f"\n{line}\n" for line in shown)
 
 
 def _header(scenario: Scenario) -> str:

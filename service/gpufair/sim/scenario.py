@@ -54,6 +54,13 @@ join the cluster section's nodes, in its pool; the cluster section then needs no
 The cluster section goes through `config_file.parse_config` and `api.convert_cluster`, the very
 code `gpufair apply` uses, then `domain.config_rules.validate_config`, so what is valid there is
 valid here.
+
+Jobs go through the service's submit rules (`domain.workload_rules`, as `SubmitWorkloads` applies
+them): a workload written here that the service would refuse (a field out of range, or a job that
+would not fit its pool even empty) is a problem with its path and line, and so is a generator
+that can draw such a job (any of its pod counts with any of its GPUs per pod). Trace rows are
+data, not settings: one the service would refuse is refused at its arrival, as the server would
+refuse that pod, and counted in the run's outputs (`admission`), the other rows replayed.
 """
 
 from __future__ import annotations
@@ -92,6 +99,7 @@ from gpufair.domain.model import (
 )
 from gpufair.domain.partitions import with_profile_share
 from gpufair.domain.workload_rules import workload_violations
+from gpufair.sim.admission import Admission
 from gpufair.sim.config_errors import split_config_error
 from gpufair.sim.distributions import Distribution, constant, parse_distribution
 from gpufair.sim.generators import GeneratorSpec
@@ -100,6 +108,7 @@ from gpufair.sim.scenario_checks import (
     MAX_SAMPLES,
     MAX_STEPS,
     generator_idle,
+    generator_problems,
     too_many_steps,
 )
 from gpufair.sim.source_lines import (
@@ -601,8 +610,10 @@ class _Builder:
 
     def _workloads(self, cluster: ClusterConfig) -> tuple[JobSpec, ...]:
         jobs = []
+        admission = Admission(cluster)
         for index, item in enumerate(self.model.workloads):
             path = f"workloads[{index}]"
+            known = len(self.problems)
             pool = self._check_job_fields(path, item, cluster)
             given = item.model_fields_set
             asks_gpus = not (item.compute_units or item.partition_profile)
@@ -630,26 +641,26 @@ class _Builder:
             workload, problem = with_profile_share(workload, {t.name: t for t in cluster.gpu_types})
             if problem is not None:
                 self.problem(f"{path}.partition_profile", problem)
+            elif len(self.problems) == known:  # well-formed: would the cluster take it?
+                refusal = admission.cluster_refusal(workload)
+                if refusal is not None:
+                    self.problem(path, refusal)
             jobs.append(JobSpec(workload, item.duration_s))
         return tuple(jobs)
 
     def _generators(self, cluster: ClusterConfig, duration_s: float) -> tuple[GeneratorSpec, ...]:
         specs = []
         names: set[str] = set()
+        admission = Admission(cluster)
         for index, item in enumerate(self.model.generators):
             path = f"generators[{index}]"
+            known = len(self.problems)
             pool = self._check_job_fields(path, item, cluster)
+            known = len(self.problems) == known  # its queue, pool and types are known
             name = item.name or f"{item.queue}-g{index}"
             if name in names:
                 self.problem(f"{path}.name", f"duplicate generator name {name!r}")
             names.add(name)
-            for value in item.gpus_per_pod.values or (1.0,):
-                probe = Workload(name, item.queue, pool or "-", 1, value, 1.0)
-                for violation in workload_violations(probe, path):
-                    if violation.field_path.endswith(".gpus_per_pod"):
-                        self.problem(violation.field_path, violation.message)
-            if item.gpus_per_pod.kind not in ("constant", "choice"):
-                self.problem(f"{path}.gpus_per_pod", "must be a number or a choice")
             idle = generator_idle(item.start_s, item.stop_s, duration_s)
             if idle is not None:
                 self.problem(f"{path}.start_s", idle)
@@ -678,6 +689,11 @@ class _Builder:
                     topology=_topology(item.topology),
                 )
             )
+            if item.gpus_per_pod.kind not in ("constant", "choice"):
+                self.problem(f"{path}.gpus_per_pod", "must be a number or a choice")
+                continue
+            for field, message in generator_problems(path, specs[-1], admission, fit=known):
+                self.problem(field, message)
         return tuple(specs)
 
     def _unique_uids(self, jobs: Iterable[JobSpec]) -> None:

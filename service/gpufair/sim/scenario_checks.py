@@ -8,9 +8,16 @@ about 20 µs, a cycle that decides something milliseconds, and each sample adds 
 queue, so a step too small for the span would leave the run going for days. A run takes at most
 `MAX_STEPS` cycles and as many recomputes (a year at 60 s is 525,600), and `MAX_SAMPLES`
 timeline samples (a year at the default 600 s is 52,560).
+
+A generator must make jobs (`generator_idle`), and every job it can draw must be one the service
+accepts (`generator_problems`): its pod counts and GPUs per pod are numbers or choices, so the
+jobs it can make are known before it runs.
 """
 
 from __future__ import annotations
+
+from gpufair.sim.admission import Admission, field_problems
+from gpufair.sim.generators import GeneratorSpec
 
 MAX_STEPS = 1_000_000  # cycles, and recomputes, of one run
 MAX_SAMPLES = 100_000  # timeline samples of one run
@@ -42,3 +49,35 @@ def generator_idle(start_s: float, stop_s: float | None, duration_s: float) -> s
             "the generator makes no jobs"
         )
     return None
+
+
+def generator_problems(
+    path: str, spec: GeneratorSpec, admission: Admission, *, fit: bool
+) -> list[tuple[str, str]]:
+    """(field path, message) of what the service would refuse among the jobs `spec` can draw:
+    each of its pod counts with each of its GPUs per pod (both a number or a choice), the other
+    fields as given. With `fit` (its queue and pool are known), also a job the cluster could
+    never take (`Admission.cluster_refusal`), once per reason."""
+    fields: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for pods in spec.pods.values:
+        for gpus in spec.gpus_per_pod.values:
+            workload = spec.workload(1, int(pods), gpus, 0.0)
+            found = field_problems(workload)
+            for field, message in found:
+                if field == "uid":
+                    uids = f"makes job uids such as {workload.uid!r}: {message}"
+                    fields.setdefault("name", uids)
+                else:
+                    fields.setdefault(_FIELDS.get(field, field), message)
+            reason = admission.cluster_refusal(workload) if fit and not found else None
+            if reason is not None and reason not in reasons:
+                reasons[reason] = f"a job of {_many(pods, 'pod')} of {_many(gpus, 'GPU')}: {reason}"
+    return [(f"{path}.{f}", m) for f, m in fields.items()] + [(path, m) for m in reasons.values()]
+
+
+_FIELDS = {"allowed_gpu_types": "gpu_types"}  # the service's field name -> the scenario's
+
+
+def _many(count: float, noun: str) -> str:
+    return f"{count:g} {noun}" + ("" if count == 1 else "s")

@@ -14,7 +14,9 @@ How a pod becomes a simulated job:
   GPUs per pod: `num_gpu`, or `gpu_milli / 1000` of one GPU for a one-GPU pod asking for less
   (a shared GPU). CPU and memory as in the trace. `gpu_spec` (models separated by `|`) becomes the
   allowed GPU types. Pods asking for no GPU are read but not replayed: gpufair schedules GPUs
-  only, and the service refuses a workload without one.
+  only, and the service refuses a workload without one. A pod the service would refuse at
+  submit (a negative or oversized request, more than 64 GPUs, a pod no node of the replayed
+  subset can hold) is refused at its arrival, and counted as refused (`admission`).
 - **Arrival** = `(creation_time - start_s) / time_compression` (start_s defaults to the first
   creation time). Compressing arrivals, or replaying on a subset of the nodes, creates the
   contention the full cluster lacks (its peak demand is about 66 of 6,212 GPUs).
