@@ -25,7 +25,8 @@ Events, and what happens at one instant, in this order:
 5. **Timeline sample** every `timeline_s` (and at the end): allocation, fair share, effective
    weight and usage of every queue; fair-share columns are those of the latest recompute.
 
-Time runs over [0, duration_s); nothing happens at the end instant but the last sample.
+Time runs over [0, duration_s); nothing happens at the end instant but the last sample. Jobs
+that arrive at or after it are never submitted (loading notes how many, `scenario`).
 
 Cycles are skipped when they cannot decide anything, which keeps long replays fast and changes
 no result: when nothing waits in the pool, or when nothing changed since a cycle that decided

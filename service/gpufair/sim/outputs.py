@@ -9,7 +9,9 @@ byte-identical files: fixed float formats, rows in a fixed order, no wall clock,
   pods, gpus_per_pod, preemptible, submit_s, first_start_s, end_s, wait_s (total time waiting;
   counted to the end for a job still waiting), evictions, gpu_type, gpus, cu (of its last run),
   state (done, running or waiting at the end, or refused), refusal (why the service's submit
-  checks refused it, `admission`; a refused job has no start, end or wait).
+  checks refused it, `admission`; a refused job has no start, end or wait). Jobs of the scenario
+  that arrive at or after the end (duration_s) are not part of the run and have no row; the
+  scenario's notes (summary.txt, summary.json) say how many.
 - `events.csv`: every bind and eviction in the order the cycles made them: time_s, pool, event
   (bind or evict), uid, queue, gpus, cu, reason (a bind: within_share, beyond_share, or
   claim:<eviction reason> on capacity evicted for it; an eviction: reclaim, preempt or

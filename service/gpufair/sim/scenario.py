@@ -26,7 +26,8 @@ given) and 100,000 timeline samples (duration_s / timeline_s): a step smaller th
 problem named at its field, or at duration_s when the step is the default (`scenario_checks`).
 
 A workload: `queue` (a leaf), `pool` (may be left out when the cluster has one pool), `uid`
-(default `<queue>-<index>`), `submit_s` (default 0), `duration_s` (its run time, required), `pods`
+(default `<queue>-<index>`), `submit_s` (default 0; at or after the end of the run, the job is
+not part of it: the summary notes how many such jobs the workloads and the trace hold), `duration_s` (its run time, required), `pods`
 (1), `gpus_per_pod` (1; below 1 a share of one GPU), `min_pods` (default: all pods, a gang),
 `partition_profile` (each pod one MIG-style instance of that profile; `gpus_per_pod` then comes
 from the profile), `compute_units` (an amount of compute instead of `pods`: placement picks the
@@ -411,6 +412,7 @@ class _Builder:
         self._unique_uids(jobs)
         if duration_s is not None:
             self._steps(cluster, duration_s)
+            self._late(jobs, duration_s)
         self.fail_if_any()
         assert duration_s is not None
         return Scenario(
@@ -427,6 +429,16 @@ class _Builder:
             generators=generators,
             notes=tuple(self.notes),
         )
+
+    def _late(self, jobs: tuple[JobSpec, ...], duration_s: float) -> None:
+        """A note on the listed and trace jobs arriving at or after the end: not part of the run
+        (time runs over [0, duration_s)), so a list or trace longer than the span is said so."""
+        late = sum(1 for job in jobs if job.workload.submit_time_s >= duration_s)
+        if late:
+            self.notes.append(
+                f"{late} of the scenario's {len(jobs)} jobs arrive at or after the end "
+                f"(duration_s {duration_s:g} s): not submitted, no row in jobs.csv"
+            )
 
     def _steps(self, cluster: ClusterConfig, duration_s: float) -> None:
         """Clocks a run can step through in reasonable time (`scenario_checks`); a problem is
