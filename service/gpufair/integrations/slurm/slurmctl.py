@@ -10,6 +10,9 @@ Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and tim
 
 A command that fails raises `SlurmCommandError` with its output, and nothing after it runs: the
 bridge's "pin then release" never releases a job whose pin failed (Slurm would place it itself).
+A read that Slurm could not answer fails too: with the controller unreachable, `squeue --json` and
+`sinfo --json` exit 0 with an empty list and the failure under `errors`, and an empty list taken
+at its word would mean "every job and node is gone".
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 
@@ -44,12 +48,24 @@ class SlurmCtl:
             raise SlurmCommandError(f"{' '.join(argv)} exited {done.returncode}: {output}")
         return done.stdout
 
+    def _read(self, program: str, *args: str) -> dict[str, Any]:
+        """A `--json` read; its `errors` (Slurm's answer when it has none) raise."""
+        data = json.loads(self._run(program, *args))
+        errors = data.get("errors") or []
+        if errors:
+            said = "; ".join(
+                " ".join(str(e.get(k, "")) for k in ("source", "description", "error")).strip()
+                for e in errors
+            )
+            raise SlurmCommandError(f"{program} {' '.join(args)} reported errors: {said}"[:500])
+        return cast(dict[str, Any], data)
+
     def jobs(self) -> list[SlurmJob]:
-        data = json.loads(self._run("squeue", "--json", "--all"))
+        data = self._read("squeue", "--json", "--all")
         return [parse_job(raw) for raw in data.get("jobs", [])]
 
     def nodes(self) -> list[SlurmNode]:
-        data = json.loads(self._run("sinfo", "--json"))
+        data = self._read("sinfo", "--json")
         return [parse_node(raw) for raw in data.get("nodes", [])]
 
     def pin(self, job_id: int, nodes: Sequence[str]) -> None:
