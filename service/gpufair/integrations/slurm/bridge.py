@@ -17,7 +17,7 @@ A cycle:
    |---|---|---|
    | pending, held | unknown | map and submit; unmappable or refused: the reason into Comment |
    | pending, held | bound | pin to the bound nodes, then release (a restart re-pins) |
-   | pending (requeued) | running | `preempted` for the run that ended |
+   | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
    | running | running, evicting | stamp Comment, `requeuehold`, `preempted` |
@@ -184,7 +184,12 @@ class Bridge:
         state = status.state if status is not None else None
         if job.state == "PENDING":
             if state == "running" and job.restart_count > 0:
-                # Requeued (by this bridge or anyone): the previous run ended.
+                # Requeued (by this bridge or anyone): the previous run ended. A requeue not made
+                # by this bridge leaves the job unheld, to start by itself once Slurm's eligible
+                # time (about two minutes) has passed: hold it first, so that gpufair places the
+                # next run like any other (pinned and released by a later cycle).
+                if not job.held:
+                    self.slurm.hold(job.job_id)
                 run = job.restart_count - 1
                 at_s = events.stamped_requeue_s(job.comment, run) or self.clock()
                 out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
