@@ -222,8 +222,10 @@ def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:
     assert not isinstance(big, Unmappable)
     assert big.min_gpu_memory_gib == 40 and list(big.allowed_gpu_types) == []
     assert big.memory_mib_per_pod == 4 * 2048
-    per_job = map_job(CONFIG, job(tres_per_node="", tres_per_job="gres:gpu:8"))
-    assert not isinstance(per_job, Unmappable) and per_job.gpus_per_pod == 4
+    per_job = map_job(
+        CONFIG, job(tres_per_node="", tres_per_job="gres:gpu:8", node_count=1, max_nodes=1)
+    )
+    assert not isinstance(per_job, Unmappable) and per_job.gpus_per_pod == 8
 
 
 @pytest.mark.parametrize(
@@ -234,8 +236,9 @@ def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:
         ({"max_nodes": 4}, "a node range (2-4) is not supported"),
         ({"tres_per_node": "gres:gpu:h100:1"}, "GPU type 'h100' is not in the bridge's gpu_types"),
         (
-            {"tres_per_node": "", "tres_per_job": "gres:gpu:3"},
-            "--gpus=3 does not divide evenly over 2 nodes; ask --gres=gpu:N per node",
+            {"tres_per_node": "", "tres_per_job": "gres:gpu:8"},
+            "--gpus=8 over 2 nodes: Slurm may give each node a different count; "
+            "ask --gres=gpu:N per node",
         ),
         ({"features": "a100&ib"}, "constraint 'a100&ib': only one feature or 'a|b' is supported"),
         ({"features": "fast"}, "constraint 'fast' is not in the bridge's features or gpu_types"),

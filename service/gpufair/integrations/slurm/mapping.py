@@ -9,7 +9,7 @@ A job becomes a `Workload` whose pods are its nodes:
 | Slurm | gpufair |
 |---|---|
 | `-N n` (a fixed count) | `pods = n` |
-| `--gres=gpu[:TYPE]:g` (per node), or `--gpus=G` divisible by n | `gpus_per_pod = g` (`G / n`) |
+| `--gres=gpu[:TYPE]:g` (per node), or `--gpus=G` on one node | `gpus_per_pod = g` (or `G`) |
 | a GRES TYPE, `--constraint` features (`a\\|b` = either) | `allowed_gpu_types`, `min_gpu_memory_gib` (constraints.py) |
 | CPUs and memory per node | `cpu_millicores_per_pod`, `memory_mib_per_pod` |
 | account | queue (`accounts`, else `default_queue`) |
@@ -17,7 +17,8 @@ A job becomes a `Workload` whose pods are its nodes:
 | QOS in `non_preemptible_qos` | `preemptible = false` |
 | submit time | `submit_time` |
 
-Anything else that changes where a job may run (node ranges, `--gpus-per-task`, arrays, `&` in
+Anything else that changes where a job may run (node ranges, `--gpus-per-task`, `--gpus` on
+several nodes, arrays, `&` in
 constraints, an `a|b` that no GPU type meets, unknown GPU types or features, several partitions)
 makes the job unmappable: it stays held, and the reason is written to its Comment.
 """
@@ -91,12 +92,14 @@ def _gpus_per_node(job: SlurmJob) -> tuple[GpuRequest | None, str]:
         return per_node, ""
     per_job = parse_gpu_gres(job.tres_per_job)
     if per_job is not None:
-        if per_job.count % job.node_count:
+        if job.node_count > 1:
+            # Slurm splits GPUs per job over the nodes as it likes (8 over 2 idle nodes: 7 + 1);
+            # a workload has one count per pod, so gpufair would count GPUs Slurm gave away.
             return None, (
-                f"--gpus={per_job.count} does not divide evenly over {job.node_count} nodes; "
-                "ask --gres=gpu:N per node"
+                f"--gpus={per_job.count} over {job.node_count} nodes: Slurm may give each node "
+                "a different count; ask --gres=gpu:N per node"
             )
-        return GpuRequest(per_job.slurm_type, per_job.count // job.node_count), ""
+        return per_job, ""
     return None, "the job asks for no GPU (use --gres=gpu:N)"
 
 
