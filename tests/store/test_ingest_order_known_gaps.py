@@ -44,10 +44,6 @@ def _state(conn: Connection) -> str:
     return str(conn.execute(text("SELECT state FROM workloads WHERE uid = 'w0'")).scalar_one())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stop earlier than every stored start is refused, though an earlier start may come",
-)
 def test_a_restart_arriving_before_the_preemption_and_the_first_start(conn: Connection) -> None:
     first = _event(EventKind.STARTED, NOW - 300, gpu=0)
     preempted = _event(EventKind.PREEMPTED, NOW - 200)

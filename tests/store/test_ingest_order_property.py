@@ -7,9 +7,8 @@ history makes (computed here by hand, from the history rather than from the even
 stored once and its replays duplicates, and of the two payloads under one id the one that came
 first stored, the other refused.
 
-Each delivery leads with each workload's first start: a stop arriving while only later starts
-are stored is refused ("stopped before the workload started"), and would then be missing from
-what an earlier start that arrives after it pairs with."""
+Shuffled freely: a stop may arrive while only later starts of its workload are stored, and is
+stored all the same, to pair with an earlier start when that arrives."""
 
 from __future__ import annotations
 
@@ -90,11 +89,6 @@ def _delivery(h: History, how: str, rng: random.Random) -> list[list[LedgerEvent
         return [[e] for e in sorted(events, key=lambda e: e.occurred_at_s)] + [[e] for e in extra]
     events += extra
     rng.shuffle(events)
-    firsts = {}
-    for e in sorted(h.events, key=lambda e: e.occurred_at_s):
-        if e.kind is EventKind.STARTED:
-            firsts.setdefault(e.workload_uid, e)
-    events = list(firsts.values()) + [e for e in events if e not in firsts.values()]
     if how == "one":
         return [events]
     cuts = sorted(rng.sample(range(1, len(events)), min(len(events) - 1, rng.randint(1, 5))))

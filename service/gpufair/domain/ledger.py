@@ -259,8 +259,8 @@ def event_problem(
     workload: WorkloadRef | None,
     nodes: Mapping[str, Node],
 ) -> str | None:
-    """Why `event` cannot be stored, or None. Checks only the event itself and the config;
-    ordering against other events of the workload is `stop_before_start`."""
+    """Why `event` cannot be stored, or None. Checks only the event itself and the config:
+    none depends on the workload's other events, which may arrive in any order."""
     return static_problem(event, now_s=now_s) or context_problem(
         event, workload=workload, nodes=nodes
     )
@@ -374,15 +374,4 @@ def _pods_problem(
         bad = [g for g in pod.gpu_indices if not 0 <= g < node.gpu_count]
         if bad:
             return f"pods[{i}]: GPU index {bad[0]} does not exist on {pod.node} ({node.gpu_count} GPUs)"
-    return None
-
-
-def stop_before_start(event: LedgerEvent, earliest_start_s: float | None) -> str | None:
-    """A stop earlier than every start of its workload can never pair: refuse it."""
-    if (
-        event.kind in END_KINDS
-        and earliest_start_s is not None
-        and event.occurred_at_s < earliest_start_s
-    ):
-        return "stopped before the workload started"
     return None

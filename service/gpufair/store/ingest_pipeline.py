@@ -30,7 +30,6 @@ from sqlalchemy import Connection, text
 
 from gpufair.domain.ledger import (
     CANONICAL_UUID,
-    END_KINDS,
     MAX_AGE_S,
     MAX_FUTURE_SKEW_S,
     RUN_KINDS,
@@ -46,7 +45,6 @@ from gpufair.domain.ledger import (
     state_after,
     static_problem,
     static_problem_of_uuid,
-    stop_before_start,
 )
 from gpufair.domain.limits import MAX_UID_LEN
 from gpufair.domain.model import GpuType, Node
@@ -466,17 +464,7 @@ def _write_group(
 ) -> bool:
     hooks = Overlap()
     ctx = _read_context(pg, [c for b in batches for c in b.candidates], hooks, known)
-    started = EventKind.STARTED
-    starts: dict[str, float] = {}  # earliest start per workload in the batches validated so far
-    kept: list[list[Candidate]] = []
-    for b in batches:
-        keep = _validate(b, ctx, starts)
-        kept.append(keep)
-        for c in keep:
-            e = c.event
-            if e.kind is started:
-                at = starts.get(e.workload_uid)
-                starts[e.workload_uid] = e.occurred_at_s if at is None else min(at, e.occurred_at_s)
+    kept = [_validate(b, ctx) for b in batches]
     every = [c for keep in kept for c in keep]
     if every:
         # An id stored already fails the COPY (UniqueViolation): `write_group` rolls back.
@@ -614,17 +602,15 @@ def _read_context(
     return ctx
 
 
-def _validate(
-    batch: PreparedBatch, ctx: _Context, earlier_starts: dict[str, float] | None = None
-) -> list[Candidate]:
+def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     """The checks that need the workloads and nodes; rejects what fails them, returns the rest.
-    `earlier_starts`: the earliest start per workload of the batches written before this one in
-    the same transaction (`write_group`), which a stop here may pair with as if they were stored."""
+    None depends on the order events arrive in: a stop earlier than every start stored so far
+    is stored like any other, and pairs with an earlier start whenever that arrives (DESIGN §5,
+    out-of-order arrival)."""
     outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
     # The enum's members read once, not once per event (see domain/ledger.py).
-    heartbeat, stale, started = EventKind.HEARTBEAT, EventKind.STALE, EventKind.STARTED
+    heartbeat, stale = EventKind.HEARTBEAT, EventKind.STALE
     valid: list[Candidate] = []
-    runs: list[Candidate] = []  # those of `valid` that start or end a run
     for c in batch.candidates:
         event = c.event
         kind, uid = event.kind, event.workload_uid
@@ -654,34 +640,7 @@ def _validate(
             outcomes.reject(c.position, problem)
         else:
             valid.append(c)
-            if kind in RUN_KINDS:
-                runs.append(c)
-
-    # A stop earlier than every start of its workload (stored or in this batch) cannot pair.
-    earliest: dict[str, float] = {}
-    for uid, events in ctx.run_events.items():
-        starts = [e.occurred_at_s for e in events if e.kind is started]
-        if starts:
-            earliest[uid] = min(starts)
-    if earlier_starts:
-        for uid, at in earlier_starts.items():
-            earliest[uid] = min(earliest.get(uid, at), at)
-    for c in runs:
-        e = c.event
-        if e.kind is started:
-            earliest[e.workload_uid] = min(
-                earliest.get(e.workload_uid, e.occurred_at_s), e.occurred_at_s
-            )
-    refused: set[int] = set()
-    for c in runs:
-        e = c.event
-        problem = (
-            stop_before_start(e, earliest.get(e.workload_uid)) if e.kind in END_KINDS else None
-        )
-        if problem:
-            outcomes.reject(c.position, problem)
-            refused.add(c.position)
-    return [c for c in valid if c.position not in refused] if refused else valid
+    return valid
 
 
 def _copy(
