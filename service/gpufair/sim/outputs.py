@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufair.domain.model import Workload
 from gpufair.render import table
 from gpufair.sim.admission import reason_counts
 from gpufair.sim.engine import SimResult
@@ -120,6 +121,19 @@ def write_timeline(result: SimResult, path: Path) -> None:
     )
 
 
+def _submitted(workload: Workload) -> tuple[str, ...]:
+    """The first columns of a job's row: what was submitted."""
+    return (
+        workload.uid,
+        workload.pool,
+        workload.queue,
+        str(workload.pods),
+        fmt(workload.gpus_per_pod, 3),
+        "true" if workload.preemptible else "false",
+        fmt(workload.submit_time_s, 3),
+    )
+
+
 def write_jobs(result: SimResult, path: Path) -> None:
     rows = []
     for job in result.jobs:
@@ -133,13 +147,7 @@ def write_jobs(result: SimResult, path: Path) -> None:
         started = job.first_start_s is not None
         rows.append(
             (
-                workload.uid,
-                workload.pool,
-                workload.queue,
-                str(workload.pods),
-                fmt(workload.gpus_per_pod, 3),
-                "true" if workload.preemptible else "false",
-                fmt(workload.submit_time_s, 3),
+                *_submitted(workload),
                 fmt(job.first_start_s, 3),
                 fmt(job.end_s, 3),
                 fmt(job.wait_s, 3),
@@ -155,13 +163,7 @@ def write_jobs(result: SimResult, path: Path) -> None:
         workload = refused.spec.workload
         rows.append(
             (
-                workload.uid,
-                workload.pool,
-                workload.queue,
-                str(workload.pods),
-                fmt(workload.gpus_per_pod, 3),
-                "true" if workload.preemptible else "false",
-                fmt(workload.submit_time_s, 3),
+                *_submitted(workload),
                 *("",) * 7,
                 "refused",
                 refused.reason,
