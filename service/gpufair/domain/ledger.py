@@ -171,12 +171,17 @@ def _void_close(position: int, ordered: Sequence[LedgerEvent], alive_at_s: float
     return not any(stale_s < e.occurred_at_s <= alive_at_s for e in ordered if e.kind is _STARTED)
 
 
-def state_after(runs: Sequence[Run], current: WorkloadState) -> WorkloadState:
-    """The workload state that its runs imply, given the state it has now."""
+def state_after(
+    runs: Sequence[Run], current: WorkloadState, cancelled: bool = False
+) -> WorkloadState:
+    """The workload state that its runs imply, given the state it has now and whether it was
+    ever cancelled: a cancelled workload the batch system started all the same runs until its
+    run ends, then is cancelled again, whichever messages its events came in (never pending
+    again after a preemption, to be scheduled anew)."""
     if runs and runs[-1].ended_at_s is None:
         return WorkloadState.RUNNING
-    if current is WorkloadState.CANCELLED:
-        return current
+    if cancelled or current is WorkloadState.CANCELLED:
+        return WorkloadState.CANCELLED
     if not runs:
         return current
     if runs[-1].end_kind is EventKind.PREEMPTED:

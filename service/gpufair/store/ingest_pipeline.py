@@ -163,7 +163,8 @@ class PreparedBatch:
 # may update is locked here, in one order, so that two batches cannot deadlock on them.
 _RUN_WORKLOADS_SQL = (
     "SELECT w.uid, w.queue, w.pool, w.state, w.events_purged_at IS NOT NULL, "
-    "CASE WHEN w.state = 'bound' THEN w.binding->'pods' END FROM workloads w "
+    "CASE WHEN w.state = 'bound' THEN w.binding->'pods' END, w.cancelled_at IS NOT NULL "
+    "FROM workloads w "
     "JOIN queues q ON q.name = w.queue WHERE w.uid = ANY(%s::text[]) "
     "ORDER BY w.uid FOR NO KEY UPDATE OF w"
 )
@@ -339,6 +340,7 @@ class _Context:
 
     workloads: dict[str, tuple[WorkloadRef, WorkloadState]]  # those with run events, locked
     purged: set[str]  # of those, the ones whose events retention removed
+    cancelled: set[str]  # of those, the ones CancelWorkload cancelled (`state_after`)
     bindings: dict[str, Any]  # of those, the pods of the ones bound by a Schedule cycle
     missing: set[str]  # of the batch's other workloads, those that do not exist
     nodes: dict[str, Node]
@@ -505,7 +507,7 @@ def _plan_group(kept: Sequence[Sequence[Candidate]], ctx: _Context) -> _Plan:
             events += part
             # Each batch's state with the heartbeats of the batches up to it, as if alone.
             alive = _alive_at(ctx, kept[: index + 1]).get(uid) if uid in ctx.staled else None
-            state = state_after(derive_runs(events, alive), state)
+            state = state_after(derive_runs(events, alive), state, uid in ctx.cancelled)
         if state is before:
             states.pop(uid, None)
         else:
@@ -571,6 +573,7 @@ def _read_context(
         ctx = _Context(
             {r[0]: (WorkloadRef(r[0], r[1], r[2]), WorkloadState(r[3])) for r in rows},
             {r[0] for r in rows if r[4]},
+            {r[0] for r in rows if r[6]},
             {r[0]: r[5] for r in rows if r[5] is not None},
             {r[0] for r in other.fetchall()} if others else set(),
             runs_repo.nodes_from_rows(n.fetchall()),
@@ -733,7 +736,7 @@ def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
         events = {u: ctx.run_events.get(u, []) + new_run_events.get(u, []) for u in rebuild}
         alive = _alive_at(ctx, [stored]) if ctx.staled else None
         change = runs_repo.plan_runs(
-            rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types, alive
+            rebuild, events, ctx.intervals, ctx.nodes, ctx.gpu_types, alive, ctx.cancelled
         )
     opened = [r for r in change.insert if r.ended_at_s is None]
     if opened and bind_overlaps.runs_within_bindings(

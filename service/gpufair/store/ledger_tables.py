@@ -60,6 +60,9 @@ workloads = Table(
     # Set when retention removed the workload's events: its runs can no longer be derived again,
     # so a late run event for it is refused rather than rebuilding them from itself alone.
     Column("events_purged_at", TZ, nullable=True),
+    # Set when CancelWorkload cancelled it (pending or bound): if the batch system started it all
+    # the same, it is `cancelled` again once that run ends (`domain.ledger.state_after`).
+    Column("cancelled_at", TZ, nullable=True),
     CheckConstraint(
         "state IN ('pending', 'bound', 'running', 'finished', 'cancelled')", name="state_known"
     ),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -162,10 +162,12 @@ def plan_runs(
     nodes: Mapping[str, Node],
     gpu_types: Mapping[str, GpuType],
     alive_at: Mapping[str, float] | None = None,
+    cancelled: Collection[str] = (),
 ) -> RunsChange:
     """Derive the runs of each workload in `workloads` from all of its run `events` (and the
     instant of its latest heartbeat in `alive_at`, for a workload with a `stale` event), and
-    compare with its `current` intervals: rows that stay as they are are not written again."""
+    compare with its `current` intervals: rows that stay as they are are not written again.
+    `cancelled`: the workloads CancelWorkload cancelled (`state_after`)."""
     alive = alive_at or {}
     change = RunsChange()
     previous = [r for r in current if r.workload_uid in workloads]
@@ -191,7 +193,7 @@ def plan_runs(
                     pods,
                 )
             )
-        new_state = state_after(runs, state)
+        new_state = state_after(runs, state, uid in cancelled)
         if new_state is not state:
             change.states[uid] = new_state
 

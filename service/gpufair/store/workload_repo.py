@@ -183,6 +183,7 @@ def cancel(conn: Connection, uid: str) -> WorkloadState | None:
                 state=WorkloadState.CANCELLED.value,
                 binding=None,
                 state_changed_at=text("now()"),
+                cancelled_at=text("now()"),
             )
         )
     return before
