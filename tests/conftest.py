@@ -7,18 +7,34 @@ afterwards, so each starts from an empty, migrated schema.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, text
 
 from gpufair.api.server import RunningServer, build_server
+from gpufair.cli.logs import stop_logging
 from gpufair.client import GpufairClient
 from gpufair.store import migrate
 from gpufair.store.commit_watch import wrote_read_key
 from gpufair.store.database import Database, make_engine
 from gpufair.store.schema import metadata
 from gpufair.store.scratch import scratch_database, test_server
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """The root logger's handlers and level put back after each test. A command run in-process
+    (`main(["migrate", ...])`) sets the root's handler to a stream on the test's captured stderr,
+    which pytest closes after the test: a later test's server then logged each RPC line into a
+    closed file, and the error it printed landed in that test's own captured stderr."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    stop_logging()  # a queued writer (`serve`), if the test left one
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
