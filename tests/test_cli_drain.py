@@ -12,7 +12,7 @@ import yaml
 from gpufair.api.server import RunningServer
 from gpufair.cli import build_parser, main
 from gpufair.cli.options import completion_script
-from gpufair.client import GpufairClient
+from gpufair.client import GpufairClient, started
 from tests.api.ledger_support import cluster, submit
 
 
@@ -141,6 +141,36 @@ def test_a_drained_node_takes_no_new_binds(
     assert run(capsys, "undrain", "a1", "--address", address)[0] == 0
     reply = client.schedule("main")
     assert [(b.uid, [p.node for p in b.pods]) for b in reply.binds] == [("second", ["a1"])]
+
+
+def test_a_drain_names_the_work_still_on_the_node(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(cluster())  # a1, a2: 8 A100 each; r1: 4 RTX 4090
+    submit(client, "train", "llm", pods=1, gpus=4)
+    (bind,) = client.schedule("main").binds
+    client.report_events([started("train", bind.pods)])
+    submit(client, "eval", "llm", pods=1, gpus=4)
+    (second,) = client.schedule("main").binds
+    placed = {"train": bind.pods[0].node, "eval": second.pods[0].node}
+    assert placed == {"train": "r1", "eval": "a1"}  # the cheapest type first, then the A100s
+
+    code, out, err = run(capsys, "drain", "r1", "a2", "a1", "--dry-run", "--address", address)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    keep = "(they keep their GPUs until the batch system stops them)"
+    # In the order the nodes were named; a2, where nothing is, goes unnamed.
+    assert lines[-3:] == [
+        f"r1: still there: running train {keep}",
+        f"a1: still there: bound eval {keep}",
+        "dry run: nothing written (config version stays 1)",
+    ]
+    # -o json keeps the reply alone, and undrain names nothing.
+    code, out, _ = run(capsys, "drain", "r1", "-o", "json", "--address", address)
+    assert code == 0 and "still there" not in out and json.loads(out)["applied"] is True
+    code, out, _ = run(capsys, "undrain", "r1", "--address", address)
+    assert code == 0 and "still there" not in out
 
 
 def test_completion_knows_drain_and_undrain() -> None:

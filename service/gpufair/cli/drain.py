@@ -2,15 +2,18 @@
 
     gpufair drain a1 a2 --dry-run
     update node a1
-             ready: True -> False
+             ready: true -> false
     a2: already drained
+    a1: still there: running train-7, bound eval-2 (they keep their GPUs until the batch system stops them)
     dry run: nothing written (config version stays 7)
 
 A drained node (ready false, ClusterAdmin.SetNodesReady) takes no new binds from the next
 `Schedule`; what runs on it keeps running until the batch system stops it. Like `apply`: a
 `--dry-run` shows the diff, `--expected-version N` writes only at that config version (else a
 conflict, exit 1). Every name must be a stored node, or nothing is written and the unknown ones
-are named (exit 1). Registered by cli/main.py through `add_drain_commands`.
+are named (exit 1). In the table output, a drain names the work still bound or running on each
+node (`ListWorkloads`): what the operator waits for, or stops in the batch system. Registered by
+cli/main.py through `add_drain_commands`.
 """
 
 from __future__ import annotations
@@ -43,8 +46,23 @@ def unknown_nodes(client: GpufairClient, names: Sequence[str]) -> list[str]:
     return [name for name in names if name not in known]
 
 
+def work_on(client: GpufairClient, names: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """(state, uid) of the bound and running workloads with a pod on each of `names`, by node,
+    in the order the nodes were named."""
+    wanted = set(names)
+    found: dict[str, list[tuple[str, str]]] = {}
+    for status in client.list_workloads(states=["running", "bound"]):
+        for node in dict.fromkeys(pod.node for pod in status.pods):
+            if node in wanted:
+                found.setdefault(node, []).append((status.state, status.workload.uid))
+    return {name: found[name] for name in names if name in found}
+
+
 def print_outcome(
-    reply: cluster_pb2.SetNodesReadyResponse, names: Sequence[str], ready: bool
+    reply: cluster_pb2.SetNodesReadyResponse,
+    names: Sequence[str],
+    ready: bool,
+    still_there: dict[str, list[tuple[str, str]]],
 ) -> None:
     changed = {change.name for change in reply.changes}
     for change in reply.changes:
@@ -54,6 +72,11 @@ def print_outcome(
     for name in names:
         if name not in changed:
             print(f"{name}: already {'ready' if ready else 'drained'}")
+    for name, held in still_there.items():
+        listed = ", ".join(f"{state} {uid}" for state, uid in held)
+        print(
+            f"{name}: still there: {listed} (they keep their GPUs until the batch system stops them)"
+        )
     if reply.applied:
         print(f"applied: config version {reply.config_version}")
     else:
@@ -87,7 +110,8 @@ def cmd_set_ready(args: argparse.Namespace) -> int:
                 print(f"error: conflict: {details}", file=sys.stderr)
                 return 1
             raise
-    emit(args.output, reply, lambda: print_outcome(reply, names, ready))
+        still_there = work_on(client, names) if not ready and args.output == "table" else {}
+    emit(args.output, reply, lambda: print_outcome(reply, names, ready, still_there))
     return 0
 
 
