@@ -7,27 +7,17 @@ The series start at Unix time 0 (promtool's clock) and are sampled every minute.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.test_prometheus import prometheus_tools
 
 ALERTS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "alerts.yml"
 JOB_ALERT = "GpufairPeriodicJobFailing"
 MINUTES = 4 * 24 * 60  # how long the made-up series last
-
-
-def _promtool() -> str:
-    promtool = shutil.which("promtool")
-    if promtool:
-        return promtool
-    if os.environ.get("GPUFAIR_REQUIRE_PROMETHEUS") == "1":
-        pytest.fail("promtool is required (GPUFAIR_REQUIRE_PROMETHEUS=1) but not installed")
-    pytest.skip("promtool not installed (Debian package `prometheus`)")
 
 
 def _job(
@@ -65,7 +55,7 @@ def _run(tmp_path: Path, series: list[dict[str, str]], checks: list[dict[str, An
     path = tmp_path / "alerts_test.yml"
     path.write_text(yaml.safe_dump(tests))
     done = subprocess.run(
-        [_promtool(), "test", "rules", str(path)],
+        [prometheus_tools()[1], "test", "rules", str(path)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -51,7 +51,8 @@ EXAMPLE = ROOT / "examples" / "clusters" / "llm-vs-vision.yaml"
 REQUIRE_ENV = "GPUFAIR_REQUIRE_PROMETHEUS"
 
 
-def _tools() -> tuple[str, str]:
+def prometheus_tools() -> tuple[str, str]:
+    """(prometheus, promtool): skipped where not installed, failed when CI requires them."""
     prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
     if prometheus and promtool:
         return prometheus, promtool
@@ -213,7 +214,7 @@ def _drive_round(client: GpufairClient, n: int, now: float) -> scheduler_pb2.Sch
 
 @pytest.fixture
 def stack(pg_server: Database, tmp_path: Path) -> Iterator[tuple[ServeProcess, Prometheus, str]]:
-    prometheus_binary, _ = _tools()
+    prometheus_binary, _ = prometheus_tools()
     env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
     with scratch_database(pg_server.url) as url:
         metrics_port = free_port()
@@ -235,7 +236,7 @@ def stack(pg_server: Database, tmp_path: Path) -> Iterator[tuple[ServeProcess, P
 
 
 def test_promtool_accepts_the_rules_and_the_config() -> None:
-    _, promtool = _tools()
+    _, promtool = prometheus_tools()
     for command in (
         [promtool, "check", "rules", str(ALERTS)],
         [promtool, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
@@ -373,7 +374,7 @@ def test_a_process_group_is_scraped_per_worker_and_counts_the_cluster_once(
     """`gpufair serve --processes 2` as the compose stack runs it: Prometheus scrapes both
     workers' endpoints; the dashboard's sums over the targets count every RPC exactly once, and
     the state gauges (worker 0 alone exports them) give one series per queue."""
-    prometheus_binary, _ = _tools()
+    prometheus_binary, _ = prometheus_tools()
     env = {k: v for k, v in os.environ.items() if k != "GPUFAIR_DATABASE_URL"}
     with scratch_database(pg_server.url) as url:
         metrics = free_port(2)
