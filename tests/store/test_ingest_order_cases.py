@@ -1,6 +1,6 @@
 """Outcomes that once depended on the order events arrive in, or on how they are grouped in
-messages, each the smallest case, on PostgreSQL; and one that still does, an expected failure
-until node capacity is kept over time (`test_node_capacity_events_of_two_nodes_in_either_order`).
+messages, each the smallest case, on PostgreSQL (node capacity reports: more cases in
+`test_capacity_history.py`).
 
 Workload w0 starts at NOW - 300 on a0's GPU 0, is preempted at NOW - 200, and restarts at
 NOW - 100 on GPU 1: runs [NOW - 300, NOW - 200) and [NOW - 100, open).
@@ -112,10 +112,6 @@ def _capacity(conn: Connection) -> list[tuple[float, float]]:
     return [(at, cu) for at, cu in rows]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a node_capacity event older than the pool's latest capacity row is recorded behind it",
-)
 def test_node_capacity_events_of_two_nodes_in_either_order(conn: Connection) -> None:
     """a0 down to 6 GPUs at NOW - 100, a1 down to 4 at NOW - 200 (pool of 2 x 8 A100, 10 CU
     each): 120 CU from NOW - 200, 100 CU from NOW - 100, in either order."""

@@ -18,7 +18,7 @@ from gpufair.domain.config_scope import MAX_SHOWN, capped
 from gpufair.domain.errors import FailedPrecondition, Violation
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import request_id_violations
-from gpufair.store import capacity_repo, config_repo, workload_repo
+from gpufair.store import capacity_repo, config_repo, node_history_repo, workload_repo
 from gpufair.store.deletion_guard import refuse_unsafe_deletions
 from gpufair.v1 import cluster_pb2 as pb
 
@@ -73,8 +73,11 @@ def write(
     version = config_repo.config_version(conn)
     if not changes:
         return version
+    node_history_repo.seed_config(conn)  # each node as it counted until now, if not yet kept
     config_repo.apply_changes(conn, final, changes)
     new_version = config_repo.record_version(conn, changes)
+    capacity_repo.lock_changes(conn)
+    node_history_repo.record_config(conn, now_s)
     capacity_repo.record_if_changed(conn, now_s, "config")
     if dry_run:
         # What the commit would check, checked now; the caller's transaction is rolled back.

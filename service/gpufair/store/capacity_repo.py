@@ -1,91 +1,218 @@
 """Pool capacity over time: what the fair-share engine divides and usage is normalised by.
 
 A pool's capacity is the CU of its ready nodes, each counted with the GPUs the batch system last
-reported usable (node_capacity events), else its declared GPU count. A new row is written whenever
-that changes: by a config apply or by a node capacity event.
+reported usable (node_capacity events), else its declared GPU count (`domain.capacity_history`).
+A new row is written whenever that changes: by a config apply or by a node capacity event.
+
+Events may come in any order (DESIGN 5), and the rows must end the same. Every report and what
+each node counted for after each config apply are kept (`node_history_repo`). A change later
+than every row and every report is appended, from the nodes as they are now, the common case.
+One that is not (a report older than a row of the pool, or than another report of its node or a
+config change) rebuilds the rows of the pools it touches from its instant on, and only those:
+the capacity at each later instant is counted again from the nodes' configs and reports of that
+instant (`rebuild_from`). Either way the rows are those the changes in time order would give.
 
 Capacity is what rollups divide by, so a change is also a rollup dirty mark from its instant (a
-node capacity event may come late, or commit while a rollup runs; `rollup_repo.rollup_pool`).
+node capacity event may come late, or commit while a rollup runs; `rollup_repo.rollup_pool`): a
+rebuild marks from the first row it changed, and the next rollup redoes the buckets from there,
+as for a late run event.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Connection, select, text
 
+from gpufair.domain import capacity_history
+from gpufair.domain.capacity_history import Capacity, NodeConfig, Step
 from gpufair.domain.usage import Segment
-from gpufair.store import locks
+from gpufair.store import locks, node_history_repo
 from gpufair.store import tables as t
 from gpufair.store.ledger_tables import node_capacity, pool_capacity_changes
 
 
-def capacity_now(conn: Connection) -> dict[str, tuple[float, dict[str, float]]]:
+def capacity_now(conn: Connection) -> dict[str, Capacity]:
     """Per pool: (CU, GPUs by type) of its ready nodes as they are now."""
     weights = dict(conn.execute(select(t.gpu_types.c.name, t.gpu_types.c.compute_weight)).all())
     overrides = dict(conn.execute(select(node_capacity.c.node, node_capacity.c.gpu_count)).all())
-    cu: dict[str, float] = defaultdict(float)
-    by_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for pool_row in conn.execute(select(t.node_pools.c.name)):
-        cu[pool_row.name] = 0.0
-    for n in conn.execute(
-        select(t.nodes.c.name, t.nodes.c.pool, t.nodes.c.gpu_type, t.nodes.c.gpu_count).where(
-            t.nodes.c.ready
+    pools = [r.name for r in conn.execute(select(t.node_pools.c.name))]
+    counted = capacity_history.capacity_at(
+        (
+            NodeConfig(n.pool, n.gpu_type, n.gpu_count, weights.get(n.gpu_type, 0.0)),
+            overrides.get(n.name),
         )
-    ):
-        gpus = min(n.gpu_count, overrides.get(n.name, n.gpu_count))
-        cu[n.pool] += gpus * weights.get(n.gpu_type, 0.0)
-        by_type[n.pool][n.gpu_type] += gpus
-    return {pool: (cu[pool], dict(by_type[pool])) for pool in cu}
+        for n in conn.execute(
+            select(t.nodes.c.name, t.nodes.c.pool, t.nodes.c.gpu_type, t.nodes.c.gpu_count).where(
+                t.nodes.c.ready
+            )
+        )
+    )
+    return {pool: counted.get(pool, (0.0, {})) for pool in pools}
 
 
 def lock_changes(conn: Connection) -> None:
     """Serialise capacity writers until this transaction ends (`locks.CAPACITY`): take it before
-    the first write that changes a capacity (a node's usable GPUs), so the recount after it sees
-    every change committed by another writer. Taking it again in the transaction is free."""
+    the first write that changes a capacity (a node's usable GPUs, a node's config history), so
+    the recount after it sees every change committed by another writer. Taking it again in the
+    transaction is free."""
     locks.xact_lock(conn, locks.CAPACITY)
 
 
-def record_if_changed(conn: Connection, at_s: float, source: str) -> int:
-    """Write a capacity row for every pool whose capacity differs from its latest row, and a
-    rollup dirty mark from `at_s` for it. Under `lock_changes` (taken here if the caller has
-    not): without it, two writers at once each recounted without the other's uncommitted change,
-    and the later row lacked the earlier change from then on."""
+def record_if_changed(
+    conn: Connection, at_s: float, source: str, *, node: str | None = None, late: bool | None = None
+) -> int:
+    """Bring the capacity rows up to date with a change at `at_s` (a config apply, or `node`'s
+    report), writing a rollup dirty mark for each pool whose rows changed; returns how many rows
+    it wrote or deleted. `late` says whether a report or a config change is recorded later than
+    `at_s` (None: look). Under `lock_changes` (taken here if the caller has not): without it,
+    two writers at once each recounted without the other's uncommitted change, and the later
+    row lacked the earlier change from then on."""
     lock_changes(conn)
     latest = {
-        r.pool: (r.capacity_cu, r.capacity_gpus_by_type)
+        r.pool: (r.at, r.capacity_cu, r.capacity_gpus_by_type)
         for r in conn.execute(
             text(
-                "SELECT DISTINCT ON (pool) pool, capacity_cu, capacity_gpus_by_type "
+                "SELECT DISTINCT ON (pool) pool, extract(epoch FROM changed_at)::float8 AS at, "
+                "capacity_cu, capacity_gpus_by_type "
                 "FROM pool_capacity_changes ORDER BY pool, changed_at DESC"
             )
         )
     }
+    if late is None:
+        late = node_history_repo.later_than(conn, at_s)
+    if late or any(at > at_s for at, _cu, _by_type in latest.values()):
+        return rebuild_from(conn, at_s, node)
     written = 0
     for pool, (cu, by_type) in capacity_now(conn).items():
-        if latest.get(pool) == (cu, by_type):
+        if pool in latest and latest[pool][1:] == (cu, by_type):
             continue
-        conn.execute(
-            text(
-                "INSERT INTO pool_capacity_changes "
-                "(pool, changed_at, capacity_cu, capacity_gpus_by_type, source) "
-                "VALUES (:pool, to_timestamp(:at), :cu, CAST(:by_type AS jsonb), :source) "
-                "ON CONFLICT (pool, changed_at) DO UPDATE SET capacity_cu = EXCLUDED.capacity_cu, "
-                "capacity_gpus_by_type = EXCLUDED.capacity_gpus_by_type, source = EXCLUDED.source"
-            ),
-            {"pool": pool, "at": at_s, "cu": cu, "by_type": json.dumps(by_type), "source": source},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO rollup_dirty_marks (pool, dirty_from) VALUES (:pool, to_timestamp(:at))"
-            ),
-            {"pool": pool, "at": at_s},
-        )
+        conn.execute(_UPSERT_SQL, _row(pool, Step(at_s, cu, by_type, source)))
+        _mark(conn, pool, at_s)
         written += 1
     return written
+
+
+# A config row stays one when a report comes at its very instant: a rebuild says config there.
+_UPSERT_SQL = text(
+    "INSERT INTO pool_capacity_changes "
+    "(pool, changed_at, capacity_cu, capacity_gpus_by_type, source) "
+    "VALUES (:pool, to_timestamp(:at), :cu, CAST(:by_type AS jsonb), :source) "
+    "ON CONFLICT (pool, changed_at) DO UPDATE SET capacity_cu = EXCLUDED.capacity_cu, "
+    "capacity_gpus_by_type = EXCLUDED.capacity_gpus_by_type, "
+    "source = CASE WHEN pool_capacity_changes.source = 'config' AND EXCLUDED.source <> 'config' "
+    "AND NOT :rebuilt THEN 'config' ELSE EXCLUDED.source END"
+)
+
+
+def _row(pool: str, step: Step, *, rebuilt: bool = False) -> dict[str, Any]:
+    return {
+        "pool": pool,
+        "at": step.at_s,
+        "cu": step.cu,
+        "by_type": json.dumps(step.by_type),
+        "source": step.source,
+        "rebuilt": rebuilt,
+    }
+
+
+def _mark(conn: Connection, pool: str, at_s: float) -> None:
+    conn.execute(
+        text("INSERT INTO rollup_dirty_marks (pool, dirty_from) VALUES (:pool, to_timestamp(:at))"),
+        {"pool": pool, "at": at_s},
+    )
+
+
+def rebuild_from(conn: Connection, at_s: float, node: str | None = None) -> int:
+    """Count the capacity rows from `at_s` on again, of the pools `node` counted in from then on
+    (every pool when None), from the nodes' config history and reports; rows that no longer
+    mark a change go, and each pool whose rows changed gets a dirty mark from the first of
+    them. Returns how many rows were written or deleted. Under `lock_changes`."""
+    lock_changes(conn)
+    start_s = float(
+        conn.execute(
+            text("SELECT extract(epoch FROM to_timestamp(:at))::float8"), {"at": at_s}
+        ).scalar_one()
+    )
+    configs = node_history_repo.configs_from(conn, start_s)
+    pools = {r.name for r in conn.execute(select(t.node_pools.c.name))}
+    members: dict[str, set[str]] = {pool: set() for pool in pools}
+    for name, entries in configs.items():
+        for _at, config in entries:
+            if config.pool in members:
+                members[config.pool].add(name)
+    if node is not None:
+        pools = {c.pool for _at, c in configs.get(node, ()) if c.pool in pools}
+    involved = set().union(*(members[pool] for pool in pools)) if pools else set()
+    reports = node_history_repo.reports_from(conn, start_s, involved)
+    changed = 0
+    for pool in sorted(pools):
+        changed += _rebuild_pool(conn, pool, start_s, configs, reports, members[pool])
+    return changed
+
+
+def _rebuild_pool(
+    conn: Connection,
+    pool: str,
+    start_s: float,
+    configs: node_history_repo.NodeConfigs,
+    reports: node_history_repo.NodeReports,
+    members: set[str],
+) -> int:
+    stored = conn.execute(_POOL_ROWS_SQL, {"pool": pool, "at": start_s}).all()
+    before: Capacity | None = None
+    rows: dict[float, tuple[float, dict[str, float], str]] = {}
+    for r in stored:
+        if r.at < start_s:
+            before = (r.capacity_cu, r.capacity_gpus_by_type)
+        else:
+            rows[r.at] = (r.capacity_cu, r.capacity_gpus_by_type, r.source)
+    # A pool has no capacity before the config apply that made it, its first row: none is
+    # written there. (A pool whose first row is a report's was made before rows were kept.)
+    begin_s = start_s
+    if before is None and rows and rows[min(rows)][2] == capacity_history.CONFIG:
+        begin_s = max(start_s, min(rows))
+    steps = capacity_history.capacity_steps(
+        pool,
+        begin_s,
+        {n: configs[n] for n in members},
+        {n: reports[n] for n in members if n in reports},
+        before,
+        {at: source for at, (_cu, _by_type, source) in rows.items() if at >= begin_s},
+    )
+    wanted = {s.at_s for s in steps}
+    gone = [at for at in rows if at >= begin_s and at not in wanted]
+    new = [s for s in steps if rows.get(s.at_s) != (s.cu, s.by_type, s.source)]
+    for at in gone:
+        conn.execute(_DELETE_SQL, {"pool": pool, "at": at})
+    for step in new:
+        conn.execute(_UPSERT_SQL, _row(pool, step, rebuilt=True))
+    if gone or new:
+        _mark(conn, pool, min(gone + [s.at_s for s in new]))
+    return len(gone) + len(new)
+
+
+_DELETE_SQL = text(
+    "DELETE FROM pool_capacity_changes WHERE pool = :pool AND changed_at = to_timestamp(:at)"
+)
+
+
+# The pool's rows from `:at` on, and the one in force just before it.
+_POOL_ROWS_SQL = text(
+    """
+    SELECT extract(epoch FROM changed_at)::float8 AS at, capacity_cu, capacity_gpus_by_type,
+           source
+    FROM pool_capacity_changes
+    WHERE pool = :pool AND changed_at >= COALESCE(
+        (SELECT max(changed_at) FROM pool_capacity_changes
+         WHERE pool = :pool AND changed_at < to_timestamp(:at)),
+        to_timestamp(:at))
+    ORDER BY changed_at
+    """
+)
 
 
 def capacity_timeline(conn: Connection, pool: str, until_s: float) -> list[Segment]:

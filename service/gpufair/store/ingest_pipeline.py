@@ -26,7 +26,7 @@ from operator import attrgetter, is_, itemgetter
 from typing import Any, NamedTuple, cast
 
 import psycopg
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from gpufair.domain.ledger import (
     CANONICAL_UUID,
@@ -48,7 +48,7 @@ from gpufair.domain.ledger import (
 )
 from gpufair.domain.limits import MAX_UID_LEN
 from gpufair.domain.model import GpuType, Node
-from gpufair.store import bind_overlaps, capacity_repo, locks, runs_repo
+from gpufair.store import bind_overlaps, capacity_repo, locks, node_history_repo, runs_repo
 from gpufair.store.event_codec import (
     COPY_EVENTS_SQL,
     canonical_ids_bytes,
@@ -806,16 +806,7 @@ def _queue_writes(cur: psycopg.Cursor[Any], plan: _Plan) -> None:
 
 def _apply_node_capacity(conn: Connection, events: Iterable[LedgerEvent]) -> None:
     for e in sorted(events, key=lambda ev: ev.occurred_at_s):
-        conn.execute(
-            text(
-                """
-                INSERT INTO node_capacity (node, gpu_count, changed_at)
-                VALUES (:node, :gpus, to_timestamp(:at))
-                ON CONFLICT (node) DO UPDATE SET gpu_count = EXCLUDED.gpu_count,
-                    changed_at = EXCLUDED.changed_at
-                WHERE node_capacity.changed_at <= EXCLUDED.changed_at
-                """
-            ),
-            {"node": e.node, "gpus": e.gpu_count, "at": e.occurred_at_s},
+        late = node_history_repo.record_report(conn, e.node, e.gpu_count, e.occurred_at_s)
+        capacity_repo.record_if_changed(
+            conn, e.occurred_at_s, "node_capacity", node=e.node, late=late
         )
-        capacity_repo.record_if_changed(conn, e.occurred_at_s, "node_capacity")

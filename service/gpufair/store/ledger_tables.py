@@ -174,6 +174,35 @@ node_capacity = Table(
     CheckConstraint("gpu_count >= 0", name="gpu_count_non_negative"),
 )
 
+# Every usable-GPU report of a node over time (node_capacity events), whatever order they came
+# in: a report older than the pool's latest capacity row is replayed among those after it
+# (`capacity_repo.rebuild_from`). `node_capacity` above keeps only the latest one.
+node_capacity_reports = Table(
+    "node_capacity_reports",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("reported_at", TZ, primary_key=True),
+    Column("gpu_count", Integer, nullable=False),
+    CheckConstraint("gpu_count >= 0", name="gpu_count_non_negative"),
+)
+
+# What a node counts for in its pool's capacity, from each config change of it on: its pool
+# (NULL while it is not ready or not configured: it counts nowhere), GPU type, declared GPUs and
+# CU per GPU. Written by config applies only (`node_history_repo.record_config`); a node with no
+# row counts as it is configured now. Reports and this together give any pool's capacity at any
+# instant, so a late report is counted with the config of its time.
+node_config_history = Table(
+    "node_config_history",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("changed_at", TZ, primary_key=True),
+    Column("pool", Text, nullable=True),
+    Column("gpu_type", Text, nullable=False),
+    Column("gpu_count", Integer, nullable=False),
+    Column("cu_per_gpu", Double, nullable=False),
+    Index("ix_node_config_history_changed_at", "changed_at"),
+)
+
 # Hourly usage per pool x leaf queue x GPU type, for reports and budgets.
 usage_hourly = Table(
     "usage_hourly",

@@ -1,0 +1,140 @@
+"""A pool's capacity from what its nodes count for: at one instant, or as steps over time.
+
+A node counts in its pool (while ready) with the GPUs the batch system last reported usable,
+never more than it declares, else its declared GPUs, each worth its type's CU. A pool's capacity
+is a sum over its nodes; it is taken here as whole GPUs per (GPU type, CU per GPU), which are
+integers and add up exactly, and CU as the correctly rounded sum of one product per group
+(`math.fsum`). So the same nodes give the same capacity to the last bit whatever order they are
+read or changed in: a capacity counted now and one replayed from history (`capacity_steps`)
+compare equal, and a late report rebuilds the same rows as the reports in order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+NODE_CAPACITY = "node_capacity"  # the source of a capacity step a report made
+CONFIG = "config"  # the source of a capacity step a config apply made
+
+Capacity = tuple[float, dict[str, float]]  # (CU, GPUs by type)
+
+
+class NodeConfig(NamedTuple):
+    """What a node counts for, as configured: `pool` None while it counts nowhere (not ready,
+    not configured)."""
+
+    pool: str | None
+    gpu_type: str
+    gpu_count: int
+    cu_per_gpu: float
+
+
+def counted_gpus(config: NodeConfig, reported: int | None) -> int:
+    return config.gpu_count if reported is None else min(config.gpu_count, reported)
+
+
+class _Groups:
+    """One pool's counted nodes and GPUs per (GPU type, CU per GPU), kept as nodes change."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, float], list[int]] = defaultdict(lambda: [0, 0])
+
+    def add(self, config: NodeConfig, gpus: int, sign: int) -> None:
+        group = self.groups[(config.gpu_type, config.cu_per_gpu)]
+        group[0] += sign
+        group[1] += sign * gpus
+
+    def totals(self) -> Capacity:
+        cu = math.fsum(gpus * w for (_t, w), (nodes, gpus) in self.groups.items() if nodes)
+        by_type: dict[str, int] = {}
+        for (gpu_type, _w), (nodes, gpus) in sorted(self.groups.items()):
+            if nodes:
+                by_type[gpu_type] = by_type.get(gpu_type, 0) + gpus
+        return cu, {t: float(g) for t, g in by_type.items()}
+
+
+def capacity_at(nodes: Iterable[tuple[NodeConfig, int | None]]) -> dict[str, Capacity]:
+    """Per pool that counts any node: its capacity, from each node's config and report."""
+    pools: dict[str, _Groups] = defaultdict(_Groups)
+    for config, reported in nodes:
+        if config.pool is not None:
+            pools[config.pool].add(config, counted_gpus(config, reported), 1)
+    return {pool: groups.totals() for pool, groups in pools.items()}
+
+
+class Step(NamedTuple):
+    at_s: float
+    cu: float
+    by_type: dict[str, float]
+    source: str
+
+
+def capacity_steps(
+    pool: str,
+    start_s: float,
+    configs: Mapping[str, Sequence[tuple[float, NodeConfig]]],
+    reports: Mapping[str, Sequence[tuple[float, int]]],
+    before: Capacity | None,
+    known_sources: Mapping[float, str],
+) -> list[Step]:
+    """The capacity rows of `pool` from `start_s` on: a step at every instant the capacity
+    differs from the one before (`before`: the row in force just before `start_s`, if any).
+
+    `configs` and `reports` hold, per node, its entries in time order from the one in force at
+    `start_s` (at or before it) on; a node with no config entry at or before an instant counts
+    nowhere then. `known_sources` are the stored rows' instants from `start_s` on, with their
+    sources: each is looked at again, and keeps its source when no node changed then. A step's
+    source is config when a node's config changed at its instant, else node_capacity."""
+    changes: dict[float, list[tuple[str, NodeConfig | None, int | None, bool]]] = defaultdict(list)
+    config_now: dict[str, NodeConfig | None] = {}
+    report_now: dict[str, int | None] = {}
+    sources: dict[float, str] = dict(known_sources)
+    for node, entries in configs.items():
+        config_now[node] = None
+        for at_s, config in entries:
+            if at_s <= start_s:
+                config_now[node] = config
+            else:
+                changes[at_s].append((node, config, None, True))
+            if at_s >= start_s:
+                sources[at_s] = CONFIG
+    for node, reported in reports.items():
+        report_now.setdefault(node, None)
+        for at_s, gpus in reported:
+            if at_s <= start_s:
+                report_now[node] = gpus
+            else:
+                changes[at_s].append((node, None, gpus, False))
+            if at_s >= start_s and sources.get(at_s) != CONFIG:
+                sources[at_s] = NODE_CAPACITY
+    groups = _Groups()
+
+    def count(node: str, sign: int) -> None:
+        config = config_now.get(node)
+        if config is not None and config.pool == pool:
+            groups.add(config, counted_gpus(config, report_now.get(node)), sign)
+
+    for node in config_now:
+        count(node, 1)
+    steps: list[Step] = []
+    last = before
+    for at_s in sorted({start_s, *changes, *sources}):
+        if at_s < start_s:
+            continue
+        for node, new_config, new_gpus, is_config in changes.get(at_s, ()):
+            count(node, -1)
+            if is_config:
+                config_now[node] = new_config
+            else:
+                report_now[node] = new_gpus
+            count(node, 1)
+        now = groups.totals()
+        if now != last:
+            steps.append(Step(at_s, now[0], now[1], sources.get(at_s, NODE_CAPACITY)))
+            last = now
+    return steps
