@@ -1,16 +1,19 @@
-"""`--constraint` alternatives of GPU types and GPU memory (`a100|gpumem40`) against the real
-Slurm: gpufair admits exactly the nodes Slurm accepts for every OR of the cluster's features, and
-places such jobs only where Slurm then runs them."""
+"""`--constraint` expressions of GPU types and GPU memory against the real Slurm: for every OR of
+the cluster's features (`a100|gpumem40`), and for ANDs and mixes of ANDs, ORs and parentheses
+(`a100&gpumem80`, `rtx4090|a100&gpumem80`, `rtx4090|(a100&gpumem80)`), gpufair admits exactly the
+nodes Slurm accepts, and places such jobs only where Slurm then runs them."""
 
 from __future__ import annotations
 
-from itertools import combinations
+from itertools import combinations, permutations, product
 from typing import Any
 
 from slurm_support import bridge_config, cluster_config, cycle_until, make_bridge, sbatch, squeue
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.constraints import gpu_choice
+from gpufair.v1 import scheduler_pb2
 
 # The local cluster's node features: a100-* have a100, gpumem40, gpumem80; rtx-* have rtx4090.
 FEATURES = {"gpumem40": {"min_gpu_memory_gib": 40}, "gpumem80": {"min_gpu_memory_gib": 80}}
@@ -70,7 +73,6 @@ def test_every_or_of_the_clusters_features_admits_the_nodes_slurm_accepts(
         c: sbatch(slurm, account="acct-a", gres="gpu:1", constraint=c, seconds=600)
         for c in constraints
     }
-    refused = sbatch(slurm, account="acct-a", gres="gpu:1", constraint="a100&gpumem40")
     reports: list[CycleReport] = []
 
     def all_running() -> bool:
@@ -89,11 +91,120 @@ def test_every_or_of_the_clusters_features_admits_the_nodes_slurm_accepts(
     assert slurm_accepts(slurm, "a100|gpumem40") == {"a100-0", "a100-1"}
     assert slurm_accepts(slurm, "rtx4090|gpumem80") == set(NODES)
 
-    # What one workload still cannot say stays held, with why.
-    held = squeue(slurm)[refused]
-    assert (held["job_state"], held["priority"]) == ("PENDING", 0)
-    assert held["comment"] == (
-        "gpufair: not scheduled: constraint 'a100&gpumem40': only one feature or 'a|b' is supported"
+
+def and_and_mixed_expressions() -> list[str]:
+    """Every expression of 2 to 4 of the cluster's features, in every order, joined left to
+    right by & and | with at least one &; 3 features with parentheses either side; commas; an
+    operator at the end. 12 + 72 + 168 + 96 + 4 = 352 expressions."""
+    found = [f"{a}&{b}" for a, b in permutations(NAMES, 2)]
+    for size in (3, 4):
+        for names, ops in product(permutations(NAMES, size), product("&|", repeat=size - 1)):
+            if "&" in ops:
+                found.append(names[0] + "".join(o + n for o, n in zip(ops, names[1:], strict=True)))
+    for (a, b, c), (o1, o2) in product(permutations(NAMES, 3), [("&", "|"), ("|", "&")]):
+        found += [f"{a}{o1}({b}{o2}{c})", f"({a}{o1}{b}){o2}{c}"]
+    found += ["a100,gpumem80", "rtx4090,gpumem40", "a100&", "rtx4090|"]
+    return found
+
+
+def admitted_nodes(client: GpufairClient, workload: Any) -> set[str]:
+    """The nodes whose GPU type and GPU memory a workload's fields let gpufair use."""
+    config = client.get_config().config
+    memory = {t.name: t.memory_gib for t in config.gpu_types}
+    return {
+        n.name
+        for n in config.nodes
+        if (not workload.allowed_gpu_types or n.gpu_type in workload.allowed_gpu_types)
+        and memory[n.gpu_type] >= workload.min_gpu_memory_gib
+    }
+
+
+def test_every_and_and_mixed_form_admits_the_nodes_slurm_accepts(
+    slurm: Any, client: GpufairClient
+) -> None:
+    client.apply_config(cluster_config("gpu"))
+    config = bridge_config(features=FEATURES)
+    bridge = make_bridge(client, config)
+    expressions = and_and_mixed_expressions()
+    assert len(set(expressions)) == len(expressions) == 352
+    accepted = {e: slurm_accepts(slurm, e) for e in expressions}
+    # Slurm reads left to right: `rtx4090|a100&gpumem80` is (rtx4090|a100)&gpumem80.
+    assert accepted["rtx4090|a100&gpumem80"] == {"a100-0", "a100-1"}
+    assert accepted["rtx4090|(a100&gpumem80)"] == set(NODES)
+    assert accepted["a100&gpumem80|rtx4090"] == set(NODES)
+
+    # What Slurm refuses at submission (no node meets it): gpufair admits no node either.
+    memory = {t.name: t.memory_gib for t in client.get_config().config.gpu_types}
+    nowhere = [e for e in expressions if not accepted[e]]
+    for expression in nowhere:
+        choice = gpu_choice(config, expression, lambda: memory)
+        if not isinstance(choice, str):
+            fields = scheduler_pb2.Workload(
+                allowed_gpu_types=sorted(choice.types), min_gpu_memory_gib=choice.min_memory_gib
+            )
+            assert admitted_nodes(client, fields) == set(), expression
+
+    # The rest run as jobs: gpufair admits exactly Slurm's nodes, and each runs on one of them.
+    jobs = {
+        e: sbatch(slurm, account="acct-a", gres="gpu:1", constraint=e, seconds=600)
+        for e in expressions
+        if accepted[e]
+    }
+    assert len(jobs) + len(nowhere) == len(expressions)
+    assert 100 < len(jobs) < len(expressions)
+    reports: list[CycleReport] = []
+    ran: dict[str, str] = {}
+    placed: set[str] = set()
+
+    def round_done() -> bool:
+        """The last cycle placed nothing more, and everything placed runs (or ran)."""
+        placed.update(reports[-1].placed)
+        seen = squeue(slurm)
+        started = all(
+            seen[int(uid.removeprefix("slurm-"))]["job_state"] in ("RUNNING", "CANCELLED")
+            for uid in placed
+        )
+        return not reports[-1].placed and started
+
+    # Rounds: the 16 A100 GPUs hold 16 of the many A100-only 1-GPU jobs at a time; each round
+    # runs what fits, then cancels it.
+    for _ in range(40):
+        cycle_until(bridge, round_done, max_cycles=8, reports=reports)
+        ran.update(placed_where_slurm_runs(reports, slurm))
+        seen = squeue(slurm)
+        running = [j for j in jobs.values() if seen[j]["job_state"] == "RUNNING"]
+        if running:
+            slurm.run("scancel", *map(str, running))
+        if len(ran) == len(jobs):
+            break
+    statuses = {s.workload.uid: s.workload for s in client.list_workloads(states=EVERY_STATE)}
+    for expression, job_id in jobs.items():
+        uid = f"slurm-{job_id}"
+        assert admitted_nodes(client, statuses[uid]) == accepted[expression], expression
+        assert ran[uid] in accepted[expression], expression
+    print(f"{len(expressions)} expressions: {len(jobs)} ran, {len(nowhere)} refused by Slurm")
+
+
+def test_what_a_workload_cannot_say_stays_held_with_why(slurm: Any, client: GpufairClient) -> None:
+    client.apply_config(cluster_config("gpu"))
+    bridge = make_bridge(client, bridge_config(features=FEATURES))
+    held = {
+        c: sbatch(slurm, account="acct-a", gres="gpu:1", constraint=c)
+        for c in ("[a100|rtx4090]", "a100*1")
+    }
+    reports = [bridge.cycle()]
+    assert reports[0].errors == []
+    seen = squeue(slurm)
+    for job_id in held.values():
+        assert (seen[job_id]["job_state"], seen[job_id]["priority"]) == ("PENDING", 0)
+    assert seen[held["[a100|rtx4090]"]]["comment"] == (
+        "gpufair: not scheduled: constraint '[a100|rtx4090]': brackets are not supported: they "
+        "ask for one alternative shared by all the job's nodes or a count of nodes per feature, "
+        "and a workload asks the same GPUs of every pod"
+    )
+    assert seen[held["a100*1"]]["comment"] == (
+        "gpufair: not scheduled: constraint 'a100*1': node counts ('*N') are not supported: they "
+        "ask for a mix of nodes, and a workload asks the same GPUs of every pod"
     )
 
 

@@ -240,7 +240,8 @@ def test_gpu_type_constraint_memory_and_qos_map_to_workload_fields() -> None:
             "--gpus=8 over 2 nodes: Slurm may give each node a different count; "
             "ask --gres=gpu:N per node",
         ),
-        ({"features": "a100&ib"}, "constraint 'a100&ib': only one feature or 'a|b' is supported"),
+        # A node feature gpufair cannot read is refused, in an AND as alone.
+        ({"features": "a100&ib"}, "constraint 'ib' is not in the bridge's features or gpu_types"),
         ({"features": "fast"}, "constraint 'fast' is not in the bridge's features or gpu_types"),
         (
             {"tres_per_node": "gres:gpu:a100:1", "features": "rtx4090"},

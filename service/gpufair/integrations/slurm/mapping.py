@@ -10,7 +10,7 @@ A job becomes a `Workload` whose pods are its nodes:
 |---|---|
 | `-N n` (a fixed count) | `pods = n` |
 | `--gres=gpu[:TYPE]:g` (per node), or `--gpus=G` on one node | `gpus_per_pod = g` (or `G`) |
-| a GRES TYPE, `--constraint` features (`a\\|b` = either) | `allowed_gpu_types`, `min_gpu_memory_gib` (constraints.py) |
+| a GRES TYPE, `--constraint` features (`a\\|b` either, `a&b` both) | `allowed_gpu_types`, `min_gpu_memory_gib` (constraints.py) |
 | CPUs and memory per node | `cpu_millicores_per_pod`, `memory_mib_per_pod` |
 | account | queue (`accounts`, else `default_queue`) |
 | `--nice=v` | `priority_class = -v` (a held job's Slurm priority is 0, so nice carries the order) |
@@ -18,9 +18,9 @@ A job becomes a `Workload` whose pods are its nodes:
 | submit time | `submit_time` |
 
 Anything else that changes where a job may run (node ranges, `--gpus-per-task`, `--gpus` on
-several nodes, arrays, `&` in
-constraints, an `a|b` that no GPU type meets, unknown GPU types or features, several partitions)
-makes the job unmappable: it stays held, and the reason is written to its Comment.
+several nodes, arrays, brackets or counts in constraints, a constraint that no GPU type meets,
+unknown GPU types or features, several partitions) makes the job unmappable: it stays held, and
+the reason is written to its Comment.
 """
 
 from __future__ import annotations
