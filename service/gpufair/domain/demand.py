@@ -4,10 +4,16 @@ The one statement of the rule, used by the server's recompute and by the simulat
 
 - held: the GPUs of what runs (or is bound), on the type it really holds;
 - waiting: each workload's whole request, counted on the GPU type placement would choose for it
-  (the cheapest present type that serves it, `placement.adequate_types`); work that no present
-  type serves is no demand at all (it cannot use anything this pool could give it);
-- a compute-unit request (`domain/cu_request.py`) waits for the GPUs of its first option:
-  `ceil(compute_units / weight)` on the serving type (which `adequate_types` gives first);
+  in the empty pool (`serving_types`): the cheapest present type that serves it
+  (`placement.adequate_types`) and whose nodes can hold its gang, so an 8-GPU pod waits on the
+  8-GPU nodes of a dearer type, not on a cheaper type whose nodes have 4;
+- work with no such type is no demand at all (it cannot use anything this pool could give it):
+  work the pool could not hold even empty (`placement.rejection_in`, a gang bigger than the
+  pool's nodes of a type once a config change took nodes away, say), which the cycle answers
+  `NEVER_FITS` and which would otherwise hold a share no one can use, and work only types with
+  no ready node could hold;
+- a compute-unit request (`domain/cu_request.py`) waits for the GPUs of the first of its options
+  the empty pool holds: `ceil(compute_units / weight)` on that option's type;
 - every leaf gets an entry (empty when it has no work), sums are exact (`math.fsum`).
 
 `queue_demands` gives each leaf's two maps (types by name); `leaf_demand_columns` the same
@@ -19,12 +25,77 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import attrgetter
 
 import numpy as np
 
 from gpufair.domain import cu_request
+from gpufair.domain.capacity import Capacity
 from gpufair.domain.fairshare_demand import LeafDemands, QueueDemand
-from gpufair.domain.model import Workload
+from gpufair.domain.model import GpuType, Node, Workload
+from gpufair.domain.partition_geometry import geometries
+from gpufair.domain.placement import PodShape, PoolRoom, adequate_types, rejection_in
+
+# What decides a waiting workload's serving type (`serving_types`): what placement reads of it
+# but its identity, queue, times and priority.
+_fit_key = attrgetter(
+    "pods",
+    "min_pods",
+    "gpus_per_pod",
+    "allowed_gpu_types",
+    "min_gpu_memory_gib",
+    "cpu_millicores_per_pod",
+    "memory_mib_per_pod",
+    "topology",
+    "partition_profile",
+    "pods_on_distinct_nodes",
+    "compute_units",
+    "mixed_gpu_types",
+)
+
+
+def serving_types(
+    gpu_types: Mapping[str, GpuType], pool_nodes: Iterable[Node]
+) -> Callable[[Workload], str | None]:
+    """The `serving_type` of a pool whose nodes (ready or not: its hardware, as the cycle's
+    never-fits check counts it) are `pool_nodes`: the cheapest ready type whose nodes, empty,
+    hold the workload's gang (a compute-unit request: the first of its options that does);
+    None when the pool could not hold it even empty, or holds it only on types with no ready
+    node. Memoised by what placement reads of a workload: waiting work comes in few kinds."""
+    nodes = list(pool_nodes)
+    present = sorted({node.gpu_type for node in nodes if node.ready})
+    room = PoolRoom(Capacity(nodes, geometries(gpu_types.values())))
+    memo: dict[tuple[object, ...], str | None] = {}
+
+    def holding(workload: Workload) -> str | None:
+        if rejection_in(workload, gpu_types, room) is not None:
+            return None
+        topology = workload.topology
+        level = topology.level if topology is not None and topology.required else None
+        shape = PodShape.of(workload)
+        for name in adequate_types(workload, gpu_types, present):
+            if room.room(name, shape, level) >= workload.gang_min_pods:
+                return name
+        return None
+
+    def serving_type(workload: Workload) -> str | None:
+        key = _fit_key(workload)
+        if key in memo:
+            return memo[key]
+        if workload.compute_units <= 0.0:
+            found = holding(workload)
+        else:
+            choices = cu_request.options(workload, gpu_types, present)
+            found = next(
+                (o.gpu_type for o in choices if holding(cu_request.concrete(workload, o))),
+                None,
+            )
+            if found is None and choices and rejection_in(workload, gpu_types, room) is None:
+                found = choices[0].gpu_type  # only a mix of types holds it (`cycle_cu_mix`)
+        memo[key] = found
+        return found
+
+    return serving_type
 
 
 def queue_demands(

@@ -2,7 +2,7 @@
 
 Demand per leaf queue follows `domain.demand`: what runs now (open allocation intervals, per GPU
 type) plus what waits (pending and bound workloads, on the cheapest GPU type that serves them, as
-placement would choose). Usage comes from the rollups plus the window's edges, so the cost does
+placement would choose; not those the pool could never hold). Usage comes from the rollups plus the window's edges, so the cost does
 not grow with the number of events in the ledger.
 
 Runs in the caller's transaction and takes no lock of its own.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from gpufair.domain.demand import leaf_demand_columns, queue_demands
+from gpufair.domain.demand import leaf_demand_columns, queue_demands, serving_types
 from gpufair.domain.fairshare import (
     FairShareInput,
     FairSharePlan,
@@ -25,8 +25,7 @@ from gpufair.domain.fairshare import (
     QueueDemand,
     compute_fair_shares,
 )
-from gpufair.domain.model import ClusterConfig, NodePool, Workload
-from gpufair.domain.placement import adequate_types
+from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.stored_limits import within_limits
 from gpufair.domain.usage import finite_usage, window_bounds
 from gpufair.store import (
@@ -63,12 +62,7 @@ def demands(
     """Each leaf queue's demand in `pool` now (`domain.demand`): as columns in `plan`'s leaf
     and type order when a plan is given, else as maps by queue name."""
     gpu_types = {t.name: t for t in config.gpu_types}
-    present = {n.gpu_type for n in config.nodes if n.pool == pool.name and n.ready}
-
-    def cheapest(workload: Workload) -> str | None:
-        types = adequate_types(workload, gpu_types, present)
-        return types[0] if types else None
-
+    cheapest = serving_types(gpu_types, (n for n in config.nodes if n.pool == pool.name))
     held = workload_repo.held_gpus(conn, pool.name)
     waiting = workload_repo.workloads_in_states(conn, pool.name, ("pending", "bound"))
     weights = {name: gpu_type.compute_weight for name, gpu_type in gpu_types.items()}

@@ -50,7 +50,7 @@ from gpufair.domain import cu_request
 from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_memory import CarriedLoad
-from gpufair.domain.demand import leaf_demand_columns, queue_demands
+from gpufair.domain.demand import leaf_demand_columns, queue_demands, serving_types
 from gpufair.domain.fairshare import (
     FairShareInput,
     FairSharePlan,
@@ -250,6 +250,9 @@ class _Pool:
         self.fragmented: list[float] = []
         self.allocated_gpus_by_type: dict[str, float] = {}
         self.types_memo: dict[tuple[object, ...], tuple[str, ...]] = {}
+        # The type a waiting job's demand is counted on, as the server's recompute counts it
+        # (`domain.demand.serving_types`): the nodes do not change in a simulation.
+        self.cheapest_type = serving_types(self.types_by_name, self.nodes)
         self.wanted_types: tuple[str, ...] | None = ()  # None: to be derived again
 
     def adequate(self, workload: Workload) -> tuple[str, ...]:
@@ -266,10 +269,6 @@ class _Pool:
             types = adequate_types(workload, self.types_by_name, self.present)
             self.types_memo[key] = types
         return types
-
-    def cheapest_type(self, workload: Workload) -> str | None:
-        types = self.adequate(workload)
-        return types[0] if types else None
 
     def idle_gpus_wanted(self) -> float:
         """Free GPUs of the types some job waiting here could use (0 when none waits)."""
