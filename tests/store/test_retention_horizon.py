@@ -2,8 +2,9 @@
 
 Rollup retention shorter than a pool's usage window, or than a budget's period, deleted buckets
 and runs the recompute and `report.budget_status_at` read: decayed usage and budget consumption
-changed with housekeeping. The horizon is now the earliest of the configured age, each pool's
-window start and each budget's period start, on an hour: what is older goes, nothing younger.
+changed with housekeeping. A pool's horizon is now the earliest of the configured age, its
+window start and the period start of each budget on it, on an hour: what is older goes, nothing
+younger. (Two pools with horizons of their own: `test_retention_per_pool.py`.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.model import Budget, BudgetPeriod, FairSharePolicy, WindowKind
-from gpufair.store import report_repo, retention_repo, rollup_repo
+from gpufair.domain.retention_horizon import Horizon
+from gpufair.store import report_repo, retention_horizons, rollup_repo
 from gpufair.store.retention_repo import Retention, apply_retention
 from tests.store.test_rollups import (
     HOUR,
@@ -93,16 +95,16 @@ def test_rollups_a_budgets_period_reads_stay(conn: Connection) -> None:
     (after,) = report_repo.budgets(conn, at)
     assert after.consumed_cu_hours == pytest.approx(before.consumed_cu_hours, rel=1e-12)
     assert _bucket_starts(conn)[0] == WEEK_START
-    assert retention_repo.rollup_horizon(conn, NOW, 1) == retention_repo.Horizon(
-        WEEK_START, ("the weekly budget of queue 'c' in pool 'p': its period",)
-    )
+    assert retention_horizons.pool_horizons(conn, NOW, 1) == {
+        "p": Horizon(WEEK_START, ("the weekly budget of queue 'c': its period",))
+    }
 
 
 @pytest.mark.parametrize(
     ("policy", "kept_from", "held_by"),
     [
         # Configured 1 day: the pool reads its 2-day window.
-        (POLICIES["sliding-2d-halflife-6h"], NOW - 2 * DAY, ("pool 'p': its usage window",)),
+        (POLICIES["sliding-2d-halflife-6h"], NOW - 2 * DAY, ("its usage window",)),
         # A 1-day window reads less than the 30 days configured: the configured age holds.
         (replace(POLICIES["sliding-1d-no-decay"]), NOW - 30 * DAY, ()),
         # Tumbling 1-day periods from 0 h UTC: the current period began 20 min before NOW.
@@ -111,13 +113,13 @@ def test_rollups_a_budgets_period_reads_stay(conn: Connection) -> None:
         (
             POLICIES["all-history-halflife-1d"],
             NOW - 53 * DAY,
-            ("pool 'p': its usage window, all history, halved each 1 d (53 half-lives)",),
+            ("its usage window, all history, halved each 1 d (53 half-lives)",),
         ),
         # All history, no decay: everything counts, nothing goes.
         (
             FairSharePolicy(window_kind=WindowKind.NONE),
             -math.inf,
-            ("pool 'p': its usage window, all history without decay",),
+            ("its usage window, all history without decay",),
         ),
     ],
 )
@@ -126,7 +128,7 @@ def test_the_horizon_of_each_window(
 ) -> None:
     install(conn, make_config(policy), NOW - 4 * DAY)
     days = 30.0 if policy.window_kind == WindowKind.SLIDING and not policy.half_life_s else 1.0
-    got = retention_repo.rollup_horizon(conn, NOW, days)
+    (got,) = retention_horizons.pool_horizons(conn, NOW, days).values()
     want = kept_from if math.isinf(kept_from) else math.floor(kept_from / HOUR) * HOUR
     assert (got.kept_from_s, got.held_by) == (want, held_by)
 
@@ -135,11 +137,12 @@ def test_the_held_horizon_is_logged_once(
     conn: Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     install(conn, make_config(POLICIES["sliding-2d-halflife-6h"]), NOW - 4 * DAY)
-    retention_repo.forget_warnings()
-    with caplog.at_level(logging.WARNING, logger="gpufair.store.retention_repo"):
+    retention_horizons.forget_warnings()
+    with caplog.at_level(logging.WARNING, logger="gpufair.store.retention_horizons"):
         for at in (NOW, NOW + DAY, NOW + 2 * DAY):
             apply_retention(conn, at, Retention(rollups_days=1))
     assert [r.getMessage() for r in caplog.records] == [
-        "retention: rollups, runs and capacity history are kept from 2025-12-30 00:00 UTC, "
-        "not 1 d as --rollup-retention-days says: pool 'p': its usage window still reads them"
+        "retention: pool 'p' keeps its rollups, runs and capacity history from "
+        "2025-12-30 00:00 UTC, not 1 d as --rollup-retention-days says: its usage window still "
+        "reads them"
     ]

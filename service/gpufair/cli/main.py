@@ -296,8 +296,9 @@ _RETENTION_FLAGS = (
     (
         "rollup",
         400.0,
-        "hourly rollups, the ended runs they are made of and capacity changes; kept longer "
-        "while a pool's usage window or a budget's period reads them (logged once)",
+        "hourly rollups, the ended runs they are made of and capacity changes, pool by pool; "
+        "a pool's kept longer while its usage window or the period of a budget on it reads "
+        "them (logged once)",
     ),
     ("history", 90.0, "fair-share history (GetFairShare, report.fair_share_history)"),
     ("reply", 7.0, "stored replies of requests with a request id (replays)"),

@@ -10,7 +10,7 @@ earlier: a host clock that jumped ahead never makes a job act on a future.
 | `recompute:<pool>` | the pool's `recompute_interval_s` (default 60 s) | rollups, then fair shares into history |
 | `rollup` | 1 h | bring every pool's hourly rollups up to the last complete hour |
 | `sweep` | 60 s | close runs whose heartbeats stopped |
-| `retention` | 1 d | age out events, rollups, history |
+| `retention` | 1 d | age out events, history, and each pool's rollups at its own horizon |
 """
 
 from __future__ import annotations

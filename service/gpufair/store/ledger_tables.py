@@ -257,13 +257,15 @@ rollup_dirty_marks = Table(
     Column("dirty_from", TZ, nullable=False),  # the earliest instant whose usage changed
 )
 
-# From when retention keeps each kind of history ('rollups': usage_hourly, fairness_hourly and
-# ended runs), the latest it deleted up to: a full rollup redo starts no earlier
-# (`retention_repo.apply_retention`, `rollup_repo.rollup_pool`).
+# From when retention keeps each kind of history per pool ('rollups': usage_hourly,
+# fairness_hourly, ended runs and capacity rows), the latest it deleted up to: a full rollup redo
+# of the pool starts no earlier (`store/retention_horizons.py`, `rollup_repo.rollup_pool`). Pool
+# '': recorded when one horizon held for every pool; it bounds every pool's redo.
 retention_horizons = Table(
     "retention_horizons",
     metadata,
     Column("kind", Text, primary_key=True),
+    Column("pool", Text, primary_key=True, server_default=text("''")),
     Column("kept_from", TZ, nullable=False),
 )
 

@@ -5,17 +5,16 @@ with: the workload finished or was cancelled, and its latest event is older than
 Heartbeats matter only as the latest sign of life, which the sweeper reads, and go sooner: all
 but each workload's latest one.
 
-Rollups (`usage_hourly`, `fairness_hourly`), the ended runs they are made of and each pool's
-capacity rows but the one in force at the horizon go at `rollups_days`, unless something still
-reads them (`rollup_horizon`): the recompute reads each pool's usage window (decayed usage: the
-buckets inside it, the runs at its edges), and `report.budget_status_at` each budget's current
-period (usage since its UTC day, ISO week or month began). The horizon is then the earliest of
-the three, on the hour, and a warning says so once per process for each set of reasons:
-housekeeping never changes a fair share or a budget's consumption. A pool whose window is all
-history reads back as far as its half-life leaves a weight a double can tell from zero
-(`NEGLIGIBLE_HALF_LIVES`); without a half-life, all history counts alike, and no rollup or run
-goes while such a pool is configured. The horizon is recorded (`retention_horizons`): a full
-rollup redo starts no earlier.
+Rollups (`usage_hourly`, `fairness_hourly`), the ended runs they are made of and capacity rows
+but the one in force at the horizon are all a pool's own, and go pool by pool at that pool's
+horizon (`store/retention_horizons.py`, `domain/retention_horizon.py`): `rollups_days`, unless
+the pool's usage window or the current period of a budget on it (or on all pools) still reads
+them; a warning says so once per process for each pool and set of reasons. A pool that counts
+all history without decay keeps all of its own rows, and holds no other pool's. Each horizon is
+recorded before anything goes: a full rollup redo of the pool starts no earlier.
+
+Nothing else waits for a horizon: events go at `events_days` with their workload, node capacity
+events (of a node, not a pool) at `events_days` too, and workloads stay.
 
 Finished and cancelled workloads stay, however old: a uid names one workload for good (a
 replayed SubmitWorkloads of it is a no-op, not a new run), their row carries the mark that
@@ -25,20 +24,15 @@ refuses late events once their events are gone, and ExplainWorkload, ListWorkloa
 
 from __future__ import annotations
 
-import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from sqlalchemy import Connection, text
 
-from gpufair.domain.model import WindowKind
-from gpufair.domain.rollup import floor_hour
-from gpufair.domain.usage import window_bounds
-from gpufair.store import config_repo
+from gpufair.domain.retention_horizon import DAY_S
+from gpufair.store import retention_horizons
 from gpufair.store.idempotency import CYCLE_REFERENCE
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,114 +51,29 @@ class Retention:
 BATCH_ROWS = 10_000
 
 
-# An all-history window with a half-life h weighs usage older than this many h by less than
-# 2^-53 of the newest, below what a double adds to a sum: deleting it changes no fair share.
-NEGLIGIBLE_HALF_LIVES = 53
-DAY_S = 86400.0
-
-
-@dataclass(frozen=True, slots=True)
-class Horizon:
-    kept_from_s: float  # rollups and ended runs before it go; -inf: none go
-    held_by: tuple[str, ...]  # what holds it before the configured age ("pool 'p': ...")
-
-
-def rollup_horizon(conn: Connection, now_s: float, rollups_days: float) -> Horizon:
-    """From when rollups and ended runs stay: `rollups_days` before `now_s`, or earlier where a
-    pool's usage window or a budget's current period still reads them; on the hour (the
-    buckets kept are whole ones, and every run they are made of ends after it)."""
-    configured_s = now_s - rollups_days * DAY_S
-    needs: list[tuple[float, str]] = []
-    for pool in config_repo.load_config(conn).pools:
-        policy = pool.policy
-        lo_s = window_bounds(now_s, policy)[0]
-        what = f"pool {pool.name!r}: its usage window"
-        if policy.window_kind == WindowKind.NONE and policy.half_life_s:
-            lo_s = now_s - NEGLIGIBLE_HALF_LIVES * policy.half_life_s
-            what += (
-                f", all history, halved each {_days(policy.half_life_s)} "
-                f"({NEGLIGIBLE_HALF_LIVES} half-lives)"
-            )
-        elif policy.window_kind == WindowKind.NONE:
-            what += ", all history without decay"
-        needs.append((lo_s, what))
-    for queue, pool_name, period, start_s in conn.execute(_BUDGET_STARTS_SQL, {"now": now_s}):
-        where = f" in pool {pool_name!r}" if pool_name else ""
-        needs.append((start_s, f"the {_PER[period]} budget of queue {queue!r}{where}: its period"))
-    held = sorted((lo_s, what) for lo_s, what in needs if lo_s < configured_s)
-    kept_from_s = min([configured_s] + [lo_s for lo_s, _ in held])
-    if math.isfinite(kept_from_s):
-        kept_from_s = floor_hour(kept_from_s)
-    return Horizon(kept_from_s, tuple(what for _, what in held))
-
-
-# Each budget's current period start, as report.budget_status_at computes it (UTC wall clock).
-_BUDGET_STARTS_SQL = text(
-    """
-    SELECT queue, pool, period,
-           extract(epoch FROM date_trunc(period, to_timestamp(:now) AT TIME ZONE 'UTC')
-                              AT TIME ZONE 'UTC')::float8
-    FROM budgets ORDER BY queue, pool, period
-    """
-)
-
-
-_PER = {"day": "daily", "week": "weekly", "month": "monthly"}
-
-
-def _days(seconds: float) -> str:
-    return f"{seconds / DAY_S:g} d" if seconds >= DAY_S else f"{seconds / 3600:g} h"
-
-
-_warned: set[tuple[str, ...]] = set()  # the reasons already logged by this process
-
-
-def forget_warnings() -> None:
-    """Log a held horizon again (tests)."""
-    _warned.clear()
-
-
-def _say_held(horizon: Horizon, rollups_days: float) -> None:
-    if not horizon.held_by or horizon.held_by in _warned:
-        return
-    _warned.add(horizon.held_by)
-    since = (
-        "the start"
-        if math.isinf(horizon.kept_from_s)
-        else datetime.fromtimestamp(horizon.kept_from_s, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    )
-    log.warning(
-        "retention: rollups, runs and capacity history are kept from %s, not %s as "
-        "--rollup-retention-days says: %s still read%s them",
-        since,
-        _days(rollups_days * DAY_S),
-        "; ".join(horizon.held_by),
-        "s" if len(horizon.held_by) == 1 else "",
-    )
-
-
 def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str, int]:
     """Delete what is past its age; returns rows deleted per kind. Works in batches of at most
     `BATCH_ROWS` rows, committing `conn` after each: a run cut short keeps what it deleted, and
-    the next one goes on from there. Rollups and ended runs go at `rollup_horizon`."""
+    the next one goes on from there. Rollups, ended runs and capacity rows go pool by pool, at
+    each pool's horizon (`retention_horizons.pool_horizons`)."""
     deleted: dict[str, int] = {}
-    horizon = rollup_horizon(conn, now_s, keep.rollups_days)
-    _say_held(horizon, keep.rollups_days)
-    if math.isfinite(horizon.kept_from_s):
-        # Recorded before anything goes, and never moved back: a full rollup redo starts no
-        # earlier, so it cannot write again what this run deletes or an earlier one did.
-        conn.execute(_RECORD_HORIZON_SQL, {"at": horizon.kept_from_s})
-        conn.commit()
+    horizons = retention_horizons.pool_horizons(conn, now_s, keep.rollups_days)
+    retention_horizons.say_held(horizons, keep.rollups_days)
+    # Recorded before anything goes, and never moved back: a full rollup redo of a pool starts
+    # no earlier, so it cannot write again what this run deletes or an earlier one did.
+    retention_horizons.record(conn, horizons)
 
-    def run(name: str, table: str, where: str, cutoff_s: float, **params: object) -> None:
-        """Delete the rows of `table` (alias `x` in `where`) matching `where`, batch by batch
-        (none when the cutoff is -inf)."""
-        deleted[name] = 0
+    def run(
+        name: str, table: str, where: str, cutoff_s: float, join: str = "", **params: object
+    ) -> None:
+        """Delete the rows of `table` (alias `x` in `where`, after `join`) matching `where`,
+        batch by batch (none when the cutoff is -inf); adds the count to `deleted[name]`."""
+        deleted.setdefault(name, 0)
         if cutoff_s == -math.inf:
             return
         sql = text(
             f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
-            f"SELECT x.ctid FROM {table} x WHERE {where} LIMIT :batch))"
+            f"SELECT x.ctid FROM {table} x {join} WHERE {where} LIMIT :batch))"
         )
         args = {**params, "cutoff": cutoff_s, "batch": BATCH_ROWS}
         total = 0
@@ -174,7 +83,7 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
             total += n
             if n < BATCH_ROWS:
                 break
-        deleted[name] = total
+        deleted[name] += total
 
     run(
         "heartbeats",
@@ -207,28 +116,7 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         "x.kind = 'node_capacity' AND x.occurred_at < to_timestamp(:cutoff)",
         now_s - keep.events_days * DAY_S,
     )
-    run(
-        "intervals",
-        "allocation_intervals",
-        "x.ended_at < to_timestamp(:cutoff)",
-        horizon.kept_from_s,
-    )
-    for table in ("usage_hourly", "fairness_hourly"):
-        run(table, table, "x.bucket_start < to_timestamp(:cutoff)", horizon.kept_from_s)
-    # Capacity is a step function: of the rows before the horizon, the last one of each pool
-    # holds at the horizon and stays; the others are read by nothing that is kept.
-    run(
-        "capacity",
-        "pool_capacity_changes",
-        """
-        x.changed_at < to_timestamp(:cutoff)
-          AND EXISTS (
-              SELECT 1 FROM pool_capacity_changes later
-              WHERE later.pool = x.pool AND later.changed_at > x.changed_at
-                AND later.changed_at <= to_timestamp(:cutoff))
-        """,
-        horizon.kept_from_s,
-    )
+    _prune_pools(run, {pool: h.kept_from_s for pool, h in horizons.items()})
     history_s = now_s - keep.history_days * DAY_S
     run("history", "fair_share_runs", "x.computed_at < to_timestamp(:cutoff)", history_s)
     run(
@@ -263,13 +151,46 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     return deleted
 
 
-_RECORD_HORIZON_SQL = text(
-    """
-    INSERT INTO retention_horizons (kind, kept_from) VALUES ('rollups', to_timestamp(:at))
-    ON CONFLICT (kind) DO UPDATE
-    SET kept_from = greatest(retention_horizons.kept_from, EXCLUDED.kept_from)
-    """
-)
+def _prune_pools(run: Callable[..., None], kept_from: dict[str, float]) -> None:
+    """Each pool's ended runs, rollups and capacity rows before its horizon (`kept_from`, pool
+    by pool): one statement a batch for all pools, as fast as one horizon for all was. Each row
+    meets its pool's horizon in a join; the latest horizon, a plain bound, lets the scan use the
+    same indexes as before. A pool with no finite horizon is left out of the join: nothing of
+    it goes."""
+    finite = {pool: at for pool, at in kept_from.items() if math.isfinite(at)}
+    latest_s = max(finite.values(), default=-math.inf)
+    horizon = {
+        "join": "JOIN unnest(CAST(:pools AS text[]), CAST(:horizons AS float8[])) "
+        "AS h(pool, at) ON h.pool = x.pool",
+        "pools": list(finite),
+        "horizons": list(finite.values()),
+    }
+    run(
+        "intervals",
+        "allocation_intervals",
+        "x.ended_at < to_timestamp(:cutoff) AND x.ended_at < to_timestamp(h.at)",
+        latest_s,
+        **horizon,
+    )
+    for table in ("usage_hourly", "fairness_hourly"):
+        where = "x.bucket_start < to_timestamp(:cutoff) AND x.bucket_start < to_timestamp(h.at)"
+        run(table, table, where, latest_s, **horizon)
+    # Capacity is a step function: of a pool's rows before its horizon, the last one holds at
+    # the horizon and stays; the others are read by nothing that is kept.
+    run(
+        "capacity",
+        "pool_capacity_changes",
+        """
+        x.changed_at < to_timestamp(:cutoff) AND x.changed_at < to_timestamp(h.at)
+          AND EXISTS (
+              SELECT 1 FROM pool_capacity_changes later
+              WHERE later.pool = x.pool AND later.changed_at > x.changed_at
+                AND later.changed_at <= to_timestamp(h.at))
+        """,
+        latest_s,
+        **horizon,
+    )
+
 
 # Up to :batch finished workloads whose events are all older than the cutoff: their events go,
 # and they are marked, in one statement.

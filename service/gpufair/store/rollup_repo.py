@@ -183,6 +183,12 @@ def rollup_pool(
     else:
         assert mark is not None
         redo_s = mark.rolled_up_to_s if dirty_s is None else min(mark.rolled_up_to_s, dirty_s)
+        if redo_s < mark.rolled_up_to_s:
+            # Not before what retention keeps either: a late event of a workload whose runs it
+            # deleted (its events outlive them) derives them again, and their buckets stay gone.
+            kept_from = conn.execute(_KEPT_FROM_SQL, {"pool": pool.name}).scalar()
+            if kept_from is not None:
+                redo_s = min(mark.rolled_up_to_s, max(redo_s, ceil_hour(kept_from)))
         start_s = floor_hour(redo_s)
     # In spans of at most REDO_SPAN_S: a redo of a long history in one piece held all its rows
     # in memory and sent them as one jsonb value, past PostgreSQL's 256 MB for one, after
@@ -215,13 +221,19 @@ def rollup_pool(
     return max(0, round((target_s - start_s) / HOUR_S))
 
 
+# Where retention keeps the pool's rollups from (its own horizon, or the one recorded for every
+# pool before horizons were per pool): no redo starts earlier.
+_KEPT_FROM = """
+    SELECT extract(epoch FROM max(kept_from))::float8 FROM retention_horizons
+    WHERE kind = 'rollups' AND pool IN (:pool, '')
+"""
+_KEPT_FROM_SQL = text(_KEPT_FROM)
 _REDO_FROM_SQL = text(
-    """
+    f"""
     SELECT extract(epoch FROM least(
                (SELECT min(started_at) FROM allocation_intervals WHERE pool = :pool),
                (SELECT min(changed_at) FROM pool_capacity_changes WHERE pool = :pool)))::float8,
-           (SELECT extract(epoch FROM kept_from)::float8 FROM retention_horizons
-            WHERE kind = 'rollups')
+           ({_KEPT_FROM})
     """
 )
 

@@ -1,0 +1,129 @@
+"""Each pool's retention horizon: computed from what reads the pool's rows, recorded, warned of.
+
+The pools are the configured ones and every pool that was (a pool since removed still has
+rollups, runs and capacity rows): those with capacity rows or a rollup watermark. What holds each one is
+in `domain/retention_horizon.py`. The horizon retention deleted a pool's rows up to is recorded
+per pool in `retention_horizons` before anything goes, and never moved back: a full rollup redo
+of the pool (`rollup_repo.rollup_pool`) starts no earlier, so it cannot write again what
+retention deleted. A row of pool '' was recorded when one horizon held for every pool, and
+still bounds every pool's redo.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, text
+
+from gpufair.domain.retention_horizon import (
+    DAY_S,
+    Horizon,
+    duration_text,
+    horizon,
+    window_reads_from,
+)
+from gpufair.store import config_repo
+
+log = logging.getLogger(__name__)
+
+_PER = {"day": "daily", "week": "weekly", "month": "monthly"}
+
+
+def pool_horizons(conn: Connection, now_s: float, rollups_days: float) -> dict[str, Horizon]:
+    """Per pool, from when its rollups, ended runs and capacity history stay: `rollups_days`
+    before `now_s`, or earlier where its usage window, or the current period of a budget on it
+    or on all pools, still reads them."""
+    configured_s = now_s - rollups_days * DAY_S
+    needs: dict[str, list[tuple[float, str]]] = {
+        pool: [] for (pool,) in conn.execute(_POOLS_WITH_ROWS_SQL)
+    }
+    for configured in config_repo.load_config(conn).pools:
+        needs.setdefault(configured.name, []).append(window_reads_from(configured.policy, now_s))
+    # A budget on a pool with neither rows nor a config has nothing to hold.
+    for queue, pool_name, period, start_s in conn.execute(_BUDGET_STARTS_SQL, {"now": now_s}):
+        on = "" if pool_name else " on all pools"
+        what = f"the {_PER[period]} budget of queue {queue!r}{on}: its period"
+        for pool in [pool_name] if pool_name else list(needs):
+            if pool in needs:
+                needs[pool].append((start_s, what))
+    return {pool: horizon(configured_s, pool_needs) for pool, pool_needs in sorted(needs.items())}
+
+
+def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
+    """Record each finite horizon, never moving a recorded one back; commits."""
+    finite = {pool: h.kept_from_s for pool, h in horizons.items() if math.isfinite(h.kept_from_s)}
+    if finite:
+        conn.execute(_RECORD_SQL, {"pools": list(finite), "at": list(finite.values())})
+    conn.commit()
+
+
+# The pools that may have rows to prune besides the configured ones. Runs and rollups are
+# written only while a pool is configured, which gives it capacity rows (the last of which
+# retention keeps) and a rollup watermark (never deleted): no need to look through the large
+# tables, whose indexes lead with the pool's oldest rows, the ones retention deleted. The
+# capacity rows are read by skipping from pool to pool along their key.
+_POOLS_WITH_ROWS_SQL = text(
+    """
+    WITH RECURSIVE p(pool) AS (
+        (SELECT pool FROM pool_capacity_changes ORDER BY pool LIMIT 1)
+        UNION ALL
+        SELECT (SELECT c.pool FROM pool_capacity_changes c WHERE c.pool > p.pool
+                ORDER BY c.pool LIMIT 1)
+        FROM p WHERE p.pool IS NOT NULL)
+    SELECT pool FROM p WHERE pool IS NOT NULL
+    UNION SELECT pool FROM rollup_watermarks
+    """
+)
+
+# Each budget's current period start, as report.budget_status_at computes it (UTC wall clock).
+_BUDGET_STARTS_SQL = text(
+    """
+    SELECT queue, pool, period,
+           extract(epoch FROM date_trunc(period, to_timestamp(:now) AT TIME ZONE 'UTC')
+                              AT TIME ZONE 'UTC')::float8
+    FROM budgets ORDER BY queue, pool, period
+    """
+)
+
+_RECORD_SQL = text(
+    """
+    INSERT INTO retention_horizons (kind, pool, kept_from)
+    SELECT 'rollups', pool, to_timestamp(at)
+    FROM unnest(CAST(:pools AS text[]), CAST(:at AS float8[])) AS h(pool, at)
+    ON CONFLICT (kind, pool) DO UPDATE
+    SET kept_from = greatest(retention_horizons.kept_from, EXCLUDED.kept_from)
+    """
+)
+
+
+_warned: set[tuple[str, tuple[str, ...]]] = set()  # (pool, reasons) already logged
+
+
+def forget_warnings() -> None:
+    """Log a held horizon again (tests)."""
+    _warned.clear()
+
+
+def say_held(horizons: dict[str, Horizon], rollups_days: float) -> None:
+    """A warning for each pool held before the configured age, once per process for each set of
+    reasons: housekeeping never changes a fair share or a budget's consumption."""
+    for pool, held in horizons.items():
+        if not held.held_by or (pool, held.held_by) in _warned:
+            continue
+        _warned.add((pool, held.held_by))
+        since = (
+            "the start"
+            if math.isinf(held.kept_from_s)
+            else datetime.fromtimestamp(held.kept_from_s, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        )
+        log.warning(
+            "retention: pool %r keeps its rollups, runs and capacity history from %s, not %s "
+            "as --rollup-retention-days says: %s still read%s them",
+            pool,
+            since,
+            duration_text(rollups_days * DAY_S),
+            "; ".join(held.held_by),
+            "s" if len(held.held_by) == 1 else "",
+        )
