@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 NODE_CAPACITY = "node_capacity"  # the source of a capacity step a report made
@@ -50,21 +50,18 @@ class _Groups:
         group[1] += sign * gpus
 
     def totals(self) -> Capacity:
-        cu = math.fsum(gpus * w for (_t, w), (nodes, gpus) in self.groups.items() if nodes)
-        by_type: dict[str, int] = {}
-        for (gpu_type, _w), (nodes, gpus) in sorted(self.groups.items()):
-            if nodes:
-                by_type[gpu_type] = by_type.get(gpu_type, 0) + gpus
-        return cu, {t: float(g) for t, g in by_type.items()}
+        return totals({key: (nodes, gpus) for key, (nodes, gpus) in self.groups.items()})
 
 
-def capacity_at(nodes: Iterable[tuple[NodeConfig, int | None]]) -> dict[str, Capacity]:
-    """Per pool that counts any node: its capacity, from each node's config and report."""
-    pools: dict[str, _Groups] = defaultdict(_Groups)
-    for config, reported in nodes:
-        if config.pool is not None:
-            pools[config.pool].add(config, counted_gpus(config, reported), 1)
-    return {pool: groups.totals() for pool, groups in pools.items()}
+def totals(groups: Mapping[tuple[str, float], tuple[int, int]]) -> Capacity:
+    """A pool's capacity from its (nodes, counted GPUs) per (GPU type, CU per GPU); a type is
+    named while a node of it counts, even with no GPU."""
+    cu = math.fsum(gpus * w for (_t, w), (nodes, gpus) in groups.items() if nodes)
+    by_type: dict[str, int] = {}
+    for (gpu_type, _w), (nodes, gpus) in sorted(groups.items()):
+        if nodes:
+            by_type[gpu_type] = by_type.get(gpu_type, 0) + gpus
+    return cu, {t: float(g) for t, g in by_type.items()}
 
 
 class Step(NamedTuple):

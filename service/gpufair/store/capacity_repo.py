@@ -28,30 +28,37 @@ from typing import Any
 from sqlalchemy import Connection, select, text
 
 from gpufair.domain import capacity_history
-from gpufair.domain.capacity_history import Capacity, NodeConfig, Step
+from gpufair.domain.capacity_history import Capacity, Step
 from gpufair.domain.usage import Segment
 from gpufair.store import locks, node_history_repo
 from gpufair.store import tables as t
-from gpufair.store.ledger_tables import node_capacity, pool_capacity_changes
+from gpufair.store.ledger_tables import pool_capacity_changes
 
 
 def capacity_now(conn: Connection) -> dict[str, Capacity]:
-    """Per pool: (CU, GPUs by type) of its ready nodes as they are now."""
-    weights = dict(conn.execute(select(t.gpu_types.c.name, t.gpu_types.c.compute_weight)).all())
-    overrides = dict(conn.execute(select(node_capacity.c.node, node_capacity.c.gpu_count)).all())
-    pools = [r.name for r in conn.execute(select(t.node_pools.c.name))]
-    counted = capacity_history.capacity_at(
-        (
-            NodeConfig(n.pool, n.gpu_type, n.gpu_count, weights.get(n.gpu_type, 0.0)),
-            overrides.get(n.name),
-        )
-        for n in conn.execute(
-            select(t.nodes.c.name, t.nodes.c.pool, t.nodes.c.gpu_type, t.nodes.c.gpu_count).where(
-                t.nodes.c.ready
-            )
-        )
-    )
-    return {pool: counted.get(pool, (0.0, {})) for pool in pools}
+    """Per pool: (CU, GPUs by type) of its ready nodes as they are now, in one statement."""
+    groups: dict[str, dict[tuple[str, float], tuple[int, int]]] = {}
+    for r in conn.execute(_NOW_SQL):
+        pool = groups.setdefault(r.pool, {})
+        if r.nodes:
+            pool[(r.gpu_type, r.cu_per_gpu)] = (r.nodes, r.gpus)
+    return {pool: capacity_history.totals(g) for pool, g in groups.items()}
+
+
+# Per pool, its ready nodes and counted GPUs per (GPU type, CU per GPU); a pool without any,
+# one row with none.
+_NOW_SQL = text(
+    """
+    SELECT p.name AS pool, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
+           count(n.name) AS nodes,
+           COALESCE(sum(LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count))), 0) AS gpus
+    FROM node_pools p
+    LEFT JOIN nodes n ON n.pool = p.name AND n.ready
+    LEFT JOIN gpu_types g ON g.name = n.gpu_type
+    LEFT JOIN node_capacity c ON c.node = n.name
+    GROUP BY p.name, n.gpu_type, g.compute_weight
+    """
+)
 
 
 def lock_changes(conn: Connection) -> None:
@@ -76,9 +83,12 @@ def record_if_changed(
         r.pool: (r.at, r.capacity_cu, r.capacity_gpus_by_type)
         for r in conn.execute(
             text(
-                "SELECT DISTINCT ON (pool) pool, extract(epoch FROM changed_at)::float8 AS at, "
-                "capacity_cu, capacity_gpus_by_type "
-                "FROM pool_capacity_changes ORDER BY pool, changed_at DESC"
+                # Each pool's latest row by the primary key, not a scan of all its history.
+                "SELECT p.name AS pool, extract(epoch FROM l.changed_at)::float8 AS at, "
+                "l.capacity_cu, l.capacity_gpus_by_type FROM node_pools p "
+                "CROSS JOIN LATERAL (SELECT changed_at, capacity_cu, capacity_gpus_by_type "
+                "FROM pool_capacity_changes c WHERE c.pool = p.name "
+                "ORDER BY changed_at DESC LIMIT 1) AS l"
             )
         )
     }
