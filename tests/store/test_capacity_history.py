@@ -28,7 +28,7 @@ from gpufair.domain.model import (
     QueueQuota,
     frozen_map,
 )
-from gpufair.store import config_repo, ingest_pipeline
+from gpufair.store import config_repo, ingest_pipeline, retention_repo
 from tests.store.ingest_support import NOW, STORED
 
 A0, A1, A2 = (("a0", 6, -300), ("a1", 4, -200), ("a2", 0, -100))
@@ -175,4 +175,32 @@ def test_a_config_apply_between_reports_counts_the_reports_of_its_instant(
         (-300.0, 220.0, "node_capacity"),
         (-200.0, 180.0, "node_capacity"),
         (-150.0, 100.0, "config"),
+    ]
+
+
+def test_retention_keeps_the_report_a_rebuild_starts_from(conn: Connection) -> None:
+    """a0 reports 6, 4 and 2 GPUs 10, 9 and 8 days ago, and 7 two days ago; retention keeps the
+    pool's rows from 7 days ago (its usage window). Of a0's reports before that only the latest,
+    2 GPUs, stays: it is in force there. a1's loss three days ago, coming after, is counted
+    with a0's 2 GPUs (20 + 40 + 80 = 140 CU), then a0's 7 (190 CU)."""
+    day = 86400.0
+    _apply(conn, _config(3), -20 * day)
+    for gpus, days in ((6, 10), (4, 9), (2, 8), (7, 2)):
+        _report(conn, "a0", gpus, -days * day)
+    conn.commit()
+    deleted = retention_repo.apply_retention(conn, NOW, retention_repo.Retention(rollups_days=1))
+    assert (deleted["node_capacity_reports"], deleted["node_config_history"]) == (2, 0)
+    reports = conn.execute(
+        text(
+            "SELECT (extract(epoch FROM reported_at)::float8 - :now) / 86400, gpu_count "
+            "FROM node_capacity_reports ORDER BY reported_at"
+        ),
+        {"now": NOW},
+    ).all()
+    assert [tuple(r) for r in reports] == [(-8.0, 2), (-2.0, 7)]
+    _report(conn, "a1", 4, -3 * day)
+    assert [(at / day, cu, source) for at, cu, source in _history(conn)] == [
+        (-8.0, 180.0, "node_capacity"),
+        (-3.0, 140.0, "node_capacity"),
+        (-2.0, 190.0, "node_capacity"),
     ]

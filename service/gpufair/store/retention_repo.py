@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from gpufair.domain.retention_horizon import DAY_S
-from gpufair.store import retention_horizons
+from gpufair.store import node_history_repo, retention_horizons
 from gpufair.store.idempotency import CYCLE_REFERENCE
 
 
@@ -117,6 +117,7 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         now_s - keep.events_days * DAY_S,
     )
     _prune_pools(run, {pool: h.kept_from_s for pool, h in horizons.items()})
+    _prune_node_history(run, min((h.kept_from_s for h in horizons.values()), default=-math.inf))
     history_s = now_s - keep.history_days * DAY_S
     run("history", "fair_share_runs", "x.computed_at < to_timestamp(:cutoff)", history_s)
     run(
@@ -190,6 +191,15 @@ def _prune_pools(run: Callable[..., None], kept_from: dict[str, float]) -> None:
         latest_s,
         **horizon,
     )
+
+
+def _prune_node_history(run: Callable[..., None], kept_from_s: float) -> None:
+    """Each node's capacity reports and config rows (`node_history_repo`) before the earliest
+    pool horizon, but the latest of each node before it: a node is no pool's own, and a
+    rebuild of a pool's capacity rows from any instant it keeps starts from the ones in force
+    there. A pool that keeps all its history keeps all of these too."""
+    for table, where in node_history_repo.RETENTION_WHERE.items():
+        run(table, table, where, kept_from_s)
 
 
 # Up to :batch finished workloads whose events are all older than the cutoff: their events go,
