@@ -204,3 +204,37 @@ def test_retention_keeps_the_report_a_rebuild_starts_from(conn: Connection) -> N
         (-3.0, 140.0, "node_capacity"),
         (-2.0, 190.0, "node_capacity"),
     ]
+
+
+def test_a_late_report_of_a_node_removed_since_counts_until_its_removal(
+    conn: Connection,
+) -> None:
+    """a2 down to 0 GPUs at NOW - 300, then removed by a config apply at NOW - 150; its report
+    comes after the apply. In time order: 160 CU from NOW - 300, and the removal changes
+    nothing. It was refused as of an unknown node (the config of its arrival, not of its time),
+    and the pool counted a2's 80 CU until NOW - 150."""
+    _apply(conn, _config(3), -1000)
+    _apply(conn, _config(2), -150)
+    _report(conn, "a2", 0, -300)
+    assert _history(conn) == [(-1000.0, 240.0, "config"), (-300.0, 160.0, "node_capacity")]
+
+
+def test_a_late_report_above_the_node_s_declared_gpus_of_now_counts_until_then(
+    conn: Connection,
+) -> None:
+    """a0 reports 7 usable GPUs at NOW - 300; at NOW - 150 a config apply declares it 6 GPUs;
+    the report comes after the apply. In time order: 230 CU from NOW - 300, 220 from NOW - 150.
+    It was refused (7 is above the 6 of now), and the pool counted 8 GPUs until NOW - 150."""
+    _apply(conn, _config(3), -1000)
+    config = _config(3)
+    _apply(
+        conn,
+        replace(config, nodes=(replace(config.nodes[0], gpu_count=6), *config.nodes[1:])),
+        -150,
+    )
+    _report(conn, "a0", 7, -300)
+    assert _history(conn) == [
+        (-1000.0, 240.0, "config"),
+        (-300.0, 230.0, "node_capacity"),
+        (-150.0, 220.0, "config"),
+    ]

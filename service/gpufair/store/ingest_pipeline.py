@@ -19,7 +19,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter
@@ -352,6 +352,9 @@ class _Context:
     # of the latest stored heartbeat of each of them that has one (`derive_runs`).
     staled: set[str]
     alive_at: dict[str, float]
+    # Of the batch's node capacity reports that the nodes of now refuse, the declared GPUs of
+    # their node at their instant, by (node, instant), where the node was configured then.
+    declared_then: dict[tuple[str, float], int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -602,6 +605,21 @@ def _read_context(
     if ctx.staled:
         rows = pg.execute(runs_repo.LATEST_BEATS_SQL, (text_array(ctx.staled),)).fetchall()
         ctx.alive_at = {r[0]: r[1] for r in rows}
+    # A report is checked against its node as configured at its instant, which a late one's is
+    # not always as now (removed since, fewer GPUs declared since): those are looked up in the
+    # nodes' config history, in a round trip as rare as they are.
+    refused = [
+        e
+        for e in events
+        if e.kind is EventKind.NODE_CAPACITY
+        and (e.node not in ctx.nodes or e.gpu_count > ctx.nodes[e.node].gpu_count)
+    ]
+    if refused:
+        rows = pg.execute(
+            node_history_repo.DECLARED_AT_SQL,
+            (text_array(e.node for e in refused), [e.occurred_at_s for e in refused]),
+        ).fetchall()
+        ctx.declared_then = {(r[0], r[1]): r[2] for r in rows}
     return ctx
 
 
@@ -637,6 +655,10 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
             )
         else:
             problem = context_problem(event, workload=ref[0] if ref else None, nodes=nodes)
+            if problem and kind is EventKind.NODE_CAPACITY:
+                declared = ctx.declared_then.get((event.node, event.occurred_at_s))
+                if declared is not None and 0 <= event.gpu_count <= declared:
+                    problem = None  # its node, as configured at its instant, admits it
         if not problem and kind in RUN_KINDS and uid in ctx.purged:
             problem = PURGED  # a heartbeat changes no run: it is stored, as it would be alone
         if problem:

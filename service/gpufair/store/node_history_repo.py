@@ -70,6 +70,17 @@ def later_than(conn: Connection, at_s: float) -> bool:
     )
 
 
+# Per (node, instant) of the arrays: the node's declared GPUs in its config in force then, for
+# the pairs whose node has one (ingestion's check of a late report, `ingest_pipeline`).
+DECLARED_AT_SQL = """
+    SELECT e.node, e.at, h.gpu_count
+    FROM unnest(%s::text[], %s::float8[]) AS e(node, at)
+    CROSS JOIN LATERAL (
+        SELECT gpu_count FROM node_config_history h
+        WHERE h.node = e.node AND h.changed_at <= to_timestamp(e.at)
+        ORDER BY h.changed_at DESC LIMIT 1) AS h
+"""
+
 # A node as it counts now: in its pool while ready, with its type's weight (0 for none).
 _CONFIGURED = """
     SELECT n.name AS node, CASE WHEN n.ready THEN n.pool END AS pool, n.gpu_type, n.gpu_count,
