@@ -158,9 +158,12 @@ def rebuild_from(conn: Connection, at_s: float, node: str | None = None) -> int:
         pools = {c.pool for _at, c in configs.get(node, ()) if c.pool in pools}
     involved = set().union(*(members[pool] for pool in pools)) if pools else set()
     reports = node_history_repo.reports_from(conn, start_s, involved)
+    # The instants of config applies, whichever nodes they changed: a pool's row there is the
+    # apply's, also when the node it lost counts nowhere from `start_s` on (not a member).
+    applies = {at for entries in configs.values() for at, _config in entries if at >= start_s}
     changed = 0
     for pool in sorted(pools):
-        changed += _rebuild_pool(conn, pool, start_s, configs, reports, members[pool])
+        changed += _rebuild_pool(conn, pool, start_s, configs, reports, members[pool], applies)
     return changed
 
 
@@ -171,6 +174,7 @@ def _rebuild_pool(
     configs: node_history_repo.NodeConfigs,
     reports: node_history_repo.NodeReports,
     members: set[str],
+    applies: set[float],
 ) -> int:
     stored = conn.execute(_POOL_ROWS_SQL, {"pool": pool, "at": start_s}).all()
     before: Capacity | None = None
@@ -191,7 +195,10 @@ def _rebuild_pool(
         {n: configs[n] for n in members},
         {n: reports[n] for n in members if n in reports},
         before,
-        {at: source for at, (_cu, _by_type, source) in rows.items() if at >= begin_s},
+        {
+            **{at: source for at, (_cu, _by_type, source) in rows.items() if at >= begin_s},
+            **{at: capacity_history.CONFIG for at in applies if at >= begin_s},
+        },
     )
     wanted = {s.at_s for s in steps}
     gone = [at for at in rows if at >= begin_s and at not in wanted]
