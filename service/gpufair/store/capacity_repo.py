@@ -142,9 +142,15 @@ def rebuild_from(conn: Connection, at_s: float, node: str | None = None) -> int:
     mark a change go, and each pool whose rows changed gets a dirty mark from the first of
     them. Returns how many rows were written or deleted. Under `lock_changes`."""
     lock_changes(conn)
+    # Never before the nodes' config history is complete (`node_history_start`): the rows before
+    # it stay as recorded, and a change older than it counts from it on.
     start_s = float(
         conn.execute(
-            text("SELECT extract(epoch FROM to_timestamp(:at))::float8"), {"at": at_s}
+            text(
+                "SELECT GREATEST(extract(epoch FROM to_timestamp(:at))::float8, "
+                "(SELECT extract(epoch FROM max(since))::float8 FROM node_history_start))"
+            ),
+            {"at": at_s},
         ).scalar_one()
     )
     configs = node_history_repo.configs_from(conn, start_s)

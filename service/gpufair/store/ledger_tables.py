@@ -203,6 +203,14 @@ node_config_history = Table(
     Index("ix_node_config_history_changed_at", "changed_at"),
 )
 
+# The instant from which `node_config_history` is complete, on a database that held nodes before
+# it was kept (migration 0027): a capacity rebuild starts no earlier. No row: complete since ever.
+node_history_start = Table(
+    "node_history_start",
+    metadata,
+    Column("since", TZ, primary_key=True),
+)
+
 # Hourly usage per pool x leaf queue x GPU type, for reports and budgets.
 usage_hourly = Table(
     "usage_hourly",

@@ -6,7 +6,9 @@ from when something that counts for them arrives late (`capacity_repo.rebuild_fr
 - `node_config_history`: what each node counts for (pool while ready, GPU type, declared GPUs,
   CU per GPU), a row from each config apply that changed it on. A node with no row counts as it
   is configured now, since ever: nodes configured before this history was kept, until their
-  first config apply, which first writes their row as they were (`seed_config`).
+  first config apply, which first writes their row as they were (`seed_config`). On a database
+  that held nodes before it was kept, that holds from the upgrade on only (`node_history_start`,
+  migration 0027), and no rebuild starts earlier.
 
 Written under the capacity writers' lock (`locks.CAPACITY`), like the capacity rows: a report
 by ingestion after `capacity_repo.lock_changes`, a config apply's rows right after it takes the
