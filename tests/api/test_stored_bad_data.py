@@ -18,7 +18,6 @@ from sqlalchemy import Engine, text
 
 from gpufair.api.server import build_server
 from gpufair.client import GpufairClient
-from gpufair.store import capacity_repo
 from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 HOUR = 3600.0
@@ -69,7 +68,14 @@ def test_an_infinite_capacity_once_stored_leaves_the_pool_schedulable(
         # it gave the pool 30 hours ago.
         conn.execute(text("UPDATE gpu_types SET compute_weight = 1e308"))
         conn.execute(text("DELETE FROM pool_capacity_changes"))
-        capacity_repo.record_if_changed(conn, start, "config")
+        conn.execute(
+            text(
+                "INSERT INTO pool_capacity_changes "
+                "(pool, changed_at, capacity_cu, capacity_gpus_by_type, source) VALUES "
+                "('default', to_timestamp(:at), 'Infinity', '{\"a100\": 8}'::jsonb, 'config')"
+            ),
+            {"at": start},
+        )
     with db.connect() as conn:  # closed: an open read would hold up the truncation after
         capacity = conn.execute(text("SELECT capacity_cu FROM pool_capacity_changes"))
         assert capacity.scalar_one() == float("inf")
