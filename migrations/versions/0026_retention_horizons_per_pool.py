@@ -32,8 +32,17 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # One row per kind again: the earliest horizon recorded for any pool, the one horizon the
-    # code before this migration prunes every pool to.
+    # One row per kind again: the earliest horizon any pool's redo is bounded by, the one
+    # horizon the code before this migration prunes every pool to. A pool's bound is the later
+    # of its own row and the row of every pool (''): all pools were pruned to that one, and a
+    # pool's own row recorded earlier (held back by a budget or a longer retention since) does
+    # not bring back what went. Without raising it first, such a row became the one horizon,
+    # and the code before redid every pool from it, over hours all pools had lost.
+    op.execute(
+        "UPDATE retention_horizons h SET kept_from = every.kept_from "
+        "FROM retention_horizons every "
+        "WHERE every.kind = h.kind AND every.pool = '' AND h.kept_from < every.kept_from"
+    )
     op.execute(
         "DELETE FROM retention_horizons h USING retention_horizons earlier "
         "WHERE earlier.kind = h.kind AND (earlier.kept_from, earlier.pool) < (h.kept_from, h.pool)"
