@@ -41,24 +41,10 @@ from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
 from gpufair.domain.cycle_state import CycleState, Kind, Pending
 from gpufair.domain.model import Workload
-from gpufair.domain.placement import PodShape, adequate_types, rejection_in
+from gpufair.domain.placement import PodShape, adequate_types, rejection_in, signature
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import PendingCode, PendingReason
 
-# What makes two workloads of one kind (`kind_of`): everything placement and admission read of a
-# workload but its identity, queue and times. One C call builds the tuple.
-signature = attrgetter(
-    "pods",
-    "min_pods",
-    "gpus_per_pod",
-    "allowed_gpu_types",
-    "min_gpu_memory_gib",
-    "cpu_millicores_per_pod",
-    "memory_mib_per_pod",
-    "topology",
-    "partition_profile",
-    "pods_on_distinct_nodes",
-)
 _by_order = attrgetter("order")
 _workload_of = attrgetter("workload")
 _uid_of = attrgetter("uid")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from operator import attrgetter
 
 import numpy as np
 
@@ -34,24 +33,7 @@ from gpufair.domain.capacity import Capacity
 from gpufair.domain.fairshare_demand import LeafDemands, QueueDemand
 from gpufair.domain.model import GpuType, Node, Workload
 from gpufair.domain.partition_geometry import geometries
-from gpufair.domain.placement import PodShape, PoolRoom, adequate_types, rejection_in
-
-# What decides a waiting workload's serving type (`serving_types`): what placement reads of it
-# but its identity, queue, times and priority.
-_fit_key = attrgetter(
-    "pods",
-    "min_pods",
-    "gpus_per_pod",
-    "allowed_gpu_types",
-    "min_gpu_memory_gib",
-    "cpu_millicores_per_pod",
-    "memory_mib_per_pod",
-    "topology",
-    "partition_profile",
-    "pods_on_distinct_nodes",
-    "compute_units",
-    "mixed_gpu_types",
-)
+from gpufair.domain.placement import PodShape, PoolRoom, adequate_types, rejection_in, signature
 
 
 def serving_types(
@@ -79,7 +61,7 @@ def serving_types(
         return None
 
     def serving_type(workload: Workload) -> str | None:
-        key = _fit_key(workload)
+        key = (signature(workload), workload.compute_units, workload.mixed_gpu_types)
         if key in memo:
             return memo[key]
         if workload.compute_units <= 0.0:

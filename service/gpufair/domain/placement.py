@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 from gpufair.domain import cu_request, partitions
@@ -522,6 +523,23 @@ def _assign(
         used[gpu] += fraction
         uses.append(PodUse(state.index, (gpu,), fraction, cpu, memory))
     return uses
+
+
+# What makes two workloads the same placement problem: everything placement and admission read
+# of a workload but its identity, queue, times and priority (a compute-unit request's amount and
+# mix are resolved before placement and read apart). One C call builds the tuple.
+signature = attrgetter(
+    "pods",
+    "min_pods",
+    "gpus_per_pod",
+    "allowed_gpu_types",
+    "min_gpu_memory_gib",
+    "cpu_millicores_per_pod",
+    "memory_mib_per_pod",
+    "topology",
+    "partition_profile",
+    "pods_on_distinct_nodes",
+)
 
 
 class PoolRoom:
