@@ -11,10 +11,12 @@ that is rolled back so every repetition starts from the same state:
 - `quota`: one leaf queue's deserved CU raised by one, then the same recompute, timed;
 - `none`: the recompute alone, timed.
 
-A quota enters every hourly bucket, so after its change the recompute redoes the pool's whole
-history. A node enters the buckets only through the pool's capacity, whose change marks the
-rollups dirty from its instant; until round 22 any new config version redid the whole history
-too, so a drained node cost what a quota does (`results/recompute.md`).
+A quota enters every hourly bucket (the over-quota usage is counted against it), so after its
+change the recompute redoes the buckets the pool's usage window reads (here the week of the
+7-day sliding window); until 2026-12-09 it redid the pool's whole history, a cost that grew with
+it. A node enters the buckets only through the pool's capacity, whose change marks the rollups
+dirty from its instant; until round 22 any new config version redid the whole history too, so a
+drained node cost what a quota does (`results/recompute.md`).
 """
 
 from __future__ import annotations

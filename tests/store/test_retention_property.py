@@ -7,8 +7,8 @@ parent queue, in one pool or all, nodes drained and resumed, and two months of r
 open). At three instants, each after the rollups caught up: every configured pool's decayed
 usage (the fair share's inputs) and every budget's status, before and after `apply_retention`
 with a short rollup retention, agree to 1e-9 relative; so does the exact integral from the raw
-runs kept. Then a config change that redoes every pool's rollups whole writes back exactly the
-rows that were kept: no bucket retention deleted, no gap, nothing of another pool.
+runs kept. Then a config change that redoes every pool's rollups its window reads, and a redo of
+every pool's rollups whole, write back exactly the rows that were kept: no bucket retention deleted, no gap, nothing of another pool.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import (
@@ -170,7 +170,8 @@ def test_retention_changes_no_fair_share_input_and_no_budget(conn: Connection, s
         assert [b[:3] for b in budgets_after] == [b[:3] for b in budgets]
         for b, a in zip(budgets, budgets_after, strict=True):
             assert a[3] == pytest.approx(b[3], rel=REL, abs=1e-9), f"{where}: budget {b[:3]}"
-    # A change of k in one pool redoes every pool's rollups whole, each from its own horizon.
+    # A change of k in one pool redoes every pool's rollups from where its window reads; then,
+    # without a watermark, each pool's rollups whole, each from its own horizon.
     now_s = nows[-1]
     kept = snapshot(conn)
     usage, budgets = readings(conn, config, now_s)
@@ -179,6 +180,10 @@ def test_retention_changes_no_fair_share_input_and_no_budget(conn: Connection, s
         config, pools=(replace(first, policy=replace(first.policy, k=2.0)), *config.pools[1:])
     )
     install(conn, changed, now_s)
+    for pool in changed.pools:
+        rollup_repo.rollup_pool(conn, changed, pool, now_s)
+    assert snapshot(conn) == kept
+    conn.execute(text("DELETE FROM rollup_watermarks"))
     for pool in changed.pools:
         rollup_repo.rollup_pool(conn, changed, pool, now_s)
     assert snapshot(conn) == kept

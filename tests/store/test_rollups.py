@@ -518,14 +518,15 @@ def with_history(conn: Connection, *, seed: int, runs: int) -> ClusterConfig:
     return config
 
 
-def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_it_all(
+def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_the_window(
     conn: Connection,
 ) -> None:
     """A batch system drains and resumes nodes all day, each a new config version. Buckets are
     made of the runs, the queues, the GPU types' weights and the capacity; a node's change
     reaches them only through the capacity, whose change leaves a dirty mark from its instant.
     So a version that changed only nodes or budgets must not redo the pool's history (it did:
-    every bucket since the first run), while a quota's change still redoes all of it."""
+    every bucket since the first run), while a quota's change redoes what the 2-day window reads
+    (it redid all 4 days; `test_rollup_quota_change.py` holds the rest)."""
     config = with_history(conn, seed=5, runs=300)
     pool = config.pools[0]
     assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
@@ -551,8 +552,19 @@ def test_a_node_or_budget_change_redoes_no_history_and_a_quota_change_redoes_it_
         queues=tuple(replace(q, quotas=quota(70)) if q.name == "c" else q for q in config.queues),
     )
     install(conn, raised, NOW)
-    assert rollup_repo.rollup_pool(conn, raised, pool, NOW) == 4 * 24
-    assert snapshot(conn) != rolled  # queue c's over-quota usage counted against 70 CU now
+    assert rollup_repo.rollup_pool(conn, raised, pool, NOW) == 2 * 24
+    now_rows = snapshot(conn)
+    assert now_rows != rolled  # queue c's over-quota usage counted against 70 CU now
+    # The buckets before the window's first hour keep what the old quota made of them.
+    assert rows_before(rolled, NOW - 1234.5 - 2 * 86400)
+    assert rows_before(now_rows, NOW - 1234.5 - 2 * 86400) == rows_before(
+        rolled, NOW - 1234.5 - 2 * 86400
+    )
+
+
+def rows_before(rows: list[tuple[object, ...]], at_s: float) -> list[tuple[object, ...]]:
+    """The rows of `snapshot` whose bucket starts before `at_s`."""
+    return [r for r in rows if float(str(r[3])) < at_s]
 
 
 def test_a_redo_in_spans_writes_the_rows_of_one_piece(

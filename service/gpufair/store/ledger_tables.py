@@ -243,7 +243,9 @@ fairness_hourly = Table(
 )
 
 # The last completed hour per pool: rollups exist for every hour before it (unless a dirty mark
-# below says otherwise). Written by rollups only.
+# below says otherwise). Written by rollups only. The buckets from `current_from` on were made
+# with the config `config_version` (NULL: all of them); older ones with the config of their own
+# rollup, redone when the pool's usage window reads them (`rollup_repo` says why).
 rollup_watermarks = Table(
     "rollup_watermarks",
     metadata,
@@ -252,6 +254,7 @@ rollup_watermarks = Table(
     Column("half_life_s", Double, nullable=True),
     Column("usage_basis", Text, nullable=False),
     Column("config_version", BigInteger, nullable=False),
+    Column("current_from", TZ, nullable=True),
 )
 
 # Where ingestion changed a pool's usage: one row per pool per ingest transaction, only ever

@@ -3,10 +3,26 @@
 A pool's watermark says up to which hour the rollups are complete. Ingestion inserts a dirty mark
 (`rollup_dirty_marks`) for each pool whose usage it changed, from the earliest instant changed (a
 late event, a run closed by the sweeper, or simply a start now); the next rollup recomputes from
-the earlier of the watermark and its marks. A change of the pool's half-life, usage basis or of
-the config's queues, GPU types or pools (deserved quotas, weights) invalidates every moment, so
-all of the pool's history is redone; a change of nodes alone reaches the buckets only through
-the capacity, whose change leaves a dirty mark, and budgets not at all.
+the earlier of the watermark and its marks. A change of the pool's half-life or usage basis
+changes what every moment means, so all of the pool's history is redone. A change of nodes alone
+reaches the buckets only through the capacity, whose change leaves a dirty mark, and budgets not
+at all.
+
+A change of the config's queues, GPU types or pools changes what a bucket is made of (the tree
+that sums the leaves, the deserved quotas and the GPU types' weights that the over-quota usage
+is counted against, in `fairness_hourly` under `usage_basis: over_quota` and in `usage_hourly`'s
+`over_quota_cu_seconds` under either basis), not what its moments mean. What a fair share reads
+of them is only the pool's usage window (`domain.retention_horizon.window_reads_from`: the
+window's start, 53 half-lives for all history with a half-life, everything without one), so such
+a change redoes the buckets from the hour the window reads from, and the watermark records that
+hour (`current_from`): from it on, the buckets agree with the config stamped. When the window
+later reads further back (lengthened, a tumbling anchor moved, a window dropped for all history,
+or simply an earlier `now`), the next rollup first redoes the buckets from there. A redo that
+reaches the pool's first run, or where retention keeps its rollups from, leaves no older bucket
+(NULL). Buckets the window never reads again keep over-quota usage counted against the quota,
+weights and tree in force when they were rolled up: the `report.usage_*` views' over-quota
+CU-hours of last month are last month's, not last month's usage measured against today's quota.
+
 Rerunning a rollup is harmless: rows of the buckets it covers are replaced, never added to.
 """
 
@@ -22,6 +38,7 @@ from sqlalchemy import Connection, text
 
 from gpufair.domain.model import ClusterConfig, NodePool
 from gpufair.domain.policy import deserved_cu_with_types
+from gpufair.domain.retention_horizon import window_reads_from
 from gpufair.domain.rollup import (
     HOUR_S,
     TypedInterval,
@@ -45,19 +62,22 @@ class Watermark:
     half_life_s: float | None
     usage_basis: str
     config_version: int
+    current_from_s: float  # the buckets from here on were made with `config_version`; -inf: all
 
 
 def _watermark(conn: Connection, pool: str) -> Watermark | None:
     row = conn.execute(
         text(
             "SELECT extract(epoch FROM rolled_up_to)::float8 AS upto, half_life_s, usage_basis, "
-            "config_version FROM rollup_watermarks WHERE pool = :pool"
+            "config_version, extract(epoch FROM current_from)::float8 AS current_from "
+            "FROM rollup_watermarks WHERE pool = :pool"
         ),
         {"pool": pool},
     ).one_or_none()
     if row is None:
         return None
-    return Watermark(row.upto, row.half_life_s, row.usage_basis, row.config_version)
+    current_from_s = -math.inf if row.current_from is None else row.current_from
+    return Watermark(row.upto, row.half_life_s, row.usage_basis, row.config_version, current_from_s)
 
 
 # The marks this statement sees, deleted by it, and the earliest of them (NULL without any).
@@ -133,8 +153,9 @@ def rollup_pool(
     """Bring the pool's rollups up to the last complete hour; returns the buckets written.
 
     `config_version` is the stored config's version read BEFORE `config` was loaded: the buckets
-    are stamped with it, and a later version makes the next rollup redo them all, unless every
-    change between the two versions is of nodes or budgets (`_buckets_may_differ`). Read after (or
+    are stamped with it, and a later version makes the next rollup redo those the pool's usage
+    window reads at `now_s` (module docstring), unless every change between the two versions is
+    of nodes or budgets (`_buckets_may_differ`). Read after (or
     here, the default), an ApplyConfig committed in between stamped buckets made with the old
     config as the new version's, and they were never redone (a quota raised while a rollup
     waited for this lock: a queue's over-quota usage counted with the old quota for good). The
@@ -166,22 +187,14 @@ def rollup_pool(
     policy = pool.policy
     target_s = floor_hour(now_s)
     mark = _watermark(conn, pool.name)
-    stale = (
+    current_from_s: float | None = None  # what the watermark will say; None: every bucket
+    if (
         mark is None
         or mark.half_life_s != policy.half_life_s
         or mark.usage_basis != policy.usage_basis.value
-        or _buckets_may_differ(conn, mark.config_version, version)
-    )
-    if stale:
-        # From the first instant anything counts, usage or capacity (the denominators), but not
-        # before what retention keeps: older buckets it deleted, and the runs and capacity rows
-        # still stored from before it are only what outlived it.
-        earliest, kept_from = conn.execute(_REDO_FROM_SQL, {"pool": pool.name}).one()
-        start_s = floor_hour(earliest) if earliest is not None else target_s
-        if kept_from is not None:
-            start_s = max(start_s, ceil_hour(kept_from))
+    ):
+        start_s = _whole_from(conn, pool.name, target_s)
     else:
-        assert mark is not None
         redo_s = mark.rolled_up_to_s if dirty_s is None else min(mark.rolled_up_to_s, dirty_s)
         if redo_s < mark.rolled_up_to_s:
             # Not before what retention keeps either: a late event of a workload whose runs it
@@ -190,6 +203,25 @@ def rollup_pool(
             if kept_from is not None:
                 redo_s = min(mark.rolled_up_to_s, max(redo_s, ceil_hour(kept_from)))
         start_s = floor_hour(redo_s)
+        # The buckets from `agree_s` on were made with this config: none after a change that
+        # reaches them. The window reads whole buckets from ceil_hour of its start (the part
+        # before is integrated from the runs): from the hour its start lies in, they must agree.
+        agree_s = (
+            math.inf
+            if _buckets_may_differ(conn, mark.config_version, version)
+            else mark.current_from_s
+        )
+        reads_s = window_reads_from(policy, now_s)[0]
+        reads_s = floor_hour(reads_s) if math.isfinite(reads_s) else reads_s
+        if reads_s < agree_s:
+            whole_s = _whole_from(conn, pool.name, target_s)
+            if reads_s > whole_s:
+                start_s = min(start_s, reads_s)
+                current_from_s = start_s
+            else:
+                start_s = min(start_s, whole_s)
+        elif math.isfinite(agree_s):
+            current_from_s = min(agree_s, start_s)
     # In spans of at most REDO_SPAN_S: a redo of a long history in one piece held all its rows
     # in memory and sent them as one jsonb value, past PostgreSQL's 256 MB for one, after
     # minutes of Python between two statements, past the engine's idle limit
@@ -203,11 +235,13 @@ def rollup_pool(
         text(
             """
             INSERT INTO rollup_watermarks
-                (pool, rolled_up_to, half_life_s, usage_basis, config_version)
-            VALUES (:pool, to_timestamp(:upto), :h, :basis, :version)
+                (pool, rolled_up_to, half_life_s, usage_basis, config_version, current_from)
+            VALUES (:pool, to_timestamp(:upto), :h, :basis, :version,
+                    to_timestamp(CAST(:current_from AS float8)))
             ON CONFLICT (pool) DO UPDATE SET rolled_up_to = EXCLUDED.rolled_up_to,
                 half_life_s = EXCLUDED.half_life_s,
-                usage_basis = EXCLUDED.usage_basis, config_version = EXCLUDED.config_version
+                usage_basis = EXCLUDED.usage_basis, config_version = EXCLUDED.config_version,
+                current_from = EXCLUDED.current_from
             """
         ),
         {
@@ -216,9 +250,22 @@ def rollup_pool(
             "h": policy.half_life_s,
             "basis": policy.usage_basis.value,
             "version": version,
+            "current_from": current_from_s,
         },
     )
     return max(0, round((target_s - start_s) / HOUR_S))
+
+
+def _whole_from(conn: Connection, pool: str, target_s: float) -> float:
+    """Where a redo of the pool's whole history starts: the hour of the first instant anything
+    counts, usage or capacity (the denominators), but not before what retention keeps: older
+    buckets it deleted, and the runs and capacity rows still stored from before it are only what
+    outlived it. `target_s` without either."""
+    earliest, kept_from = conn.execute(_REDO_FROM_SQL, {"pool": pool}).one()
+    start_s = floor_hour(earliest) if earliest is not None else target_s
+    if kept_from is not None:
+        start_s = max(start_s, ceil_hour(kept_from))
+    return start_s
 
 
 # Where retention keeps the pool's rollups from (its own horizon, or the one recorded for every
