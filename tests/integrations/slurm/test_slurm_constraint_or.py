@@ -290,6 +290,9 @@ def test_type_or_memory_jobs_run_only_where_slurm_accepts_them(
     slurm.run("scancel", str(a2))
     run_until(bridge, slurm, [r3], reports)
     assert placed_where_slurm_runs(reports, slurm)[f"slurm-{r3}"] == where[f"slurm-{a2}"]
+    # A start Slurm made after the last cycle's look is reported by the next one.
+    reports.append(bridge.cycle())
+    assert reports[-1].errors == []
     running = {w.workload.uid: w.gpu_type for w in client.list_workloads(states=["running"])}
     assert running == {
         f"slurm-{a3}": "a100-80gb",

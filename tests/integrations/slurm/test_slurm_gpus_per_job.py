@@ -39,8 +39,11 @@ def test_gpus_per_job_runs_on_one_node_and_is_refused_on_several(
     placed = [single, *fours]
 
     def placed_jobs_run() -> bool:
+        """Running in Slurm, and reported so: a job Slurm starts after a cycle's look is
+        reported started by the next cycle."""
         seen = squeue(slurm)
-        return all(seen[j]["job_state"] == "RUNNING" for j in placed)
+        reported = {w.workload.uid for w in client.list_workloads(states=["running"])}
+        return all(seen[j]["job_state"] == "RUNNING" and f"slurm-{j}" in reported for j in placed)
 
     # Every job gpufair places starts at once: none waits for GPUs gpufair counts free.
     cycle_until(bridge, placed_jobs_run, max_cycles=6)
