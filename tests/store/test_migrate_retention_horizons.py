@@ -9,21 +9,11 @@ every pool), the one the code before prunes every pool to.
 from __future__ import annotations
 
 from alembic import command
-from sqlalchemy import create_engine, text
 
 from gpufair.store import migrate
-from gpufair.store.database import Database, normalise_url
+from gpufair.store.database import Database
 from gpufair.store.scratch import scratch_database
-
-
-def _rows(url: str, sql: str, **params: object) -> list[tuple[object, ...]]:
-    engine = create_engine(normalise_url(url))
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(sql), params)
-            return [tuple(r) for r in result] if result.returns_rows else []
-    finally:
-        engine.dispose()
+from tests.store.migrate_support import sql_rows as _rows
 
 
 def test_the_horizon_of_every_pool_becomes_pool_empty_and_comes_back(pg_server: Database) -> None:

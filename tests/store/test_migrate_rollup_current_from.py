@@ -9,21 +9,11 @@ keep theirs.
 from __future__ import annotations
 
 from alembic import command
-from sqlalchemy import create_engine, text
 
 from gpufair.store import migrate
-from gpufair.store.database import Database, normalise_url
+from gpufair.store.database import Database
 from gpufair.store.scratch import scratch_database
-
-
-def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
-    engine = create_engine(normalise_url(url))
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(sql))
-            return [tuple(r) for r in result] if result.returns_rows else []
-    finally:
-        engine.dispose()
+from tests.store.migrate_support import sql_rows as _rows
 
 
 def test_watermarks_agree_whole_and_going_back_drops_the_partly_redone(
