@@ -4,6 +4,7 @@ On PostgreSQL, through `recompute_pool` as the periodic job runs it."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy import Engine
 
 from gpufair.domain.ledger import EventKind
 from gpufair.domain.model import Workload
+from gpufair.services import recompute
 from gpufair.services.recompute import recompute_pool
 from gpufair.store import ingest_pipeline, workload_repo
 from tests.jobs.test_recompute import DAY, install, reference_config, run_for
@@ -39,3 +41,28 @@ def test_a_gang_wider_than_any_node_is_no_demand(db: Engine) -> None:
     assert shares["vision"].demand_cu == pytest.approx(100.0)
     assert shares["llm"].fair_share_cu == pytest.approx(10.0)
     assert shares["vision"].fair_share_cu == pytest.approx(90.0)
+
+
+def test_the_serving_rule_is_kept_while_the_pool_s_nodes_are_the_same(db: Engine) -> None:
+    """The rule is reused by the next recompute (the nodes read anew equal the kept ones), and
+    counted anew once a node changes: a 60-GPU gang of llm (one GPU a pod) fits the 100-GPU pool,
+    and is no demand once 11 of its 25 nodes are gone (56 GPUs left)."""
+    now_s = time.time()
+    config = reference_config(0.0)
+    with db.connect() as conn:
+        install(conn, config, now_s - DAY)
+        gang = Workload("llm-gang", "llm", "default", pods=60, gpus_per_pod=1, submit_time_s=now_s)
+        workload_repo.submit(conn, [gang])
+        first = recompute_pool(conn, "default", now_s).result.shares
+        rule = recompute._serving["default"][2]
+        recompute._serving["deleted-pool"] = recompute._serving["default"]
+        again = recompute_pool(conn, "default", now_s + 60).result.shares
+        assert recompute._serving["default"][2] is rule
+        assert set(recompute._serving) == {"default"}  # a pool not in the config: dropped
+        smaller = dataclasses.replace(config, nodes=config.nodes[:14])
+        install(conn, smaller, now_s + 61)
+        after = recompute_pool(conn, "default", now_s + 120).result.shares
+        conn.commit()
+    assert recompute._serving["default"][2] is not rule
+    assert first["llm"].demand_cu == again["llm"].demand_cu == pytest.approx(60.0)
+    assert after["llm"].demand_cu == pytest.approx(0.0)

@@ -35,10 +35,10 @@ from gpufair.domain.model import GpuType, Node, Workload
 from gpufair.domain.partition_geometry import geometries
 from gpufair.domain.placement import PodShape, PoolRoom, adequate_types, rejection_in, signature
 
+ServingType = Callable[[Workload], str | None]
 
-def serving_types(
-    gpu_types: Mapping[str, GpuType], pool_nodes: Iterable[Node]
-) -> Callable[[Workload], str | None]:
+
+def serving_types(gpu_types: Mapping[str, GpuType], pool_nodes: Iterable[Node]) -> ServingType:
     """The `serving_type` of a pool whose nodes (ready or not: its hardware, as the cycle's
     never-fits check counts it) are `pool_nodes`: the cheapest ready type whose nodes, empty,
     hold the workload's gang (a compute-unit request: the first of its options that does);
