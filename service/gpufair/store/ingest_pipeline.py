@@ -528,7 +528,8 @@ def _read_context(
     # Gathered by C loops (`map`, `compress`): a batch of heartbeats has thousands of events
     # and nothing to find in them but their workloads.
     events = list(map(_EVENT, candidates))
-    beats = EventKind.HEARTBEAT in set(map(_KIND, events))
+    kinds = set(map(_KIND, events))
+    beats = EventKind.HEARTBEAT in kinds
     uids = set(map(_UID, events))
     uids.discard("")
     uids.update(rederive)
@@ -608,12 +609,17 @@ def _read_context(
     # A report is checked against its node as configured at its instant, which a late one's is
     # not always as now (removed since, fewer GPUs declared since): those are looked up in the
     # nodes' config history, in a round trip as rare as they are.
-    refused = [
-        e
-        for e in events
-        if e.kind is EventKind.NODE_CAPACITY
-        and (e.node not in ctx.nodes or e.gpu_count > ctx.nodes[e.node].gpu_count)
-    ]
+    # A workload stream has none: its events are not walked one by one in Python for it.
+    refused = (
+        [
+            e
+            for e in events
+            if e.kind is EventKind.NODE_CAPACITY
+            and (e.node not in ctx.nodes or e.gpu_count > ctx.nodes[e.node].gpu_count)
+        ]
+        if EventKind.NODE_CAPACITY in kinds
+        else []
+    )
     if refused:
         rows = pg.execute(
             node_history_repo.DECLARED_AT_SQL,
