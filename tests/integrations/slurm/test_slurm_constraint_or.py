@@ -217,25 +217,6 @@ def run_until(bridge: Bridge, slurm: Any, running: list[int], reports: list[Cycl
     cycle_until(bridge, done, max_cycles=20, reports=reports)
 
 
-def two_of_three_run(
-    bridge: Bridge, slurm: Any, jobs: list[int], reports: list[CycleReport]
-) -> tuple[tuple[int, int], int]:
-    """Cycles until two of three equal jobs run: (those two, the one left waiting). Which two
-    is the tie-break of equal jobs submitted in one second (by uid, so `slurm-10` before
-    `slurm-9`): it depends on how many jobs the session's Slurm ran before, not on this test."""
-
-    def done() -> bool:
-        seen = squeue(slurm)
-        return bool(sum(seen[j]["job_state"] == "RUNNING" for j in jobs) == 2)
-
-    # Slurm starts jobs on its own one-second tick, slower on a loaded machine.
-    cycle_until(bridge, done, max_cycles=20, reports=reports)
-    seen = squeue(slurm)
-    first, second = (j for j in jobs if seen[j]["job_state"] == "RUNNING")
-    [left] = (j for j in jobs if seen[j]["job_state"] != "RUNNING")
-    return (first, second), left
-
-
 def test_type_or_memory_jobs_run_only_where_slurm_accepts_them(
     slurm: Any, client: GpufairClient
 ) -> None:
@@ -245,15 +226,13 @@ def test_type_or_memory_jobs_run_only_where_slurm_accepts_them(
 
     # An A100, or any GPU of 40 GiB: the A100 nodes only, though the RTX nodes are free and
     # cheaper. The third whole-node job waits, as Slurm would make it wait.
-    (a1, a2), a3 = two_of_three_run(
-        bridge,
-        slurm,
-        [
-            sbatch(slurm, account="acct-a", gres="gpu:8", constraint="a100|gpumem40", seconds=600)
-            for _ in range(3)
-        ],
-        reports,
+    # Submitted in one second, they go in job-id order (the bridge's submit times): the first
+    # two run, even when their ids cross a power of ten (9, 10, 11).
+    a1, a2, a3 = (
+        sbatch(slurm, account="acct-a", gres="gpu:8", constraint="a100|gpumem40", seconds=600)
+        for _ in range(3)
     )
+    run_until(bridge, slurm, [a1, a2], reports)
     for _ in range(2):
         reports.append(bridge.cycle())
         assert reports[-1].errors == []
@@ -273,17 +252,11 @@ def test_type_or_memory_jobs_run_only_where_slurm_accepts_them(
 
     # An RTX 4090, or any GPU of 80 GiB: the RTX nodes first (cheaper), then an A100 once one
     # frees, which a job of `rtx4090` alone would never get.
-    (r1, r2), r3 = two_of_three_run(
-        bridge,
-        slurm,
-        [
-            sbatch(
-                slurm, account="acct-a", gres="gpu:8", constraint="rtx4090|gpumem80", seconds=600
-            )
-            for _ in range(3)
-        ],
-        reports,
+    r1, r2, r3 = (
+        sbatch(slurm, account="acct-a", gres="gpu:8", constraint="rtx4090|gpumem80", seconds=600)
+        for _ in range(3)
     )
+    run_until(bridge, slurm, [r1, r2], reports)
     where = placed_where_slurm_runs(reports, slurm)
     assert {where[f"slurm-{r1}"], where[f"slurm-{r2}"]} == {"rtx-0", "rtx-1"}
     assert squeue(slurm)[r3]["job_state"] == "PENDING"

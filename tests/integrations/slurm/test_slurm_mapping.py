@@ -203,7 +203,10 @@ def test_held_two_node_job_becomes_a_gang_workload() -> None:
     assert (workload.cpu_millicores_per_pod, workload.memory_mib_per_pod) == (4000, 16000)
     assert list(workload.allowed_gpu_types) == [] and workload.min_gpu_memory_gib == 0
     assert workload.priority_class == 5 and workload.preemptible
-    assert workload.submit_time.seconds == 1796136508
+    # Slurm's whole second, and the job id's last six digits as microseconds (job-id order).
+    assert (workload.submit_time.seconds, workload.submit_time.nanos) == (1796136508, 42_000)
+    later = map_job(CONFIG, job(job_id=1_234_567))
+    assert not isinstance(later, Unmappable) and later.submit_time.nanos == 234_567_000
     assert job_id_of(CONFIG, workload.uid) == 42
     # Slurm runs the job's two tasks on two distinct nodes: gpufair must never put both on one.
     assert workload.pods_on_distinct_nodes is True

@@ -151,8 +151,14 @@ def map_job(
         pods_on_distinct_nodes=nodes > 1,
     )
     if job.submit_time:
-        workload.submit_time.FromSeconds(job.submit_time)
+        workload.submit_time.FromMicroseconds(submit_time_us(job))
     return workload
+
+
+def submit_time_us(job: SlurmJob) -> int:
+    """Slurm's whole-second submit time with the job id's last six digits as microseconds, so
+    jobs of one second are ordered by job id (see the module's docstring)."""
+    return job.submit_time * 1_000_000 + job.job_id % 1_000_000
 
 
 def job_id_of(config: BridgeConfig, uid: str) -> int | None:
