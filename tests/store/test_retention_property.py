@@ -191,3 +191,61 @@ def test_retention_changes_no_fair_share_input_and_no_budget(conn: Connection, s
     for pool in config.pools:
         assert_same(usage_after[pool.name], usage[pool.name], f"seed {seed} redone {pool.name}")
     assert budgets_after == budgets
+
+
+def _first_buckets_before_horizons(conn: Connection) -> list[tuple[str, float, float]]:
+    """(pool, first bucket, horizon) of every pool with a bucket before its recorded horizon."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT b.pool, extract(epoch FROM min(b.bucket_start))::float8,
+                   extract(epoch FROM max(h.kept_from))::float8
+            FROM (SELECT pool, bucket_start FROM fairness_hourly
+                  UNION ALL SELECT pool, bucket_start FROM usage_hourly) AS b
+            JOIN retention_horizons h ON h.kind = 'rollups' AND h.pool IN (b.pool, '')
+            GROUP BY b.pool
+            HAVING min(b.bucket_start) < max(h.kept_from)
+            """
+        )
+    )
+    return [(str(p), float(first), float(kept)) for p, first, kept in rows]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_rollup_left_behind_by_retention_reads_and_writes_as_if_on_time(
+    conn: Connection, seed: int
+) -> None:
+    """One pool's rollups stop at NOW while the others go on and retention runs twice, 5 to
+    9 and 10 to 40 days later, each time past that pool's watermark with a rollup retention of 1
+    to 5 days; each time the pool's rollups then catch up. Every pool's decayed usage and every
+    budget's consumption are what they were with every rollup on time before retention, to 1e-9
+    relative, and so is the exact integral from the runs kept; no pool has a bucket before its
+    horizon (the pool left behind had, made of what outlived retention, until the next one)."""
+    rng = random.Random(1000 + seed)
+    config = random_config(rng)
+    random_history(conn, rng, config)
+    keep = Retention(rollups_days=rng.choice([1.0, 2.0, 5.0]))
+    behind = rng.choice(config.pools)
+    for pool in config.pools:
+        rollup_repo.rollup_pool(conn, config, pool, NOW)
+    for now_s in [NOW + rng.uniform(5, 9) * DAY, NOW + rng.uniform(10, 40) * DAY]:
+        for pool in config.pools:
+            if pool is not behind:
+                rollup_repo.rollup_pool(conn, config, pool, now_s)
+        # What the readers give with every rollup on time, before retention.
+        on_time = conn.begin_nested()
+        rollup_repo.rollup_pool(conn, config, behind, now_s)
+        usage, budgets = readings(conn, config, now_s)
+        on_time.rollback()
+        apply_retention(conn, now_s, keep)
+        rollup_repo.rollup_pool(conn, config, behind, now_s)
+        usage_after, budgets_after = readings(conn, config, now_s)
+        where = f"seed {seed} at NOW + {(now_s - NOW) / DAY:.2f} d, {behind.name} behind"
+        for pool in config.pools:
+            assert_same(usage_after[pool.name], usage[pool.name], f"{where}, pool {pool.name}")
+            exact = rollup_repo.exact_usage(conn, config, pool, now_s)
+            assert_same(exact, usage[pool.name], f"{where}, pool {pool.name}, exact")
+        assert [b[:3] for b in budgets_after] == [b[:3] for b in budgets]
+        for b, a in zip(budgets, budgets_after, strict=True):
+            assert a[3] == pytest.approx(b[3], rel=REL, abs=1e-9), f"{where}: budget {b[:3]}"
+        assert _first_buckets_before_horizons(conn) == [], where

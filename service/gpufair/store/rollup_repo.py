@@ -23,6 +23,13 @@ reaches the pool's first run, or where retention keeps its rollups from, leaves 
 weights and tree in force when they were rolled up: the `report.usage_*` views' over-quota
 CU-hours of last month are last month's, not last month's usage measured against today's quota.
 
+No rollup writes a bucket before the hour retention keeps the pool's rollups from
+(`retention_horizons`), however old its watermark (the pool's rollups skipped while retention
+ran, or a pool configured again after it was removed): the runs that ended before that hour are
+gone, and a bucket made of what outlived them would hold less than what ran. The decayed usage
+and the budgets never read there (the usage window and every budget's period hold the horizon),
+but the `report` views read every bucket.
+
 Rerunning a rollup is harmless: rows of the buckets it covers are replaced, never added to.
 """
 
@@ -186,7 +193,7 @@ def rollup_pool(
     version = config_repo.config_version(conn) if config_version is None else config_version
     policy = pool.policy
     target_s = floor_hour(now_s)
-    mark = _watermark(conn, pool.name)
+    mark, kept_from_s = _watermark_and_kept_from(conn, pool.name)
     current_from_s: float | None = None  # what the watermark will say; None: every bucket
     if (
         mark is None
@@ -199,9 +206,7 @@ def rollup_pool(
         if redo_s < mark.rolled_up_to_s:
             # Not before what retention keeps either: a late event of a workload whose runs it
             # deleted (its events outlive them) derives them again, and their buckets stay gone.
-            kept_from = conn.execute(_KEPT_FROM_SQL, {"pool": pool.name}).scalar()
-            if kept_from is not None:
-                redo_s = min(mark.rolled_up_to_s, max(redo_s, ceil_hour(kept_from)))
+            redo_s = min(mark.rolled_up_to_s, max(redo_s, kept_from_s))
         start_s = floor_hour(redo_s)
         # The buckets from `agree_s` on were made with this config: none after a change that
         # reaches them. The window reads whole buckets from ceil_hour of its start (the part
@@ -222,6 +227,15 @@ def rollup_pool(
                 start_s = min(start_s, whole_s)
         elif math.isfinite(agree_s):
             current_from_s = min(agree_s, start_s)
+        if start_s < kept_from_s:
+            # A watermark older than the horizon (rollups of the pool skipped while retention
+            # ran, or a pool configured again after it was removed): retention deleted the runs
+            # that ended before the horizon, so the buckets before it would be made of what
+            # outlived it, less than what ran, and the reports would show them until the next
+            # retention. None is written: those hours stay gone, as retention left them.
+            start_s = kept_from_s
+            if current_from_s is not None:
+                current_from_s = max(current_from_s, start_s)
     # In spans of at most REDO_SPAN_S: a redo of a long history in one piece held all its rows
     # in memory and sent them as one jsonb value, past PostgreSQL's 256 MB for one, after
     # minutes of Python between two statements, past the engine's idle limit
@@ -274,7 +288,6 @@ _KEPT_FROM = """
     SELECT extract(epoch FROM max(kept_from))::float8 FROM retention_horizons
     WHERE kind = 'rollups' AND pool IN (:pool, '')
 """
-_KEPT_FROM_SQL = text(_KEPT_FROM)
 _REDO_FROM_SQL = text(
     f"""
     SELECT extract(epoch FROM least(
@@ -283,6 +296,30 @@ _REDO_FROM_SQL = text(
            ({_KEPT_FROM})
     """
 )
+
+# The pool's watermark (NULLs without one) and where retention keeps its rollups from (NULL:
+# from any instant), in one round trip.
+_WATERMARK_AND_KEPT_FROM_SQL = text(
+    f"""
+    SELECT extract(epoch FROM w.rolled_up_to)::float8 AS upto, w.half_life_s, w.usage_basis,
+           w.config_version, extract(epoch FROM w.current_from)::float8 AS current_from,
+           ({_KEPT_FROM}) AS kept_from
+    FROM (SELECT) AS one LEFT JOIN rollup_watermarks w ON w.pool = :pool
+    """
+)
+
+
+def _watermark_and_kept_from(conn: Connection, pool: str) -> tuple[Watermark | None, float]:
+    """The pool's watermark, and the hour from which retention keeps its rollups (`_KEPT_FROM`,
+    on the hour; -inf: from any instant): no rollup writes a bucket before it."""
+    row = conn.execute(_WATERMARK_AND_KEPT_FROM_SQL, {"pool": pool}).one()
+    kept_from_s = -math.inf if row.kept_from is None else ceil_hour(row.kept_from)
+    if row.upto is None:
+        return None, kept_from_s
+    current_from_s = -math.inf if row.current_from is None else row.current_from
+    mark = Watermark(row.upto, row.half_life_s, row.usage_basis, row.config_version, current_from_s)
+    return mark, kept_from_s
+
 
 REDO_SPAN_S = 30 * 24 * HOUR_S  # hours of buckets `rollup_pool` writes per statement
 
