@@ -1,8 +1,8 @@
 """Each pool's retention horizon: computed from what reads the pool's rows, recorded, warned of.
 
 The pools are the configured ones and every pool that was (a pool since removed still has
-rollups, runs and capacity rows): those with capacity rows or a rollup watermark. What holds each one is
-in `domain/retention_horizon.py`. The horizon retention deleted a pool's rows up to is recorded
+rollups, runs and capacity rows): those with capacity rows, runs or a rollup watermark. What
+holds each one is in `domain/retention_horizon.py`. The horizon retention deleted a pool's rows up to is recorded
 per pool in `retention_horizons` before anything goes, and never moved back: a full rollup redo
 of the pool (`rollup_repo.rollup_pool`) starts no earlier, so it cannot write again what
 retention deleted. A row of pool '' was recorded when one horizon held for every pool, and
@@ -59,11 +59,15 @@ def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
     conn.commit()
 
 
-# The pools that may have rows to prune besides the configured ones. Runs and rollups are
-# written only while a pool is configured, which gives it capacity rows (the last of which
-# retention keeps) and a rollup watermark (never deleted): no need to look through the large
-# tables, whose indexes lead with the pool's oldest rows, the ones retention deleted. The
-# capacity rows are read by skipping from pool to pool along their key.
+# The pools that may have rows to prune besides the configured ones: those with capacity rows,
+# runs or a rollup watermark. A pool gets its first capacity row from the config apply that
+# makes it (the last of them retention keeps) and a watermark from its first rollup (never
+# deleted), but not every pool with runs has either: one configured before the ledger was (a
+# database made at revision 0001 has no capacity rows until an apply or a node report after the
+# upgrade), removed before a rollup of it committed. Each table is read by skipping from pool to
+# pool along an index that leads with the pool: capacity rows by their key; runs by (pool,
+# started_at) backwards, from each pool's latest start, which retention deletes last (the
+# oldest, which it deletes first, stay in the index as dead entries until a vacuum).
 _POOLS_WITH_ROWS_SQL = text(
     """
     WITH RECURSIVE p(pool) AS (
@@ -71,8 +75,15 @@ _POOLS_WITH_ROWS_SQL = text(
         UNION ALL
         SELECT (SELECT c.pool FROM pool_capacity_changes c WHERE c.pool > p.pool
                 ORDER BY c.pool LIMIT 1)
-        FROM p WHERE p.pool IS NOT NULL)
+        FROM p WHERE p.pool IS NOT NULL),
+    r(pool) AS (
+        (SELECT pool FROM allocation_intervals ORDER BY pool DESC, started_at DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT a.pool FROM allocation_intervals a WHERE a.pool < r.pool
+                ORDER BY a.pool DESC, a.started_at DESC LIMIT 1)
+        FROM r WHERE r.pool IS NOT NULL)
     SELECT pool FROM p WHERE pool IS NOT NULL
+    UNION SELECT pool FROM r WHERE pool IS NOT NULL
     UNION SELECT pool FROM rollup_watermarks
     """
 )
