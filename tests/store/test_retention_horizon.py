@@ -146,3 +146,20 @@ def test_the_held_horizon_is_logged_once(
         "2025-12-30 00:00 UTC, not 1 d as --rollup-retention-days says: its usage window still "
         "reads them"
     ]
+
+
+def test_a_window_stored_beyond_the_limits_holds_what_the_recompute_reads(
+    conn: Connection,
+) -> None:
+    """A window of 1e308 s, stored by a version before the input limits: the recompute and the
+    rollups read it as the longest window allowed (10 years, `stored_limits`), and so does
+    retention now. It took it as stored, a horizon of -1e308 s: no timestamp holds it, and each
+    run failed (OverflowError) before it deleted anything."""
+    with_history(conn, seed=5, runs=20)
+    conn.execute(text("UPDATE node_pools SET window_s = 1e308"))
+    deleted = apply_retention(conn, NOW, Retention(rollups_days=1))
+    assert deleted["intervals"] == 0
+    longest = 10 * 366 * DAY
+    assert retention_horizons.pool_horizons(conn, NOW, 1)["p"] == Horizon(
+        math.floor((NOW - longest) / HOUR) * HOUR, ("its usage window",)
+    )

@@ -24,6 +24,7 @@ from gpufair.domain.retention_horizon import (
     horizon,
     window_reads_from,
 )
+from gpufair.domain.stored_limits import within_limits
 from gpufair.store import config_repo
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,10 @@ def pool_horizons(conn: Connection, now_s: float, rollups_days: float) -> dict[s
     needs: dict[str, list[tuple[float, str]]] = {
         pool: [] for (pool,) in conn.execute(_POOLS_WITH_ROWS_SQL)
     }
-    for configured in config_repo.load_config(conn).pools:
+    # The config as the recompute and the rollups read it (`within_limits`): a window or
+    # half-life stored beyond today's limits by an earlier version is read clamped there. As
+    # stored, a window of 1e308 s gave a horizon no timestamp holds, and every run failed.
+    for configured in within_limits(config_repo.load_config(conn))[0].pools:
         needs.setdefault(configured.name, []).append(window_reads_from(configured.policy, now_s))
     # A budget on a pool with neither rows nor a config has nothing to hold.
     for queue, pool_name, period, start_s in conn.execute(_BUDGET_STARTS_SQL, {"now": now_s}):
