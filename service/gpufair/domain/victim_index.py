@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpufair.domain.capacity import EPS, Capacity, PodUse
+from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse
 from gpufair.domain.placement import PodShape
 
 
@@ -364,6 +364,9 @@ class VictimIndex:
             priority_class = first.priority_class
             late = -first.started_at_s
             state = states[node]
+            if state.slices is not None:  # a node that holds or held partitions
+                self._set_partition_keys(node, here, state)
+                continue
             freeable = state.free_whole  # GPUs used at most EPS, counted on as victims go
             if len(here) == 1:
                 cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
@@ -398,5 +401,61 @@ class VictimIndex:
             whole_tiers[node] = tuple(tiers)
             freeable_on[node] = len(tiers)
 
+    def _set_partition_keys(
+        self, node: int, here: dict[Victim, tuple[PodUse, ...]], state: NodeState
+    ) -> None:
+        """`_set_keys` for a node whose GPUs hold or held partitions. A partition's going frees
+        none of its GPU while other partitions stay there, and the whole GPU when the last one
+        goes (`capacity`), whatever its fraction: the GPUs wholly freeable are counted so
+        (`release_on`). A victim's pod can free at most its GPUs, so its CU per GPU slot its
+        pods hold (a partition's or a share's pod: one GPU; a whole pod: its GPUs) bounds the
+        CU per GPU freed: the cheapest of them is the node's floor (a partition of 1/7 that
+        frees its GPU costs 1/7 of a GPU's CU)."""
+        first = next(iter(here))
+        tier = first.tier
+        priority_class = first.priority_class
+        late = -first.started_at_s
+        cheapest = min(
+            victim.cu / max(sum(len(use.gpu_indices) for use in victim.uses), 1) for victim in here
+        )
+        self.floor_on_node[node] = (tier, cheapest, priority_class, late, node)
+        used = state.gpu_used.copy()
+        slices = (state.slices or []).copy()
+        tiers = [tier] * state.free_whole  # GPUs free already: any option's first victim's tier
+        for victim, uses in here.items():
+            freed = release_on(used, slices, uses)
+            tiers.extend([victim.tier] * freed)
+        self._whole_key[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
+        self._whole_tiers[node] = tuple(tiers)
+        self.freeable_on_node[node] = len(tiers)
+
     def __bool__(self) -> bool:
         return bool(self.on_node)
+
+
+def release_on(used: list[float], slices: list[int], uses: Iterable[PodUse]) -> int:
+    """Release `uses` from one node's GPUs as `Capacity.release` does, on copies of its
+    `gpu_used` and `slices` (a node that holds or held partitions); returns the GPUs it left
+    wholly free (used at most EPS) that were not. A partition gives back its slices, and its
+    GPU's 1.0 only when its slices are the last (`capacity._apply_partition`); other pods
+    give back their amount."""
+    freed = 0
+    for use in uses:
+        mask = use.slice_mask
+        if mask:
+            gpu = use.gpu_indices[0]
+            held = slices[gpu]
+            slices[gpu] = left = held & ~mask
+            if held and not left:
+                before = used[gpu]
+                after = used[gpu] = before - 1.0
+                if before > EPS and after <= EPS:
+                    freed += 1
+            continue
+        amount = use.gpu_amount
+        for gpu in use.gpu_indices:
+            before = used[gpu]
+            after = used[gpu] = before - amount
+            if before > EPS and after <= EPS:
+                freed += 1
+    return freed

@@ -24,6 +24,16 @@ The search, per GPU type (cheapest first, decided by the caller) and per node se
    stays. The result is minimal: removing any one victim breaks the fit ("never evict more than
    needed").
 
+Partitions (MIG-style instances, `partitions`): an option's room is what its prefix frees for
+the pod's shape, released as the capacity releases it. A partition frees none of its GPU while
+another partition stays there, whatever its fraction, and the whole GPU when it is the last
+there; a partition's pod fits where its profile's slices are free. So a partition beside one
+that stays is no room for a whole GPU or a plain share, and two 3g.40gb (6/7 of a GPU's CU) free
+a whole GPU. Nodes whose GPUs hold or held partitions, and every node for a partition's pod, are
+scored so (`exact_option`); their floors take a victim's CU per GPU its pods hold (a partition's
+pod frees at most its GPU), and a partition's pod puts every node with victims in the heap at
+its floor (its room is in slices: no walk). A type without partitions reads none of this.
+
 Node sets: the whole type, or with a topology constraint each domain that could hold the gang,
 freest first; the cheapest of the first three domains that work wins (a bound on the work in a
 pool of hundreds of domains), and a preferred topology falls back to the whole type.
@@ -57,11 +67,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse
+from gpufair.domain.capacity import EPS, Capacity, Journal, NodeState, PodUse
 from gpufair.domain.model import PlacementStrategy
+from gpufair.domain.partition_geometry import Geometry
 from gpufair.domain.placement import (
     Ask,
     Exclusion,
+    PodShape,
     fit_on,
     free_pods,
     nodes_with_room,
@@ -78,6 +90,7 @@ from gpufair.domain.victim_index import (
     VictimBudget,
     VictimIndex,
     WalkKey,
+    release_on,
 )
 
 __all__ = ["Selection", "Victim", "VictimBudget", "VictimIndex", "select_victims"]
@@ -419,6 +432,15 @@ def _greedy(
     )
 
     table = index.option_table(shape, below, bounded)
+    # Partitions in play: a node whose GPUs hold or held partitions, or a pod of a partition,
+    # has its options worked out exactly (`exact_option`); without any (the common case) no
+    # node is asked.
+    geometry = None
+    if shape.profile:
+        members_of_type = capacity.by_type.get(ask.gpu_type)
+        if members_of_type:
+            geometry = nodes[members_of_type[0]].geometry.get(shape.profile)
+    mixed = geometry is not None or bool(capacity.partitioned_nodes(ask.gpu_type))
 
     def option(node: int) -> Option:
         """The node's best option now: kept from an earlier search or step if the node's
@@ -437,6 +459,8 @@ def _greedy(
             if now_read is not None:
                 table[node] = (version, now_read, entry[2], entry[3])
                 return entry[2]
+        if mixed and (geometry is not None or state.slices is not None):
+            return exact_option(node, state, version)
         read: list[tuple[str, float, float]] = []  # the budgets read, in first-read order
         used: list[float] | None = None  # the node's GPUs as victims go, copied at the first
         free_whole = state.free_whole  # GPUs of `used` at most EPS, kept as victims go
@@ -498,6 +522,68 @@ def _greedy(
         table[node] = (version, tuple(read) if read else (), None, prefix)
         return None
 
+    def exact_option(node: int, state: NodeState, version: int) -> Option:
+        """`option` for a node whose GPUs hold or held partitions, or for a pod of a partition:
+        the same prefixes, budget tests and key, with the victims released as the capacity
+        releases them (`victim_index.release_on`: a partition frees its GPU only as the last
+        one there, and then all of it) and the pods counted as placement counts them
+        (`partition_pods`: a partition's pods by the slices left free). The room a prefix
+        makes is so what it frees for this pod's shape: a partition beside one that stays
+        frees nothing for whole GPUs or plain shares, and one that leaves its GPU empty frees
+        the whole GPU, whatever its own fraction."""
+        read: list[tuple[str, float, float]] = []
+        used = state.gpu_used.copy()
+        slices = state.slices.copy() if state.slices is not None else [0] * state.gpu_count
+        free_whole = state.free_whole
+        cpu, memory = state.cpu_free, state.memory_free
+        now = fit_now(node)
+        spent_cu: dict[str, float] = {}
+        spent_gpus: dict[str, float] = {}
+        prefix: list[Victim] = []
+        cost = 0.0
+        top_tier = -NEVER
+        for victim, uses in on_node.get(node, NO_VICTIMS).items():
+            if victim.priority_class >= below_class or victim.uid in released:
+                continue
+            if bounded:
+                queue = victim.queue
+                spent = spent_cu.get(queue)
+                if spent is None:
+                    spent = spent_gpu = spent_cu[queue] = spent_gpus[queue] = 0.0
+                    read.append((queue, cu_left.get(queue, 0.0), gpus_left.get(queue, math.inf)))
+                else:
+                    spent_gpu = spent_gpus[queue]
+                if victim.cu > cu_left.get(queue, 0.0) - spent + EPS or (
+                    victim.gpus > gpus_left.get(queue, math.inf) - spent_gpu + EPS
+                ):
+                    continue
+                spent_cu[queue] = spent + victim.cu
+                spent_gpus[queue] = spent_gpu + victim.gpus
+            prefix.append(victim)
+            cost += victim.cu
+            top_tier = victim.tier
+            for use in uses:
+                cpu += use.cpu_millicores
+                memory += use.memory_mib
+            free_whole += release_on(used, slices, uses)
+            if geometry is not None:
+                gained = partition_pods(geometry, used, slices, free_whole, cpu, memory, shape)
+            else:
+                gained = fit_on(used, free_whole, cpu, memory, shape)
+            gained -= now
+            if gained > 0:
+                key = (
+                    top_tier,
+                    cost / gained,
+                    prefix[0].priority_class,
+                    -prefix[0].started_at_s,
+                    node,
+                )
+                table[node] = (version, tuple(read) if read else (), (key, prefix), prefix)
+                return key, prefix
+        table[node] = (version, tuple(read) if read else (), None, prefix)
+        return None
+
     def same_tests(
         read: tuple[tuple[str, float, float], ...], passed: list[Victim]
     ) -> tuple[tuple[str, float, float], ...] | None:
@@ -536,8 +622,19 @@ def _greedy(
             ]
         )
 
-    # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing.
-    per_pod = float(whole) if whole else shape.gpus_per_pod if shape.shares_gpu else 0.0
+    # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing. A
+    # partition's room is in slices, not in that view: its pods count as taking nothing here
+    # (every node with victims enters the heap, its bound at the floor's cost; a 7g pod still
+    # needs a whole GPU freed, `missing`).
+    per_pod = (
+        0.0
+        if geometry is not None
+        else float(whole)
+        if whole
+        else shape.gpus_per_pod
+        if shape.shares_gpu
+        else 0.0
+    )
     partial = capacity.partial_nodes(ask.gpu_type)
 
     def missing(node: int) -> float:
@@ -749,3 +846,27 @@ def _greedy(
     if total < pods:
         return None
     return Picked(chosen, lone_picks and total == pods)
+
+
+def partition_pods(
+    geometry: Geometry,
+    used: list[float],
+    slices: list[int],
+    free_whole: int,
+    cpu_free: int,
+    memory_free: int,
+    shape: PodShape,
+) -> int:
+    """Pods of a partition (`geometry`) that fit on a node whose GPUs are so used and sliced:
+    `partitions.pods_fit` on a node's copies (the victim search's options)."""
+    count = geometry.per_empty_gpu * free_whole
+    for occupied, gpu_used in zip(slices, used, strict=True):
+        if occupied and gpu_used <= 1.0 + EPS:  # above 1.0: other work shares the GPU
+            count += geometry.count(occupied)
+    if shape.cpu_millicores > 0:
+        count = min(count, cpu_free // shape.cpu_millicores)
+    if shape.memory_mib > 0:
+        count = min(count, memory_free // shape.memory_mib)
+    if shape.one_per_node and count > 1:
+        return 1
+    return max(count, 0)
