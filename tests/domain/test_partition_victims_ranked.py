@@ -146,3 +146,73 @@ def test_a_partition_is_preempted_for_the_slices_its_going_frees() -> None:
         ),
     )
     assert _evicted(result) == [("small", EvictReason.PREEMPT)]
+
+
+def test_a_whole_gpu_is_reclaimed_from_partitions_that_hold_less_than_one_gpu_of_cu() -> None:
+    """The pool's only GPU holds two 3g.40gb of a queue above its share: a whole-GPU pod
+    reclaims both. The search's first test, free GPUs and the victims' GPUs against the
+    pod's, counted them 6/7 of a GPU and gave up before any search."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("wants"), _queue("over")],
+        {"wants": 10.0, "over": 0.0},
+        [
+            _running("left", "over", "a", 0, profile="3g.40gb", start=0),
+            _running("right", "over", "a", 0, profile="3g.40gb", start=4),
+        ],
+        Workload("pod", "wants", POOL, 1, 1.0, 0.0),
+    )
+    assert _evicted(result) == [("left", EvictReason.RECLAIM), ("right", EvictReason.RECLAIM)]
+
+
+def test_a_whole_gpu_is_preempted_from_partitions_that_hold_less_than_one_gpu_of_cu() -> None:
+    """As above inside one queue: a whole-GPU pod of a higher class preempts the two
+    3g.40gb. Preemption's tests before a search (the victims' GPUs, then whether they could
+    leave a GPU wholly free) counted their fractions and found no room."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("team")],
+        {"team": 20.0},
+        [
+            _running("left", "team", "a", 0, profile="3g.40gb", start=0),
+            _running("right", "team", "a", 0, profile="3g.40gb", start=4),
+        ],
+        Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
+    )
+    assert _evicted(result) == [("left", EvictReason.PREEMPT), ("right", EvictReason.PREEMPT)]
+
+
+def test_a_7g_partition_preempts_the_small_partition_on_its_gpu() -> None:
+    """A 7g.80gb takes a whole GPU; the only GPU holds a 1g.20gb of a lower class of the
+    queue: it is preempted. Its 1/7 GPU seemed too little for the 7g's one GPU."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("team")],
+        {"team": 20.0},
+        [_running("small", "team", "a", 0, profile="1g.20gb", start=6)],
+        Workload("big", "team", POOL, 1, 1.0, 0.0, partition_profile="7g.80gb", priority_class=1),
+    )
+    assert _evicted(result) == [("small", EvictReason.PREEMPT)]
+
+
+def test_a_partition_pod_is_searched_for_though_its_victims_hold_less_than_its_fraction() -> None:
+    """The 1g.10gb at slice 1 is the only victim: the 4g.40gb preempts it. The search's first
+    test, free GPUs and the victims' GPUs against the pods', counted 1/7 against 4/7 and gave up
+    (a partition's room is in free slices, which that test does not count)."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("team")],
+        {"team": 20.0},
+        [_running("small", "team", "a", 0, profile="1g.10gb", start=1, priority_class=1)],
+        Workload(
+            "big",
+            "team",
+            POOL,
+            1,
+            FRACTIONS["4g.40gb"],
+            0.0,
+            partition_profile="4g.40gb",
+            priority_class=2,
+        ),
+    )
+    assert _evicted(result) == [("small", EvictReason.PREEMPT)]

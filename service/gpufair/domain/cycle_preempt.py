@@ -220,6 +220,9 @@ def _try_preempt(
                 shape.gpus_per_pod >= 1.0
                 and state.capacity.free_whole_by_type.get(gpu_type, 0) + most_gpus
                 < pods * shape.gpus_per_pod - EPS
+                # A partition victim holds its fraction but may free its whole GPU: with
+                # partitions on the type, the victims' GPUs bound nothing.
+                and not state.capacity.partitioned_nodes(gpu_type)
             )
             or not (
                 book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS
@@ -314,8 +317,9 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
     counted again with the GPUs its victims free (read only when the buckets alone fall
     short). A GPU counts as freed once the victims read leave at most `_FREED_SLACK` of it used:
     one that other work shares, or a claim holds over, stays used (the common failure of a
-    one-GPU pod's search after a steady cycle). Pods that share a GPU: `share_room_short`; pods
-    of a partition or of no GPU are not bounded here (False)."""
+    one-GPU pod's search after a steady cycle). A partition victim counts as freeing its whole
+    GPU (it does when the last partition there goes), not its fraction. Pods that share a GPU:
+    `share_room_short`; pods of a partition or of no GPU are not bounded here (False)."""
     shape = item.shape
     whole = shape.whole_gpus
     if shape.profile:
@@ -356,11 +360,12 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
     for victim in victims:
         if victim.priority_class >= below or victim.uid in evicted:
             continue
-        for use in victim.uses:
-            node = use.node
-            amount = use.gpu_amount
+        for node, gpus, gpu_amount, _, _, mask in victim.uses:
+            # A partition: taken as freeing its GPU (its 1.0), as if no other partition stayed
+            # there (a bound: the GPU is counted once, at the first such victim).
+            amount = 1.0 if mask else gpu_amount
             freed = 0
-            for gpu in use.gpu_indices:
+            for gpu in gpus:
                 key = (node, gpu)
                 before = left.get(key)
                 if before is None:

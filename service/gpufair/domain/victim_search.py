@@ -32,7 +32,8 @@ that stays is no room for a whole GPU or a plain share, and two 3g.40gb (6/7 of 
 a whole GPU. Nodes whose GPUs hold or held partitions, and every node for a partition's pod, are
 scored so (`exact_option`); their floors take a victim's CU per GPU its pods hold (a partition's
 pod frees at most its GPU), and a partition's pod puts every node with victims in the heap at
-its floor (its room is in slices: no walk). A type without partitions reads none of this.
+its floor (its room is in slices: no walk). The tests made before a search count every GPU of a
+node with partitions as one a victim may free. A type without partitions reads none of this.
 
 Node sets: the whole type, or with a topology constraint each domain that could hold the gang,
 freest first; the cheapest of the first three domains that work wins (a bound on the work in a
@@ -188,11 +189,25 @@ _DOMAINS_COMPARED = 3
 
 def _pool_could_fit(capacity: Capacity, ask: Ask, index: VictimIndex) -> bool:
     """Whether the type's free GPUs (an upper bound, held nodes included) and its victims'
-    GPUs together reach the GPUs the gang needs: a cheap test for the whole type."""
-    free_gpus = float(capacity.free_whole_by_type.get(ask.gpu_type, 0))
-    if ask.shape.gpus_per_pod < 1.0:  # whole-GPU pods cannot use shared GPUs' rest
-        free_gpus += len(capacity.partial_nodes(ask.gpu_type))
-    return free_gpus + index.total_gpus >= ask.pods_min * ask.shape.gpus_per_pod - EPS
+    GPUs together reach the GPUs the gang needs: a cheap test for the whole type. Not made
+    for a partition's pods (their room is in free slices, which it does not count), and with
+    partitions running every GPU of their nodes counts as free besides: a partition victim
+    holds its fraction of a GPU but frees all of it when it leaves the GPU empty."""
+    shape = ask.shape
+    gpu_type = ask.gpu_type
+    free_gpus = float(capacity.free_whole_by_type.get(gpu_type, 0))
+    if shape.gpus_per_pod < 1.0:  # whole-GPU pods cannot use shared GPUs' rest
+        free_gpus += len(capacity.partial_nodes(gpu_type))
+    needed = ask.pods_min * shape.gpus_per_pod - EPS
+    if free_gpus + index.total_gpus >= needed:
+        return True
+    if shape.profile:
+        return True
+    partitioned = capacity.partitioned_nodes(gpu_type)
+    return bool(partitioned) and (
+        free_gpus + len(partitioned) * capacity.max_gpus.get(gpu_type, 0) + index.total_gpus
+        >= needed
+    )
 
 
 def _subsets(
@@ -209,6 +224,10 @@ def _subsets(
     if topology is None:
         yield from pool
         return
+    if ask.shape.profile or capacity.partitioned_nodes(ask.gpu_type):
+        # A partition's room is in slices, and a partition victim may free a whole GPU: the
+        # GPUs counted below bound neither, and no domain is dropped by them.
+        needed_gpus = 0.0
     nodes = capacity.nodes
     free_by_node = {
         node: nodes[node].free_whole if whole_pods else nodes[node].free_gpus()
