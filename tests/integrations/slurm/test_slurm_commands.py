@@ -19,6 +19,7 @@ from test_slurm_mapping import CONFIG, RAW_JOB
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import events
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.mapping import Unmappable, map_job
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
 from gpufair.v1 import ledger_pb2, scheduler_pb2
@@ -134,8 +135,11 @@ def replace_node(pod: Any, node: str) -> scheduler_pb2.PodBinding:
 
 
 def status(state: str, *, evicting: bool = False) -> scheduler_pb2.WorkloadStatus:
+    """gpufair's view of job 42's workload, as submitted from RAW_JOB."""
+    workload = map_job(CONFIG, parse_job(RAW_JOB))
+    assert not isinstance(workload, Unmappable)
     return scheduler_pb2.WorkloadStatus(
-        workload=scheduler_pb2.Workload(uid="slurm-42"), state=state, pods=PODS, evicting=evicting
+        workload=workload, state=state, pods=PODS, evicting=evicting
     )
 
 
@@ -166,7 +170,7 @@ def test_released_job_waiting_to_start_is_left_alone_and_an_unbound_one_is_held_
     reconcile(released, status("bound"), slurm)
     assert slurm.commands == []
     reconcile(released, status("pending"), slurm)
-    assert slurm.commands == [["scontrol", "hold", "42"]]
+    assert slurm.commands == [["scontrol", "uhold", "42"]]
 
 
 def test_requeue_whose_report_was_lost_is_reported_at_its_stamp() -> None:

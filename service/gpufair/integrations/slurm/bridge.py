@@ -17,6 +17,8 @@ A cycle:
    |---|---|---|
    | pending, held | unknown | map and submit; unmappable or refused: the reason into Comment |
    | pending, held | bound | pin to the bound nodes, then release (a restart re-pins) |
+   | pending, held by an operator or waiting for a dependency | pending/bound | withdraw it |
+   | pending | pending/bound, asking otherwise | submit the new request, withdraw the old |
    | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
@@ -25,6 +27,12 @@ A cycle:
    | running | unknown | map and submit (Slurm started it itself): the start follows |
    | ended | running | `stopped` (completed, cancelled) or `failed`, at Slurm's end time |
    | ended | pending/bound | a run Slurm shows: `started` + its end; none: `CancelWorkload` |
+
+   A job's workload is the newest revision gpufair has active for it (`slurm-42`, then
+   `slurm-42.1`, ...: a uid names one request for good, so a job whose request changed while it
+   waited, or that was withdrawn and may run again, gets a new one). Withdrawing cancels the
+   workload after writing its uid into the job's Comment (`gpufair: not scheduled (withdrew
+   slurm-42): ...`), from which the next revision is numbered, across restarts too.
 
 3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
    never followed by a release), an evict requeues it held (step 2's row, at once).
@@ -35,6 +43,7 @@ Events go in one `StreamEvents` call per step, so gpufair knows what stopped bef
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,9 +51,17 @@ from dataclasses import dataclass, field
 import grpc
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm import events
+from gpufair.integrations.slurm import dependencies, events
 from gpufair.integrations.slurm.config import BridgeConfig
-from gpufair.integrations.slurm.mapping import Unmappable, job_id_of, map_job, map_node
+from gpufair.integrations.slurm.mapping import (
+    Unmappable,
+    job_id_of,
+    map_job,
+    map_node,
+    parse_uid,
+    same_request,
+    uid_of,
+)
 from gpufair.integrations.slurm.records import SlurmJob
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
 from gpufair.v1 import ledger_pb2, scheduler_pb2
@@ -58,6 +75,8 @@ _END_KINDS = {
     "PREEMPTED": ledger_pb2.EVENT_KIND_PREEMPTED,
 }
 UNSCHEDULED = "gpufair: not scheduled: "
+_WITHDREW_RE = re.compile(r"^gpufair: not scheduled \(withdrew (\S+)\): ")
+HELD_BY_OPERATOR = "JobHeldAdmin"
 
 
 @dataclass
@@ -65,6 +84,7 @@ class CycleReport:
     """What one cycle did, for logs and tests."""
 
     submitted: list[str] = field(default_factory=list)
+    withdrawn: dict[str, str] = field(default_factory=dict)  # uid -> why
     unmappable: dict[str, str] = field(default_factory=dict)
     placed: dict[str, list[str]] = field(default_factory=dict)  # uid -> nodes
     requeued: list[str] = field(default_factory=list)
@@ -74,7 +94,14 @@ class CycleReport:
 
     def busy(self) -> bool:
         return any(
-            (self.submitted, self.unmappable, self.placed, self.requeued, self.cancelled)
+            (
+                self.submitted,
+                self.withdrawn,
+                self.unmappable,
+                self.placed,
+                self.requeued,
+                self.cancelled,
+            )
         ) or bool(self.errors or self.events.get("STORED"))
 
 
@@ -93,6 +120,12 @@ class Bridge:
         self.clock = clock
         self._sent_nodes: bytes | None = None
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
+        # This cycle's view: every job Slurm lists (dependencies may name any), and the uid of
+        # each job's newest active workload.
+        self._all_jobs: dict[int, SlurmJob] = {}
+        self._current: dict[int, str] = {}
+        self._revisions: dict[int, int] = {}  # job id -> newest active revision
+        self._withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = {}  # new uid -> old uid
 
     # ---- the cycle -----------------------------------------------------------------------
 
@@ -100,18 +133,26 @@ class Bridge:
         report = CycleReport()
         self._gpu_memory_now = None
         self._sync_nodes(report)
-        jobs = {j.job_id: j for j in self.slurm.jobs() if self._mapped(j)}
+        self._all_jobs = {j.job_id: j for j in self.slurm.jobs()}
+        jobs = {i: j for i, j in self._all_jobs.items() if self._mapped(j)}
         statuses = self._workloads()
+        self._current, self._revisions = {}, {}
+        for uid in statuses:
+            parsed = parse_uid(self.config, uid)
+            if parsed is not None and parsed[1] >= self._revisions.get(parsed[0], -1):
+                self._current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
+        self._withdraw_after_submit = {}
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
         for job in jobs.values():
-            uid = f"{self.config.uid_prefix}{job.job_id}"
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
             try:
                 self._reconcile(job, statuses.get(uid), pending_events, to_submit, report)
             except SlurmCommandError as exc:
                 report.errors.append(f"{uid}: {exc}")
         self._cancel_vanished(jobs, statuses, report)
         self._submit(to_submit, report)
+        self._withdraw_replaced(report)
         self._send(pending_events, report)
         for pool in self.config.pools:
             decided: list[ledger_pb2.LedgerEvent] = []
@@ -148,8 +189,12 @@ class Bridge:
         return self._gpu_memory_now
 
     def _job_of(self, uid: str, jobs: dict[int, SlurmJob]) -> SlurmJob | None:
+        """The job of a decision's uid, if that uid is the job's workload now (never a
+        revision the job's request has replaced)."""
         job_id = job_id_of(self.config, uid)
-        return None if job_id is None else jobs.get(job_id)
+        if job_id is None or self._current.get(job_id, uid) != uid:
+            return None
+        return jobs.get(job_id)
 
     # ---- nodes ---------------------------------------------------------------------------
 
@@ -180,8 +225,11 @@ class Bridge:
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
         report: CycleReport,
     ) -> None:
-        uid = f"{self.config.uid_prefix}{job.job_id}"
+        uid = status.workload.uid if status is not None else uid_of(self.config, job.job_id)
         state = status.state if status is not None else None
+        if job.state == "PENDING" and state != "running":
+            self._reconcile_waiting(job, uid, status, to_submit, report)
+            return
         if job.state == "PENDING":
             if state == "running" and job.restart_count > 0:
                 # Requeued (by this bridge or anyone): the previous run ended. A requeue not made
@@ -195,13 +243,7 @@ class Bridge:
                 out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
                 return
             if not job.held:
-                if state == "bound":
-                    return  # released to its nodes; starting
                 self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
-            if state is None:
-                self._map(job, uid, to_submit, report)
-            elif state == "bound" and status is not None and not status.evicting:
-                self._place(job, uid, status.pods, report)
             return
         run = job.restart_count
         if job.state in RUNNING_STATES:
@@ -228,6 +270,102 @@ class Bridge:
                 self.client.cancel_workload(uid)
                 report.cancelled.append(uid)
 
+    def _reconcile_waiting(
+        self,
+        job: SlurmJob,
+        uid: str,
+        status: scheduler_pb2.WorkloadStatus | None,
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
+        report: CycleReport,
+    ) -> None:
+        """A pending job whose workload is not running: submit, withdraw, resubmit or place."""
+        state = status.state if status is not None else None
+        blocked = self._blocked(job)
+        active = status is not None and state in ("pending", "bound")
+        mapped: scheduler_pb2.Workload | Unmappable | None = None
+        if blocked is None:
+            # A new request takes the revision after the active one, or after the one last
+            # withdrawn (none: -1, so the first workload is the plain `slurm-42`).
+            parsed = parse_uid(self.config, uid)
+            last = (parsed[1] if parsed else 0) if active else self._withdrawn_revision(job)
+            mapped = map_job(self.config, job, gpu_memory=self._gpu_memory, revision=last + 1)
+        changed = (
+            status is not None
+            and active
+            and (
+                blocked is not None
+                or isinstance(mapped, Unmappable)
+                or (mapped is not None and not same_request(status.workload, mapped))
+            )
+        )
+        if not job.held:
+            if state == "bound" and not changed:
+                return  # released to its nodes; starting
+            self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
+        if blocked is not None:
+            if active:
+                self._withdraw(job, uid, blocked, report)
+            else:
+                self._explain(job, uid, blocked, report)
+            return
+        assert mapped is not None
+        if isinstance(mapped, Unmappable):
+            if active:
+                self._withdraw(job, uid, mapped.reason, report)
+            else:
+                self._explain(job, uid, mapped.reason, report)
+            return
+        if state is None:
+            to_submit.append((job, mapped))
+        elif changed:
+            # The job asks otherwise now: the new request first, then the old one withdrawn,
+            # so that a crash in between leaves two revisions, of which the next cycle keeps
+            # the newer, never none.
+            to_submit.append((job, mapped))
+            self._withdraw_after_submit[mapped.uid] = (uid, job)
+        elif state == "bound" and status is not None and not status.evicting:
+            self._place(job, uid, status.pods, report)
+
+    def _blocked(self, job: SlurmJob) -> str | None:
+        """Why Slurm would not start this pending job now, apart from the bridge's own hold."""
+        if job.held and job.state_reason == HELD_BY_OPERATOR:
+            return f"held by an operator (scontrol hold); scontrol release {job.job_id} lets it run"
+        unmet = dependencies.unmet(job, self._all_jobs, self.clock())
+        return None if unmet is None else unmet.reason
+
+    def _withdrawn(self, job: SlurmJob) -> str | None:
+        """The uid of the workload the bridge last withdrew for this job, from its Comment."""
+        match = _WITHDREW_RE.match(job.comment)
+        if match is None:
+            return None
+        parsed = parse_uid(self.config, match.group(1))
+        return match.group(1) if parsed is not None and parsed[0] == job.job_id else None
+
+    def _withdrawn_revision(self, job: SlurmJob) -> int:
+        withdrawn = self._withdrawn(job)
+        parsed = None if withdrawn is None else parse_uid(self.config, withdrawn)
+        return -1 if parsed is None else parsed[1]
+
+    def _withdraw(self, job: SlurmJob, uid: str, reason: str, report: CycleReport) -> None:
+        """Cancel the job's waiting workload, its uid first written into the Comment (the next
+        revision is numbered from it, after a restart too)."""
+        self._explain(job, uid, reason, report, withdrew=uid)
+        self.client.cancel_workload(uid)
+        report.withdrawn[uid] = reason
+
+    def _withdraw_replaced(self, report: CycleReport) -> None:
+        for new_uid, (old_uid, job) in self._withdraw_after_submit.items():
+            if new_uid in report.submitted:
+                self.client.cancel_workload(old_uid)
+                report.withdrawn[old_uid] = f"replaced by {new_uid}: the job's request changed"
+                self._current[job.job_id] = new_uid
+            else:
+                try:  # refused (explained in the Comment): the old request must not run either
+                    reason = report.unmappable.get(new_uid, "the changed request was refused")
+                    self._withdraw(job, old_uid, reason, report)
+                except SlurmCommandError as exc:
+                    report.errors.append(f"{old_uid}: {exc}")
+
     def _heartbeat(self, job: SlurmJob, uid: str, out: list[ledger_pb2.LedgerEvent]) -> None:
         now_s, period_s = self.clock(), self.config.heartbeat_s
         if events.heartbeat_due(job.start_time, now_s, period_s, self.config.cycle_s):
@@ -251,16 +389,22 @@ class Bridge:
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
         report: CycleReport,
     ) -> None:
-        mapped = map_job(self.config, job, gpu_memory=self._gpu_memory)
+        revision = self._withdrawn_revision(job) + 1
+        mapped = map_job(self.config, job, gpu_memory=self._gpu_memory, revision=revision)
         if isinstance(mapped, Unmappable):
             self._explain(job, uid, mapped.reason, report)
         else:
             to_submit.append((job, mapped))
 
-    def _explain(self, job: SlurmJob, uid: str, reason: str, report: CycleReport) -> None:
-        """Leave the job held, with why in its Comment (written once, not every cycle)."""
+    def _explain(
+        self, job: SlurmJob, uid: str, reason: str, report: CycleReport, *, withdrew: str = ""
+    ) -> None:
+        """Leave the job held, with why in its Comment (written once, not every cycle). The uid
+        of the last workload withdrawn for the job stays at the Comment's start."""
         report.unmappable[uid] = reason
-        text = (UNSCHEDULED + reason).replace("\n", " ")[:250]
+        withdrew = withdrew or (self._withdrawn(job) or "")
+        head = f"gpufair: not scheduled (withdrew {withdrew}): " if withdrew else UNSCHEDULED
+        text = (head + reason).replace("\n", " ")[:250]
         if job.comment != text:
             self.slurm.set_comment(job.job_id, text)
 
@@ -285,10 +429,12 @@ class Bridge:
         statuses: dict[str, scheduler_pb2.WorkloadStatus],
         report: CycleReport,
     ) -> None:
-        """Workloads whose job Slurm no longer lists at all (purged) and that never ran."""
+        """Workloads whose job Slurm no longer lists at all (purged) and that never ran, and
+        waiting revisions a newer one replaced (left by a crash between the two steps)."""
         for uid, status in statuses.items():
             job_id = job_id_of(self.config, uid)
-            if job_id not in jobs and status.state in ("pending", "bound"):
+            replaced = job_id in self._current and self._current[job_id] != uid
+            if (job_id not in jobs or replaced) and status.state in ("pending", "bound"):
                 self.client.cancel_workload(uid)
                 report.cancelled.append(uid)
 

@@ -104,10 +104,15 @@ def _gpus_per_node(job: SlurmJob) -> tuple[GpuRequest | None, str]:
 
 
 def map_job(
-    config: BridgeConfig, job: SlurmJob, *, gpu_memory: GpuMemory | None = None
+    config: BridgeConfig,
+    job: SlurmJob,
+    *,
+    gpu_memory: GpuMemory | None = None,
+    revision: int = 0,
 ) -> scheduler_pb2.Workload | Unmappable:
     """The workload for a job of a mapped partition, or why there is none. `gpu_memory` (gpufair's
-    GPU types and their memory) is asked only for a constraint that needs it (constraints.py)."""
+    GPU types and their memory) is asked only for a constraint that needs it (constraints.py);
+    `revision` names the job's workload after its request changed (`uid_of`)."""
     if job.partition not in config.partitions:
         return Unmappable(f"submitted to several partitions ({job.partition}); name one")
     pool = config.partitions[job.partition]
@@ -136,7 +141,7 @@ def map_job(
     cpus_per_node = job.cpus_per_node or -(-job.cpus // nodes)
     memory_mib = job.memory_per_node_mib or job.memory_per_cpu_mib * cpus_per_node
     workload = scheduler_pb2.Workload(
-        uid=f"{config.uid_prefix}{job.job_id}",
+        uid=uid_of(config, job.job_id, revision),
         queue=queue,
         pool=pool,
         pods=nodes,
@@ -161,9 +166,40 @@ def submit_time_us(job: SlurmJob) -> int:
     return job.submit_time * 1_000_000 + job.job_id % 1_000_000
 
 
-def job_id_of(config: BridgeConfig, uid: str) -> int | None:
-    """The Slurm job id behind a workload uid of this bridge, or None."""
+_UID_REST_RE = re.compile(r"(\d+)(?:\.([1-9]\d*))?", re.ASCII)
+
+
+def uid_of(config: BridgeConfig, job_id: int, revision: int = 0) -> str:
+    """A job's workload uid: `uid_prefix` + job id (`slurm-42`); after the job was changed or
+    withdrawn while pending, each new workload adds a revision (`slurm-42.1`, `slurm-42.2`), as
+    a workload's uid names one request for good."""
+    return f"{config.uid_prefix}{job_id}" + (f".{revision}" if revision else "")
+
+
+def parse_uid(config: BridgeConfig, uid: str) -> tuple[int, int] | None:
+    """(job id, revision) of a workload uid of this bridge, or None."""
     if not uid.startswith(config.uid_prefix):
         return None
-    rest = uid[len(config.uid_prefix) :]
-    return int(rest) if rest.isdigit() else None
+    match = _UID_REST_RE.fullmatch(uid[len(config.uid_prefix) :])
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def job_id_of(config: BridgeConfig, uid: str) -> int | None:
+    """The Slurm job id behind a workload uid of this bridge, or None."""
+    parsed = parse_uid(config, uid)
+    return None if parsed is None else parsed[0]
+
+
+def same_request(a: scheduler_pb2.Workload, b: scheduler_pb2.Workload) -> bool:
+    """Whether two workloads ask the same of gpufair, whatever their uid and submit time."""
+    left, right = scheduler_pb2.Workload(), scheduler_pb2.Workload()
+    left.CopyFrom(a)
+    right.CopyFrom(b)
+    for message in (left, right):
+        message.ClearField("uid")
+        message.ClearField("submit_time")
+        if not message.HasField("preemptible"):
+            message.preemptible = True
+    return left == right

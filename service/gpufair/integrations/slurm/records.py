@@ -96,6 +96,7 @@ class SlurmJob:
     end_time: int
     comment: str
     is_array: bool
+    dependency: str = ""  # as squeue prints it: 'afterok:7(unfulfilled)'; '' = none
 
     @property
     def held(self) -> bool:
@@ -145,6 +146,7 @@ def parse_job(raw: dict[str, Any]) -> SlurmJob:
         end_time=int(raw.get("end_time") or 0),
         comment=str(raw.get("comment") or ""),
         is_array=bool(raw.get("array_task_string")) or raw.get("array_task_id") is not None,
+        dependency=str(raw.get("dependency") or ""),
     )
 
 

@@ -6,7 +6,10 @@ Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and tim
 - `pin(job, nodes)`: `scontrol update JobId=N NodeList=... StartTime=now`. A combined update with
   one bad field is rejected whole; `StartTime=now` clears the eligible time Slurm sets on a requeue
   (about two minutes ahead), so a requeued job placed again starts at once.
-- `release(job)`, `hold(job)`, `requeue_hold(job)`, `set_comment(job, text)`.
+- `release(job)`, `hold(job)`, `requeue_hold(job)`, `set_comment(job, text)`. The bridge's hold
+  is a user hold (`scontrol uhold`, reason `JobHeldUser`), as `sbatch --hold`, a job_submit
+  plugin's priority 0 and `requeuehold` give: an operator's hold (`scontrol hold`, reason
+  `JobHeldAdmin`) then stays visible as such, and the bridge leaves that job alone.
 
 A command that fails raises `SlurmCommandError` with its output, and nothing after it runs: the
 bridge's "pin then release" never releases a job whose pin failed (Slurm would place it itself).
@@ -77,7 +80,7 @@ class SlurmCtl:
         self._run("scontrol", "release", str(job_id))
 
     def hold(self, job_id: int) -> None:
-        self._run("scontrol", "hold", str(job_id))
+        self._run("scontrol", "uhold", str(job_id))
 
     def requeue_hold(self, job_id: int) -> None:
         self._run("scontrol", "requeuehold", str(job_id))

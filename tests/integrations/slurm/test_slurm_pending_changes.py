@@ -1,0 +1,241 @@
+"""Jobs changed while they wait, as Slurm users change them, against the real Slurm.
+
+A job the bridge has submitted to gpufair may then be held by an operator, wait for a
+dependency, or have its GPU count, partition, constraint or node count changed with `scontrol
+update`. gpufair never places a job Slurm would not start now (held by an operator, dependency
+not met), and a job whose request changed is placed by its new request: a workload's uid names
+one request for good, so the bridge submits the new one as the job's next revision
+(`slurm-N.1`) and withdraws the old.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurm_support import (
+    bridge_config,
+    cluster_config,
+    cycle_until,
+    make_bridge,
+    sbatch,
+    squeue,
+)
+
+from gpufair.client import GpufairClient
+from gpufair.integrations.slurm.bridge import Bridge
+from gpufair.integrations.slurm.mapping import job_id_of
+from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
+from gpufair.v1 import cluster_pb2, scheduler_pb2
+
+
+def active(client: GpufairClient, job_id: int) -> list[scheduler_pb2.WorkloadStatus]:
+    """The job's waiting, bound or running workloads in gpufair."""
+    config = bridge_config()
+    return [w for w in client.list_workloads() if job_id_of(config, w.workload.uid) == job_id]
+
+
+def fill_rtx(slurm: Any, bridge: Bridge) -> list[int]:
+    """Two whole-node jobs, running on both RTX nodes."""
+    blockers = [sbatch(slurm, account="acct-b", partition="rtx", gres="gpu:8", seconds=600)]
+    blockers.append(sbatch(slurm, account="acct-b", partition="rtx", gres="gpu:8", seconds=600))
+    cycle_until(bridge, lambda: running(slurm, *blockers), max_cycles=20)
+    return blockers
+
+
+def running(slurm: Any, *jobs: int) -> bool:
+    seen = squeue(slurm)
+    return all(seen[j]["job_state"] == "RUNNING" for j in jobs)
+
+
+def rtx_bridge(client: GpufairClient) -> Bridge:
+    client.apply_config(cluster_config("rtx"))
+    bridge = make_bridge(client, bridge_config(partitions={"rtx": "rtx"}))
+    bridge.cycle()
+    return bridge
+
+
+def waiting_job(slurm: Any, bridge: Bridge, client: GpufairClient, **options: Any) -> int:
+    """A job submitted to gpufair that waits there for room."""
+    job = sbatch(slurm, account="acct-a", partition="rtx", seconds=600, **options)
+    assert not bridge.cycle().errors
+    [status] = active(client, job)
+    assert status.state == "pending", status
+    return job
+
+
+def gpus_where_it_runs(slurm: Any, job: int) -> list[tuple[str, int]]:
+    seen = squeue(slurm)[job]
+    used = [len(gpu_indices(d)) for d in seen["gres_detail"]]
+    return list(zip(expand_hostlist(seen["nodes"]), used, strict=True))
+
+
+def test_gpu_count_changed_while_waiting_runs_with_the_new_count(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    blockers = fill_rtx(slurm, bridge)
+    job = waiting_job(slurm, bridge, client, gres="gpu:1")
+    slurm.run("scontrol", "update", f"JobId={job}", "Gres=gpu:6")
+    report = bridge.cycle()
+    assert not report.errors
+    [status] = active(client, job)
+    assert (status.workload.uid, status.workload.gpus_per_pod) == (f"slurm-{job}.1", 6)
+    assert report.withdrawn.keys() == {f"slurm-{job}"}
+    assert client.explain(f"slurm-{job}").state == "cancelled"
+    slurm.run("scancel", str(blockers[0]))
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+    [(node, gpus)] = gpus_where_it_runs(slurm, job)
+    assert gpus == 6
+    cycle_until(bridge, lambda: active(client, job)[0].state == "running", max_cycles=5)
+    [status] = active(client, job)
+    assert [(p.node, len(p.gpu_indices)) for p in status.pods] == [(node, 6)]
+
+
+def test_node_count_changed_while_waiting_runs_on_as_many_nodes(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    blockers = fill_rtx(slurm, bridge)
+    job = waiting_job(slurm, bridge, client, gres="gpu:2")
+    slurm.run("scontrol", "update", f"JobId={job}", "NumNodes=2-2")
+    assert not bridge.cycle().errors
+    [status] = active(client, job)
+    assert (status.workload.pods, status.workload.pods_on_distinct_nodes) == (2, True)
+    slurm.run("scancel", *map(str, blockers))
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+    assert sorted(gpus_where_it_runs(slurm, job)) == [("rtx-0", 2), ("rtx-1", 2)]
+
+
+def test_constraint_changed_while_waiting_runs_where_the_new_one_allows(
+    slurm: Any, client: GpufairClient
+) -> None:
+    client.apply_config(cluster_config("gpu"))
+    bridge = make_bridge(client, bridge_config())
+    bridge.cycle()
+    blockers = [
+        sbatch(slurm, account="acct-b", gres="gpu:8", constraint="rtx4090", seconds=600)
+        for _ in range(2)
+    ]
+    cycle_until(bridge, lambda: running(slurm, *blockers), max_cycles=20)
+    job = sbatch(slurm, account="acct-a", gres="gpu:1", constraint="rtx4090", seconds=600)
+    assert not bridge.cycle().errors
+    assert [s.state for s in active(client, job)] == ["pending"]  # the RTX nodes are full
+    slurm.run("scontrol", "update", f"JobId={job}", "Features=a100")
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+    [(node, _)] = gpus_where_it_runs(slurm, job)
+    assert node.startswith("a100-")
+
+
+def test_partition_changed_while_waiting_moves_to_the_new_pool(
+    slurm: Any, client: GpufairClient
+) -> None:
+    config = cluster_config("rtx")
+    config.pools.append(cluster_pb2.NodePool(name="a100", policy=config.pools[0].policy))
+    for queue in config.queues:
+        queue.quotas.append(cluster_pb2.QueueQuota(pool="a100", deserved_cu=0))
+    client.apply_config(config)
+    bridge = make_bridge(client, bridge_config(partitions={"rtx": "rtx", "a100": "a100"}))
+    bridge.cycle()
+    fill_rtx(slurm, bridge)
+    job = waiting_job(slurm, bridge, client, gres="gpu:1")
+    slurm.run("scontrol", "update", f"JobId={job}", "Partition=a100")
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+    [(node, _)] = gpus_where_it_runs(slurm, job)
+    assert node.startswith("a100-")
+    cycle_until(bridge, lambda: active(client, job)[0].state == "running", max_cycles=5)
+    assert active(client, job)[0].workload.pool == "a100"
+
+
+def test_job_held_by_an_operator_is_not_placed_until_released(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    blockers = fill_rtx(slurm, bridge)
+    job = waiting_job(slurm, bridge, client, gres="gpu:8")
+    slurm.run("scontrol", "hold", str(job))
+    assert squeue(slurm)[job]["state_reason"] == "JobHeldAdmin"
+    report = bridge.cycle()
+    assert report.withdrawn.keys() == {f"slurm-{job}"}
+    assert active(client, job) == []
+    # Room frees: the held job is not placed, cycle after cycle.
+    slurm.run("scancel", str(blockers[0]))
+    for _ in range(4):
+        report = bridge.cycle()
+        assert not report.errors and not report.placed and not report.submitted
+    seen = squeue(slurm)[job]
+    assert (seen["job_state"], seen["state_reason"]) == ("PENDING", "JobHeldAdmin")
+    assert seen["comment"].startswith(f"gpufair: not scheduled (withdrew slurm-{job}): held by")
+    # Released: gpufair places it (as a new revision: the old uid stays cancelled).
+    slurm.run("scontrol", "release", str(job))
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+    cycle_until(bridge, lambda: active(client, job)[0].state == "running", max_cycles=5)
+    assert active(client, job)[0].workload.uid == f"slurm-{job}.1"
+
+
+def test_job_waiting_for_a_dependency_is_not_placed_until_it_is_met(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    first = sbatch(slurm, account="acct-a", partition="rtx", gres="gpu:1", seconds=6)
+    cycle_until(bridge, lambda: running(slurm, first), max_cycles=20)
+    args = ["sbatch", "--parsable", "--hold", "-p", "rtx", "-A", "acct-a", "--gres=gpu:1"]
+    args += ["-o", "/dev/null", f"--dependency=afterok:{first}", "--wrap", "sleep 600"]
+    then = int(slurm.run(*args).stdout.strip())
+    # Free GPUs, but `then` waits for `first` to complete.
+    report = bridge.cycle()
+    assert not report.errors and f"slurm-{then}" not in report.placed
+    assert active(client, then) == []
+    assert squeue(slurm)[then]["comment"] == (
+        f"gpufair: not scheduled: waits for dependency afterok:{first} (job {first} RUNNING)"
+    )
+    cycle_until(bridge, lambda: running(slurm, then), max_cycles=30)
+    assert squeue(slurm)[first]["job_state"] == "COMPLETED"
+
+    # A dependency that can never be met: never placed.
+    doomed = sbatch(slurm, account="acct-a", partition="rtx", gres="gpu:1", seconds=600)
+    slurm.run("scontrol", "update", f"JobId={doomed}", "Dependency=")
+    later = int(
+        slurm.run(*args[:-3], f"--dependency=afterok:{doomed}", "--wrap", "true").stdout.strip()
+    )
+    slurm.run("scancel", str(doomed))
+    for _ in range(3):
+        assert not bridge.cycle().errors
+    assert active(client, later) == []
+    assert squeue(slurm)[later]["comment"] == (
+        f"gpufair: not scheduled: dependency afterok:{doomed} can never be met "
+        f"(job {doomed} CANCELLED)"
+    )
+
+
+def test_dependency_added_while_waiting_withdraws_the_workload(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    blockers = fill_rtx(slurm, bridge)
+    job = waiting_job(slurm, bridge, client, gres="gpu:8")
+    slurm.run("scontrol", "update", f"JobId={job}", f"Dependency=afterany:{blockers[1]}")
+    assert bridge.cycle().withdrawn.keys() == {f"slurm-{job}"}
+    slurm.run("scancel", str(blockers[0]))  # room, but the dependency is not met
+    for _ in range(3):
+        report = bridge.cycle()
+        assert not report.errors and not report.placed
+    slurm.run("scancel", str(blockers[1]))
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+
+
+def test_job_array_stays_held_with_why(slurm: Any, client: GpufairClient) -> None:
+    bridge = rtx_bridge(client)
+    out = slurm.run(
+        "sbatch", "--parsable", "--hold", "--array=0-3", "-p", "rtx", "-A", "acct-a",
+        "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 600",
+    ).stdout  # fmt: skip
+    array = int(out.strip().split(";")[0])
+    for _ in range(3):
+        report = bridge.cycle()
+        assert not report.errors and not report.placed and not report.submitted
+    assert active(client, array) == []
+    seen = squeue(slurm)[array]
+    assert (seen["job_state"], seen["priority"], seen["array_task_string"]) == ("PENDING", 0, "0-3")
+    assert seen["comment"] == (
+        "gpufair: not scheduled: job arrays are not supported; submit one job per task"
+    )
