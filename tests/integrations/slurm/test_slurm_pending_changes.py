@@ -22,7 +22,7 @@ from slurm_support import (
 )
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import Bridge
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
 from gpufair.v1 import cluster_pb2, scheduler_pb2
@@ -165,9 +165,13 @@ def test_job_held_by_an_operator_is_not_placed_until_released(
     seen = squeue(slurm)[job]
     assert (seen["job_state"], seen["state_reason"]) == ("PENDING", "JobHeldAdmin")
     assert seen["comment"].startswith(f"gpufair: not scheduled (withdrew slurm-{job}): held by")
-    # Released: gpufair places it (as a new revision: the old uid stays cancelled).
-    slurm.run("scontrol", "release", str(job))
-    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
+    # Handed back with a user hold (the hold stays, so Slurm cannot start it by itself): gpufair
+    # places it, as a new revision (the old uid stays cancelled).
+    slurm.run("scontrol", "uhold", str(job))
+    assert squeue(slurm)[job]["state_reason"] == "JobHeldUser"
+    reports: list[CycleReport] = []
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=20, reports=reports)
+    assert [uid for r in reports for uid in r.placed] == [f"slurm-{job}.1"]
     cycle_until(bridge, lambda: active(client, job)[0].state == "running", max_cycles=5)
     assert active(client, job)[0].workload.uid == f"slurm-{job}.1"
 

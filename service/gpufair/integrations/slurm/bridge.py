@@ -329,7 +329,10 @@ class Bridge:
     def _blocked(self, job: SlurmJob) -> str | None:
         """Why Slurm would not start this pending job now, apart from the bridge's own hold."""
         if job.held and job.state_reason == HELD_BY_OPERATOR:
-            return f"held by an operator (scontrol hold); scontrol release {job.job_id} lets it run"
+            return (
+                f"held by an operator (scontrol hold); scontrol uhold {job.job_id} hands it back "
+                "to gpufair"
+            )
         unmet = dependencies.unmet(job, self._all_jobs, self.clock())
         return None if unmet is None else unmet.reason
 
