@@ -193,7 +193,8 @@ def rollup_pool(
     version = config_repo.config_version(conn) if config_version is None else config_version
     policy = pool.policy
     target_s = floor_hour(now_s)
-    mark, kept_from_s = _watermark_and_kept_from(conn, pool.name)
+    mark = _watermark(conn, pool.name)
+    kept_from_s: float | None = None  # read when needed: `_kept_from`
     current_from_s: float | None = None  # what the watermark will say; None: every bucket
     if (
         mark is None
@@ -206,6 +207,7 @@ def rollup_pool(
         if redo_s < mark.rolled_up_to_s:
             # Not before what retention keeps either: a late event of a workload whose runs it
             # deleted (its events outlive them) derives them again, and their buckets stay gone.
+            kept_from_s = _kept_from(conn, pool.name)
             redo_s = min(mark.rolled_up_to_s, max(redo_s, kept_from_s))
         start_s = floor_hour(redo_s)
         # The buckets from `agree_s` on were made with this config: none after a change that
@@ -227,7 +229,9 @@ def rollup_pool(
                 start_s = min(start_s, whole_s)
         elif math.isfinite(agree_s):
             current_from_s = min(agree_s, start_s)
-        if start_s < kept_from_s:
+        if start_s < target_s and kept_from_s is None:
+            kept_from_s = _kept_from(conn, pool.name)  # not read when there is nothing to do
+        if kept_from_s is not None and start_s < kept_from_s:
             # A watermark older than the horizon (rollups of the pool skipped while retention
             # ran, or a pool configured again after it was removed): retention deleted the runs
             # that ended before the horizon, so the buckets before it would be made of what
@@ -297,28 +301,14 @@ _REDO_FROM_SQL = text(
     """
 )
 
-# The pool's watermark (NULLs without one) and where retention keeps its rollups from (NULL:
-# from any instant), in one round trip.
-_WATERMARK_AND_KEPT_FROM_SQL = text(
-    f"""
-    SELECT extract(epoch FROM w.rolled_up_to)::float8 AS upto, w.half_life_s, w.usage_basis,
-           w.config_version, extract(epoch FROM w.current_from)::float8 AS current_from,
-           ({_KEPT_FROM}) AS kept_from
-    FROM (SELECT) AS one LEFT JOIN rollup_watermarks w ON w.pool = :pool
-    """
-)
+_KEPT_FROM_SQL = text(_KEPT_FROM)
 
 
-def _watermark_and_kept_from(conn: Connection, pool: str) -> tuple[Watermark | None, float]:
-    """The pool's watermark, and the hour from which retention keeps its rollups (`_KEPT_FROM`,
-    on the hour; -inf: from any instant): no rollup writes a bucket before it."""
-    row = conn.execute(_WATERMARK_AND_KEPT_FROM_SQL, {"pool": pool}).one()
-    kept_from_s = -math.inf if row.kept_from is None else ceil_hour(row.kept_from)
-    if row.upto is None:
-        return None, kept_from_s
-    current_from_s = -math.inf if row.current_from is None else row.current_from
-    mark = Watermark(row.upto, row.half_life_s, row.usage_basis, row.config_version, current_from_s)
-    return mark, kept_from_s
+def _kept_from(conn: Connection, pool: str) -> float:
+    """The hour from which retention keeps the pool's rollups (`_KEPT_FROM`, on the hour; -inf:
+    from any instant): no rollup writes a bucket before it."""
+    kept_from = conn.execute(_KEPT_FROM_SQL, {"pool": pool}).scalar()
+    return -math.inf if kept_from is None else ceil_hour(kept_from)
 
 
 REDO_SPAN_S = 30 * 24 * HOUR_S  # hours of buckets `rollup_pool` writes per statement
