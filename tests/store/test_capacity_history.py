@@ -29,7 +29,7 @@ from gpufair.domain.model import (
     frozen_map,
 )
 from gpufair.store import config_repo, ingest_pipeline, retention_repo
-from tests.store.ingest_support import NOW, STORED
+from tests.store.ingest_support import NOW, REJECTED, STORED
 
 A0, A1, A2 = (("a0", 6, -300), ("a1", 4, -200), ("a2", 0, -100))
 
@@ -138,18 +138,24 @@ def test_a_late_report_of_a_node_before_its_own_later_one(conn: Connection) -> N
 
 def test_a_late_report_before_a_config_apply_that_added_a_node(conn: Connection) -> None:
     """a0 and a1 from NOW - 1000 (160 CU), a2 added at NOW - 150 (240 CU). Then come, late,
-    a0's 6 GPUs and a2's 4 at NOW - 300: a0's counts from NOW - 300 (140 CU), a2's only from
-    when it was added (60 + 80 + 40 = 180 CU at NOW - 150, the config apply's row)."""
+    a0's 6 GPUs and a2's 4 at NOW - 300: a0's counts from NOW - 300 (140 CU, then 220 CU at
+    NOW - 150, the config apply's row). a2's is refused, as it is when it comes in time: gpufair
+    did not know a2 then (`test_capacity_arrival_rules.py`). It was stored, and counted from
+    a2's addition (180 CU at NOW - 150)."""
     _apply(conn, _config(2), -1000)
     _apply(conn, _config(3), -150)
     assert _history(conn) == [(-1000.0, 160.0, "config"), (-150.0, 240.0, "config")]
-    _report(conn, "a2", 4, -300)
-    assert _history(conn) == [(-1000.0, 160.0, "config"), (-150.0, 200.0, "config")]
+    event = LedgerEvent(
+        str(uuid.uuid4()), EventKind.NODE_CAPACITY, NOW - 300, node="a2", gpu_count=4
+    )
+    [outcome] = ingest_pipeline.ingest(conn, [event], NOW)
+    assert (outcome.status, outcome.error) == (REJECTED, "unknown node 'a2'")
+    assert _history(conn) == [(-1000.0, 160.0, "config"), (-150.0, 240.0, "config")]
     _report(conn, "a0", 6, -300)
     assert _history(conn) == [
         (-1000.0, 160.0, "config"),
         (-300.0, 140.0, "node_capacity"),
-        (-150.0, 180.0, "config"),
+        (-150.0, 220.0, "config"),
     ]
 
 

@@ -1,8 +1,13 @@
 """A pool's capacity history as a property, on PostgreSQL: random small histories (2 to 4 nodes
-of two GPU types in pools `p` and `r`; node capacity reports and config applies at distinct
-instants: nodes added, removed, drained and undrained, moved to the other pool, their declared
-GPUs changed, a GPU type's weight changed) delivered in time order, and in shuffled orders. Every
-delivery must leave the `pool_capacity_changes` rows that time order leaves.
+of two GPU types in pools `p` and `r`, some configured only later; node capacity reports and
+config applies: nodes added, removed, drained and undrained, moved to the other pool, their
+declared GPUs changed, a GPU type's weight changed) delivered in time order, and in shuffled
+orders. Every delivery must leave the outcomes, the stored reports and the `pool_capacity_changes`
+rows that time order leaves.
+
+Reports include what their node's config refuses: a node not configured at their instant (not
+yet added, or removed), more GPUs than it declared then. A report is judged against the config in
+force just before its instant.
 
 Which orders can happen: a config apply is stamped with the server's clock as it commits, so
 applies come in their own order, and a report comes after every apply older than it (it was sent
@@ -84,7 +89,8 @@ def _history(rng: random.Random) -> History:
     h = History()
     names = [f"n{i}" for i in range(rng.randint(2, 4))]
     nodes = {
-        n: Node(n, rng.choice(POOLS), rng.choice(sorted(TYPES)), 8, 64000, 512000) for n in names
+        n: Node(n, rng.choice(POOLS), rng.choice(sorted(TYPES)), 8, 64000, 512000)
+        for n in names[: rng.randint(1, len(names))]  # the others may be added later
     }
     weights = dict(TYPES)
     at = NOW - 5000.0
@@ -118,21 +124,38 @@ def _history(rng: random.Random) -> History:
         else:
             continue
         h.steps.append(Apply(at, _config(nodes, weights)))
-    return _known_reports(h)
+    return h
 
 
-def _known_reports(h: History) -> History:
-    """Only the reports their node's config at their instant admits (it is configured then, with
-    as many GPUs declared). A report of a node configured only later is refused when it comes in
-    time, and stored when it comes after: not a history of its own."""
+Outcome = tuple[str, str]  # status, error
+
+
+def _judged(report: Report, config: ClusterConfig) -> Outcome:
+    """The outcome of `report` by the config in force just before its instant."""
+    declared = {n.name: n.gpu_count for n in config.nodes}.get(report.event.node)
+    if declared is None:
+        return "rejected", f"unknown node {report.event.node!r}"
+    if report.event.gpu_count > declared:
+        return "rejected", f"gpu_count must be between 0 and the node's {declared} GPUs"
+    return "stored", ""
+
+
+def _expected(h: History) -> dict[str, Outcome]:
+    """Each report's outcome, by event id."""
+    return {
+        r.event.event_id: _judged(r, [a for a in h.applies if a.at < r.at][-1].config)
+        for r in h.reports
+    }
+
+
+def _admitted_throughout(h: History) -> History:
+    """Only the reports every config until their instant admits: one that comes ahead of the
+    applies before it is judged by the config of its arrival, the only one known then."""
     kept: list[Report | Apply] = []
-    config = h.applies[0].config
     for step in h.steps:
-        if isinstance(step, Apply):
-            config = step.config
-        else:
-            declared = {n.name: n.gpu_count for n in config.nodes}.get(step.event.node, -1)
-            if step.event.gpu_count > declared:
+        if isinstance(step, Report):
+            configs = [a.config for a in h.applies if a.at < step.at]
+            if any(_judged(step, c)[0] != "stored" for c in configs):
                 continue
         kept.append(step)
     return History(kept)
@@ -180,14 +203,38 @@ def _early(h: History, rng: random.Random) -> Delivery:
     return delivery
 
 
-def _deliver(conn: Connection, delivery: Delivery) -> list[tuple[str, float, float, dict, str]]:
+End = tuple[dict[str, Outcome], list[tuple[object, ...]], list[tuple[object, ...]]]
+
+
+def _deliver(conn: Connection, delivery: Delivery) -> End:
+    """Each event's outcome (a replay in a later message must say duplicate when the first was
+    stored, else the same; in the same message, duplicate), the stored reports and the capacity
+    rows."""
+    outcomes: dict[str, Outcome] = {}
     for step in delivery:
         if isinstance(step, Apply):
             changes = diff_configs(config_repo.load_config(conn), step.config)
             config_write.write(conn, step.config, changes, dry_run=False, now_s=step.at)
-        else:
-            outcomes = ingest_pipeline.ingest(conn, [r.event for r in step], NOW)
-            assert all(o.error == "" for o in outcomes), outcomes
+            continue
+        earlier = set(outcomes)
+        for report, o in zip(
+            step, ingest_pipeline.ingest(conn, [r.event for r in step], NOW), strict=True
+        ):
+            outcome = (o.status.value, o.error)
+            first = outcomes.setdefault(report.event.event_id, outcome)
+            if outcome == first:
+                continue
+            if report.event.event_id in earlier:
+                assert (first, outcome) == (("stored", ""), ("duplicate", "")), (first, outcome)
+            else:
+                assert outcome == ("duplicate", ""), (first, outcome)
+    reports = conn.execute(
+        text(
+            "SELECT node, extract(epoch FROM reported_at)::float8 - :now, gpu_count "
+            "FROM node_capacity_reports ORDER BY node, reported_at"
+        ),
+        {"now": NOW},
+    ).all()
     rows = conn.execute(
         text(
             "SELECT pool, extract(epoch FROM changed_at)::float8 - :now, capacity_cu, "
@@ -196,7 +243,7 @@ def _deliver(conn: Connection, delivery: Delivery) -> list[tuple[str, float, flo
         {"now": NOW},
     ).all()
     conn.rollback()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return outcomes, [tuple(r) for r in reports], [tuple(r) for r in rows]
 
 
 @pytest.fixture
@@ -207,10 +254,13 @@ def conn(db: Engine) -> Iterator[Connection]:
 
 
 @pytest.mark.parametrize("seed", range(HISTORIES))
-def test_late_reports_give_the_history_of_time_order(conn: Connection, seed: int) -> None:
+def test_late_reports_give_the_outcomes_and_history_of_time_order(
+    conn: Connection, seed: int
+) -> None:
     rng = random.Random(seed)
     h = _history(rng)
     expected = _deliver(conn, _in_order(h))
+    assert expected[0] == _expected(h)
     for i in range(ORDERS):
         delivery = _late(h, rng, batched=i % 2 == 1)
         assert _deliver(conn, delivery) == expected, (seed, i)
@@ -221,7 +271,8 @@ def test_reports_ahead_of_the_servers_clock_give_the_history_of_time_order(
     conn: Connection, seed: int
 ) -> None:
     rng = random.Random(1000 + seed)
-    h = _history(rng)
+    h = _admitted_throughout(_history(rng))
     expected = _deliver(conn, _in_order(h))
+    assert set(expected[0].values()) <= {("stored", "")}
     for i in range(ORDERS):
         assert _deliver(conn, _early(h, rng)) == expected, (seed, i)

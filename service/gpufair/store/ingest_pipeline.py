@@ -352,9 +352,9 @@ class _Context:
     # of the latest stored heartbeat of each of them that has one (`derive_runs`).
     staled: set[str]
     alive_at: dict[str, float]
-    # Of the batch's node capacity reports that the nodes of now refuse, the declared GPUs of
-    # their node at their instant, by (node, instant), where the node was configured then.
-    declared_then: dict[tuple[str, float], int] = field(default_factory=dict)
+    # Of the batch's node capacity reports whose node has a config history, by (node, instant):
+    # its declared GPUs just before that instant, None where it was not configured then.
+    declared_then: dict[tuple[str, float], int | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -606,24 +606,15 @@ def _read_context(
     if ctx.staled:
         rows = pg.execute(runs_repo.LATEST_BEATS_SQL, (text_array(ctx.staled),)).fetchall()
         ctx.alive_at = {r[0]: r[1] for r in rows}
-    # A report is checked against its node as configured at its instant, which a late one's is
-    # not always as now (removed since, fewer GPUs declared since): those are looked up in the
-    # nodes' config history, in a round trip as rare as they are.
+    # A report is judged against its node as configured just before its instant, in time or
+    # late alike (`node_history_repo`): looked up in the nodes' config history, for every report
+    # of the batch, in a round trip of its own (a node that has no history is as it is now).
     # A workload stream has none: its events are not walked one by one in Python for it.
-    refused = (
-        [
-            e
-            for e in events
-            if e.kind is EventKind.NODE_CAPACITY
-            and (e.node not in ctx.nodes or e.gpu_count > ctx.nodes[e.node].gpu_count)
-        ]
-        if EventKind.NODE_CAPACITY in kinds
-        else []
-    )
-    if refused:
+    if EventKind.NODE_CAPACITY in kinds:
+        reports = [e for e in events if e.kind is EventKind.NODE_CAPACITY]
         rows = pg.execute(
-            node_history_repo.DECLARED_AT_SQL,
-            (text_array(e.node for e in refused), [e.occurred_at_s for e in refused]),
+            node_history_repo.CONFIG_BEFORE_SQL,
+            (text_array(e.node for e in reports), [e.occurred_at_s for e in reports]),
         ).fetchall()
         ctx.declared_then = {(r[0], r[1]): r[2] for r in rows}
     return ctx
@@ -635,6 +626,7 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     is stored like any other, and pairs with an earlier start whenever that arrives (DESIGN §5,
     out-of-order arrival)."""
     outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
+    then = ctx.declared_then  # empty but for node capacity reports
     # The enum's members read once, not once per event (see domain/ledger.py).
     heartbeat, stale = EventKind.HEARTBEAT, EventKind.STALE
     valid: list[Candidate] = []
@@ -661,10 +653,12 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
             )
         else:
             problem = context_problem(event, workload=ref[0] if ref else None, nodes=nodes)
-            if problem and kind is EventKind.NODE_CAPACITY:
-                declared = ctx.declared_then.get((event.node, event.occurred_at_s))
-                if declared is not None and 0 <= event.gpu_count <= declared:
-                    problem = None  # its node, as configured at its instant, admits it
+            if then and kind is EventKind.NODE_CAPACITY:
+                key = (event.node, event.occurred_at_s)
+                if key in then:  # its node as configured just before its instant, not as now
+                    problem = context_problem(
+                        event, workload=None, nodes=_node_then(event.node, then[key])
+                    )
         if not problem and kind in RUN_KINDS and uid in ctx.purged:
             problem = PURGED  # a heartbeat changes no run: it is stored, as it would be alone
         if problem:
@@ -672,6 +666,14 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
         else:
             valid.append(c)
     return valid
+
+
+def _node_then(name: str, declared: int | None) -> dict[str, Node]:
+    """The nodes `context_problem` judges a report of `name` by, as configured just before its
+    instant (`declared` GPUs; None: not configured then): its answers, in time or late."""
+    if declared is None:
+        return {}
+    return {name: Node(name, "", "", declared, 0, 0)}  # only its GPU count is read
 
 
 def _copy(

@@ -4,11 +4,19 @@ from when something that counts for them arrives late (`capacity_repo.rebuild_fr
 - `node_capacity_reports`: every node_capacity event's report, in whatever order they came.
   `node_capacity` keeps each node's latest one beside it (what counts now).
 - `node_config_history`: what each node counts for (pool while ready, GPU type, declared GPUs,
-  CU per GPU), a row from each config apply that changed it on. A node with no row counts as it
-  is configured now, since ever: nodes configured before this history was kept, until their
-  first config apply, which first writes their row as they were (`seed_config`). On a database
-  that held nodes before it was kept, that holds from the upgrade on only (`node_history_start`,
+  CU per GPU), a row from each config apply that changed it on; a node's removal is a row too,
+  with no pool and `REMOVED` GPUs (also of a node that counted nowhere already: it is what says
+  a report after it is of a node gpufair did not know). A node with no row counts as it is
+  configured now, since ever: nodes configured before this history was kept, until their first
+  config apply, which first writes their row as they were (`seed_config`). On a database that
+  held nodes before it was kept, that holds from the upgrade on only (`node_history_start`,
   migration 0027), and no rebuild starts earlier.
+
+A report is judged against its node as configured just before its instant (`CONFIG_BEFORE_SQL`),
+in time or late alike: refused when the node was not configured then (added later, or removed),
+or reported more GPUs than it declared then. Just before, not at: a config apply stamped with the
+report's very instant may commit after the report was judged, and must not change what it would
+have been; the apply still counts from that instant, the report with it (`capacity_history`).
 
 Written under the capacity writers' lock (`locks.CAPACITY`), like the capacity rows: a report
 by ingestion after `capacity_repo.lock_changes`, a config apply's rows right after it takes the
@@ -28,6 +36,9 @@ from gpufair.domain.capacity_history import NodeConfig
 
 NodeConfigs = dict[str, list[tuple[float, NodeConfig]]]
 NodeReports = dict[str, list[tuple[float, int]]]
+
+# The declared GPUs of a node's removal row: it is configured nowhere from then on.
+REMOVED = -1
 
 # Stores a report, as the node's latest too when it is; answers whether anything that counts for
 # capacity is recorded later than it (a later report of the node, a later config change of any
@@ -72,15 +83,17 @@ def later_than(conn: Connection, at_s: float) -> bool:
     )
 
 
-# Per (node, instant) of the arrays: the node's declared GPUs in its config in force then, for
-# the pairs whose node has one (ingestion's check of a late report, `ingest_pipeline`).
-DECLARED_AT_SQL = """
-    SELECT e.node, e.at, h.gpu_count
+# Per (node, instant) of the arrays whose node has a config row: its declared GPUs in its config
+# in force just before that instant, NULL when it was not configured then (no row yet, or its
+# removal's). A node with no row is as configured now (ingestion's check of a report,
+# `ingest_pipeline`).
+CONFIG_BEFORE_SQL = f"""
+    SELECT e.node, e.at,
+           (SELECT NULLIF(h.gpu_count, {REMOVED}) FROM node_config_history h
+            WHERE h.node = e.node AND h.changed_at < to_timestamp(e.at)
+            ORDER BY h.changed_at DESC LIMIT 1)
     FROM unnest(%s::text[], %s::float8[]) AS e(node, at)
-    CROSS JOIN LATERAL (
-        SELECT gpu_count FROM node_config_history h
-        WHERE h.node = e.node AND h.changed_at <= to_timestamp(e.at)
-        ORDER BY h.changed_at DESC LIMIT 1) AS h
+    WHERE EXISTS (SELECT 1 FROM node_config_history h WHERE h.node = e.node)
 """
 
 # A node as it counts now: in its pool while ready, with its type's weight (0 for none).
@@ -108,12 +121,12 @@ def seed_config(conn: Connection) -> None:
 
 
 # After a config apply at :at: a row for every node whose counting changed, or that is new, or
-# that went (it counts nowhere from then on).
+# that went (`REMOVED`: it counts nowhere from then on, and is not configured).
 _RECORD_SQL = text(
     f"""
     INSERT INTO node_config_history (node, changed_at, pool, gpu_type, gpu_count, cu_per_gpu)
     SELECT COALESCE(c.node, h.node), to_timestamp(:at), c.pool,
-           COALESCE(c.gpu_type, h.gpu_type), COALESCE(c.gpu_count, h.gpu_count),
+           COALESCE(c.gpu_type, h.gpu_type), COALESCE(c.gpu_count, {REMOVED}),
            COALESCE(c.cu_per_gpu, h.cu_per_gpu)
     FROM ({_CONFIGURED}) AS c
     FULL JOIN (
@@ -121,7 +134,7 @@ _RECORD_SQL = text(
         FROM node_config_history WHERE changed_at <= to_timestamp(:at)
         ORDER BY node, changed_at DESC) AS h ON h.node = c.node
     WHERE h.node IS NULL
-       OR (c.node IS NULL AND h.pool IS NOT NULL)
+       OR (c.node IS NULL AND h.gpu_count <> {REMOVED})
        OR (c.node IS NOT NULL
            AND (c.pool, c.gpu_type, c.gpu_count, c.cu_per_gpu)
                IS DISTINCT FROM (h.pool, h.gpu_type, h.gpu_count, h.cu_per_gpu))
