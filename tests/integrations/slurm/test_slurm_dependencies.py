@@ -260,6 +260,34 @@ def test_any_question_mark_makes_the_whole_list_any_of() -> None:
 # ---- not judged, malformed ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("dependency", "shown"),
+    [
+        ("singleton(unfulfilled)", "singleton"),
+        ("aftercorr:7(unfulfilled)", "aftercorr:7"),
+        ("afterburstbuffer:7(unfulfilled)", "afterburstbuffer:7"),
+        ("afterok:7_3(unfulfilled)", "afterok:7_3"),
+        ("afterok:7_*(unfulfilled)", "afterok:7_*"),
+    ],
+)
+def test_kinds_the_bridge_does_not_judge_keep_the_job_held_with_why(
+    dependency: str, shown: str
+) -> None:
+    assert verdict(dependency, job(7, "COMPLETED")) == waits(
+        f"dependency {shown} is not supported by the gpufair bridge"
+    )
+
+
+@pytest.mark.parametrize(
+    "dependency",
+    ["afterok", "afterok:", "afterok:x", "afterok:7+", "afterok:7(unfulfilled", ":7", "7"],
+)
+def test_malformed_parts_keep_the_job_held_with_why(dependency: str) -> None:
+    assert verdict(dependency, job(7, "COMPLETED")) == waits(
+        f"dependency {dependency} is not supported by the gpufair bridge"
+    )
+
+
 def test_a_part_not_judged_does_not_block_an_any_of_met_otherwise() -> None:
     assert verdict("singleton(unfulfilled)?afterok:7(unfulfilled)", job(7, "COMPLETED")) is None
 

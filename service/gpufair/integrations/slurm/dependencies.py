@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from gpufair.integrations.slurm.records import SlurmJob
 
 _PART_RE = re.compile(r"^(\w+)(?::(\d+)(?:\+(\d+))?)?(?:\((\w+)\))?$")
+_MARK_RE = re.compile(r"\((?:unfulfilled|fulfilled|failed)\)$")  # Slurm's mark on a part
 _JUDGED = ("after", "afterany", "afterok", "afternotok")
 
 
@@ -40,7 +41,8 @@ class Blocked:
 def _part(text: str, jobs: Mapping[int, SlurmJob], now_s: float) -> Blocked | None:
     match = _PART_RE.match(text)
     if match is None or match.group(1) not in _JUDGED or match.group(2) is None:
-        return Blocked(f"dependency {text!r} is not supported by the gpufair bridge")
+        shown = _MARK_RE.sub("", text)
+        return Blocked(f"dependency {shown} is not supported by the gpufair bridge")
     kind, job_id, minutes, status = (
         match.group(1),
         int(match.group(2)),
