@@ -1,12 +1,13 @@
 """Node capacity reports whose outcome once depended on when they arrived, on PostgreSQL: each
-case delivered in time (before any config apply later than it) and late (after them) must end
-with the same outcomes, reports and capacity rows.
+case delivered in time (before any config apply later than it) and late (after them), or its two
+events in both orders, must end with the same outcomes, reports and capacity rows.
 
 Pool `p` of `test_capacity_history`: nodes of 8 A100 GPUs (10 CU each), made at NOW - 1000.
 
 - A report is judged against its node as configured just before its instant: refused as of an
   unknown node when it was not configured then (added later, or removed before), and when it
   reports more GPUs than the node declared then.
+- Two reports of one node at one instant: the fewer usable GPUs count, whichever came first.
 """
 
 from __future__ import annotations
@@ -182,3 +183,46 @@ def test_a_report_of_a_node_removed_while_not_ready_is_refused_late_too(conn: Co
     in_time, late = _in_time_and_late(conn, applies, _event("a2", 4, -300))
     assert in_time == late
     assert in_time[0] == ("rejected", UNKNOWN_A2)
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["last", "before-a-later-report"])
+def test_two_reports_of_one_node_at_one_instant_count_the_fewer_gpus_in_either_order(
+    conn: Connection, later: bool
+) -> None:
+    """a0 reports 6 and 4 usable GPUs, both at NOW - 300 (with, when `later`, its report of 7
+    at NOW - 100 in first, so both come late). The 4 count, in either order: the lower of two
+    readings of one instant is the one no workload is promised GPUs that may not be there."""
+    ends = []
+    for first, second in ((6, 4), (4, 6)):
+        _apply(conn, _config(3), -1000)
+        if later:
+            assert _send(conn, _event("a0", 7, -100)) == ("stored", "")
+        assert _send(conn, _event("a0", first, -300)) == ("stored", "")
+        assert _send(conn, _event("a0", second, -300)) == ("stored", "")
+        ends.append((_history(conn), _reports(conn), _latest(conn)))
+        conn.rollback()
+    assert ends[0] == ends[1]
+    history, reports, _latest_report = ends[0]
+    assert ("a0", -300.0, 4) in reports
+    assert history[:2] == [(-1000.0, 240.0, "config"), (-300.0, 200.0, "node_capacity")]
+    if not later:
+        assert ends[0][2] == [("a0", 4, -300.0)]
+
+
+def test_two_reports_of_one_node_at_one_instant_one_in_time_one_late(conn: Connection) -> None:
+    """a0's 6 at NOW - 300 comes in time, a1's 4 at NOW - 200 after it, then a0's 4 at NOW - 300
+    (late); and the other way round: 4 first, the 6 late. Both give the rows of the 4."""
+    ends = []
+    for first, second in ((6, 4), (4, 6)):
+        _apply(conn, _config(3), -1000)
+        assert _send(conn, _event("a0", first, -300)) == ("stored", "")
+        assert _send(conn, _event("a1", 4, -200)) == ("stored", "")
+        assert _send(conn, _event("a0", second, -300)) == ("stored", "")
+        ends.append((_history(conn), _reports(conn), _latest(conn)))
+        conn.rollback()
+    assert ends[0] == ends[1]
+    assert ends[0][0] == [
+        (-1000.0, 240.0, "config"),
+        (-300.0, 200.0, "node_capacity"),
+        (-200.0, 160.0, "node_capacity"),
+    ]

@@ -3,6 +3,9 @@ from when something that counts for them arrives late (`capacity_repo.rebuild_fr
 
 - `node_capacity_reports`: every node_capacity event's report, in whatever order they came.
   `node_capacity` keeps each node's latest one beside it (what counts now).
+  Two reports of a node at one instant (two readings the batch system could not order) keep the
+  fewer GPUs, whichever came first: no workload is then promised GPUs one of them said were
+  gone, and the outcome does not depend on arrival.
 - `node_config_history`: what each node counts for (pool while ready, GPU type, declared GPUs,
   CU per GPU), a row from each config apply that changed it on; a node's removal is a row too,
   with no pool and `REMOVED` GPUs (also of a node that counted nowhere already: it is what says
@@ -40,20 +43,25 @@ NodeReports = dict[str, list[tuple[float, int]]]
 # The declared GPUs of a node's removal row: it is configured nowhere from then on.
 REMOVED = -1
 
-# Stores a report, as the node's latest too when it is; answers whether anything that counts for
-# capacity is recorded later than it (a later report of the node, a later config change of any
-# node): the capacity rows from its instant on must then be rebuilt, not just appended to.
+# Stores a report, as the node's latest too when it is (of two at one instant, the fewer GPUs);
+# answers whether anything that counts for capacity is recorded later than it (a later report of
+# the node, a later config change of any node): the capacity rows from its instant on must then
+# be rebuilt, not just appended to.
 _REPORT_SQL = text(
     """
     WITH report AS (
         INSERT INTO node_capacity_reports (node, reported_at, gpu_count)
         VALUES (:node, to_timestamp(:at), :gpus)
-        ON CONFLICT (node, reported_at) DO UPDATE SET gpu_count = EXCLUDED.gpu_count
+        ON CONFLICT (node, reported_at) DO UPDATE
+        SET gpu_count = LEAST(node_capacity_reports.gpu_count, EXCLUDED.gpu_count)
         RETURNING 1),
     latest AS (
         INSERT INTO node_capacity (node, gpu_count, changed_at)
         VALUES (:node, :gpus, to_timestamp(:at))
-        ON CONFLICT (node) DO UPDATE SET gpu_count = EXCLUDED.gpu_count,
+        ON CONFLICT (node) DO UPDATE SET
+            gpu_count = CASE WHEN node_capacity.changed_at = EXCLUDED.changed_at
+                             THEN LEAST(node_capacity.gpu_count, EXCLUDED.gpu_count)
+                             ELSE EXCLUDED.gpu_count END,
             changed_at = EXCLUDED.changed_at
         WHERE node_capacity.changed_at <= EXCLUDED.changed_at
         RETURNING 1)
