@@ -227,6 +227,114 @@ def test_dependency_added_while_waiting_withdraws_the_workload(
     cycle_until(bridge, lambda: running(slurm, job), max_cycles=20)
 
 
+def submit(slurm: Any, *options: str, script: str = "sleep 600", hold: bool = True) -> int:
+    """An `rtx` job of acct-a, one GPU, running `script`; held unless told."""
+    args = ["sbatch", "--parsable", *(["--hold"] if hold else []), "-p", "rtx", "-A", "acct-a"]
+    args += ["--gres=gpu:1", "-o", "/dev/null", *options, "--wrap", script]
+    return int(slurm.run(*args).stdout.strip())
+
+
+def state_of(slurm: Any, job: int) -> str:
+    return str(squeue(slurm)[job]["job_state"])
+
+
+def placed_when(slurm: Any, bridge: Bridge, job: int, other: int, *, max_cycles: int) -> str:
+    """Cycles until the bridge places `job`; the other job's Slurm state right after that cycle
+    (states only move on, so a rule it breaks then was broken when the job was placed)."""
+    reports: list[CycleReport] = []
+    cycle_until(
+        bridge, lambda: any(f"slurm-{job}" in r.placed for r in reports), max_cycles=max_cycles,
+        reports=reports,
+    )  # fmt: skip
+    return state_of(slurm, other)
+
+
+def not_placed_for(bridge: Bridge, client: GpufairClient, job: int, cycles: int = 3) -> None:
+    for _ in range(cycles):
+        report = bridge.cycle()
+        assert not report.errors and f"slurm-{job}" not in report.placed
+    assert active(client, job) == []
+
+
+def test_afterany_waits_for_any_end_of_the_other_job(slurm: Any, client: GpufairClient) -> None:
+    bridge = rtx_bridge(client)
+    first = submit(slurm, script="sleep 6; exit 1")
+    cycle_until(bridge, lambda: running(slurm, first), max_cycles=20)
+    then = submit(slurm, f"--dependency=afterany:{first}")
+    not_placed_for(bridge, client, then)
+    assert squeue(slurm)[then]["comment"] == (
+        f"gpufair: not scheduled: waits for dependency afterany:{first} (job {first} RUNNING)"
+    )
+    assert placed_when(slurm, bridge, then, first, max_cycles=20) == "FAILED"
+    cycle_until(bridge, lambda: running(slurm, then), max_cycles=10)
+
+
+def test_afternotok_waits_for_a_failed_end_and_never_runs_after_success(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    failing = submit(slurm, script="sleep 6; exit 1")
+    passing = submit(slurm, script="sleep 6")
+    cycle_until(bridge, lambda: running(slurm, failing, passing), max_cycles=20)
+    on_failure = submit(slurm, f"--dependency=afternotok:{failing}")
+    on_success = submit(slurm, f"--dependency=afternotok:{passing}")
+    not_placed_for(bridge, client, on_failure)
+    assert placed_when(slurm, bridge, on_failure, failing, max_cycles=20) == "FAILED"
+    cycle_until(bridge, lambda: state_of(slurm, passing) == "COMPLETED", max_cycles=10)
+    not_placed_for(bridge, client, on_success)
+    assert squeue(slurm)[on_success]["comment"] == (
+        f"gpufair: not scheduled: dependency afternotok:{passing} can never be met "
+        f"(job {passing} COMPLETED)"
+    )
+
+
+def test_after_waits_for_the_other_job_to_start_not_to_end(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    # Held in a partition the bridge does not map: it starts when released, by Slurm.
+    first = int(
+        slurm.run(
+            "sbatch", "--parsable", "--hold", "-p", "a100", "-A", "acct-a", "--gres=gpu:1",
+            "-o", "/dev/null", "--wrap", "sleep 600",
+        ).stdout.strip()
+    )  # fmt: skip
+    then = submit(slurm, f"--dependency=after:{first}")
+    not_placed_for(bridge, client, then)
+    assert squeue(slurm)[then]["comment"] == (
+        f"gpufair: not scheduled: waits for dependency after:{first} (job {first} PENDING)"
+    )
+    slurm.run("scontrol", "release", str(first))
+    assert placed_when(slurm, bridge, then, first, max_cycles=20) == "RUNNING"
+    cycle_until(bridge, lambda: running(slurm, then, first), max_cycles=10)
+
+
+def test_any_of_runs_once_one_part_is_met(slurm: Any, client: GpufairClient) -> None:
+    bridge = rtx_bridge(client)
+    long, short = submit(slurm), submit(slurm, script="sleep 6")
+    cycle_until(bridge, lambda: running(slurm, long, short), max_cycles=20)
+    then = submit(slurm, f"--dependency=afterok:{long}?afterok:{short}")
+    not_placed_for(bridge, client, then)
+    assert placed_when(slurm, bridge, then, short, max_cycles=20) == "COMPLETED"
+    cycle_until(bridge, lambda: running(slurm, then), max_cycles=10)
+    assert state_of(slurm, long) == "RUNNING"
+
+
+def test_a_dependency_on_a_job_slurm_does_not_know_is_met_as_slurm_says(
+    slurm: Any, client: GpufairClient
+) -> None:
+    """Slurm accepts `afterok:999999` (no such job) and lifts it: not held, the job runs."""
+    bridge = rtx_bridge(client)
+    alone = int(
+        slurm.run(
+            "sbatch", "--parsable", "-p", "a100", "-A", "acct-a", "--gres=gpu:1",
+            "-o", "/dev/null", "--dependency=afterok:999999", "--wrap", "sleep 600",
+        ).stdout.strip()
+    )  # fmt: skip
+    then = submit(slurm, "--dependency=afterok:999999")
+    cycle_until(bridge, lambda: running(slurm, alone, then), max_cycles=10)
+
+
 def test_job_array_stays_held_with_why(slurm: Any, client: GpufairClient) -> None:
     bridge = rtx_bridge(client)
     out = slurm.run(
