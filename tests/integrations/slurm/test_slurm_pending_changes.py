@@ -176,6 +176,27 @@ def test_job_held_by_an_operator_is_not_placed_until_released(
     assert active(client, job)[0].workload.uid == f"slurm-{job}.1"
 
 
+def test_a_job_handed_back_no_longer_says_not_scheduled_and_revisions_survive_restarts(
+    slurm: Any, client: GpufairClient
+) -> None:
+    bridge = rtx_bridge(client)
+    fill_rtx(slurm, bridge)
+    job = waiting_job(slurm, bridge, client, gres="gpu:8")
+    previous = f"slurm-{job}"
+    for revision in (1, 2):
+        slurm.run("scontrol", "hold", str(job))
+        assert bridge.cycle().withdrawn.keys() == {previous}
+        slurm.run("scontrol", "uhold", str(job))
+        bridge = make_bridge(client, bridge_config(partitions={"rtx": "rtx"}))  # a restart
+        report = bridge.cycle()
+        assert (report.submitted, report.errors) == ([f"slurm-{job}.{revision}"], [])
+        assert squeue(slurm)[job]["comment"] == (
+            f"gpufair: submitted as slurm-{job}.{revision} (withdrew {previous})"
+        )
+        assert [s.workload.uid for s in active(client, job)] == [f"slurm-{job}.{revision}"]
+        previous = f"slurm-{job}.{revision}"
+
+
 def test_job_waiting_for_a_dependency_is_not_placed_until_it_is_met(
     slurm: Any, client: GpufairClient
 ) -> None:
@@ -267,6 +288,7 @@ def test_afterany_waits_for_any_end_of_the_other_job(slurm: Any, client: Gpufair
     )
     assert placed_when(slurm, bridge, then, first, max_cycles=20) == "FAILED"
     cycle_until(bridge, lambda: running(slurm, then), max_cycles=10)
+    assert squeue(slurm)[then]["comment"] == ""  # no longer "not scheduled"
 
 
 def test_afternotok_waits_for_a_failed_end_and_never_runs_after_success(

@@ -32,7 +32,9 @@ A cycle:
    `slurm-42.1`, ...: a uid names one request for good, so a job whose request changed while it
    waited, or that was withdrawn and may run again, gets a new one). Withdrawing cancels the
    workload after writing its uid into the job's Comment (`gpufair: not scheduled (withdrew
-   slurm-42): ...`), from which the next revision is numbered, across restarts too.
+   slurm-42): ...`), from which the next revision is numbered, across restarts too. Once gpufair
+   has the job again, a Comment of the bridge saying it is not scheduled goes (`""`), or, when it
+   names a withdrawn uid, becomes `gpufair: submitted as slurm-42.1 (withdrew slurm-42)`.
 
 3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
    never followed by a release), an evict requeues it held (step 2's row, at once).
@@ -74,8 +76,9 @@ _END_KINDS = {
     "CANCELLED": ledger_pb2.EVENT_KIND_STOPPED,
     "PREEMPTED": ledger_pb2.EVENT_KIND_PREEMPTED,
 }
-UNSCHEDULED = "gpufair: not scheduled: "
-_WITHDREW_RE = re.compile(r"^gpufair: not scheduled \(withdrew (\S+)\): ")
+NOT_SCHEDULED = "gpufair: not scheduled"
+UNSCHEDULED = NOT_SCHEDULED + ": "
+_WITHDREW_RE = re.compile(r"^gpufair: (?:not scheduled|submitted as \S+) \(withdrew (\S+)\)")
 HELD_BY_OPERATOR = "JobHeldAdmin"
 
 
@@ -323,8 +326,10 @@ class Bridge:
             # the newer, never none.
             to_submit.append((job, mapped))
             self._withdraw_after_submit[mapped.uid] = (uid, job)
-        elif state == "bound" and status is not None and not status.evicting:
-            self._place(job, uid, status.pods, report)
+        elif active:
+            self._note_submitted(job, uid)  # a Comment a failed write left stale
+            if state == "bound" and status is not None and not status.evicting:
+                self._place(job, uid, status.pods, report)
 
     def _blocked(self, job: SlurmJob) -> str | None:
         """Why Slurm would not start this pending job now, apart from the bridge's own hold."""
@@ -343,6 +348,17 @@ class Bridge:
             return None
         parsed = parse_uid(self.config, match.group(1))
         return match.group(1) if parsed is not None and parsed[0] == job.job_id else None
+
+    def _note_submitted(self, job: SlurmJob, uid: str) -> None:
+        """gpufair has the job (as `uid`) now: a Comment of the bridge saying it is not
+        scheduled goes, or, when it names a withdrawn uid (the next revision is numbered from
+        it), says `gpufair: submitted as slurm-42.1 (withdrew slurm-42)`."""
+        if not job.comment.startswith(NOT_SCHEDULED) and _WITHDREW_RE.match(job.comment) is None:
+            return
+        withdrew = self._withdrawn(job)
+        text = f"gpufair: submitted as {uid} (withdrew {withdrew})" if withdrew else ""
+        if job.comment != text:
+            self.slurm.set_comment(job.job_id, text)
 
     def _withdrawn_revision(self, job: SlurmJob) -> int:
         withdrawn = self._withdrawn(job)
@@ -420,6 +436,10 @@ class Bridge:
         for (job, workload), result in zip(to_submit, reply.results, strict=True):
             if result.accepted:
                 report.submitted.append(workload.uid)
+                try:
+                    self._note_submitted(job, workload.uid)
+                except SlurmCommandError as exc:
+                    report.errors.append(f"{workload.uid}: {exc}")
             else:
                 try:
                     self._explain(job, workload.uid, result.error, report)
