@@ -8,6 +8,9 @@ Pool `p` of `test_capacity_history`: nodes of 8 A100 GPUs (10 CU each), made at 
   unknown node when it was not configured then (added later, or removed before), and when it
   reports more GPUs than the node declared then.
 - Two reports of one node at one instant: the fewer usable GPUs count, whichever came first.
+- A report at the very instant of a config apply: the apply counts from that instant as the report
+  does (the node counts its reported GPUs, never more than the apply declares), the report is
+  judged against the config before the apply, and the row there is the apply's.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.ledger import EventKind, LedgerEvent
-from gpufair.domain.model import ClusterConfig
+from gpufair.domain.model import ClusterConfig, Node, NodePool
 from gpufair.store import ingest_pipeline
 from tests.store.ingest_support import NOW
 from tests.store.test_capacity_history import _apply, _config, _history
@@ -226,3 +229,69 @@ def test_two_reports_of_one_node_at_one_instant_one_in_time_one_late(conn: Conne
         (-300.0, 200.0, "node_capacity"),
         (-200.0, 160.0, "node_capacity"),
     ]
+
+
+def _two_pools(nodes: int) -> ClusterConfig:
+    config = _config(nodes)
+    return replace(
+        config,
+        pools=(NodePool("p"), NodePool("r")),
+        nodes=(*config.nodes, Node("r0", "r", "a100", 8, 64000, 512000)),
+    )
+
+
+SAME_INSTANT = {
+    # name: (config applied at NOW - 300, the report at NOW - 300)
+    "declared-fewer": (_declared(_config(3), "a0", 6), ("a0", 7)),
+    "declared-more": (_declared(_config(3), "a0", 8), ("a0", 7)),
+    "added": (_config(3), ("a2", 4)),
+    "removed": (_config(1), ("a1", 4)),
+    "not-ready": (_not_ready(_config(3), "a0"), ("a0", 4)),
+    "other-pool": (_declared(_two_pools(3), "r0", 4), ("a0", 6)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAME_INSTANT))
+def test_a_report_at_the_instant_of_a_config_apply_in_either_order(
+    conn: Connection, case: str
+) -> None:
+    """A config apply at NOW - 300 and a report stamped NOW - 300, in both orders, with a later
+    report of a1 after (the report then comes in time, and late in a rebuild): one outcome, one
+    history. The report is judged against the config before the apply (7 GPUs of a0 declared 8
+    then are admitted, a2 added at the instant is not known yet); the row at the instant counts
+    both, and is the apply's."""
+    config, (node, gpus) = SAME_INSTANT[case]
+    before = _declared(_config(3), "a0", 6) if case == "declared-more" else _config(3)
+    if case == "added":
+        before = _config(2)
+    if case == "other-pool":
+        before = _two_pools(3)
+    ends = []
+    for report_first in (True, False):
+        for later in (False, True):
+            _apply(conn, before, -1000)
+            event = _event(node, gpus, -300)
+            if later:
+                assert _send(conn, _event("a0", 5, -100))[0] == "stored"
+            if report_first:
+                outcome = _send(conn, event)
+                _apply(conn, config, -300)
+            else:
+                _apply(conn, config, -300)
+                outcome = _send(conn, event)
+            if not later:
+                assert _send(conn, _event("a0", 5, -100))[0] == "stored"
+            ends.append((outcome, _history(conn), _reports(conn)))
+            conn.rollback()
+    assert all(end == ends[0] for end in ends), ends
+    outcome, history, _ = ends[0]
+    expected = {
+        "declared-fewer": ("stored", "", 220.0),  # 6 of the 7 count
+        "declared-more": ("rejected", "gpu_count must be between 0 and the node's 6 GPUs", 240.0),
+        "added": ("rejected", UNKNOWN_A2, 240.0),
+        "removed": ("stored", "", 80.0),
+        "not-ready": ("stored", "", 160.0),
+        "other-pool": ("stored", "", 220.0),
+    }[case]
+    assert outcome == expected[:2]
+    assert (-300.0, expected[2], "config") in history

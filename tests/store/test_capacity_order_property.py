@@ -6,9 +6,10 @@ orders. Every delivery must leave the outcomes, the stored reports and the `pool
 rows that time order leaves.
 
 Reports include what their node's config refuses: a node not configured at their instant (not
-yet added, or removed), more GPUs than it declared then. Some share their instant with another
-report, of their node or not. A report is judged against the config in force just before its
-instant, and two of one node at one instant count the fewer GPUs.
+yet added, or removed), more GPUs than it declared then. Some share their instant with a config
+apply (either may come first) or with another report of their node. A report is judged against
+the config in force just before its instant, and two of one node at one instant count the fewer
+GPUs.
 
 Which orders can happen: a config apply is stamped with the server's clock as it commits, so
 applies come in their own order, and a report comes after every apply older than it (it was sent
@@ -97,8 +98,8 @@ def _history(rng: random.Random) -> History:
     at = NOW - 5000.0
     h.steps.append(Apply(at, _config(nodes, weights)))
     for _ in range(rng.randint(4, 10)):
-        # Now and then two reports at one instant.
-        at += 0 if isinstance(h.steps[-1], Report) and rng.random() < 0.3 else rng.randint(1, 50)
+        # Now and then at the instant of the step before: a report and an apply, or two reports.
+        at += 0 if len(h.steps) > 1 and rng.random() < 0.2 else rng.randint(1, 50)
         same_instant = h.steps[-1].at == at
         if rng.random() < 0.6:
             node, gpus = rng.choice(names), rng.randint(0, 8)
@@ -107,8 +108,8 @@ def _history(rng: random.Random) -> History:
             )
             h.steps.append(Report(event))
             continue
-        if same_instant:
-            at += 1  # no report at an apply's instant
+        if same_instant and isinstance(h.steps[-1], Apply):
+            at += 1  # applies are stamped with the server's clock: one a commit
         op = rng.choice(("add", "remove", "ready", "move", "declared", "weight"))
         name = rng.choice(names)
         if op == "add" and name not in nodes:

@@ -10,7 +10,9 @@ than every row and every report is appended, from the nodes as they are now, the
 One that is not (a report older than a row of the pool, or than another report of its node or a
 config change) rebuilds the rows of the pools it touches from its instant on, and only those:
 the capacity at each later instant is counted again from the nodes' configs and reports of that
-instant (`rebuild_from`). Either way the rows are those the changes in time order would give.
+instant (`rebuild_from`). So does a report and a config apply at one instant, whichever comes
+second: the apply and the report both count from that instant, and the rows there are the
+apply's. Either way the rows are those the changes in time order would give.
 
 Capacity is what rollups divide by, so a change is also a rollup dirty mark from its instant (a
 node capacity event may come late, or commit while a rollup runs; `rollup_repo.rollup_pool`): a
@@ -75,7 +77,7 @@ def record_if_changed(
     """Bring the capacity rows up to date with a change at `at_s` (a config apply, or `node`'s
     report), writing a rollup dirty mark for each pool whose rows changed; returns how many rows
     it wrote or deleted. `late` says whether a report or a config change is recorded later than
-    `at_s` (None: look). Under `lock_changes` (taken here if the caller has not): without it,
+    `at_s`, or one of the other kind at it (None: look, for a config apply). Under `lock_changes` (taken here if the caller has not): without it,
     two writers at once each recounted without the other's uncommitted change, and the later
     row lacked the earlier change from then on."""
     lock_changes(conn)

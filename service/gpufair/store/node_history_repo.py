@@ -44,9 +44,10 @@ NodeReports = dict[str, list[tuple[float, int]]]
 REMOVED = -1
 
 # Stores a report, as the node's latest too when it is (of two at one instant, the fewer GPUs);
-# answers whether anything that counts for capacity is recorded later than it (a later report of
-# the node, a later config change of any node): the capacity rows from its instant on must then
-# be rebuilt, not just appended to.
+# answers whether the capacity rows from its instant on must be rebuilt, not just appended to:
+# when something that counts for capacity is recorded later than it (a later report of the node,
+# a later config change of any node), or a config change at its very instant (the rows there are
+# the apply's, as a rebuild says, whichever came first).
 _REPORT_SQL = text(
     """
     WITH report AS (
@@ -67,7 +68,7 @@ _REPORT_SQL = text(
         RETURNING 1)
     SELECT EXISTS (SELECT 1 FROM node_capacity_reports
                    WHERE node = :node AND reported_at > to_timestamp(:at))
-        OR EXISTS (SELECT 1 FROM node_config_history WHERE changed_at > to_timestamp(:at))
+        OR EXISTS (SELECT 1 FROM node_config_history WHERE changed_at >= to_timestamp(:at))
     """
 )
 
@@ -78,11 +79,13 @@ def record_report(conn: Connection, node: str, gpus: int, at_s: float) -> bool:
 
 
 def later_than(conn: Connection, at_s: float) -> bool:
-    """Whether a report or a config change is recorded later than `at_s`."""
+    """Whether a report or a config change is recorded later than `at_s`, or a report at it
+    (a config apply's rows at a report's instant are rebuilt: see `_REPORT_SQL`)."""
     return bool(
         conn.execute(
             text(
-                "SELECT EXISTS (SELECT 1 FROM node_capacity WHERE changed_at > to_timestamp(:at)) "
+                "SELECT EXISTS (SELECT 1 FROM node_capacity "
+                "WHERE changed_at >= to_timestamp(:at)) "
                 "OR EXISTS (SELECT 1 FROM node_config_history "
                 "WHERE changed_at > to_timestamp(:at))"
             ),
