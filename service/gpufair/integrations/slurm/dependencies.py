@@ -1,20 +1,23 @@
 """Whether a job's `--dependency` lets it start now, judged by the bridge (pure; no I/O).
 
-Slurm does not judge the dependencies of a held job: `squeue` keeps showing
-`afterok:7(unfulfilled)` after job 7 completed, until the job is released. Every job the bridge
-manages is held until gpufair places it, so the bridge judges them itself, from the states
-`squeue` shows, as Slurm would at release:
+Slurm judges the dependencies of a held job only in a later pass (5-20 s after the other job
+started or ended, seen on 22.05), not at once: it then clears one that is met (`Dependency`
+empty) and marks one that can never be met `(failed)`. Every job the bridge manages is held
+until gpufair places it, so the bridge judges them itself, at once, from the states `squeue`
+shows, by Slurm's rules (the sbatch man page's `--dependency`):
 
 | type | met when the job it names |
 |---|---|
 | `after:N[+m]` | has started (or ended, or was cancelled before it started), m minutes ago |
-| `afterany:N` | has ended |
+| `afterany:N` | has ended (a `+m` is ignored, as Slurm does) |
 | `afterok:N` | has completed (`COMPLETED`); any other end: never met |
 | `afternotok:N` | has ended other than `COMPLETED`; `COMPLETED`: never met |
 
-A job Slurm no longer lists (purged) counts as ended, as Slurm lifts such a dependency.
-`a,b` needs every part, `a?b` any. Other types (`singleton`, `aftercorr`, array tasks
-`N_*`, ...) are not judged: the job stays held with that reason.
+A part Slurm marked `(failed)` is never met. A job Slurm does not list (never existed, or
+purged after MinJobAge) meets its part: Slurm accepts such a dependency and lifts it, whatever
+the job's end was. `a,b` needs every part, `a?b` any (any `?` makes the whole list any-of, as
+Slurm prints it). Other types (`singleton`, `aftercorr`, array tasks `N_*`, ...) are not
+judged: the job stays held with that reason (unless Slurm's pass clears the dependency).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def _part(text: str, jobs: Mapping[int, SlurmJob], now_s: float) -> Blocked | No
         return Blocked(f"dependency {name} can never be met", never=True)
     other = jobs.get(job_id)
     if other is None:
-        return None  # purged: Slurm lifts the dependency
+        return None  # not known (or purged): Slurm lifts the dependency
     ended, state = other.finished, other.state
     if kind == "after":
         if state == "PENDING":
