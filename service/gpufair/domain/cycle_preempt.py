@@ -29,7 +29,13 @@ from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Ask, Exclusion
 from gpufair.domain.queuebook import UNCAPPED
 from gpufair.domain.snapshot import EvictReason, PendingCode
-from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
+from gpufair.domain.victim_search import (
+    Victim,
+    VictimBudget,
+    VictimIndex,
+    room_beside_shares,
+    select_victims,
+)
 
 _by_order = attrgetter("order")
 _priority_class = attrgetter("priority_class")
@@ -223,6 +229,12 @@ def _try_preempt(
                 # A partition victim holds its fraction but may free its whole GPU: with
                 # partitions on the type, the victims' GPUs bound nothing.
                 and not state.capacity.partitioned_nodes(gpu_type)
+                # A share frees its whole GPU when the rest of it is free: the free part of
+                # part-used GPUs counts too (read only when the rest falls short).
+                and state.capacity.free_whole_by_type.get(gpu_type, 0)
+                + most_gpus
+                + room_beside_shares(state.capacity, gpu_type)
+                < pods * shape.gpus_per_pod - EPS
             )
             or not (
                 book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS

@@ -35,6 +35,13 @@ pod frees at most its GPU), and a partition's pod puts every node with victims i
 its floor (its room is in slices: no walk). The tests made before a search count every GPU of a
 node with partitions as one a victim may free. A type without partitions reads none of this.
 
+Plain shares: a share's going frees its fraction of its GPU's use, and so the whole GPU when the
+rest of the GPU is free or goes too (a 0.25 beside 0.75 free frees a whole GPU for a whole-GPU
+pod). The tests made before a search for whole-GPU pods count, beside the free GPUs and the
+victims' GPUs, the free part of the part-used GPUs of nodes with victims (`room_beside_shares`),
+and a domain's test the free GPUs of its nodes with victims and fewer GPUs free than a pod takes
+(`_room_beside_victims`): each is room a victim's going completes.
+
 Node sets: the whole type, or with a topology constraint each domain that could hold the gang,
 freest first; the cheapest of the first three domains that work wins (a bound on the work in a
 pool of hundreds of domains), and a preferred topology falls back to the whole type.
@@ -64,7 +71,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -192,7 +199,10 @@ def _pool_could_fit(capacity: Capacity, ask: Ask, index: VictimIndex) -> bool:
     GPUs together reach the GPUs the gang needs: a cheap test for the whole type. Not made
     for a partition's pods (their room is in free slices, which it does not count), and with
     partitions running every GPU of their nodes counts as free besides: a partition victim
-    holds its fraction of a GPU but frees all of it when it leaves the GPU empty."""
+    holds its fraction of a GPU but frees all of it when it leaves the GPU empty. For
+    whole-GPU pods the free part of the part-used GPUs of nodes with victims counts too
+    (`room_beside_shares`, read only when the rest falls short): a share's going frees its
+    whole GPU when the rest of it is free (a 0.25 beside 0.75 free frees one GPU)."""
     shape = ask.shape
     gpu_type = ask.gpu_type
     free_gpus = float(capacity.free_whole_by_type.get(gpu_type, 0))
@@ -203,6 +213,11 @@ def _pool_could_fit(capacity: Capacity, ask: Ask, index: VictimIndex) -> bool:
         return True
     if shape.profile:
         return True
+    if shape.gpus_per_pod >= 1.0 and (
+        free_gpus + index.total_gpus + room_beside_shares(capacity, gpu_type, index.on_node)
+        >= needed
+    ):
+        return True
     partitioned = capacity.partitioned_nodes(gpu_type)
     return bool(partitioned) and (
         free_gpus + len(partitioned) * capacity.max_gpus.get(gpu_type, 0) + index.total_gpus
@@ -210,12 +225,33 @@ def _pool_could_fit(capacity: Capacity, ask: Ask, index: VictimIndex) -> bool:
     )
 
 
+def room_beside_shares(
+    capacity: Capacity, gpu_type: str, among: Container[int] | None = None
+) -> float:
+    """The free part of the part-used GPUs of `gpu_type` (of the nodes in `among`, when
+    given): what the victims' GPUs leave out of the GPUs their going may wholly free. A GPU a
+    share holds beside free room is wholly freed by the share's going, which frees only its
+    fraction of the GPU's use: the GPUs victims may free are at most their GPUs plus this
+    (over each GPU freed, its victims' use and its free part make it whole). Read only when
+    the victims' GPUs alone fall short of a whole-GPU gang's: a bound in any state of the
+    capacity, releases made for the search included."""
+    room = 0.0
+    nodes = capacity.nodes
+    for node in capacity.partial_nodes(gpu_type):
+        if among is None or node in among:
+            for used in nodes[node].gpu_used:
+                if EPS < used < 1.0 - EPS:
+                    room += 1.0 - used
+    return room
+
+
 def _subsets(
     capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex
 ) -> Iterator[list[int] | None]:
     """Node sets worth searching: topology domains (lists of nodes), and None for the whole
     type. A set is dropped at once when even evicting every victim in it could not free the
-    GPUs the gang needs. A domain's list of nodes is made when the search reaches it: most
+    GPUs the gang needs (for whole-GPU pods, counting the room beside its victims:
+    `_room_beside_victims`). A domain's list of nodes is made when the search reaches it: most
     searches stop after a few."""
     needed_gpus = ask.pods_min * ask.shape.gpus_per_pod
     whole_pods = ask.shape.gpus_per_pod >= 1.0  # whole-GPU pods cannot use shared GPUs' rest
@@ -243,6 +279,13 @@ def _subsets(
     domains = capacity.domains(topology.level).get(ask.gpu_type, {})
     ranked: Iterable[tuple[float, str]]
     if needed_gpus > EPS:
+        # Whole-GPU pods: the room beside victims that the counts above leave out, per domain
+        # (`_room_beside_victims`), counted in the test only, not in the rank.
+        beside = (
+            _room_beside_victims(capacity, ask, exclusion, index, topology.level)
+            if whole_pods
+            else {}
+        )
         # A domain with neither free GPUs nor victims could not hold a pod: only domains
         # that have either are tested. Those with free GPUs (a handful of a pool's hundreds)
         # are ranked at once; those with victims alone all rank as 0.0 free, so by name:
@@ -250,16 +293,19 @@ def _subsets(
         # reaches them, merged with the others by rank. A search that finds its domains
         # stops after a few; one that fails in every domain reads each name once, and none
         # makes a set or a sort of all of a pool's domains.
+        least = needed_gpus - EPS
         roomy = sorted(
             (-free, value)
             for value, free in free_by_domain.items()
-            if value in domains and free + victim_gpus.get(value, 0.0) >= needed_gpus - EPS
+            if value in domains
+            and free + victim_gpus.get(value, 0.0) + beside.get(value, 0.0) >= least
         )
-        least = needed_gpus - EPS
         victims_only = (
             (-0.0, value)
             for value in index.domain_order(topology.level)
-            if value not in free_by_domain and value in domains and victim_gpus[value] >= least
+            if value not in free_by_domain
+            and value in domains
+            and victim_gpus[value] + beside.get(value, 0.0) >= least
         )
         ranked = heapq.merge(roomy, victims_only)
     else:
@@ -272,6 +318,39 @@ def _subsets(
         yield [node for node in domains[value] if not exclusion.blocks(node)]
     if not topology.required:
         yield from pool
+
+
+def _room_beside_victims(
+    capacity: Capacity, ask: Ask, exclusion: Exclusion, index: VictimIndex, level: str
+) -> dict[str, float]:
+    """Per value of topology label `level`, the room on nodes with victims that a domain's
+    free GPUs (nodes with a whole pod's GPUs free) and its victims' GPUs leave out, for pods
+    of whole GPUs: the free GPUs of a node with fewer free than a pod takes (a victim beside
+    them completes the pod's GPUs) and the free part of part-used GPUs (`room_beside_shares`).
+    Empty in a full pool: no node has a GPU free or part-used."""
+    gpu_type = ask.gpu_type
+    whole = ask.shape.whole_gpus
+    on_node = index.on_node
+    nodes = capacity.nodes
+    found: dict[str, float] = {}
+    read: set[int] = set()
+    groups = [capacity.bucket(gpu_type, free) for free in range(1, whole)]
+    groups.append(capacity.partial_nodes(gpu_type))
+    for group in groups:
+        for node in group:
+            if node in read or node not in on_node or exclusion.blocks(node):
+                continue
+            read.add(node)
+            state = nodes[node]
+            value = state.labels.get(level)
+            if value is None:
+                continue
+            room = float(state.free_whole) if state.free_whole < whole else 0.0
+            for used in state.gpu_used:
+                if EPS < used < 1.0 - EPS:
+                    room += 1.0 - used
+            found[value] = found.get(value, 0.0) + room
+    return found
 
 
 def _search(

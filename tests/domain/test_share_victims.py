@@ -1,0 +1,131 @@
+"""A plain share's going frees its whole GPU when the rest of the GPU is free (DESIGN §4.3-4.4:
+a workload that fits once victims go gets them, the fewest CU).
+
+A share of a quarter of a GPU beside three free quarters holds 0.25 GPU, but its going leaves a
+whole GPU free. The tests made before a victim search counted it 0.25 GPU against a whole-GPU
+pod's one, so no search was made; a topology domain's test counted, besides, only the free GPUs
+of nodes with a whole pod's GPUs free. Found by comparing the cycle's victims with every set of
+candidates on small random pools (`test_victims_against_reference`); each case here is the
+smallest of its kind."""
+
+from __future__ import annotations
+
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.model import (
+    Allocation,
+    GpuType,
+    Node,
+    NodePool,
+    PodBinding,
+    Queue,
+    QueueQuota,
+    TopologyConstraint,
+    Workload,
+)
+from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictReason
+
+POOL = "main"
+A100 = GpuType("a100-80gb", 80, 10)
+RACK = TopologyConstraint("rack", required=True)
+
+
+def _queue(name: str) -> Queue:
+    return Queue(name, quotas={POOL: QueueQuota(POOL)})
+
+
+def _running(
+    uid: str,
+    queue: str,
+    node: str,
+    gpus: tuple[int, ...],
+    *,
+    share: float = 1.0,
+    priority_class: int = 0,
+    started_at_s: float = 0.0,
+) -> Allocation:
+    per_pod = share if share < 1.0 else float(len(gpus))
+    job = Workload(uid, queue, POOL, 1, per_pod, 0.0, priority_class=priority_class)
+    binding = PodBinding(0, node, gpus, min(per_pod, 1.0))
+    return Allocation(job, (binding,), started_at_s, A100.name)
+
+
+def _cycle(
+    nodes: dict[str, int],
+    queues: list[Queue],
+    fair_share: dict[str, float],
+    running: list[Allocation],
+    pending: Workload,
+) -> CycleResult:
+    snap = CycleSnapshot(
+        pool=NodePool(POOL, gang_reservation_after_s=None),
+        nodes=tuple(
+            Node(name, POOL, A100.name, count, 64_000, 512_000, labels={"rack": "r0"})
+            for name, count in nodes.items()
+        ),
+        gpu_types=(A100,),
+        queues=tuple(queues),
+        fair_share_cu=fair_share,
+        running=tuple(running),
+        pending=(pending,),
+        now_s=1_000.0,
+    )
+    return run_cycle(snap)
+
+
+def _evicted(result: CycleResult) -> list[tuple[str, EvictReason]]:
+    return sorted((e.workload_uid, e.reason) for e in result.evicts)
+
+
+def test_a_whole_gpu_pod_reclaims_a_share_beside_free_room() -> None:
+    """The pool's only GPU holds a 0.25 share of a queue above its share, the rest free: a
+    whole-GPU pod reclaims it. Free GPUs (none) and the victims' GPUs (0.25) fell short of one,
+    so no search was made."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("wants"), _queue("over")],
+        {"wants": 10.0, "over": 0.0},
+        [_running("quarter", "over", "a", (0,), share=0.25)],
+        Workload("pod", "wants", POOL, 1, 1.0, 0.0),
+    )
+    assert _evicted(result) == [("quarter", EvictReason.RECLAIM)]
+
+
+def test_a_whole_gpu_pod_preempts_a_share_beside_free_room() -> None:
+    """As above inside one queue: a whole-GPU pod of a higher class preempts the 0.25 share.
+    Preemption's test before its search counted the victims' 0.25 GPU against one."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("team")],
+        {"team": 20.0},
+        [_running("quarter", "team", "a", (0,), share=0.25)],
+        Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
+    )
+    assert _evicted(result) == [("quarter", EvictReason.PREEMPT)]
+
+
+def test_a_pod_within_a_rack_reclaims_a_share_beside_free_room() -> None:
+    """The rack's only GPU holds a 0.25 share of a queue above its share: a whole-GPU pod
+    that must stay in one rack reclaims it. The rack's test counted its free GPUs (none) and
+    its victims' 0.25 GPU."""
+    result = _cycle(
+        {"a": 1},
+        [_queue("wants"), _queue("over")],
+        {"wants": 10.0, "over": 0.0},
+        [_running("quarter", "over", "a", (0,), share=0.25)],
+        Workload("pod", "wants", POOL, 1, 1.0, 0.0, topology=RACK),
+    )
+    assert _evicted(result) == [("quarter", EvictReason.RECLAIM)]
+
+
+def test_a_two_gpu_pod_within_a_rack_reclaims_the_gpu_beside_a_free_one() -> None:
+    """A node of two GPUs, one free, the other held by a queue above its share: a pod of two
+    GPUs that must stay in one rack reclaims it. The rack's test counted free GPUs only on
+    nodes with a pod's two free, so the free one beside the victim was not counted."""
+    result = _cycle(
+        {"a": 2},
+        [_queue("wants"), _queue("over")],
+        {"wants": 20.0, "over": 0.0},
+        [_running("whole", "over", "a", (1,))],
+        Workload("pod", "wants", POOL, 1, 2.0, 0.0, topology=RACK),
+    )
+    assert _evicted(result) == [("whole", EvictReason.RECLAIM)]
