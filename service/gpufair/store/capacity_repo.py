@@ -77,9 +77,10 @@ def record_if_changed(
     """Bring the capacity rows up to date with a change at `at_s` (a config apply, or `node`'s
     report), writing a rollup dirty mark for each pool whose rows changed; returns how many rows
     it wrote or deleted. `late` says whether a report or a config change is recorded later than
-    `at_s`, or one of the other kind at it (None: look, for a config apply). Under `lock_changes` (taken here if the caller has not): without it,
-    two writers at once each recounted without the other's uncommitted change, and the later
-    row lacked the earlier change from then on."""
+    `at_s`, or one of the other kind at it (None: look, for a config apply). Under
+    `lock_changes` (taken here if the caller has not): without it, two writers at once each
+    recounted without the other's uncommitted change, and the later row lacked the earlier
+    change from then on."""
     lock_changes(conn)
     latest = {
         r.pool: (r.at, r.capacity_cu, r.capacity_gpus_by_type)
