@@ -4,9 +4,10 @@ a workload that fits once victims go gets them, the fewest CU).
 A share of a quarter of a GPU beside three free quarters holds 0.25 GPU, but its going leaves a
 whole GPU free. The tests made before a victim search counted it 0.25 GPU against a whole-GPU
 pod's one, so no search was made; a topology domain's test counted, besides, only the free GPUs
-of nodes with a whole pod's GPUs free. Found by comparing the cycle's victims with every set of
-candidates on small random pools (`test_victims_against_reference`); each case here is the
-smallest of its kind."""
+of nodes with a whole pod's GPUs free. A node's bound of its cost counted the share at its CU
+per GPU it holds (four times its CU), so a dearer victim elsewhere was taken first. Found by
+comparing the cycle's victims with every set of candidates on small random pools
+(`test_victims_against_reference`); each case here is the smallest of its kind."""
 
 from __future__ import annotations
 
@@ -129,3 +130,37 @@ def test_a_two_gpu_pod_within_a_rack_reclaims_the_gpu_beside_a_free_one() -> Non
         Workload("pod", "wants", POOL, 1, 2.0, 0.0, topology=RACK),
     )
     assert _evicted(result) == [("whole", EvictReason.RECLAIM)]
+
+
+def test_a_share_beside_free_room_is_reclaimed_before_a_whole_gpu() -> None:
+    """A 0.25 share (2.5 CU) beside free room on one node, a whole GPU (10 CU) started later on
+    another, both of a queue above its share: a whole-GPU pod reclaims the share. A node's
+    bound counted the share at its CU per GPU it holds, 10 per GPU, so the whole GPU's node,
+    exact at 10 and sorting first on its later start, was taken without the share's node read."""
+    result = _cycle(
+        {"a": 1, "b": 1},
+        [_queue("wants"), _queue("over")],
+        {"wants": 10.0, "over": 0.0},
+        [
+            _running("quarter", "over", "a", (0,), share=0.25, started_at_s=100.0),
+            _running("whole", "over", "b", (0,), started_at_s=200.0),
+        ],
+        Workload("pod", "wants", POOL, 1, 1.0, 0.0),
+    )
+    assert _evicted(result) == [("quarter", EvictReason.RECLAIM)]
+
+
+def test_a_share_beside_free_room_is_preempted_before_a_whole_gpu() -> None:
+    """As above inside one queue: a whole-GPU pod of a higher class preempts the 0.25 share,
+    not the whole GPU of the same class started later."""
+    result = _cycle(
+        {"a": 1, "b": 1},
+        [_queue("team")],
+        {"team": 30.0},
+        [
+            _running("quarter", "team", "a", (0,), share=0.25, started_at_s=100.0),
+            _running("whole", "team", "b", (0,), started_at_s=200.0),
+        ],
+        Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
+    )
+    assert _evicted(result) == [("quarter", EvictReason.PREEMPT)]

@@ -124,7 +124,9 @@ class VictimIndex:
         self.floor_on_node: dict[int, WalkKey] = {}
         # Per node, its key in the walk for whole-GPU pods: the floor with the highest tier
         # among the victims that must go, in preference order, before one GPU is wholly free
-        # (a bound on the tier of any option for whole-GPU pods).
+        # (a bound on the tier of any option for whole-GPU pods), and its CU per GPU the
+        # cheapest of the floor's and, for each GPU shares leave wholly free, their CU per
+        # pod summed (a share beside free room frees its whole GPU for its own CU).
         self._whole_key: dict[int, WalkKey] = {}
         # Per node, for each count n of GPUs wholly free, the tier it takes to have n: the tier of
         # the victim, in preference order, whose going frees the n-th (a node's free GPUs take
@@ -229,7 +231,9 @@ class VictimIndex:
         return tiers[gpus - 1] if 0 < gpus <= len(tiers) else NEVER
 
     def floor(self, node: int, whole_gpus: bool) -> tuple[int, float, int, float]:
-        """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key."""
+        """The node's floor: (tier, CU per GPU, priority class, start) of its walk's key.
+        `whole_gpus`: the key for whole-GPU pods, its tier that of freeing one whole GPU and
+        its CU per GPU wholly freed (`_set_keys`)."""
         tier, cu_per_gpu, priority_class, late, _ = (
             self._whole_key if whole_gpus else self.floor_on_node
         )[node]
@@ -348,7 +352,17 @@ class VictimIndex:
     def _set_keys(self, nodes: Iterable[int]) -> None:
         """Make the floor, the key for whole-GPU pods and the GPUs wholly freeable of each of
         `nodes`, from its victims now (all nodes in one call when the index is built, not one
-        call per node)."""
+        call per node).
+
+        The floor's CU per GPU is the cheapest victim's CU per GPU it holds: a plain share
+        frees exactly its fraction of a GPU's use, so room for a pod that shares a GPU costs
+        at least that. A whole-GPU pod needs GPUs wholly freed, and a share's going frees its
+        whole GPU when the rest of it is free or goes too: each share's pod can wholly free
+        at most its one GPU, so an option that frees a GPU holding shares spends at least the
+        CU per pod of the shares on it (a victim's CU spread over its pods, none counted
+        twice), and one that frees a whole-GPU victim's GPUs at least its CU per GPU. The
+        key for whole-GPU pods takes the cheaper of the two (its bound: the CU per GPU
+        wholly freed of any option); without shares leaving a GPU free, the floor's."""
         on_node = self.on_node
         floors = self.floor_on_node
         whole_keys = self._whole_key
@@ -375,9 +389,13 @@ class VictimIndex:
                 if len(uses) == 1 and len(uses[0].gpu_indices) == 1:
                     # One victim holding one GPU of the node (three nodes in four of a
                     # queue's preemption index): its GPU alone is read, no copy of them all.
+                    amount = uses[0].gpu_amount
                     before = state.gpu_used[uses[0].gpu_indices[0]]
-                    if before > EPS and before - uses[0].gpu_amount <= EPS:
+                    if before > EPS and before - amount <= EPS:
                         freeable += 1
+                        if amount < 1.0:
+                            # A share leaving its GPU empty: the GPU for its CU per pod.
+                            key = (tier, min(cheapest, first.cu / len(first.uses)), *key[2:])
                     whole_keys[node] = (
                         key if freeable else (NEVER, cheapest, priority_class, late, node)
                     )
@@ -389,15 +407,37 @@ class VictimIndex:
                 floors[node] = (tier, cheapest, priority_class, late, node)
             used = state.gpu_used.copy()
             tiers = [tier] * freeable  # GPUs free already: any option's first victim's tier
+            whole_cheapest = cheapest
+            share_cu: dict[int, float] | None = None  # per GPU, its shares' CU per pod so far
             for victim, uses in here.items():
                 for use in uses:
                     amount = use.gpu_amount
+                    if amount < 1.0:
+                        # A share: its GPU, once wholly freed, cost at least the CU per pod of
+                        # the shares that were on it.
+                        if share_cu is None:
+                            share_cu = {}
+                        per_pod = victim.cu / len(victim.uses)
+                        for gpu in use.gpu_indices:
+                            spent = share_cu[gpu] = share_cu.get(gpu, 0.0) + per_pod
+                            before = used[gpu]
+                            after = used[gpu] = before - amount
+                            if before > EPS and after <= EPS:
+                                tiers.append(victim.tier)
+                                whole_cheapest = min(whole_cheapest, spent)
+                        continue
                     for gpu in use.gpu_indices:
                         before = used[gpu]
                         after = used[gpu] = before - amount
                         if before > EPS and after <= EPS:
                             tiers.append(victim.tier)
-            whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
+            whole_keys[node] = (
+                tiers[0] if tiers else NEVER,
+                whole_cheapest,
+                priority_class,
+                late,
+                node,
+            )
             whole_tiers[node] = tuple(tiers)
             freeable_on[node] = len(tiers)
 

@@ -40,7 +40,10 @@ rest of the GPU is free or goes too (a 0.25 beside 0.75 free frees a whole GPU f
 pod). The tests made before a search for whole-GPU pods count, beside the free GPUs and the
 victims' GPUs, the free part of the part-used GPUs of nodes with victims (`room_beside_shares`),
 and a domain's test the free GPUs of its nodes with victims and fewer GPUs free than a pod takes
-(`_room_beside_victims`): each is room a victim's going completes.
+(`_room_beside_victims`): each is room a victim's going completes. A node's floor for whole-GPU
+pods takes a GPU that shares leave wholly free at their CU per pod (`VictimIndex.floor`): the
+GPU is freed for that, not for their CU per GPU held (a 0.25 share of 2.5 CU frees a GPU for
+2.5 CU, not 10).
 
 Node sets: the whole type, or with a topology constraint each domain that could hold the gang,
 freest first; the cheapest of the first three domains that work wins (a bound on the work in a
