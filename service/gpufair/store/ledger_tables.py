@@ -176,7 +176,8 @@ node_capacity = Table(
 
 # Every usable-GPU report of a node over time (node_capacity events), whatever order they came
 # in: a report older than the pool's latest capacity row is replayed among those after it
-# (`capacity_repo.rebuild_from`). `node_capacity` above keeps only the latest one.
+# (`capacity_repo.rebuild_from`). `node_capacity` above keeps only the latest one. Two reports
+# of one node at one instant keep the fewer GPUs, whichever came first.
 node_capacity_reports = Table(
     "node_capacity_reports",
     metadata,
@@ -188,8 +189,10 @@ node_capacity_reports = Table(
 
 # What a node counts for in its pool's capacity, from each config change of it on: its pool
 # (NULL while it is not ready or not configured: it counts nowhere), GPU type, declared GPUs and
-# CU per GPU. Written by config applies only (`node_history_repo.record_config`); a node with no
-# row counts as it is configured now. Reports and this together give any pool's capacity at any
+# CU per GPU; on a node's removal, no pool and -1 declared GPUs (`node_history_repo.REMOVED`:
+# not configured from then on, so its reports there are refused in time and late alike). Written
+# by config applies only (`node_history_repo.record_config`); a node with no row counts as it is
+# configured now. Reports and this together give any pool's capacity at any
 # instant, so a late report is counted with the config of its time.
 node_config_history = Table(
     "node_config_history",
