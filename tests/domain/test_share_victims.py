@@ -11,6 +11,9 @@ comparing the cycle's victims with every set of candidates on small random pools
 
 from __future__ import annotations
 
+import random
+
+from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
@@ -24,6 +27,7 @@ from gpufair.domain.model import (
     Workload,
 )
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictReason
+from gpufair.domain.victim_index import Victim, VictimIndex
 
 POOL = "main"
 A100 = GpuType("a100-80gb", 80, 10)
@@ -164,3 +168,56 @@ def test_a_share_beside_free_room_is_preempted_before_a_whole_gpu() -> None:
         Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
     )
     assert _evicted(result) == [("quarter", EvictReason.PREEMPT)]
+
+
+def test_a_nodes_bound_for_whole_gpu_pods_never_exceeds_what_freeing_a_gpu_costs() -> None:
+    """Random nodes of whole GPUs and shares (some beside free room), some of them victims:
+    every prefix of a node's victims in the index's order spends at least the node's CU per
+    GPU for whole-GPU pods (`VictimIndex.floor`) per GPU it leaves wholly free that was not."""
+    for seed in range(400):
+        rng = random.Random(seed)
+        count = rng.choice((1, 2, 4))
+        capacity = Capacity([Node("n0", POOL, A100.name, count, 64_000, 512_000)])
+        victims = []
+        for gpu in range(count):
+            pods = (
+                [1.0]
+                if rng.random() < 0.4
+                else [rng.choice((0.5, 0.25)) for _ in range(rng.randint(0, 3))]
+            )
+            left = 1.0
+            for amount in pods:
+                if amount > left + EPS:
+                    break
+                left -= amount
+                use = PodUse(0, (gpu,), amount, 0, 0)
+                capacity.take((use,))
+                if rng.random() < 0.7:
+                    victim = Victim(
+                        f"v{len(victims)}",
+                        "q",
+                        0,
+                        rng.randrange(2),
+                        float(rng.randrange(100)),
+                        10.0 * amount,
+                        amount,
+                        A100.name,
+                        (use,),
+                        (0,),
+                    )
+                    victims.append(victim)
+        index = VictimIndex(victims, capacity)
+        if not index:
+            continue
+        _, cu_per_gpu, _, _ = index.floor(0, True)
+        used = capacity.nodes[0].gpu_used.copy()
+        spent = 0.0
+        freed = 0
+        for victim, uses in index.on_node[0].items():
+            spent += victim.cu
+            for use in uses:
+                for gpu in use.gpu_indices:
+                    before = used[gpu]
+                    used[gpu] = before - use.gpu_amount
+                    freed += before > EPS and used[gpu] <= EPS
+            assert spent >= freed * cu_per_gpu - EPS, (seed, spent, freed, cu_per_gpu)

@@ -230,11 +230,15 @@ def _try_preempt(
                 # partitions on the type, the victims' GPUs bound nothing.
                 and not state.capacity.partitioned_nodes(gpu_type)
                 # A share frees its whole GPU when the rest of it is free: the free part of
-                # part-used GPUs counts too (read only when the rest falls short).
-                and state.capacity.free_whole_by_type.get(gpu_type, 0)
-                + most_gpus
-                + room_beside_shares(state.capacity, gpu_type)
-                < pods * shape.gpus_per_pod - EPS
+                # part-used GPUs counts too (read only when the rest falls short, and there
+                # are some).
+                and not (
+                    state.capacity.partial_nodes(gpu_type)
+                    and state.capacity.free_whole_by_type.get(gpu_type, 0)
+                    + most_gpus
+                    + room_beside_shares(state.capacity, gpu_type)
+                    >= pods * shape.gpus_per_pod - EPS
+                )
             )
             or not (
                 book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS

@@ -362,7 +362,10 @@ class VictimIndex:
         CU per pod of the shares on it (a victim's CU spread over its pods, none counted
         twice), and one that frees a whole-GPU victim's GPUs at least its CU per GPU. The
         key for whole-GPU pods takes the cheaper of the two (its bound: the CU per GPU
-        wholly freed of any option); without shares leaving a GPU free, the floor's."""
+        wholly freed of any option). Shares filling a GPU cost at least the floor's CU per
+        GPU (their CU per pod is their CU per GPU times their fraction, and the fractions make
+        the GPU): only a GPU used in part, shares beside free room, can be freed for less, so
+        only a node with one is read again (`_beside_room`)."""
         on_node = self.on_node
         floors = self.floor_on_node
         whole_keys = self._whole_key
@@ -407,37 +410,17 @@ class VictimIndex:
                 floors[node] = (tier, cheapest, priority_class, late, node)
             used = state.gpu_used.copy()
             tiers = [tier] * freeable  # GPUs free already: any option's first victim's tier
-            whole_cheapest = cheapest
-            share_cu: dict[int, float] | None = None  # per GPU, its shares' CU per pod so far
             for victim, uses in here.items():
                 for use in uses:
                     amount = use.gpu_amount
-                    if amount < 1.0:
-                        # A share: its GPU, once wholly freed, cost at least the CU per pod of
-                        # the shares that were on it.
-                        if share_cu is None:
-                            share_cu = {}
-                        per_pod = victim.cu / len(victim.uses)
-                        for gpu in use.gpu_indices:
-                            spent = share_cu[gpu] = share_cu.get(gpu, 0.0) + per_pod
-                            before = used[gpu]
-                            after = used[gpu] = before - amount
-                            if before > EPS and after <= EPS:
-                                tiers.append(victim.tier)
-                                whole_cheapest = min(whole_cheapest, spent)
-                        continue
                     for gpu in use.gpu_indices:
                         before = used[gpu]
                         after = used[gpu] = before - amount
                         if before > EPS and after <= EPS:
                             tiers.append(victim.tier)
-            whole_keys[node] = (
-                tiers[0] if tiers else NEVER,
-                whole_cheapest,
-                priority_class,
-                late,
-                node,
-            )
+            if state.partial_gpus:  # none in a full pool: the floor's CU per GPU holds
+                cheapest = _beside_room(here, state.gpu_used, cheapest)
+            whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
             whole_tiers[node] = tuple(tiers)
             freeable_on[node] = len(tiers)
 
@@ -471,6 +454,34 @@ class VictimIndex:
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
+
+
+def _beside_room(
+    here: dict[Victim, tuple[PodUse, ...]], gpu_used: list[float], cheapest: float
+) -> float:
+    """`cheapest` (a node's floor's CU per GPU), or less: the CU per pod of the shares on a GPU
+    used in part that the node's victims (`here`) leave wholly free, summed per GPU, for the
+    cheapest such GPU (`VictimIndex._set_keys`). A GPU used in part holds shares only; their
+    uses are taken off in the order `_set_keys` takes them, so the GPUs found freed are its."""
+    left: dict[int, float] = {}
+    spent: dict[int, float] = {}
+    for victim, uses in here.items():
+        for use in uses:
+            amount = use.gpu_amount
+            if amount >= 1.0:
+                continue
+            for gpu in use.gpu_indices:
+                used = left.get(gpu)
+                if used is None:
+                    used = gpu_used[gpu]
+                    if not EPS < used < 1.0 - EPS:
+                        continue  # free, or full: no room beside its shares
+                left[gpu] = used - amount
+                spent[gpu] = spent.get(gpu, 0.0) + victim.cu / len(victim.uses)
+    for gpu, used in left.items():
+        if used <= EPS:
+            cheapest = min(cheapest, spent[gpu])
+    return cheapest
 
 
 def release_on(used: list[float], slices: list[int], uses: Iterable[PodUse]) -> int:
