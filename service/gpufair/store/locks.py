@@ -61,7 +61,8 @@ def pool_key(pool: str) -> int:
 def rollup_key(pool: str) -> int:
     """The key that serialises rewriting one pool's hourly rollups. Taken after the pool's
     scheduling key where both are taken (`Schedule` recomputes under it), never before, so the
-    two cannot deadlock."""
+    two cannot deadlock. Retention takes it alone, one pool at a time, and releases it at once,
+    to wait for the rollups in flight (`retention_horizons.record`)."""
     return _named_key(f"rollup\0{pool}")
 
 

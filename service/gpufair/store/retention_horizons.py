@@ -2,11 +2,12 @@
 
 The pools are the configured ones and every pool that was (a pool since removed still has
 rollups, runs and capacity rows): those with capacity rows, runs or a rollup watermark. What
-holds each one is in `domain/retention_horizon.py`. The horizon retention deleted a pool's rows up to is recorded
-per pool in `retention_horizons` before anything goes, and never moved back: a full rollup redo
-of the pool (`rollup_repo.rollup_pool`) starts no earlier, so it cannot write again what
-retention deleted. A row of pool '' was recorded when one horizon held for every pool, and
-still bounds every pool's redo.
+holds each one is in `domain/retention_horizon.py`. The horizon retention deleted a pool's rows
+up to is recorded per pool in `retention_horizons` before anything goes, and never moved back: a
+full rollup redo of the pool (`rollup_repo.rollup_pool`) starts no earlier, so it cannot write
+again what retention deleted; and nothing goes until every rollup of the pool in flight, which
+may have read the older horizon, has committed (`record`). A row of pool '' was recorded when
+one horizon held for every pool, and still bounds every pool's redo.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpufair.domain.retention_horizon import (
     window_reads_from,
 )
 from gpufair.domain.stored_limits import within_limits
-from gpufair.store import config_repo
+from gpufair.store import config_repo, locks
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,28 @@ def pool_horizons(conn: Connection, now_s: float, rollups_days: float) -> dict[s
 
 
 def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
-    """Record each finite horizon, never moving a recorded one back; commits."""
+    """Record each finite horizon, never moving a recorded one back; commits. Then waits for the
+    rollups in flight of those pools: on return, no rollup of them that read an older horizon
+    is still running, so deleting up to the new one is safe.
+
+    A rollup reads the horizon and then the runs, under its pool's rollup lock
+    (`locks.rollup_key`), held to the end of its caller's transaction. One that read the old
+    horizon and read the runs after retention deleted them wrote the buckets between the two
+    horizons from what outlived retention, after retention's delete of buckets: less than what
+    ran, left for the `report` views until the next retention. So each pool's lock is taken
+    here and released at once (a transaction of its own, committed): a rollup holding it
+    commits first, with every run still stored, and one that takes it later reads the new
+    horizon (committed before). One pool at a time, holding nothing else: the periodic rollup
+    holds several pools' locks at once, so holding two here could deadlock with it. A rollup
+    that holds its lock past the engine's lock timeout makes this run fail before it deletes
+    anything; the next run goes on."""
     finite = {pool: h.kept_from_s for pool, h in horizons.items() if math.isfinite(h.kept_from_s)}
     if finite:
         conn.execute(_RECORD_SQL, {"pools": list(finite), "at": list(finite.values())})
     conn.commit()
+    for pool in sorted(finite):
+        locks.xact_lock(conn, locks.rollup_key(pool))
+        conn.commit()
 
 
 # The pools that may have rows to prune besides the configured ones: those with capacity rows,

@@ -11,7 +11,8 @@ horizon (`store/retention_horizons.py`, `domain/retention_horizon.py`): `rollups
 the pool's usage window or the current period of a budget on it (or on all pools) still reads
 them; a warning says so once per process for each pool and set of reasons. A pool that counts
 all history without decay keeps all of its own rows, and holds no other pool's. Each horizon is
-recorded before anything goes: a full rollup redo of the pool starts no earlier.
+recorded before anything goes: a full rollup redo of the pool starts no earlier, and a rollup in
+flight that read the older one commits first (`retention_horizons.record`).
 
 Nothing else waits for a horizon: events go at `events_days` with their workload, node capacity
 events (of a node, not a pool) at `events_days` too, and workloads stay.
@@ -60,7 +61,8 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
     horizons = retention_horizons.pool_horizons(conn, now_s, keep.rollups_days)
     retention_horizons.say_held(horizons, keep.rollups_days)
     # Recorded before anything goes, and never moved back: a full rollup redo of a pool starts
-    # no earlier, so it cannot write again what this run deletes or an earlier one did.
+    # no earlier, so it cannot write again what this run deletes or an earlier one did. Every
+    # rollup in flight that read an older horizon has committed when `record` returns.
     retention_horizons.record(conn, horizons)
 
     def run(

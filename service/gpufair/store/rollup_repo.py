@@ -28,7 +28,10 @@ No rollup writes a bucket before the hour retention keeps the pool's rollups fro
 ran, or a pool configured again after it was removed): the runs that ended before that hour are
 gone, and a bucket made of what outlived them would hold less than what ran. The decayed usage
 and the budgets never read there (the usage window and every budget's period hold the horizon),
-but the `report` views read every bucket.
+but the `report` views read every bucket. The horizon is read under the pool's rollup lock,
+before the runs: retention records a new one, then waits for that lock before it deletes
+anything (`retention_horizons.record`), so a rollup that read the older horizon has read its
+runs before any of them goes.
 
 Rerunning a rollup is harmless: rows of the buckets it covers are replaced, never added to.
 """
