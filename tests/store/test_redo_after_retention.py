@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import Connection, Engine, text
 
+from gpufair.domain.retention_horizon import READER_LAG_S
 from gpufair.store import rollup_repo
 from gpufair.store.retention_repo import Retention, apply_retention
 from tests.store.test_rollups import HOUR, NOW, install, snapshot, with_history
@@ -32,14 +33,15 @@ def conn(db: Engine) -> Iterator[Connection]:
 
 def test_a_redo_after_retention_rewrites_the_kept_buckets_only(conn: Connection) -> None:
     """3 days of runs in a pool installed 4 days before NOW, a 2-day window: retention at 1 day
-    keeps the buckets from the hour the window starts in (48 hours). A change of the pool's k
-    (nothing a bucket is made of) redoes the pool: 48 buckets, rows equal to the kept ones."""
+    keeps the buckets from the hour the window started in an hour before (`READER_LAG_S`): 49
+    hours. A change of the pool's k (nothing a bucket is made of) redoes the buckets the window
+    reads (48), and the rows equal the kept ones."""
     config = with_history(conn, seed=5, runs=300)
     pool = config.pools[0]
     assert rollup_repo.rollup_pool(conn, config, pool, NOW) == 4 * 24
     apply_retention(conn, NOW, Retention(rollups_days=1))
     kept = snapshot(conn)
-    horizon = math.floor((NOW - 2 * DAY) / HOUR) * HOUR
+    horizon = math.floor((NOW - READER_LAG_S - 2 * DAY) / HOUR) * HOUR
     assert min(float(r[3]) for r in kept) == horizon and len(kept) > 300
     changed = replace(config, pools=(replace(pool, policy=replace(pool.policy, k=2.0)),))
     install(conn, changed, NOW)
@@ -63,4 +65,4 @@ def test_the_recorded_horizon_never_moves_back(conn: Connection) -> None:
     kept_from = conn.execute(
         text("SELECT extract(epoch FROM kept_from)::float8 FROM retention_horizons")
     ).scalar_one()
-    assert kept_from == math.floor((NOW - 2 * DAY) / HOUR) * HOUR
+    assert kept_from == math.floor((NOW - READER_LAG_S - 2 * DAY) / HOUR) * HOUR

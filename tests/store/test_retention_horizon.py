@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.model import Budget, BudgetPeriod, FairSharePolicy, WindowKind
-from gpufair.domain.retention_horizon import Horizon
+from gpufair.domain.retention_horizon import READER_LAG_S, Horizon
 from gpufair.store import report_repo, retention_horizons, rollup_repo
 from gpufair.store.retention_repo import Retention, apply_retention
 from tests.store.test_rollups import (
@@ -58,14 +58,15 @@ def _bucket_starts(conn: Connection) -> list[float]:
 
 def test_rollups_a_pools_window_reads_stay(conn: Connection) -> None:
     """A 2-day window (6 h half-life), 3 days of runs, rollup retention of 1 day: the buckets
-    and runs of the window's 2 days stay (49 hours from the hour the window starts in), decayed
+    and runs of the window's 2 days stay (50 hours from the hour the window started in an hour
+    before, `READER_LAG_S`), decayed
     usage is what it was; only older buckets go."""
     config = with_history(conn, seed=5, runs=300)
     pool = config.pools[0]
     rollup_repo.rollup_pool(conn, config, pool, NOW)
     before = rollup_repo.decayed_usage(conn, config, pool, NOW)
     rows = snapshot(conn)
-    horizon = math.floor((NOW - 2 * DAY) / HOUR) * HOUR
+    horizon = math.floor((NOW - READER_LAG_S - 2 * DAY) / HOUR) * HOUR
     deleted = apply_retention(conn, NOW, Retention(rollups_days=1))
     kept = [r for r in rows if float(r[3]) >= horizon]
     assert deleted["fairness_hourly"] + deleted["usage_hourly"] == len(rows) - len(kept) > 0
@@ -96,23 +97,28 @@ def test_rollups_a_budgets_period_reads_stay(conn: Connection) -> None:
     assert after.consumed_cu_hours == pytest.approx(before.consumed_cu_hours, rel=1e-12)
     assert _bucket_starts(conn)[0] == WEEK_START
     assert retention_horizons.pool_horizons(conn, NOW, 1) == {
-        "p": Horizon(WEEK_START, ("the weekly budget of queue 'c': its period",))
+        "p": Horizon(WEEK_START, ("the weekly budget of queue 'c': its period", "its usage window"))
     }
 
 
 @pytest.mark.parametrize(
     ("policy", "kept_from", "held_by"),
     [
-        # Configured 1 day: the pool reads its 2-day window.
-        (POLICIES["sliding-2d-halflife-6h"], NOW - 2 * DAY, ("its usage window",)),
+        # Configured 1 day: the pool reads its 2-day window, as of an hour before too.
+        (
+            POLICIES["sliding-2d-halflife-6h"],
+            NOW - READER_LAG_S - 2 * DAY,
+            ("its usage window",),
+        ),
         # A 1-day window reads less than the 30 days configured: the configured age holds.
         (replace(POLICIES["sliding-1d-no-decay"]), NOW - 30 * DAY, ()),
-        # Tumbling 1-day periods from 0 h UTC: the current period began 20 min before NOW.
+        # Tumbling 1-day periods from 0 h UTC: the current period began 20 min before NOW, the
+        # one an hour before NOW a day earlier, within the hour the configured day ends in.
         (POLICIES["tumbling-1d"], NOW - 1 * DAY, ()),
         # All history with a 1-day half-life: 53 half-lives back, what a double still sees.
         (
             POLICIES["all-history-halflife-1d"],
-            NOW - 53 * DAY,
+            NOW - READER_LAG_S - 53 * DAY,
             ("its usage window, all history, halved each 1 d (53 half-lives)",),
         ),
         # All history, no decay: everything counts, nothing goes.
@@ -143,7 +149,7 @@ def test_the_held_horizon_is_logged_once(
             apply_retention(conn, at, Retention(rollups_days=1))
     assert [r.getMessage() for r in caplog.records] == [
         "retention: pool 'p' keeps its rollups, runs and capacity history from "
-        "2025-12-30 00:00 UTC, not 1 d as --rollup-retention-days says: its usage window still "
+        "2025-12-29 23:00 UTC, not 1 d as --rollup-retention-days says: its usage window still "
         "reads them"
     ]
 
@@ -161,5 +167,5 @@ def test_a_window_stored_beyond_the_limits_holds_what_the_recompute_reads(
     assert deleted["intervals"] == 0
     longest = 10 * 366 * DAY
     assert retention_horizons.pool_horizons(conn, NOW, 1)["p"] == Horizon(
-        math.floor((NOW - longest) / HOUR) * HOUR, ("its usage window",)
+        math.floor((NOW - READER_LAG_S - longest) / HOUR) * HOUR, ("its usage window",)
     )

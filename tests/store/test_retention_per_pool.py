@@ -121,8 +121,9 @@ def test_a_decaying_pool_goes_at_its_horizon_while_a_no_decay_pool_keeps_everyth
     conn: Connection,
 ) -> None:
     """Rollup retention of 3 days. Pool `decay` (7-day window, 1-day half-life) is held by its
-    window to the hour 7 days back: its 23 runs that started 8 to 30 days back go, and with them
-    its 576 hours of buckets from its first (31 days back) to that hour: a fairness row an hour of
+    window to the hour before the one 7 days back (`READER_LAG_S`): its 23 runs that started 8
+    to 30 days back go, and with them its 575 hours of buckets from its first (31 days back) to
+    that hour: a fairness row an hour of
     the root (the over-quota capacity a and b compete for), and a fairness and a usage row of the
     run's queue in each of the 3 buckets each run's 2 hours meet; and its capacity row of day -31
     (day -20's holds at the horizon). Pool `all` counts all history
@@ -133,12 +134,12 @@ def test_a_decaying_pool_goes_at_its_horizon_while_a_no_decay_pool_keeps_everyth
     rows = snapshot(conn)
     assert _runs(conn) == {"all": 30, "decay": 30}
     assert _capacity_rows(conn) == {"all": 2, "decay": 2}
-    horizon = NOW - 7 * DAY - 1234.5  # on the hour
+    horizon = NOW - 7 * DAY - 1234.5 - HOUR  # on the hour
     deleted = apply_retention(conn, NOW, Retention(rollups_days=3))
     assert (deleted["intervals"], deleted["capacity"]) == (23, 1)
-    assert (deleted["fairness_hourly"], deleted["usage_hourly"]) == (576 + 23 * 3, 23 * 3)
+    assert (deleted["fairness_hourly"], deleted["usage_hourly"]) == (575 + 23 * 3, 23 * 3)
     kept = [r for r in rows if r[0] == "all" or float(str(r[3])) >= horizon]
-    assert len(rows) - len(kept) == 576 + 23 * 3 * 2
+    assert len(rows) - len(kept) == 575 + 23 * 3 * 2
     assert snapshot(conn) == kept
     assert _runs(conn) == {"all": 30, "decay": 7}
     assert _capacity_rows(conn) == {"all": 2, "decay": 1}
@@ -158,7 +159,7 @@ def test_each_pools_horizon_and_what_holds_it(conn: Connection) -> None:
     history(conn, cluster({"decay": DECAYING, "all": NO_DECAY}), NOW)
     assert retention_horizons.pool_horizons(conn, NOW, 3) == {
         "all": Horizon(float("-inf"), ("its usage window, all history without decay",)),
-        "decay": Horizon(NOW - 7 * DAY - 1234.5, ("its usage window",)),
+        "decay": Horizon(NOW - 7 * DAY - 1234.5 - HOUR, ("its usage window",)),
     }
     # Retention of 10 days reads further back than the 7-day window: the configured age holds.
     assert retention_horizons.pool_horizons(conn, NOW, 10)["decay"] == Horizon(
@@ -174,7 +175,7 @@ MONTH_START = NOW - 1234.5
     ("budget_pool", "held_from"),
     [
         # A monthly budget on pool `held` keeps that pool's month, not the other's.
-        ("held", {"held": MONTH_START, "free": LATER - 7 * DAY - 1234.5}),
+        ("held", {"held": MONTH_START, "free": LATER - 7 * DAY - 1234.5 - HOUR}),
         # A monthly budget on all pools keeps every pool's month.
         (None, {"held": MONTH_START, "free": MONTH_START}),
     ],
@@ -212,8 +213,9 @@ def test_a_budget_keeps_the_period_of_the_pools_it_reads(
 
 def test_a_redo_after_retention_starts_at_each_pools_own_horizon(conn: Connection) -> None:
     """After the retention of the first test, a change of k in both pools (nothing a bucket is
-    made of) redoes each pool whole from where its rows are kept: `decay` the 168 hours from its
-    horizon, `all` the 744 from its first run's day; the rows written equal those kept."""
+    made of) redoes each pool no further back than its rows are kept: `decay` the 168 hours its
+    window reads (its horizon is an hour earlier, `READER_LAG_S`), `all` the 744 from its first
+    run's day; the rows written equal those kept."""
     config = cluster({"decay": DECAYING, "all": NO_DECAY})
     history(conn, config, NOW)
     apply_retention(conn, NOW, Retention(rollups_days=3))
@@ -271,6 +273,6 @@ def test_a_late_event_brings_back_no_bucket_retention_deleted(conn: Connection) 
     (outcome,) = ingest_pipeline.ingest(conn, [late], NOW)
     assert outcome.status == ingest_pipeline.EventStatus.STORED
     assert _runs(conn) == {"all": 30, "decay": 8}
-    assert rollup_repo.rollup_pool(conn, config, decay, NOW) == 7 * 24
+    assert rollup_repo.rollup_pool(conn, config, decay, NOW) == 7 * 24 + 1
     assert snapshot(conn) == kept
     assert_close(rollup_repo.decayed_usage(conn, config, decay, NOW), before, rel=1e-12)

@@ -11,9 +11,10 @@ with every run still there, and a rollup that takes it later reads the new horiz
 
 Pool `decay` (7-day window, 1-day half-life) of `test_retention_per_pool.py`: a 2-hour run of 4
 A100 starting each of the 30 days before NOW, rolled up at NOW; retention at NOW (3 days, held
-by the window) keeps from the hour 7 days before NOW. At LATER, two days on, a late run of
-queue b (8 GPUs, 80 CU, an hour from 6 days before NOW + 4 h) is ingested, and a rollup redoes
-from its hour; retention at LATER keeps from the hour 5 days before NOW.
+by the window) keeps from the hour 7 days and 1 hour before NOW (`READER_LAG_S`). At LATER, two
+days on, a late run of queue b (8 GPUs, 80 CU, an hour from 6 days before NOW + 4 h) is
+ingested, and a rollup redoes from its hour; retention at LATER keeps from the hour 5 days and 1
+hour before NOW.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy import Connection, Engine, text
 
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.domain.model import ClusterConfig, NodePool, Workload
+from gpufair.domain.retention_horizon import READER_LAG_S
 from gpufair.domain.rollup import TypedInterval, floor_hour
 from gpufair.store import ingest_pipeline, rollup_repo, workload_repo
 from gpufair.store.retention_repo import Retention, apply_retention
@@ -152,10 +154,10 @@ def _race(
 
 
 def _assert_nothing_before_the_horizon(db: Engine, config: ClusterConfig) -> None:
-    """Retention at LATER recorded the hour 5 days before NOW; no bucket lies before it, and
-    the decayed usage at LATER is the exact integral of the runs."""
+    """Retention at LATER recorded the hour 5 days and 1 hour before NOW; no bucket lies before
+    it, and the decayed usage at LATER is the exact integral of the runs."""
     horizon = _horizon(db)
-    assert horizon == floor_hour(LATER - 7 * DAY)
+    assert horizon == floor_hour(LATER - READER_LAG_S - 7 * DAY)
     assert _buckets_before(db, horizon) == {"fairness_hourly": 0, "usage_hourly": 0}
     with db.begin() as conn:
         pool = config.pools[0]
@@ -173,7 +175,7 @@ def test_a_rollup_that_read_the_old_horizon_writes_nothing_before_the_new_one(
     """The rollup at LATER redoes from the late run's hour (after the old horizon): it has read
     the old horizon and waits to read the runs while retention at LATER records the new one.
     Before, retention deleted the runs of days 6 and 7 and the late run and every bucket before
-    its horizon, and the rollup then wrote the 20 hours from the late run's to the horizon again
+    its horizon, and the rollup then wrote the hours from the late run's to the horizon again
     without them: a fairness row an hour of the pool's capacity and no usage (the late run's 80
     CU-hours gone), left after retention's delete. Now retention waits for the rollup, which
     writes its buckets from every run, then deletes them with the rest."""

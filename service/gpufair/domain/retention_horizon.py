@@ -11,6 +11,17 @@ has no window: only the configured age and the budgets that name it, or all pool
 
 The horizon is on the hour: the buckets kept are whole ones, and every run they are made of ends
 after it.
+
+What the readers read is taken at any instant in the hour before retention's `now`
+(`READER_LAG_S`), not at `now` alone: a recompute acting a little earlier (a replica whose clock
+is behind, a recompute whose tick began before retention's, a report's transaction opened before)
+reads from the window's start and the budgets' period starts of its own instant. Across a
+boundary of a tumbling window or of a budget's period that is the whole period that just ended;
+held only from the new boundary, retention at a period longer than it deleted most of what that
+reader still counts, and it counted only the rest. Retention runs just after UTC midnight, where
+budget periods begin. The starts only move forward with time, so the instant an hour back reads
+the earliest; a sliding window keeps an hour more, a period that just ended stays until the next
+run.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ from gpufair.domain.usage import window_bounds
 # 2^-53 of the newest, below what a double adds to a sum: deleting it changes no fair share.
 NEGLIGIBLE_HALF_LIVES = 53
 DAY_S = 86400.0
+# How much earlier than retention a reader of a pool's rows may act and still read all it reads.
+READER_LAG_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +64,12 @@ def window_reads_from(policy: FairSharePolicy, now_s: float) -> tuple[float, str
 
 
 def horizon(configured_s: float, needs: Iterable[tuple[float, str]]) -> Horizon:
-    """The configured cut-off `configured_s`, held back to the earliest need before it; on the
-    hour. `needs` are (earliest instant read, what reads it)."""
-    held = sorted((lo_s, what) for lo_s, what in needs if lo_s < configured_s)
-    kept_from_s = min([configured_s] + [lo_s for lo_s, _ in held])
+    """The configured cut-off `configured_s` on the hour, held back to the earliest need before
+    that hour; on the hour. `needs` are (earliest instant read, what reads it). A need within
+    the cut-off's hour moves nothing and holds nothing (no warning)."""
+    cut_s = floor_hour(configured_s) if math.isfinite(configured_s) else configured_s
+    held = sorted((lo_s, what) for lo_s, what in needs if lo_s < cut_s)
+    kept_from_s = min([cut_s] + [lo_s for lo_s, _ in held])
     if math.isfinite(kept_from_s):
         kept_from_s = floor_hour(kept_from_s)
     return Horizon(kept_from_s, tuple(what for _, what in held))

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 
 from gpufair.domain.retention_horizon import (
     DAY_S,
+    READER_LAG_S,
     Horizon,
     duration_text,
     horizon,
@@ -36,8 +37,9 @@ _PER = {"day": "daily", "week": "weekly", "month": "monthly"}
 def pool_horizons(conn: Connection, now_s: float, rollups_days: float) -> dict[str, Horizon]:
     """Per pool, from when its rollups, ended runs and capacity history stay: `rollups_days`
     before `now_s`, or earlier where its usage window, or the current period of a budget on it
-    or on all pools, still reads them."""
+    or on all pools, still reads them at any instant from `READER_LAG_S` before `now_s` on."""
     configured_s = now_s - rollups_days * DAY_S
+    reads_at_s = now_s - READER_LAG_S  # the earliest instant: the earliest starts
     needs: dict[str, list[tuple[float, str]]] = {
         pool: [] for (pool,) in conn.execute(_POOLS_WITH_ROWS_SQL)
     }
@@ -45,9 +47,11 @@ def pool_horizons(conn: Connection, now_s: float, rollups_days: float) -> dict[s
     # half-life stored beyond today's limits by an earlier version is read clamped there. As
     # stored, a window of 1e308 s gave a horizon no timestamp holds, and every run failed.
     for configured in within_limits(config_repo.load_config(conn))[0].pools:
-        needs.setdefault(configured.name, []).append(window_reads_from(configured.policy, now_s))
+        needs.setdefault(configured.name, []).append(
+            window_reads_from(configured.policy, reads_at_s)
+        )
     # A budget on a pool with neither rows nor a config has nothing to hold.
-    for queue, pool_name, period, start_s in conn.execute(_BUDGET_STARTS_SQL, {"now": now_s}):
+    for queue, pool_name, period, start_s in conn.execute(_BUDGET_STARTS_SQL, {"now": reads_at_s}):
         on = "" if pool_name else " on all pools"
         what = f"the {_PER[period]} budget of queue {queue!r}{on}: its period"
         for pool in [pool_name] if pool_name else list(needs):
