@@ -211,3 +211,37 @@ def test_a_job_holding_several_pools_rollup_locks_does_not_deadlock_with_retenti
 
     _race(db, monkeypatch, roll)
     _assert_nothing_before_the_horizon(db, config)
+
+
+def test_retention_waits_for_a_rollup_longer_than_the_connection_lock_timeout(
+    db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A redo of a long history holds its pool's rollup lock for minutes, past the engine's
+    lock timeout (10 s). Retention's wait for it has a timeout of its own (`ROLLUP_WAIT_S`):
+    with the connection's lock timeout at 0.3 s and the rollup parked for 1.5 s, retention
+    waits, then deletes as it would. Before, it failed (lock timeout) having deleted nothing."""
+    config = _setup(db)
+    pool: NodePool = config.pools[0]
+    parked, go = _parked_at_the_runs(monkeypatch)
+    errors: list[BaseException] = []
+
+    def rollup() -> None:
+        with db.begin() as conn:
+            rollup_repo.rollup_pool(conn, config, pool, LATER)
+
+    def retention() -> None:
+        with db.connect() as conn:
+            conn.execute(text("SET lock_timeout = 300"))
+            conn.commit()
+            apply_retention(conn, LATER, KEPT)
+            conn.commit()
+
+    rolling = _in_thread(rollup, errors)
+    assert parked.wait(timeout=30), "the rollup never read the runs"
+    retaining = _in_thread(retention, errors)
+    until(lambda: waiting_on_locks(db, "advisory") == 1, "retention never waited")
+    threading.Timer(1.5, go.set).start()
+    rolling.join(timeout=30)
+    retaining.join(timeout=30)
+    assert errors == []
+    _assert_nothing_before_the_horizon(db, config)

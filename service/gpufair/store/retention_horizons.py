@@ -73,16 +73,24 @@ def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
     here and released at once (a transaction of its own, committed): a rollup holding it
     commits first, with every run still stored, and one that takes it later reads the new
     horizon (committed before). One pool at a time, holding nothing else: the periodic rollup
-    holds several pools' locks at once, so holding two here could deadlock with it. A rollup
-    that holds its lock past the engine's lock timeout makes this run fail before it deletes
-    anything; the next run goes on."""
+    holds several pools' locks at once, so holding two here could deadlock with it. The wait
+    may last as long as a rollup's redo of a long history, past the engine's lock timeout (10 s),
+    so it has a timeout of its own (`ROLLUP_WAIT_S`); a rollup holding its lock longer still
+    makes this run fail before it deletes anything, and the next run goes on."""
     finite = {pool: h.kept_from_s for pool, h in horizons.items() if math.isfinite(h.kept_from_s)}
     if finite:
         conn.execute(_RECORD_SQL, {"pools": list(finite), "at": list(finite.values())})
     conn.commit()
     for pool in sorted(finite):
+        conn.execute(_ROLLUP_WAIT_SQL)
         locks.xact_lock(conn, locks.rollup_key(pool))
         conn.commit()
+
+
+# How long retention waits for one pool's rollup in flight (`record`): a redo of years of
+# history, 30 days a statement, takes minutes on a large ledger.
+ROLLUP_WAIT_S = 600
+_ROLLUP_WAIT_SQL = text(f"SET LOCAL lock_timeout = '{ROLLUP_WAIT_S}s'")
 
 
 # The pools that may have rows to prune besides the configured ones: those with capacity rows,
