@@ -29,6 +29,7 @@ from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Ask, Exclusion
 from gpufair.domain.queuebook import UNCAPPED
 from gpufair.domain.snapshot import EvictReason, PendingCode
+from gpufair.domain.victim_index import offers_partitions
 from gpufair.domain.victim_search import (
     Victim,
     VictimBudget,
@@ -68,6 +69,13 @@ def preempt(state: CycleState) -> None:
         floor = on_types[gpu_type] = min(map(_priority_class, victims))
         mine[name][gpu_type] = _Own(victims, floor)
     budgets: dict[tuple[str, int], VictimBudget] = {}
+    # Whether the pool offers partitions at all (`victim_index.offers_partitions`): asked once
+    # for the phase, not per test or index; without (the common pool) no test reads them.
+    # And per GPU type its part-used nodes: the capacity's own sets, changed in place as the
+    # phase takes and releases (read as `_greedy` reads them across its picks), asked once.
+    partitions = offers_partitions(state.capacity)
+    capacity = state.capacity
+    part_used = {gpu_type: capacity.partial_nodes(gpu_type) for gpu_type in capacity.by_type}
     # Per queue, the trials (`Pending.trial`, either preemptibility: types and placement
     # problem, all the test reads of a kind) found dead: every type closed for the queue
     # (`_try_preempt`), so a later workload of one would only pass over them again, and is not
@@ -84,13 +92,13 @@ def preempt(state: CycleState) -> None:
             queue_own = mine[name]
             dead_here = dead[name]
             for item in _wanting(pending[name], floors[name], dead_here):
-                _try_preempt(state, item, queue_own, dead_here, budgets)
+                _try_preempt(state, item, queue_own, dead_here, budgets, partitions, part_used)
             continue
         wanted = [list(_wanting(pending[name], floors[name], dead[name])) for name in run]
         for item in heapq.merge(*wanted, key=_by_order):
             name = item.book.name
             if item.trial not in dead[name]:  # it may have died since its list was read
-                _try_preempt(state, item, mine[name], dead[name], budgets)
+                _try_preempt(state, item, mine[name], dead[name], budgets, partitions, part_used)
     # Only this phase reads them: later evictions need not keep them current.
     state.preempt_index = {}
     state.preempt_totals = {}
@@ -165,11 +173,15 @@ def _try_preempt(
     mine: dict[str, _Own],
     dead: set[int],
     budgets: dict[tuple[str, int], VictimBudget],
+    partitions: bool,
+    part_used: dict[str, dict[int, None]],
 ) -> None:
     """Evict victims of `item`'s queue for it on the first of its types where a search finds
     some. `mine`: the queue's victims per type (`_Own`); `dead`: the queue's dead trials.
     `budgets`: one per (queue, priority class), made at its first search and given to the
-    next: a search only ever spends a copy (`victim_search._greedy`).
+    next: a search only ever spends a copy (`victim_search._greedy`). `partitions`: whether
+    the pool offers partitions at all (`victim_index.offers_partitions`); `part_used`: the
+    part-used nodes of each GPU type (`Capacity.partial_nodes`).
 
     A type is closed for the queue's later workloads of `item`'s trial when it has no victim
     of a class below `item`'s (later ones are of no higher class) or its memo key failed;
@@ -228,12 +240,12 @@ def _try_preempt(
                 < pods * shape.gpus_per_pod - EPS
                 # A partition victim holds its fraction but may free its whole GPU: with
                 # partitions on the type, the victims' GPUs bound nothing.
-                and not state.capacity.partitioned_nodes(gpu_type)
+                and not (partitions and state.capacity.partitioned_nodes(gpu_type))
                 # A share frees its whole GPU when the rest of it is free: the free part of
                 # part-used GPUs counts too (read only when the rest falls short, and there
                 # are some).
                 and not (
-                    state.capacity.partial_nodes(gpu_type)
+                    part_used.get(gpu_type)
                     and state.capacity.free_whole_by_type.get(gpu_type, 0)
                     + most_gpus
                     + room_beside_shares(state.capacity, gpu_type)
@@ -256,12 +268,12 @@ def _try_preempt(
         if (
             not leaving
             and (index is None or shape.whole_gpus > 1 or shape.shares_gpu)
-            and _room_short(state, item, gpu_type, own.victims)
+            and _room_short(state, item, gpu_type, own.victims, partitions)
         ):
             failed.add(memo_key)
             continue
         if index is None:
-            index = own.index = VictimIndex(own.victims, state.capacity)
+            index = own.index = VictimIndex(own.victims, state.capacity, partitions)
             state.preempt_index[book.name, gpu_type] = index
         budget = budgets.get((book.name, below))
         if budget is None:
@@ -325,7 +337,9 @@ def _totals(
     return totals
 
 
-def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[Victim]) -> bool:
+def _room_short(
+    state: CycleState, item: Pending, gpu_type: str, victims: list[Victim], partitions: bool
+) -> bool:
     """True when the gang minimum of `item`'s whole-GPU pods could not fit on `gpu_type` even
     with every victim of a lower priority class gone, so the search would find nothing. Per
     node, at most its free whole GPUs plus the GPUs such victims leave wholly free can be free,
@@ -334,7 +348,8 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
     short). A GPU counts as freed once the victims read leave at most `_FREED_SLACK` of it used:
     one that other work shares, or a claim holds over, stays used (the common failure of a
     one-GPU pod's search after a steady cycle). A partition victim counts as freeing its whole
-    GPU (it does when the last partition there goes), not its fraction. Pods that share a GPU:
+    GPU (it does when the last partition there goes), not its fraction; in a pool that offers
+    none (`partitions` False) no use's slices are read. Pods that share a GPU:
     `share_room_short`; pods of a partition or of no GPU are not bounded here (False)."""
     shape = item.shape
     whole = shape.whole_gpus
@@ -376,12 +391,15 @@ def _room_short(state: CycleState, item: Pending, gpu_type: str, victims: list[V
     for victim in victims:
         if victim.priority_class >= below or victim.uid in evicted:
             continue
-        for node, gpus, gpu_amount, _, _, mask in victim.uses:
-            # A partition: taken as freeing its GPU (its 1.0), as if no other partition stayed
-            # there (a bound: the GPU is counted once, at the first such victim).
-            amount = 1.0 if mask else gpu_amount
+        for use in victim.uses:
+            node = use.node
+            amount = use.gpu_amount
+            if partitions and use.slice_mask:
+                # A partition: taken as freeing its GPU (its 1.0), as if no other partition
+                # stayed there (a bound: the GPU is counted once, at the first such victim).
+                amount = 1.0
             freed = 0
-            for gpu in gpus:
+            for gpu in use.gpu_indices:
                 key = (node, gpu)
                 before = left.get(key)
                 if before is None:

@@ -111,8 +111,15 @@ class VictimIndex:
     The cycle keeps one per GPU type for the whole cycle and removes victims as it evicts them;
     the index only ever shrinks, which keeps every bound below valid."""
 
-    def __init__(self, victims: Iterable[Victim], capacity: Capacity) -> None:
+    def __init__(
+        self, victims: Iterable[Victim], capacity: Capacity, partitions: bool | None = None
+    ) -> None:
         self._capacity = capacity
+        # Whether the pool offers partitions at all (`offers_partitions`; `partitions`: the
+        # caller's answer, asked once for many indexes). Where it does not (the common pool),
+        # no node holds or ever held one, and neither the index nor the search reads a node's
+        # slices or the partitioned nodes: the plain path branches once, here.
+        self.partitions = offers_partitions(capacity) if partitions is None else partitions
         # Per node, its victims in preference order, each with its uses on that node (all of
         # them for a victim on one node): the search reads a node's part of a gang without
         # filtering the gang's uses, and a victim leaves a node in one step.
@@ -372,6 +379,7 @@ class VictimIndex:
         whole_tiers = self._whole_tiers
         freeable_on = self.freeable_on_node
         states = self._capacity.nodes
+        partitions = self.partitions  # False: no node's slices to read (`offers_partitions`)
         for node in nodes:
             here = on_node[node]
             # Victims come in preference order, so any option's first victim is this one or
@@ -381,7 +389,7 @@ class VictimIndex:
             priority_class = first.priority_class
             late = -first.started_at_s
             state = states[node]
-            if state.slices is not None:  # a node that holds or held partitions
+            if partitions and state.slices is not None:  # a node that holds or held partitions
                 self._set_partition_keys(node, here, state)
                 continue
             freeable = state.free_whole  # GPUs used at most EPS, counted on as victims go
@@ -389,11 +397,11 @@ class VictimIndex:
                 cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
                 floors[node] = key = (tier, cheapest, priority_class, late, node)
                 uses = here[first]
-                if len(uses) == 1 and len(uses[0].gpu_indices) == 1:
+                if len(uses) == 1 and len((use := uses[0]).gpu_indices) == 1:
                     # One victim holding one GPU of the node (three nodes in four of a
                     # queue's preemption index): its GPU alone is read, no copy of them all.
-                    amount = uses[0].gpu_amount
-                    before = state.gpu_used[uses[0].gpu_indices[0]]
+                    amount = use.gpu_amount
+                    before = state.gpu_used[use.gpu_indices[0]]
                     if before > EPS and before - amount <= EPS:
                         freeable += 1
                         if amount < 1.0:
@@ -454,6 +462,17 @@ class VictimIndex:
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
+
+
+def offers_partitions(capacity: Capacity) -> bool:
+    """Whether some GPU type of the capacity's pool offers a partition profile (its nodes'
+    `geometry`, one per type). Where none does, no node holds or ever held a partition: a use
+    covering slices is made only from its node's geometry (`capacity.uses_of`,
+    `partitions.assign`), so every node's `slices` stays None and `partitioned_nodes` empty,
+    and the victim search and the tests before it can pass over every partition case without
+    reading a node (`VictimIndex.partitions`). A few reads per GPU type."""
+    nodes = capacity.nodes
+    return any(nodes[members[0]].geometry for members in capacity.by_type.values())
 
 
 def _beside_room(

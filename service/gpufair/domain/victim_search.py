@@ -33,7 +33,10 @@ a whole GPU. Nodes whose GPUs hold or held partitions, and every node for a part
 scored so (`exact_option`); their floors take a victim's CU per GPU its pods hold (a partition's
 pod frees at most its GPU), and a partition's pod puts every node with victims in the heap at
 its floor (its room is in slices: no walk). The tests made before a search count every GPU of a
-node with partitions as one a victim may free. A type without partitions reads none of this.
+node with partitions as one a victim may free. A type without partitions reads none of this,
+and a pool whose GPU types offer no partition profile (the common pool: no node there ever holds
+one) says so once per index (`VictimIndex.partitions`, `victim_index.offers_partitions`): its
+searches and tests then read no node's slices and ask for no partitioned nodes at all.
 
 Plain shares: a share's going frees its fraction of its GPU's use, and so the whole GPU when the
 rest of the GPU is free or goes too (a 0.25 beside 0.75 free frees a whole GPU for a whole-GPU
@@ -72,9 +75,10 @@ them all (`Picked`).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -206,21 +210,29 @@ def _pool_could_fit(capacity: Capacity, ask: Ask, index: VictimIndex) -> bool:
     whole-GPU pods the free part of the part-used GPUs of nodes with victims counts too
     (`room_beside_shares`, read only when the rest falls short): a share's going frees its
     whole GPU when the rest of it is free (a 0.25 beside 0.75 free frees one GPU)."""
+    free_gpus = float(capacity.free_whole_by_type.get(ask.gpu_type, 0))
+    if ask.shape.gpus_per_pod < 1.0:  # whole-GPU pods cannot use shared GPUs' rest
+        free_gpus += len(capacity.partial_nodes(ask.gpu_type))
+    return free_gpus + index.total_gpus >= (
+        ask.pods_min * ask.shape.gpus_per_pod - EPS
+    ) or _could_fit_beside(capacity, ask, index, free_gpus)
+
+
+def _could_fit_beside(capacity: Capacity, ask: Ask, index: VictimIndex, free_gpus: float) -> bool:
+    """`_pool_could_fit` where the free GPUs (`free_gpus`) and the victims' GPUs fall short:
+    a partition's pods, the room beside shares, the GPUs of partitioned nodes."""
     shape = ask.shape
-    gpu_type = ask.gpu_type
-    free_gpus = float(capacity.free_whole_by_type.get(gpu_type, 0))
-    if shape.gpus_per_pod < 1.0:  # whole-GPU pods cannot use shared GPUs' rest
-        free_gpus += len(capacity.partial_nodes(gpu_type))
-    needed = ask.pods_min * shape.gpus_per_pod - EPS
-    if free_gpus + index.total_gpus >= needed:
-        return True
     if shape.profile:
         return True
+    needed = ask.pods_min * shape.gpus_per_pod - EPS
+    gpu_type = ask.gpu_type
     if shape.gpus_per_pod >= 1.0 and (
         free_gpus + index.total_gpus + room_beside_shares(capacity, gpu_type, index.on_node)
         >= needed
     ):
         return True
+    if not index.partitions:  # no partition in the pool (`VictimIndex.partitions`)
+        return False
     partitioned = capacity.partitioned_nodes(gpu_type)
     return bool(partitioned) and (
         free_gpus + len(partitioned) * capacity.max_gpus.get(gpu_type, 0) + index.total_gpus
@@ -263,7 +275,7 @@ def _subsets(
     if topology is None:
         yield from pool
         return
-    if ask.shape.profile or capacity.partitioned_nodes(ask.gpu_type):
+    if ask.shape.profile or (index.partitions and capacity.partitioned_nodes(ask.gpu_type)):
         # A partition's room is in slices, and a partition victim may free a whole GPU: the
         # GPUs counted below bound neither, and no domain is dropped by them.
         needed_gpus = 0.0
@@ -303,12 +315,17 @@ def _subsets(
             if value in domains
             and free + victim_gpus.get(value, 0.0) + beside.get(value, 0.0) >= least
         )
+        # A domain of victims alone reads the room beside them only when short without it
+        # (there is none in a full pool): adding it, never negative, keeps a sum at `least`.
         victims_only = (
             (-0.0, value)
             for value in index.domain_order(topology.level)
             if value not in free_by_domain
             and value in domains
-            and victim_gpus[value] + beside.get(value, 0.0) >= least
+            and (
+                victim_gpus[value] >= least
+                or (beside and victim_gpus[value] + beside.get(value, 0.0) >= least)
+            )
         )
         ranked = heapq.merge(roomy, victims_only)
     else:
@@ -533,20 +550,17 @@ def _greedy(
     )
 
     table = index.option_table(shape, below, bounded)
-    # Partitions in play: a node whose GPUs hold or held partitions, or a pod of a partition,
-    # has its options worked out exactly (`exact_option`); without any (the common case) no
-    # node is asked.
-    geometry = None
-    if shape.profile:
-        members_of_type = capacity.by_type.get(ask.gpu_type)
-        if members_of_type:
-            geometry = nodes[members_of_type[0]].geometry.get(shape.profile)
-    mixed = geometry is not None or bool(capacity.partitioned_nodes(ask.gpu_type))
+    # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing. A
+    # partition's room is in slices, not in that view: its pods count as taking nothing here
+    # (every node with victims enters the heap, its bound at the floor's cost; a 7g pod still
+    # needs a whole GPU freed, `missing`).
+    per_pod = float(whole) if whole else shape.gpus_per_pod if shape.shares_gpu else 0.0
 
-    def option(node: int) -> Option:
+    def plain_option(node: int) -> Option:
         """The node's best option now: kept from an earlier search or step if the node's
         capacity and victims are unchanged and so are the budgets it read or the answers of
-        its budget tests (`same_tests`), else computed and kept."""
+        its budget tests (`same_tests`), else computed and kept. For a node without
+        partitions and a pod of none (`option` is this one where there are none)."""
         state = nodes[node]
         version = state.version
         entry = table.get(node)
@@ -560,8 +574,6 @@ def _greedy(
             if now_read is not None:
                 table[node] = (version, now_read, entry[2], entry[3])
                 return entry[2]
-        if mixed and (geometry is not None or state.slices is not None):
-            return exact_option(node, state, version)
         read: list[tuple[str, float, float]] = []  # the budgets read, in first-read order
         used: list[float] | None = None  # the node's GPUs as victims go, copied at the first
         free_whole = state.free_whole  # GPUs of `used` at most EPS, kept as victims go
@@ -623,67 +635,103 @@ def _greedy(
         table[node] = (version, tuple(read) if read else (), None, prefix)
         return None
 
-    def exact_option(node: int, state: NodeState, version: int) -> Option:
-        """`option` for a node whose GPUs hold or held partitions, or for a pod of a partition:
-        the same prefixes, budget tests and key, with the victims released as the capacity
-        releases them (`victim_index.release_on`: a partition frees its GPU only as the last
-        one there, and then all of it) and the pods counted as placement counts them
-        (`partition_pods`: a partition's pods by the slices left free). The room a prefix
-        makes is so what it frees for this pod's shape: a partition beside one that stays
-        frees nothing for whole GPUs or plain shares, and one that leaves its GPU empty frees
-        the whole GPU, whatever its own fraction."""
-        read: list[tuple[str, float, float]] = []
-        used = state.gpu_used.copy()
-        slices = state.slices.copy() if state.slices is not None else [0] * state.gpu_count
-        free_whole = state.free_whole
-        cpu, memory = state.cpu_free, state.memory_free
-        now = fit_now(node)
-        spent_cu: dict[str, float] = {}
-        spent_gpus: dict[str, float] = {}
-        prefix: list[Victim] = []
-        cost = 0.0
-        top_tier = -NEVER
-        for victim, uses in on_node.get(node, NO_VICTIMS).items():
-            if victim.priority_class >= below_class or victim.uid in released:
-                continue
-            if bounded:
-                queue = victim.queue
-                spent = spent_cu.get(queue)
-                if spent is None:
-                    spent = spent_gpu = spent_cu[queue] = spent_gpus[queue] = 0.0
-                    read.append((queue, cu_left.get(queue, 0.0), gpus_left.get(queue, math.inf)))
-                else:
-                    spent_gpu = spent_gpus[queue]
-                if victim.cu > cu_left.get(queue, 0.0) - spent + EPS or (
-                    victim.gpus > gpus_left.get(queue, math.inf) - spent_gpu + EPS
-                ):
-                    continue
-                spent_cu[queue] = spent + victim.cu
-                spent_gpus[queue] = spent_gpu + victim.gpus
-            prefix.append(victim)
-            cost += victim.cu
-            top_tier = victim.tier
-            for use in uses:
-                cpu += use.cpu_millicores
-                memory += use.memory_mib
-            free_whole += release_on(used, slices, uses)
-            if geometry is not None:
-                gained = partition_pods(geometry, used, slices, free_whole, cpu, memory, shape)
-            else:
-                gained = fit_on(used, free_whole, cpu, memory, shape)
-            gained -= now
-            if gained > 0:
-                key = (
-                    top_tier,
-                    cost / gained,
-                    prefix[0].priority_class,
-                    -prefix[0].started_at_s,
-                    node,
-                )
-                table[node] = (version, tuple(read) if read else (), (key, prefix), prefix)
-                return key, prefix
-        table[node] = (version, tuple(read) if read else (), None, prefix)
-        return None
+    # Partitions in play: a node whose GPUs hold or held partitions, or a pod of a partition,
+    # has its options worked out exactly (`exact_option`, through `option`); without any (the
+    # common case) `option` is `plain_option` and no node is asked, and in a pool that offers
+    # none (`VictimIndex.partitions`) nothing else is read either. Neither `geometry` nor
+    # the choice is read inside a nested function: a plain search makes no cell for them.
+    option: Callable[[int], Option] = plain_option
+    if index.partitions:
+        geometry: Geometry | None = None
+        if shape.profile:
+            members_of_type = capacity.by_type.get(ask.gpu_type)
+            if members_of_type:
+                geometry = nodes[members_of_type[0]].geometry.get(shape.profile)
+                if geometry is not None:
+                    per_pod = 0.0
+        if geometry is not None or capacity.partitioned_nodes(ask.gpu_type):
+            # `exact_option` is made only here (in no plain search).
+
+            def exact_option(node: int, state: NodeState, geometry: Geometry | None) -> Option:
+                """`plain_option` for a node whose GPUs hold or held partitions, or for a pod of a
+                partition (`geometry`: its profile's on the type): the option kept as there, else
+                the same prefixes, budget tests and key, with the victims released as the
+                capacity releases them (`victim_index.release_on`: a partition frees its GPU
+                only as the last one there, and then all of it) and the pods counted as placement
+                counts them (`partition_pods`: a partition's pods by the slices left free). The
+                room a prefix makes is so what it frees for this pod's shape: a partition beside
+                one that stays frees nothing for whole GPUs or plain shares, and one that leaves
+                its GPU empty frees the whole GPU, whatever its own fraction."""
+                version = state.version
+                entry = table.get(node)
+                if entry is not None and entry[0] == version:
+                    for queue, cu, gpus in entry[1]:
+                        if cu_left.get(queue, 0.0) != cu or gpus_left.get(queue, math.inf) != gpus:
+                            break
+                    else:
+                        return entry[2]
+                    now_read = same_tests(entry[1], entry[3])
+                    if now_read is not None:
+                        table[node] = (version, now_read, entry[2], entry[3])
+                        return entry[2]
+                read: list[tuple[str, float, float]] = []
+                used = state.gpu_used.copy()
+                slices = state.slices.copy() if state.slices is not None else [0] * state.gpu_count
+                free_whole = state.free_whole
+                cpu, memory = state.cpu_free, state.memory_free
+                now = fit_now(node)
+                spent_cu: dict[str, float] = {}
+                spent_gpus: dict[str, float] = {}
+                prefix: list[Victim] = []
+                cost = 0.0
+                top_tier = -NEVER
+                for victim, uses in on_node.get(node, NO_VICTIMS).items():
+                    if victim.priority_class >= below_class or victim.uid in released:
+                        continue
+                    if bounded:
+                        queue = victim.queue
+                        spent = spent_cu.get(queue)
+                        if spent is None:
+                            spent = spent_gpu = spent_cu[queue] = spent_gpus[queue] = 0.0
+                            read.append(
+                                (queue, cu_left.get(queue, 0.0), gpus_left.get(queue, math.inf))
+                            )
+                        else:
+                            spent_gpu = spent_gpus[queue]
+                        if victim.cu > cu_left.get(queue, 0.0) - spent + EPS or (
+                            victim.gpus > gpus_left.get(queue, math.inf) - spent_gpu + EPS
+                        ):
+                            continue
+                        spent_cu[queue] = spent + victim.cu
+                        spent_gpus[queue] = spent_gpu + victim.gpus
+                    prefix.append(victim)
+                    cost += victim.cu
+                    top_tier = victim.tier
+                    for use in uses:
+                        cpu += use.cpu_millicores
+                        memory += use.memory_mib
+                    free_whole += release_on(used, slices, uses)
+                    if geometry is not None:
+                        gained = partition_pods(
+                            geometry, used, slices, free_whole, cpu, memory, shape
+                        )
+                    else:
+                        gained = fit_on(used, free_whole, cpu, memory, shape)
+                    gained -= now
+                    if gained > 0:
+                        key = (
+                            top_tier,
+                            cost / gained,
+                            prefix[0].priority_class,
+                            -prefix[0].started_at_s,
+                            node,
+                        )
+                        table[node] = (version, tuple(read) if read else (), (key, prefix), prefix)
+                        return key, prefix
+                table[node] = (version, tuple(read) if read else (), None, prefix)
+                return None
+
+            option = functools.partial(_mixed_option, plain_option, exact_option, geometry, nodes)
 
     def same_tests(
         read: tuple[tuple[str, float, float], ...], passed: list[Victim]
@@ -723,19 +771,6 @@ def _greedy(
             ]
         )
 
-    # GPU amount one pod takes from one GPU-slot view: whole GPUs, a share, or nothing. A
-    # partition's room is in slices, not in that view: its pods count as taking nothing here
-    # (every node with victims enters the heap, its bound at the floor's cost; a 7g pod still
-    # needs a whole GPU freed, `missing`).
-    per_pod = (
-        0.0
-        if geometry is not None
-        else float(whole)
-        if whole
-        else shape.gpus_per_pod
-        if shape.shares_gpu
-        else 0.0
-    )
     partial = capacity.partial_nodes(ask.gpu_type)
 
     def missing(node: int) -> float:
@@ -947,6 +982,22 @@ def _greedy(
     if total < pods:
         return None
     return Picked(chosen, lone_picks and total == pods)
+
+
+def _mixed_option(
+    plain: Callable[[int], Option],
+    exact: Callable[[int, NodeState, Geometry | None], Option],
+    geometry: Geometry | None,
+    nodes: list[NodeState],
+    node: int,
+) -> Option:
+    """`_greedy`'s `option` where partitions are in play: `exact` (its `exact_option`) for a
+    node whose GPUs hold or held partitions, or for every node with a pod of a partition
+    (`geometry`), else `plain` (its `plain_option`)."""
+    state = nodes[node]
+    if geometry is None and state.slices is None:
+        return plain(node)
+    return exact(node, state, geometry)
 
 
 def partition_pods(
