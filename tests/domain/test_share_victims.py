@@ -221,3 +221,33 @@ def test_a_nodes_bound_for_whole_gpu_pods_never_exceeds_what_freeing_a_gpu_costs
                     used[gpu] = before - use.gpu_amount
                     freed += before > EPS and used[gpu] <= EPS
             assert spent >= freed * cu_per_gpu - EPS, (seed, spent, freed, cu_per_gpu)
+
+
+def test_a_rack_pod_of_more_gpus_than_a_type_has_on_a_node_reads_only_its_buckets() -> None:
+    """A rack of a 1-GPU V100 node and a 4-GPU A100 node whose GPU 0 holds two 0.25 shares of a
+    queue above its share; a pod of four GPUs of any type that must stay in the rack reclaims
+    both shares. Searching the V100s, the rack's look at the room beside victims read the
+    nodes with 1 to 3 GPUs free, and the V100s have none with more than one (IndexError, found
+    by the random worlds of `test_cycle_properties`)."""
+    v100 = GpuType("v100-16gb", 16, 4)
+    snap = CycleSnapshot(
+        pool=NodePool(POOL, gang_reservation_after_s=None),
+        nodes=(
+            Node("v", POOL, v100.name, 1, 8_000, 16_000, labels={"rack": "r0"}),
+            Node("n", POOL, A100.name, 4, 8_000, 16_000, labels={"rack": "r0"}),
+        ),
+        gpu_types=(v100, A100),
+        queues=(_queue("wants"), _queue("over")),
+        fair_share_cu={"wants": 200.0, "over": 0.0},
+        running=(
+            _running("quarter-1", "over", "n", (0,), share=0.25),
+            _running("quarter-2", "over", "n", (0,), share=0.25),
+        ),
+        pending=(Workload("pod", "wants", POOL, 1, 4.0, 0.0, topology=RACK),),
+        now_s=1_000.0,
+    )
+    result = run_cycle(snap)
+    assert _evicted(result) == [
+        ("quarter-1", EvictReason.RECLAIM),
+        ("quarter-2", EvictReason.RECLAIM),
+    ]

@@ -354,7 +354,9 @@ def _room_beside_victims(
     nodes = capacity.nodes
     found: dict[str, float] = {}
     read: set[int] = set()
-    groups = [capacity.bucket(gpu_type, free) for free in range(1, whole)]
+    # Nodes with 1 .. whole - 1 GPUs free; none of the type has more GPUs than its largest.
+    fewer = range(1, min(whole, capacity.max_gpus.get(gpu_type, 0) + 1))
+    groups = [capacity.bucket(gpu_type, free) for free in fewer]
     groups.append(capacity.partial_nodes(gpu_type))
     for group in groups:
         for node in group:
