@@ -32,6 +32,7 @@ from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,
     EvictionInFlight,
+    EvictReason,
     ReservationKind,
     UsageStanding,
 )
@@ -149,6 +150,7 @@ def snapshot(
     moved_gpus_last_hour: float = 0.0,
     standing: Mapping[str, UsageStanding] | None = None,
     gang_entitlement: bool = True,  # the rule needs `standing` too, empty by default
+    gpu_types: Iterable[GpuType] = GPU_TYPES,
 ) -> CycleSnapshot:
     return CycleSnapshot(
         pool=NodePool(
@@ -161,7 +163,7 @@ def snapshot(
             gang_entitlement=gang_entitlement,
         ),
         nodes=tuple(nodes),
-        gpu_types=GPU_TYPES,
+        gpu_types=tuple(gpu_types),
         queues=tuple(queues),
         fair_share_cu=dict(fair_share_cu),
         running=tuple(running_work),
@@ -229,6 +231,11 @@ def assert_holds_fit(snap: CycleSnapshot, result: CycleResult) -> None:
 
 def bound_uids(result: CycleResult) -> set[str]:
     return {b.workload_uid for b in result.binds}
+
+
+def evictions(result: CycleResult) -> list[tuple[str, EvictReason]]:
+    """Each evicted workload with why, in uid order."""
+    return sorted((e.workload_uid, e.reason) for e in result.evicts)
 
 
 def evicted_uids(result: CycleResult) -> set[str]:

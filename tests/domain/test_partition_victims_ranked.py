@@ -11,21 +11,20 @@ set of candidates on small random pools; each case here is the smallest of its k
 
 from __future__ import annotations
 
+from cycle_builders import POOL, evictions, node, snapshot
+
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
     GpuType,
-    Node,
-    NodePool,
     PodBinding,
     Queue,
     QueueQuota,
     Workload,
 )
 from gpufair.domain.partition_geometry import MIG_80GB_PROFILES
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictReason
+from gpufair.domain.snapshot import CycleResult, EvictReason
 
-POOL = "main"
 A100 = GpuType("a100-80gb", 80, 10, MIG_80GB_PROFILES)
 FRACTIONS = {p.name: p.gpu_fraction for p in MIG_80GB_PROFILES}
 
@@ -67,23 +66,16 @@ def _cycle(
     running: list[Allocation],
     pending: Workload,
 ) -> CycleResult:
-    snap = CycleSnapshot(
-        pool=NodePool(POOL, gang_reservation_after_s=None),
-        nodes=tuple(
-            Node(name, POOL, A100.name, count, 64_000, 512_000) for name, count in nodes.items()
-        ),
-        gpu_types=(A100,),
-        queues=tuple(queues),
-        fair_share_cu=fair_share,
-        running=tuple(running),
-        pending=(pending,),
-        now_s=1_000.0,
+    """One cycle of the pool's A100 nodes with MIG profiles (GPUs by name)."""
+    snap = snapshot(
+        [node(name, A100, count) for name, count in nodes.items()],
+        queues,
+        fair_share,
+        running_work=running,
+        pending=[pending],
+        gpu_types=[A100],
     )
     return run_cycle(snap)
-
-
-def _evicted(result: CycleResult) -> list[tuple[str, EvictReason]]:
-    return sorted((e.workload_uid, e.reason) for e in result.evicts)
 
 
 def test_a_partition_that_leaves_its_gpu_empty_frees_the_whole_gpu() -> None:
@@ -100,7 +92,7 @@ def test_a_partition_that_leaves_its_gpu_empty_frees_the_whole_gpu() -> None:
         ],
         Workload("pod", "wants", POOL, 1, 1.0, 0.0),
     )
-    assert _evicted(result) == [("slice", EvictReason.RECLAIM)]
+    assert evictions(result) == [("slice", EvictReason.RECLAIM)]
 
 
 def test_the_lowest_tier_goes_first_when_its_partitions_fill_a_gpu() -> None:
@@ -118,7 +110,7 @@ def test_the_lowest_tier_goes_first_when_its_partitions_fill_a_gpu() -> None:
         ],
         Workload("pod", "wants", POOL, 1, 1.0, 0.0),
     )
-    assert _evicted(result) == [("low-0", EvictReason.RECLAIM), ("low-4", EvictReason.RECLAIM)]
+    assert evictions(result) == [("low-0", EvictReason.RECLAIM), ("low-4", EvictReason.RECLAIM)]
 
 
 def test_a_partition_is_preempted_for_the_slices_its_going_frees() -> None:
@@ -145,7 +137,7 @@ def test_a_partition_is_preempted_for_the_slices_its_going_frees() -> None:
             priority_class=2,
         ),
     )
-    assert _evicted(result) == [("small", EvictReason.PREEMPT)]
+    assert evictions(result) == [("small", EvictReason.PREEMPT)]
 
 
 def test_a_whole_gpu_is_reclaimed_from_partitions_that_hold_less_than_one_gpu_of_cu() -> None:
@@ -162,7 +154,7 @@ def test_a_whole_gpu_is_reclaimed_from_partitions_that_hold_less_than_one_gpu_of
         ],
         Workload("pod", "wants", POOL, 1, 1.0, 0.0),
     )
-    assert _evicted(result) == [("left", EvictReason.RECLAIM), ("right", EvictReason.RECLAIM)]
+    assert evictions(result) == [("left", EvictReason.RECLAIM), ("right", EvictReason.RECLAIM)]
 
 
 def test_a_whole_gpu_is_preempted_from_partitions_that_hold_less_than_one_gpu_of_cu() -> None:
@@ -179,7 +171,7 @@ def test_a_whole_gpu_is_preempted_from_partitions_that_hold_less_than_one_gpu_of
         ],
         Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
     )
-    assert _evicted(result) == [("left", EvictReason.PREEMPT), ("right", EvictReason.PREEMPT)]
+    assert evictions(result) == [("left", EvictReason.PREEMPT), ("right", EvictReason.PREEMPT)]
 
 
 def test_a_7g_partition_preempts_the_small_partition_on_its_gpu() -> None:
@@ -192,7 +184,7 @@ def test_a_7g_partition_preempts_the_small_partition_on_its_gpu() -> None:
         [_running("small", "team", "a", 0, profile="1g.20gb", start=6)],
         Workload("big", "team", POOL, 1, 1.0, 0.0, partition_profile="7g.80gb", priority_class=1),
     )
-    assert _evicted(result) == [("small", EvictReason.PREEMPT)]
+    assert evictions(result) == [("small", EvictReason.PREEMPT)]
 
 
 def test_a_partition_pod_is_searched_for_though_its_victims_hold_less_than_its_fraction() -> None:
@@ -215,4 +207,4 @@ def test_a_partition_pod_is_searched_for_though_its_victims_hold_less_than_its_f
             priority_class=2,
         ),
     )
-    assert _evicted(result) == [("small", EvictReason.PREEMPT)]
+    assert evictions(result) == [("small", EvictReason.PREEMPT)]

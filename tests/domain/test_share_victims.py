@@ -13,24 +13,22 @@ from __future__ import annotations
 
 import random
 
+from cycle_builders import A100, POOL, V100, evictions, node, snapshot
+
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import (
     Allocation,
-    GpuType,
     Node,
-    NodePool,
     PodBinding,
     Queue,
     QueueQuota,
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictReason
+from gpufair.domain.snapshot import CycleResult, EvictReason
 from gpufair.domain.victim_index import Victim, VictimIndex
 
-POOL = "main"
-A100 = GpuType("a100-80gb", 80, 10)
 RACK = TopologyConstraint("rack", required=True)
 
 
@@ -61,24 +59,15 @@ def _cycle(
     running: list[Allocation],
     pending: Workload,
 ) -> CycleResult:
-    snap = CycleSnapshot(
-        pool=NodePool(POOL, gang_reservation_after_s=None),
-        nodes=tuple(
-            Node(name, POOL, A100.name, count, 64_000, 512_000, labels={"rack": "r0"})
-            for name, count in nodes.items()
-        ),
-        gpu_types=(A100,),
-        queues=tuple(queues),
-        fair_share_cu=fair_share,
-        running=tuple(running),
-        pending=(pending,),
-        now_s=1_000.0,
+    """One cycle of the pool's A100 nodes (GPUs by name), all in rack r0."""
+    snap = snapshot(
+        [node(name, A100, count, rack="r0") for name, count in nodes.items()],
+        queues,
+        fair_share,
+        running_work=running,
+        pending=[pending],
     )
     return run_cycle(snap)
-
-
-def _evicted(result: CycleResult) -> list[tuple[str, EvictReason]]:
-    return sorted((e.workload_uid, e.reason) for e in result.evicts)
 
 
 def test_a_whole_gpu_pod_reclaims_a_share_beside_free_room() -> None:
@@ -92,7 +81,7 @@ def test_a_whole_gpu_pod_reclaims_a_share_beside_free_room() -> None:
         [_running("quarter", "over", "a", (0,), share=0.25)],
         Workload("pod", "wants", POOL, 1, 1.0, 0.0),
     )
-    assert _evicted(result) == [("quarter", EvictReason.RECLAIM)]
+    assert evictions(result) == [("quarter", EvictReason.RECLAIM)]
 
 
 def test_a_whole_gpu_pod_preempts_a_share_beside_free_room() -> None:
@@ -105,7 +94,7 @@ def test_a_whole_gpu_pod_preempts_a_share_beside_free_room() -> None:
         [_running("quarter", "team", "a", (0,), share=0.25)],
         Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
     )
-    assert _evicted(result) == [("quarter", EvictReason.PREEMPT)]
+    assert evictions(result) == [("quarter", EvictReason.PREEMPT)]
 
 
 def test_a_pod_within_a_rack_reclaims_a_share_beside_free_room() -> None:
@@ -119,7 +108,7 @@ def test_a_pod_within_a_rack_reclaims_a_share_beside_free_room() -> None:
         [_running("quarter", "over", "a", (0,), share=0.25)],
         Workload("pod", "wants", POOL, 1, 1.0, 0.0, topology=RACK),
     )
-    assert _evicted(result) == [("quarter", EvictReason.RECLAIM)]
+    assert evictions(result) == [("quarter", EvictReason.RECLAIM)]
 
 
 def test_a_two_gpu_pod_within_a_rack_reclaims_the_gpu_beside_a_free_one() -> None:
@@ -133,7 +122,7 @@ def test_a_two_gpu_pod_within_a_rack_reclaims_the_gpu_beside_a_free_one() -> Non
         [_running("whole", "over", "a", (1,))],
         Workload("pod", "wants", POOL, 1, 2.0, 0.0, topology=RACK),
     )
-    assert _evicted(result) == [("whole", EvictReason.RECLAIM)]
+    assert evictions(result) == [("whole", EvictReason.RECLAIM)]
 
 
 def test_a_share_beside_free_room_is_reclaimed_before_a_whole_gpu() -> None:
@@ -151,7 +140,7 @@ def test_a_share_beside_free_room_is_reclaimed_before_a_whole_gpu() -> None:
         ],
         Workload("pod", "wants", POOL, 1, 1.0, 0.0),
     )
-    assert _evicted(result) == [("quarter", EvictReason.RECLAIM)]
+    assert evictions(result) == [("quarter", EvictReason.RECLAIM)]
 
 
 def test_a_share_beside_free_room_is_preempted_before_a_whole_gpu() -> None:
@@ -167,7 +156,7 @@ def test_a_share_beside_free_room_is_preempted_before_a_whole_gpu() -> None:
         ],
         Workload("pod", "team", POOL, 1, 1.0, 0.0, priority_class=1),
     )
-    assert _evicted(result) == [("quarter", EvictReason.PREEMPT)]
+    assert evictions(result) == [("quarter", EvictReason.PREEMPT)]
 
 
 def test_a_nodes_bound_for_whole_gpu_pods_never_exceeds_what_freeing_a_gpu_costs() -> None:
@@ -229,25 +218,21 @@ def test_a_rack_pod_of_more_gpus_than_a_type_has_on_a_node_reads_only_its_bucket
     both shares. Searching the V100s, the rack's look at the room beside victims read the
     nodes with 1 to 3 GPUs free, and the V100s have none with more than one (IndexError, found
     by the random worlds of `test_cycle_properties`)."""
-    v100 = GpuType("v100-16gb", 16, 4)
-    snap = CycleSnapshot(
-        pool=NodePool(POOL, gang_reservation_after_s=None),
-        nodes=(
-            Node("v", POOL, v100.name, 1, 8_000, 16_000, labels={"rack": "r0"}),
-            Node("n", POOL, A100.name, 4, 8_000, 16_000, labels={"rack": "r0"}),
-        ),
-        gpu_types=(v100, A100),
-        queues=(_queue("wants"), _queue("over")),
-        fair_share_cu={"wants": 200.0, "over": 0.0},
-        running=(
+    snap = snapshot(
+        [
+            node("v", V100, 1, cpu_millicores=8_000, memory_mib=16_000, rack="r0"),
+            node("n", A100, 4, cpu_millicores=8_000, memory_mib=16_000, rack="r0"),
+        ],
+        [_queue("wants"), _queue("over")],
+        {"wants": 200.0, "over": 0.0},
+        running_work=[
             _running("quarter-1", "over", "n", (0,), share=0.25),
             _running("quarter-2", "over", "n", (0,), share=0.25),
-        ),
-        pending=(Workload("pod", "wants", POOL, 1, 4.0, 0.0, topology=RACK),),
-        now_s=1_000.0,
+        ],
+        pending=[Workload("pod", "wants", POOL, 1, 4.0, 0.0, topology=RACK)],
     )
     result = run_cycle(snap)
-    assert _evicted(result) == [
+    assert evictions(result) == [
         ("quarter-1", EvictReason.RECLAIM),
         ("quarter-2", EvictReason.RECLAIM),
     ]
