@@ -251,3 +251,33 @@ def test_pods_on_distinct_nodes_travel_and_are_placed_one_per_node(client: Gpufa
     bind = schedule(client)["two-nodes"]
     assert sorted(p.node for p in bind.pods) == ["r1", "r2"]
     assert [len(p.gpu_indices) for p in bind.pods] == [4, 4]
+
+
+def test_list_workloads_says_which_slice_a_partition_is_bound_to_and_runs_on(
+    client: GpufairClient,
+) -> None:
+    """ListWorkloads gives a partition's first memory slice as Schedule's bind gave it, and as
+    the batch system reported it once it runs: without it a controller cannot tell the MIG
+    instances of one GPU apart."""
+    client.apply_config(parse_config(CONFIG))
+    submit(
+        client,
+        pb.Workload(uid="small", queue="team", pool="main", pods=3, partition_profile="1g.10gb"),
+    )
+    binds = schedule(client)
+
+    def listed() -> list[tuple[str, int, int | None]]:
+        [status] = client.list_workloads()
+        return [
+            (p.node, p.gpu_indices[0], p.partition_start if p.HasField("partition_start") else None)
+            for p in status.pods
+        ]
+
+    assert listed() == [(p.node, p.gpu_indices[0], p.partition_start) for p in binds["small"].pods]
+    moved = [
+        ledger_pb2.EventPod(node="a1", gpu_indices=[0], gpu_fraction=1 / 7, partition_start=s)
+        for s in (0, 1, 2)
+    ]
+    reply = client.report_events([started("small", moved)])
+    assert [r.status for r in reply.results] == [ledger_pb2.EVENT_STATUS_STORED]
+    assert listed() == [("a1", 0, 0), ("a1", 0, 1), ("a1", 0, 2)]

@@ -152,10 +152,12 @@ def _status(row: ListedWorkload, reasons: dict[str, tuple[str, str]]) -> pb.Work
         types.append(gpu_type)
     status.gpu_type = ",".join(dict.fromkeys(t for t in types if t))
     for i, p in enumerate(pods):
-        status.pods.add(
+        pod = status.pods.add(
             pod_index=p.get("pod_index", i),
             node=p["node"],
             gpu_indices=p["gpu_indices"],
             gpu_fraction=p.get("gpu_fraction", 1.0),
         )
+        if p.get("partition_start") is not None:  # a partition's first memory slice
+            pod.partition_start = p["partition_start"]
     return status
