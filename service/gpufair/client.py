@@ -305,7 +305,8 @@ class GpufairClient:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> ledger_pb2.GetFairShareHistoryResponse:
-        """Each recompute's share of `queue` (every queue when empty) in [since, until)."""
+        """Each recompute's share of `queue` (every queue when empty) in [since, until]: until
+        defaults to now, since to a day before until."""
         return self.call(
             self.ledger.GetFairShareHistory, fair_share_history_request(pool, queue, since, until)
         )

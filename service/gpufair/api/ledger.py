@@ -52,9 +52,8 @@ def _fields(ts: Any) -> tuple[int, int]:
     return int(ts.seconds), int(ts.nanos)
 
 
-def _seconds(ts: Any, default: float) -> float:
-    if ts.seconds == 0 and ts.nanos == 0:
-        return default
+def _instant(ts: Any) -> float:
+    """A set Timestamp as seconds: the epoch itself (0, 0) included."""
     return float(ts.seconds + ts.nanos / 1e9)
 
 
@@ -139,6 +138,9 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     def GetFairShareHistory(
         self, request: pb.GetFairShareHistoryRequest, context: grpc.ServicerContext
     ) -> pb.GetFairShareHistoryResponse:
+        """The pool's points in [since, until] (unset: until now, since a day before until),
+        whole: a range with more than MAX_HISTORY_POINTS is refused, never cut short. A pool or
+        queue that is neither configured nor in the history is NOT_FOUND."""
         violations = name_violations("pool", request.pool)
         violations += name_violations("queue", request.queue, required=False)
         violations += time_range_violations(
@@ -147,14 +149,31 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         )
         if violations:
             raise InvalidInputError(violations)
-        now_s = self.clock()
-        since_s = _seconds(request.since, now_s - 86400.0)
-        until_s = _seconds(request.until, now_s)
+        until_s = _instant(request.until) if request.HasField("until") else self.clock()
+        since_s = _instant(request.since) if request.HasField("since") else until_s - 86400.0
         if since_s > until_s:
-            raise InvalidInputError([Violation("since", "is after until")])
+            raise InvalidInputError([Violation("since", "is after until (now when unset)")])
         with self.engine.connect() as conn:
             points = fairshare_repo.history(
-                conn, request.pool, request.queue or None, since_s, until_s, MAX_HISTORY_POINTS
+                conn, request.pool, request.queue or None, since_s, until_s, MAX_HISTORY_POINTS + 1
+            )
+            if not points:
+                if not fairshare_repo.pool_known(conn, request.pool):
+                    raise NotFound("pool", request.pool)
+                if request.queue and not fairshare_repo.queue_known(
+                    conn, request.pool, request.queue
+                ):
+                    raise NotFound("queue", request.queue)
+            conn.rollback()
+        if len(points) > MAX_HISTORY_POINTS:
+            raise InvalidInputError(
+                [
+                    Violation(
+                        "since",
+                        f"more than {MAX_HISTORY_POINTS} points; narrow since/until or name a "
+                        "queue",
+                    )
+                ]
             )
         reply = pb.GetFairShareHistoryResponse()
         for s in points:

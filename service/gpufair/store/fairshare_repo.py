@@ -135,3 +135,29 @@ def history(
         {"pool": pool, "queue": queue, "since": since_s, "until": until_s, "limit": limit},
     )
     return [_share(r) for r in rows]
+
+
+def pool_known(conn: Connection, pool: str) -> bool:
+    """Configured now, or with a fair-share run kept (a deleted pool's history still counts)."""
+    return bool(
+        conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM node_pools WHERE name = :pool) "
+                "OR EXISTS (SELECT 1 FROM fair_share_runs WHERE pool = :pool)"
+            ),
+            {"pool": pool},
+        ).scalar_one()
+    )
+
+
+def queue_known(conn: Connection, pool: str, queue: str) -> bool:
+    """Configured now, or with a record in the pool's history (a deleted queue's still counts)."""
+    return bool(
+        conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM queues WHERE name = :queue) "
+                "OR EXISTS (SELECT 1 FROM fair_share_history WHERE pool = :pool AND queue = :queue)"
+            ),
+            {"pool": pool, "queue": queue},
+        ).scalar_one()
+    )

@@ -328,6 +328,12 @@ Global___GetFairShareResponse: _TypeAlias = GetFairShareResponse  # noqa: Y015
 
 @_typing.final
 class GetFairShareHistoryRequest(_message.Message):
+    """The records of the pool's recomputes with computed_at in [since, until], in the order the runs
+    were stored. A pool, or a queue, that is neither configured nor in the history is NOT_FOUND.
+    A range holding more than 100,000 points is INVALID_ARGUMENT (field since), never cut short:
+    narrow it, or name a queue.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     POOL_FIELD_NUMBER: _builtins.int
@@ -338,9 +344,13 @@ class GetFairShareHistoryRequest(_message.Message):
     queue: _builtins.str
     """empty = every queue"""
     @_builtins.property
-    def since(self) -> _timestamp_pb2.Timestamp: ...
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """unset = one day before until"""
+
     @_builtins.property
-    def until(self) -> _timestamp_pb2.Timestamp: ...
+    def until(self) -> _timestamp_pb2.Timestamp:
+        """unset = now"""
+
     def __init__(
         self,
         *,
