@@ -145,3 +145,29 @@ def test_empty_file_scoped_apply_and_confirm(
         main(["apply", "-f", str(empty), "--kinds", "queue,planet"])
     assert exit_info.value.code == 2
     assert "planet: name kinds among gpu_type, pool, node, queue, budget" in capsys.readouterr().err
+
+
+def test_get_workloads_shows_what_a_compute_unit_request_asks_and_holds(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request for compute units names no pods: pending, it shows the CU it asks for; bound,
+    the GPUs gpufair chose (not pods x GPUs per pod, which are 0 for such a request)."""
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(cluster())
+    w = scheduler_pb2.Workload(
+        uid="by-cu", queue="llm", pool="main", compute_units=8, allowed_gpu_types=["rtx4090"]
+    )
+    assert client.submit_workloads([w]).results[0].accepted
+    code, out, _ = run(capsys, "get", "workloads", "--address", address)
+    assert code == 0
+    assert out.splitlines()[1].split()[6:8] == ["8", "CU"]
+
+    assert [b.uid for b in client.schedule("main").binds] == ["by-cu"]  # 4 RTX 4090 at 2 CU
+    code, out, _ = run(capsys, "get", "workloads", "--address", address)
+    assert code == 0
+    assert out.splitlines()[1].split()[:3] + out.splitlines()[1].split()[6:7] == [
+        "by-cu",
+        "llm",
+        "main",
+        "4",
+    ]

@@ -545,7 +545,7 @@ def cmd_get_workloads(args: argparse.Namespace) -> int:
                     w.state + (" (evicting)" if w.evicting else ""),
                     w.reason_code or "-",
                     w.queue_position or "-",
-                    w.workload.pods * w.workload.gpus_per_pod,
+                    _gpus_cell(w),
                     _age(now - w.workload.submit_time.ToNanoseconds() / 1e9),
                 )
                 for w in found
@@ -555,6 +555,17 @@ def cmd_get_workloads(args: argparse.Namespace) -> int:
     if not found:
         print("no workloads")
     return 0
+
+
+def _gpus_cell(status: scheduler_pb2.WorkloadStatus) -> str | float:
+    """The GPUS column: pods x GPUs per pod; for a request of compute units (no pods of its
+    own) the GPUs gpufair placed it on once bound, or the CU it asks for while it waits."""
+    w = status.workload
+    if w.pods or not w.compute_units:
+        return w.pods * w.gpus_per_pod
+    if status.pods:
+        return sum(len(p.gpu_indices) * (p.gpu_fraction or 1) for p in status.pods)
+    return f"{fmt_number(w.compute_units)} CU"
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
