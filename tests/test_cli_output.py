@@ -5,7 +5,9 @@ pool as the default, one number format, defaults in help, shell completion."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -202,3 +204,24 @@ def test_completion_script_completes_commands_and_options() -> None:
     assert complete("gpufair report f") == ["fairshare"]
     assert "--open-hour" in complete("gpufair report usage --op")
     assert complete("gpufair serve --work") == ["--workers"]
+
+
+def test_output_into_a_closed_pipe_is_no_traceback() -> None:
+    """`gpufair ... | head` ends the reader first: the command stops quietly with 141 (128 +
+    SIGPIPE, as a shell reports a program a closed pipe stopped), no traceback and no
+    'Exception ignored' at exit."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpufair.cli", "completion", "bash"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""

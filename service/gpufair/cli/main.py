@@ -817,13 +817,30 @@ def _describe_rpc_error(exc: grpc.RpcError) -> str:
     return "\n".join(lines)
 
 
+def _stdout_closed() -> int:
+    """What reads the output went away (`gpufair get workloads -o json | head`): stop quietly,
+    as a program SIGPIPE ended does. Standard output now writes nowhere, so the interpreter's
+    own flush at exit finds nothing to complain of."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (a test's capture)
+        pass
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except (UserError, ConfigFileError, AuthSetupError, NoDefaultPool, DatabaseUrlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
