@@ -28,7 +28,8 @@ The reference (`reference`), the rules alone, none of the search's code:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from gpufair.domain.cycle import run_cycle
@@ -43,7 +44,13 @@ from gpufair.domain.model import (
     Workload,
 )
 from gpufair.domain.partition_geometry import MIG_80GB_PROFILES
-from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictReason
+from gpufair.domain.snapshot import (
+    CycleResult,
+    CycleSnapshot,
+    EvictionInFlight,
+    EvictReason,
+    ReservationKind,
+)
 
 POOL = "main"
 A100 = GpuType("a100-80gb", 80, 10, MIG_80GB_PROFILES)
@@ -86,6 +93,18 @@ class Case:
     weights: dict[str, float]
     fair_share: dict[str, float]
     allocated: dict[str, float] = field(default_factory=dict)
+    # Capacity already leaving (`make_leaving_case`; all empty in `make_case`'s cases).
+    # `released`: jobs evicted earlier for the pending workload, counted free for it;
+    # `leaving`: every job evicted earlier or earlier in the cycle (never a candidate again,
+    # and, unless released, still holding its GPUs); `held`: capacity that work decided earlier
+    # in the cycle took (binds, holds on evicted capacity), never a candidate;
+    # `evicting`: the snapshot's evictions in flight, (victim, beneficiary);
+    # `earlier`: a pending workload of the same queue decided before the judged one.
+    released: frozenset[str] = frozenset()
+    leaving: frozenset[str] = frozenset()
+    held: tuple[Job, ...] = ()
+    evicting: tuple[tuple[str, str | None], ...] = ()
+    earlier: Workload | None = None
 
     def tier(self, queue: str) -> int:
         return BEST_EFFORT_TIER if self.weights[queue] <= 0 else self.priorities[queue]
@@ -138,8 +157,11 @@ class Case:
             queues=tuple(queues),
             fair_share_cu=dict(self.fair_share),
             running=tuple(running),
-            pending=(self.pending,),
+            pending=(self.pending,) if self.earlier is None else (self.earlier, self.pending),
             now_s=NOW,
+            evicting=tuple(
+                EvictionInFlight(victim, beneficiary) for victim, beneficiary in self.evicting
+            ),
         )
 
 
@@ -251,7 +273,9 @@ def _gpu_states(case: Case, gone: frozenset[str]) -> dict[tuple[int, int], GpuSt
     states: dict[tuple[int, int], GpuState] = {
         (node, gpu): (0, 0.0, 0) for node, count in enumerate(case.gpus) for gpu in range(count)
     }
-    for job in case.jobs:
+    if case.released:
+        gone = gone | case.released
+    for job in (*case.jobs, *case.held):
         if job.uid in gone:
             continue
         for node, gpus, start in job.pods:
@@ -345,6 +369,7 @@ def reclaim_candidates(case: Case) -> tuple[list[Job], dict[str, float]]:
         job
         for job in case.jobs
         if job.queue != WANT
+        and job.uid not in case.leaving
         and job.preemptible
         and NOW - job.started_at_s >= job.min_runtime_s
         and job.cu <= surplus[job.queue] + EPS
@@ -357,6 +382,7 @@ def preempt_candidates(case: Case) -> list[Job]:
         job
         for job in case.jobs
         if job.queue == WANT
+        and job.uid not in case.leaving
         and job.preemptible
         and NOW - job.started_at_s >= job.min_runtime_s
         and job.priority_class < case.pending.priority_class
@@ -443,10 +469,13 @@ class Reference:
     preempt: Choice | None
 
 
-def reference(case: Case) -> Reference:
+def reference(case: Case, later: Case | None = None) -> Reference:
+    """`later`: the case as preemption finds it, when decisions between the two phases changed
+    it (`judge_leaving`); else `case`."""
     found, surplus = reclaim_candidates(case)
     reclaim = _best(case, found, surplus)
-    preempt = None if reclaim is not None else _best(case, preempt_candidates(case), None)
+    later = later or case
+    preempt = None if reclaim is not None else _best(later, preempt_candidates(later), None)
     return Reference(reclaim, preempt)
 
 
@@ -475,27 +504,34 @@ class Verdict:
     as_designed: bool = True
 
 
-def judge(case: Case, result: CycleResult | None = None) -> Verdict:
+def judge(case: Case, result: CycleResult | None = None, later: Case | None = None) -> Verdict:
+    """The cycle's victims for `case.pending` against `reference` and `greedy`. `later`: the
+    case as preemption finds it (`judge_leaving`), when it differs from reclaim's."""
     if result is None:
         result = run_cycle(case.snapshot())
+    later = later or case
     evicts = [e for e in result.evicts if e.beneficiary_uid == case.pending.uid]
     chosen = frozenset(e.workload_uid for e in evicts)
     reasons = {e.reason for e in evicts}
     reason = "" if not reasons else "reclaim" if EvictReason.RECLAIM in reasons else "preempt"
     if fits(case, frozenset()):
         return Verdict(FITS_NOW, chosen, reason, None)
-    verdict = _compare(case, result, chosen, reason)
+    verdict = _compare(case, later, result, chosen, reason)
     found, surplus = reclaim_candidates(case)
     designed = greedy(case, found, surplus)
     if designed is None:
-        designed = greedy(case, preempt_candidates(case), None)
+        designed = greedy(later, preempt_candidates(later), None)
     designed = designed or frozenset()
     return Verdict(verdict.kind, chosen, reason, verdict.best, designed, chosen == designed)
 
 
-def _compare(case: Case, result: CycleResult, chosen: frozenset[str], reason: str) -> Verdict:
-    ref = reference(case)
+def _compare(
+    case: Case, later: Case, result: CycleResult, chosen: frozenset[str], reason: str
+) -> Verdict:
+    ref = reference(case, later)
     best = ref.reclaim or ref.preempt
+    if reason == "preempt":
+        case = later
     if not chosen:
         bound = any(b.workload_uid == case.pending.uid for b in result.binds)
         assert not bound, "bound though it does not fit"
@@ -521,3 +557,146 @@ def _compare(case: Case, result: CycleResult, chosen: frozenset[str], reason: st
     if cu > best.cu + EPS:
         return Verdict(COST, chosen, reason, best)
     return Verdict(AGREES if chosen == best.victims else TIE, chosen, reason, best)
+
+
+def make_leaving_case(seed: int, partitions: bool) -> Case:
+    """`make_case`'s pool with capacity already leaving: jobs evicted in earlier cycles for the
+    pending workload (a gang of 1-3 pods whose earlier pods' victims are still stopping: the
+    search counts them free, `select_victims`' `already_leaving`), jobs evicted for a workload
+    gone since (they leave, still holding their GPUs), and often a second pending workload of
+    the same queue and class, submitted earlier, decided before the judged one in each phase
+    (its binds, evictions and holds are the capacity leaving earlier in the cycle)."""
+    case = make_case(seed, partitions)
+    rng = random.Random(1_000_003 * seed + 17)
+    pending = case.pending
+    pods = rng.choice((1, 2, 2, 3))
+    pending = Workload(
+        pending.uid,
+        WANT,
+        POOL,
+        pods,
+        pending.gpus_per_pod,
+        500.0,
+        priority_class=pending.priority_class,
+        partition_profile=pending.partition_profile,
+    )
+    evicting: list[tuple[str, str | None]] = []
+    released: set[str] = set()
+    for job in case.jobs:
+        if not job.preemptible:
+            continue
+        draw = rng.random()
+        if draw < 0.25:
+            evicting.append((job.uid, pending.uid))
+            released.add(job.uid)
+        elif draw < 0.35:
+            evicting.append((job.uid, "stopped-since"))
+    leaving = frozenset(uid for uid, _ in evicting)
+    earlier = None
+    if rng.random() < 0.5:
+        gpus_per_pod, profile = rng.choice(
+            [(1.0, ""), (0.5, ""), (0.25, "")]
+            + ([(PROFILES[p].gpu_fraction, p) for p in sorted(PROFILES)] if partitions else [])
+        )
+        earlier = Workload(
+            "earlier",
+            WANT,
+            POOL,
+            1,
+            gpus_per_pod,
+            400.0,
+            priority_class=pending.priority_class,
+            partition_profile=profile,
+        )
+    allocated = {name: 0.0 for name in (WANT, *OTHERS)}
+    for job in case.jobs:
+        if job.uid not in leaving:
+            allocated[job.queue] += job.cu
+    needed = pending.pods * pending.gpus_per_pod * CU_PER_GPU
+    if earlier is not None:
+        needed += earlier.pods * earlier.gpus_per_pod * CU_PER_GPU
+    fair_share = {WANT: allocated[WANT] + needed + rng.choice((0.0, 5.0, 50.0))}
+    for name in OTHERS:
+        fair_share[name] = round(allocated[name] * rng.choice((0.0, 0.3, 0.6, 1.0)), 3)
+    return Case(
+        seed,
+        case.gpus,
+        case.jobs,
+        pending,
+        case.priorities,
+        case.weights,
+        fair_share,
+        allocated,
+        released=frozenset(released),
+        leaving=leaving,
+        evicting=tuple(evicting),
+        earlier=earlier,
+    )
+
+
+def _taken(case: Case, workload: Workload, bindings: Iterable[PodBinding]) -> list[Job]:
+    """What `workload` takes with `bindings`, as jobs that are never candidates."""
+    names = {f"n{i}": i for i in range(len(case.gpus))}
+    taken = []
+    for binding in bindings:
+        start = binding.partition_start
+        taken.append(
+            Job(
+                f"{workload.uid}-{binding.pod_index}",
+                workload.queue,
+                0,
+                NOW,
+                False,
+                0.0,
+                workload.gpus_per_pod if workload.gpus_per_pod >= 1.0 else binding.gpu_fraction,
+                workload.partition_profile,
+                (
+                    (
+                        names[binding.node],
+                        tuple(binding.gpu_indices),
+                        -1 if start is None else start,
+                    ),
+                ),
+            )
+        )
+    return taken
+
+
+def judge_leaving(case: Case) -> Verdict:
+    """`judge` for `make_leaving_case`'s cases: the pending workload's victims against the
+    reference and the documented greedy as the capacity stands when it is searched for. Its
+    claim comes first in the cycle: if it fits with its own victims gone, it holds that (no
+    victims). Else the earlier workload's bind or reclaim comes before its reclaim, and the
+    earlier workload's preemption between its reclaim and its preemption: the cycle's
+    decisions for the earlier workload are taken as given (the earlier workload is judged by
+    nothing here), their victims leaving and what they hold taken."""
+    result = run_cycle(case.snapshot())
+    if fits(case, frozenset()) or case.earlier is None:
+        return judge(case, result)
+    uid = case.earlier.uid
+    evicts = [e for e in result.evicts if e.beneficiary_uid == uid]
+    taken: list[PodBinding] = []
+    for bind in result.binds:
+        if bind.workload_uid == uid:
+            taken.extend(bind.bindings)
+    for reservation in result.reservations:
+        if reservation.workload_uid == uid and reservation.kind is ReservationKind.EVICTED_CAPACITY:
+            taken.extend(reservation.held)
+    preempted = any(e.reason is not EvictReason.RECLAIM for e in evicts)
+    after = replace(
+        case,
+        leaving=case.leaving | {e.workload_uid for e in evicts},
+        held=case.held + tuple(_taken(case, case.earlier, taken)),
+        allocated=_less(case, {e.workload_uid for e in evicts}),
+    )
+    if preempted:  # after the judged workload's reclaim, before its preemption
+        return judge(case, result, after)
+    return judge(after, result)
+
+
+def _less(case: Case, gone: set[str]) -> dict[str, float]:
+    allocated = dict(case.allocated)
+    for job in case.jobs:
+        if job.uid in gone:
+            allocated[job.queue] -= job.cu
+    return allocated

@@ -251,6 +251,9 @@ def _try_preempt(
                     + room_beside_shares(state.capacity, gpu_type)
                     >= pods * shape.gpus_per_pod - EPS
                 )
+                # Work already leaving for it is free for its search (`already_leaving`),
+                # uncounted here.
+                and item.uid not in state.leaving_for
             )
             or not (
                 book.allocated_cu - most_cu + needed_cu <= book.fair_share_cu + EPS

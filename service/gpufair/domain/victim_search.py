@@ -67,7 +67,10 @@ node's victims are kept with their uses on that node; a node's option found in o
 kept for the next while the node, its victims and the budgets it read are unchanged
 (`option_table`). The walk's next node, due when its head is taken, is read only if the search
 goes on past the pick that follows (most end there), with the nodes that pick changed read as
-they were before it. Steps 2 and 3 are skipped where their outcome is known: a one-pod search
+they were before it. Capacity already leaving for the workload (`already_leaving`), released
+for its search, is none of the index's: the keys of the nodes it is on were made with it held
+(a GPU with a leaving 0.5 and a victim 0.5 counted as no GPU its victims free), and those
+nodes enter the heap with a bound of their own (`_leaving_bound`). Steps 2 and 3 are skipped where their outcome is known: a one-pod search
 whose first pick is one victim on one node places the pod there without releasing anything
 (`place_one_released`), and a gang whose picks were each one victim on a node of its own keeps
 them all (`Picked`).
@@ -78,7 +81,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -153,8 +156,11 @@ def select_victims(
             freeable_bounds=True,
         )
     base = Journal()
+    leaving_nodes: set[int] = set()  # nodes where capacity already leaving is released
     for uses in already_leaving:
         capacity.release(uses, base)
+        for use in uses:
+            leaving_nodes.add(use.node)
     try:
         best: Selection | None = None
         best_key: tuple[int, float] | None = None  # made when a second selection is found
@@ -173,6 +179,7 @@ def select_victims(
                 index=index,
                 budget=budget,
                 freeable_bounds=not already_leaving,
+                leaving_nodes=leaving_nodes,
             )
             if found is None:
                 continue
@@ -385,6 +392,7 @@ def _search(
     index: VictimIndex,
     budget: VictimBudget,
     freeable_bounds: bool,
+    leaving_nodes: Collection[int] = (),
 ) -> Selection | None:
     trial = Journal()
     try:
@@ -397,6 +405,7 @@ def _search(
             budget=budget,
             trial=trial,
             freeable_bounds=freeable_bounds,
+            leaving_nodes=leaving_nodes,
             binpack=strategy is PlacementStrategy.BINPACK,
         )
         if found is None:
@@ -454,6 +463,7 @@ def _greedy(
     budget: VictimBudget,
     trial: Journal,
     freeable_bounds: bool,
+    leaving_nodes: Collection[int] = (),
     binpack: bool = False,
 ) -> Picked | Selection | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
@@ -472,7 +482,15 @@ def _greedy(
     (no capacity outside the index was released for the search), so a node that could not free
     one pod's GPUs, its option None whatever the budgets, never has its option computed: it
     does not enter the heap, and the walk passes it as before (so the walk reads the nodes
-    after it at the same moments) without scoring it."""
+    after it at the same moments) without scoring it.
+
+    `leaving_nodes`: nodes where capacity already leaving was released for the search (its
+    `already_leaving`). The index's keys of such a node were made with that capacity held, and
+    bound nothing now: a GPU with a leaving 0.5 and a victim 0.5 is one GPU its victim frees,
+    for the victim's 5 CU, where the index counted no GPU its victims free (the tier NEVER) or
+    10 CU per GPU. Each enters the heap with a bound that holds whatever was released
+    (`_leaving_bound`); its keys, in the heap or the walk, are read as before, too high
+    at worst, so it is scored once more at most."""
     shape, pods = ask.shape, ask.pods_min
     on_node = index.on_node
     floors = index.floor_on_node
@@ -832,6 +850,9 @@ def _greedy(
         key = bound(node)
         if key is not None and usable(node):
             heap.append((key, _LOWER_BOUND, node))
+    for node in leaving_nodes:
+        if node in floors and whole <= nodes[node].gpu_count and usable(node):
+            heap.append((_leaving_bound(index, node, missing(node)), _LOWER_BOUND, node))
     heapq.heapify(heap)
 
     every_node = members is None and not blocking  # `usable` holds for every node
@@ -984,6 +1005,23 @@ def _greedy(
     if total < pods:
         return None
     return Picked(chosen, lone_picks and total == pods)
+
+
+def _leaving_bound(index: VictimIndex, node: int, gap: float) -> Key:
+    """A lower bound of `node`'s option whatever capacity was released there beside the index
+    (`_greedy`'s `leaving_nodes`), for a pod that needs `gap` GPUs freed there (`missing`):
+    its first victim's tier, class and start, as the floor's (any option's prefix starts at or
+    after that victim), and `gap` GPUs at the least CU per GPU any of its victims holds, each
+    of its pods' GPUs counted (a pod frees at most the GPUs it holds, wholly: a share or a
+    partition frees at most its one GPU, whatever its fraction)."""
+    tier, _, priority_class, late, _ = index.floor_on_node[node]
+    cheapest = min(
+        [
+            victim.cu / max(sum(len(use.gpu_indices) for use in victim.uses), 1)
+            for victim in index.on_node[node]
+        ]
+    )
+    return (tier, cheapest * gap, priority_class, late, node)
 
 
 def _mixed_option(
