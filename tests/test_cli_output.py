@@ -225,3 +225,22 @@ def test_output_into_a_closed_pipe_is_no_traceback() -> None:
         os.close(write_end)
     assert done.returncode == 141, done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e30", "soon"])
+def test_a_timeout_that_is_no_deadline_is_refused_before_any_call(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gRPC takes 0, a negative or an overflowing deadline as one already past: the call used to
+    fail with DEADLINE_EXCEEDED, as if the server were slow. Now the option is refused (exit 2)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["report", "fairshare", "--timeout-s", value, "--address", "127.0.0.1:1"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --timeout-s" in err and "seconds in (0, 86400]" in err
+    assert "DEADLINE_EXCEEDED" not in err
+
+
+def test_a_timeout_in_range_is_taken() -> None:
+    args = build_parser().parse_args(["report", "fairshare", "--timeout-s", "2.5"])
+    assert args.timeout_s == 2.5

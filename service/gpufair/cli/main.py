@@ -639,8 +639,27 @@ def _add_client_options(p: argparse.ArgumentParser) -> None:
         default=os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS),
         help=f"gpufair server (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})",
     )
-    p.add_argument("--timeout-s", type=float, default=30.0, help="deadline per call")
+    p.add_argument(
+        "--timeout-s", type=_call_timeout_s, default=30.0, help="deadline per call, in seconds"
+    )
     add_auth_client_options(p)
+
+
+# A day: far beyond any call's need, and well inside what gRPC can take as a deadline (past
+# about 2^31 s it overflows into one already past).
+_MAX_CALL_TIMEOUT_S = 86400.0
+
+
+def _call_timeout_s(value: str) -> float:
+    """--timeout-s: gRPC takes 0, a negative, NaN or an overflowing deadline as one already past,
+    and the call would fail with DEADLINE_EXCEEDED as if the server were slow."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= _MAX_CALL_TIMEOUT_S:  # NaN fails both
+        raise argparse.ArgumentTypeError(f"{value!r}: give seconds in (0, {_MAX_CALL_TIMEOUT_S:g}]")
+    return seconds
 
 
 def _add_database_options(p: argparse.ArgumentParser) -> None:
