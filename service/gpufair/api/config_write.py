@@ -1,6 +1,7 @@
 """What every config mutation (ApplyConfig, DeleteObjects, UpsertNodes, SetNodesReady) shares:
-its request checks, the optimistic-concurrency check, the deletion rules (and the like rule that
-a leaf queue holding work stays a leaf) and the write.
+its request checks, the optimistic-concurrency check, the deletion rules (and the like rules that
+a leaf queue holding work stays a leaf, and a node holding work keeps its pool and GPU type) and
+the write.
 
 Each runs in one transaction under the config lock (api/idempotent.py). A dry run goes through the
 very same steps, writes included, and checks the deferred foreign keys before its transaction is
@@ -13,13 +14,13 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from gpufair.domain.config_diff import ConfigChange
+from gpufair.domain.config_diff import ChangeAction, ConfigChange
 from gpufair.domain.config_scope import MAX_SHOWN, capped
 from gpufair.domain.errors import FailedPrecondition, Violation
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import request_id_violations
 from gpufair.store import capacity_repo, config_repo, node_history_repo, workload_repo
-from gpufair.store.deletion_guard import refuse_unsafe_deletions
+from gpufair.store.deletion_guard import refuse_unsafe_deletions, work_using
 from gpufair.v1 import cluster_pb2 as pb
 
 Mutation = (
@@ -69,6 +70,7 @@ def write(
     """Make `changes` (the diff from the stored config to `final`) once the deletion rules
     allow them; returns the config version after them (for a dry run: the current one)."""
     refuse_unsafe_deletions(conn, final, changes)
+    refuse_node_moves_under_work(conn, changes)
     refuse_new_parents_with_work(conn, final, changes)
     version = config_repo.config_version(conn)
     if not changes:
@@ -84,6 +86,35 @@ def write(
         config_repo.check_constraints_now(conn)
         return version
     return new_version
+
+
+# A node's fields that its bound and running work depends on: the pool whose cycles count its
+# GPUs, and the GPU type its binds and runs are priced in.
+_HELD_NODE_FIELDS = frozenset({"pool", "gpu_type"})
+
+
+def refuse_node_moves_under_work(conn: Connection, changes: Sequence[ConfigChange]) -> None:
+    """Raise FailedPrecondition when a node that bound or running work uses would change pool or
+    GPU type. Moved to another pool, the GPUs its work holds would look free to that pool's
+    cycles (and be handed out twice), and the work's own reports would name a node outside its
+    pool; as with a deletion, that work must stop or be cancelled first."""
+    moved = {
+        c.name
+        for c in changes
+        if c.kind == "node"
+        and c.action is ChangeAction.UPDATE
+        and any(f.field in _HELD_NODE_FIELDS for f in c.fields)
+    }
+    if not moved:
+        return
+    in_use = work_using(conn, {"node": moved})
+    if in_use:
+        held = sorted({line.rsplit(" ", 1)[-1] for line in in_use})
+        raise FailedPrecondition(
+            f"cannot change the pool or GPU type of node {', '.join(held)}. In use: "
+            f"{capped(in_use)}. Work placed on a node keeps it as it was placed: it must stop "
+            "or be cancelled first. Nothing was changed."
+        )
 
 
 def refuse_new_parents_with_work(

@@ -434,6 +434,11 @@ Global___NodePool: _TypeAlias = NodePool  # noqa: Y015
 
 @_typing.final
 class Node(_message.Message):
+    """A node that bound or running work uses keeps its pool and gpu_type until that work stops or
+    is cancelled: a change of either is FAILED_PRECONDITION naming the work (ApplyConfig,
+    UpsertNodes), as a deletion is. Its other fields may change meanwhile.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
