@@ -120,7 +120,7 @@ class EventPod(_message.Message):
     PARTITION_START_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_fraction: _builtins.float
-    """1 for whole GPUs; in (0, 1]"""
+    """in (0, 1]; 1 for whole GPUs; 0 (unset) means 1"""
     partition_start: _builtins.int
     """A partition (the workload's partition_profile): its first memory slice on gpu_indices[0],
     as the bind's PodBinding.partition_start gave it; in [0, 31]. Unset: gpufair assumes it.
