@@ -153,7 +153,7 @@ def select_victims(
             subset=None,
             index=index,
             budget=budget,
-            freeable_bounds=True,
+            leaving_nodes=(),
         )
     base = Journal()
     leaving_nodes: set[int] = set()  # nodes where capacity already leaving is released
@@ -178,7 +178,6 @@ def select_victims(
                 subset=subset,
                 index=index,
                 budget=budget,
-                freeable_bounds=not already_leaving,
                 leaving_nodes=leaving_nodes,
             )
             if found is None:
@@ -391,8 +390,7 @@ def _search(
     subset: list[int] | None,
     index: VictimIndex,
     budget: VictimBudget,
-    freeable_bounds: bool,
-    leaving_nodes: Collection[int] = (),
+    leaving_nodes: Collection[int],
 ) -> Selection | None:
     trial = Journal()
     try:
@@ -404,7 +402,6 @@ def _search(
             exclusion,
             budget=budget,
             trial=trial,
-            freeable_bounds=freeable_bounds,
             leaving_nodes=leaving_nodes,
             binpack=strategy is PlacementStrategy.BINPACK,
         )
@@ -462,8 +459,7 @@ def _greedy(
     *,
     budget: VictimBudget,
     trial: Journal,
-    freeable_bounds: bool,
-    leaving_nodes: Collection[int] = (),
+    leaving_nodes: Collection[int],
     binpack: bool = False,
 ) -> Picked | Selection | None:
     """Victims chosen node by node, best option first, until `ask.pods_min` pods fit in
@@ -478,10 +474,10 @@ def _greedy(
     binpack, which it mirrors). That pick is returned as the whole `Selection`: one victim
     cannot be pruned.
 
-    `freeable_bounds`: the index's `freeable_on_node` bounds the whole GPUs a node can free
-    (no capacity outside the index was released for the search), so a node that could not free
-    one pod's GPUs, its option None whatever the budgets, never has its option computed: it
-    does not enter the heap, and the walk passes it as before (so the walk reads the nodes
+    With no `leaving_nodes` (`freeable_bounds`), the index's `freeable_on_node` bounds the whole
+    GPUs a node can free (no capacity outside the index was released for the search), so a
+    node that could not free one pod's GPUs, its option None whatever the budgets, never has
+    its option computed: it does not enter the heap, and the walk passes it as before (so the walk reads the nodes
     after it at the same moments) without scoring it.
 
     `leaving_nodes`: nodes where capacity already leaving was released for the search (its
@@ -492,6 +488,7 @@ def _greedy(
     (`_leaving_bound`); its keys, in the heap or the walk, are read as before, too high
     at worst, so it is scored once more at most."""
     shape, pods = ask.shape, ask.pods_min
+    freeable_bounds = not leaving_nodes
     on_node = index.on_node
     floors = index.floor_on_node
     nodes = capacity.nodes
@@ -850,7 +847,7 @@ def _greedy(
         key = bound(node)
         if key is not None and usable(node):
             heap.append((key, _LOWER_BOUND, node))
-    for node in leaving_nodes:
+    for node in leaving_nodes:  # none in most searches
         if node in floors and whole <= nodes[node].gpu_count and usable(node):
             heap.append((_leaving_bound(index, node, missing(node)), _LOWER_BOUND, node))
     heapq.heapify(heap)
