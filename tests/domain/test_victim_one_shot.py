@@ -58,7 +58,7 @@ def _pick(
         Exclusion(),
         budget=budget,
         trial=trial,
-        freeable_bounds=True,
+        leaving_nodes=(),
         binpack=binpack,
     )
     return found, trial
