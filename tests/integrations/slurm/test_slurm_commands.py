@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any, cast
 
+import pytest
 from slurm_support import cluster_config
 from sqlalchemy import Engine, text
 from test_slurm_mapping import CONFIG, RAW_JOB
@@ -462,3 +463,94 @@ def test_event_gpufair_refuses_is_an_error_of_the_cycle(client: GpufairClient) -
     assert report.events == {"REJECTED": 1}
     assert report.errors == ["slurm-45: event refused: pods[0]: unknown node 'h100-0'"]
     assert states(client)["slurm-45"] in ("pending", "bound")
+
+
+# ---- a begin time, on Slurm's clock -------------------------------------------------------------
+
+SLURM_NOW_S = 1796136000  # Slurm's clock, 520 s behind the bridge's (NOW_S)
+SDIAG = (
+    "*******************************************************\n"
+    f"sdiag output at Tue Dec 01 14:40:00 2026 ({SLURM_NOW_S})\n"
+    "Data since      Tue Dec 01 14:38:20 2026 (1796135900)\n"
+)
+
+
+class SlurmWithClock(RecordingSlurm):
+    """Answers `sdiag` with SDIAG (or fails it)."""
+
+    def __init__(self, *, sdiag_fails: bool = False) -> None:
+        super().__init__()
+        self.sdiag_fails = sdiag_fails
+
+    def _run(self, program: str, *args: str) -> str:
+        if program != "sdiag":
+            return super()._run(program, *args)
+        self.commands.append([program])
+        if self.sdiag_fails:
+            raise SlurmCommandError("sdiag exited 1: Unable to contact slurm controller")
+        return SDIAG
+
+
+def test_slurms_time_is_read_from_sdiag() -> None:
+    assert SlurmWithClock().now() == SLURM_NOW_S
+    with pytest.raises(SlurmCommandError, match="no time"):
+        RecordingSlurm().now()
+
+
+def test_a_begin_time_ahead_on_slurms_clock_withdraws_the_job_asking_slurm_once() -> None:
+    """A begin time 100 s ahead of Slurm's clock, though 420 s behind the bridge's: the job waits
+    (the pin would clear the user's begin time), its workload withdrawn; Slurm's time is read once
+    for the cycle's jobs."""
+    ahead = replace(parse_job(RAW_JOB), eligible_time=SLURM_NOW_S + 100)
+    slurm, client = SlurmWithClock(), RecordingClient()
+    one = bridge(slurm, client)
+    for _ in range(2):
+        one._reconcile(ahead, status("bound"), [], [], CycleReport())
+    assert [c for c in slurm.commands if c[0] == "sdiag"] == [["sdiag"]]
+    assert ["release"] not in [c[1:2] for c in slurm.commands]
+    assert client.cancelled == ["slurm-42", "slurm-42"]
+    assert slurm.commands[1] == [
+        "scontrol", "update", "JobId=42",
+        "Comment=gpufair: not scheduled (withdrew slurm-42): waits for its begin time "
+        "2026-12-01T14:41:40Z (StartTime); scontrol update JobId=42 StartTime=now hands it back "
+        "to gpufair",
+    ]  # fmt: skip
+
+
+def test_a_begin_time_reached_on_slurms_clock_lets_the_job_be_placed() -> None:
+    reached = replace(parse_job(RAW_JOB), eligible_time=SLURM_NOW_S)
+    slurm = SlurmWithClock()
+    reconcile(reached, status("bound"), slurm)
+    assert [c[:2] for c in slurm.commands] == [
+        ["sdiag"],
+        ["scontrol", "update"],
+        ["scontrol", "release"],
+    ]
+
+
+def test_the_delay_a_requeue_sets_is_not_a_users_begin_time() -> None:
+    """Slurm's requeue: submit time = the requeue's instant, begin time 121 s later. gpufair
+    places the job again at once (the pin clears the delay); a later begin time is the user's."""
+    requeued = replace(
+        parse_job(RAW_JOB),
+        restart_count=1,
+        submit_time=SLURM_NOW_S - 10,
+        eligible_time=SLURM_NOW_S + 111,
+    )
+    slurm = SlurmWithClock()
+    reconcile(requeued, status("bound"), slurm)
+    assert [c[1] for c in slurm.commands] == ["update", "release"]
+    slurm, client = SlurmWithClock(), RecordingClient()
+    reconcile(replace(requeued, eligible_time=SLURM_NOW_S + 3600), status("bound"), slurm, client)
+    assert "release" not in [c[1] for c in slurm.commands if len(c) > 1]
+    assert client.cancelled == ["slurm-42"]
+
+
+def test_a_failed_read_of_slurms_time_fails_the_job_and_is_not_repeated_in_the_cycle() -> None:
+    ahead = replace(parse_job(RAW_JOB), eligible_time=SLURM_NOW_S + 100)
+    slurm = SlurmWithClock(sdiag_fails=True)
+    one = bridge(slurm, RecordingClient())
+    for _ in range(3):
+        with pytest.raises(SlurmCommandError, match="sdiag"):
+            one._reconcile(ahead, status("bound"), [], [], CycleReport())
+    assert slurm.commands == [["sdiag"]]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpufair.integrations.slurm.dependencies import Blocked, unmet
+from gpufair.integrations.slurm.dependencies import Blocked, Jobs, pending_tasks, unmet
 from gpufair.integrations.slurm.records import SlurmJob, parse_job
 
 NOW = 1_800_000_000.0
@@ -26,7 +26,7 @@ def job(job_id: int, state: str = "PENDING", **fields: Any) -> SlurmJob:
 
 def verdict(dependency: str, *others: SlurmJob, now_s: float = NOW) -> Blocked | None:
     waiting = job(100, dependency=dependency)
-    return unmet(waiting, {j.job_id: j for j in (waiting, *others)}, now_s)
+    return unmet(waiting, Jobs.of([waiting, *others]), lambda: now_s)
 
 
 def waits(reason: str) -> Blocked:
@@ -266,8 +266,7 @@ def test_any_question_mark_makes_the_whole_list_any_of() -> None:
         ("singleton(unfulfilled)", "singleton"),
         ("aftercorr:7(unfulfilled)", "aftercorr:7"),
         ("afterburstbuffer:7(unfulfilled)", "afterburstbuffer:7"),
-        ("afterok:7_3(unfulfilled)", "afterok:7_3"),
-        ("afterok:7_*(unfulfilled)", "afterok:7_*"),
+        ("afterok:7_x(unfulfilled)", "afterok:7_x"),
     ],
 )
 def test_kinds_the_bridge_does_not_judge_keep_the_job_held_with_why(
@@ -294,3 +293,141 @@ def test_a_part_not_judged_does_not_block_an_any_of_met_otherwise() -> None:
 
 def test_empty_parts_are_skipped() -> None:
     assert verdict("afterok:7(unfulfilled),,", job(7, "COMPLETED")) is None
+
+
+# ---- the minutes of `after:N+m`, on Slurm's clock ------------------------------------------------
+
+
+def test_slurms_time_is_asked_only_when_a_part_waits_on_its_minutes() -> None:
+    """`now` is Slurm's time (`sdiag`, one call per cycle at most): asked for `after:N+m` once N
+    started, never otherwise."""
+    asked: list[str] = []
+
+    def now() -> float:
+        asked.append("now")
+        return NOW
+
+    def judge(dependency: str, *others: SlurmJob) -> Blocked | None:
+        waiting = job(100, dependency=dependency)
+        return unmet(waiting, Jobs.of([waiting, *others]), now)
+
+    assert judge("afterok:7(unfulfilled)", RUNNING_7) is not None
+    assert judge("after:7(unfulfilled)", RUNNING_7) is None
+    assert judge("after:7+5(unfulfilled)", job(7)) is not None
+    assert asked == []
+    assert judge("after:7+5(unfulfilled)", RUNNING_7) is not None
+    assert asked == ["now"]
+
+
+# ---- job arrays: `N_*` (what Slurm makes of a master id) is every task; `N_k` is task k ----------
+# squeue lists a running or ended task as a record of its own (its own job id, `array_job_id` N,
+# `array_task_id` k; the last task split off keeps job id N), and the tasks still pending as one
+# record (job id N, `array_task_string` '2-3').
+
+
+def task(job_id: int, array: int, k: int, state: str, **fields: Any) -> SlurmJob:
+    return job(job_id, state, array_job_id=array, array_task_id=k, **fields)
+
+
+def rest(array: int, tasks: str, state: str = "PENDING") -> SlurmJob:
+    """The array's record of the tasks still pending."""
+    return job(array, state, array_job_id=array, array_task_string=tasks)
+
+
+def test_pending_tasks_reads_slurms_task_lists() -> None:
+    assert pending_tasks("2-3") == {2, 3}
+    assert pending_tasks("1,4-5") == {1, 4, 5}
+    assert pending_tasks("0-8:4%2") == {0, 4, 8}
+    assert pending_tasks("[1-2%1]") == {1, 2}
+    assert pending_tasks("x") is None
+
+
+def test_afterok_on_an_array_waits_for_every_task_though_one_failed() -> None:
+    """Seen on 22.05: `afterok:19_*` stayed unfulfilled for 36 s after task 1 failed, while the
+    other tasks ran, and was marked failed once they ended."""
+    tasks = (task(25, 19, 0, "RUNNING"), task(26, 19, 1, "FAILED"), task(19, 19, 2, "RUNNING"))
+    assert verdict("afterok:19_*(unfulfilled)", *tasks) == waits(
+        "waits for dependency afterok:19_* (array 19 tasks FAILED, RUNNING)"
+    )
+    ended = (task(25, 19, 0, "COMPLETED"), task(26, 19, 1, "FAILED"), task(19, 19, 2, "COMPLETED"))
+    assert verdict("afterok:19_*(unfulfilled)", *ended) == never(
+        "dependency afterok:19_* can never be met (array 19 tasks COMPLETED, FAILED)"
+    )
+
+
+def test_afterok_on_an_array_is_met_when_every_task_completed() -> None:
+    ended = (task(25, 19, 0, "COMPLETED"), task(19, 19, 1, "COMPLETED"))
+    assert verdict("afterok:19_*(unfulfilled)", *ended) is None
+    # The last task split off keeps the master's id: one record alone is not the array.
+    assert verdict("afterok:19_*(unfulfilled)", task(25, 19, 0, "RUNNING"), ended[1]) == waits(
+        "waits for dependency afterok:19_* (array 19 tasks COMPLETED, RUNNING)"
+    )
+
+
+def test_afternotok_on_an_array_waits_for_every_task_then_needs_one_failure() -> None:
+    running = (task(25, 19, 0, "RUNNING"), task(26, 19, 1, "FAILED"), task(19, 19, 2, "RUNNING"))
+    assert verdict("afternotok:19_*(unfulfilled)", *running) == waits(
+        "waits for dependency afternotok:19_* (array 19 tasks FAILED, RUNNING)"
+    )
+    ended = (task(25, 19, 0, "COMPLETED"), task(26, 19, 1, "FAILED"), task(19, 19, 2, "COMPLETED"))
+    assert verdict("afternotok:19_*(unfulfilled)", *ended) is None
+    passed = (task(25, 19, 0, "COMPLETED"), task(19, 19, 1, "COMPLETED"))
+    assert verdict("afternotok:19_*(unfulfilled)", *passed) == never(
+        "dependency afternotok:19_* can never be met (array 19 tasks COMPLETED)"
+    )
+
+
+def test_afterany_on_an_array_waits_for_tasks_still_pending() -> None:
+    started = (task(27, 20, 0, "COMPLETED"), rest(20, "1-2%1"))
+    assert verdict("afterany:20_*(unfulfilled)", *started) == waits(
+        "waits for dependency afterany:20_* (array 20 tasks COMPLETED, PENDING)"
+    )
+    ended = (task(27, 20, 0, "COMPLETED"), task(28, 20, 1, "FAILED"), task(20, 20, 2, "COMPLETED"))
+    assert verdict("afterany:20_*(unfulfilled)", *ended) is None
+
+
+def test_after_on_an_array_waits_until_every_task_started() -> None:
+    """Seen on 22.05 with `--array=0-2%1` (one task at a time): `after:20_*` was cleared once the
+    last task started, not when the first did."""
+    first = (task(27, 20, 0, "RUNNING", start_time=int(NOW) - 10), rest(20, "1-2%1"))
+    assert verdict("after:20_*(unfulfilled)", *first) == waits(
+        "waits for dependency after:20_* (array 20 tasks PENDING, RUNNING)"
+    )
+    every = (
+        task(27, 20, 0, "COMPLETED", start_time=int(NOW) - 30),
+        task(28, 20, 1, "COMPLETED", start_time=int(NOW) - 20),
+        task(20, 20, 2, "RUNNING", start_time=int(NOW) - 10),
+    )
+    assert verdict("after:20_*(unfulfilled)", *every) is None
+
+
+def test_one_task_of_an_array_is_judged_alone() -> None:
+    tasks = (task(25, 19, 0, "COMPLETED"), task(26, 19, 1, "FAILED"), rest(19, "2-3"))
+    assert verdict("afterok:19_0(unfulfilled)", *tasks) is None
+    assert verdict("afterok:19_1(unfulfilled)", *tasks) == never(
+        "dependency afterok:19_1 can never be met (job 19_1 FAILED)"
+    )
+    assert verdict("afterok:19_3(unfulfilled)", *tasks) == waits(
+        "waits for dependency afterok:19_3 (job 19_3 PENDING)"
+    )
+    # A task's own job id is a job like any other (Slurm keeps `afterok:26` as given).
+    assert verdict("afternotok:26(unfulfilled)", *tasks) is None
+
+
+def test_an_array_slurm_does_not_list_counts_as_met() -> None:
+    assert verdict("afterok:19_*(unfulfilled)") is None
+    assert verdict("afterok:19_4(unfulfilled)", task(25, 19, 0, "RUNNING")) is None
+
+
+def test_after_plus_minutes_on_an_array_counts_from_the_last_task_start() -> None:
+    """Seen on 22.05: `after:29_*+1` with tasks started at t and t + 40 s ran at t + 113 s
+    (Slurm's pass a few seconds late), not a minute after the first start."""
+    first_start, last_start = int(NOW) - 100, int(NOW) - 40
+    tasks = (
+        task(31, 29, 0, "COMPLETED", start_time=first_start),
+        task(29, 29, 1, "RUNNING", start_time=last_start),
+    )
+    assert verdict("after:29_*+1(unfulfilled)", *tasks) == waits(
+        f"waits for dependency after:29_*+1 (array 29 started at {last_start})"
+    )
+    assert verdict("after:29_*+1(unfulfilled)", *tasks, now_s=last_start + 60) is None

@@ -1,17 +1,27 @@
 """Jobs changed while they wait, as Slurm users change them, against the real Slurm.
 
-A job the bridge has submitted to gpufair may then be held by an operator, wait for a
-dependency, or have its GPU count, partition, constraint or node count changed with `scontrol
-update`. gpufair never places a job Slurm would not start now (held by an operator, dependency
-not met), and a job whose request changed is placed by its new request: a workload's uid names
+A job the bridge has submitted to gpufair may then be held by an operator, be given a begin time
+by its owner (`scontrol update StartTime=`: the owner's own `scontrol hold` of a held job does
+nothing in Slurm), wait for a dependency (on a job or a whole array), or have its GPU count,
+partition, constraint or node count changed with `scontrol update`. gpufair never places a job
+Slurm would not start now (held by an operator, before its begin time, dependency not met, the
+minutes of `after:N+m` counted on Slurm's clock), and a job whose request changed is placed by its new request: a workload's uid names
 one request for good, so the bridge submits the new one as the job's next revision
 (`slurm-N.1`) and withdraws the old.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from slurm_support import (
     bridge_config,
     cluster_config,
@@ -25,6 +35,7 @@ from gpufair.client import GpufairClient
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
+from gpufair.integrations.slurm.slurmctl import SlurmCtl
 from gpufair.v1 import cluster_pb2, scheduler_pb2
 
 
@@ -355,6 +366,156 @@ def test_a_dependency_on_a_job_slurm_does_not_know_is_met_as_slurm_says(
     )  # fmt: skip
     then = submit(slurm, "--dependency=afterok:999999")
     cycle_until(bridge, lambda: running(slurm, alone, then), max_cycles=10)
+
+
+@pytest.fixture
+def as_user(slurm: Any) -> Iterator[Callable[..., str]]:
+    """Runs a Slurm command as `nobody`, a user who is not an operator (the tests run as root,
+    which is one), and gives its output. The user reads a copy of slurm.conf: the cluster's
+    folder is root's alone."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        conf = Path(folder) / "slurm.conf"
+        shutil.copyfile(slurm.conf, conf)
+        conf.chmod(0o644)
+        env = {**slurm.env, "SLURM_CONF": str(conf)}
+
+        def run(*args: str) -> str:
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *args]
+            done = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=30, check=False
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        yield run
+
+
+def test_a_user_makes_a_waiting_job_wait_with_a_begin_time_and_hands_it_back(
+    slurm: Any, client: GpufairClient, as_user: Callable[..., str]
+) -> None:
+    """The job's owner, not an operator: `scontrol hold` of a job the bridge holds changes
+    nothing in Slurm (the limit docs/slurm.md states), but a begin time (`scontrol update
+    StartTime=`) is kept, and gpufair does not place the job before it; `StartTime=now` hands it
+    back."""
+    bridge = rtx_bridge(client)
+    blockers = fill_rtx(slurm, bridge)
+    out = as_user(
+        "sbatch", "--parsable", "--hold", "-p", "rtx", "-A", "acct-a", "--gres=gpu:8",
+        "--chdir=/", "-o", "/dev/null", "--wrap", "sleep 600",
+    )  # fmt: skip
+    job = int(out.strip())
+    assert not bridge.cycle().errors
+    assert [s.state for s in active(client, job)] == ["pending"]
+    fields = ("job_state", "priority", "state_reason", "state_description", "eligible_time")
+    fields += ("start_time", "dependency", "comment", "nice", "admin_comment", "system_comment")
+    before = {k: squeue(slurm)[job][k] for k in fields}
+    as_user("scontrol", "hold", str(job))  # exit 0, and nothing recorded
+    after = {k: squeue(slurm)[job][k] for k in fields}
+    assert (after["priority"], after["state_reason"], after["eligible_time"]) == (
+        0,
+        "JobHeldUser",
+        0,
+    )
+    assert after == before
+    as_user("scontrol", "update", f"JobId={job}", "StartTime=now+1hour")
+    assert squeue(slurm)[job]["priority"] == 0  # still held by the bridge
+    assert bridge.cycle().withdrawn.keys() == {f"slurm-{job}"}
+    slurm.run("scancel", str(blockers[0]))  # room: the job is not placed
+    for _ in range(4):
+        report = bridge.cycle()
+        assert not report.errors and not report.placed and not report.submitted
+    assert active(client, job) == []
+    comment = squeue(slurm)[job]["comment"]
+    assert comment.startswith(f"gpufair: not scheduled (withdrew slurm-{job}): waits for its ")
+    assert comment.endswith(f"scontrol update JobId={job} StartTime=now hands it back to gpufair")
+    as_user("scontrol", "update", f"JobId={job}", "StartTime=now")
+    reports: list[CycleReport] = []
+
+    def started() -> bool:
+        # Started where gpufair put it. (Run as `nobody`, the script then fails at once: the
+        # cluster's spool folder is root's alone.)
+        return bool(squeue(slurm)[job]["start_time"]) and state_of(slurm, job) != "PENDING"
+
+    cycle_until(bridge, started, max_cycles=20, reports=reports)
+    placed = {uid: nodes for r in reports for uid, nodes in r.placed.items()}
+    assert placed == {f"slurm-{job}.1": [squeue(slurm)[job]["nodes"]]}
+
+
+def test_a_job_submitted_with_a_begin_time_is_not_placed_before_it(
+    slurm: Any, client: GpufairClient
+) -> None:
+    """`sbatch --begin`: gpufair's pin (`StartTime=now`) must not clear the user's begin time."""
+    bridge = rtx_bridge(client)
+    job = submit(slurm, "--begin=now+1hour")
+    not_placed_for(bridge, client, job)
+    assert squeue(slurm)[job]["comment"].startswith("gpufair: not scheduled: waits for its begin")
+    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now+3")
+    begin = squeue(slurm)[job]["eligible_time"]
+    cycle_until(bridge, lambda: running(slurm, job), max_cycles=15)
+    assert squeue(slurm)[job]["start_time"] >= begin
+
+
+def test_a_dependency_on_an_array_waits_for_every_task(slurm: Any, client: GpufairClient) -> None:
+    """Slurm makes `afterok:A` of an array `afterok:A_*` and judges it over all tasks: task 1
+    fails early, and neither `afternotok` nor `afterok` is decided until tasks 0 and 2 end."""
+    bridge = rtx_bridge(client)
+    script = "if [ $SLURM_ARRAY_TASK_ID = 1 ]; then sleep 1; exit 1; fi; sleep 12"
+    out = slurm.run(
+        "sbatch", "--parsable", "--array=0-2", "-p", "a100", "-A", "acct-a", "--gres=gpu:1",
+        "-o", "/dev/null", "--wrap", script,
+    ).stdout  # fmt: skip
+    array = int(out.strip())
+    on_failure = submit(slurm, f"--dependency=afternotok:{array}")
+    on_success = submit(slurm, f"--dependency=afterok:{array}")
+    assert squeue(slurm)[on_failure]["dependency"] == f"afternotok:{array}_*(unfulfilled)"
+
+    def tasks() -> list[dict[str, Any]]:
+        return [j for j in squeue(slurm).values() if j["array_job_id"] == array]
+
+    def task_failed() -> bool:
+        return any(t["job_state"] == "FAILED" for t in tasks())
+
+    cycle_until(bridge, task_failed, max_cycles=20)
+    not_placed_for(bridge, client, on_failure)
+    assert {t["job_state"] for t in tasks()} == {"FAILED", "RUNNING"}
+    assert squeue(slurm)[on_failure]["comment"] == (
+        f"gpufair: not scheduled: waits for dependency afternotok:{array}_* "
+        f"(array {array} tasks FAILED, RUNNING)"
+    )
+    placed_when(slurm, bridge, on_failure, array, max_cycles=30)
+    assert sorted(t["job_state"] for t in tasks()) == ["COMPLETED", "COMPLETED", "FAILED"]
+    not_placed_for(bridge, client, on_success)
+    assert squeue(slurm)[on_success]["comment"].startswith(
+        f"gpufair: not scheduled: dependency afterok:{array}_* can never be met"
+    )
+
+
+def test_after_plus_minutes_counts_on_slurms_clock_not_the_bridges(
+    slurm: Any, client: GpufairClient
+) -> None:
+    """`after:N+1`: a minute from N's start as Slurm reports it, on Slurm's clock (sdiag), with
+    the bridge's own clock ten minutes ahead."""
+    client.apply_config(cluster_config("rtx"))
+    config = bridge_config(partitions={"rtx": "rtx"})
+    bridge = Bridge(config, client, SlurmCtl(config.slurm_bin), clock=lambda: time.time() + 600)
+    bridge.cycle()
+    first = int(
+        slurm.run(
+            "sbatch", "--parsable", "-p", "a100", "-A", "acct-a", "--gres=gpu:1",
+            "-o", "/dev/null", "--wrap", "sleep 600",
+        ).stdout.strip()
+    )  # fmt: skip
+    then = submit(slurm, f"--dependency=after:{first}+1")
+    cycle_until(bridge, lambda: running(slurm, first), max_cycles=10)
+    started = squeue(slurm)[first]["start_time"]
+    not_placed_for(bridge, client, then)
+    assert squeue(slurm)[then]["comment"] == (
+        f"gpufair: not scheduled: waits for dependency after:{first}+1 "
+        f"(job {first} started at {started})"
+    )
+    placed_when(slurm, bridge, then, first, max_cycles=90)
+    assert SlurmCtl().now() >= started + 60
 
 
 def test_job_array_stays_held_with_why(slurm: Any, client: GpufairClient) -> None:

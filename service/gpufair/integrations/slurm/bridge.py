@@ -17,7 +17,7 @@ A cycle:
    |---|---|---|
    | pending, held | unknown | map and submit; unmappable or refused: the reason into Comment |
    | pending, held | bound | pin to the bound nodes, then release (a restart re-pins) |
-   | pending, held by an operator or waiting for a dependency | pending/bound | withdraw it |
+   | pending, held by an operator, before its begin time or waiting for a dependency | pending/bound | withdraw it |
    | pending | pending/bound, asking otherwise | submit the new request, withdraw the old |
    | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
@@ -40,6 +40,11 @@ A cycle:
    never followed by a release), an evict requeues it held (step 2's row, at once).
 
 Events go in one `StreamEvents` call per step, so gpufair knows what stopped before it decides.
+
+A job's begin time (`--begin`, `scontrol update StartTime=`: how a user makes a job the bridge
+holds wait, since Slurm ignores a non-operator's `scontrol hold` of a held job) and the minutes
+of `after:N+m` are judged against Slurm's clock (`sdiag`, read once in a cycle that needs it),
+never the bridge's.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import grpc
 
@@ -80,6 +86,15 @@ NOT_SCHEDULED = "gpufair: not scheduled"
 UNSCHEDULED = NOT_SCHEDULED + ": "
 _WITHDREW_RE = re.compile(r"^gpufair: (?:not scheduled|submitted as \S+) \(withdrew (\S+)\)")
 HELD_BY_OPERATOR = "JobHeldAdmin"
+# A requeue sets the job's submit time to its instant and its begin time `cred_expire` + 1 s
+# later (121 s by default): a begin time that close after a requeue is Slurm's delay, which the
+# pin's `StartTime=now` clears, not a wait the user asked for.
+REQUEUE_DELAY_MAX_S = 300
+
+
+def _requeue_delay(job: SlurmJob) -> bool:
+    """The job's begin time is the one Slurm's requeue set (or one set within 5 minutes of it)."""
+    return job.restart_count > 0 and job.eligible_time - job.submit_time <= REQUEUE_DELAY_MAX_S
 
 
 @dataclass
@@ -123,9 +138,12 @@ class Bridge:
         self.clock = clock
         self._sent_nodes: bytes | None = None
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
+        # Slurm's clock, read at most once per cycle (a failed read too: the cycle's other jobs
+        # fail with it rather than each trying again).
+        self._slurm_now_s: float | SlurmCommandError | None = None
         # This cycle's view: every job Slurm lists (dependencies may name any), and the uid of
         # each job's newest active workload.
-        self._all_jobs: dict[int, SlurmJob] = {}
+        self._all_jobs = dependencies.Jobs({})
         self._current: dict[int, str] = {}
         self._revisions: dict[int, int] = {}  # job id -> newest active revision
         self._withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = {}  # new uid -> old uid
@@ -134,10 +152,10 @@ class Bridge:
 
     def cycle(self) -> CycleReport:
         report = CycleReport()
-        self._gpu_memory_now = None
+        self._gpu_memory_now = self._slurm_now_s = None
         self._sync_nodes(report)
-        self._all_jobs = {j.job_id: j for j in self.slurm.jobs()}
-        jobs = {i: j for i, j in self._all_jobs.items() if self._mapped(j)}
+        self._all_jobs = dependencies.Jobs.of(self.slurm.jobs())
+        jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
         statuses = self._workloads()
         self._current, self._revisions = {}, {}
         for uid in statuses:
@@ -190,6 +208,18 @@ class Bridge:
             types = self.client.get_config().config.gpu_types
             self._gpu_memory_now = {t.name: t.memory_gib for t in types}
         return self._gpu_memory_now
+
+    def _slurm_now(self) -> float:
+        """Slurm's time now (the controller's clock, which its start and begin times are in):
+        read in a cycle only when a begin time or an `after:N+m` needs it, and once."""
+        if self._slurm_now_s is None:
+            try:
+                self._slurm_now_s = self.slurm.now()
+            except SlurmCommandError as exc:
+                self._slurm_now_s = exc
+        if isinstance(self._slurm_now_s, SlurmCommandError):
+            raise self._slurm_now_s
+        return self._slurm_now_s
 
     def _job_of(self, uid: str, jobs: dict[int, SlurmJob]) -> SlurmJob | None:
         """The job of a decision's uid, if that uid is the job's workload now (never a
@@ -338,7 +368,13 @@ class Bridge:
                 f"held by an operator (scontrol hold); scontrol uhold {job.job_id} hands it back "
                 "to gpufair"
             )
-        unmet = dependencies.unmet(job, self._all_jobs, self.clock())
+        if job.eligible_time and not _requeue_delay(job) and job.eligible_time > self._slurm_now():
+            begin = datetime.fromtimestamp(job.eligible_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return (
+                f"waits for its begin time {begin} (StartTime); scontrol update "
+                f"JobId={job.job_id} StartTime=now hands it back to gpufair"
+            )
+        unmet = dependencies.unmet(job, self._all_jobs, self._slurm_now)
         return None if unmet is None else unmet.reason
 
     def _withdrawn(self, job: SlurmJob) -> str | None:

@@ -97,6 +97,14 @@ class SlurmJob:
     comment: str
     is_array: bool
     dependency: str = ""  # as squeue prints it: 'afterok:7(unfulfilled)'; '' = none
+    # The time Slurm may start the job from (`--begin`, `scontrol update StartTime=`, or the
+    # delay a requeue sets); 0 = none set.
+    eligible_time: int = 0
+    # Of an array: its master job id (`N` in `N_3`); the task this record is, None for the
+    # record of the tasks still pending, listed in `array_tasks` ('1-3', '5,7', '0-9:2%4').
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    array_tasks: str = ""
 
     @property
     def held(self) -> bool:
@@ -118,6 +126,7 @@ def _int(value: Any) -> int:
 def parse_job(raw: dict[str, Any]) -> SlurmJob:
     nodes = tuple(expand_hostlist(raw.get("nodes") or ""))
     details = raw.get("gres_detail") or []
+    task_id = raw.get("array_task_id")
     return SlurmJob(
         job_id=int(raw["job_id"]),
         state=str(raw.get("job_state", "")),
@@ -147,6 +156,10 @@ def parse_job(raw: dict[str, Any]) -> SlurmJob:
         comment=str(raw.get("comment") or ""),
         is_array=bool(raw.get("array_task_string")) or raw.get("array_task_id") is not None,
         dependency=str(raw.get("dependency") or ""),
+        eligible_time=int(raw.get("eligible_time") or 0),  # not _int: 2099 is past 2**31
+        array_job_id=_int(raw.get("array_job_id")),
+        array_task_id=None if task_id is None else int(task_id),
+        array_tasks=str(raw.get("array_task_string") or ""),
     )
 
 

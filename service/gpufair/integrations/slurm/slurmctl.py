@@ -1,7 +1,8 @@
 """The Slurm commands the bridge runs, each with its exit code checked.
 
-Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and times) and
-`sinfo --json` (nodes with GRES and state). Writes, one `scontrol` each:
+Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and times),
+`sinfo --json` (nodes with GRES and state) and `sdiag` (the controller's time now, in a cycle
+that compares a time Slurm reports with it). Writes, one `scontrol` each:
 
 - `pin(job, nodes)`: `scontrol update JobId=N NodeList=... StartTime=now`. A combined update with
   one bad field is rejected whole; `StartTime=now` clears the eligible time Slurm sets on a requeue
@@ -21,12 +22,15 @@ at its word would mean "every job and node is gone".
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
+
+_SDIAG_AT_RE = re.compile(r"^sdiag output at .*\((\d+)\)\s*$", re.MULTILINE)
 
 
 class SlurmCommandError(RuntimeError):
@@ -70,6 +74,16 @@ class SlurmCtl:
     def nodes(self) -> list[SlurmNode]:
         data = self._read("sinfo", "--json")
         return [parse_node(raw) for raw in data.get("nodes", [])]
+
+    def now(self) -> float:
+        """Slurm's time now, from the controller: `sdiag`'s first line, `sdiag output at ...
+        (EPOCH)`. The times squeue reports (start, begin) are the controller's, so the bridge
+        compares them with this, never with its own clock."""
+        out = self._run("sdiag")
+        match = _SDIAG_AT_RE.search(out)
+        if match is None:
+            raise SlurmCommandError(f"sdiag: no time in its output: {out[:200]!r}")
+        return float(match.group(1))
 
     def pin(self, job_id: int, nodes: Sequence[str]) -> None:
         self._run(
