@@ -162,23 +162,38 @@ def copy_row(
 _HEARTBEAT_FIELD = _KIND_FIELD[EventKind.HEARTBEAT]
 _ROW_START = struct.pack(">hi", 6, 16)  # 6 fields; the uuid's length
 # Of a plain heartbeat's payload: what comes before its instant, and per workload uid what comes
-# after it, with the part of its COPY row between the id and the instant (`_heartbeat_parts`).
+# after it (ASCII, as `_quote` escapes), with the part of its COPY row between the id and the
+# instant (`_heartbeat_parts`).
 _HEARTBEAT_HEAD = '{"gpu_count":0,"kind":"heartbeat","node":"","occurred_at_s":'
-_HEARTBEAT_PARTS: dict[str, tuple[str, bytes]] = {}
+_HEARTBEAT_PARTS: dict[str, tuple[bytes, bytes]] = {}
 HEARTBEAT_PARTS_LIMIT = 100_000  # uids kept; beyond it the cache starts over
-# The last instant a plain heartbeat had: (epoch_s, its `repr`, `_pg_internal_micros` of it).
-# A batch system reports its running jobs' heartbeats at one instant per period (the Slurm
-# bridge stamps them all with the period's start), so a message's heartbeats nearly all share
-# it; the float's shortest `repr` alone cost more than its SHA-256. One tuple, replaced whole
-# in the list's one slot: threads that read it see one instant's three parts together. NaN
-# equals nothing.
-_LAST_INSTANT: list[tuple[float, str, int]] = [(math.nan, "", 0)]
 
 
-def _heartbeat_parts(workload_uid: str) -> tuple[str, bytes]:
+# A plain heartbeat's instant as its payload and row have it: (epoch_s, its `repr`,
+# `_pg_internal_micros` of it, the payload up to and with it, and from the instant's second
+# heartbeat on a SHA-256 object that has taken that in, which each digest goes on from a copy
+# of: the head is more than SHA-256's block of 64 bytes, so each heartbeat hashes one block
+# less and skips making a hash object from its name).
+_Instant = tuple[float, str, int, bytes, Any]
+
+
+def _instant(epoch_s: float) -> _Instant:
+    text = repr(epoch_s)
+    return (epoch_s, text, _pg_internal_micros(epoch_s), f"{_HEARTBEAT_HEAD}{text}".encode(), None)
+
+
+# The last instant a plain heartbeat had. A batch system reports its running jobs' heartbeats at
+# one instant per period (the Slurm bridge stamps them all with the period's start), so a
+# message's heartbeats nearly all share it: the float's shortest `repr` alone cost more than its
+# SHA-256. One tuple, replaced whole in the list's one slot: threads that read it see one
+# instant's parts together (its SHA-256 object is only ever copied). NaN equals nothing.
+_LAST_INSTANT: list[_Instant] = [(math.nan, "", 0, b"", None)]
+
+
+def _heartbeat_parts(workload_uid: str) -> tuple[bytes, bytes]:
     uid = workload_uid.encode()
     parts = (
-        f',"pods":[],"workload_uid":{_quote(workload_uid)}}}',
+        f',"pods":[],"workload_uid":{_quote(workload_uid)}}}'.encode(),
         b"".join((_LENGTH.pack(len(uid) if uid else -1), uid, _HEARTBEAT_FIELD)),
     )
     if len(_HEARTBEAT_PARTS) >= HEARTBEAT_PARTS_LIMIT:
@@ -193,17 +208,24 @@ def plain_heartbeat(id_bytes: bytes, epoch_s: float, workload_uid: str) -> tuple
     `payload_json`, `payload_digest` and `copy_row` give for it, in one call. Nearly every event
     of a working cluster is one, and its workload reports one every few seconds: the parts that
     depend on the uid alone (its quoted JSON, its field in the row) are made once per uid and
-    kept, and those of the instant are kept for the next heartbeat at the same instant
-    (`_LAST_INSTANT`; equal positive floats have one `repr`)."""
+    kept, and those of the instant, with the digest of the payload up to it, are kept for the
+    next heartbeat at the same instant (`_LAST_INSTANT`; equal positive floats have one
+    `repr`)."""
     tail, middle = _HEARTBEAT_PARTS.get(workload_uid) or _heartbeat_parts(workload_uid)
-    last = _LAST_INSTANT[0]
-    if last[0] == epoch_s:
-        text, micros = last[1], last[2]
+    instant = _LAST_INSTANT[0]
+    if instant[0] == epoch_s:
+        _, _, micros, head, hashed = instant
+        if hashed is None:  # its second heartbeat: the head is hashed once for all that follow
+            hashed = hashlib.sha256(head)
+            _LAST_INSTANT[0] = (*instant[:4], hashed)
+        payload = head + tail
+        hashed = hashed.copy()
+        hashed.update(tail)
+        digest = hashed.hexdigest()
     else:
-        text, micros = repr(epoch_s), _pg_internal_micros(epoch_s)
-        _LAST_INSTANT[0] = (epoch_s, text, micros)
-    payload = f"{_HEARTBEAT_HEAD}{text}{tail}".encode()
-    digest = hashlib.sha256(payload).hexdigest()
+        _, _, micros, head, _ = _LAST_INSTANT[0] = _instant(epoch_s)
+        payload = head + tail
+        digest = hashlib.sha256(payload).hexdigest()
     row = b"".join(
         (
             _ROW_START,
