@@ -162,7 +162,7 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
             timed("read: their earlier run events", fetch, runs_repo.RUN_EVENTS_SQL, uids)
             timed("read: their intervals", fetch, runs_repo.INTERVALS_SQL, uids)
             ctx = ingest_pipeline._read_context(
-                pg, batch.candidates, ingest_pipeline.Overlap(), KnownWorkloads(0)
+                pg, [batch], ingest_pipeline.Overlap(), KnownWorkloads(0)
             )
             keep = ingest_pipeline._validate(batch, ctx)
             assert len(keep) == len(chunk), f"{len(keep)} of {len(chunk)} events valid"

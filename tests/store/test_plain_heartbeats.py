@@ -100,7 +100,7 @@ def test_plain_heartbeats_at_one_instant_share_its_parts_and_no_other_does(
     instant's next and previous floats, one equal value reached by other arithmetic, and an
     earlier instant coming back between them: every heartbeat is still the general
     functions' payload, digest and row, and the instant kept is the last one's."""
-    monkeypatch.setattr(event_codec, "_LAST_INSTANT", [(math.nan, "", 0)])
+    monkeypatch.setattr(event_codec, "_LAST_INSTANT", [(math.nan, "", 0, b"", None)])
     start = 1_764_900_000.0 + 60.0 * 7 + 0.123456
     near = [math.nextafter(start, math.inf), math.nextafter(start, 0.0)]
     same = (1_764_900_000.0 + 0.123456) + 60.0 * 7  # other arithmetic
@@ -113,7 +113,7 @@ def test_plain_heartbeats_at_one_instant_share_its_parts_and_no_other_does(
         row = copy_row(event.event_id, uid, HEARTBEAT, at, payload, digest)
         raw = uuid.UUID(event.event_id).bytes
         assert plain_heartbeat(raw, at, uid) == (payload, digest, row), (k, at)
-        kept, at_text, _ = event_codec._LAST_INSTANT[0]
+        kept, at_text, *_ = event_codec._LAST_INSTANT[0]
         assert kept == at and at_text == repr(at)
     assert len({repr(at) for at in [start, *near]}) == 3  # neighbours, three texts
     assert same == start
@@ -333,3 +333,68 @@ def test_heartbeats_store_the_general_rows_with_the_general_outcomes(
     # A replay of the earlier batch's heartbeat is a duplicate, as in the general path.
     again = ingest_pipeline.write(conn, ingest_pipeline.prepare([earlier], NOW))
     assert again.final() == [DUPLICATE]
+
+
+def _context(workloads: Sequence[str], missing: Sequence[str]) -> ingest_pipeline._Context:
+    from gpufair.domain.ledger import WorkloadRef, WorkloadState
+
+    return ingest_pipeline._Context(
+        {u: (WorkloadRef(u, "q", "p"), WorkloadState.RUNNING) for u in workloads},
+        set(),
+        set(),
+        {},
+        set(missing),
+        {},
+        {},
+        [],
+        {},
+        set(),
+        set(),
+        {},
+    )
+
+
+@pytest.mark.parametrize(
+    ("workloads", "missing", "uids"),
+    [
+        ([], [], ["w0", "w2", "w4"]),  # every plain heartbeat passes by its workload's set
+        ([], [], ["w0", "w2", ""]),  # but those of no workload
+        (["w1"], [], ["w0", "w1", "w4"]),  # w1 has a run event: its heartbeats one by one
+        ([], ["w2", "gone"], ["w0", "w2", "gone"]),  # of workloads that do not exist
+        (["w1", "w3"], ["w2"], ["w0", "w1", "w2", "w3", "w4", "gone", ""]),
+    ],
+)
+def test_validate_by_the_plain_heartbeats_workloads_is_each_event_judged_alone(
+    workloads: list[str], missing: list[str], uids: list[str]
+) -> None:
+    """`_validate`, which looks at the plain heartbeats' workloads as a set, keeps and refuses
+    exactly what judging every candidate one by one (`_validate_each`) does, in order: plain
+    heartbeats of workloads that exist, have a run event in the batch, do not exist, and of no
+    workload; heartbeats with pods; run events (a stop without a node refused as unknown
+    workload, a start on a node not configured)."""
+    rng = random.Random(7)
+    items: list[LedgerEvent] = []
+    for k in range(300):
+        uid = rng.choice(uids)
+        items.append(beat(NOW - rng.uniform(1, 500), uid))
+        if k % 50 == 7:
+            pod = (EventPod("nowhere", (0,)),)
+            items.append(beat(NOW - 5, "w0", pods=pod))
+            items.append(LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, NOW - 4, uid or "w4"))
+            items.append(LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, NOW - 3, "w1", pod))
+    batch = ingest_pipeline.prepare(items, NOW)
+    plain = [c for c in batch.candidates if c not in (batch.others or [])]
+    assert batch.plain_uids == {c.event.workload_uid for c in plain}
+    assert all(c.event.kind is HEARTBEAT and not c.event.pods for c in plain)
+    assert batch.others == [c for c in batch.candidates if c not in plain]
+
+    alone = ingest_pipeline.prepare(items, NOW)
+    alone.plain_uids, alone.others = set(), None  # as a batch made without `Preparation`
+    ctx = _context(workloads, missing)
+    expected = ingest_pipeline._validate_each(alone, ctx, alone.candidates)
+    assert ingest_pipeline._validate(alone, ctx) == expected
+    kept = ingest_pipeline._validate(batch, _context(workloads, missing))
+    assert [tuple(c) for c in kept] == [tuple(c) for c in expected]
+    assert batch.outcomes.statuses == alone.outcomes.statuses
+    assert batch.outcomes.errors == alone.outcomes.errors
+    assert 0 < len(kept) < len(batch.candidates)

@@ -155,6 +155,16 @@ class PreparedBatch:
     internal: bool
     outcomes: Outcomes
     candidates: list[Candidate]
+    # What `Preparation` saw of the candidates as it went, so that the steps after it need not
+    # walk thousands of heartbeats again: the workloads of the plain heartbeats among them (no
+    # pods, node or GPU count), and the other candidates, in order. `others` None: not known,
+    # every candidate counts as other (and `plain_uids` is empty).
+    plain_uids: set[str] = field(default_factory=set)
+    others: list[Candidate] | None = None
+
+    def not_plain(self) -> list[Candidate]:
+        """The candidates that are not among the plain heartbeats of `plain_uids`, in order."""
+        return self.candidates if self.others is None else self.others
 
 
 # The workloads whose runs the batch derives, locked. Runs are derived from what the batch reads,
@@ -238,6 +248,8 @@ class Preparation:
         self._internal = internal
         self._outcomes = Outcomes([])
         self._candidates: list[Candidate] = []
+        self._plain_uids: set[str] = set()
+        self._others: list[Candidate] = []
         self._first_seen: dict[str, str] = {}  # canonical event_id -> digest, within the batch
 
     def add(self, events: Iterable[LedgerEvent | tuple[str, str]]) -> None:
@@ -252,6 +264,7 @@ class Preparation:
         (`canonical_ids_bytes`); one at a time only when one of them is not."""
         items = events if type(events) is list else list(events)
         outcomes, candidates, first_seen = self._outcomes, self._candidates, self._first_seen
+        plain_uid, other = self._plain_uids.add, self._others.append
         event_ids, statuses = outcomes.event_ids, outcomes.statuses
         now_s, internal = self.now_s, self._internal
         stale, run_kinds, heartbeat = EventKind.STALE, RUN_KINDS, EventKind.HEARTBEAT
@@ -306,6 +319,7 @@ class Preparation:
             first_seen[name] = digest
             if plain:
                 candidates.append(_candidate((i, item, key, payload, digest, row, None)))
+                plain_uid(uid)
                 continue
             # The sweeper's own events skip the checks meant for reports (see `_validate`);
             # still, only a UUID can be stored.
@@ -321,10 +335,19 @@ class Preparation:
                 LedgerEvent(key, kind, stored_epoch_s(at), uid, pods) if kind in run_kinds else None
             )
             row = copy_row(key, uid, kind, at, payload, digest)
-            candidates.append(_candidate((i, item, key, payload, digest, row, read_back)))
+            candidate = _candidate((i, item, key, payload, digest, row, read_back))
+            candidates.append(candidate)
+            other(candidate)
 
     def batch(self) -> PreparedBatch:
-        return PreparedBatch(self.now_s, self._internal, self._outcomes, self._candidates)
+        return PreparedBatch(
+            self.now_s,
+            self._internal,
+            self._outcomes,
+            self._candidates,
+            self._plain_uids,
+            self._others,
+        )
 
 
 def _driver(conn: Connection) -> psycopg.Connection[Any]:
@@ -401,7 +424,7 @@ def write(
     hooks = overlap or Overlap()
     pg = _driver(conn)
     ctx = _read_context(
-        pg, batch.candidates, hooks, known if known is not None else KnownWorkloads(0), rederive
+        pg, [batch], hooks, known if known is not None else KnownWorkloads(0), rederive
     )
     keep = _validate(batch, ctx)
     if expect_duplicates:
@@ -468,7 +491,7 @@ def _write_group(
     pg: psycopg.Connection[Any], batches: Sequence[PreparedBatch], known: KnownWorkloads
 ) -> bool:
     hooks = Overlap()
-    ctx = _read_context(pg, [c for b in batches for c in b.candidates], hooks, known)
+    ctx = _read_context(pg, batches, hooks, known)
     kept = [_validate(b, ctx) for b in batches]
     every = [c for keep in kept for c in keep]
     if every:
@@ -520,17 +543,22 @@ def _plan_group(kept: Sequence[Sequence[Candidate]], ctx: _Context) -> _Plan:
 
 def _read_context(
     pg: psycopg.Connection[Any],
-    candidates: Sequence[Candidate],
+    batches: Sequence[PreparedBatch],
     hooks: Overlap,
     known: KnownWorkloads,
     rederive: Collection[str] = (),
 ) -> _Context:
-    # Gathered by C loops (`map`, `compress`): a batch of heartbeats has thousands of events
-    # and nothing to find in them but their workloads.
-    events = list(map(_EVENT, candidates))
+    # A batch of heartbeats has thousands of events and nothing to find in them but their
+    # workloads: those of its plain heartbeats come gathered by `Preparation`, and only the
+    # other events are looked at here, by C loops (`map`, `compress`).
+    events = [e for b in batches for e in map(_EVENT, b.not_plain())]
     kinds = set(map(_KIND, events))
-    beats = EventKind.HEARTBEAT in kinds
     uids = set(map(_UID, events))
+    for b in batches:
+        if b.plain_uids:
+            kinds.add(EventKind.HEARTBEAT)
+            uids |= b.plain_uids
+    beats = EventKind.HEARTBEAT in kinds
     uids.discard("")
     uids.update(rederive)
     run_uids = set(map(_UID, compress(events, map(RUN_KINDS.__contains__, map(_KIND, events)))))
@@ -621,16 +649,39 @@ def _read_context(
 
 
 def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
-    """The checks that need the workloads and nodes; rejects what fails them, returns the rest.
-    None depends on the order events arrive in: a stop earlier than every start stored so far
-    is stored like any other, and pairs with an earlier start whenever that arrives (DESIGN §5,
-    out-of-order arrival)."""
+    """The checks that need the workloads and nodes; rejects what fails them, returns the rest,
+    in order. None depends on the order events arrive in: a stop earlier than every start
+    stored so far is stored like any other, and pairs with an earlier start whenever that
+    arrives (DESIGN §5, out-of-order arrival).
+
+    A heartbeat with no pods of a workload that exists and has no run event in the batch
+    passes, nearly every event of a working cluster: the plain heartbeats' workloads
+    (`batch.plain_uids`) are looked at as a set, and only the other events, and the plain
+    heartbeats of workloads that are not such a one, one by one."""
+    plain, candidates = batch.plain_uids, batch.candidates
+    suspect = (plain & ctx.workloads.keys()) | (plain & ctx.missing) | (plain & {""})
+    if suspect:
+        others = set(map(_POSITION, batch.not_plain()))
+        check = [c for c in candidates if c.position in others or c.event.workload_uid in suspect]
+    else:
+        check = batch.not_plain()
+    passed = _validate_each(batch, ctx, check)
+    if len(passed) == len(check):
+        return candidates
+    refused = set(map(_POSITION, check)) - set(map(_POSITION, passed))
+    return [c for c in candidates if c.position not in refused]
+
+
+def _validate_each(
+    batch: PreparedBatch, ctx: _Context, candidates: Sequence[Candidate]
+) -> list[Candidate]:
+    """`_validate` of `candidates`, one by one."""
     outcomes, workloads, missing, nodes = batch.outcomes, ctx.workloads, ctx.missing, ctx.nodes
     then = ctx.declared_then  # empty but for node capacity reports
     # The enum's members read once, not once per event (see domain/ledger.py).
     heartbeat, stale = EventKind.HEARTBEAT, EventKind.STALE
     valid: list[Candidate] = []
-    for c in batch.candidates:
+    for c in candidates:
         event = c.event
         kind, uid = event.kind, event.workload_uid
         if kind is heartbeat and uid not in workloads:
