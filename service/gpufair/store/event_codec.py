@@ -172,14 +172,9 @@ HEARTBEAT_PARTS_LIMIT = 100_000  # uids kept; beyond it the cache starts over
 # A plain heartbeat's instant as its payload and row have it: (epoch_s, its `repr`,
 # `_pg_internal_micros` of it, the payload up to and with it, and from the instant's second
 # heartbeat on a SHA-256 object that has taken that in, which each digest goes on from a copy
-# of: the head is more than SHA-256's block of 64 bytes, so each heartbeat hashes one block
-# less and skips making a hash object from its name).
+# of: with an instant of this century the head is more than SHA-256's block of 64 bytes, so each
+# heartbeat hashes one block less, and none makes a hash object from its name).
 _Instant = tuple[float, str, int, bytes, Any]
-
-
-def _instant(epoch_s: float) -> _Instant:
-    text = repr(epoch_s)
-    return (epoch_s, text, _pg_internal_micros(epoch_s), f"{_HEARTBEAT_HEAD}{text}".encode(), None)
 
 
 # The last instant a plain heartbeat had. A batch system reports its running jobs' heartbeats at
@@ -222,8 +217,10 @@ def plain_heartbeat(id_bytes: bytes, epoch_s: float, workload_uid: str) -> tuple
         hashed = hashed.copy()
         hashed.update(tail)
         digest = hashed.hexdigest()
-    else:
-        _, _, micros, head, _ = _LAST_INSTANT[0] = _instant(epoch_s)
+    else:  # a new instant, kept without its SHA-256 object until it comes again
+        text, micros = repr(epoch_s), _pg_internal_micros(epoch_s)
+        head = f"{_HEARTBEAT_HEAD}{text}".encode()
+        _LAST_INSTANT[0] = (epoch_s, text, micros, head, None)
         payload = head + tail
         digest = hashlib.sha256(payload).hexdigest()
     row = b"".join(

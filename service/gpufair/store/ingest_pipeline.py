@@ -655,16 +655,14 @@ def _validate(batch: PreparedBatch, ctx: _Context) -> list[Candidate]:
     arrives (DESIGN §5, out-of-order arrival).
 
     A heartbeat with no pods of a workload that exists and has no run event in the batch
-    passes, nearly every event of a working cluster: the plain heartbeats' workloads
-    (`batch.plain_uids`) are looked at as a set, and only the other events, and the plain
-    heartbeats of workloads that are not such a one, one by one."""
-    plain, candidates = batch.plain_uids, batch.candidates
-    suspect = (plain & ctx.workloads.keys()) | (plain & ctx.missing) | (plain & {""})
-    if suspect:
-        others = set(map(_POSITION, batch.not_plain()))
-        check = [c for c in candidates if c.position in others or c.event.workload_uid in suspect]
-    else:
-        check = batch.not_plain()
+    passes, nearly every event of a working cluster: when every plain heartbeat's workload
+    (`batch.plain_uids`, looked at as a set) is such a one, only the other events are judged
+    one by one; else all of them, as a message that starts and ends the runs it beats for
+    needs anyway."""
+    plain, candidates, workloads = batch.plain_uids, batch.candidates, ctx.workloads
+    if "" in plain or not plain.isdisjoint(workloads) or not plain.isdisjoint(ctx.missing):
+        return _validate_each(batch, ctx, candidates)
+    check = batch.not_plain()
     passed = _validate_each(batch, ctx, check)
     if len(passed) == len(check):
         return candidates
