@@ -112,7 +112,7 @@ class _Own:
     failed (by the identity of their memo key, `kind_of`: a shape that found no victims at one
     class finds none at a lower one, with fewer victims and less capacity)."""
 
-    __slots__ = ("failed", "floor", "index", "totals", "victims")
+    __slots__ = ("failed", "floor", "index", "room", "totals", "victims")
 
     def __init__(self, victims: list[Victim], floor: int) -> None:
         self.victims = victims
@@ -120,6 +120,10 @@ class _Own:
         self.totals: dict[int, list[float]] | None = None
         self.index: VictimIndex | None = None
         self.failed: set[int] = set()
+        # The last whole-GPU room test that found the room short (`_room_short`): the class it
+        # read victims below, and per count of GPUs a node could have wholly free, how many
+        # nodes could. None before one.
+        self.room: tuple[int, dict[int, int]] | None = None
 
 
 def _wanting(items: list[Pending], floors: dict[str, int], dead: set[int]) -> Iterator[Pending]:
@@ -271,7 +275,7 @@ def _try_preempt(
         if (
             not leaving
             and (index is None or shape.whole_gpus > 1 or shape.shares_gpu)
-            and _room_short(state, item, gpu_type, own.victims, partitions)
+            and _room_short(state, item, gpu_type, own, partitions)
         ):
             failed.add(memo_key)
             continue
@@ -341,10 +345,11 @@ def _totals(
 
 
 def _room_short(
-    state: CycleState, item: Pending, gpu_type: str, victims: list[Victim], partitions: bool
+    state: CycleState, item: Pending, gpu_type: str, own: _Own, partitions: bool
 ) -> bool:
     """True when the gang minimum of `item`'s whole-GPU pods could not fit on `gpu_type` even
-    with every victim of a lower priority class gone, so the search would find nothing. Per
+    with every victim of a lower priority class gone (`own`: the queue's victims of the type),
+    so the search would find nothing. Per
     node, at most its free whole GPUs plus the GPUs such victims leave wholly free can be free,
     so no more pods than that sum over the pool: the pool's free-GPU buckets, each victim node
     counted again with the GPUs its victims free (read only when the buckets alone fall
@@ -353,11 +358,19 @@ def _room_short(
     one-GPU pod's search after a steady cycle). A partition victim counts as freeing its whole
     GPU (it does when the last partition there goes), not its fraction; in a pool that offers
     none (`partitions` False) no use's slices are read. Pods that share a GPU:
-    `share_room_short`; pods of a partition or of no GPU are not bounded here (False)."""
+    `share_room_short`; pods of a partition or of no GPU are not bounded here (False).
+
+    In the phase the sum only falls: the capacity is only taken (`select_victims` leaves it as
+    it found it), the queue's victims only leave, and a lower class reads fewer of them. So
+    the nodes' counts of a test that found the room short (`_Own.room`, kept in a pool without
+    partitions) bound every later test of the queue and type at that class or below, for pods
+    of any whole GPUs: one they refuse is refused without reading a victim (at 4,000 nodes,
+    scrambled: 459 of 1,156 short answers, 6,299 of 14,937 victims read)."""
     shape = item.shape
     whole = shape.whole_gpus
     if shape.profile:
         return False
+    victims = own.victims
     if shape.shares_gpu:
         workload = item.workload
         return share_room_short(
@@ -372,10 +385,19 @@ def _room_short(
     if not whole:
         return False
     needed = item.workload.gang_min_pods
+    below = item.workload.priority_class
+    known = own.room
+    if (
+        known is not None
+        and known[0] >= below
+        and sum([count * (free // whole) for free, count in known[1].items()]) < needed
+    ):
+        return True
     capacity = state.capacity
     # No free GPU of the type (the common case: preemption runs in a full pool): no node in a
     # bucket the sum reads.
-    if capacity.free_whole_by_type.get(gpu_type, 0):
+    in_buckets = capacity.free_whole_by_type.get(gpu_type, 0)
+    if in_buckets:
         pods = sum(
             len(capacity.bucket(gpu_type, free)) * (free // whole)
             for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
@@ -384,7 +406,6 @@ def _room_short(
             return False
     else:
         pods = 0
-    below = item.workload.priority_class
     evicted = state.evicted
     nodes = capacity.nodes
     # Per node, its free whole GPUs with the victims read so far gone; per GPU such a victim
@@ -420,6 +441,22 @@ def _room_short(
                 pods += now // whole - was // whole
         if pods >= needed:
             return False
+    if not partitions:
+        # Per count of GPUs wholly free, the nodes that could have it: the buckets', each
+        # victim node moved from its free GPUs to the count with its victims gone.
+        counts: dict[int, int] = {}
+        if in_buckets:
+            for free in range(1, capacity.max_gpus.get(gpu_type, 0) + 1):
+                counts[free] = len(capacity.bucket(gpu_type, free))
+            for node, now in free_on.items():
+                was = nodes[node].free_whole
+                if was:
+                    counts[was] -= 1
+                counts[now] = counts.get(now, 0) + 1
+        else:
+            for now in free_on.values():
+                counts[now] = counts.get(now, 0) + 1
+        own.room = (below, counts)
     return True
 
 
