@@ -227,6 +227,48 @@ def test_node_capacity_event_lowers_pool_capacity(ready: GpufairClient, db: Engi
     assert [tuple(r) for r in rows] == [(168.0, "config"), (148.0, "node_capacity")]
 
 
+def test_each_kind_carries_only_its_own_fields(ready: GpufairClient, db: Engine) -> None:
+    """A node report naming a workload, and a workload event naming a node or a GPU count, are
+    refused with the reason, the good events of the batch land, and no capacity moves. Before,
+    all three were stored: the report with its uid and the heartbeat with its count in the
+    payload, meaning nothing."""
+    submit(ready, "w")
+    node_report = ledger_pb2.LedgerEvent(
+        event_id="8d6c3c52-5a8f-4c3e-9b0a-3f1f2d8e7a21",
+        kind=NODE_CAPACITY,
+        node="a1",
+        gpu_count=6,
+        workload_uid="w",
+    )
+    node_report.occurred_at.FromNanoseconds(round((time.time() + 1) * 1e9))
+    beat_on_node = event(HEARTBEAT, "w", T0 + 10)
+    beat_on_node.node = "a1"
+    beat_with_count = event(HEARTBEAT, "w", T0 + 20)
+    beat_with_count.gpu_count = 2
+    results = report(
+        ready,
+        event(STARTED, "w", T0, [("a2", [0], 1.0)]),
+        node_report,
+        beat_on_node,
+        beat_with_count,
+        event(HEARTBEAT, "w", T0 + 30),
+    )
+    assert [r.status for r in results] == [STORED, REJECTED, REJECTED, REJECTED, STORED]
+    assert results[1].error == (
+        "a node_capacity event names its node and gpu_count, no workload_uid or pods"
+    )
+    assert (
+        results[2].error
+        == results[3].error
+        == ("node and gpu_count belong on node_capacity events, not heartbeat")
+    )
+    with db.connect() as conn:
+        sources = conn.execute(text("SELECT source FROM pool_capacity_changes")).scalars().all()
+        stored = conn.execute(text("SELECT count(*) FROM ledger_events")).scalar_one()
+    assert sources == ["config"]
+    assert stored == 2
+
+
 def test_submit_is_idempotent_by_uid(ready: GpufairClient) -> None:
     request = scheduler_pb2.SubmitWorkloadsRequest(
         workloads=[

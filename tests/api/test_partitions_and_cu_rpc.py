@@ -196,6 +196,14 @@ def test_a_started_event_says_where_the_instances_really_are(client: GpufairClie
     bad = ledger_pb2.EventPod(node="a1", gpu_indices=[1], gpu_fraction=4 / 7, partition_start=40)
     reply = client.report_events([started("four", [bad])])
     assert "partition_start must be in [0, 31]" in reply.results[0].error
+    # A partition without its share would be booked as a whole GPU (10 CU for a 4g.40gb's
+    # 40/7): refused, naming what is missing.
+    unshared = ledger_pb2.EventPod(node="a1", gpu_indices=[1], partition_start=0)
+    reply = client.report_events([started("four", [unshared])])
+    assert reply.results[0].status == ledger_pb2.EVENT_STATUS_REJECTED
+    assert reply.results[0].error == (
+        "pods[0]: a partition's gpu_fraction is required (its share of the GPU)"
+    )
 
 
 def test_a_mixed_cu_request_is_bound_across_types_in_one_rack(client: GpufairClient) -> None:

@@ -261,12 +261,19 @@ def test_prepare_gives_each_heartbeat_the_general_candidate_and_outcome() -> Non
     assert batch.outcomes.statuses == statuses
     assert batch.outcomes.errors == errors
     assert [tuple(c) for c in batch.candidates] == candidates
-    # What the corpus holds, as a user would count it: 13 candidates; one duplicate (the same id
-    # in upper case), one replay, one reuse; the rest refused before any database.
-    assert len(candidates) == 13
+    # What the corpus holds, as a user would count it: 11 candidates; one duplicate (the same id
+    # in upper case), one replay, one reuse; the rest refused before any database (a heartbeat
+    # naming a node or a GPU count among them: those fields are a node report's).
+    assert len(candidates) == 11
     assert statuses.count(EventStatus.DUPLICATE) == 2
     assert list(errors.values()).count(REUSED) == 1
-    assert len(errors) == 11
+    assert len(errors) == 13
+    assert (
+        list(errors.values()).count(
+            "node and gpu_count belong on node_capacity events, not heartbeat"
+        )
+        == 2
+    )
 
 
 @pytest.fixture

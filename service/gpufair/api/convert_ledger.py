@@ -29,7 +29,8 @@ def _pods(pods: Iterable[pb.EventPod]) -> tuple[EventPod, ...]:
         EventPod(
             p.node,
             tuple(p.gpu_indices),
-            p.gpu_fraction if p.gpu_fraction else 1.0,
+            # Unset is a whole GPU, but not for a partition: left 0, refused by the checks.
+            p.gpu_fraction or (0.0 if p.HasField("partition_start") else 1.0),
             p.partition_start if p.HasField("partition_start") else None,
         )
         for p in pods

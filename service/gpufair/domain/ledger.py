@@ -289,8 +289,16 @@ def static_problem_of_uuid(event: LedgerEvent, *, now_s: float) -> str | None:
         return f"occurred_at is {ahead:.0f} s in the future (more than {MAX_FUTURE_SKEW_S:.0f} s of clock skew)"
     if at < now_s - MAX_AGE_S:
         return f"occurred_at is more than {MAX_AGE_S / 86400:.0f} days in the past"
-    if event.kind is _STALE:
+    kind = event.kind
+    if kind is _STALE:
         return "stale events are written by gpufair itself"
+    # Each kind carries its own fields: a value in another kind's field would be stored in the
+    # payload and meant nothing (a node report's uid, a heartbeat's GPU count).
+    if kind is _NODE_CAPACITY:
+        if event.workload_uid or event.pods:
+            return "a node_capacity event names its node and gpu_count, no workload_uid or pods"
+    elif event.node or event.gpu_count:
+        return f"node and gpu_count belong on node_capacity events, not {kind.value}"
     # PostgreSQL can store no NUL character in text, nor as \u0000 in JSON: caught here (with
     # the other control characters and over-long strings, domain/limits.py), the event is
     # refused alone instead of failing its whole batch.
@@ -363,6 +371,9 @@ def _pods_problem(
             return f"pods[{i}]: unknown node {pod.node[:80]!r}"
         if node.pool != workload.pool:
             return f"pods[{i}]: node {pod.node} is in pool {node.pool}, the workload in {workload.pool}"
+        if pod.gpu_fraction == 0 and pod.partition_start is not None:
+            # Unset, it would read as a whole GPU: a 3g.40gb counted 7/3 of what it holds.
+            return f"pods[{i}]: a partition's gpu_fraction is required (its share of the GPU)"
         if not math.isfinite(pod.gpu_fraction) or not 0 < pod.gpu_fraction <= 1:
             return f"pods[{i}]: gpu_fraction must be in (0, 1]"
         if pod.gpu_fraction < 1 and len(pod.gpu_indices) != 1:

@@ -120,7 +120,9 @@ class EventPod(_message.Message):
     PARTITION_START_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_fraction: _builtins.float
-    """in (0, 1]; 1 for whole GPUs; 0 (unset) means 1"""
+    """In (0, 1]; 1 for whole GPUs; 0 (unset) means 1, except with partition_start: a partition
+    gives its share of the GPU (its profile's), or the event is rejected.
+    """
     partition_start: _builtins.int
     """A partition (the workload's partition_profile): its first memory slice on gpu_indices[0],
     as the bind's PodBinding.partition_start gave it; in [0, 31]. Unset: gpufair assumes it.
@@ -151,6 +153,9 @@ Global___EventPod: _TypeAlias = EventPod  # noqa: Y015
 class LedgerEvent(_message.Message):
     """An idempotent fact. The same event_id with the same payload is a no-op; with another payload it
     is rejected.
+    Each kind carries its own fields: workload events (started, heartbeat, stopped, preempted,
+    failed) a workload_uid and, when started, pods; node_capacity events node and gpu_count. A value
+    in another kind's field rejects the event.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
