@@ -179,6 +179,46 @@ def test_drained_node_is_not_ready_in_gpufair(
     cycle_until(bridge, lambda: gpufair_nodes(client) == SLURM_NODES, max_cycles=5)
 
 
+def test_node_slurm_retypes_keeps_gpufairs_type_while_work_holds_it(
+    slurm: Any, client: GpufairClient
+) -> None:
+    """gpufair has a100-0 as an RTX node with a run of another system on two of its GPUs; Slurm
+    says it is an A100 node. gpufair refuses to change a node's GPU type under work, so before,
+    the bridge's node update failed twice and the whole cycle with it, every cycle while the
+    run lasted. Now the other nodes are updated, a100-0 keeps its type until the run ends, and
+    the next cycle after that retypes it."""
+    client.apply_config(cluster_config("gpu"))
+    as_rtx = cluster_pb2.Node(
+        name="a100-0",
+        pool="gpu",
+        gpu_type="rtx4090-24gb",
+        gpu_count=8,
+        cpu_millicores=64_000,
+        memory_mib=512_000,
+        ready=True,
+    )
+    client.upsert_nodes([as_rtx])
+    work = scheduler_pb2.Workload(uid="batch-8", queue="team-a", pool="gpu", pods=1, gpus_per_pod=2)
+    assert [r.accepted for r in client.submit_workloads([work]).results] == [True]
+    on_it = [ledger_pb2.EventPod(node="a100-0", gpu_indices=[0, 1], gpu_fraction=1.0)]
+    stored = client.report_events([started("batch-8", on_it)]).results
+    assert [r.status for r in stored] == [ledger_pb2.EVENT_STATUS_STORED]
+
+    bridge = make_bridge(client, bridge_config())
+    [error] = bridge.cycle().errors
+    assert error.startswith(
+        "nodes: not moved yet: cannot change the pool or GPU type of node a100-0. In use: "
+        "running workload batch-8 uses node a100-0."
+    )
+    assert gpufair_nodes(client) == {**SLURM_NODES, "a100-0": ("rtx4090-24gb", 8, True)}
+
+    assert [r.status for r in client.report_events([stopped("batch-8")]).results] == [
+        ledger_pb2.EVENT_STATUS_STORED
+    ]
+    assert bridge.cycle().errors == []
+    assert gpufair_nodes(client) == SLURM_NODES
+
+
 def test_node_gone_from_slurm_is_pruned_once_no_work_uses_it(
     slurm: Any, client: GpufairClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

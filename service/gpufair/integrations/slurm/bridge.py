@@ -72,7 +72,7 @@ from gpufair.integrations.slurm.mapping import (
 )
 from gpufair.integrations.slurm.records import SlurmJob
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
-from gpufair.v1 import ledger_pb2, scheduler_pb2
+from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair.slurm_bridge")
 
@@ -240,13 +240,38 @@ class Bridge:
         try:
             self.client.upsert_nodes(mapped, prune_pools=self.config.pools)
         except grpc.RpcError as exc:
-            if not isinstance(exc, grpc.Call) or exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            if not _failed_precondition(exc):
                 raise
             # A node gone from Slurm still has work in gpufair: update the rest, prune later.
             report.errors.append(f"nodes: not pruned yet: {exc.details()}")
-            self.client.upsert_nodes(mapped)
+            try:
+                self.client.upsert_nodes(mapped)
+            except grpc.RpcError as again:
+                if not _failed_precondition(again):
+                    raise
+                # A node Slurm put in another pool or GPU type still holds work gpufair placed
+                # there: the nodes so changed keep gpufair's pool and type this cycle (the rest
+                # is updated), and move in a cycle after their work has ended.
+                report.errors[-1] = f"nodes: not moved yet: {again.details()}"
+                self.client.upsert_nodes(self._unmoved(mapped))
             return
         self._sent_nodes = key
+
+    def _unmoved(self, mapped: list[cluster_pb2.Node]) -> list[cluster_pb2.Node]:
+        """`mapped`, each node whose pool or GPU type differs from gpufair's stored one given
+        gpufair's (read once, only when a move was refused)."""
+        stored = {n.name: n for n in self.client.get_config().config.nodes}
+        kept = []
+        for node in mapped:
+            was = stored.get(node.name)
+            if was is not None and (was.pool, was.gpu_type) != (node.pool, node.gpu_type):
+                unmoved = cluster_pb2.Node()
+                unmoved.CopyFrom(node)
+                unmoved.pool, unmoved.gpu_type = was.pool, was.gpu_type
+                kept.append(unmoved)
+            else:
+                kept.append(node)
+        return kept
 
     # ---- jobs ----------------------------------------------------------------------------
 
@@ -556,3 +581,7 @@ class Bridge:
             report.events[name] = report.events.get(name, 0) + 1
             if result.status == ledger_pb2.EVENT_STATUS_REJECTED:
                 report.errors.append(f"{event.workload_uid}: event refused: {result.error}")
+
+
+def _failed_precondition(exc: grpc.RpcError) -> bool:
+    return isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.FAILED_PRECONDITION
