@@ -179,6 +179,26 @@ def test_drained_node_is_not_ready_in_gpufair(
     cycle_until(bridge, lambda: gpufair_nodes(client) == SLURM_NODES, max_cycles=5)
 
 
+def _run_of_another_system(client: GpufairClient, uid: str, node: str, gpu_type: str) -> None:
+    """`node` stored in pool gpu as 8 GPUs of `gpu_type`, with workload `uid` running on two of
+    them: work the bridge did not place."""
+    stored = cluster_pb2.Node(
+        name=node,
+        pool="gpu",
+        gpu_type=gpu_type,
+        gpu_count=8,
+        cpu_millicores=64_000,
+        memory_mib=512_000,
+        ready=True,
+    )
+    client.upsert_nodes([stored])
+    work = scheduler_pb2.Workload(uid=uid, queue="team-a", pool="gpu", pods=1, gpus_per_pod=2)
+    assert [r.accepted for r in client.submit_workloads([work]).results] == [True]
+    on_it = [ledger_pb2.EventPod(node=node, gpu_indices=[0, 1], gpu_fraction=1.0)]
+    stored_events = client.report_events([started(uid, on_it)]).results
+    assert [r.status for r in stored_events] == [ledger_pb2.EVENT_STATUS_STORED]
+
+
 def test_node_slurm_retypes_keeps_gpufairs_type_while_work_holds_it(
     slurm: Any, client: GpufairClient
 ) -> None:
@@ -188,21 +208,7 @@ def test_node_slurm_retypes_keeps_gpufairs_type_while_work_holds_it(
     run lasted. Now the other nodes are updated, a100-0 keeps its type until the run ends, and
     the next cycle after that retypes it."""
     client.apply_config(cluster_config("gpu"))
-    as_rtx = cluster_pb2.Node(
-        name="a100-0",
-        pool="gpu",
-        gpu_type="rtx4090-24gb",
-        gpu_count=8,
-        cpu_millicores=64_000,
-        memory_mib=512_000,
-        ready=True,
-    )
-    client.upsert_nodes([as_rtx])
-    work = scheduler_pb2.Workload(uid="batch-8", queue="team-a", pool="gpu", pods=1, gpus_per_pod=2)
-    assert [r.accepted for r in client.submit_workloads([work]).results] == [True]
-    on_it = [ledger_pb2.EventPod(node="a100-0", gpu_indices=[0, 1], gpu_fraction=1.0)]
-    stored = client.report_events([started("batch-8", on_it)]).results
-    assert [r.status for r in stored] == [ledger_pb2.EVENT_STATUS_STORED]
+    _run_of_another_system(client, "batch-8", "a100-0", "rtx4090-24gb")
 
     bridge = make_bridge(client, bridge_config())
     [error] = bridge.cycle().errors
@@ -227,21 +233,7 @@ def test_node_gone_from_slurm_is_pruned_once_no_work_uses_it(
     config.write_text(yaml.safe_dump(BRIDGE_YAML))
     once = ["slurm-bridge", "--config", str(config), "--once", "--address", client.address]
     # A node of the bridge's pool that Slurm no longer has, with a run of another system on it.
-    gone = cluster_pb2.Node(
-        name="a100-9",
-        pool="gpu",
-        gpu_type="a100-80gb",
-        gpu_count=8,
-        cpu_millicores=64_000,
-        memory_mib=512_000,
-        ready=True,
-    )
-    client.upsert_nodes([gone])
-    work = scheduler_pb2.Workload(uid="batch-7", queue="team-a", pool="gpu", pods=1, gpus_per_pod=2)
-    assert [r.accepted for r in client.submit_workloads([work]).results] == [True]
-    on_gone = [ledger_pb2.EventPod(node="a100-9", gpu_indices=[0, 1], gpu_fraction=1.0)]
-    stored = client.report_events([started("batch-7", on_gone)]).results
-    assert [r.status for r in stored] == [ledger_pb2.EVENT_STATUS_STORED]
+    _run_of_another_system(client, "batch-7", "a100-9", "a100-80gb")
 
     # The cycle updates Slurm's nodes but may not delete one that work uses: it says so, and
     # `--once` exits 1 for the step that failed.
