@@ -173,3 +173,31 @@ def test_a_trace_scenario_runs_its_pods_on_its_nodes(trace_dir: Path) -> None:
     assert done["pod-b"] == (240.0, 1340.0)  # arrives at 200 s, starts at the next cycle
     assert done["pod-d"][1] is not None
     assert sum(q.jobs_started for q in metrics.queues) == 4
+
+
+def test_a_pod_deleted_before_it_was_scheduled_names_the_file_and_line(trace_dir: Path) -> None:
+    """Times out of order within a row are a broken row, not a pod that ran for one second."""
+    bad = "pod-f,4000,8192,1,1000,,LS,Running,1700,1500,1800"  # deleted 300 s before scheduled
+    (trace_dir / PODS_FILE).write_text("\n".join([*PODS, bad]) + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from(trace_scenario_data(), trace_dir=trace_dir)
+    (problem,) = caught.value.problems
+    assert problem.message == (
+        f"{trace_dir / PODS_FILE}:7: deletion_time 1500 is before scheduled_time 1800"
+    )
+    never = "pod-f,4000,8192,1,1000,,BE,Pending,1700,1600,"  # never scheduled, deleted first
+    (trace_dir / PODS_FILE).write_text("\n".join([*PODS, never]) + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from(trace_scenario_data(), trace_dir=trace_dir)
+    (problem,) = caught.value.problems
+    assert problem.message == (
+        f"{trace_dir / PODS_FILE}:7: deletion_time 1600 is before creation_time 1700"
+    )
+
+
+def test_an_empty_file_says_so(trace_dir: Path) -> None:
+    (trace_dir / PODS_FILE).write_text("")
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from(trace_scenario_data(), trace_dir=trace_dir)
+    (problem,) = caught.value.problems
+    assert problem.message == f"{trace_dir / PODS_FILE}:1: the file is empty (no header row)"

@@ -22,7 +22,8 @@ How a pod becomes a simulated job:
   contention the full cluster lacks (its peak demand is about 66 of 6,212 GPUs).
 - **Run time** = `deletion_time - scheduled_time` for pods the production cluster scheduled, and
   `deletion_time - creation_time` (how long the pod was wanted) for pods it never scheduled, unless
-  `skip_unscheduled` drops them; at least one second. Run times are divided by
+  `skip_unscheduled` drops them; at least one second. A row deleted before it was scheduled (or,
+  never scheduled, before it was created) is a broken row: an error naming its file and line. Run times are divided by
   `duration_compression` (1 by default: the work a pod does does not change with arrival speed).
 - **Queues**: by a stable hash of the pod name (CRC-32, the same on every machine) over the listed
   queue names, or by `qos` through a mapping.
@@ -137,7 +138,9 @@ def _rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, s
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
     with handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in columns if c not in (reader.fieldnames or ())]
+        if reader.fieldnames is None:
+            raise TraceError(f"{path}:1: the file is empty (no header row)")
+        missing = [c for c in columns if c not in reader.fieldnames]
         if missing:
             raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}")
         for row in reader:
@@ -260,12 +263,17 @@ def read_pods(
         deleted_s = _int(path, line, row, "deletion_time")
         scheduled = row["scheduled_time"].strip()
         if scheduled:
-            run_s = float(deleted_s - _int(path, line, row, "scheduled_time"))
+            began_s, began = _int(path, line, row, "scheduled_time"), "scheduled_time"
         elif options.skip_unscheduled:
             unscheduled_skipped += 1
             continue
         else:
-            run_s = float(deleted_s - created_s)
+            began_s, began = created_s, "creation_time"
+        if deleted_s < began_s:
+            raise TraceError(
+                f"{path}:{line}: deletion_time {deleted_s} is before {began} {began_s}"
+            )
+        run_s = float(deleted_s - began_s)
         types: list[str] = []
         for part in row["gpu_spec"].split("|"):
             name = part.strip()
