@@ -27,30 +27,21 @@ partitions).
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from victim_reference import (
     AGREES,
     COST,
     FITS_NOW,
-    INFEASIBLE,
     MISSED,
-    NEEDLESS,
-    NOT_A_CANDIDATE,
     TIE,
     TIER,
     WRONG_PHASE,
-    Case,
     judge,
+    judge_seeds,
     make_case,
-    preempt_candidates,
-    reclaim_candidates,
 )
 
 SEEDS = range(4_000)
-# Cases with more candidates than this are not judged (the reference tries every subset).
-MOST_CANDIDATES = 12
 
 # What the runs judged, by verdict (seeds 0-3999; a change in the search moves these).
 TALLY = {
@@ -74,27 +65,8 @@ TALLY = {
 }
 
 
-def _judged(partitions: bool) -> list[tuple[int, Case]]:
-    cases = []
-    for seed in SEEDS:
-        case = make_case(seed, partitions)
-        if (
-            len(reclaim_candidates(case)[0]) <= MOST_CANDIDATES
-            and len(preempt_candidates(case)) <= MOST_CANDIDATES
-        ):
-            cases.append((seed, case))
-    return cases
-
-
 @pytest.mark.parametrize("partitions", [False, True], ids=["plain", "partitions"])
 def test_victims_are_needed_and_as_designed(partitions: bool) -> None:
-    tally: Counter[str] = Counter()
-    deviating = []
-    for seed, case in _judged(partitions):
-        verdict = judge(case)
-        assert verdict.kind not in (NEEDLESS, INFEASIBLE, NOT_A_CANDIDATE), (seed, verdict)
-        tally[verdict.kind] += 1
-        if not verdict.as_designed:
-            deviating.append((seed, verdict))
+    tally, deviating = judge_seeds(SEEDS, make_case, judge, partitions)
     assert deviating == []
     assert dict(tally) == TALLY[partitions]

@@ -25,33 +25,25 @@ option was taken, or none. The smallest case of each kind is a test below.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from cycle_builders import A100, evictions, node, queue, running, snapshot, workload
 from victim_reference import (
     AGREES,
     COST,
     FITS_NOW,
-    INFEASIBLE,
     MISSED,
-    NEEDLESS,
-    NOT_A_CANDIDATE,
     TIE,
     TIER,
     WRONG_PHASE,
-    Case,
     judge_leaving,
+    judge_seeds,
     make_leaving_case,
-    preempt_candidates,
-    reclaim_candidates,
 )
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.snapshot import EvictionInFlight, EvictReason
 
 SEEDS = range(4_000)
-MOST_CANDIDATES = 12  # as in `test_victims_against_reference`: the reference tries every subset
 
 # What the runs judged, by verdict (a change in the search or the cases moves these). The kinds
 # other than AGREES, TIE and FITS_NOW are the documented greedy's own distance from the best
@@ -62,28 +54,9 @@ TALLY = {
 }
 
 
-def _judged(partitions: bool) -> list[tuple[int, Case]]:
-    cases = []
-    for seed in SEEDS:
-        case = make_leaving_case(seed, partitions)
-        if (
-            len(reclaim_candidates(case)[0]) <= MOST_CANDIDATES
-            and len(preempt_candidates(case)) <= MOST_CANDIDATES
-        ):
-            cases.append((seed, case))
-    return cases
-
-
 @pytest.mark.parametrize("partitions", [False, True], ids=["plain", "partitions"])
 def test_victims_beside_leaving_capacity_are_needed_and_as_designed(partitions: bool) -> None:
-    tally: Counter[str] = Counter()
-    deviating = []
-    for seed, case in _judged(partitions):
-        verdict = judge_leaving(case)
-        assert verdict.kind not in (NEEDLESS, INFEASIBLE, NOT_A_CANDIDATE), (seed, verdict)
-        tally[verdict.kind] += 1
-        if not verdict.as_designed:
-            deviating.append((seed, verdict))
+    tally, deviating = judge_seeds(SEEDS, make_leaving_case, judge_leaving, partitions)
     assert deviating == []
     assert dict(tally) == TALLY[partitions]
 

@@ -28,7 +28,8 @@ The reference (`reference`), the rules alone, none of the search's code:
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -700,3 +701,34 @@ def _less(case: Case, gone: set[str]) -> dict[str, float]:
         if job.uid in gone:
             allocated[job.queue] -= job.cu
     return allocated
+
+
+# Cases with more candidates than this are not judged (the reference tries every subset).
+MOST_CANDIDATES = 12
+
+
+def judge_seeds(
+    seeds: Iterable[int],
+    make: Callable[[int, bool], Case],
+    judged: Callable[[Case], Verdict],
+    partitions: bool,
+) -> tuple[Counter[str], list[tuple[int, Verdict]]]:
+    """Each seed's case (`make`) with at most `MOST_CANDIDATES` candidates of either phase,
+    judged (`judged`): the verdicts' count by kind, and the cases that deviate from the
+    documented greedy. A verdict the rules forbid outright (a needless victim, a set that makes
+    no room, a victim that is not a candidate) fails at once, naming its seed."""
+    tally: Counter[str] = Counter()
+    deviating = []
+    for seed in seeds:
+        case = make(seed, partitions)
+        if (
+            len(reclaim_candidates(case)[0]) > MOST_CANDIDATES
+            or len(preempt_candidates(case)) > MOST_CANDIDATES
+        ):
+            continue
+        verdict = judged(case)
+        assert verdict.kind not in (NEEDLESS, INFEASIBLE, NOT_A_CANDIDATE), (seed, verdict)
+        tally[verdict.kind] += 1
+        if not verdict.as_designed:
+            deviating.append((seed, verdict))
+    return tally, deviating
