@@ -399,8 +399,10 @@ def _choose_domain(
     shape = ask.shape
     blocking = exclusion.blocks_any()
     spread = strategy is PlacementStrategy.SPREAD
-    # Whole-GPU pods (no partition) are counted here as `fit_on` counts them, without its
-    # call: every node with room is read, and a pool of 4,000 nodes has a few hundred.
+    # Whole-GPU pods (no partition) are counted as `fit_on` counts them, without its call.
+    # With CPU and memory asked and nothing excluded (the common case) the count is the one
+    # kept from the last such search on this capacity, only the nodes changed since read
+    # again (`_DomainRoom`); otherwise every node with room is read.
     whole = 0 if shape.profile else shape.whole_gpus
     cpu, memory = shape.cpu_millicores, shape.memory_mib
     room: Mapping[str, int]
