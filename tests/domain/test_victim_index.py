@@ -172,3 +172,59 @@ def test_prune_drops_what_its_budget_no_longer_covers_after_some_of_the_largest_
     index.prune("q", 9.0)
     assert "q" not in index.by_queue or not index.by_queue["q"]
     assert index.total_gpus == 0.0
+
+
+def test_the_walk_for_pods_of_several_gpus_keys_each_node_by_the_tier_that_frees_them() -> None:
+    """The walk for pods of k whole GPUs (`tier_walk_order(k)`): only the nodes that can free k GPUs,
+    each keyed by the tier that frees them (`whole_tier`), and kept as a fresh index makes it
+    as victims leave, a few at a time (patched) and many (sorted again)."""
+    capacity = _pool(40)
+    # Tiers that vary within a node: freeing one GPU takes a lower tier than freeing four.
+    victims = [
+        Victim(
+            v.uid,
+            v.queue,
+            (v.uses[0].gpu_indices[0] * 2 + v.nodes[0]) % 5,
+            v.priority_class,
+            v.started_at_s,
+            v.cu,
+            v.gpus,
+            v.gpu_type,
+            v.uses,
+            v.nodes,
+        )
+        for v in _fill(capacity, 40)
+    ]
+    index = VictimIndex(victims, capacity)
+    walks = (0, 1, 2, 3, 4, 5)
+
+    def walk(index: VictimIndex, gpus: int) -> list[tuple[int, float, int, float, int]]:
+        return index.tier_walk_order(gpus) if gpus > 1 else index.walk_order(gpus > 0)
+
+    for gpus in walks:
+        walk(index, gpus)
+    for round_, count in enumerate((1, 2, 5, 90)):
+        # Victims of every fourth node leave first: those nodes keep fewer GPUs to free.
+        leaving = [v for v in victims if v.nodes[0] % 4 == 0][:count]
+        leaving += [v for v in victims if v not in leaving][: count - len(leaving)]
+        for victim in leaving:
+            index.remove(victim)
+        victims = [v for v in victims if v not in leaving]
+        fresh = VictimIndex(victims, capacity)
+        # Some walks are read after each round, the others only after two: each is brought up
+        # to date from where it was read last.
+        for gpus in walks if round_ % 2 else walks[::2]:
+            assert walk(index, gpus) == walk(fresh, gpus)
+        if not round_ % 2:
+            continue
+        by_node = {key[4]: key for key in index.walk_order(1)}
+        for gpus in (2, 3, 4, 5):
+            keys = index.tier_walk_order(gpus)
+            assert {key[4] for key in keys} == {
+                node for node, freeable in index.freeable_on_node.items() if freeable >= gpus
+            }
+            for key in keys:
+                assert key[0] == index.whole_tier(key[4], gpus)
+                assert key[1:] == by_node[key[4]][1:]
+    assert index.tier_walk_order(5) == []
+    assert index.tier_walk_order(4)

@@ -111,6 +111,10 @@ class VictimIndex:
     The cycle keeps one per GPU type for the whole cycle and removes victims as it evicts them;
     the index only ever shrinks, which keeps every bound below valid."""
 
+    # Per walk for pods of several GPUs (`tier_walk_order`), each node's key in it: the key it
+    # is found by when the node changes. Made with the first such walk (most indexes have none).
+    _tier_keys: dict[int, dict[int, WalkKey]] | None = None
+
     def __init__(
         self, victims: Iterable[Victim], capacity: Capacity, partitions: bool | None = None
     ) -> None:
@@ -193,9 +197,9 @@ class VictimIndex:
         # (bisect: the list moves in C), or, when many did (evictions between two searches
         # often remove many victims), the list keeps its other keys and is sorted with the new
         # ones after them (one sorted run and a short tail: about one comparison per key).
-        self._walks: dict[bool, list[WalkKey]] = {}
+        self._walks: dict[int, list[WalkKey]] = {}
         # Per walk, the nodes changed since it was read, each with its key in the walk.
-        self._stale: dict[bool, dict[int, WalkKey]] = {}
+        self._stale: dict[int, dict[int, WalkKey]] = {}
         self._set_keys(on_node)
 
     def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
@@ -208,6 +212,27 @@ class VictimIndex:
             self._stale[whole_gpus] = {}
         elif self._stale[whole_gpus]:
             self._update_walk(whole_gpus, found)
+        return found
+
+    def tier_walk_order(self, gpus: int) -> list[WalkKey]:
+        """`walk_order` for pods of `gpus` (more than one) whole GPUs: the tier is that of
+        freeing `gpus` GPUs (`whole_tier`), and only the nodes that can free them
+        (`freeable_on_node`) are in it: a walk that neither passes a node that cannot free a
+        pod's GPUs nor meets one whose first GPU is cheap and the rest are not."""
+        found = self._walks.get(gpus)
+        if found is None:
+            whole_keys = self._whole_key
+            if self._tier_keys is None:
+                self._tier_keys = {}
+            in_walk = self._tier_keys[gpus] = {
+                node: (tiers[gpus - 1], *whole_keys[node][1:])
+                for node, tiers in self._whole_tiers.items()
+                if len(tiers) >= gpus
+            }
+            found = self._walks[gpus] = sorted(in_walk.values())
+            self._stale[gpus] = {}
+        elif self._stale[gpus]:
+            self._update_tier_walk(gpus, found, self._stale[gpus])
         return found
 
     def _update_walk(self, whole_gpus: bool, order: list[WalkKey]) -> None:
@@ -226,6 +251,38 @@ class VictimIndex:
                 del order[bisect.bisect_left(order, old)]
                 if new is not None:
                     bisect.insort(order, new)
+        stale.clear()
+
+    def _update_tier_walk(self, gpus: int, order: list[WalkKey], stale: dict[int, WalkKey]) -> None:
+        """`_update_walk` for the walk of pods of `gpus` whole GPUs: its keys in the walk are
+        kept per node (`_tier_keys`; `stale` has the nodes changed, their keys for one GPU:
+        `remove` keeps every walk's stale nodes alike)."""
+        assert self._tier_keys is not None
+        in_walk = self._tier_keys[gpus]
+        whole_keys = self._whole_key
+        now_tiers = self._whole_tiers
+        patch = len(stale) * _PATCHED_PER_STALE <= len(order)
+        if not patch:
+            order[:] = [key for key in order if key[4] not in stale]
+        for node in stale:
+            old = in_walk.get(node)
+            tiers = now_tiers.get(node)
+            if tiers is not None and len(tiers) >= gpus:
+                new = in_walk[node] = (tiers[gpus - 1], *whole_keys[node][1:])
+                if patch:
+                    if new == old:
+                        continue
+                    if old is not None:
+                        del order[bisect.bisect_left(order, old)]
+                    bisect.insort(order, new)
+                else:
+                    order.append(new)
+            elif old is not None:
+                del in_walk[node]
+                if patch:
+                    del order[bisect.bisect_left(order, old)]
+        if not patch:
+            order.sort()
         stale.clear()
 
     def whole_tier(self, node: int, gpus: int) -> int:

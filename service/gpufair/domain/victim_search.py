@@ -61,8 +61,13 @@ heap (the walk's next node is taken when it sorts before the heap's top). A recl
 busy pool therefore reads a handful of nodes. A node that could not free one pod's whole GPUs
 even with all its victims gone (`freeable_on_node`) is passed over without being scored (the
 walk passes one that sorts before the heap's top by its key alone, before reading the node). A
-full node the walk meets for a pod of several GPUs goes back to the heap unread when the tier it
-takes to free them all (`VictimIndex.whole_tier`) is above its key's, which frees one. Each
+pod of several GPUs walks, on an index of many nodes, a list of its own
+(`VictimIndex.tier_walk_order`): only the nodes that can free its GPUs, each keyed by the tier it
+takes to free them all (`VictimIndex.whole_tier`), not the one that frees one GPU, so the walk
+neither passes nodes it cannot use nor meets, early, nodes whose first GPU is cheap and the
+rest are not (both more, the larger the pool); on a smaller index it walks the list for one
+GPU, and a full node it meets goes back to the heap unread when the tier it takes to free the
+pod's GPUs is above its key's. Each
 node's victims are kept with their uses on that node; a node's option found in one search is
 kept for the next while the node, its victims and the budgets it read are unchanged
 (`option_table`). The walk's next node, due when its head is taken, is read only if the search
@@ -447,6 +452,12 @@ class Picked(NamedTuple):
 
 
 _LOWER_BOUND, _EXACT, _WALK = 0, 1, 2
+# Nodes with victims from which a search for pods of several GPUs walks the index's walk for
+# pods of that many GPUs (`_greedy`; `VictimIndex.tier_walk_order`). Counted on the benchmark's
+# scrambled pools: at 1,000 nodes (indexes of up to 300 nodes) making and keeping such walks,
+# from 32 or 256 nodes up, cost more than the passing they saved; at 4,000 nodes (up to 1,200)
+# much less.
+_TIER_WALK_NODES = 512
 NOT_CHANGED: dict[int, bool] = {}  # `advance`: no node changed since the walk's next fell due
 
 
@@ -507,11 +518,16 @@ def _greedy(
 
     whole = shape.whole_gpus
     plain_whole = whole > 0 and not shape.profile  # none fits where fewer GPUs are free
-    # A pod of several GPUs on a full node of the walk needs the tier that frees them all
-    # (`VictimIndex.whole_tier`), often above its key's, which frees one: such a node goes to
-    # the heap with that bound, unread, and is read only if the bound reaches the top. A bound
-    # while nothing outside the index was released (`freeable_bounds`); a node a pick of this
-    # search changed has its option in the heap already, read after the pick.
+    # A pod of several GPUs on a full node needs the tier that frees them all
+    # (`VictimIndex.whole_tier`), often above the tier that frees one. On an index of many
+    # nodes its walk is the index's for pods of that many GPUs (`_TIER_WALK_NODES`), keyed by that
+    # tier and holding only the nodes that can free them (`tier_walk_order`): it passes no node it
+    # could not use. On fewer, passing them costs less than keeping one more walk: the walk
+    # for one GPU passes the nodes that could not free a pod's GPUs (`least_freeable`), and a
+    # full node whose `whole_tier` is above its key's goes to the heap with that bound
+    # (`tighten`), unread, read only if the bound reaches the top. Bounds while nothing
+    # outside the index was released (`freeable_bounds`); a node a pick of this search
+    # changed has its option in the heap already, read after the pick.
     tighten = freeable_bounds and whole > 1
 
     def fit_now(node: int) -> int:
@@ -840,7 +856,12 @@ def _greedy(
             if not whole:
                 rooms.append(partial)
             starts = {node for room in rooms for node in room if node in floors}
-        walk = iter(index.walk_order(whole > 0))
+        if tighten and len(floors) >= _TIER_WALK_NODES:
+            # The walk for pods of `whole` GPUs: none is passed by its count or tightened.
+            walk = iter(index.tier_walk_order(whole))
+            tighten = False
+        else:
+            walk = iter(index.walk_order(whole > 0))
     else:
         starts = set(subset) if subset is not None else set(floors)
     for node in starts:
