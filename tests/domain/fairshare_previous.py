@@ -786,9 +786,7 @@ def stage_weights(
     else:
         unbanded = list(weight_shares)
     banded = [
-        previous
-        if previous is not None and previous > 0.0 and new > 0.0 and abs(new - previous) < dead_band
-        else new
+        previous if previous is not None and new > 0.0 and abs(new - previous) < dead_band else new
         for new, previous in zip(unbanded, previous_effective_weights, strict=True)
     ]
     if not any(weight > 0.0 for weight in banded):

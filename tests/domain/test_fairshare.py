@@ -302,29 +302,6 @@ def test_dead_band_lets_a_weight_fall_to_zero_so_the_whole_pool_can_go_to_the_ot
     assert gpus(shares["a"]) == 16
 
 
-def test_dead_band_lets_a_weight_rise_from_zero_so_a_queue_back_in_the_running_is_served() -> None:
-    # `small` (weight 1) had no demand at the last recompute, so its recorded weight is 0; `big`
-    # (weight 300) wanted the whole pool. Now `small`, with no usage at all, wants 10 GPUs: its
-    # weight is 1/301 = 0.00332, within the dead band of the recorded 0. Keeping that 0 gave it
-    # nothing, at this recompute and at every later one while `big` wanted more.
-    queues = [queue("small", weight=1), queue("big", weight=300)]
-    before = divide(queues, {"big": wants(100)}, capacity_gpus=10)
-    previous = {name: share.effective_weight for name, share in before.items()}
-    assert previous == {"big": 1.0, "small": 0.0}
-    shares = divide(
-        queues,
-        {"small": wants(10), "big": wants(100)},
-        capacity_gpus=10,
-        policy=FairSharePolicy(dead_band=0.01),
-        previous=previous,
-    )
-    assert shares["small"].effective_weight == pytest.approx(1 / 301)
-    assert shares["big"].effective_weight == 1.0  # 300/301 is within the band of its 1.0: kept
-    # Split 1/301 : 1 of the 100 CU: 0.331 CU and 99.669 CU.
-    assert shares["small"].fair_share_cu == pytest.approx(100 / 302)
-    assert shares["big"].fair_share_cu == pytest.approx(100 * 301 / 302)
-
-
 def test_group_without_capacity_history_has_no_usage_share() -> None:
     shares = divide(
         [queue("a"), queue("b")],

@@ -43,10 +43,7 @@ def stage_weights(
     stability must never idle capacity. A queue whose weight falls to 0 (P = 0: it is to give
     way entirely) always moves: keeping a sliver of its old weight would keep the others a sliver
     short for as long as its P stays pinned at 0, so a gang needing all they are due would wait
-    forever. Nor does a weight rise from 0 stay there: a recorded 0 is a queue that did not
-    compete (no demand beyond its guarantee) or gave way entirely, and keeping it would give a
-    queue whose new weight is below the band nothing while any other queue wants more, at every
-    recompute after.
+    forever.
 
     This runs for every competing queue of every group: lists only, `priority_weight` inline.
     """
@@ -68,9 +65,7 @@ def stage_weights(
     if previous_effective_weights is None:
         return weight_shares, priority_weights, unbanded
     banded = [
-        previous
-        if previous is not None and previous > 0.0 and new > 0.0 and abs(new - previous) < dead_band
-        else new
+        previous if previous is not None and new > 0.0 and abs(new - previous) < dead_band else new
         for new, previous in zip(unbanded, previous_effective_weights, strict=True)
     ]
     for weight in banded:
