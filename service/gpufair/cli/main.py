@@ -8,6 +8,7 @@ option `--foo-bar` may come from `$GPUFAIR_FOO_BAR` instead (cli/options.py)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -840,12 +841,11 @@ def _stdout_closed() -> int:
     """What reads the output went away (`gpufair get workloads -o json | head`): stop quietly,
     as a program SIGPIPE ended does. Standard output now writes nowhere, so the interpreter's
     own flush at exit finds nothing to complain of."""
-    try:
+    # ValueError: no file descriptor behind sys.stdout (a test's capture); nothing to redirect.
+    with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):  # no file descriptor behind sys.stdout (a test's capture)
-        pass
     return 128 + signal.SIGPIPE
 
 
