@@ -85,3 +85,59 @@ def test_a_node_with_running_work_keeps_its_gpu_type_until_the_work_stops(
     assert client.upsert_nodes([resized]).applied
     assert report(client, event(STOPPED, "run-1", time.time()))[0].status == STORED
     assert client.upsert_nodes([retyped]).applied
+
+
+def test_a_node_shrunk_below_the_gpus_its_bound_work_holds_is_refused(
+    client: GpufairClient,
+) -> None:
+    """8 GPUs bound on an 8-GPU node: 4 would leave GPUs 4-7 of the work on no GPU the cycle
+    counts, and the node's 4 others free to bind again."""
+    config = cluster()
+    client.apply_config(config)
+    submit(client, "held", pods=1, gpus=8)
+    [bind] = client.schedule("main").binds
+    name = bind.pods[0].node
+    assert list(bind.pods[0].gpu_indices) == [0, 1, 2, 3, 4, 5, 6, 7]
+    version = client.get_config().config_version
+
+    shrunk = node(config, name, gpu_count=4)
+    for dry_run in (True, False):
+        details = refused(lambda d=dry_run: client.upsert_nodes([shrunk], dry_run=d))
+        assert f"cannot shrink node {name} to 4 GPUs" in details
+        assert f"bound workload held uses GPU 7 of node {name}" in details
+    applied = pb.ClusterConfig()
+    applied.CopyFrom(config)
+    applied.nodes.remove(node(config, name))
+    applied.nodes.append(shrunk)
+    assert f"bound workload held uses GPU 7 of node {name}" in refused(
+        lambda: client.apply_config(applied)
+    )
+    assert client.get_config().config_version == version
+    [stored] = [n for n in client.get_config().config.nodes if n.name == name]
+    assert stored.gpu_count == 8
+
+
+def test_a_shrink_that_keeps_every_gpu_of_the_running_work_is_made(
+    client: GpufairClient,
+) -> None:
+    """run-1 runs on GPUs 0-1 of a1: a1 may go from 8 to 2 GPUs, not to 1 until run-1 stops."""
+    config = cluster()
+    client.apply_config(config)
+    submit(client, "run-1", pods=1, gpus=2)
+    started = event(STARTED, "run-1", time.time(), [("a1", [0, 1], 1.0)])
+    assert report(client, started)[0].status == STORED
+
+    details = refused(lambda: client.upsert_nodes([node(config, "a1", gpu_count=1)]))
+    assert "cannot shrink node a1 to 1 GPU." in details
+    assert "running workload run-1 uses GPU 1 of node a1" in details
+    reply = client.upsert_nodes([node(config, "a1", gpu_count=2)])
+    assert reply.applied
+    assert [(f.field, f.before, f.after) for c in reply.changes for f in c.fields] == [
+        ("gpu_count", "8", "2")
+    ]
+    # Growing back needs nothing; a shrink of a node without work neither.
+    assert client.upsert_nodes([node(config, "a1", gpu_count=8)]).applied
+    assert client.upsert_nodes([node(config, "a2", gpu_count=1)]).applied
+
+    assert report(client, event(STOPPED, "run-1", time.time()))[0].status == STORED
+    assert client.upsert_nodes([node(config, "a1", gpu_count=1)]).applied

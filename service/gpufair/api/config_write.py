@@ -1,7 +1,7 @@
 """What every config mutation (ApplyConfig, DeleteObjects, UpsertNodes, SetNodesReady) shares:
 its request checks, the optimistic-concurrency check, the deletion rules (and the like rules that
-a leaf queue holding work stays a leaf, and a node holding work keeps its pool and GPU type) and
-the write.
+a leaf queue holding work stays a leaf, and a node holding work keeps its pool, its GPU type and
+the GPUs it holds) and the write.
 
 Each runs in one transaction under the config lock (api/idempotent.py). A dry run goes through the
 very same steps, writes included, and checks the deferred foreign keys before its transaction is
@@ -20,7 +20,11 @@ from gpufair.domain.errors import FailedPrecondition, Violation
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import request_id_violations
 from gpufair.store import capacity_repo, config_repo, node_history_repo, workload_repo
-from gpufair.store.deletion_guard import refuse_unsafe_deletions, work_using
+from gpufair.store.deletion_guard import (
+    refuse_unsafe_deletions,
+    work_beyond_gpu_counts,
+    work_using,
+)
 from gpufair.v1 import cluster_pb2 as pb
 
 Mutation = (
@@ -71,6 +75,7 @@ def write(
     allow them; returns the config version after them (for a dry run: the current one)."""
     refuse_unsafe_deletions(conn, final, changes)
     refuse_node_moves_under_work(conn, changes)
+    refuse_node_shrinks_under_work(conn, changes)
     refuse_new_parents_with_work(conn, final, changes)
     version = config_repo.config_version(conn)
     if not changes:
@@ -114,6 +119,34 @@ def refuse_node_moves_under_work(conn: Connection, changes: Sequence[ConfigChang
             f"cannot change the pool or GPU type of node {', '.join(held)}. In use: "
             f"{capped(in_use)}. Work placed on a node keeps it as it was placed: it must stop "
             "or be cancelled first. Nothing was changed."
+        )
+
+
+def refuse_node_shrinks_under_work(conn: Connection, changes: Sequence[ConfigChange]) -> None:
+    """Raise FailedPrecondition when a node's `gpu_count` would shrink below a GPU that bound or
+    running work holds there: a GPU index at or past the new count. The cycle counts a pod's
+    GPUs by index and drops those the node no longer has, so its other GPUs would look free and
+    be bound a second time. A shrink that leaves every held GPU (work on GPUs 0-1 of a node going
+    from 8 to 4) is made."""
+    shrunk = {
+        c.name: int(f.after)
+        for c in changes
+        if c.kind == "node" and c.action is ChangeAction.UPDATE
+        for f in c.fields
+        if f.field == "gpu_count" and int(f.after) < int(f.before)
+    }
+    if not shrunk:
+        return
+    in_use = work_beyond_gpu_counts(conn, shrunk)
+    if in_use:
+        held = sorted({line.rsplit(" ", 1)[-1] for line in in_use})
+        counts = ", ".join(
+            f"{name} to {shrunk[name]} GPU{'' if shrunk[name] == 1 else 's'}" for name in held
+        )
+        raise FailedPrecondition(
+            f"cannot shrink node {counts}. In use: {capped(in_use)}. Work placed on a node "
+            "keeps the GPUs it was placed on: it must stop or be cancelled first. "
+            "Nothing was changed."
         )
 
 

@@ -10,6 +10,9 @@ A deletion is refused (FAILED_PRECONDITION, nothing written) when
   or stop first: otherwise its `stopped` event would name objects that no longer exist and the
   cycle would hold GPUs nobody can see.
 
+A node shrunk below a GPU its bound or running work holds is refused the same way
+(`work_beyond_gpu_counts`): the cycle would count that GPU nowhere and hand its node's others out.
+
 Pending workloads do not block: a pending workload of a deleted queue simply waits (explain says
 why) until its queue exists again or it is cancelled.
 """
@@ -84,6 +87,40 @@ def work_using(conn: Connection, gone: Mapping[str, set[str]]) -> list[str]:
         ):
             what = f"node {r.node}" if r.node in gone.get("node", ()) else f"gpu_type {r.gpu_type}"
             lines.append(f"{r.state} workload {r.uid} uses {what}")
+    return lines
+
+
+def work_beyond_gpu_counts(conn: Connection, gpu_counts: Mapping[str, int]) -> list[str]:
+    """What bound or running work holds a GPU that a node of `gpu_counts` would no longer have
+    (an index at or past its new count), as "<work> uses GPU <i> of node <name>" lines, the
+    highest index per work and node, at most MAX_SHOWN + 1."""
+    if not gpu_counts:
+        return []
+    names = sorted(gpu_counts)
+    lines: list[str] = []
+    for r in conn.execute(
+        text(
+            """
+            SELECT uid, state, node, max(gpu::int) AS gpu FROM (
+                SELECT w.uid, 'bound' AS state, p->>'node' AS node, p->'gpu_indices' AS gpus
+                FROM workloads w, jsonb_array_elements(w.binding->'pods') p
+                WHERE w.state = 'bound'
+                UNION ALL
+                SELECT i.workload_uid, 'running', p->>'node', p->'gpu_indices'
+                FROM allocation_intervals i, jsonb_array_elements(i.pods) p
+                WHERE i.ended_at IS NULL
+            ) used
+            JOIN unnest(CAST(:nodes AS text[]), CAST(:counts AS int[])) AS s(node, gpu_count)
+                USING (node),
+            jsonb_array_elements_text(used.gpus) AS gpu
+            WHERE gpu::int >= s.gpu_count
+            GROUP BY uid, state, node
+            ORDER BY node, uid LIMIT :limit
+            """
+        ),
+        {"nodes": names, "counts": [gpu_counts[n] for n in names], "limit": MAX_SHOWN + 1},
+    ):
+        lines.append(f"{r.state} workload {r.uid} uses GPU {r.gpu} of node {r.node}")
     return lines
 
 

@@ -179,14 +179,21 @@ def test_drained_node_is_not_ready_in_gpufair(
     cycle_until(bridge, lambda: gpufair_nodes(client) == SLURM_NODES, max_cycles=5)
 
 
-def _run_of_another_system(client: GpufairClient, uid: str, node: str, gpu_type: str) -> None:
-    """`node` stored in pool gpu as 8 GPUs of `gpu_type`, with workload `uid` running on two of
-    them: work the bridge did not place."""
+def _run_of_another_system(
+    client: GpufairClient,
+    uid: str,
+    node: str,
+    gpu_type: str,
+    gpu_count: int = 8,
+    gpus: tuple[int, int] = (0, 1),
+) -> None:
+    """`node` stored in pool gpu as `gpu_count` GPUs of `gpu_type`, with workload `uid` running
+    on two of them (`gpus`): work the bridge did not place."""
     stored = cluster_pb2.Node(
         name=node,
         pool="gpu",
         gpu_type=gpu_type,
-        gpu_count=8,
+        gpu_count=gpu_count,
         cpu_millicores=64_000,
         memory_mib=512_000,
         ready=True,
@@ -194,7 +201,7 @@ def _run_of_another_system(client: GpufairClient, uid: str, node: str, gpu_type:
     client.upsert_nodes([stored])
     work = scheduler_pb2.Workload(uid=uid, queue="team-a", pool="gpu", pods=1, gpus_per_pod=2)
     assert [r.accepted for r in client.submit_workloads([work]).results] == [True]
-    on_it = [ledger_pb2.EventPod(node=node, gpu_indices=[0, 1], gpu_fraction=1.0)]
+    on_it = [ledger_pb2.EventPod(node=node, gpu_indices=list(gpus), gpu_fraction=1.0)]
     stored_events = client.report_events([started(uid, on_it)]).results
     assert [r.status for r in stored_events] == [ledger_pb2.EVENT_STATUS_STORED]
 
@@ -219,6 +226,30 @@ def test_node_slurm_retypes_keeps_gpufairs_type_while_work_holds_it(
     assert gpufair_nodes(client) == {**SLURM_NODES, "a100-0": ("rtx4090-24gb", 8, True)}
 
     assert [r.status for r in client.report_events([stopped("batch-8")]).results] == [
+        ledger_pb2.EVENT_STATUS_STORED
+    ]
+    assert bridge.cycle().errors == []
+    assert gpufair_nodes(client) == SLURM_NODES
+
+
+def test_node_slurm_shrinks_keeps_gpufairs_gpus_while_work_holds_them(
+    slurm: Any, client: GpufairClient
+) -> None:
+    """gpufair has a100-0 with 16 GPUs and a run of another system on GPUs 8 and 9; Slurm says
+    it has 8. gpufair refuses a shrink that would take GPUs from work: the bridge updates the
+    other nodes, keeps a100-0 at 16 while the run lasts, and shrinks it in the next cycle."""
+    client.apply_config(cluster_config("gpu"))
+    _run_of_another_system(client, "batch-9", "a100-0", "a100-80gb", gpu_count=16, gpus=(8, 9))
+
+    bridge = make_bridge(client, bridge_config())
+    [error] = bridge.cycle().errors
+    assert error.startswith(
+        "nodes: not moved yet: cannot shrink node a100-0 to 8 GPUs. In use: "
+        "running workload batch-9 uses GPU 9 of node a100-0."
+    )
+    assert gpufair_nodes(client) == {**SLURM_NODES, "a100-0": ("a100-80gb", 16, True)}
+
+    assert [r.status for r in client.report_events([stopped("batch-9")]).results] == [
         ledger_pb2.EVENT_STATUS_STORED
     ]
     assert bridge.cycle().errors == []

@@ -249,9 +249,10 @@ class Bridge:
             except grpc.RpcError as again:
                 if not _failed_precondition(again):
                     raise
-                # A node Slurm put in another pool or GPU type still holds work gpufair placed
-                # there: the nodes so changed keep gpufair's pool and type this cycle (the rest
-                # is updated), and move in a cycle after their work has ended.
+                # A node Slurm put in another pool or GPU type, or gave fewer GPUs, still holds
+                # work gpufair placed there: the nodes so changed keep gpufair's pool, type and
+                # GPU count this cycle (the rest is updated), and change in a cycle after their
+                # work has ended.
                 report.errors[-1] = f"nodes: not moved yet: {again.details()}"
                 self.client.upsert_nodes(self._unmoved(mapped))
             return
@@ -259,15 +260,20 @@ class Bridge:
 
     def _unmoved(self, mapped: list[cluster_pb2.Node]) -> list[cluster_pb2.Node]:
         """`mapped`, each node whose pool or GPU type differs from gpufair's stored one given
-        gpufair's (read once, only when a move was refused)."""
+        gpufair's, and each node with fewer GPUs than gpufair's stored count given that count
+        (read once, only when a move or shrink was refused)."""
         stored = {n.name: n for n in self.client.get_config().config.nodes}
         kept = []
         for node in mapped:
             was = stored.get(node.name)
-            if was is not None and (was.pool, was.gpu_type) != (node.pool, node.gpu_type):
+            if was is not None and (
+                (was.pool, was.gpu_type) != (node.pool, node.gpu_type)
+                or node.gpu_count < was.gpu_count
+            ):
                 unmoved = cluster_pb2.Node()
                 unmoved.CopyFrom(node)
                 unmoved.pool, unmoved.gpu_type = was.pool, was.gpu_type
+                unmoved.gpu_count = max(node.gpu_count, was.gpu_count)
                 kept.append(unmoved)
             else:
                 kept.append(node)
