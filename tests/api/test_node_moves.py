@@ -90,8 +90,8 @@ def test_a_node_with_running_work_keeps_its_gpu_type_until_the_work_stops(
 def test_a_node_shrunk_below_the_gpus_its_bound_work_holds_is_refused(
     client: GpufairClient,
 ) -> None:
-    """8 GPUs bound on an 8-GPU node: 4 would leave GPUs 4-7 of the work on no GPU the cycle
-    counts, and the node's 4 others free to bind again."""
+    """8 GPUs bound on an 8-GPU node: at 4 GPUs, GPUs 4-7 of the work would be on GPUs the node
+    no longer has."""
     config = cluster()
     client.apply_config(config)
     submit(client, "held", pods=1, gpus=8)
@@ -141,3 +141,31 @@ def test_a_shrink_that_keeps_every_gpu_of_the_running_work_is_made(
 
     assert report(client, event(STOPPED, "run-1", time.time()))[0].status == STORED
     assert client.upsert_nodes([node(config, "a1", gpu_count=1)]).applied
+
+
+def test_a_node_shrunk_under_running_work_on_its_last_gpus_is_refused(
+    client: GpufairClient,
+) -> None:
+    """run-1 runs on GPUs 6-7 of a1 (the only ready node). Shrunk from 8 to 4, the cycle saw
+    GPUs 0-3 free and bound a 4-GPU workload there: 6 GPUs of work on a node of 4. Now the shrink
+    is refused, and the next bind takes GPUs 0-3 of a1 as it still has 8."""
+    config = cluster()
+    client.apply_config(config)
+    client.set_nodes_ready(["a2", "r1"], False)
+    submit(client, "run-1", pods=1, gpus=2)
+    started = event(STARTED, "run-1", time.time(), [("a1", [6, 7], 1.0)])
+    assert report(client, started)[0].status == STORED
+
+    details = refused(lambda: client.upsert_nodes([node(config, "a1", gpu_count=4)]))
+    assert details.startswith(
+        "cannot shrink node a1 to 4 GPUs. In use: running workload run-1 uses GPU 7 of node a1."
+    )
+    submit(client, "next", pods=1, gpus=4)
+    [bind] = client.schedule("main").binds
+    assert (bind.uid, bind.pods[0].node, list(bind.pods[0].gpu_indices)) == (
+        "next",
+        "a1",
+        [0, 1, 2, 3],
+    )
+    [stored] = [n for n in client.get_config().config.nodes if n.name == "a1"]
+    assert stored.gpu_count == 8

@@ -125,9 +125,9 @@ def refuse_node_moves_under_work(conn: Connection, changes: Sequence[ConfigChang
 def refuse_node_shrinks_under_work(conn: Connection, changes: Sequence[ConfigChange]) -> None:
     """Raise FailedPrecondition when a node's `gpu_count` would shrink below a GPU that bound or
     running work holds there: a GPU index at or past the new count. The cycle counts a pod's
-    GPUs by index and drops those the node no longer has, so its other GPUs would look free and
-    be bound a second time. A shrink that leaves every held GPU (work on GPUs 0-1 of a node going
-    from 8 to 4) is made."""
+    GPUs by index and drops those the node no longer has: with work on GPUs 6-7 of a node shrunk
+    from 8 to 4, it saw 4 free GPUs and bound them, 6 GPUs of work on 4. A shrink that leaves
+    every held GPU (work on GPUs 0-1 of a node going from 8 to 2) is made."""
     shrunk = {
         c.name: int(f.after)
         for c in changes
