@@ -20,7 +20,12 @@ import grpc
 from sqlalchemy import Connection, Engine
 
 from gpufair.api import node_admin
-from gpufair.api.config_write import check_version, request_violations, write
+from gpufair.api.config_write import (
+    check_version,
+    repeated_violations,
+    request_violations,
+    write,
+)
 from gpufair.api.convert_cluster import (
     changes_to_proto,
     config_from_proto,
@@ -165,6 +170,7 @@ class ClusterAdminServicer(cluster_pb2_grpc.ClusterAdminServicer):
         violations = request_violations(request)
         violations += kind_violations("kind", request.kind)
         violations += object_names_violations("names", request.kind, request.names)
+        violations += repeated_violations("names", request.names)
         if violations:
             raise InvalidInputError(violations)
         names = set(request.names)

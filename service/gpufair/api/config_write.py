@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from gpufair.domain.config_diff import ChangeAction, ConfigChange
 from gpufair.domain.config_scope import MAX_SHOWN, capped
 from gpufair.domain.errors import FailedPrecondition, Violation
+from gpufair.domain.limits import echo
 from gpufair.domain.model import ClusterConfig
 from gpufair.domain.request_rules import request_id_violations
 from gpufair.store import capacity_repo, config_repo, node_history_repo, workload_repo
@@ -42,6 +43,21 @@ def request_violations(request: Mutation) -> list[Violation]:
     if expected is not None and expected < 0:
         violations.append(Violation("expected_version", f"must be >= 0, got {expected}"))
     return violations
+
+
+def repeated_violations(path: str, names: Sequence[str]) -> list[Violation]:
+    """A violation at each entry of `names` that repeats an earlier one, naming both places.
+    A list of objects to delete, flip or prune names each once: a repeat is a caller's slip
+    (a list built twice, a copy pasted), said rather than quietly merged."""
+    first: dict[str, int] = {}
+    out: list[Violation] = []
+    for i, name in enumerate(names):
+        j = first.setdefault(name, i)
+        if j != i:
+            out.append(
+                Violation(f"{path}[{i}]", f"{echo(name)} is listed twice (also {path}[{j}])")
+            )
+    return out
 
 
 def expected_version(request: Mutation) -> int | None:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
-from gpufair.api.config_write import check_version, write
+from gpufair.api.config_write import check_version, repeated_violations, write
 from gpufair.api.convert_cluster import changes_to_proto, config_from_proto
 from gpufair.domain.config_diff import diff_configs
 from gpufair.domain.config_rules import validate_config
@@ -111,15 +111,20 @@ def set_nodes_ready(
 
 
 def set_ready_violations(request: pb.SetNodesReadyRequest) -> list[Violation]:
-    """The node names: 1 to MAX_OBJECTS, each a bounded string without control characters."""
-    return object_names_violations("names", "node", request.names)
+    """The node names: 1 to MAX_OBJECTS, each a bounded string without control characters,
+    none listed twice."""
+    return object_names_violations("names", "node", request.names) + repeated_violations(
+        "names", request.names
+    )
 
 
 def upsert_violations(request: pb.UpsertNodesRequest) -> list[Violation]:
-    """The list sizes and the pool names to prune (domain/limits.py); the nodes themselves are
-    checked against the stored config by `upsert_nodes`, as ApplyConfig checks them."""
+    """The list sizes and the pool names to prune (domain/limits.py), none listed twice; the
+    nodes themselves are checked against the stored config by `upsert_nodes`, as ApplyConfig
+    checks them."""
     violations = []
     if len(request.nodes) > MAX_NODES_PER_UPSERT:
         violations.append(Violation("nodes", f"at most {MAX_NODES_PER_UPSERT} per call"))
     violations += prune_pools_violations(request.prune_pools)
+    violations += repeated_violations("prune_pools", request.prune_pools)
     return violations

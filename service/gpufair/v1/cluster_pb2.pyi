@@ -942,7 +942,7 @@ class DeleteObjectsRequest(_message.Message):
     """as in ApplyConfigRequest"""
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """all must exist; 1 to 100,000"""
+        """all must exist, each listed once; 1 to 100,000"""
 
     def __init__(
         self,
@@ -998,7 +998,7 @@ class UpsertNodesRequest(_message.Message):
     def prune_pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Nodes of these pools that are absent from `nodes` are deleted, under the rules of
         DeleteObjects (refused while bound or running work uses them). Empty = delete nothing.
-        at most 1,000 pool names
+        at most 1,000 pool names, each listed once
         """
 
     def __init__(
@@ -1071,7 +1071,9 @@ class SetNodesReadyRequest(_message.Message):
     """as in ApplyConfigRequest"""
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """All must exist (NOT_FOUND names the first that does not); 1 to 100,000 node names."""
+        """All must exist (NOT_FOUND names the first that does not), each listed once (a repeat is
+        INVALID_ARGUMENT); 1 to 100,000 node names.
+        """
 
     def __init__(
         self,
