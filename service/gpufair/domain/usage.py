@@ -16,6 +16,7 @@ minute and a report a month later agree to float precision.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeVar
@@ -290,3 +291,141 @@ def usage_inputs(
         held = capacity_pieces if group is None else pieces_by_queue[group]
         group_capacity[group] = _clipped_integral(_over(held, children_deserved), now_s, policy)
     return UsageInputs(usage_cu_s=usage, group_capacity_cu_s=group_capacity)
+
+
+# Rebase a running integral's reference instant once now is this many half-lives past it: its
+# terms stay below 2^64 times their value at the reference (far from overflow).
+_REBASE_HALF_LIVES = 64.0
+
+
+def _add_exact(partials: list[float], x: float) -> None:
+    """Add `x` to the float expansion `partials` without rounding (Shewchuk's non-overlapping
+    partials, the method of `math.fsum`): the expansion's exact sum gains exactly x, so taking
+    away a term added earlier leaves no residue."""
+    kept = 0
+    for partial in partials:
+        big, small = (partial, x) if abs(x) < abs(partial) else (x, partial)
+        x = big + small
+        low = small - (x - big)
+        if low:
+            partials[kept] = low
+            kept += 1
+    del partials[kept:]
+    partials.append(x)
+
+
+class RunningIntegral:
+    """The decayed integral of one step function x(t), fed as time passes and read at any later
+    instant over a window [lo_s, now_s): the number `decayed_integral` gives for the same stretches
+    and window, to float precision, at a cost that does not grow with the history.
+
+    x(t) is given by `set(at_s, value)` at non-decreasing instants (a second `set` at one instant
+    revises the first). Each closed stretch [start, end) of value v ≠ 0 adds one term, its integral
+    weighted as at a reference instant `ref`,
+
+        T = ∫_start^end v · 2^(-(ref - t) / h) dt      (v · (end - start) without a half-life),
+
+    to an exact running sum (`_add_exact`); at `now` the stretches count T · 2^(-(now - ref) / h).
+    `read(now_s, lo_s)` first drops the stretches that ended at or before `lo_s` (taking their
+    terms away exactly), replaces the term of one that straddles `lo_s` by its clipped integral,
+    and adds the open stretch [since, now) clipped to the window. Reads must come at
+    non-decreasing `lo_s` (true of every window kind as now advances): a dropped stretch never
+    counts again. With `windowed=False` (window kind `none`, lo_s = -inf) nothing is ever
+    dropped, so stretches are folded into the sum without being kept.
+
+    `ref` moves to the instant of a read or change once it lags by `_REBASE_HALF_LIVES` half-lives, the
+    kept terms taken again against it: their size stays within 2^64 of each other.
+    """
+
+    __slots__ = (
+        "_half_life_s",
+        "_partials",
+        "_pieces",
+        "_ref_s",
+        "_since_s",
+        "_value",
+        "_windowed",
+    )
+
+    def __init__(self, half_life_s: float | None, *, windowed: bool = True) -> None:
+        self._half_life_s = half_life_s
+        self._windowed = windowed
+        self._since_s = -math.inf
+        self._value = 0.0
+        self._pieces: deque[tuple[float, float, float, float]] = deque()  # start, end, v, term
+        self._partials: list[float] = []
+        self._ref_s = 0.0
+
+    @property
+    def value(self) -> float:
+        """x(t) now: the value of the latest `set`."""
+        return self._value
+
+    def set(self, at_s: float, value: float) -> None:
+        """x(t) = `value` from `at_s` on; `at_s` is never before the latest `set`."""
+        if at_s < self._since_s:
+            raise ValueError(f"set at {at_s} before the latest change at {self._since_s}")
+        if at_s > self._since_s:
+            if value == self._value:
+                return  # the stretch runs on
+            self._rebase_if_due(at_s)
+            if self._value != 0.0:
+                term = self._term(self._since_s, at_s, self._value)
+                if self._windowed:
+                    self._pieces.append((self._since_s, at_s, self._value, term))
+                _add_exact(self._partials, term)
+            self._since_s = at_s
+        self._value = value
+
+    def _term(self, start_s: float, end_s: float, value: float) -> float:
+        if self._half_life_s is None:
+            return value * (end_s - start_s)
+        rate = _LN2 / self._half_life_s
+        return (
+            value
+            / rate
+            * math.exp(rate * (end_s - self._ref_s))
+            * -math.expm1(-rate * (end_s - start_s))
+        )
+
+    def _rebase_if_due(self, now_s: float) -> None:
+        half_life_s = self._half_life_s
+        if half_life_s is not None and now_s - self._ref_s > _REBASE_HALF_LIVES * half_life_s:
+            self._rebase(now_s)
+
+    def _rebase(self, now_s: float) -> None:
+        if self._windowed:
+            self._ref_s = now_s
+            self._pieces = deque((s, e, v, self._term(s, e, v)) for s, e, v, _ in self._pieces)
+            self._partials = []
+            for *_, term in self._pieces:
+                _add_exact(self._partials, term)
+            return
+        assert self._half_life_s is not None
+        scale = math.exp(-_LN2 / self._half_life_s * (now_s - self._ref_s))
+        self._partials = [math.fsum(self._partials) * scale]
+        self._ref_s = now_s
+
+    def read(self, now_s: float, lo_s: float) -> float:
+        """∫ x(t) · 2^(-(now_s - t) / h) dt over [lo_s, now_s) (class docstring); `now_s` is not
+        before the latest `set`."""
+        self._rebase_if_due(now_s)
+        half_life_s = self._half_life_s
+        pieces = self._pieces
+        partials = self._partials
+        while pieces and pieces[0][1] <= lo_s:
+            _add_exact(partials, -pieces.popleft()[3])
+        parts = []
+        closed = partials
+        if pieces and pieces[0][0] < lo_s:
+            start_s, end_s, value, term = pieces[0]
+            closed = [*partials, -term]
+            parts.append(decayed_segment_integral(lo_s, end_s, value, now_s, half_life_s))
+        scale = 1.0
+        if half_life_s is not None:
+            scale = math.exp(-_LN2 / half_life_s * (now_s - self._ref_s))
+        parts.append(math.fsum(closed) * scale)
+        start_s = max(self._since_s, lo_s)
+        if self._value != 0.0 and start_s < now_s:
+            parts.append(decayed_segment_integral(start_s, now_s, self._value, now_s, half_life_s))
+        return math.fsum(parts)
