@@ -165,6 +165,61 @@ def test_delete_takes_plural_kinds(
     assert build_parser().parse_args(["delete", "gpu_type", "a"]).kind == "gpu_type"
 
 
+def test_apply_kinds_and_delete_take_the_same_spellings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`apply --kinds` took gpu-type and gpu_type only, `delete` plurals and any case too: both
+    now take all of them (the old spellings still work), and say so in their help."""
+    parser = build_parser()
+    for spelling in ("gpu_type", "gpu-type", "gpu-types", "GPU_Types", "gpu_types"):
+        assert parser.parse_args(["delete", spelling, "a"]).kind == "gpu_type"
+        kinds = parser.parse_args(["apply", "-f", "c.yaml", "--kinds", f"{spelling},Queues"]).kinds
+        assert kinds == ["gpu_type", "queue"]
+    # A kind named twice in two spellings is sent once.
+    kinds = parser.parse_args(["apply", "-f", "c.yaml", "--kinds", "queue,queues, budgets"]).kinds
+    assert kinds == ["queue", "budget"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["apply", "-f", "c.yaml", "--kinds", "queues,racks"])
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "argument --kinds: racks: name kinds among gpu-types, pools, nodes, queues, budgets "
+            "(singular too, - or _ alike)"
+        )
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["delete", "racks", "r1"])
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "argument KIND: 'racks' is not a kind; name one of gpu-types, pools, nodes, queues, "
+            "budgets (singular too, - or _ alike)"
+        )
+    )
+    for command, said in (("apply", "as `delete` takes them"), ("delete", "as `apply --kinds`")):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        helped = " ".join(capsys.readouterr().out.split())
+        assert "gpu-types, pools, nodes, queues, budgets (singular too, - or _ alike)" in helped
+        assert said in helped
+
+
+def test_delete_sends_a_name_given_twice_once(
+    client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server refuses a name listed twice; `delete nodes X X` deletes X, as `drain X X`
+    drains it."""
+    address = f"127.0.0.1:{server.port}"
+    client.apply_config(load_config_file(EXAMPLES / "llm-vs-vision.yaml"))
+    code, out, err = run(
+        capsys, "delete", "budgets", "llm/week/*", "llm/week/*", "--address", address
+    )
+    assert code == 0, err
+    assert out.splitlines() == ["delete budget llm/week/*", "applied: config version 2"]
+
+
 def test_one_number_format() -> None:
     assert [fmt_number(v) for v in (32.0, 1 / 3, 0.08549, 1234.5678, 0.0004, -2.5)] == [
         "32",

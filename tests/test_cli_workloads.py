@@ -144,7 +144,10 @@ def test_empty_file_scoped_apply_and_confirm(
     with pytest.raises(SystemExit) as exit_info:
         main(["apply", "-f", str(empty), "--kinds", "queue,planet"])
     assert exit_info.value.code == 2
-    assert "planet: name kinds among gpu_type, pool, node, queue, budget" in capsys.readouterr().err
+    assert (
+        "planet: name kinds among gpu-types, pools, nodes, queues, budgets "
+        "(singular too, - or _ alike)"
+    ) in capsys.readouterr().err
 
 
 def test_get_workloads_shows_what_a_compute_unit_request_asks_and_holds(

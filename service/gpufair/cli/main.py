@@ -68,12 +68,14 @@ log = logging.getLogger("gpufair")
 
 ADDRESS_ENV = "GPUFAIR_ADDRESS"
 ENV_PREFIX = "GPUFAIR_"
-# `delete` takes a kind singular or plural, with - or _ (gpu-types, gpu_type, pools, ...).
-_DELETE_KINDS = {
+# `delete KIND` and `apply --kinds` take a kind in the same spellings: singular or plural, with
+# - or _, any case (gpu-types, gpu_type, Pools, ...).
+_KIND_SPELLINGS = {
     form: kind
-    for kind in ("gpu_type", "pool", "node", "queue", "budget")
+    for kind in KINDS
     for form in (kind, kind + "s", kind.replace("_", "-"), kind.replace("_", "-") + "s")
 }
+_KINDS_HELP = "gpu-types, pools, nodes, queues, budgets (singular too, - or _ alike)"
 _ACTIONS = {
     cluster_pb2.CHANGE_ACTION_CREATE: "create",
     cluster_pb2.CHANGE_ACTION_UPDATE: "update",
@@ -339,14 +341,14 @@ def _positive_int(value: str) -> int:
 
 
 def _kinds(value: str) -> list[str]:
-    """`--kinds queue,budget` (gpu-type or gpu_type alike)."""
-    kinds = [k.strip().replace("-", "_") for k in value.split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds:
+    """`--kinds queues,budgets` in `delete`'s spellings, each kind once (queue,queues is one)."""
+    named = [k.strip() for k in value.split(",") if k.strip()]
+    unknown = [k for k in named if k.lower() not in _KIND_SPELLINGS]
+    if unknown or not named:
         raise argparse.ArgumentTypeError(
-            f"{', '.join(unknown) or 'nothing'}: name kinds among {', '.join(KINDS)}"
+            f"{', '.join(unknown) or 'nothing'}: name kinds among {_KINDS_HELP}"
         )
-    return kinds
+    return list(dict.fromkeys(_KIND_SPELLINGS[k.lower()] for k in named))
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -610,18 +612,18 @@ def _print_explain(reply: scheduler_pb2.ExplainWorkloadResponse) -> None:
 
 
 def _delete_kind(value: str) -> str:
-    kind = _DELETE_KINDS.get(value.lower())
+    kind = _KIND_SPELLINGS.get(value.lower())
     if kind is None:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a kind; name one of gpu-types, pools, nodes, queues, budgets"
-        )
+        raise argparse.ArgumentTypeError(f"{value!r} is not a kind; name one of {_KINDS_HELP}")
     return kind
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     kind = args.kind
+    # Each name once, as `drain` sends them: the server refuses a name listed twice.
+    names = list(dict.fromkeys(args.names))
     with _client(args) as client:
-        reply = client.delete_objects(kind, args.names, dry_run=args.dry_run)
+        reply = client.delete_objects(kind, names, dry_run=args.dry_run)
     _print_changes(reply.changes)
     print(
         "dry run: nothing deleted"
@@ -747,7 +749,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kinds",
         type=_kinds,
         default=None,
-        help="own only these kinds (comma list of gpu-type, pool, node, queue, budget): "
+        metavar="KIND,...",
+        help=f"own only these kinds (comma list of {_KINDS_HELP}, as `delete` takes them): "
         "objects of other kinds are left as stored",
     )
     apply.add_argument(
@@ -799,7 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
         "kind",
         type=_delete_kind,
         metavar="KIND",
-        help="gpu-types, pools, nodes, queues or budgets (singular too)",
+        help=f"one of {_KINDS_HELP}, as `apply --kinds` takes them",
     )
     delete.add_argument("names", nargs="+")
     delete.add_argument("--dry-run", action="store_true")
