@@ -132,9 +132,14 @@ class FairShareResult:
 
     @property
     def effective_weights(self) -> Mapping[str, float]:
-        """What the next computation takes as `previous_effective_weights`."""
+        """What the next computation takes as `previous_effective_weights`: the queues that
+        competed only."""
         states = self.shares.states
-        return {name: states[name].effective_weight for name in self.shares.order}
+        return {
+            name: states[name].effective_weight
+            for name in self.shares.order
+            if states[name].competes
+        }
 
     @property
     def standing(self) -> Mapping[str, UsageStanding]:

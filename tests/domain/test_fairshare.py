@@ -302,6 +302,88 @@ def test_dead_band_lets_a_weight_fall_to_zero_so_the_whole_pool_can_go_to_the_ot
     assert gpus(shares["a"]) == 16
 
 
+def _next_previous(
+    queues: list[Queue],
+    demands: dict[str, QueueDemand],
+    capacity_gpus: float,
+    usage: UsageInputs | None = None,
+) -> dict[str, float]:
+    """The weights one computation hands the next (`FairShareResult.effective_weights`)."""
+    result = compute_fair_shares(
+        FairShareInput(
+            pool=POOL,
+            policy=FairSharePolicy(dead_band=0.01),
+            gpu_types={"a100": A100},
+            capacity_gpus_by_type={"a100": capacity_gpus},
+            queues=queues,
+            demands=demands,
+            usage=usage or UsageInputs(),
+        )
+    )
+    return dict(result.effective_weights)
+
+
+def test_dead_band_does_not_hold_a_queue_that_did_not_compete_at_zero() -> None:
+    # `small` (weight 1) had no demand at the last recompute: its record says weight 0, but it
+    # did not compete, so the next computation gets no previous weight for it. Now it wants 10
+    # GPUs with no usage: its weight 1/301 = 0.00332 is within the band of 0, and holding it at
+    # 0 gave it nothing at every recompute while `big` (weight 300) wanted more.
+    queues = [queue("small", weight=1), queue("big", weight=300)]
+    previous = _next_previous(queues, {"big": wants(100)}, capacity_gpus=10)
+    assert previous == {"big": 1.0}
+    shares = divide(
+        queues,
+        {"small": wants(10), "big": wants(100)},
+        capacity_gpus=10,
+        policy=FairSharePolicy(dead_band=0.01),
+        previous=previous,
+    )
+    assert shares["small"].effective_weight == pytest.approx(1 / 301)
+    assert shares["big"].effective_weight == 1.0  # 300/301 is within the band of its 1.0: kept
+    # 100 CU split 1/301 : 1, that is 1 : 301: 0.331 CU and 99.669 CU.
+    assert shares["small"].fair_share_cu == pytest.approx(100 / 302)
+    assert shares["big"].fair_share_cu == pytest.approx(100 * 301 / 302)
+
+
+def test_dead_band_holds_a_queue_that_gave_way_entirely_at_zero() -> None:
+    # b competed and gave way entirely: it held the whole pool for the window (U' = 1, P = 0).
+    # Its 0 is remembered; when its usage slips to U' = 0.99 its weight 0.01 / 1.01 = 0.0099
+    # is within the band of 0 and stays 0 (DESIGN §3.6), so a keeps the whole pool.
+    queues = [queue("a"), queue("b")]
+    demands = {"a": wants(16), "b": wants(16)}
+    day_cu_s = 160 * 86400.0
+    full = UsageInputs(usage_cu_s={"b": day_cu_s}, group_capacity_cu_s={None: day_cu_s})
+    previous = _next_previous(queues, demands, capacity_gpus=16, usage=full)
+    assert previous == {"a": 1.0, "b": 0.0}
+    slipped = UsageInputs(usage_cu_s={"b": 0.99 * day_cu_s}, group_capacity_cu_s={None: day_cu_s})
+    shares = divide(
+        queues,
+        demands,
+        capacity_gpus=16,
+        policy=FairSharePolicy(dead_band=0.01),
+        usage=slipped,
+        previous=previous,
+    )
+    assert shares["b"].priority_weight == pytest.approx(0.01)
+    assert (shares["a"].effective_weight, shares["b"].effective_weight) == (1.0, 0.0)
+    assert (gpus(shares["a"]), gpus(shares["b"])) == (16, 0)
+    # The same usage for a b that did not compete last time (it wanted nothing): no 0 to hold,
+    # so it gets its weight 1/101 at once, 160 / 102 = 1.569 CU.
+    previous = _next_previous(queues, {"a": wants(16)}, capacity_gpus=16, usage=full)
+    assert previous == {"a": 1.0}
+    returning = divide(
+        queues,
+        demands,
+        capacity_gpus=16,
+        policy=FairSharePolicy(dead_band=0.01),
+        usage=slipped,
+        previous=previous,
+    )
+    assert returning["b"].effective_weight == pytest.approx(1 / 101)
+    assert returning["b"].fair_share_cu == pytest.approx(160 / 102)
+    assert returning["a"].fair_share_cu == pytest.approx(160 * 101 / 102)
+
+
 def test_group_without_capacity_history_has_no_usage_share() -> None:
     shares = divide(
         [queue("a"), queue("b")],

@@ -124,7 +124,8 @@ class FairShareInput:
     # Leaves only, by name, or as columns (`LeafDemands`, what the recompute passes).
     demands: Mapping[str, QueueDemand] | LeafDemands = field(default_factory=frozen_map)
     usage: UsageInputs = field(default_factory=UsageInputs)  # empty: no history
-    # The last computation's `FairShareResult.effective_weights`, for the dead band.
+    # The last computation's `FairShareResult.effective_weights`, for the dead band: the queues
+    # that competed then; a queue absent here is not held by the band.
     previous_effective_weights: Mapping[str, float] = field(default_factory=frozen_map)
 
 

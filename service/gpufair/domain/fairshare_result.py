@@ -140,8 +140,20 @@ class FairShareResult:
 
     @property
     def effective_weights(self) -> Mapping[str, float]:
-        """What the next computation takes as `previous_effective_weights`."""
-        return self._by_name(self.shares.columns.effective_weight)
+        """What the next computation takes as `previous_effective_weights`: the effective
+        weight of every queue that competed for over-quota capacity, in tree pre-order.
+
+        A queue that did not compete (its allowed demand met by its guarantee, or its tier
+        reached with nothing left) has none. Its record says 0, but that 0 was never its weight:
+        were it remembered, the dead band would hold the queue at 0 when it competes again with
+        a weight within the band of 0 (weight 1 against 300: 1/301), and it would get nothing
+        while any other queue wanted more. A queue that competed and gave way entirely (P = 0)
+        keeps its 0, which the band holds while its usage slips within the band (DESIGN §3.6).
+        """
+        names = self.shares.plan.names
+        columns = self.shares.columns
+        weight, competes = columns.effective_weight, columns.competes
+        return {names[i]: weight[i] for i in self.shares.plan.preorder if competes[i]}
 
     @property
     def standing(self) -> Mapping[str, UsageStanding]:

@@ -39,7 +39,10 @@ def stage_weights(
     Dead band (absolute, on the normalised weight): a queue whose new effective weight is within
     `dead_band` of its previous one keeps the previous value, so shares do not jitter between
     recomputes (`previous_effective_weights` None: no queue has one, as in every stage after a
-    tier's first). Should that leave every weight at 0, the unbanded weights are used instead —
+    tier's first). A previous weight is one the queue had while competing: a queue that did not
+    compete at the last computation has none (`FairShareResult.effective_weights`) and gets its
+    new weight at once, while one that competed and gave way entirely keeps its 0 within the
+    band. Should that leave every weight at 0, the unbanded weights are used instead —
     stability must never idle capacity. A queue whose weight falls to 0 (P = 0: it is to give
     way entirely) always moves: keeping a sliver of its old weight would keep the others a sliver
     short for as long as its P stays pinned at 0, so a gang needing all they are due would wait

@@ -119,13 +119,7 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
             demands=demands(conn, config, pool, plan),
             usage=usage,
             previous_effective_weights=(
-                {
-                    s.queue: s.effective_weight
-                    for s in previous.shares
-                    if math.isfinite(s.effective_weight) and s.effective_weight >= 0.0
-                }
-                if previous
-                else {}
+                fairshare_repo.competed_weights(previous) if previous else {}
             ),
         ),
         plan,

@@ -8,6 +8,7 @@ hide every later run until real time passed its date. History comes in the same 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -120,6 +121,22 @@ def latest_run(conn: Connection, pool: str) -> StoredRun | None:
         {"run": run.id},
     )
     return StoredRun(run.id, pool, run.at, run.capacity_cu, tuple(_share(r) for r in rows))
+
+
+def competed_weights(run: StoredRun) -> dict[str, float]:
+    """The effective weights a stored run hands the next computation (the dead band's
+    `previous_effective_weights`): those of the queues that competed for over-quota capacity,
+    as `FairShareResult.effective_weights` gives them, finite and ≥ 0.
+
+    A record keeps no flag for competing: a queue that competed has W' > 0 (w / Σw over the
+    competing queues, or an equal share among best-effort queues), and one that did not is
+    stored with W', P and effective weight 0. That 0 is not remembered, or the band would hold
+    a returning queue at it (`FairShareResult.effective_weights`)."""
+    return {
+        s.queue: s.effective_weight
+        for s in run.shares
+        if s.weight_share > 0.0 and math.isfinite(s.effective_weight) and s.effective_weight >= 0.0
+    }
 
 
 def history(
