@@ -35,7 +35,7 @@ import random
 import time
 import uuid
 
-from gpufair.api.ingest import Ingest, _report
+from gpufair.api.ingest import EncodedReply, Ingest, _report
 from gpufair.domain.ledger import LedgerEvent
 from gpufair.store.ingest_pipeline import EventStatus
 from gpufair.v1 import ledger_pb2 as pb
@@ -120,7 +120,9 @@ def stream_cpu(n_events: int, mix: str = "steady") -> None:
                 setup = ingest.stream(
                     pb.ReportEventsRequest.FromString(r) for r in serialized(before)
                 )
-                bench_ingest.assert_all_stored([setup], len(before))
+                bench_ingest.assert_all_stored(
+                    [pb.ReportEventsResponse.FromString(setup)], len(before)
+                )
             raw = serialized(events)
             tune_for_serving()
             process, thread = time.process_time(), time.thread_time()
@@ -133,7 +135,7 @@ def stream_cpu(n_events: int, mix: str = "steady") -> None:
         finally:
             engine.dispose()
     n = len(events)
-    bench_ingest.assert_all_stored([reply], n)
+    bench_ingest.assert_all_stored([pb.ReportEventsResponse.FromString(reply)], n)
     print(
         f"{mix} stream: {n} events, CPU per event {thread / n * 1e6:.2f} µs (stream thread), "
         f"{process / n * 1e6:.2f} µs (process), wall {wall / n * 1e6:.2f} µs"
@@ -161,14 +163,14 @@ def main() -> None:
     ingest = Ingest(None, clock=lambda: T0 + 3 * 86400)  # type: ignore[arg-type]
 
     def one_pass() -> int:
-        reply = pb.ReportEventsResponse()
+        reply = EncodedReply()
         for data in raw:
             message = ingest.prepare(pb.ReportEventsRequest.FromString(data), "events")
             outcomes = message.outcomes = message.batch.outcomes
             for c in message.batch.candidates:
                 outcomes.statuses[c.position] = EventStatus.STORED
             _report(reply, message)
-        return len(reply.SerializeToString())
+        return len(reply.encoded())
 
     one_pass()  # imports and caches warm
     if args.callgrind:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from sqlalchemy import Engine
@@ -23,6 +23,8 @@ from gpufair.store.fairshare_repo import StoredShare
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import fairshare_pb2, ledger_pb2_grpc
 from gpufair.v1 import ledger_pb2 as pb
+
+SERVICE = "gpufair.v1.Ledger"
 
 MAX_HISTORY_POINTS = 100_000
 
@@ -74,15 +76,16 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             fair_shares if fair_shares is not None else ReadCache(key_commit_count(engine))
         )
 
-    def ReportEvents(
+    def ReportEvents(  # type: ignore[override]  # bytes: `add_ledger_to_server`
         self, request: pb.ReportEventsRequest, context: grpc.ServicerContext
-    ) -> pb.ReportEventsResponse:
+    ) -> bytes:
+        """The ReportEventsResponse, encoded: served by `add_ledger_to_server`'s handlers."""
         return self.ingest.unary(request)
 
-    def StreamEvents(
+    def StreamEvents(  # type: ignore[override]  # bytes: `add_ledger_to_server`
         self, request_iterator: Iterator[pb.ReportEventsRequest], context: grpc.ServicerContext
-    ) -> pb.ReportEventsResponse:
-        """See `gpufair.api.ingest`."""
+    ) -> bytes:
+        """See `gpufair.api.ingest`; the reply as for ReportEvents."""
         return self.ingest.stream(request_iterator)
 
     def GetFairShare(
@@ -185,3 +188,45 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: pb.GetUsageRequest, context: grpc.ServicerContext
     ) -> pb.GetUsageResponse:
         return get_usage(self.engine, request, self.clock())
+
+
+def _encoded(reply: bytes | pb.ReportEventsResponse) -> bytes:
+    """The ingest methods' reply serializer: their reply is encoded already."""
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()
+
+
+def add_ledger_to_server(servicer: LedgerServicer, server: grpc.Server) -> None:
+    """`ledger_pb2_grpc.add_LedgerServicer_to_server`, but ReportEvents and StreamEvents send the
+    bytes their handlers return as they are (`ingest.EncodedReply`) instead of serializing a
+    message."""
+    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.stream_unary_rpc_method_handler
+    handlers = {
+        "ReportEvents": unary(
+            servicer.ReportEvents,
+            request_deserializer=pb.ReportEventsRequest.FromString,
+            response_serializer=_encoded,
+        ),
+        "StreamEvents": stream(
+            servicer.StreamEvents,
+            request_deserializer=pb.ReportEventsRequest.FromString,
+            response_serializer=_encoded,
+        ),
+        "GetFairShare": unary(
+            servicer.GetFairShare,
+            request_deserializer=pb.GetFairShareRequest.FromString,
+            response_serializer=pb.GetFairShareResponse.SerializeToString,
+        ),
+        "GetFairShareHistory": unary(
+            servicer.GetFairShareHistory,
+            request_deserializer=pb.GetFairShareHistoryRequest.FromString,
+            response_serializer=pb.GetFairShareHistoryResponse.SerializeToString,
+        ),
+        "GetUsage": unary(
+            servicer.GetUsage,
+            request_deserializer=pb.GetUsageRequest.FromString,
+            response_serializer=pb.GetUsageResponse.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    # As the generated code registers them too; grpc's type stubs do not list the method yet.
+    cast("Any", server).add_registered_method_handlers(SERVICE, handlers)

@@ -27,7 +27,7 @@ from gpufair.api.interceptors import (
     SharedReplyInterceptor,
     WorkSlotInterceptor,
 )
-from gpufair.api.ledger import LedgerServicer
+from gpufair.api.ledger import LedgerServicer, add_ledger_to_server
 from gpufair.api.read_cache import DEFAULT_STALENESS_S, ReadCache
 from gpufair.api.rpc_threads import RpcThreads
 from gpufair.api.scheduler import SchedulerServicer
@@ -40,7 +40,6 @@ from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
     ledger_pb2,
-    ledger_pb2_grpc,
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
@@ -172,7 +171,7 @@ def build_server(
         keys=keys,
     )
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
-    ledger_pb2_grpc.add_LedgerServicer_to_server(ledger, server)
+    add_ledger_to_server(ledger, server)
 
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
