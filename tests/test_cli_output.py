@@ -85,6 +85,13 @@ def test_every_read_takes_json_and_yaml(
     usage = json.loads(out)
     assert [b["budget_cu_hours"] for b in usage["budgets"]] == [8400, 5040]
     assert "as_of" in usage
+    # Every field, zeros included: nothing is used yet, and a script reads 0, not a missing key.
+    assert [(b["consumed_cu_hours"], b["burn_cu_hours_per_day"]) for b in usage["budgets"]] == [
+        (0, 0),
+        (0, 0),
+    ]
+    assert usage["rows"] == []
+    assert "projected_exhaustion" not in usage["budgets"][0]  # unset: it will not run out
 
     code, out, err = run(
         capsys, "submit", "w-1", "--queue", "llm", "--pods", "2", "--gpus-per-pod", "4",

@@ -68,7 +68,14 @@ def test_get_workloads_table_and_formats(
     ]
     assert [p["node"] for p in listed[0]["pods"]] == ["a1", "a2"]
     code, out, _ = run(capsys, "get", "workloads", "-o", "json", "--address", address)
-    assert json.loads(out)["workloads"][1]["queue_position"] == 1
+    as_json = json.loads(out)["workloads"]
+    assert [(w["workload"]["uid"], w["queue_position"]) for w in as_json] == [
+        ("too-big", 0),  # bound: at no position, a 0 written out like any other number
+        ("fits", 1),
+        ("waits", 1),  # first of its queue
+    ]
+    assert [w["evicting"] for w in as_json] == [False, False, False]
+    assert [w["workload"]["min_runtime_s"] for w in as_json] == [0, 0, 0]
 
     code, _, err = run(capsys, "get", "workloads", "--state", "waiting", "--address", address)
     assert code == 1

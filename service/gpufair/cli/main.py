@@ -22,7 +22,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import json_format
 
 from gpufair import __version__
 from gpufair.cli.auth import (
@@ -44,6 +43,7 @@ from gpufair.cli.options import (
     completion_script,
     emit,
     env_defaults,
+    message_json,
     use_help_formatter,
 )
 from gpufair.cli.report import NoDefaultPool, add_report_commands
@@ -534,7 +534,7 @@ def cmd_get_workloads(args: argparse.Namespace) -> int:
         if args.output == "yaml":
             print(message_to_yaml(listing), end="")
         else:
-            print(json_format.MessageToJson(listing, preserving_proto_field_name=True))
+            print(message_json(listing))
         return 0
     now = time.time()
     print(

@@ -2,8 +2,11 @@
 the environment, and shell completion.
 
 - `-o table|json|yaml` on every read (`add_output_option`, `emit`): JSON is the proto's own JSON
-  mapping (field names as in the proto), YAML the short forms of cluster files
-  (`config_file.message_to_data`), so `get config -o yaml` is a file `apply` takes back.
+  mapping (field names as in the proto) with every field, zeros, empty strings and empty lists
+  included (`message_json`), so a script reading `.gpus` gets 0, not nothing; a field with
+  presence (an `optional`, a message) that is not set stays out. YAML: the short forms of
+  cluster files (`config_file.message_to_data`), so `get config -o yaml` is a file `apply` takes
+  back.
 - `HelpFormatter` ends each option's help with its default, unless the help already says it.
 - `env_defaults(parser, prefix)`: each option `--foo-bar` of `parser` reads `GPUFAIR_FOO_BAR` when
   not given on the command line. It is generic, so options added later get their variable too;
@@ -35,11 +38,19 @@ def add_output_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format")
 
 
+def message_json(message: Message) -> str:
+    """`message` in the proto's JSON mapping with every field: protobuf leaves out the fields at
+    their zero value by default, which a script cannot tell from a field that does not exist."""
+    data = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return json.dumps(data, indent=2)
+
+
 def emit(fmt: str, message: Message, show_table: Callable[[], None]) -> None:
     """Print `message` as JSON or YAML, or call `show_table` for the human-readable form."""
     if fmt == "json":
-        data = json_format.MessageToDict(message, preserving_proto_field_name=True)
-        print(json.dumps(data, indent=2))
+        print(message_json(message))
     elif fmt == "yaml":
         print(yaml.safe_dump(message_to_data(message), sort_keys=False), end="")
     else:
