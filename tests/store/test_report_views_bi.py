@@ -110,7 +110,8 @@ def test_workload_accounting_after_retention_deleted_the_runs(db: Engine) -> Non
     assert rows["waiting"].wait_s > (datetime.now(UTC) - T0).total_seconds() - 60
     assert comment == (
         "seconds from submit to its first start (to now while it waits; NULL for finished work "
-        "whose runs retention deleted)"
+        "whose runs retention deleted); 0, never below, when the start (or now) reads before the "
+        "submit time: the batch system's clock behind the submitter's"
     )
 
 
