@@ -271,11 +271,12 @@ def test_every_policy_field_goes_through_the_api_and_the_store(client: GpufairCl
     assert stored == policy
 
 
-def test_a_limit_below_deserved_is_refused_unless_the_pool_divides_by_kai_rules(
+def test_a_limit_below_deserved_is_accepted_with_a_warning_under_both_divisions(
     client: GpufairClient,
 ) -> None:
-    """`division: kai` accepts KAI-Scheduler's MaxAllowed below the quota (the limit then caps
-    the guarantee); under gpufair's rules the same queue is a field violation."""
+    """DESIGN §3.1: a queue is guaranteed min(deserved, demand, limit), so a limit below the
+    deserved quota caps the guarantee, under gpufair's rules as under KAI-Scheduler's; the reply
+    says so, as a typo would look the same."""
     data = {
         "gpu_types": [{"name": "a100-80gb", "memory_gib": 80, "compute_weight": 10}],
         "pools": [{"name": "main", "policy": {"division": "gpufair"}}],
@@ -283,17 +284,19 @@ def test_a_limit_below_deserved_is_refused_unless_the_pool_divides_by_kai_rules(
             {"name": "team", "quotas": [{"pool": "main", "deserved_cu": 40, "limit_cu": 20}]}
         ],
     }
-    with pytest.raises(grpc.RpcError) as err:
-        client.apply_config(parse_config(data))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert dict(field_violations(err.value)) == {
-        "config.queues[0].quotas[0].limit_cu": "is below deserved_cu: the guarantee could never hold"
-    }
-    data["pools"][0]["policy"] = {"division": "kai"}  # type: ignore[index]
-    client.apply_config(parse_config(data))
-    stored = client.get_config().config
-    assert stored.pools[0].policy.division == pb.DIVISION_KAI
-    assert (stored.queues[0].quotas[0].deserved_cu, stored.queues[0].quotas[0].limit_cu) == (40, 20)
+    warning = (
+        "pool 'main': queue 'team' has limit_cu 20 below its deserved 40 CU: "
+        "it is guaranteed 20 CU at most"
+    )
+    for division, stored_division in (("gpufair", pb.DIVISION_GPUFAIR), ("kai", pb.DIVISION_KAI)):
+        data["pools"][0]["policy"] = {"division": division}  # type: ignore[index]
+        reply = client.apply_config(parse_config(data))
+        assert reply.applied
+        assert warning in reply.warnings, reply.warnings
+        stored = client.get_config().config
+        assert stored.pools[0].policy.division == stored_division
+        quota = stored.queues[0].quotas[0]
+        assert (quota.deserved_cu, quota.limit_cu) == (40, 20)
 
 
 def test_every_pool_field_goes_through_the_api_and_the_store(client: GpufairClient) -> None:

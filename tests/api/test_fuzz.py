@@ -537,10 +537,10 @@ def base_config() -> cluster_pb2.ClusterConfig:
 
 
 # What `base_config` may hold of the hostile values: TINY where the range is [0, max] (k,
-# dead_band, the anchor, the reservation delay, deserved quotas, weights) or (0, max] (a
+# dead_band, the anchor, the reservation delay, deserved quotas, limits, weights) or (0, max] (a
 # budget); "" where a string is optional (a label's value, a top-level queue's parent, a budget
-# for every pool). Nothing else: durations and GPU sizes start at 0.001, limit_cu may not be
-# below deserved_cu (40), names and label keys must match their patterns.
+# for every pool). Nothing else: durations and GPU sizes start at 0.001, names and label keys
+# must match their patterns.
 CONFIG_FIELDS = {
     hostile.path: hostile
     for hostile in (
@@ -555,7 +555,7 @@ CONFIG_FIELDS = {
         Hostile("pools[0].policy.dead_band", HOSTILE_NUMBERS, (TINY,)),
         Hostile("pools[0].gang_reservation_after_s", HOSTILE_NUMBERS, (TINY,)),
         Hostile("queues[0].quotas[0].deserved_cu", HOSTILE_NUMBERS, (TINY,)),
-        Hostile("queues[0].quotas[0].limit_cu", HOSTILE_NUMBERS),
+        Hostile("queues[0].quotas[0].limit_cu", HOSTILE_NUMBERS, (TINY,)),
         Hostile("queues[0].quotas[0].over_quota_weight", HOSTILE_NUMBERS, (TINY,)),
         Hostile("queues[0].quotas[0].deserved_gpus_by_type[a100]", HOSTILE_NUMBERS, (TINY,)),
         Hostile("budgets[0].cu_hours", HOSTILE_NUMBERS, (TINY,)),

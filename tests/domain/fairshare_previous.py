@@ -342,12 +342,7 @@ def _validate(inp: FairShareInput) -> None:
             violations.append(Violation(path, f"must be a finite number ≥ 0, got {gpus!r}"))
     violations.extend(
         Violation(f"queues{v.field_path}", v.message)
-        for v in validate_pool_quotas(
-            inp.queues,
-            inp.pool,
-            gpu_types=inp.gpu_types,
-            limit_below_deserved=inp.policy.division == Division.KAI,
-        )
+        for v in validate_pool_quotas(inp.queues, inp.pool, gpu_types=inp.gpu_types)
     )
     history: tuple[tuple[str, Mapping[Any, float]], ...] = (
         ("usage.usage_cu_s", inp.usage.usage_cu_s),
@@ -476,7 +471,7 @@ def _aggregate_demand(
                 if dropped is not None:
                     for type_name in dropped:
                         del summed[type_name]
-                _finish(state, quota, summed, allowed_cu, inf)
+                _finish(state, quota, summed, allowed_cu, inf, compute_weights)
                 continue
             children_allowed_cu = inf
         else:
@@ -507,7 +502,7 @@ def _aggregate_demand(
                 allowed_cu += bound * compute_weights[type_name]
         state.allowed_by_type = allowed
         state.claims_by_type = claims
-        _finish(state, quota, allowed, allowed_cu, children_allowed_cu)
+        _finish(state, quota, allowed, allowed_cu, children_allowed_cu, compute_weights)
     return states
 
 
@@ -517,6 +512,7 @@ def _finish(
     allowed: Mapping[str, float],
     allowed_cu: float,
     children_allowed_cu: float,
+    compute_weights: Mapping[str, float],
 ) -> None:
     """A queue's per-type claims and allowed demand in CU, from its allowed demand by type."""
     if quota.deserved_gpus_by_type:  # most queues declare none: they share one empty map
@@ -533,6 +529,12 @@ def _finish(
     if limit_cu is not None and limit_cu < allowed_cu:
         allowed_cu = limit_cu
     state.allowed_cu = allowed_cu
+    if state.claims_by_type:  # claims worth at most the allowed demand in CU
+        claims = state.claims_by_type
+        worth = math.fsum(gpus * compute_weights[t] for t, gpus in claims.items())
+        if worth > allowed_cu:
+            scale = allowed_cu / worth
+            state.claims_by_type = {t: gpus * scale for t, gpus in claims.items()}
 
 
 def _divide_group(

@@ -47,10 +47,9 @@ def test_quota_rules() -> None:
         over_quota_weight=-1,
     )
     found = fields(config(queues=(Queue("a", None, frozen_map({"main": quota})),)))
+    # Limits below the quotas they bound are allowed (they cap the guarantee, DESIGN §3.1).
     assert set(found) == {
-        "queues[0].quotas[0].limit_cu",
         "queues[0].quotas[0].deserved_gpus_by_type[h200]",
-        "queues[0].quotas[0].limit_gpus_by_type[a100]",
         "queues[0].quotas[0].over_quota_weight",
     }
 
@@ -88,6 +87,26 @@ def test_warning_when_guarantees_exceed_capacity() -> None:
     assert warnings == [
         "pool 'main': top-level deserved quotas add up to 100 CU, more than its 80 CU: "
         "guarantees cannot all hold at once"
+    ]
+
+
+def test_warning_when_a_limit_is_below_the_quota_it_caps() -> None:
+    # 4 A100 at 10 CU raise the 30 CU quota to 40 CU; a limit of 25 CU caps that guarantee, as
+    # a limit of 1 A100 caps the 4 deserved of the type. Allowed, but said, as a typo would be.
+    quota = QueueQuota(
+        "main",
+        deserved_cu=30,
+        limit_cu=25,
+        deserved_gpus_by_type=frozen_map({"a100": 4}),
+        limit_gpus_by_type=frozen_map({"a100": 1}),
+    )
+    cfg = config(queues=(Queue("a", None, frozen_map({"main": quota})),))
+    assert validate_config(cfg) == []
+    assert config_warnings(cfg) == [
+        "pool 'main': queue 'a' has limit_cu 25 below its deserved 40 CU: "
+        "it is guaranteed 25 CU at most",
+        "pool 'main': queue 'a' has limit_gpus_by_type[a100] 1 below its deserved 4 GPUs of "
+        "that type: it is guaranteed 1 at most",
     ]
 
 

@@ -155,3 +155,38 @@ def test_demand_on_a_type_the_pool_lacks_is_not_allowed_demand() -> None:
     assert shares["a"].demand_cu == 40
     assert shares["a"].allowed_demand_cu == 0
     assert shares["b"].fair_share_cu == 100
+
+
+def test_a_cu_limit_below_the_deserved_quota_caps_the_guarantee() -> None:
+    # DESIGN §3.1: each queue first gets min(deserved, demand, limit). 10 A100 = 100 CU; q1
+    # deserves 40 CU with a limit of 20 and wants all 10 GPUs, q2 has no quota and wants 10.
+    # q1 is guaranteed 20 (its limit) and may hold no more; q2 gets the other 80.
+    shares = divide(
+        [queue("q1", deserved_cu=40, limit_cu=20), queue("q2")],
+        {"q1": wants(10), "q2": wants(10)},
+        capacity_gpus=10,
+    )
+    assert (shares["q1"].deserved_cu, shares["q1"].limit_cu) == (40, 20)
+    assert shares["q1"].guaranteed_cu == 20
+    assert shares["q1"].fair_share_cu == 20
+    assert shares["q2"].fair_share_cu == 80
+
+
+def test_a_cu_limit_below_the_per_type_quota_caps_the_per_type_guarantee() -> None:
+    # q1 deserves 4 A100 (40 CU) with a CU limit of 20: its per-type guarantee is 2 A100, the
+    # 20 CU it may hold, not the 4 it could never take. A per-type limit of 1 A100 below a
+    # per-type quota of 3 caps that guarantee at 1 GPU, 10 CU.
+    shares = divide(
+        [
+            queue("q1", deserved_gpus_by_type={"a100": 4}, limit_cu=20),
+            queue("q2", deserved_gpus_by_type={"a100": 3}, limit_gpus_by_type={"a100": 1}),
+            queue("q3"),
+        ],
+        {"q1": wants(10), "q2": wants(10), "q3": wants(10)},
+        capacity_gpus=10,
+    )
+    assert shares["q1"].guaranteed_gpus_by_type == {"a100": 2}
+    assert (shares["q1"].guaranteed_cu, shares["q1"].fair_share_cu) == (20, 20)
+    assert shares["q2"].guaranteed_gpus_by_type == {"a100": 1}
+    assert (shares["q2"].guaranteed_cu, shares["q2"].fair_share_cu) == (10, 10)
+    assert shares["q3"].fair_share_cu == 70

@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from gpufair.domain.errors import InvalidInputError
 from gpufair.domain.fairshare import FairShareInput, QueueDemand, compute_fair_shares
 from gpufair.domain.model import (
     Division,
@@ -188,13 +187,12 @@ CASES: dict[str, Case] = {
     ),
 }
 
-# The cases `division: gpufair` answers differently, and its answers (None: the config is
-# refused): weight 0 is best effort (takes what nobody with a weight wants); weights are fixed per
-# tier, so a satisfied queue's departure does not lift a heavy user's weight; guarantees are
-# scaled to the capacity; a limit below the deserved quota is a config error.
-GPUFAIR_DIFFERS: dict[str, tuple[float, ...] | None] = {
+# The cases `division: gpufair` answers differently, and its answers: weight 0 is best effort
+# (takes what nobody with a weight wants); weights are fixed per tier, so a satisfied queue's
+# departure does not lift a heavy user's weight; guarantees are scaled to the capacity. A limit
+# below the deserved quota caps the guarantee in both (DESIGN §3.1: min(deserved, demand, limit)).
+GPUFAIR_DIFFERS: dict[str, tuple[float, ...]] = {
     "within quota: gives up to deserved when over subscribed": (1,),
-    "within quota: doesn't give more GPUs than allowed": None,  # limit 2 < deserved 3: refused
     "within quota: gives up to full quota": (5,),
     "within quota: gives with fraction, if stated in deserved": (2,),
     "within quota: doesn't give if deserved is zero": (2,),
@@ -272,18 +270,11 @@ def test_kai_profile_gives_kai_numbers(name: str) -> None:
 def test_gpufair_profile_differs_only_where_it_chose_to(name: str) -> None:
     case = CASES[name]
     expected = GPUFAIR_DIFFERS.get(name, case.kai)
-    if expected is None:
-        with pytest.raises(InvalidInputError, match="limit_cu"):
-            _shares(case, Division.GPUFAIR)
-    else:
-        assert _shares(case, Division.GPUFAIR) == pytest.approx(expected, abs=1e-9)
+    assert _shares(case, Division.GPUFAIR) == pytest.approx(expected, abs=1e-9)
 
 
 def _gpufair_agrees(case: Case) -> bool:
-    try:
-        return _shares(case, Division.GPUFAIR) == pytest.approx(case.kai, abs=1e-9)
-    except InvalidInputError:
-        return False
+    return bool(_shares(case, Division.GPUFAIR) == pytest.approx(case.kai, abs=1e-9))
 
 
 def test_agreement_counts_under_each_profile() -> None:
@@ -293,15 +284,14 @@ def test_agreement_counts_under_each_profile() -> None:
         if _shares(case, Division.KAI) == pytest.approx(case.kai, abs=1e-9)
     )
     gpufair_agree = sum(1 for case in CASES.values() if _gpufair_agrees(case))
-    assert (len(CASES), kai_agree, gpufair_agree) == (40, 38, 29)
+    assert (len(CASES), kai_agree, gpufair_agree) == (40, 38, 30)
 
 
-def test_limit_below_deserved_is_refused_by_gpufair_and_caps_the_guarantee_in_kai() -> None:
+def test_limit_below_deserved_caps_the_guarantee_in_both_profiles() -> None:
+    # 10 GPUs; q1 deserves 4 with a limit of 2 and wants 10, q2 has no quota and wants 10.
     case = Case(10, (Q(4, 1, 10, limit=2), Q(0, 1, 10)), (2, 8))
     assert _shares(case, Division.KAI) == (2, 8)
-    with pytest.raises(InvalidInputError) as refused:
-        _shares(case, Division.GPUFAIR)
-    assert [v.field_path for v in refused.value.violations] == ['queues[0].quotas["pool"].limit_cu']
+    assert _shares(case, Division.GPUFAIR) == (2, 8)
 
 
 def test_kai_weight_zero_leaves_capacity_idle_that_gpufair_gives_as_best_effort() -> None:

@@ -16,7 +16,6 @@ from gpufair.domain.errors import Violation
 from gpufair.domain.limits import echo, number_violations, text_violations
 from gpufair.domain.model import (
     ClusterConfig,
-    Division,
     FairSharePolicy,
     Node,
     NodePool,
@@ -25,7 +24,11 @@ from gpufair.domain.model import (
     QueueQuota,
     WindowKind,
 )
-from gpufair.domain.policy import queue_structure_violations, validate_policy
+from gpufair.domain.policy import (
+    deserved_cu_with_types,
+    queue_structure_violations,
+    validate_policy,
+)
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
@@ -119,8 +122,7 @@ def validate_config(config: ClusterConfig) -> list[Violation]:
     known_types, known_pools = set(type_names), set(pool_names)
     violations += validate_nodes(config.nodes, known_types, known_pools)
 
-    kai_pools = {p.name for p in config.pools if p.policy.division == Division.KAI}
-    violations += _validate_queues(config.queues, known_types, known_pools, kai_pools)
+    violations += _validate_queues(config.queues, known_types, known_pools)
 
     known_queues = {q.name for q in config.queues}
     seen_budgets: set[tuple[str, str, str]] = set()
@@ -252,7 +254,7 @@ def validate_nodes(
 
 
 def _validate_queues(
-    queues: tuple[Queue, ...], types: set[str], pools: set[str], kai_pools: set[str]
+    queues: tuple[Queue, ...], types: set[str], pools: set[str]
 ) -> list[Violation]:
     violations = [
         Violation(f"queues{v.field_path}", v.message) for v in queue_structure_violations(queues)
@@ -261,9 +263,7 @@ def _validate_queues(
         path = f"queues[{i}]"
         violations += _check_name(f"{path}.name", queue.name)
         for j, (pool_name, quota) in enumerate(queue.quotas.items()):
-            violations += _validate_quota(
-                f"{path}.quotas[{j}]", quota, pool_name, types, pools, pool_name in kai_pools
-            )
+            violations += _validate_quota(f"{path}.quotas[{j}]", quota, pool_name, types, pools)
     violations += _depth_violations(queues)
     return violations
 
@@ -274,10 +274,9 @@ def _validate_quota(
     pool_name: str,
     types: set[str],
     pools: set[str],
-    limit_below_deserved: bool,
 ) -> list[Violation]:
-    """One quota's numbers; a limit below the deserved quota is refused unless the pool divides
-    by KAI-Scheduler's rules (`limit_below_deserved`), where the limit caps the guarantee."""
+    """One quota's numbers. A limit may be below the deserved quota: the guarantee is
+    min(deserved, demand, limit) (DESIGN §3.1); `config_warnings` says so."""
     violations: list[Violation] = []
     if pool_name not in pools:
         violations.append(Violation(f"{path}.pool", f"unknown pool {echo(pool_name)}"))
@@ -291,17 +290,6 @@ def _validate_quota(
         )
     if quota.limit_cu is not None:
         violations += number_violations(f"{path}.limit_cu", quota.limit_cu, 0.0, limits.MAX_CU)
-        if (
-            not limit_below_deserved
-            and _finite(quota.limit_cu)
-            and _finite(quota.deserved_cu)
-            and quota.limit_cu < quota.deserved_cu
-        ):
-            violations.append(
-                Violation(
-                    f"{path}.limit_cu", "is below deserved_cu: the guarantee could never hold"
-                )
-            )
     for field_name, per_type in (
         ("deserved_gpus_by_type", quota.deserved_gpus_by_type),
         ("limit_gpus_by_type", quota.limit_gpus_by_type),
@@ -318,15 +306,6 @@ def _validate_quota(
             if type_name not in types:
                 violations.append(Violation(key_path, f"unknown GPU type {echo(type_name)}"))
             violations += number_violations(key_path, gpus, 0.0, limits.MAX_GPUS)
-    for type_name, limit in quota.limit_gpus_by_type.items():
-        deserved = quota.deserved_gpus_by_type.get(type_name, 0.0)
-        if not limit_below_deserved and _finite(limit) and _finite(deserved) and limit < deserved:
-            violations.append(
-                Violation(
-                    f"{path}.limit_gpus_by_type[{type_name[:80]}]",
-                    "is below deserved_gpus_by_type: the guarantee could never hold",
-                )
-            )
     return violations
 
 
@@ -385,10 +364,36 @@ def config_warnings(config: ClusterConfig) -> list[str]:
                     f"pool {pool.name!r}: children of {parent.name!r} deserve {kids_deserved:g} CU, "
                     f"more than its own {own:g} CU"
                 )
+    for queue in config.queues:
+        for pool_name, quota in queue.quotas.items():
+            warnings += _limit_warnings(queue.name, pool_name, quota, weights)
     for i, pool in enumerate(config.pools):
         if pool.policy.window_kind is WindowKind.NONE and pool.policy.half_life_s is None:
             warnings.append(
                 f"pools[{i}] {pool.name!r}: no window and no half-life: usage never fades"
+            )
+    return warnings
+
+
+def _limit_warnings(
+    queue: str, pool: str, quota: QueueQuota, compute_weights: dict[str, float]
+) -> list[str]:
+    """A limit below the deserved quota it bounds is allowed (the limit caps the guarantee:
+    min(deserved, demand, limit), DESIGN §3.1), but a typo looks the same: say what holds."""
+    warnings = []
+    deserved_cu = deserved_cu_with_types(quota, compute_weights)
+    if quota.limit_cu is not None and quota.limit_cu < deserved_cu:
+        warnings.append(
+            f"pool {pool!r}: queue {queue!r} has limit_cu {quota.limit_cu:g} below its deserved "
+            f"{deserved_cu:g} CU: it is guaranteed {quota.limit_cu:g} CU at most"
+        )
+    for type_name, limit_gpus in sorted(quota.limit_gpus_by_type.items()):
+        deserved_gpus = quota.deserved_gpus_by_type.get(type_name, 0.0)
+        if limit_gpus < deserved_gpus:
+            warnings.append(
+                f"pool {pool!r}: queue {queue!r} has limit_gpus_by_type[{type_name}] "
+                f"{limit_gpus:g} below its deserved {deserved_gpus:g} GPUs of that type: it is "
+                f"guaranteed {limit_gpus:g} at most"
             )
     return warnings
 

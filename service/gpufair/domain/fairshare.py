@@ -31,8 +31,9 @@ Division, top-down, in compute units (CU); each sibling group divides what its p
 Division profile. Everything above is the `gpufair` division. A pool with `division: kai`
 keeps phase 1 (scaled guarantees included) and divides phase 2 by KAI-Scheduler's rules
 (`kai_division`: weights recomputed every round, floors per round and a remainder pass, weight 0
-without over-quota, no dead band); its quotas may set a limit below the deserved quota, which
-then caps the guarantee. docs/kai-compatibility.md lists the differences with examples.
+without over-quota, no dead band). In both, a limit below the deserved quota caps the
+guarantee (min(deserved, demand, limit)). docs/kai-compatibility.md lists the differences with
+examples.
 
 Demand and limits. Demand is allocated + pending, in GPUs per type, worth their types' CU; an
 inner queue's demand is its children's sum. A queue's `allowed_demand_cu` is its demand after

@@ -17,6 +17,7 @@ are pairwise, not sequential, so none is used; `add.accumulate` is sequential.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -138,8 +139,22 @@ def _children_sums(
 def _claim_types(plan: FairSharePlan, allowed: np.ndarray, columns: ShareColumns) -> None:
     """Per-type claims of the queues whose subtree declares a per-type guarantee: a leaf's
     min(deserved GPUs, allowed demand) of each type it declares (dropped at 0); an inner
-    queue's, its children's summed in name order, its own declarations replacing theirs."""
+    queue's, its children's summed in name order, its own declarations replacing theirs.
+
+    A queue's claims are worth at most its allowed demand in CU: a CU limit below the worth of
+    its per-type quotas caps them too (the limit caps everything, DESIGN §3.1), each type
+    shrunk in the same proportion."""
     column = {t: j for j, t in enumerate(plan.type_names)}
+    compute_weights = plan.compute_weights
+    allowed_cu = columns.allowed_cu
+
+    def within_limit(i: int, claims: dict[str, float]) -> dict[str, float]:
+        worth = math.fsum(gpus * compute_weights[t] for t, gpus in claims.items())
+        if worth <= allowed_cu[i]:
+            return claims
+        scale = allowed_cu[i] / worth
+        return {t: gpus * scale for t, gpus in claims.items()}
+
     claims_col = columns.claims_by_type
     deserved_of = plan.deserved_gpus_by_type
     leaves = plan.typed_leaves
@@ -151,7 +166,7 @@ def _claim_types(plan: FairSharePlan, allowed: np.ndarray, columns: ShareColumns
             claim = min(deserved_gpus, row[column[type_name]])
             if claim > 0.0:
                 own[type_name] = claim
-        claims_col[i] = own
+        claims_col[i] = within_limit(i, own)
     inner = plan.typed_inner
     children = plan.children
     for i, row in zip(inner, allowed[list(inner)].tolist(), strict=True):
@@ -167,4 +182,4 @@ def _claim_types(plan: FairSharePlan, allowed: np.ndarray, columns: ShareColumns
                 claimed[type_name] = claim
             else:
                 claimed.pop(type_name, None)
-        claims_col[i] = claimed
+        claims_col[i] = within_limit(i, claimed)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufair.domain.errors import InvalidInputError, Violation
-from gpufair.domain.model import Division, FairSharePolicy, GpuType, Queue
+from gpufair.domain.model import FairSharePolicy, GpuType, Queue
 from gpufair.domain.policy import (
     deserved_cu_with_types,
     validate_gpu_types,
@@ -357,10 +357,5 @@ def quota_violations(
     """What is wrong with the queues' terms in the pool."""
     return [
         Violation(f"queues{v.field_path}", v.message)
-        for v in validate_pool_quotas(
-            queues,
-            pool,
-            gpu_types=gpu_types,
-            limit_below_deserved=policy.division == Division.KAI,
-        )
+        for v in validate_pool_quotas(queues, pool, gpu_types=gpu_types)
     ]

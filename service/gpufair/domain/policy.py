@@ -164,64 +164,33 @@ def _validate_quota(
     pools: Collection[str] | None,
     compute_weights: Mapping[str, float] | None,
     out: list[Violation],
-    limit_below_deserved: bool = False,
 ) -> None:
     if quota.pool != key:
         out.append(Violation(path + ".pool", f"is {quota.pool!r} but the quota is keyed {key!r}"))
     if pools is not None and key not in pools:
         out.append(Violation(path, f"unknown node pool {key!r}"))
-    deserved_ok = _check_non_negative(path, ".deserved_cu", quota.deserved_cu, out)
+    _check_non_negative(path, ".deserved_cu", quota.deserved_cu, out)
     _check_non_negative(path, ".over_quota_weight", quota.over_quota_weight, out)
-    limit_ok = quota.limit_cu is None or _check_non_negative(path, ".limit_cu", quota.limit_cu, out)
-    good_gpus: dict[str, dict[str, float]] = {}
+    if quota.limit_cu is not None:
+        _check_non_negative(path, ".limit_cu", quota.limit_cu, out)
     for field_name, by_type in (
         ("deserved_gpus_by_type", quota.deserved_gpus_by_type),
         ("limit_gpus_by_type", quota.limit_gpus_by_type),
     ):
-        good_gpus[field_name] = {}
         for type_name, gpus in by_type.items():
             type_key = f'.{field_name}["{type_name}"]'
-            known = compute_weights is None or type_name in compute_weights
-            if not known:
+            if compute_weights is not None and type_name not in compute_weights:
                 out.append(Violation(path + type_key, f"unknown GPU type {type_name!r}"))
-            if _check_non_negative(path, type_key, gpus, out) and known:
-                good_gpus[field_name][type_name] = gpus
-    if limit_below_deserved:
-        # The `kai` division: the limit wins over the quota (`min(deserved, limit)` is the
-        # guarantee), as KAI-Scheduler accepts a MaxAllowed below the quota.
-        return
-    for type_name, limit_gpus in good_gpus["limit_gpus_by_type"].items():
-        deserved_gpus = good_gpus["deserved_gpus_by_type"].get(type_name, 0.0)
-        if limit_gpus < deserved_gpus:
-            out.append(
-                Violation(
-                    f'{path}.limit_gpus_by_type["{type_name}"]',
-                    f"must be ≥ the deserved {deserved_gpus} GPUs of that type, got {limit_gpus}",
-                )
-            )
-    if not (deserved_ok and limit_ok and quota.limit_cu is not None):
-        return
-    by_type_cu = 0.0
-    if compute_weights is not None:
-        by_type_cu = math.fsum(
-            gpus * compute_weights[t] for t, gpus in good_gpus["deserved_gpus_by_type"].items()
-        )
-    if quota.limit_cu < max(quota.deserved_cu, by_type_cu):
-        bound = (
-            f"deserved_cu ({quota.deserved_cu})"
-            if quota.deserved_cu >= by_type_cu
-            else f"the {by_type_cu} CU of the per-type deserved quotas"
-        )
-        out.append(Violation(path + ".limit_cu", f"must be ≥ {bound}, got {quota.limit_cu}"))
+            _check_non_negative(path, type_key, gpus, out)
 
 
 _NUMBER = (float, int)
 
 
-def _plainly_valid(quota: QueueQuota, key: str, limit_below_deserved: bool) -> bool:
+def _plainly_valid(quota: QueueQuota, key: str) -> bool:
     """True for the common quota that `_validate_quota` would pass: keyed right, no per-type
-    maps, finite numbers ≥ 0, a limit (if any) at least the deserved quota. Anything else takes
-    the full check, which also writes the messages. Runs on every fair-share computation, so
+    maps, finite numbers ≥ 0. Anything else takes the full check, which also writes the
+    messages. Runs on every fair-share computation, so
     the common case costs a few comparisons, not a list of checks."""
     if quota.pool != key or quota.deserved_gpus_by_type or quota.limit_gpus_by_type:
         return False
@@ -232,11 +201,7 @@ def _plainly_valid(quota: QueueQuota, key: str, limit_below_deserved: bool) -> b
         return False
     if limit is None:
         return True
-    return (
-        type(limit) in _NUMBER
-        and 0.0 <= limit < math.inf
-        and (limit_below_deserved or limit >= deserved)
-    )
+    return type(limit) in _NUMBER and 0.0 <= limit < math.inf
 
 
 def validate_pool_quotas(
@@ -244,12 +209,11 @@ def validate_pool_quotas(
     pool: str,
     *,
     gpu_types: Mapping[str, GpuType] | None = None,
-    limit_below_deserved: bool = False,
 ) -> list[Violation]:
     """Check every queue's terms in one pool; paths `[3].quotas["pool"].limit_cu`.
 
-    `limit_below_deserved` (the pool's division is `kai`) accepts limits below the deserved
-    quota they bound: the limit then caps the guarantee.
+    A limit may be below the deserved quota it bounds: the guarantee is
+    min(deserved, demand, limit) (DESIGN §3.1), so the limit caps it.
     """
     out: list[Violation] = []
     compute_weights = (
@@ -257,7 +221,7 @@ def validate_pool_quotas(
     )
     for index, queue in enumerate(queues):
         quota = queue.quotas.get(pool)
-        if quota is not None and not _plainly_valid(quota, pool, limit_below_deserved):
+        if quota is not None and not _plainly_valid(quota, pool):
             path = f'[{index}].quotas["{pool}"]'
             _validate_quota(
                 path,
@@ -266,7 +230,6 @@ def validate_pool_quotas(
                 pools=None,
                 compute_weights=compute_weights,
                 out=out,
-                limit_below_deserved=limit_below_deserved,
             )
     return out
 

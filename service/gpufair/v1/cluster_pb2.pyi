@@ -110,9 +110,9 @@ class _DivisionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Division.Val
     DIVISION_UNSPECIFIED: _Division.ValueType  # 0
     """the default: gpufair"""
     DIVISION_GPUFAIR: _Division.ValueType  # 1
-    """weights fixed per tier, weight 0 best effort, limit >= deserved"""
+    """weights fixed per tier, weight 0 best effort"""
     DIVISION_KAI: _Division.ValueType  # 2
-    """KAI-Scheduler's: weights per round, weight 0 no over-quota, limit may be below deserved"""
+    """KAI-Scheduler's: weights per round, weight 0 no over-quota"""
 
 class Division(_Division, metaclass=_DivisionEnumTypeWrapper):
     """Whose rules divide over-quota capacity (docs/kai-compatibility.md)."""
@@ -120,9 +120,9 @@ class Division(_Division, metaclass=_DivisionEnumTypeWrapper):
 DIVISION_UNSPECIFIED: Division.ValueType  # 0
 """the default: gpufair"""
 DIVISION_GPUFAIR: Division.ValueType  # 1
-"""weights fixed per tier, weight 0 best effort, limit >= deserved"""
+"""weights fixed per tier, weight 0 best effort"""
 DIVISION_KAI: Division.ValueType  # 2
-"""KAI-Scheduler's: weights per round, weight 0 no over-quota, limit may be below deserved"""
+"""KAI-Scheduler's: weights per round, weight 0 no over-quota"""
 Global___Division: _TypeAlias = Division  # noqa: Y015
 
 class _PlacementStrategy:
@@ -304,7 +304,7 @@ class FairSharePolicy(_message.Message):
     """ignore effective-weight changes below this, in [0, 1); default 0.01"""
     division: Global___Division.ValueType
     """Division profile: `kai` reproduces KAI-Scheduler's fair shares (per-round weights, weight 0,
-    limits below the quota, tumbling-window boundary); the dead band does not apply to it.
+    tumbling-window boundary); the dead band does not apply to it.
     """
     def __init__(
         self,
@@ -571,7 +571,9 @@ class QueueQuota(_message.Message):
     over_quota_weight: _builtins.float
     """share of the over-quota pool; default 1, in [0, 1e6]"""
     limit_cu: _builtins.float
-    """hard cap in CU, in [0, 1e9]; unset = unlimited"""
+    """Limits may be below the deserved quotas: the guarantee is min(deserved, demand, limit).
+    hard cap in CU, in [0, 1e9]; unset = unlimited
+    """
     priority: _builtins.int
     """tier: higher is served first"""
     max_borrow_s: _builtins.float
