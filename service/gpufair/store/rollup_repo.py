@@ -43,6 +43,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -60,7 +61,7 @@ from gpufair.domain.rollup import (
     type_usage,
 )
 from gpufair.domain.usage import Segment, UsageInputs, window_bounds
-from gpufair.store import capacity_repo, config_repo, locks
+from gpufair.store import capacity_repo, config_repo, locks, queue_history
 from gpufair.store.ledger_tables import LONG_OR_OPEN, SHORT_RUN
 
 ROOT = ""  # the queue column of a pool's root row (the group of top-level queues)
@@ -463,10 +464,46 @@ def decayed_usage(
     for a bucket ending at e), applied here in SQL so that one row per queue comes back instead of
     one per queue and bucket. That weight is the only decay written outside `domain/`; the test
     `test_usage_from_rollups_equals_exact_integral` holds this sum to the domain's exact integral.
+
+    A queue deleted inside the window and created again since counts from its deletion on
+    (`queue_history`): its usage and its children's group capacity are read again over
+    [deleted, now), the same way.
     """
+    lo_s, _ = window_bounds(now_s, pool.policy)
+    usage = _decayed_from(conn, config, pool, lo_s, now_s)
+    # Only a queue created inside the window can have been deleted there before (its row is
+    # new): most recomputes have none and read nothing more.
+    young = [q.name for q in config.queues if q.created_at_s > lo_s]
+    recreated = queue_history.recreated_since(conn, young, lo_s) if young else {}
+    if not recreated:
+        return usage
+    # A queue deleted and created again starts afresh (`queue_history`): its usage, and the
+    # capacity its children competed for, count from its deletion on. The queues deleted at one
+    # instant are read together.
+    usage_cu_s = dict(usage.usage_cu_s)
+    capacity_cu_s = dict(usage.group_capacity_cu_s)
+    for deleted_s in sorted(set(recreated.values())):
+        fresh = _decayed_from(conn, config, pool, deleted_s, now_s)
+        for name, at_s in recreated.items():
+            if at_s == deleted_s:
+                _replace(usage_cu_s, name, fresh.usage_cu_s.get(name))
+                _replace(capacity_cu_s, name, fresh.group_capacity_cu_s.get(name))
+    return UsageInputs(usage_cu_s=usage_cu_s, group_capacity_cu_s=capacity_cu_s)
+
+
+def _replace(numbers: dict[Any, float], key: str, value: float | None) -> None:
+    if value is None:
+        numbers.pop(key, None)
+    else:
+        numbers[key] = value
+
+
+def _decayed_from(
+    conn: Connection, config: ClusterConfig, pool: NodePool, lo_s: float, now_s: float
+) -> UsageInputs:
+    """`decayed_usage` over [lo_s, now_s): buckets from ceil_hour(lo_s), edges from intervals."""
     policy = pool.policy
     mark = _watermark(conn, pool.name)
-    lo_s, _ = window_bounds(now_s, policy)
     a_s = ceil_hour(lo_s) if math.isfinite(lo_s) else -math.inf
     b_s = min(mark.rolled_up_to_s, floor_hour(now_s)) if mark is not None else -math.inf
     if b_s <= a_s:
