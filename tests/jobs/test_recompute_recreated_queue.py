@@ -12,12 +12,22 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gpufair.domain.ledger import EventKind, LedgerEvent
-from gpufair.domain.model import Workload
+from gpufair.domain.model import ClusterConfig, Workload
 from gpufair.services.recompute import recompute_pool
 from gpufair.store import ingest_pipeline, workload_repo
 from tests.jobs.test_recompute import DAY, install, reference_config, run_for
+from tests.jobs.test_recompute_dead_band import weighted
 
 HOUR = 3600.0
+
+
+def without(config: ClusterConfig, queue: str) -> ClusterConfig:
+    """`config` with `queue` and its budgets deleted."""
+    return dataclasses.replace(
+        config,
+        queues=tuple(q for q in config.queues if q.name != queue),
+        budgets=tuple(b for b in config.budgets if b.queue != queue),
+    )
 
 
 def test_a_recreated_queue_counts_its_usage_from_its_deletion_on(db: Engine) -> None:
@@ -39,12 +49,7 @@ def test_a_recreated_queue_counts_its_usage_from_its_deletion_on(db: Engine) -> 
         stop_old = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, start_s - DAY, "vision-old")
         workload_repo.submit(conn, [inference, old])
         ingest_pipeline.ingest(conn, [start_inference, start_old, stop_old], start_s)
-        without_vision = dataclasses.replace(
-            config,
-            queues=tuple(q for q in config.queues if q.name != "vision"),
-            budgets=tuple(b for b in config.budgets if b.queue != "vision"),
-        )
-        install(conn, without_vision, start_s)
+        install(conn, without(config, "vision"), start_s)
         conn.commit()
     with db.connect() as conn:
         install(conn, config, start_s)  # vision again, in another change set
@@ -84,3 +89,41 @@ def test_a_recreated_queue_counts_its_usage_from_its_deletion_on(db: Engine) -> 
     assert vision.priority_weight == pytest.approx(p_vision)
     assert vision.fair_share_cu == pytest.approx(20 + 50 * p_vision / (1 + p_vision))  # 44.97
     assert llm.fair_share_cu == pytest.approx(30 + 50 / (1 + p_vision))  # 55.03
+
+
+def test_a_recreated_queue_is_not_held_at_the_old_queue_s_weight(db: Engine) -> None:
+    """The reference pool with vision's over-quota weight 1 against llm's 300, dead band 0.01.
+    The old vision held 50 CU over quota for 6 of the last 7 days (U' = 0.857 > 2/301): at the
+    first recompute it competes and gives way entirely (P = 0, weight 0). Deleted and created
+    again, the new vision has no usage: its weight 1/301 = 0.0033 is within the band of the old
+    queue's 0, which held it at its 20 CU quota. It gets 20 + 50/302 = 20.166 CU."""
+    start_s = time.time()
+    config = weighted(reference_config(1.0), {"llm": 300.0, "vision": 1.0})
+    with db.connect() as conn:
+        install(conn, config, start_s - 8 * DAY)
+        inference, start_inference = run_for("llm-inference", "llm", 10, 0, start_s - 7 * DAY)
+        old, start_old = run_for("vision-old", "vision", 70, 3, start_s - 7 * DAY)
+        stop_old = LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, start_s - DAY, "vision-old")
+        waiting = [
+            Workload("llm-gang", "llm", "default", pods=90, gpus_per_pod=1, submit_time_s=start_s),
+            Workload(
+                "vision-more", "vision", "default", pods=30, gpus_per_pod=1, submit_time_s=start_s
+            ),
+        ]
+        workload_repo.submit(conn, [inference, old, *waiting])
+        ingest_pipeline.ingest(conn, [start_inference, start_old, stop_old], start_s)
+        first = recompute_pool(conn, "default", start_s).result.shares
+        install(conn, without(config, "vision"), start_s)
+        conn.commit()
+    with db.connect() as conn:
+        install(conn, config, start_s)  # vision again; its pending work waited for it
+        second = recompute_pool(conn, "default", start_s + 60).result.shares
+        conn.commit()
+    assert first["vision"].competes_over_quota
+    assert (first["vision"].priority_weight, first["vision"].effective_weight) == (0.0, 0.0)
+    assert first["vision"].fair_share_cu == pytest.approx(20.0)
+    assert second["vision"].usage_share == 0.0
+    assert second["vision"].effective_weight == pytest.approx(1 / 301)
+    assert second["llm"].effective_weight == 1.0  # 300/301 is within the band of its 1.0
+    assert second["vision"].fair_share_cu == pytest.approx(20 + 50 / 302)  # 20.166
+    assert second["llm"].fair_share_cu == pytest.approx(30 + 50 * 301 / 302)  # 79.834

@@ -119,7 +119,7 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
             demands=demands(conn, config, pool, plan),
             usage=usage,
             previous_effective_weights=(
-                fairshare_repo.competed_weights(previous) if previous else {}
+                fairshare_repo.previous_weights(conn, previous, config.queues) if previous else {}
             ),
         ),
         plan,

@@ -17,6 +17,8 @@ from sqlalchemy import Connection, text
 from sqlalchemy.dialects import postgresql
 
 from gpufair.domain.fairshare import FairShareResult
+from gpufair.domain.model import Queue
+from gpufair.store import queue_history
 from gpufair.store.commit_watch import wrote_read_key
 from gpufair.store.ledger_tables import fair_share_history
 
@@ -137,6 +139,19 @@ def competed_weights(run: StoredRun) -> dict[str, float]:
         for s in run.shares
         if s.weight_share > 0.0 and math.isfinite(s.effective_weight) and s.effective_weight >= 0.0
     }
+
+
+def previous_weights(conn: Connection, run: StoredRun, queues: Sequence[Queue]) -> dict[str, float]:
+    """What the next computation of `run`'s pool takes as previous effective weights: the
+    queues that competed in `run` (`competed_weights`), less those deleted and created again
+    since (`queue_history`): the old queue's weight is not the new one's to keep. Only a queue
+    created after the run can be one, so most calls read nothing more."""
+    weights = competed_weights(run)
+    young = [q.name for q in queues if q.name in weights and q.created_at_s > run.computed_at_s]
+    if young:
+        for name in queue_history.recreated_since(conn, young, run.computed_at_s):
+            weights.pop(name, None)
+    return weights
 
 
 def history(
