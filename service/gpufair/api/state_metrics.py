@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_S = 2.0
 READ_TIMEOUT_MS = 5000
+# A read still running this long after it started waits on a database that does not answer.
+STUCK_READ_S = READ_TIMEOUT_MS / 1000 + 1.0
 # A pending workload no recorded Schedule has looked at since it was submitted.
 NOT_SCHEDULED_YET = "not_scheduled_yet"
 
@@ -95,35 +97,65 @@ class StateCollector(Collector):
         self.health = health
         self.clock = clock
         self.cache_s = cache_s
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()  # guards what follows
         self._cached: list[Metric] = []
         self._read_at = float("-inf")
         self._read_ok = False
+        self._reads_started = 0
+        self._reading: tuple[int, float] | None = None  # the read in flight: number, start
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            now = time.monotonic()
-            if self.health is not None and not self.health.up:
-                # The health probe found the database away: read nothing, export nothing stale.
+        if self.health is not None and not self.health.up:
+            # The health probe found the database away: read nothing, export nothing stale.
+            with self._changed:
                 self._cached, self._read_ok, self._read_at = [], False, float("-inf")
-            elif now - self._read_at >= self.cache_s:
-                try:
-                    self._cached = self._read()
-                    self._read_ok = True
-                except Exception as exc:
-                    if self._read_ok:
-                        log.warning("metrics: cannot read the cluster state: %s", exc)
-                    self._cached = []
-                    self._read_ok = False
-                self._read_at = now
-            families = list(self._cached)
-            read_ok = self._read_ok
+            families: list[Metric] = []
+            read_ok = False
+        else:
+            families, read_ok = self._families()
         up = GaugeMetricFamily(
             "gpufair_database_up", "1 when the database answers (health SERVING), else 0"
         )
         up.add_metric([], 1.0 if (self.health.up if self.health else read_ok) else 0.0)
         yield up
         yield from families
+
+    def _families(self) -> tuple[list[Metric], bool]:
+        """The state gauges: kept ones up to `cache_s` old, else those of a read. One read runs
+        at a time, and scrapers arriving meanwhile take its result. A read still running
+        `STUCK_READ_S` after it started waits on a database that stopped answering (its
+        statement timeout is the server's, and a silent server enforces nothing): the scrapers
+        after it wait no longer and read anew, the latest read's result is the one kept, and
+        no lock is held while reading, so `gpufair_database_up` is exported whatever a read
+        waits on."""
+        with self._changed:
+            now = time.monotonic()
+            if now - self._read_at < self.cache_s:
+                return list(self._cached), self._read_ok
+            if self._reading is not None:
+                started = self._reading[1]
+                self._changed.wait_for(
+                    lambda: self._reading is None or self._reading[1] != started,
+                    max(0.0, started + STUCK_READ_S - now),
+                )
+                if time.monotonic() - self._read_at < self.cache_s:
+                    return list(self._cached), self._read_ok
+            self._reads_started += 1
+            number = self._reads_started
+            self._reading = (number, time.monotonic())
+        try:
+            families, read_ok = self._read(), True
+        except Exception as exc:
+            if self._read_ok:
+                log.warning("metrics: cannot read the cluster state: %s", exc)
+            families, read_ok = [], False
+        with self._changed:
+            if self._reading is not None and self._reading[0] == number:
+                self._reading = None
+            if number == self._reads_started:  # no later read started while this one waited
+                self._cached, self._read_ok, self._read_at = families, read_ok, time.monotonic()
+            self._changed.notify_all()
+        return list(families), read_ok
 
     def _read(self) -> list[Metric]:
         with self.engine.connect() as conn:
