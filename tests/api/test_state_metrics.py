@@ -134,6 +134,43 @@ def test_budgets_export_consumption_and_projected_exhaustion(
     assert value("projected_exhaustion_timestamp_seconds") == pytest.approx(noon + 15 * 3600)
 
 
+@pytest.mark.parametrize(
+    ("budget_cu_hours", "exhaustion"),
+    [
+        # 40 CU-hours in 10:00-11:00, 40 more in 11:00-12:00: 50 were reached at 11:15, an
+        # instant already past, and the gauge says it.
+        (50.0, datetime(2026, 11, 25, 11, 15, tzinfo=UTC).timestamp()),
+        # 920 CU-hours left at 32 a day last 28.75 days, past the week's end: no sample.
+        (1000.0, None),
+    ],
+)
+def test_projected_exhaustion_is_a_past_instant_once_spent_and_absent_past_the_period(
+    client: GpufairClient, db: Engine, budget_cu_hours: float, exhaustion: float | None
+) -> None:
+    config = _config(with_audio=False)
+    config.budgets[1].cu_hours = budget_cu_hours  # vision, a week
+    client.apply_config(config)
+    now = datetime(2026, 11, 25, 12, 30, tzinfo=UTC).timestamp()
+    _run_vision(db, now, since_s=now - 2.5 * 3600)
+    PeriodicJobs(db, JobSettings(), clock=lambda: now, replica="a").tick()
+    registry = CollectorRegistry()
+    registry.register(StateCollector(db, clock=lambda: now, cache_s=0.0))
+    name = "gpufair_budget_projected_exhaustion_timestamp_seconds"
+    labels = {"queue": "vision", "pool": "", "period": "week"}
+    assert registry.get_sample_value(name, labels) == (
+        None if exhaustion is None else pytest.approx(exhaustion)
+    )
+    assert registry.get_sample_value("gpufair_budget_remaining_cu_hours", labels) == (
+        pytest.approx(budget_cu_hours - 80.0)
+    )
+    # The help says both cases, not only "at its current burn rate".
+    helps = [line for line in _state_lines(registry, "# HELP ") if f" {name} " in line]
+    assert helps == [
+        f"# HELP {name} When the budget ran out in its current period, or will at its average "
+        "burn so far before the period ends; absent when it outlasts the period at that burn"
+    ]
+
+
 def test_schedule_counts_binds_waits_and_pending_reasons(
     client: GpufairClient, db: Engine, replicas: tuple[CollectorRegistry, ...]
 ) -> None:

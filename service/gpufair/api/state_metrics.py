@@ -258,7 +258,8 @@ def _budgets(conn: Connection, at: datetime) -> list[Metric]:
     )
     exhaustion = GaugeMetricFamily(
         "gpufair_budget_projected_exhaustion_timestamp_seconds",
-        "When the budget runs out at its current burn rate (absent when it does not burn)",
+        "When the budget ran out in its current period, or will at its average burn so far "
+        "before the period ends; absent when it outlasts the period at that burn",
         labels=labels,
     )
     for b in records:
