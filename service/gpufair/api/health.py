@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import socket
 import threading
 import time
@@ -37,6 +36,8 @@ from typing import Any
 
 from grpc_health.v1 import health, health_pb2
 from sqlalchemy import Engine
+
+from gpufair.store import database
 
 log = logging.getLogger(__name__)
 
@@ -149,25 +150,10 @@ class DatabaseHealth:
             conn = self._connect()
             with self._lock:
                 self._connection = conn
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1")
-            cur.fetchone()
+        database.ping(conn)
 
     def _connect(self) -> Any:
-        dialect = self.engine.dialect
-        args, params = dialect.create_connect_args(self.engine.url)
-        params.setdefault("connect_timeout", max(2, math.ceil(self.timeout_s)))
-        params.setdefault("application_name", "gpufair-health")
-        conn = dialect.loaded_dbapi.connect(*args, **params)
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                # A database that answers, slowly, ends the statement itself.
-                cur.execute(f"SET statement_timeout = {max(1, int(self.timeout_s * 1000))}")
-        except Exception:
-            conn.close()
-            raise
-        return conn
+        return database.probe_connection(self.engine, self.timeout_s)
 
     def _shut_connection(self) -> None:
         """Wake a probe waiting on the connection: shut its socket (the descriptor stays the

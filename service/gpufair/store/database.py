@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from gpufair.store import deadline
@@ -210,8 +211,29 @@ def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30
     return engine
 
 
-def ping(conn: Connection, timeout_s: float) -> None:
-    """One round trip that proves the database answers, given at most `timeout_s` (raises
-    otherwise). The caller ends the transaction."""
-    conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"))
-    conn.execute(text("SELECT 1")).scalar_one()
+def probe_connection(engine: Engine, timeout_s: float) -> Any:
+    """A psycopg connection to `engine`'s database outside its pool, for the health probe
+    (`api/health.py`, which may break it): autocommit, its attempt and its statements bounded
+    by `timeout_s` (a connect timeout under 2 s is 2 s to libpq)."""
+    dialect = engine.dialect
+    args, params = dialect.create_connect_args(engine.url)
+    params.setdefault("connect_timeout", max(2, math.ceil(timeout_s)))
+    params.setdefault("application_name", "gpufair-health")
+    conn = dialect.loaded_dbapi.connect(*args, **params)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            # A database that answers, slowly, ends the statement itself.
+            cur.execute(f"SET statement_timeout = {max(1, int(timeout_s * 1000))}")
+    except Exception:
+        conn.close()
+        raise
+    return conn
+
+
+def ping(dbapi_conn: Any) -> None:
+    """One round trip on a `probe_connection` that proves the database answers (raises
+    otherwise)."""
+    with dbapi_conn.cursor() as cur:
+        cur.execute("SELECT 1")
+        cur.fetchone()
