@@ -177,7 +177,9 @@ def latest_cycles(conn: Connection) -> list[LatestCycle]:
 
 def jobs(conn: Connection) -> list[JobRecord]:
     """Every current job's newest finished claim and newest success (`ok: …` outcome), and a
-    pool's recompute interval as configured."""
+    pool's recompute interval as configured. A run cancelled because its server stopped
+    (`cancelled: …`, jobs/runner.py) did not finish on its own: it is neither a failure nor
+    the latest run's duration, and the run before it says both."""
     rows = conn.execute(
         text(
             """
@@ -195,6 +197,7 @@ def jobs(conn: Connection) -> list[JobRecord]:
             LEFT JOIN LATERAL (
                 SELECT claimed_at, finished_at, outcome FROM job_claims
                 WHERE job = n.job AND finished_at IS NOT NULL
+                  AND outcome NOT LIKE 'cancelled%'
                 ORDER BY period_start DESC LIMIT 1
             ) f ON true
             LEFT JOIN LATERAL (
