@@ -144,13 +144,11 @@ def competed_weights(run: StoredRun) -> dict[str, float]:
 def previous_weights(conn: Connection, run: StoredRun, queues: Sequence[Queue]) -> dict[str, float]:
     """What the next computation of `run`'s pool takes as previous effective weights: the
     queues that competed in `run` (`competed_weights`), less those deleted and created again
-    since (`queue_history`): the old queue's weight is not the new one's to keep. Only a queue
-    created after the run can be one, so most calls read nothing more."""
+    since (`queue_history`): the old queue's weight is not the new one's to keep."""
     weights = competed_weights(run)
-    young = [q.name for q in queues if q.name in weights and q.created_at_s > run.computed_at_s]
-    if young:
-        for name in queue_history.recreated_since(conn, young, run.computed_at_s):
-            weights.pop(name, None)
+    weighed = [q for q in queues if q.name in weights]
+    for name in queue_history.recreated_since(conn, weighed, run.computed_at_s):
+        weights.pop(name, None)
     return weights
 
 

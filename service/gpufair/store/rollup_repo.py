@@ -471,10 +471,7 @@ def decayed_usage(
     """
     lo_s, _ = window_bounds(now_s, pool.policy)
     usage = _decayed_from(conn, config, pool, lo_s, now_s)
-    # Only a queue created inside the window can have been deleted there before (its row is
-    # new): most recomputes have none and read nothing more.
-    young = [q.name for q in config.queues if q.created_at_s > lo_s]
-    recreated = queue_history.recreated_since(conn, young, lo_s) if young else {}
+    recreated = queue_history.recreated_since(conn, config.queues, lo_s)
     if not recreated:
         return usage
     # A queue deleted and created again starts afresh (`queue_history`): its usage, and the
