@@ -14,15 +14,7 @@ shares of 0 s hold until 300 s: the eviction at 300 s, the bind at 360 s (a wait
 
 from __future__ import annotations
 
-import pytest
 from sim_support import run, scenario_from, unit_cluster
-
-# The simulator recomputes on the periodic cadence only: the reclaim comes at 300 s, b1 binds
-# at 360 s. Recomputing before a cycle after every change slows the 15-day trace replay
-# several times over, and changes the example scenarios' stored figures.
-_OPEN = pytest.mark.xfail(
-    strict=True, reason="the simulator does not yet recompute before a cycle after a change"
-)
 
 
 def _scenario() -> dict[str, object]:
@@ -44,7 +36,6 @@ def _scenario() -> dict[str, object]:
     }
 
 
-@_OPEN
 def test_a_submission_is_demand_at_the_next_cycle() -> None:
     result, metrics = run(scenario_from(_scenario()))
     events = [(d.time_s, d.event, d.queue, d.reason) for d in result.decisions]
@@ -65,7 +56,6 @@ def test_a_submission_is_demand_at_the_next_cycle() -> None:
     assert pool.allocated_gpu_hours == by_queue["a"] + by_queue["b"]
 
 
-@_OPEN
 def test_the_periodic_recompute_alone_when_nothing_changes() -> None:
     """Nothing submitted or changed between periodic recomputes: no extra recompute."""
     data = _scenario()

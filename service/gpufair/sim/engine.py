@@ -8,12 +8,17 @@ Events, and what happens at one instant, in this order:
    them; a job waits in its pool from that instant, unless the service's submit checks refuse it
    (`admission`): a refused job never waits and is kept apart (`SimResult.refused`).
 3. **Fair-share recompute**, per pool every `recompute_s` (`Scenario.recompute_interval_s`), as the
-   service's periodic job does: `usage.usage_inputs` over the pool's simulated allocation history
-   (exact integrals; one `history.QueueHistory` per queue, pruned to the window), demands from the
+   service's periodic job does: the decayed usage `usage.usage_inputs` gives over the pool's
+   simulated allocation history (kept as it happens, `running_usage.PoolUsage`), demands from the
    jobs running and waiting (a waiting job counted on the cheapest GPU type that serves it, as
    `fairshare.QueueDemand` asks), and the previous effective weights for the dead band; then
    `fairshare.compute_fair_shares`.
 4. **Scheduling cycle**, every `cycle_s`, per pool: `cycle.run_cycle` on a snapshot of the pool.
+   As the service's cycle does (`services.schedule.fair_shares`), the pool's fair shares are
+   recomputed first when a job of the pool was submitted or changed state (started, stopped,
+   completed, evicted) since the latest recompute, so new work counts as demand at once, not
+   at the next periodic recompute; this happens at the cycle's instant even when the cycle
+   itself is skipped (below).
    Binds start at once (the simulated batch system confirms instantly). Evicted jobs stop at
    once, count an eviction and wait again with their original submit time (so they keep their
    place in their queue's order); with `on_evict: resume` they keep the work done, with `restart`
@@ -65,7 +70,6 @@ from gpufair.domain.model import (
     GpuType,
     NodePool,
     Queue,
-    WindowKind,
     Workload,
 )
 from gpufair.domain.placement import adequate_types
@@ -78,12 +82,12 @@ from gpufair.domain.snapshot import (
     UsageStanding,
 )
 from gpufair.domain.tree import QueueTree
-from gpufair.domain.usage import Segment, usage_inputs, window_bounds
 from gpufair.gc_tuning import collector_paused
 from gpufair.sim.admission import Admission, RefusedJob
 from gpufair.sim.generators import GeneratorStream
 from gpufair.sim.history import QueueHistory
 from gpufair.sim.jobspec import JobSpec
+from gpufair.sim.running_usage import PoolUsage
 from gpufair.sim.scenario import EvictionMode, Scenario
 
 # Pending codes under which a job cannot run in this pool whatever happens: it is left out of
@@ -200,7 +204,10 @@ class _Pool:
         self.policy = pool.policy
         self.recompute_s = recompute_s
         self.next_recompute_s = 0.0
-        self.recomputes = 0
+        self.periodic_recomputes = 0
+        self.recomputes = 0  # periodic ones and those before a cycle after a change
+        # A job of the pool was submitted or changed state since the latest recompute.
+        self.changed = False
         self.nodes = tuple(n for n in cluster.nodes if n.pool == pool.name)
         self.node_types = {n.name: n.gpu_type for n in self.nodes}
         self.gpu_types: tuple[GpuType, ...] = cluster.gpu_types
@@ -229,6 +236,9 @@ class _Pool:
         self.moves = 0
         self.moved_gpus = 0.0
         self.histories = {name: QueueHistory() for name in self.tree.preorder}
+        self.usage = PoolUsage(
+            pool.name, pool.policy, cluster.queues, self.types_by_name, self.capacity_cu
+        )
         self.gpu_history = QueueHistory()
         self.pending: dict[str, JobRecord] = {}
         self.running: dict[str, JobRecord] = {}
@@ -287,11 +297,14 @@ class _Pool:
         """Re-derive `queue`'s CU (and its ancestors') and the GPUs of `gpu_types` in use from
         what runs, after a start or stop; fsum over the jobs, so no float residue builds up."""
         jobs = self.running_by_queue[queue]
-        self.histories[queue].set(now_s, math.fsum(j.cu for j in jobs.values()))
+        held = math.fsum(j.cu for j in jobs.values())
+        self.histories[queue].set(now_s, held)
+        self.usage.set(now_s, queue, held)
         parent = self.tree.queues[queue].parent
         while parent is not None:
             total = math.fsum(self.histories[c].value for c in self.tree.children_of(parent))
             self.histories[parent].set(now_s, total)
+            self.usage.set(now_s, parent, total)
             parent = self.tree.queues[parent].parent
         for gpu_type in gpu_types:
             self.allocated_gpus_by_type[gpu_type] = math.fsum(
@@ -363,10 +376,12 @@ class Simulation:
             for pool in self.pools.values():
                 if pool.next_recompute_s == now_s:
                     self._recompute(pool, now_s)
-                    pool.recomputes += 1
-                    pool.next_recompute_s = pool.recomputes * pool.recompute_s
+                    pool.periodic_recomputes += 1
+                    pool.next_recompute_s = pool.periodic_recomputes * pool.recompute_s
             if self.cycle_index * scenario.cycle_s == now_s:
                 for pool in self.pools.values():
+                    if pool.changed:
+                        self._recompute(pool, now_s)
                     self._cycle(pool, now_s)
                 self.cycle_index += 1
             if self.sample_index * scenario.timeline_s == now_s:
@@ -442,6 +457,7 @@ class Simulation:
         pool = self.pools[spec.workload.pool]
         pool.pending[spec.workload.uid] = job
         pool.dirty = True
+        pool.changed = True
         pool.wanted_types = None
 
     def _start(
@@ -465,6 +481,7 @@ class Simulation:
         pool.running[uid] = job
         pool.running_by_queue[job.workload.queue][uid] = job
         pool.refresh_allocation(now_s, job.workload.queue, (t for t, _ in job.gpus_by_type))
+        pool.changed = True
         if job.first_start_s is None:
             job.first_start_s = now_s
             generator = job.spec.generator
@@ -487,6 +504,7 @@ class Simulation:
         job.allocation = None
         pool.refresh_allocation(now_s, job.workload.queue, (t for t, _ in job.gpus_by_type))
         pool.dirty = True
+        pool.changed = True
 
     def _evict(self, pool: _Pool, uid: str, now_s: float) -> None:
         job = pool.running[uid]
@@ -512,22 +530,9 @@ class Simulation:
 
     def _recompute(self, pool: _Pool, now_s: float) -> None:
         policy = pool.policy
-        if policy.window_kind is not WindowKind.NONE:
-            lo_s, _ = window_bounds(now_s, policy)
-            for name in pool.histories:
-                pool.histories[name].prune(lo_s)
-        capacity: tuple[Segment, ...] = ()
-        if now_s > 0.0 and pool.capacity_cu > 0.0:
-            capacity = (Segment(0.0, now_s, pool.capacity_cu),)
-        usage = usage_inputs(
-            pool=pool.name,
-            policy=policy,
-            queues=pool.queues,
-            gpu_types=pool.types_by_name,
-            leaf_allocations={q.name: pool.histories[q.name].timeline(now_s) for q in pool.leaves},
-            capacity=capacity,
-            now_s=now_s,
-        )
+        pool.recomputes += 1
+        pool.changed = False
+        usage = pool.usage.inputs(now_s)
         # The last division's compiled configuration: reused while it fits (a policy switch
         # or another queue tree compiles a new one), the same numbers in about half the work;
         # with it, the demands go as columns in its leaf order (issue 17).

@@ -20,10 +20,12 @@ config files). The shape:
     generators: [...]              # job streams per queue (`generators`)
     trace: {...}                   # Alibaba 2023 trace replay (`trace`)
 
-A run takes at most 1,000,000 cycles (duration_s / cycle_s), as many fair-share recomputes
-(duration_s / recompute_s, or each pool's `policy.recompute_interval_s` when recompute_s is not
-given) and 100,000 timeline samples (duration_s / timeline_s): a step smaller than that is a
-problem named at its field, or at duration_s when the step is the default (`scenario_checks`).
+A run takes at most 1,000,000 cycles (duration_s / cycle_s), as many periodic fair-share
+recomputes (duration_s / recompute_s, or each pool's `policy.recompute_interval_s` when
+recompute_s is not given) and 100,000 timeline samples (duration_s / timeline_s): a step smaller
+than that is a problem named at its field, or at duration_s when the step is the default
+(`scenario_checks`). A pool's fair shares are also recomputed before a cycle when its jobs changed
+since the latest recompute (`engine`): at most one more per cycle.
 
 A workload: `queue` (a leaf), `pool` (may be left out when the cluster has one pool), `uid`
 (default `<queue>-<index>`), `submit_s` (default 0; at or after the end of the run, the job is
