@@ -4,17 +4,22 @@ needed.
 
 The dependency text is as `squeue --json` prints it: one part per job id (`afterok:20:21` is
 printed `afterok:20(unfulfilled),afterok:21(unfulfilled)`), each with Slurm's mark, and `?`
-between every part once any `?` was given.
+between every part once any `?` was given. Last, the reason the bridge gives for a held job
+whose dependency can never be met, whatever hold reason Slurm shows then.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from slurm_support import bridge_config
 
+from gpufair.client import GpufairClient
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.dependencies import Blocked, Jobs, pending_tasks, unmet
 from gpufair.integrations.slurm.records import SlurmJob, parse_job
+from gpufair.integrations.slurm.slurmctl import SlurmCtl
 
 NOW = 1_800_000_000.0
 
@@ -162,6 +167,25 @@ def test_a_part_slurm_marked_failed_can_never_be_met_whatever_the_job_shows() ->
     assert verdict("afterok:7(failed)") == never("dependency afterok:7 can never be met")
     assert verdict("afterok:7(failed)", job(7, "COMPLETED")) == never(
         "dependency afterok:7 can never be met"
+    )
+
+
+def test_a_part_slurm_marked_failed_names_the_end_that_decided_it() -> None:
+    """The same words before and after Slurm's pass marks the part: the bridge judges at once,
+    Slurm up to a minute later."""
+    assert verdict("afternotok:7(failed)", job(7, "COMPLETED")) == never(
+        "dependency afternotok:7 can never be met (job 7 COMPLETED)"
+    )
+    assert verdict("afterok:7(failed)", job(7, "TIMEOUT")) == never(
+        "dependency afterok:7 can never be met (job 7 TIMEOUT)"
+    )
+    ended = (task(25, 19, 0, "COMPLETED"), task(19, 19, 1, "FAILED"))
+    assert verdict("afterok:19_*(failed)", *ended) == never(
+        "dependency afterok:19_* can never be met (array 19 tasks COMPLETED, FAILED)"
+    )
+    # An end that would not decide it: Slurm's mark alone.
+    assert verdict("afterany:7(failed)", job(7, "FAILED")) == never(
+        "dependency afterany:7 can never be met"
     )
 
 
@@ -431,3 +455,66 @@ def test_after_plus_minutes_on_an_array_counts_from_the_last_task_start() -> Non
         f"waits for dependency after:29_*+1 (array 29 started at {last_start})"
     )
     assert verdict("after:29_*+1(unfulfilled)", *tasks, now_s=last_start + 60) is None
+
+
+# ---- the bridge's reason for a held job: Slurm's pass makes its hold look like an operator's ----
+
+
+class CommentsOnly(SlurmCtl):
+    """Records the commands the bridge issues; Slurm's time is never asked for here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[list[str]] = []
+
+    def _run(self, program: str, *args: str) -> str:
+        self.commands.append([program, *args])
+        if program == "sdiag":
+            raise AssertionError("Slurm's time is not needed")
+        return ""
+
+
+def comment_for(held: SlurmJob, *others: SlurmJob) -> list[list[str]]:
+    """The commands a cycle issues for `held`, a job gpufair does not have, with `others` the
+    other jobs squeue lists."""
+    slurm = CommentsOnly()
+    bridge = Bridge(bridge_config(), cast(GpufairClient, None), slurm)
+    bridge._all_jobs = Jobs.of([held, *others])
+    to_submit: list[Any] = []
+    bridge._reconcile_waiting(held, f"slurm-{held.job_id}", None, to_submit, CycleReport())
+    assert to_submit == []
+    return slurm.commands
+
+
+def test_a_dependency_slurm_failed_is_the_reason_though_slurm_then_shows_an_operators_hold() -> (
+    None
+):
+    """Seen on 22.05: a job held with `sbatch --hold` (the bridge's user hold, JobHeldUser) whose
+    `afternotok:N` can never be met, N having COMPLETED, reads `JobHeldAdmin` and
+    `afternotok:N(failed)` after Slurm's next dependency pass (about a minute on), and again
+    after an `scontrol uhold`: Slurm turns the reason of any job with priority 0 whose
+    dependency failed into JobHeldAdmin. No operator held it, and no `uhold` would let it run."""
+    passing = job(7, "COMPLETED")
+    before = job(100, state_reason="JobHeldUser", dependency="afternotok:7(unfulfilled)")
+    after = job(100, state_reason="JobHeldAdmin", dependency="afternotok:7(failed)")
+    expected = [
+        [
+            "scontrol", "update", "JobId=100",
+            "Comment=gpufair: not scheduled: dependency afternotok:7 can never be met "
+            "(job 7 COMPLETED)",
+        ]
+    ]  # fmt: skip
+    assert comment_for(before, passing) == expected
+    assert comment_for(after, passing) == expected
+
+
+def test_an_operators_hold_is_the_reason_while_the_dependency_may_still_be_met() -> None:
+    running = job(7, "RUNNING", start_time=int(NOW) - 5)
+    held = job(100, state_reason="JobHeldAdmin", dependency="afternotok:7(unfulfilled)")
+    assert comment_for(held, running) == [
+        [
+            "scontrol", "update", "JobId=100",
+            "Comment=gpufair: not scheduled: held by an operator (scontrol hold); scontrol uhold "
+            "100 hands it back to gpufair",
+        ]
+    ]  # fmt: skip

@@ -315,10 +315,25 @@ def test_afternotok_waits_for_a_failed_end_and_never_runs_after_success(
     assert placed_when(slurm, bridge, on_failure, failing, max_cycles=20) == "FAILED"
     cycle_until(bridge, lambda: state_of(slurm, passing) == "COMPLETED", max_cycles=10)
     not_placed_for(bridge, client, on_success)
-    assert squeue(slurm)[on_success]["comment"] == (
+    never = (
         f"gpufair: not scheduled: dependency afternotok:{passing} can never be met "
         f"(job {passing} COMPLETED)"
     )
+    assert squeue(slurm)[on_success]["comment"] == never
+
+    # Slurm's own dependency pass (about once a minute) then marks the dependency failed and
+    # gives the job, held with priority 0, the reason JobHeldAdmin: what squeue shows from then
+    # on. No operator held it: the Comment still says why it will never run.
+    def slurm_judged() -> bool:
+        seen = squeue(slurm)[on_success]
+        return (seen["dependency"], seen["state_reason"]) == (
+            f"afternotok:{passing}(failed)",
+            "JobHeldAdmin",
+        )
+
+    cycle_until(bridge, slurm_judged, max_cycles=150)
+    not_placed_for(bridge, client, on_success)
+    assert squeue(slurm)[on_success]["comment"] == never
 
 
 def test_after_waits_for_the_other_job_to_start_not_to_end(

@@ -393,7 +393,15 @@ class Bridge:
                 self._place(job, uid, status.pods, report)
 
     def _blocked(self, job: SlurmJob) -> str | None:
-        """Why Slurm would not start this pending job now, apart from the bridge's own hold."""
+        """Why Slurm would not start this pending job now, apart from the bridge's own hold.
+
+        A dependency that can never be met comes first, before an operator's hold: Slurm's own
+        dependency pass (about once a minute, seen on 22.05) marks such a dependency `(failed)`
+        and turns the reason of a job with priority 0, the bridge's user hold too, into
+        `JobHeldAdmin`, as if an operator had held it."""
+        unmet = dependencies.unmet(job, self._all_jobs, self._slurm_now)
+        if unmet is not None and unmet.never:
+            return unmet.reason
         if job.held and job.state_reason == HELD_BY_OPERATOR:
             return (
                 f"held by an operator (scontrol hold); scontrol uhold {job.job_id} hands it back "
@@ -405,7 +413,6 @@ class Bridge:
                 f"waits for its begin time {begin} (StartTime); scontrol update "
                 f"JobId={job.job_id} StartTime=now hands it back to gpufair"
             )
-        unmet = dependencies.unmet(job, self._all_jobs, self._slurm_now)
         return None if unmet is None else unmet.reason
 
     def _withdrawn(self, job: SlurmJob) -> str | None:

@@ -25,11 +25,13 @@ that failed early does not decide either before the others end. `N_k` names task
 job of its own. A task's record is the one squeue lists with its `array_task_id`; a task still
 pending is in the array's pending record (`array_task_string`), whose state it shares.
 
-A part Slurm marked `(failed)` is never met. A job (or array) Slurm does not list (never
-existed, or purged after MinJobAge) meets its part: Slurm accepts such a dependency and lifts
-it, whatever the job's end was. `a,b` needs every part, `a?b` any (any `?` makes the whole list
-any-of, as Slurm prints it). Other types (`singleton`, `aftercorr`, ...) are not judged: the
-job stays held with that reason (unless Slurm's pass clears the dependency).
+A part Slurm marked `(failed)` is never met (named with the end of the job that decided it, as
+the bridge's own verdict said before Slurm's mark, when the job shows one). A job (or array)
+Slurm does not list (never existed, or purged after MinJobAge) meets its part: Slurm accepts
+such a dependency and lifts it, whatever the job's end was. `a,b` needs every part, `a?b` any
+(any `?` makes the whole list any-of, as Slurm prints it). Other types (`singleton`,
+`aftercorr`, ...) are not judged: the job stays held with that reason (unless Slurm's pass
+clears the dependency).
 """
 
 from __future__ import annotations
@@ -111,7 +113,26 @@ def _part(text: str, jobs: Jobs, now: Callable[[], float]) -> Blocked | None:
     if status == "fulfilled":
         return None
     if status == "failed":
+        # The job's end that decided it, as before Slurm's mark, when the job shows one; else
+        # Slurm's word alone (the job purged, or showing an end that would have met the part).
+        decided = None if kind == "after" else _judge(kind, job_id, task, minutes, name, jobs, now)
+        if decided is not None and decided.never:
+            return decided
         return Blocked(f"dependency {name} can never be met", never=True)
+    return _judge(kind, job_id, task, minutes, name, jobs, now)
+
+
+def _judge(
+    kind: str,
+    job_id: str,
+    task: str | None,
+    minutes: str | None,
+    name: str,
+    jobs: Jobs,
+    now: Callable[[], float],
+) -> Blocked | None:
+    """The bridge's own verdict on one part, from the states of the jobs it names."""
+    target = job_id + (f"_{task}" if task else "")
     records: Sequence[SlurmJob]
     if task is None:
         one = jobs.by_id.get(int(job_id))
