@@ -17,11 +17,22 @@ inside that call; one child per count, none without the cycle. `--queues` sets t
 queues (`bench_cycle.build_snapshot`'s; 200 unless given), as `cycle_scaling.py` grows them with
 the pool.
 
+With `--cache` the measured cycle's memory traffic is counted too: callgrind with its cache
+simulation (`--cache-sim=yes`, a 32 KiB 8-way first-level data cache and a 1 MiB 16-way last
+level, the size of this machine's L2 per core), the instrumentation off while the pool is built
+and the warm-up cycles run (`callgrind_control -i on` just before the measured cycle: a 4,000-node
+pool is built in minutes instead of an hour), collecting inside the cycle's `operator.call`
+only. It prints the cycle's instructions, first-level data misses (reads + writes) and
+last-level data misses beside the first checkout's; `--top N` lists the N functions of the
+interpreter with the most last-level misses in the last count. The first level starts cold
+(a few thousand lines: nothing beside tens of millions of misses).
+
 Run from the repository root, for the code of a checkout at `TREE` (several: side by side):
 
     python bench/cycle_instructions.py --trees TREE[,TREE...] --mix steady,next --size 1000
     python bench/cycle_instructions.py --mix scrambled --size 4000 --phase reclaim
     python bench/cycle_instructions.py --mix steady --size 4000 --queues 800
+    python bench/cycle_instructions.py --trees TREE --mix scrambled --size 4000 --cache --top 20
 
 Needs `valgrind` (Debian package `valgrind`). 1,000 nodes take 1.5-3 minutes per checkout,
 by the machine's speed (`--phase`, one child: half of that); 4,000 nodes, 3.5 times as long.
@@ -35,6 +46,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,6 +88,118 @@ for name, kwargs in PHASES:
         getattr(cycle, name)(state, **kwargs)
 state.result()
 """
+
+
+# The measured cycle inside `operator.call`, once the parent has turned callgrind's
+# instrumentation on: the child says it is ready (its pid in a file) and waits for a go file.
+_CACHED = """
+import copy, gc, operator, os, sys, time
+gc.disable()
+sys.path.insert(0, {bench!r})
+from bench_cycle import build_snapshot, next_snapshot
+from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_memory import CarriedLoad
+mix, size, queues, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+snapshot = build_snapshot(size, scrambled=mix == "scrambled", queues=queues)
+carried = CarriedLoad()
+first = run_cycle(snapshot, carried)
+if mix == "next":
+    snapshot = next_snapshot(snapshot, first)
+else:
+    run_cycle(snapshot, carried)
+given = copy.copy(carried)
+with open(os.path.join(folder, "ready.tmp"), "w") as out:
+    out.write(str(os.getpid()))
+os.rename(os.path.join(folder, "ready.tmp"), os.path.join(folder, "ready"))
+while not os.path.exists(os.path.join(folder, "go")):
+    time.sleep(0.2)
+operator.call(run_cycle, snapshot, given)
+"""
+
+# callgrind's event names for the counts printed: instructions, data misses per level.
+_EVENTS = {"Ir": ("Ir",), "D1": ("D1mr", "D1mw"), "LL": ("DLmr", "DLmw")}
+
+
+def cache_counts(tree: str, mix: str, size: int, queues: int, top: int) -> dict[str, int]:
+    """The measured cycle's instructions and data misses (`_EVENTS`), simulated by callgrind
+    with the instrumentation turned on just before it; with `top`, the functions with the most
+    last-level data misses are printed."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--cache-sim=yes",
+            "--D1=32768,8,64",
+            "--LL=1048576,16,64",
+            "--collect-atstart=no",
+            "--toggle-collect=_operator_call",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-c",
+            _CACHED.format(bench=str(Path(__file__).resolve().parent)),
+            mix,
+            str(size),
+            str(queues),
+            folder,
+        ]
+        env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"), PYTHONHASHSEED="0")
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        ) as child:
+            ready = Path(folder) / "ready"
+            while not ready.exists():
+                if child.poll() is not None:
+                    _, stderr = child.communicate()
+                    raise RuntimeError(f"the child ended before its cycle: {stderr[-500:]}")
+                time.sleep(0.5)
+            subprocess.run(
+                ["callgrind_control", "-i", "on", ready.read_text()],
+                check=True,
+                capture_output=True,
+            )
+            (Path(folder) / "go").touch()
+            _, stderr = child.communicate()
+            if child.returncode:
+                raise RuntimeError(f"valgrind failed: {stderr[-500:]}")
+        text = out.read_text()
+        events = re.search(r"^events:\s+(.+)$", text, re.MULTILINE)
+        totals = re.search(r"^totals:\s+(.+)$", text, re.MULTILINE)
+        if events is None or totals is None:
+            raise RuntimeError(f"no totals in {out.name}")
+        found = dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
+        if top:
+            _print_top(out, top)
+        return {name: sum(found[event] for event in parts) for name, parts in _EVENTS.items()}
+
+
+def _print_top(out: Path, top: int) -> None:
+    """The `top` functions of callgrind's file `out` with the most last-level data misses
+    (reads + writes), each with its instructions and first-level misses (exclusive counts)."""
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--show=Ir,D1mr,D1mw,DLmr,DLmw", "--threshold=100", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows: dict[str, list[int]] = {}
+    number = r"([\d,]+|\.)\s+(?:\([^)]*\)\s+)?"
+    for line in annotated.splitlines():
+        found = re.match(r"\s*" + number * 5 + r"(\S.*)$", line)
+        if found is None or "PROGRAM TOTALS" in line:
+            continue
+        values = [0 if cell == "." else int(cell.replace(",", "")) for cell in found.groups()[:5]]
+        # One row per function: its recursion levels (name'2) and its files' paths merged.
+        name = re.sub(r"'\d+", "", found.group(6).split(" [")[0]).rsplit("/", 1)[-1]
+        summed = rows.setdefault(name, [0] * 5)
+        for position, value in enumerate(values):
+            summed[position] += value
+    ranked = sorted(rows.items(), key=lambda row: -(row[1][3] + row[1][4]))[:top]
+    print("| function | instructions (M) | D1 misses (k) | LL misses (k) |")
+    print("|---|---:|---:|---:|")
+    for name, (ir, d1r, d1w, llr, llw) in ranked:
+        print(f"| {name} | {ir / 1e6:.1f} | {(d1r + d1w) / 1e3:.0f} | {(llr + llw) / 1e3:.1f} |")
 
 
 def _child(tree: str, tool: list[str], code: str, argv: list[str]) -> str:
@@ -137,11 +261,24 @@ def main() -> None:
         help="count this phase of the cycle alone",
     )
     parser.add_argument("--queues", type=int, default=QUEUES, help="leaf queues of the pool")
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="count the whole cycle's data cache misses too (callgrind's cache simulation)",
+    )
+    parser.add_argument(
+        "--top", type=int, default=0, help="with --cache: the functions with most LL misses"
+    )
     args = parser.parse_args()
     trees = args.trees.split(",")
     for tree in trees:
         if not (Path(tree) / "service" / "gpufair" / "domain" / "cycle.py").is_file():
             parser.error(f"{tree}: no service/gpufair/domain/cycle.py there")
+    if args.cache:
+        if args.phase:
+            parser.error("--cache counts the whole cycle: no --phase")
+        _print_cache(trees, args.mix.split(","), args.size, args.queues, args.top)
+        return
     label = f" ({args.phase})" if args.phase else ""
     print(f"| checkout | mix | nodes | queues | instructions{label} (G) | of the first |")
     print("|---|---|---:|---:|---:|---:|")
@@ -158,6 +295,26 @@ def main() -> None:
             print(
                 f"| {tree} | {mix} | {args.size:,} | {args.queues:,} | {count / 1e9:.4f} "
                 f"| {count / first:.3f} |",
+                flush=True,
+            )
+
+
+def _print_cache(trees: list[str], mixes: list[str], size: int, queues: int, top: int) -> None:
+    """`--cache`: per mix and checkout, the cycle's counts (`cache_counts`) and their ratios
+    to the first checkout's."""
+    print("| checkout | mix | nodes | queues | instructions (G) | D1 misses (M) | LL misses (M) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for mix in mixes:
+        first: dict[str, int] = {}
+        for tree in trees:
+            counts = cache_counts(tree, mix, size, queues, top)
+            first = first or counts
+            ratios = {name: counts[name] / first[name] if first[name] else 0.0 for name in counts}
+            print(
+                f"| {tree} | {mix} | {size:,} | {queues:,} "
+                f"| {counts['Ir'] / 1e9:.4f} ({ratios['Ir']:.3f}) "
+                f"| {counts['D1'] / 1e6:.3f} ({ratios['D1']:.3f}) "
+                f"| {counts['LL'] / 1e6:.3f} ({ratios['LL']:.3f}) |",
                 flush=True,
             )
 
