@@ -162,12 +162,15 @@ def observe_cycle(
     pool: str,
     result: CycleResult,
     workloads: Mapping[str, Workload],
-    first_binds: set[str],
+    ran_until: Mapping[str, float | None],
     now_s: float,
     duration_s: float,
 ) -> None:
     """Count a committed Schedule cycle: its decisions, the waits its binds ended (`workloads`
-    by uid, from its snapshot) and the first binds among them."""
+    by uid, from its snapshot) and the first binds among them. `ran_until` holds the bound
+    workloads that ran before, with the end of their latest run (`metrics_repo.latest_run_ends`):
+    one the batch system preempted and requeued under its uid has waited since then, not since
+    its submission, and its bind is not a first one."""
     SCHEDULE_SECONDS.labels(pool).observe(duration_s)
     SCHEDULE_DECISIONS.labels(pool, "bind").inc(len(result.binds))
     SCHEDULE_DECISIONS.labels(pool, "evict").inc(len(result.evicts))
@@ -180,10 +183,11 @@ def observe_cycle(
         workload = workloads.get(bind.workload_uid)
         if workload is None:
             continue
-        wait_s = max(0.0, now_s - workload.submit_time_s)
+        waiting_since_s = max(workload.submit_time_s, ran_until.get(bind.workload_uid) or 0.0)
+        wait_s = max(0.0, now_s - waiting_since_s)
         WAIT_SECONDS.labels(pool, bind.queue).observe(wait_s)
         WAIT_BY_TYPE_SECONDS.labels(pool, bind.gpu_type).observe(wait_s)
-        if bind.workload_uid in first_binds:
+        if bind.workload_uid not in ran_until:
             FIRST_BIND_SECONDS.labels(pool, gang_size_label(workload.pods)).observe(wait_s)
 
 

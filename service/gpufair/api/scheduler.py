@@ -350,10 +350,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             reply.warnings.extend(decided.warnings)
             schedule_repo.replace_reply(conn, cycle_id, reply.SerializeToString(), len(reply.binds))
         workloads = {w.uid: w for w in decided.snapshot.pending}
-        first = metrics_repo.first_binds(conn, [b.workload_uid for b in result.binds])
+        ran = metrics_repo.latest_run_ends(conn, [b.workload_uid for b in result.binds])
 
         def observe(duration_s: float) -> None:
-            observe_cycle(pool, result, workloads, first, now_s, duration_s)
+            observe_cycle(pool, result, workloads, ran, now_s, duration_s)
 
         return reply, observe
 

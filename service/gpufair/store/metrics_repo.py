@@ -220,17 +220,19 @@ def budgets(conn: Connection, at: datetime) -> list[report_repo.BudgetRecord]:
     return report_repo.budgets(conn, at)
 
 
-def first_binds(conn: Connection, uids: list[str]) -> set[str]:
-    """Those of `uids` that never ran: no allocation interval has been recorded for them."""
+def latest_run_ends(conn: Connection, uids: list[str]) -> dict[str, float | None]:
+    """Those of `uids` that ran (an allocation interval is recorded for them), each with the end
+    of its latest ended run in Unix seconds (None if none has ended); a uid left out never ran."""
     if not uids:
-        return set()
-    ran = conn.execute(
+        return {}
+    rows = conn.execute(
         text(
-            "SELECT DISTINCT workload_uid FROM allocation_intervals WHERE workload_uid = ANY(:uids)"
+            "SELECT workload_uid, extract(epoch FROM max(ended_at))::float8 "
+            "FROM allocation_intervals WHERE workload_uid = ANY(:uids) GROUP BY workload_uid"
         ),
         {"uids": uids},
-    ).scalars()
-    return set(uids) - set(ran)
+    ).all()
+    return {uid: ended_s for uid, ended_s in rows}
 
 
 def begin_light_read(conn: Connection, timeout_ms: int) -> None:
