@@ -74,6 +74,12 @@ def test_a_job_cancelled_by_a_stopping_server_is_not_a_failure(
         ).all()
     assert [tuple(r) for r in outcomes][1] == ("b", "cancelled: the server stopped")
     assert outcomes[0][1].startswith("ok: run ")
+    with db.connect() as conn:
+        claimed = conn.execute(text("SELECT job FROM job_claims WHERE claimed_by = 'b'")).all()
+    # After the cancellation the tick starts no other job (the sweep's period, a minute, is a
+    # new one since the first tick's): the server is about to exit, and a job it started now
+    # would be cut short with its period claimed.
+    assert [r.job for r in claimed] == ["recompute:default"]
 
     assert registry.get_sample_value("gpufair_periodic_job_last_failed", JOB) == 0.0
     assert (

@@ -190,6 +190,10 @@ class PeriodicJobs:
 
     def _run_once(self, job: str, period_s: float, now_s: float, work: Callable[[], str]) -> None:
         observe_job_period(job, period_s)  # for the overdue alert (metrics.py)
+        if self._cancelling:
+            # `stop` cancelled a job of this tick: the server exits within `CANCEL_WAIT_S`. A
+            # job started now would be cut short with its period claimed, and that period lost.
+            return
         start_s = claims.period_start(now_s, period_s)
         try:
             if not claims.claim(self.engine, job, start_s, self.replica):
