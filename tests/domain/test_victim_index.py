@@ -4,6 +4,11 @@ search leaves the capacity and the budget it was given as it found them."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from gpufair.domain import victim_index
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import Ask, Exclusion, PodShape
@@ -73,6 +78,37 @@ def test_the_walk_after_evictions_is_the_walk_of_an_index_made_afresh() -> None:
     # 120 of 160 victims gone: nodes 0-29 have none left, 10 nodes remain in each walk.
     assert len(index.walk_order(True)) == 10
     assert index.walk_order(True)[0][-1] >= 30
+
+
+def test_a_walk_with_a_quarter_of_its_nodes_changed_is_patched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 40 nodes, the victims of 10 of them leaving one each (their keys change): each walk is
+    # patched node by node (one insort per changed key, both walks: 20), not filtered and
+    # sorted again, and equals a fresh index's.
+    capacity = _pool(40)
+    victims = _fill(capacity, 40)
+    index = VictimIndex(victims, capacity)
+    for whole_gpus in (True, False):
+        index.walk_order(whole_gpus)
+    inserted: list[tuple[int, float, int, float, int]] = []
+    insort = victim_index.bisect.insort
+
+    def counted(order: list[tuple[int, float, int, float, int]], key: Any) -> None:
+        inserted.append(key)
+        insort(order, key)
+
+    monkeypatch.setattr(victim_index.bisect, "insort", counted)
+    # Each node's first victim in preference order: its key is the node's in both walks.
+    leaving = [next(iter(index.on_node[node])) for node in range(0, 40, 4)]
+    for victim in leaving:
+        index.remove(victim)
+    fresh = VictimIndex([v for v in victims if v not in leaving], capacity)
+    for whole_gpus in (True, False):
+        assert index.walk_order(whole_gpus) == fresh.walk_order(whole_gpus)
+    assert len(index.walk_order(True)) == 40
+    assert len(inserted) == 20
+    assert {key[4] for key in inserted} == {victim.nodes[0] for victim in leaving}
 
 
 def test_a_search_leaves_the_capacity_and_the_budget_as_it_found_them() -> None:
