@@ -94,8 +94,8 @@ class VictimBudget:
 # sorted again (a pass over the walk, in Python, and a sort) rather than patched node by node
 # (per node, two bisects and two moves of the list's tail, in C). At 16 (chosen on the steady
 # mix before the tier walks) a walk of 1,000 nodes was sorted again past 62 changed nodes;
-# patching up to a quarter of the walk costs fewer instructions in the scrambled cycle at
-# 1,000 and 4,000 nodes and the steady one at 1,000 (bench/results/cycle.md, round 27).
+# patching up to a quarter of the walk costs fewer instructions in the scrambled and steady
+# cycles at 1,000 and 4,000 nodes (bench/results/cycle.md, round 27).
 _PATCHED_PER_STALE = 4
 # A tier no victim has: a node where no GPU can ever be wholly freed.
 NEVER = 1 << 30
