@@ -24,7 +24,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +134,23 @@ class Prometheus:
 
     def wait_scraped_after(self, moment: float, timeout_s: float = 60) -> None:
         """Until every target has been scraped, successfully, by a scrape begun after `moment`
-        (a sample's timestamp is its scrape's start)."""
+        (a sample's timestamp is its scrape's start, or the start it was due at when it began
+        up to 2 ms late: never later than the start).
+
+        `timestamp()` reads the samples' own timestamps only of a series selector given to it
+        directly: of any other expression (`timestamp(up == 1)`, as this read before) it gives
+        the query's evaluation time, which is always after `moment`, so the wait ended at once
+        and the second round could come before any scrape of the first."""
 
         def scraped() -> bool:
-            stamps = [float(s["value"][1]) for s in self.query("timestamp(up == 1)")]
-            down = self.query("up == 0")
-            return bool(stamps) and not down and min(stamps) > moment
+            up = {_target(s): float(s["value"][1]) for s in self.query("up")}
+            stamps = {_target(s): float(s["value"][1]) for s in self.query("timestamp(up)")}
+            return (
+                bool(up)
+                and set(stamps) == set(up)
+                and all(v == 1 for v in up.values())
+                and min(stamps.values()) > moment
+            )
 
         wait_for(scraped, timeout_s, f"a scrape of every target after {moment}")
 
@@ -152,17 +163,35 @@ class Prometheus:
             self.proc.wait(timeout=10)
 
 
+def _target(sample: dict[str, Any]) -> tuple[str, str]:
+    return sample["metric"]["job"], sample["metric"]["instance"]
+
+
 def _finite(result: list[dict[str, Any]]) -> bool:
     return any(math.isfinite(float(sample["value"][1])) for sample in result)
 
 
 def _period_with_a_whole_hour() -> cluster_pb2.BudgetPeriod.ValueType:
-    """A budget period whose current period began over an hour ago: budgets count whole hours,
-    so the late-reported usage of this test is counted in it (the week, unless it is Monday
-    between 00:00 and 01:00 UTC; then the month)."""
+    """A budget period whose current period began over an hour ago and ends over an hour from
+    now: budgets count whole hours, so the late-reported usage of this test is counted in it,
+    and the period is still the one the checks read minutes later (before, the week was taken
+    unless it was Monday 00:00-01:00 UTC: a test that ran on past a Sunday's midnight read a new
+    week, without that usage). The week, else the month, else the day; within an hour of the
+    midnight that begins a Monday the 1st none is, and the week is taken."""
     now = datetime.now(UTC)
-    if now.weekday() == 0 and now.hour == 0:
-        return cluster_pb2.BUDGET_PERIOD_MONTH
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    month = day.replace(day=1)
+    next_month = (month + timedelta(days=32)).replace(day=1)
+    week = day - timedelta(days=day.weekday())
+    periods = (
+        (cluster_pb2.BUDGET_PERIOD_WEEK, week, week + timedelta(days=7)),
+        (cluster_pb2.BUDGET_PERIOD_MONTH, month, next_month),
+        (cluster_pb2.BUDGET_PERIOD_DAY, day, day + timedelta(days=1)),
+    )
+    for period, start, end in periods:
+        if start <= hour - timedelta(hours=1) and end >= now + timedelta(hours=1):
+            return period
     return cluster_pb2.BUDGET_PERIOD_WEEK
 
 
@@ -223,6 +252,12 @@ def stack(pg_server: Database, tmp_path: Path) -> Iterator[tuple[ServeProcess, P
         args += ["--metrics-address", f"127.0.0.1:{metrics_port}"]
         # One process: its one endpoint has every series (a group has one per worker).
         args += ["--processes", "1"]
+        # The vision runs the test reports started 2.5 hours ago and send no heartbeat. With
+        # the default 600 s the sweeper (once a minute, on the minute) closed them at their
+        # start whenever a minute began during the test: their usage became 0 (the budget's
+        # consumed read 0, and its alert never held), and their nodes free, so that round two
+        # bound llm-big (20 nodes, tried before llm-g2: same submit time, uid order).
+        args += ["--stale-after-s", str(24 * 3600)]
         serve = ServeProcess(args, env, tmp_path / "serve.log")
         prometheus = Prometheus(prometheus_binary, tmp_path, [metrics_port])
         try:
