@@ -41,9 +41,10 @@ from gpufair.integrations.slurm.slurmctl import SlurmCtl
 from gpufair.v1 import ledger_pb2
 
 # U' falls by 1 / WINDOW_S each second after the evictions; the restarted bridge's checks need
-# it still within the dead band, so the window leaves 5 s of slack on a loaded machine (with 10 s
-# it left 2.5 s, and a loaded run read U' = 0.747).
-WINDOW_S = 20.0
+# it still within the dead band, so the window leaves 7.5 s of slack on a loaded machine (with 10 s
+# it left 2.5 s, and a loaded run read U' = 0.747; with 20 s, 5 s, and a run at a load average
+# of 8-11 on 2 cores read U' = 0.708).
+WINDOW_S = 30.0
 DEAD_BAND = 0.25
 OWNED_KINDS = ["gpu_type", "pool", "queue"]  # the bridge owns the nodes
 
