@@ -14,6 +14,11 @@ Exact ties in this pass are not decided by queue name (`CycleState.queue_key`).
 Non-preemptible work never goes beyond the fair share, nor does a workload evicted for a claim
 that still stands (`cycle_claims`): the capacity it left is its beneficiary's.
 
+A workload tries its types cheapest first (DESIGN §4.2), except that one with several types
+tries last a type whose free GPUs, less its own, would not cover what pending work that can use
+only that type waits for (`cycle_contention`): it takes that type only when none of its other
+types holds it. That waiting demand is read once per cycle, at the first pass.
+
 Speed: in a queue's turn that binds nothing, one try per trial (`Pending.trial`) stands for all
 its workloads; a trial whose every type already failed placement in the pass (in any queue) is
 not tried at all: its reason is read off the queue's limits alone (`_code_when_full`), which is
@@ -30,6 +35,7 @@ from collections.abc import Callable
 from operator import length_hint
 
 from gpufair.domain.capacity import EPS
+from gpufair.domain.cycle_contention import bound_exclusive, exclusive_demand, type_order
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.placement import Exclusion
 from gpufair.domain.snapshot import PendingCode
@@ -37,6 +43,12 @@ from gpufair.domain.snapshot import PendingCode
 
 def allocate(state: CycleState, within_share: bool) -> None:
     exclusion = Exclusion(gang_held=state.gang_held, beyond_share=not within_share)
+    # What single-type work waits for, per type, read once per cycle: work with several types
+    # tries such a type after its others while taking it would leave less (`cycle_contention`).
+    if within_share:
+        state.exclusive_gpus = exclusive_demand(
+            state.queue_pending.values(), state.kinds.values(), state.capacity
+        )
     cursor = dict.fromkeys(state.queue_pending, 0)
     rotate = not within_share
     heap = [(state.queue_key(name, 0, rotate), name) for name in state.queue_pending]
@@ -130,7 +142,7 @@ Failure = tuple[bool, PendingCode | None]  # no room on some type; the first cap
 def _try_bind(
     state: CycleState, item: Pending, within_share: bool, exclusion: Exclusion
 ) -> Failure | None:
-    """Bind `item` on its cheapest type that admits and fits it (None), or say why not. Once
+    """Bind `item` on its first type that admits and fits it (None), or say why not. Once
     some type had no room, a type where this kind is known not to fit is not asked about the
     queue's limits: `_code_left` reads the first cap only when no type had room."""
     workload = item.workload
@@ -139,7 +151,14 @@ def _try_bind(
     capped: PendingCode | None = None
     no_room = False
     place_failed = state.place_failed
-    for gpu_type in kind.types:
+    # Cheapest first, but a type single-type work waits for after the others while some type
+    # has such demand (`cycle_contention`); `kind.types` itself when none is moved.
+    types = kind.types
+    exclusive = state.exclusive_gpus
+    if exclusive and len(types) > 1:
+        free = state.capacity.free_whole_by_type
+        types = type_order(types, workload.pods * workload.gpus_per_pod, exclusive, free)
+    for gpu_type in types:
         key = (within_share, gpu_type, id(kind.memo_key))  # one object per problem: `kind_of`
         if no_room and key in place_failed:
             continue  # no room here either, or a cap: the answer is no room whichever
@@ -157,8 +176,23 @@ def _try_bind(
             no_room = True
             continue
         state.bind(item, gpu_type, plan)
+        if exclusive:
+            bound_exclusive(exclusive, item)
         return None
+    if capped is not None and not no_room and types is not kind.types:
+        # Every type capped, tried in another order: the first cap cheapest first, as
+        # `_code_when_full` reads it (so the order changes no reason).
+        capped = _first_cap(state, item, within_share)
     return (no_room, capped)
+
+
+def _first_cap(state: CycleState, item: Pending, within_share: bool) -> PendingCode | None:
+    """The first limit code of the queue's answers for `item` on its types, cheapest first."""
+    for gpu_type in item.kind.types:
+        _, code = state.max_pods(item.book, item.workload, gpu_type, within_share)
+        if code is not None:
+            return code
+    return None
 
 
 def _every_type_full(state: CycleState, item: Pending, within_share: bool) -> bool:

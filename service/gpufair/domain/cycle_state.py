@@ -221,6 +221,10 @@ class CycleState:
         # Per queue, the trials (`Pending.trial`) allocation within the share left `NO_CAPACITY`
         # on (`cycle_allocate`; reclaim passes over a queue whose trials all failed it).
         self.short_trials: dict[str, set[int]] = {}
+        # Per GPU type, the GPUs pending work that can use only that type waits for: set by the
+        # first allocate pass, lowered by the binds of such work (`cycle_contention`); types
+        # absent have none.
+        self.exclusive_gpus: dict[str, float] = {}
 
     # -- numbers --------------------------------------------------------------------------
 
