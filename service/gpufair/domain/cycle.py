@@ -52,7 +52,8 @@ reclaim, preempt and entitlement choose victims with `victim_search` and commit 
 `cycle_evict`. `run_cycle` is the one entry point.
 
 CU of a workload = pods × gpus_per_pod × compute_weight of the type it lands on. Each candidate
-type is checked against the queue's share with its own weight, cheapest type first. Where one
+type is checked against the queue's share with its own weight, cheapest type first (a type that
+single-type pending work waits for comes last for work with other types: `cycle_contention`). Where one
 number is needed before a type is chosen (the order's "can this queue still admit anything",
 pending messages), the cheapest adequate type and the gang minimum are used: a lower bound.
 

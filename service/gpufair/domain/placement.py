@@ -9,7 +9,10 @@ Rules, in the order they apply:
    24 GiB card (12 GiB) does not qualify.
 2. **Cheapest adequate type.** Types are tried in order of `compute_weight`, then memory, then name;
    the first type on which the whole gang fits wins. A pricier type is used only when no cheaper
-   one fits now: a job a 4090 serves takes an A100 only while no 4090 is free.
+   one fits now: a job a 4090 serves takes an A100 only while no 4090 is free. One exception, in
+   the allocate passes (`cycle_contention`): a workload with several types tries last a type
+   whose free GPUs, less its own, would not cover what pending work that can use only that type
+   waits for, so flexible work does not starve single-type work of the one type it can use.
 3. **One type per gang.** All pods of a workload are placed on nodes of one GPU type.
 4. **Topology.** Levels are tried from the smallest domain up (`topology`: the pool's
    `topology_levels`, bounded by a required `TopologyConstraint`); at each level nodes are
