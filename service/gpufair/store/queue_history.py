@@ -14,7 +14,7 @@ The instant is the config audit trail's (`config_versions`: every applied change
 database's time it was applied and each change's kind, name and action), so no extra state is
 kept: the latest version that deleted a queue of that name. Reading it scans the trail (about
 0.18 s for 10,080 versions of 50 changes each), so each queue's answer is kept by this process,
-keyed by the queue's name and creation time: it cannot change while that queue exists, since a
+keyed by the database (its engine's URL) and the queue's name and creation time: it cannot change while that queue exists, since a
 deletion of the name after its creation would have removed it. Only a queue created after the
 instant asked about can have been deleted after it, so older queues are never looked up.
 """
@@ -27,8 +27,9 @@ from sqlalchemy import Connection, text
 
 from gpufair.domain.model import Queue
 
-# (queue name, created_at_s) -> its name's latest deletion before that creation, None if never.
-_last_deletion: dict[tuple[str, float], float | None] = {}
+# (database URL, queue name, created_at_s) -> its name's latest deletion before that creation,
+# None if never.
+_last_deletion: dict[tuple[str, str, float], float | None] = {}
 
 
 def recreated_since(conn: Connection, queues: Sequence[Queue], since_s: float) -> dict[str, float]:
@@ -38,17 +39,18 @@ def recreated_since(conn: Connection, queues: Sequence[Queue], since_s: float) -
     young = [q for q in queues if q.created_at_s > since_s]
     if not young:
         return {}
-    missing = [q for q in young if (q.name, q.created_at_s) not in _last_deletion]
+    database = str(conn.engine.url)
+    missing = [q for q in young if (database, q.name, q.created_at_s) not in _last_deletion]
     if missing:
         deleted = _latest_deletions(conn, [q.name for q in missing])
         renewed = {q.name for q in missing}
-        for key in [key for key in _last_deletion if key[0] in renewed]:
+        for key in [k for k in _last_deletion if k[0] == database and k[1] in renewed]:
             _last_deletion.pop(key, None)  # an earlier queue of the name: never asked again
         for q in missing:
-            _last_deletion[(q.name, q.created_at_s)] = deleted.get(q.name)
+            _last_deletion[(database, q.name, q.created_at_s)] = deleted.get(q.name)
     found = {}
     for q in young:
-        deleted_s = _last_deletion.get((q.name, q.created_at_s))
+        deleted_s = _last_deletion.get((database, q.name, q.created_at_s))
         if deleted_s is not None and deleted_s > since_s:
             found[q.name] = deleted_s
     return found
