@@ -153,9 +153,12 @@ def refuse_node_shrinks_under_work(conn: Connection, changes: Sequence[ConfigCha
     }
     if not shrunk:
         return
-    in_use = work_beyond_gpu_counts(conn, shrunk)
-    if in_use:
-        held = sorted({line.rsplit(" ", 1)[-1] for line in in_use})
+    held_gpus = work_beyond_gpu_counts(conn, shrunk)
+    if held_gpus:
+        in_use = [
+            f"{h.state} workload {h.uid} uses GPU {h.gpu} of node {h.node}" for h in held_gpus
+        ]
+        held = sorted({h.node for h in held_gpus})
         counts = ", ".join(
             f"{name} to {shrunk[name]} GPU{'' if shrunk[name] == 1 else 's'}" for name in held
         )

@@ -20,6 +20,7 @@ why) until its queue exists again or it is cancelled.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
@@ -90,15 +91,24 @@ def work_using(conn: Connection, gone: Mapping[str, set[str]]) -> list[str]:
     return lines
 
 
-def work_beyond_gpu_counts(conn: Connection, gpu_counts: Mapping[str, int]) -> list[str]:
+@dataclass(frozen=True)
+class HeldGpu:
+    """Work holding a GPU of a node: its highest GPU index there."""
+
+    state: str  # bound or running
+    uid: str
+    node: str
+    gpu: int
+
+
+def work_beyond_gpu_counts(conn: Connection, gpu_counts: Mapping[str, int]) -> list[HeldGpu]:
     """What bound or running work holds a GPU that a node of `gpu_counts` would no longer have
-    (an index at or past its new count), as "<work> uses GPU <i> of node <name>" lines, the
-    highest index per work and node, at most MAX_SHOWN + 1."""
+    (an index at or past its new count): the highest index per work and node, by node and work,
+    at most MAX_SHOWN + 1."""
     if not gpu_counts:
         return []
     names = sorted(gpu_counts)
-    lines: list[str] = []
-    for r in conn.execute(
+    rows = conn.execute(
         text(
             """
             SELECT uid, state, node, max(gpu::int) AS gpu FROM (
@@ -119,9 +129,8 @@ def work_beyond_gpu_counts(conn: Connection, gpu_counts: Mapping[str, int]) -> l
             """
         ),
         {"nodes": names, "counts": [gpu_counts[n] for n in names], "limit": MAX_SHOWN + 1},
-    ):
-        lines.append(f"{r.state} workload {r.uid} uses GPU {r.gpu} of node {r.node}")
-    return lines
+    )
+    return [HeldGpu(r.state, r.uid, r.node, int(r.gpu)) for r in rows]
 
 
 def refuse_unsafe_deletions(
