@@ -158,6 +158,16 @@ def test_reads_from_memory_are_answered_while_every_work_slot_is_held(db: Engine
             [scheduler_pb2.Workload(uid="w1", queue="beta", pool="default", pods=1, gpus_per_pod=2)]
         )
         client.get_fair_share("default")  # computes and commits the first run: checks again
+        # PostgreSQL's notifications of those commits (this process's own too) reach the count
+        # on the listener's connection: one arriving after the reads below would make the next
+        # read check the database, which needs the held slot. Wait until the listener's round
+        # trip has confirmed past them (all notifications before it arrived), then warm.
+        assert running.notices is not None
+        committed = time.monotonic()
+        give_up = committed + 10.0
+        while running.notices.confirmed_at <= committed:
+            assert time.monotonic() < give_up, "the listener confirmed nothing within 10 s"
+            time.sleep(0.01)
         client.get_config()
         client.get_fair_share("default")
         assert running.slots is not None
