@@ -169,8 +169,11 @@ class SimulatedCrash(Exception):
 
 
 class CrashBeforeEvents(Bridge):
-    """A bridge that dies after its Slurm commands and before it sends what they did."""
+    """A bridge that dies after its requeues and before it sends what they did. Other events
+    (a running job's heartbeat, due in each 30 s period's first two cycles once the job has run
+    that long) go out as usual: the crash must follow the requeues, not a heartbeat before them."""
 
     def _send(self, batch: Sequence[ledger_pb2.LedgerEvent], report: CycleReport) -> None:
-        if batch:
+        if any(e.kind == ledger_pb2.EVENT_KIND_PREEMPTED for e in batch):
             raise SimulatedCrash
+        super()._send(batch, report)
