@@ -256,6 +256,37 @@ def test_node_slurm_shrinks_keeps_gpufairs_gpus_while_work_holds_them(
     assert gpufair_nodes(client) == SLURM_NODES
 
 
+def test_a_refused_shrink_keeps_only_that_nodes_count(slurm: Any, client: GpufairClient) -> None:
+    """gpufair has a100-0 and a100-1 with 16 GPUs each and rtx-0 as an A100 node; Slurm says 8,
+    8 and RTX. Only a100-0 has work, a run of another system on GPUs 8 and 9, so gpufair refuses
+    its shrink. Before, the bridge then kept gpufair's count, pool and type for every node Slurm
+    had changed until that run ended: a100-1 at 16 GPUs, 8 that Slurm does not have, and rtx-0
+    an A100 node. Now only a100-0 keeps its 16; the others are as Slurm has them at once."""
+    client.apply_config(cluster_config("gpu"))
+    stale = [
+        cluster_pb2.Node(name="a100-1", gpu_type="a100-80gb", gpu_count=16),
+        cluster_pb2.Node(name="rtx-0", gpu_type="a100-80gb", gpu_count=8),
+    ]
+    for node in stale:
+        node.pool, node.cpu_millicores, node.memory_mib, node.ready = "gpu", 64_000, 512_000, True
+    client.upsert_nodes(stale)
+    _run_of_another_system(client, "batch-10", "a100-0", "a100-80gb", gpu_count=16, gpus=(8, 9))
+    assert gpufair_nodes(client)["a100-1"] == ("a100-80gb", 16, True)
+
+    bridge = make_bridge(client, bridge_config())
+    [error] = bridge.cycle().errors
+    assert error.startswith(
+        "nodes: not moved yet: cannot shrink node a100-0 to 8 GPUs. In use: "
+        "running workload batch-10 uses GPU 9 of node a100-0."
+    )
+    assert gpufair_nodes(client) == {**SLURM_NODES, "a100-0": ("a100-80gb", 16, True)}
+    assert [r.status for r in client.report_events([stopped("batch-10")]).results] == [
+        ledger_pb2.EVENT_STATUS_STORED
+    ]
+    assert bridge.cycle().errors == []
+    assert gpufair_nodes(client) == SLURM_NODES
+
+
 def test_node_gone_from_slurm_is_pruned_once_no_work_uses_it(
     slurm: Any, client: GpufairClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

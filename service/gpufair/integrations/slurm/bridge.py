@@ -251,25 +251,49 @@ class Bridge:
                     raise
                 # A node Slurm put in another pool or GPU type, or gave fewer GPUs, still holds
                 # work gpufair placed there: the nodes so changed keep gpufair's pool, type and
-                # GPU count this cycle (the rest is updated), and change in a cycle after their
-                # work has ended.
+                # GPU count this cycle (the rest is updated, the other changed nodes too), and
+                # change in a cycle after their work has ended.
                 report.errors[-1] = f"nodes: not moved yet: {again.details()}"
-                self.client.upsert_nodes(self._unmoved(mapped))
+                try:
+                    self.client.upsert_nodes(self._unmoved(mapped, held=self._held_gpus()))
+                except grpc.RpcError as third:
+                    if not _failed_precondition(third):
+                        raise
+                    # Work bound between the two reads: every changed node waits this cycle.
+                    self.client.upsert_nodes(self._unmoved(mapped, held=None))
             return
         self._sent_nodes = key
 
-    def _unmoved(self, mapped: list[cluster_pb2.Node]) -> list[cluster_pb2.Node]:
-        """`mapped`, each node whose pool or GPU type differs from gpufair's stored one given
-        gpufair's, and each node with fewer GPUs than gpufair's stored count given that count
-        (read once, only when a move or shrink was refused)."""
+    def _held_gpus(self) -> dict[str, int]:
+        """Per node, the highest GPU index bound or running work holds there (-1: work that
+        holds no GPU of it), as gpufair lists its work: what makes gpufair refuse to move the
+        node (any work) or to shrink it (a GPU at or past the new count)."""
+        held: dict[str, int] = {}
+        for status in self.client.list_workloads(states=["bound", "running"]):
+            for pod in status.pods:
+                highest = max(pod.gpu_indices, default=-1)
+                held[pod.node] = max(held.get(pod.node, -1), highest)
+        return held
+
+    def _unmoved(
+        self, mapped: list[cluster_pb2.Node], *, held: dict[str, int] | None
+    ) -> list[cluster_pb2.Node]:
+        """`mapped`, with gpufair's stored pool, GPU type and GPU count kept for each node whose
+        change gpufair refuses while its work runs: a node Slurm put in another pool or GPU type
+        and that work uses (`held` names it), and a node with fewer GPUs than gpufair's count
+        below a GPU its work holds. The other changed nodes go as Slurm has them. `held` None:
+        every changed node keeps gpufair's values. gpufair's config is read once, only when a
+        move or shrink was refused."""
         stored = {n.name: n for n in self.client.get_config().config.nodes}
         kept = []
         for node in mapped:
             was = stored.get(node.name)
-            if was is not None and (
-                (was.pool, was.gpu_type) != (node.pool, node.gpu_type)
-                or node.gpu_count < was.gpu_count
-            ):
+            moved = was is not None and (was.pool, was.gpu_type) != (node.pool, node.gpu_type)
+            shrunk = was is not None and node.gpu_count < was.gpu_count
+            if held is not None:
+                moved = moved and node.name in held
+                shrunk = shrunk and held.get(node.name, -1) >= node.gpu_count
+            if was is not None and (moved or shrunk):
                 unmoved = cluster_pb2.Node()
                 unmoved.CopyFrom(node)
                 unmoved.pool, unmoved.gpu_type = was.pool, was.gpu_type
