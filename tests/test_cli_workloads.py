@@ -80,6 +80,9 @@ def test_get_workloads_table_and_formats(
     code, _, err = run(capsys, "get", "workloads", "--state", "waiting", "--address", address)
     assert code == 1
     assert "  - states[0]: 'waiting' is not one of pending, bound, running" in err
+    # A mistyped pool is named as not found, not shown as "no workloads".
+    code, out, err = run(capsys, "get", "workloads", "--pool", "mian", "--address", address)
+    assert (code, out, err) == (1, "", "error: NOT_FOUND: pool 'mian' not found\n")
 
 
 def test_apply_conflict_is_one_line(

@@ -4,6 +4,7 @@ the pods of running work, evictions in flight, and paging."""
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 import time
@@ -13,8 +14,9 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gpufair.client import GpufairClient, field_violations
+from gpufair.config_file import parse_config
 from gpufair.v1 import scheduler_pb2 as spb
-from tests.api.ledger_support import STARTED, STOPPED, STORED, cluster, event, report
+from tests.api.ledger_support import CLUSTER, STARTED, STOPPED, STORED, cluster, event, report
 
 
 def submit(
@@ -108,7 +110,7 @@ def test_filters_by_pool_queue_and_state(client: GpufairClient, busy: spb.Schedu
         ("p-c", 3),
         ("p-late", 4),
     ]
-    assert client.list_workloads(pool="other") == []
+    assert client.list_workloads(pool="main", queue="vision", states=["finished"]) == []
     assert [w.workload.uid for w in client.list_workloads(states=["bound", "running"])] == [
         "run-1",
         "bound-1",
@@ -128,6 +130,41 @@ def test_filters_by_pool_queue_and_state(client: GpufairClient, busy: spb.Schedu
         2,
         3,
     ]
+
+
+def test_a_pool_or_queue_that_names_nothing_is_not_found(
+    client: GpufairClient, busy: spb.ScheduleResponse
+) -> None:
+    """A filter naming no pool (or queue) there is answers NOT_FOUND naming it, as GetUsage and
+    GetFairShareHistory do, not an empty list a typo cannot be told from; a known pool or queue
+    without matching work is an empty list."""
+    for kwargs, message in (
+        ({"pool": "mian"}, "pool 'mian' not found"),
+        ({"pool": "mian", "queue": "llm"}, "pool 'mian' not found"),
+        ({"queue": "lmm"}, "queue 'lmm' not found"),
+        ({"pool": "main", "queue": "lmm", "states": ["finished"]}, "queue 'lmm' not found"),
+    ):
+        with pytest.raises(grpc.RpcError) as err:
+            client.list_workloads(**kwargs)  # type: ignore[arg-type]
+        assert isinstance(err.value, grpc.Call)
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.NOT_FOUND, message)
+    assert client.list_workloads(pool="main", states=["finished"]) == []
+    assert client.list_workloads(queue="llm", states=["cancelled"]) == []
+
+
+def test_a_removed_pool_still_lists_its_work(client: GpufairClient) -> None:
+    client.apply_config(cluster())
+    submit(client, "w1", "llm", age_s=60)
+    renamed = copy.deepcopy(CLUSTER)
+    renamed["pools"][0]["name"] = "main2"
+    for obj in (*renamed["nodes"], *(q["quotas"][0] for q in renamed["queues"])):
+        obj["pool"] = "main2"
+    client.apply_config(parse_config(renamed))
+    assert [(w.workload.uid, w.state) for w in client.list_workloads(pool="main")] == [
+        ("w1", "pending")
+    ]
+    assert client.list_workloads(pool="main", states=["finished"]) == []
+    assert client.list_workloads(pool="main2") == []
 
 
 def test_an_eviction_in_flight_is_shown(

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from gpufair.api.convert_workload import workload_to_proto
-from gpufair.domain.errors import InvalidInputError, Violation
+from gpufair.domain.errors import InvalidInputError, NotFound, Violation
 from gpufair.domain.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PAGE_TOKEN_LEN
 from gpufair.domain.request_rules import name_violations
 from gpufair.store import workload_list
@@ -113,6 +113,16 @@ def list_workloads(conn: Connection, request: pb.ListWorkloadsRequest) -> pb.Lis
         after=after,
         limit=size + 1,
     )
+    if not rows and (request.pool or request.queue):
+        # Nothing listed: say so when a filter names nothing there is (as GetUsage and
+        # GetFairShareHistory do), rather than an empty list a typo cannot be told from.
+        pool_known, queue_known = workload_list.names_known(
+            conn, pool=request.pool, queue=request.queue
+        )
+        if not pool_known:
+            raise NotFound("pool", request.pool)
+        if not queue_known:
+            raise NotFound("queue", request.queue)
     more = len(rows) > size
     rows = rows[:size]
     pending_pools = sorted({r.workload.pool for r in rows if r.state == "pending"})

@@ -142,6 +142,23 @@ def list_page(
     ]
 
 
+def names_known(conn: Connection, *, pool: str, queue: str) -> tuple[bool, bool]:
+    """Whether `pool` and `queue` name something to list: configured now, or held by a stored
+    workload (a removed pool's or queue's work is still listed). An empty name is known."""
+    row = conn.execute(
+        text(
+            "SELECT CAST(:pool AS text) = '' "
+            "OR EXISTS (SELECT 1 FROM node_pools WHERE name = :pool) "
+            "OR EXISTS (SELECT 1 FROM workloads WHERE pool = :pool) AS pool, "
+            "CAST(:queue AS text) = '' "
+            "OR EXISTS (SELECT 1 FROM queues WHERE name = :queue) "
+            "OR EXISTS (SELECT 1 FROM workloads WHERE queue = :queue) AS queue"
+        ),
+        {"pool": pool, "queue": queue},
+    ).one()
+    return bool(row.pool), bool(row.queue)
+
+
 def latest_cycle_replies(conn: Connection, pools: Sequence[str]) -> dict[str, bytes]:
     """The stored reply (a serialized ScheduleResponse) of each pool's latest Schedule cycle."""
     if not pools:
