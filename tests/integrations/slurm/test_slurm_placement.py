@@ -4,6 +4,7 @@ Comment."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -177,6 +178,66 @@ def test_drained_node_is_not_ready_in_gpufair(
 
     # Resumed: Slurm reports it "not responding" for a moment, then idle; then it is ready again.
     cycle_until(bridge, lambda: gpufair_nodes(client) == SLURM_NODES, max_cycles=5)
+
+
+def test_draining_node_keeps_its_running_job_counted_and_takes_no_new_work(
+    slurm: Any, client: GpufairClient, db: Engine
+) -> None:
+    """Slurm 22.05 shows a node drained while a job runs there as `mixed` with the DRAIN flag
+    (`sinfo`: draining), and as `idle` with DRAIN (drained) once the job ended. gpufair has it
+    not ready in both, as after `gpufair drain`: the job there runs on and counts as its queue's
+    (allocated CU, usage, its run's end in the ledger), no new work is bound on the node's free
+    GPUs, and the pool's capacity leaves out the node's GPUs (gpufair's model of a drain, as
+    README's pool utilisation says) until Slurm resumes it."""
+    client.apply_config(cluster_config("gpu"))
+    bridge = make_bridge(client, bridge_config())
+    bridge.cycle()
+    mine = sbatch(slurm, account="acct-a", gres="gpu:2", constraint="a100", seconds=600)
+    cycle_until(bridge, lambda: squeue(slurm)[mine]["job_state"] == "RUNNING", max_cycles=6)
+    node = squeue(slurm)[mine]["nodes"]
+    other = "a100-1" if node == "a100-0" else "a100-0"
+    filler = sbatch(slurm, account="acct-b", gres="gpu:8", constraint="a100", seconds=600)
+    cycle_until(bridge, lambda: squeue(slurm)[filler]["job_state"] == "RUNNING", max_cycles=6)
+    assert squeue(slurm)[filler]["nodes"] == other
+    uid = f"slurm-{mine}"
+    cycle_until(bridge, lambda: client.explain(uid).state == "running", max_cycles=3)
+
+    slurm.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=test")
+    try:
+        raw = {n["name"]: n for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]}
+        assert (raw[node]["state"], raw[node]["state_flags"]) == ("mixed", ["DRAIN"])
+        # 2 A100 GPUs that fit only on the draining node's 6 free ones: not placed there.
+        waiting = sbatch(slurm, account="acct-b", gres="gpu:2", constraint="a100", seconds=5)
+        for _ in range(3):
+            report = bridge.cycle()
+            assert (report.placed, report.errors) == ({}, [])
+        assert gpufair_nodes(client)[node] == ("a100-80gb", 8, False)
+        assert squeue(slurm)[waiting]["job_state"] == "PENDING"
+        assert client.explain(f"slurm-{waiting}").state == "pending"
+        [running] = [w for w in client.list_workloads(states=["running"]) if w.workload.uid == uid]
+        assert [(p.node, list(p.gpu_indices)) for p in running.pods] == [(node, [0, 1])]
+        shares = client.get_fair_share("gpu")
+        assert shares.capacity_cu == 8 * 10 + 16 * 2  # the other A100 node and the RTX nodes
+        allocated = {q.queue: q.allocated_cu for q in shares.queues}
+        assert allocated == {"team-a": 20, "team-b": 80}
+
+        # The job ends: drained, still not ready; its run's end is in the ledger.
+        slurm.run("scancel", str(mine))
+        cycle_until(bridge, lambda: client.explain(uid).state == "finished", max_cycles=5)
+        raw = {n["name"]: n for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]}
+        assert (raw[node]["state"], raw[node]["state_flags"]) == ("idle", ["DRAIN"])
+        assert bridge.cycle().placed == {}
+        assert gpufair_nodes(client)[node] == ("a100-80gb", 8, False)
+        ended = squeue(slurm)[mine]
+        assert runs_of(db, uid) == [
+            (ended["start_time"], ended["end_time"], 2.0, "a100-80gb", "stopped")
+        ]
+    finally:
+        slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    # Resumed: ready again, and the waiting job is placed there.
+    cycle_until(bridge, lambda: squeue(slurm)[waiting]["job_state"] == "RUNNING", max_cycles=6)
+    assert gpufair_nodes(client)[node] == ("a100-80gb", 8, True)
+    assert squeue(slurm)[waiting]["nodes"] == node
 
 
 def _run_of_another_system(
