@@ -71,9 +71,7 @@ def exclusive_demand(
     per_trial: dict[int, tuple[str, float]] = {}
     for kind in kinds:
         if len(kind.types) == 1 and kind.rejection is None:
-            gang_min_pods = kind.memo_key[_GANG_MIN_PODS]
-            assert isinstance(gang_min_pods, int)
-            gpus = kind.shape.gpus_per_pod * gang_min_pods
+            gpus = kind.shape.gpus_per_pod * kind.memo_key.gang_min_pods
             for trial in kind.trial_keys:
                 per_trial[trial] = (kind.types[0], gpus)
     demand: dict[str, float] = {}
@@ -107,10 +105,6 @@ def _room(capacity: Capacity, gpu_type: str) -> float:
     return capacity.free_whole_by_type.get(gpu_type, 0) + sum(
         nodes[index].gpu_count for index in touched
     )
-
-
-# Where `Kind.memo_key` (`cycle_load_pending.kind_of`) holds the gang minimum.
-_GANG_MIN_PODS = 3
 
 
 def type_order(

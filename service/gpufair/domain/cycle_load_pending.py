@@ -39,7 +39,7 @@ from typing import Any
 
 from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
-from gpufair.domain.cycle_state import CycleState, Kind, Pending
+from gpufair.domain.cycle_state import CycleState, Kind, MemoKey, Pending
 from gpufair.domain.model import Workload
 from gpufair.domain.placement import PodShape, adequate_types, rejection_in, signature
 from gpufair.domain.queuebook import QueueBook
@@ -706,14 +706,14 @@ def kind_of(state: CycleState, workload: Workload) -> Kind:
         cu_per_pod = tuple(workload.gpus_per_pod * state.weight(name) for name in types)
         min_cu = workload.gang_min_pods * cu_per_pod[0] if types else 0.0
         topology = workload.topology
-        memo_key = (
-            shape.gpus_per_pod,
-            shape.cpu_millicores,
-            shape.memory_mib,
-            workload.gang_min_pods,
-            None if topology is None else (topology.level, topology.required),
-            shape.profile,
-            shape.one_per_node,
+        memo_key = MemoKey(
+            gpus_per_pod=shape.gpus_per_pod,
+            cpu_millicores=shape.cpu_millicores,
+            memory_mib=shape.memory_mib,
+            gang_min_pods=workload.gang_min_pods,
+            topology=None if topology is None else (topology.level, topology.required),
+            profile=shape.profile,
+            one_per_node=shape.one_per_node,
         )
         # One object per placement problem and per trial, whatever the kind: allocation keys
         # its memos by their identity (`cycle_allocate`). A new kind is rare: the known are read.

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.decisions import (
@@ -58,6 +58,19 @@ _WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 _by_order = attrgetter("order")
 
 
+class MemoKey(NamedTuple):
+    """A placement problem, whatever the workload (`Kind.memo_key`): what placement reads of a
+    pod and of the gang. Compared and hashed as the plain tuple of its fields; read by name."""
+
+    gpus_per_pod: float
+    cpu_millicores: int
+    memory_mib: int
+    gang_min_pods: int
+    topology: tuple[str, bool] | None  # (level, required)
+    profile: str
+    one_per_node: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """What pending workloads of one signature share: fit, types, CU, memo key."""
@@ -69,7 +82,7 @@ class Kind:
     min_cu: float  # gang minimum on the cheapest type: the least the workload can cost
     # Identifies the placement problem, whatever the workload; kinds of equal problems share
     # the object (`kind_of`).
-    memo_key: tuple[object, ...]
+    memo_key: MemoKey
     # What a try to bind reads of the workload besides its queue and preemptibility: its types
     # and placement problem. Kinds of equal trials fail a try alike; `kind_of` gives them one
     # object, so a failure is remembered by its identity (`cycle_allocate`).
