@@ -15,7 +15,7 @@ import yaml
 
 from gpufair.api.server import RunningServer
 from gpufair.cli import build_parser, main
-from gpufair.cli.options import completion_script
+from gpufair.cli.options import completion_script, message_yaml
 from gpufair.client import GpufairClient
 from gpufair.config_file import (
     duration_seconds,
@@ -25,6 +25,7 @@ from gpufair.config_file import (
     parse_config,
 )
 from gpufair.render import fmt_number
+from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "clusters"
 
@@ -61,6 +62,35 @@ def test_yaml_output_is_a_file_apply_takes_back() -> None:
     assert parse_config(yaml.safe_load(text)) == config
 
 
+def test_yaml_of_a_reply_writes_every_field_and_a_config_its_set_fields() -> None:
+    """Replies in YAML hold the zeros JSON holds (a 0 written as 0, a duration of 0 too); a
+    config keeps to what is set, as a person writes the file."""
+    reply = ledger_pb2.GetUsageResponse()
+    reply.rows.add(queue="idle", pool="main", gpu_type="a100")
+    reply.budgets.add(queue="idle", budget_cu_hours=10)
+    data = yaml.safe_load(message_yaml(reply))
+    assert data["rows"] == [
+        {
+            "pool": "main",
+            "queue": "idle",
+            "gpu_type": "a100",
+            "gpu_hours": 0,
+            "cu_hours": 0,
+            "over_quota_cu_hours": 0,
+            "partial": False,
+        }
+    ]
+    assert (data["budgets"][0]["consumed_cu_hours"], data["budgets"][0]["pool"]) == (0, "")
+    workload = yaml.safe_load(message_yaml(scheduler_pb2.Workload(uid="w", pods=1)))
+    assert (workload["min_runtime_s"], workload["priority_class"]) == (0, 0)
+    assert type(workload["min_runtime_s"]) is int
+    assert "submit_time" not in workload and "min_pods" not in workload  # unset, with presence
+    assert yaml.safe_load(message_to_yaml(scheduler_pb2.Workload(uid="w", pods=1))) == {
+        "uid": "w",
+        "pods": 1,
+    }
+
+
 def test_every_read_takes_json_and_yaml(
     client: GpufairClient, server: RunningServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,11 +103,31 @@ def test_every_read_takes_json_and_yaml(
     assert data["config"]["pools"][0]["policy"]["window_kind"] == "WINDOW_KIND_SLIDING"
     code, out, _ = run(capsys, "get", "config", "-o", "yaml", "--address", address)
     assert "window_s: 7d" in out and "usage_basis: over_quota" in out
+    # A file apply takes back, as a person writes it: the defaults stay out.
+    config_yaml = yaml.safe_load(out)
+    assert config_yaml["queues"][0] == {
+        "name": "llm",
+        "quotas": [{"pool": "default", "deserved_cu": 30, "over_quota_weight": 1}],
+    }
+    assert "max_moved_share_per_hour" not in out and "topology_levels" not in out
 
     code, out, _ = run(capsys, "report", "fairshare", "-o", "yaml", "--address", address)
     share = yaml.safe_load(out)
     assert share["pool"] == "default" and share["capacity_cu"] == 100
     assert [q["deserved_cu"] for q in share["queues"]] == [30, 20]
+    # Every field, zeros included, as in JSON: nothing runs, nothing was used.
+    assert [(q["allocated_cu"], q["demand_cu"]) for q in share["queues"]] == [(0, 0), (0, 0)]
+    assert share["warnings"] == []
+
+    code, out, _ = run(
+        capsys, "report", "usage", "-o", "yaml", "--period", "week", "--address", address
+    )
+    usage_yaml = yaml.safe_load(out)
+    assert [
+        (b["budget_cu_hours"], b["consumed_cu_hours"], b["burn_cu_hours_per_day"])
+        for b in usage_yaml["budgets"]
+    ] == [(8400, 0, 0), (5040, 0, 0)]
+    assert usage_yaml["rows"] == []
 
     code, out, _ = run(
         capsys, "report", "usage", "-o", "json", "--period", "week", "--address", address
@@ -107,6 +157,8 @@ def test_every_read_takes_json_and_yaml(
     (listed,) = yaml.safe_load(out)["workloads"]
     assert listed["workload"]["min_runtime_s"] == "90m"
     assert listed["workload"]["pods"] == 2
+    assert (listed["evicting"], listed["workload"]["priority_class"]) == (False, 0)
+    assert (listed["workload"]["compute_units"], listed["queue_position"]) == (0, 1)
 
 
 def test_submit_says_why_a_workload_is_refused(

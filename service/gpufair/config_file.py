@@ -6,7 +6,7 @@
 Anything else is exactly the proto's field names, so the file and the API never drift apart.
 
 `message_to_yaml` writes the same short forms back (enums short, `*_s` fields as durations,
-64-bit integers as numbers), so `gpufair get config -o yaml` gives a file `apply` takes back.
+64-bit integers as numbers), so `gpufair get config -o yaml` gives a file `apply` takes back, defaults left out as a person leaves them out.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def _friendly_scalar(field: FieldDescriptor, value: Any) -> Any:
     if field.cpp_type in (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64):
         return int(value)
     if field.name.endswith("_s") and isinstance(value, int | float):
-        return format_duration_s(float(value))
+        return _whole(format_duration_s(float(value)))  # 0 as 0, as JSON writes it
     return _whole(value)
 
 
@@ -270,9 +270,16 @@ def _whole(value: Any) -> Any:
     return value
 
 
-def message_to_data(msg: Message) -> Any:
-    """The message as plain data in the file's short forms (see the module's docstring)."""
-    data = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+def message_to_data(msg: Message, *, every_field: bool = False) -> Any:
+    """The message as plain data in the file's short forms (see the module's docstring).
+
+    Fields at their default (0, "", empty lists) are left out, as a config file leaves them
+    out; `every_field` writes them too (a field with presence that is not set stays out), as
+    `-o json` does, for replies a script reads: a queue's 0 GPU-hours is a 0, not a missing
+    key (`cli/options.py`)."""
+    data = json_format.MessageToDict(
+        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=every_field
+    )
     return _friendly(data, msg.DESCRIPTOR)
 
 

@@ -44,6 +44,7 @@ from gpufair.cli.options import (
     emit,
     env_defaults,
     message_json,
+    message_yaml,
     use_help_formatter,
 )
 from gpufair.cli.report import NoDefaultPool, add_report_commands
@@ -532,7 +533,7 @@ def cmd_get_workloads(args: argparse.Namespace) -> int:
     if args.output in ("yaml", "json"):
         listing = scheduler_pb2.ListWorkloadsResponse(workloads=found)
         if args.output == "yaml":
-            print(message_to_yaml(listing), end="")
+            print(message_yaml(listing), end="")
         else:
             print(message_json(listing))
         return 0

@@ -5,8 +5,9 @@ the environment, and shell completion.
   mapping (field names as in the proto) with every field, zeros, empty strings and empty lists
   included (`message_json`), so a script reading `.gpus` gets 0, not nothing; a field with
   presence (an `optional`, a message) that is not set stays out. YAML: the short forms of
-  cluster files (`config_file.message_to_data`), so `get config -o yaml` is a file `apply` takes
-  back.
+  cluster files (`config_file.message_to_data`) with every field as in JSON, so a queue's 0
+  GPU-hours is written as 0; only `get config -o yaml` leaves the defaults out, a file `apply`
+  takes back as a person writes it.
 - `HelpFormatter` ends each option's help with its default, unless the help already says it.
 - `env_defaults(parser, prefix)`: each option `--foo-bar` of `parser` reads `GPUFAIR_FOO_BAR` when
   not given on the command line. It is generic, so options added later get their variable too;
@@ -52,9 +53,14 @@ def emit(fmt: str, message: Message, show_table: Callable[[], None]) -> None:
     if fmt == "json":
         print(message_json(message))
     elif fmt == "yaml":
-        print(yaml.safe_dump(message_to_data(message), sort_keys=False), end="")
+        print(message_yaml(message), end="")
     else:
         show_table()
+
+
+def message_yaml(message: Message) -> str:
+    """`message` in the YAML short forms with every field, zeros included (module docstring)."""
+    return yaml.safe_dump(message_to_data(message, every_field=True), sort_keys=False)
 
 
 def emit_rows(fmt: str, rows: list[dict[str, Any]], show_table: Callable[[], None]) -> None:
