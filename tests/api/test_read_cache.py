@@ -4,6 +4,7 @@ processes would be), one writing and one reading."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -264,3 +265,59 @@ def test_another_replicas_commit_shows_when_its_notification_arrives(
         b.close()
         server_a.stop(0.5)
         server_b.stop(0.5)
+
+
+def test_the_notification_of_a_replicas_own_commit_makes_no_second_read(
+    db: Engine, engine_b: Engine
+) -> None:
+    """Replica b's own config apply is read at once, by the one check after it; PostgreSQL's
+    notification of that commit, arriving after the check (held back here until then), does
+    not make the next read check the database again. Replica a's apply still shows on b as
+    soon as its notification arrives."""
+    server_a, a = serve(db, read_staleness_s=60.0, health_interval_s=3600.0)
+    running, b = serve(engine_b, read_staleness_s=60.0, health_interval_s=3600.0)
+    notices = running.notices
+    assert notices is not None
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    held = threading.Event()
+    heard = notices._heard
+
+    def heard_when_let(*args: Any) -> None:
+        held.wait()
+        heard(*args)
+
+    try:
+        b.apply_config(cluster(8))
+        assert b.get_config().config_version == 1
+        notices._heard = heard_when_let  # type: ignore[method-assign]
+        assert b.apply_config(cluster(16)).config_version == 2
+        checks = running.keys.checks
+        assert b.get_config().config_version == 2  # its own write, read by one check
+        assert running.keys.checks == checks + 1
+        let = time.monotonic()
+        held.set()
+        while notices.confirmed_at <= let:  # every notification before `let` is counted
+            time.sleep(0.005)
+        event.listen(engine_b, "before_cursor_execute", count)
+        for _ in range(10):
+            assert b.get_config().config_version == 2
+        # keys.checks: the caches' queries (on a connection of their own); statements: the rest.
+        assert (statements, running.keys.checks) == ([], checks + 1)
+        assert notices.heard >= 2 and notices.own >= 1
+
+        assert a.apply_config(cluster(8)).config_version == 3
+        shown = time.monotonic()
+        while b.get_config().config_version != 3:
+            assert time.monotonic() - shown < 0.25
+            time.sleep(0.002)
+    finally:
+        held.set()
+        event.remove(engine_b, "before_cursor_execute", count)
+        a.close()
+        b.close()
+        server_a.stop(0.5)
+        running.stop(0.5)

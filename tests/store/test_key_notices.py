@@ -1,7 +1,7 @@
 """`store/commit_watch.py`'s `KeyNotices`: a commit that moves a read cache's key, made on
 another engine (another process), is counted here when PostgreSQL's notification arrives; a
-rolled-back one is not; the listener confirms every heartbeat and comes back after its
-connection is cut."""
+rolled-back one is not; one of this engine's own, counted already, is not counted again; the
+listener confirms every heartbeat and comes back after its connection is cut."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from gpufair.store.commit_watch import CommitCount, KeyNotices
+from gpufair.store.commit_watch import CommitCount, KeyNotices, key_commit_count, wrote_read_key
 from gpufair.store.database import make_engine
 
 
@@ -116,5 +116,55 @@ def test_rows_written_by_hand_notify_through_the_tables_triggers(db: Engine, oth
         until(lambda: notices.heard == 3)
         time.sleep(0.3)
         assert notices.heard == 3
+    finally:
+        notices.close()
+
+
+def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
+    db: Engine, other: Engine
+) -> None:
+    """A key commit of this engine is counted as its connection comes back to the pool; its
+    notification, heard after, is not counted again. Another engine's (another process's) is
+    counted when heard. A marked commit that wrote no key table is heard of never: forgotten at
+    the next round trip; a closed connection's unheard commits are forgotten with it."""
+    count = key_commit_count(db)
+    notices = KeyNotices(db, count, heartbeat_s=0.05).start()
+    try:
+        until(lambda: notices.confirmed_at > float("-inf"))
+        before = count.value
+        with db.begin() as conn:
+            wrote_read_key(conn)
+            write_versions(conn, 1, 2)
+        assert count.value == before + 1
+        until(lambda: notices.heard == 1)
+        returned = time.monotonic()
+        until(lambda: notices.confirmed_at > returned)
+        assert count.value == before + 1  # the notification of the same commit: not again
+        assert (notices.own, count.unheard) == (1, 0)
+
+        with other.begin() as conn:
+            write_versions(conn, 3)
+        until(lambda: notices.heard == 2)
+        assert (count.value, notices.own) == (before + 2, 1)
+
+        with db.begin() as conn:
+            wrote_read_key(conn)
+            conn.execute(text("SELECT 1"))  # no key table written: nothing will be heard
+        assert (count.value, count.unheard) == (before + 3, 1)
+        returned = time.monotonic()
+        until(lambda: notices.confirmed_at > returned)
+        assert count.unheard == 0
+        with other.begin() as conn:  # the same backend cannot hide another's commit
+            write_versions(conn, 4)
+        until(lambda: notices.heard == 3)
+        assert (count.value, notices.own) == (before + 4, 1)
+
+        with db.connect() as conn:
+            wrote_read_key(conn)
+            conn.execute(text("SELECT 1"))
+            conn.commit()
+            assert count.unheard == 1  # under way
+            conn.invalidate()  # its connection closes: forgotten
+        assert (count.value, count.unheard) == (before + 5, 0)
     finally:
         notices.close()

@@ -5,12 +5,13 @@ Each entry holds a reply and the key of the stored state it was built from
 (`store/read_versions.py`). A call is answered from memory while nothing committed a new key since
 its entry's check: every process counts the commits that move a key, its own when they commit and
 those of every other process (replicas, `--processes` siblings) when PostgreSQL's notification of
-them arrives (`store/commit_watch.py`, `KeyNotices`). A call that finds the count moved since its
-entry's check runs the check itself (one caller per entry, one indexed query; the others wait for
-it), and the reply is rebuilt only when the key moved. So a caller reads its own writes on the
-replica that took them at once, and another process's commit as soon as its notification is
-received (median 0.3 ms after the commit returns, `bench/results/serving.md`); events, submissions and cycles move
-no key and notify nothing.
+them arrives (`store/commit_watch.py`, `KeyNotices`), each once: the notification of a commit of
+its own, counted already, is not counted again (the rule, and the locking, are written there).
+A call that finds the count moved since its entry's check runs the check itself (one caller per
+entry, one indexed query; the others wait for it), and the reply is rebuilt only when the key
+moved. So a caller reads its own writes on the replica that took them at once, and another
+process's commit as soon as its notification is received (median 0.3 ms after the commit returns,
+`bench/results/serving.md`); events, submissions and cycles move no key and notify nothing.
 
 The bound for what a notification cannot show: an entry is served only while it was confirmed
 current at most `staleness_s` before the call arrived, by its own check or by the listener's

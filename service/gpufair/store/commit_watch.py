@@ -29,6 +29,31 @@ round trip every `heartbeat_s`; PostgreSQL delivers the notifications of every c
 that statement ahead of its reply, so when the reply comes, the count includes every key
 committed before the round trip started (`confirmed_at`). A cache serves a reply only while
 its own check or that confirmation is at most its staleness bound old (`api/read_cache.py`).
+
+Each key commit of this process is counted once. The trigger notifies of this process's own key
+commits too, and the count moved at once for them already; counting the notification again made
+every reply checked between the commit and the notification's arrival check the database a
+second time for nothing. A notification carries the process id of the database backend that
+committed; the key count keeps, per backend of this engine's connections, the key commits it
+counted and has not heard of yet (`CommitCount.expect` when the commit is sent, `settle` when
+the connection comes back to the pool, `heard`). A notification is left uncounted only when its
+backend has such a commit, counted after the database confirmed it; anything else is counted,
+whoever sent it. That cannot hide another process's commit: a backend's process id belongs to
+no other connection while the connection lives, and its entries are dropped when it closes (a
+notification still on its way is then counted a second time, which costs one check and no
+freshness). A commit counted but never heard (written while no listener was connected, or a
+marked transaction that wrote no key table) is dropped at the first round trip started after
+it was counted, since every notification of a commit before that round trip has arrived by its
+reply. A notification heard before its commit came back to the pool is counted, and the return
+to the pool counts the commit again, as before. Behind a connection pooler that does not keep
+one server process per connection the process ids do not match, and each own key commit is
+counted twice, as before.
+
+Locking: each `CommitCount` has one lock, held only to read and change its count and its
+record of unheard commits (no database work under it); the writers' threads take it when their
+connection comes back to the pool (and when one closes), the listener's thread for each
+notification and confirmation, and readers of `value` take none (an int read is atomic). One
+`KeyNotices` at most listens for a count (`listened`); without one no commit is recorded.
 """
 
 from __future__ import annotations
@@ -38,7 +63,9 @@ import math
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event
@@ -49,10 +76,24 @@ CHANNEL = "gpufair_read_keys"
 DEFAULT_HEARTBEAT_S = 0.25
 
 
+@dataclass(slots=True)
+class OwnCommit:
+    """A key commit of this process, on the connection of database backend `pid`."""
+
+    pid: int | None
+    counted_at: float | None = None  # on `CommitCount`'s clock; None until it is counted
+
+
 class CommitCount:
-    def __init__(self) -> None:
+    """A count of commits; for the read caches, also the record of this process's key commits
+    not heard of yet (module docstring: each counted once, and the locking rules)."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._count = 0
+        self._monotonic = monotonic  # the scale of `KeyNotices.confirmed_at`
+        self.listened = False  # a `KeyNotices` counts notifications into it
+        self._unheard: dict[int, deque[OwnCommit]] = {}  # by backend, in commit order
 
     @property
     def value(self) -> int:
@@ -61,6 +102,63 @@ class CommitCount:
     def bump(self) -> None:
         with self._lock:
             self._count += 1
+
+    def expect(self, pid: int | None) -> OwnCommit:
+        """A key commit about to be sent on backend `pid`'s connection; recorded only while a
+        listener hears notifications (else nothing would ever take it out)."""
+        commit = OwnCommit(pid)
+        if pid is not None and self.listened:
+            with self._lock:
+                self._unheard.setdefault(pid, deque()).append(commit)
+        return commit
+
+    def settle(self, commits: list[OwnCommit]) -> None:
+        """Count a connection's key commits as it comes back to the pool, after the database
+        confirmed them and before the writing call replies."""
+        with self._lock:
+            self._count += 1
+            now = self._monotonic()
+            for commit in commits:
+                commit.counted_at = now
+
+    def heard(self, pid: int) -> bool:
+        """A notification from backend `pid`: counted (True) unless that backend's oldest
+        unheard key commit was counted already; either way that commit is heard."""
+        with self._lock:
+            queue = self._unheard.get(pid)
+            own = queue.popleft() if queue else None
+            if queue is not None and not queue:
+                del self._unheard[pid]
+            if own is not None and own.counted_at is not None:
+                return False
+            self._count += 1
+            return True
+
+    def confirmed(self, started: float) -> None:
+        """A round trip that started at `started` came back: key commits counted before it
+        and still unheard will not be heard; forget them."""
+        with self._lock:
+            for pid, queue in list(self._unheard.items()):
+                while queue and queue[0].counted_at is not None and queue[0].counted_at < started:
+                    queue.popleft()
+                if not queue:
+                    del self._unheard[pid]
+
+    def closed(self, pid: int) -> None:
+        """Backend `pid`'s connection closed: another connection may get its process id."""
+        with self._lock:
+            self._unheard.pop(pid, None)
+
+    def stop_listening(self) -> None:
+        with self._lock:
+            self.listened = False
+            self._unheard.clear()
+
+    @property
+    def unheard(self) -> int:
+        """Key commits of this process counted or under way and not heard of yet."""
+        with self._lock:
+            return sum(len(queue) for queue in self._unheard.values())
 
 
 _COUNTS: weakref.WeakKeyDictionary[Engine, tuple[CommitCount, CommitCount]] = (
@@ -98,9 +196,11 @@ def _counts(engine: Engine) -> tuple[CommitCount, CommitCount]:
     every, keys = counts
 
     def committed(conn: Connection) -> None:
+        # Before the commit is sent: its notification cannot arrive before it is recorded.
         conn.info[_COMMITTED] = True
         if conn.info.pop(_KEY_WRITTEN, False):
-            conn.info[_KEY_COMMITTED] = True
+            pid = _backend_pid(conn.connection.dbapi_connection)
+            conn.info.setdefault(_KEY_COMMITTED, []).append(keys.expect(pid))
 
     def rolled_back(conn: Connection) -> None:
         conn.info.pop(_KEY_WRITTEN, None)
@@ -110,13 +210,30 @@ def _counts(engine: Engine) -> tuple[CommitCount, CommitCount]:
             return
         if record.info.pop(_COMMITTED, False):
             every.bump()
-        if record.info.pop(_KEY_COMMITTED, False):
-            keys.bump()
+        own = record.info.pop(_KEY_COMMITTED, None)
+        if own is not None:
+            keys.settle(own)
+
+    def closed(dbapi_conn: Any, _record: Any) -> None:
+        pid = _backend_pid(dbapi_conn)
+        if pid is not None:
+            keys.closed(pid)
 
     event.listen(engine, "commit", committed)
     event.listen(engine, "rollback", rolled_back)
     event.listen(engine.pool, "checkin", checked_in)
+    event.listen(engine.pool, "close", closed)
     return counts
+
+
+def _backend_pid(dbapi_conn: Any) -> int | None:
+    """The process id of the database backend of a driver connection (no round trip); None
+    when it cannot be read."""
+    try:
+        pid = dbapi_conn.info.backend_pid
+    except Exception:
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
 
 
 class KeyNotices:
@@ -126,7 +243,9 @@ class KeyNotices:
     `confirmed_at` (on `monotonic`'s scale) is when the last round trip that came back started:
     every key committed before it is in `count`. It stays where it was while the connection is
     down (the thread connects again every `heartbeat_s`), and the count is bumped on every new
-    connection, since a commit may have gone unheard between two."""
+    connection, since a commit may have gone unheard between two. A notification of one of this
+    process's key commits that `count` counted already is not counted again (module docstring);
+    `heard` counts every notification received, `own` those."""
 
     def __init__(
         self,
@@ -141,11 +260,13 @@ class KeyNotices:
         self._monotonic = monotonic
         self.confirmed_at = -math.inf
         self.heard = 0  # notifications received
+        self.own = 0  # of them, of this process's key commits counted already
         self._stop = threading.Event()
         self._conn: Any = None
         self._thread = threading.Thread(target=self._listen, name="key-notices", daemon=True)
 
     def start(self) -> KeyNotices:
+        self.count.listened = True
         self._thread.start()
         return self
 
@@ -155,6 +276,7 @@ class KeyNotices:
         the process, so a server's bounded shutdown does not wait for it."""
         self._stop.set()
         self._thread.join(timeout=self.heartbeat_s + 1.0)
+        self.count.stop_listening()
 
     def _connect(self) -> Any:
         proxy = self._engine.raw_connection()
@@ -187,14 +309,16 @@ class KeyNotices:
         `heartbeat_s`, each counted as it is received."""
         started = self._monotonic()
         conn.execute("SELECT 1")
-        for _ in conn.notifies(timeout=0):  # what arrived with the round trip
-            self._heard()
+        for notify in conn.notifies(timeout=0):  # what arrived with the round trip
+            self._heard(notify.pid)
+        self.count.confirmed(started)
         self.confirmed_at = started
-        for _ in conn.notifies(timeout=self.heartbeat_s):
-            self._heard()
+        for notify in conn.notifies(timeout=self.heartbeat_s):
+            self._heard(notify.pid)
             if self._stop.is_set():
                 return
 
-    def _heard(self) -> None:
+    def _heard(self, pid: int) -> None:
         self.heard += 1
-        self.count.bump()
+        if not self.count.heard(pid):
+            self.own += 1
