@@ -125,8 +125,10 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
 ) -> None:
     """A key commit of this engine is counted as its connection comes back to the pool; its
     notification, heard after, is not counted again. Another engine's (another process's) is
-    counted when heard. A marked commit that wrote no key table is heard of never: forgotten at
-    the next round trip; a closed connection's unheard commits are forgotten with it."""
+    counted when heard. One heard before its connection comes back is counted by that return,
+    and the listener confirms nothing until then. A marked commit that wrote no key table is
+    heard of never: forgotten at the next round trip; a closed connection's unheard commits are
+    forgotten with it."""
     count = key_commit_count(db)
     notices = KeyNotices(db, count, heartbeat_s=0.05).start()
     try:
@@ -159,12 +161,28 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
         until(lambda: notices.heard == 3)
         assert (count.value, notices.own) == (before + 4, 1)
 
+        # Heard before its connection comes back: counted by the return, and meanwhile the
+        # listener confirms nothing (the count does not hold that commit yet).
+        with db.connect() as conn:
+            wrote_read_key(conn)
+            write_versions(conn, 5)
+            conn.commit()
+            until(lambda: notices.heard == 4)
+            held = time.monotonic()
+            time.sleep(0.3)  # six heartbeats
+            assert notices.confirmed_at < held
+            assert (count.value, notices.own) == (before + 4, 2)
+        assert count.value == before + 5
+        returned = time.monotonic()
+        until(lambda: notices.confirmed_at > returned)
+        assert (count.value, count.unheard) == (before + 5, 0)
+
         with db.connect() as conn:
             wrote_read_key(conn)
             conn.execute(text("SELECT 1"))
             conn.commit()
             assert count.unheard == 1  # under way
             conn.invalidate()  # its connection closes: forgotten
-        assert (count.value, count.unheard) == (before + 5, 0)
+        assert (count.value, count.unheard) == (before + 6, 0)
     finally:
         notices.close()

@@ -31,23 +31,27 @@ committed before the round trip started (`confirmed_at`). A cache serves a reply
 its own check or that confirmation is at most its staleness bound old (`api/read_cache.py`).
 
 Each key commit of this process is counted once. The trigger notifies of this process's own key
-commits too, and the count moved at once for them already; counting the notification again made
-every reply checked between the commit and the notification's arrival check the database a
-second time for nothing. A notification carries the process id of the database backend that
-committed; the key count keeps, per backend of this engine's connections, the key commits it
-counted and has not heard of yet (`CommitCount.expect` when the commit is sent, `settle` when
-the connection comes back to the pool, `heard`). A notification is left uncounted only when its
-backend has such a commit, counted after the database confirmed it; anything else is counted,
-whoever sent it. That cannot hide another process's commit: a backend's process id belongs to
-no other connection while the connection lives, and its entries are dropped when it closes (a
+commits too, and the count moved for them as their connection came back to the pool; counting
+the notification again made every reply checked between the two check the database a second
+time for nothing. A notification carries the process id of the database backend that
+committed; the key count keeps, per backend of this engine's connections, the key commits not
+heard of yet, recorded as each is sent (`CommitCount.expect`, before the commit, so its
+notification cannot come first) and counted as its connection comes back (`settle`). A
+notification (`heard`) takes its backend's oldest such commit: one counted already makes it
+count nothing; one still on its way to the pool is left for the pool's return to count, and
+until that return the listener confirms nothing (`confirmed` says so), so the count still holds
+every key committed before a confirmation; a notification from any other backend is counted,
+whoever sent it. That cannot hide another process's commit: a backend's process id is no other
+connection's while the connection lives, and its record is dropped when it closes (a
 notification still on its way is then counted a second time, which costs one check and no
-freshness). A commit counted but never heard (written while no listener was connected, or a
-marked transaction that wrote no key table) is dropped at the first round trip started after
-it was counted, since every notification of a commit before that round trip has arrived by its
-reply. A notification heard before its commit came back to the pool is counted, and the return
-to the pool counts the commit again, as before. Behind a connection pooler that does not keep
-one server process per connection the process ids do not match, and each own key commit is
-counted twice, as before.
+freshness). A notification of another commit of the same connection (one not marked, say) that
+takes a marked commit's place is covered by that commit's count, which comes after both. A
+commit counted but never heard (written while no listener was connected, or a marked
+transaction that wrote no key table) is dropped at the first round trip started after it was
+counted, since every notification of a commit before that round trip has arrived by its reply,
+or when a new listening connection starts listening after it. Behind a connection pooler that
+does not keep one server process per connection the process ids do not match, and each own key
+commit is counted twice, as before.
 
 Locking: each `CommitCount` has one lock, held only to read and change its count and its
 record of unheard commits (no database work under it); the writers' threads take it when their
@@ -76,7 +80,7 @@ CHANNEL = "gpufair_read_keys"
 DEFAULT_HEARTBEAT_S = 0.25
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class OwnCommit:
     """A key commit of this process, on the connection of database backend `pid`."""
 
@@ -94,6 +98,7 @@ class CommitCount:
         self._monotonic = monotonic  # the scale of `KeyNotices.confirmed_at`
         self.listened = False  # a `KeyNotices` counts notifications into it
         self._unheard: dict[int, deque[OwnCommit]] = {}  # by backend, in commit order
+        self._heard_early: set[OwnCommit] = set()  # heard before their connection came back
 
     @property
     def value(self) -> int:
@@ -120,29 +125,35 @@ class CommitCount:
             now = self._monotonic()
             for commit in commits:
                 commit.counted_at = now
+                self._heard_early.discard(commit)
 
     def heard(self, pid: int) -> bool:
-        """A notification from backend `pid`: counted (True) unless that backend's oldest
-        unheard key commit was counted already; either way that commit is heard."""
+        """A notification from backend `pid`: counted (True) unless that backend has a key
+        commit not heard of yet, which it takes: counted already, or to be counted when its
+        connection comes back to the pool."""
         with self._lock:
             queue = self._unheard.get(pid)
-            own = queue.popleft() if queue else None
-            if queue is not None and not queue:
+            if not queue:
+                self._count += 1
+                return True
+            own = queue.popleft()
+            if not queue:
                 del self._unheard[pid]
-            if own is not None and own.counted_at is not None:
-                return False
-            self._count += 1
-            return True
+            if own.counted_at is None:
+                self._heard_early.add(own)
+            return False
 
-    def confirmed(self, started: float) -> None:
-        """A round trip that started at `started` came back: key commits counted before it
-        and still unheard will not be heard; forget them."""
+    def confirmed(self, started: float) -> bool:
+        """A round trip that started at `started` came back (or LISTEN began then): key commits
+        counted before it and still unheard will not be heard; forget them. False while a
+        commit heard of is still to be counted: the count does not hold it yet."""
         with self._lock:
             for pid, queue in list(self._unheard.items()):
                 while queue and queue[0].counted_at is not None and queue[0].counted_at < started:
                     queue.popleft()
                 if not queue:
                     del self._unheard[pid]
+            return not self._heard_early
 
     def closed(self, pid: int) -> None:
         """Backend `pid`'s connection closed: another connection may get its process id."""
@@ -153,6 +164,7 @@ class CommitCount:
         with self._lock:
             self.listened = False
             self._unheard.clear()
+            self._heard_early.clear()
 
     @property
     def unheard(self) -> int:
@@ -241,11 +253,12 @@ class KeyNotices:
     on a thread and a connection of its own (taken from `engine`'s pool and detached from it).
 
     `confirmed_at` (on `monotonic`'s scale) is when the last round trip that came back started:
-    every key committed before it is in `count`. It stays where it was while the connection is
+    every key committed before it is in `count` (a round trip that finds a commit of this process
+    heard of but not yet counted confirms nothing). It stays where it was while the connection is
     down (the thread connects again every `heartbeat_s`), and the count is bumped on every new
     connection, since a commit may have gone unheard between two. A notification of one of this
-    process's key commits that `count` counted already is not counted again (module docstring);
-    `heard` counts every notification received, `own` those."""
+    process's key commits is not counted: the commit is, as its connection comes back to the pool
+    (module docstring). `heard` counts every notification received, `own` those."""
 
     def __init__(
         self,
@@ -284,7 +297,9 @@ class KeyNotices:
         proxy.detach()
         conn.rollback()  # the engine's connect hook may have left a transaction open
         conn.autocommit = True
+        started = self._monotonic()
         conn.execute(f"LISTEN {CHANNEL}")
+        self.count.confirmed(started)  # commits counted before it: never to be heard
         return conn
 
     def _listen(self) -> None:
@@ -311,8 +326,8 @@ class KeyNotices:
         conn.execute("SELECT 1")
         for notify in conn.notifies(timeout=0):  # what arrived with the round trip
             self._heard(notify.pid)
-        self.count.confirmed(started)
-        self.confirmed_at = started
+        if self.count.confirmed(started):
+            self.confirmed_at = started
         for notify in conn.notifies(timeout=self.heartbeat_s):
             self._heard(notify.pid)
             if self._stop.is_set():
