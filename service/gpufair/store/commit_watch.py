@@ -45,17 +45,20 @@ whoever sent it. That cannot hide another process's commit: a backend's process 
 connection's while the connection lives, and its record is dropped when it closes (a
 notification still on its way is then counted a second time, which costs one check and no
 freshness). A notification of another commit of the same connection (one not marked, say) that
-takes a marked commit's place is covered by that commit's count, which comes after both. A
-commit counted but never heard (written while no listener was connected, or a marked
-transaction that wrote no key table) is dropped at the first round trip started after it was
-counted, since every notification of a commit before that round trip has arrived by its reply,
-or when a new listening connection starts listening after it. Behind a connection pooler that
+takes the place of a marked commit still on its way is covered by that commit's count, which
+comes after both. A commit counted but never heard (written while no listener was connected, or
+a marked transaction that wrote no key table) is dropped at the first round trip started after
+it was counted, since every notification of a commit before that round trip has arrived by its
+reply, or when a new listening connection starts listening after it; until then it could take
+the notification of an unmarked key write on its connection, so `wrote_read_key` is for
+transactions that write a key table, as its two callers do. Behind a connection pooler that
 does not keep one server process per connection the process ids do not match, and each own key
 commit is counted twice, as before.
 
 Locking: each `CommitCount` has one lock, held only to read and change its count and its
-record of unheard commits (no database work under it); the writers' threads take it when their
-connection comes back to the pool (and when one closes), the listener's thread for each
+record of unheard commits (no database work under it); the writers' threads take it as a key
+commit is sent, as their connection comes back to the pool and as one closes, the listener's
+thread for each
 notification and confirmation, and readers of `value` take none (an int read is atomic). One
 `KeyNotices` at most listens for a count (`listened`); without one no commit is recorded.
 """
@@ -184,7 +187,8 @@ _KEY_WRITTEN = "gpufair_read_key_written"
 
 def wrote_read_key(conn: Connection) -> None:
     """Mark `conn`'s transaction as one that moves a read cache's key: its commit is counted
-    here at once. Other processes (`KeyNotices`) are told by the key tables' trigger."""
+    here at once. Other processes (`KeyNotices`) are told by the key tables' trigger. Only for a
+    transaction that writes a key table (module docstring)."""
     conn.info[_KEY_WRITTEN] = True
 
 
