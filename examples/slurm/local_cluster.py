@@ -11,9 +11,11 @@ slurm-client`). The nodes: two with 8 A100 80GB (`a100-0`, `a100-1`) and two wit
 (`auth/none`): loopback only, for tests.
 
 Settings the bridge relies on: `batch_sched_delay=0` (a released job starts within a second),
-`MinJobAge=3600` (finished jobs stay visible to `squeue`), and `SlurmdParameters=config_overrides`
-(nodes may declare more CPUs and memory than the host has). Client commands need `SLURM_CONF`:
-`LocalSlurm.env` holds it.
+`MinJobAge=3600` (finished jobs stay visible to `squeue`), `SlurmdParameters=config_overrides`
+(nodes may declare more CPUs and memory than the host has), and `JobSubmitPlugins=lua` with
+`job_submit.lua` of this folder, which records a hold by a job's owner for the bridge; here it
+does not hold jobs at submission (`sbatch --hold` does, or not, as a test needs). Client
+commands need `SLURM_CONF`: `LocalSlurm.env` holds it.
 
 The daemons are stopped by the pids recorded at start, never by name.
 """
@@ -92,6 +94,7 @@ def _slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int]) -> str:
         "InactiveLimit=0",
         "KillWait=2",
         "Waittime=0",
+        "JobSubmitPlugins=lua",
     ]
     for name, gpu_type, gpus, cpus, memory_mib, features in NODES:
         lines.append(
@@ -105,6 +108,19 @@ def _slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int]) -> str:
             + (" Default=YES" if partition == "gpu" else "")
         )
     return "\n".join(lines) + "\n"
+
+
+def _job_submit_lua() -> str:
+    """The example `job_submit.lua` for every partition here, holding no job at submission."""
+    text = (Path(__file__).parent / "job_submit.lua").read_text()
+    mapped = ", ".join(f"{name} = true" for name in PARTITIONS)
+    for line, ours in (
+        ("local GPUFAIR_PARTITIONS = {gpu = true}", f"local GPUFAIR_PARTITIONS = {{{mapped}}}"),
+        ("local HOLD_AT_SUBMIT = true", "local HOLD_AT_SUBMIT = false"),
+    ):
+        assert line in text, line
+        text = text.replace(line, ours)
+    return text
 
 
 @dataclass
@@ -144,6 +160,7 @@ class LocalSlurm:
                 f"File={self.root}/dev/{name}-nvidia[0-{gpus - 1}]"
             )
         (self.root / "gres.conf").write_text("\n".join(gres) + "\n")
+        (self.root / "job_submit.lua").write_text(_job_submit_lua())
         for name, *_ in NODES:
             (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
 

@@ -1,11 +1,13 @@
 """Jobs changed while they wait, as Slurm users change them, against the real Slurm.
 
-A job the bridge has submitted to gpufair may then be held by an operator, be given a begin time
-by its owner (`scontrol update StartTime=`: the owner's own `scontrol hold` of a held job does
-nothing in Slurm), wait for a dependency (on a job or a whole array), or have its GPU count,
-partition, constraint or node count changed with `scontrol update`. gpufair never places a job
-Slurm would not start now (held by an operator, before its begin time, dependency not met, the
-minutes of `after:N+m` counted on Slurm's clock), and a job whose request changed is placed by its new request: a workload's uid names
+A job the bridge has submitted to gpufair may then be held by an operator or by its owner (whose
+hold of a held job Slurm ignores: the cluster's job_submit.lua records it as a begin time), be
+given a begin time by its owner (`scontrol update StartTime=`), wait for a dependency (on a job
+or a whole array), or have its GPU count, partition, constraint or node count changed with
+`scontrol update`. gpufair never places a job Slurm would not start now, or its user held (held
+by an operator or its user, before its begin time, dependency not met, the minutes of
+`after:N+m` counted on Slurm's clock), and a job whose request changed is placed by its new
+request: a workload's uid names
 one request for good, so the bridge submits the new one as the job's next revision
 (`slurm-N.1`) and withdraws the old.
 """
@@ -32,7 +34,7 @@ from slurm_support import (
 )
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.bridge import USER_HOLD_BEGIN_S, Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
 from gpufair.integrations.slurm.slurmctl import SlurmCtl
@@ -406,33 +408,84 @@ def as_user(slurm: Any) -> Iterator[Callable[..., str]]:
         yield run
 
 
-def test_a_user_makes_a_waiting_job_wait_with_a_begin_time_and_hands_it_back(
-    slurm: Any, client: GpufairClient, as_user: Callable[..., str]
-) -> None:
-    """The job's owner, not an operator: `scontrol hold` of a job the bridge holds changes
-    nothing in Slurm (the limit docs/slurm.md states), but a begin time (`scontrol update
-    StartTime=`) is kept, and gpufair does not place the job before it; `StartTime=now` hands it
-    back."""
-    bridge = rtx_bridge(client)
-    blockers = fill_rtx(slurm, bridge)
-    out = as_user(
+def users_waiting_job(slurm: Any, bridge: Bridge, client: GpufairClient, user: Any) -> int:
+    """A job of `nobody` (not an operator), submitted held, that waits in gpufair for room."""
+    out = user(
         "sbatch", "--parsable", "--hold", "-p", "rtx", "-A", "acct-a", "--gres=gpu:8",
         "--chdir=/", "-o", "/dev/null", "--wrap", "sleep 600",
     )  # fmt: skip
     job = int(out.strip())
     assert not bridge.cycle().errors
     assert [s.state for s in active(client, job)] == ["pending"]
-    fields = ("job_state", "priority", "state_reason", "state_description", "eligible_time")
-    fields += ("start_time", "dependency", "comment", "nice", "admin_comment", "system_comment")
-    before = {k: squeue(slurm)[job][k] for k in fields}
-    as_user("scontrol", "hold", str(job))  # exit 0, and nothing recorded
-    after = {k: squeue(slurm)[job][k] for k in fields}
-    assert (after["priority"], after["state_reason"], after["eligible_time"]) == (
+    return job
+
+
+def test_a_users_own_hold_is_honoured_until_the_user_releases_it(
+    slurm: Any, client: GpufairClient, as_user: Callable[..., str]
+) -> None:
+    """The job's owner, not an operator, holds a job that waits in gpufair. Slurm ignores that
+    hold of a held job (it records nothing: the job is held by the bridge already), so before,
+    gpufair bound the job once room came and the bridge released it. The site's job_submit.lua
+    (examples/slurm/job_submit.lua, which the test cluster runs) records the owner's hold as the
+    begin time 2100-01-01: the bridge withdraws the job, and no cycle places it, after a restart
+    too. The owner's release sets the begin time to now and leaves the job held: gpufair places
+    it (the next revision) and the bridge releases it there."""
+    bridge = rtx_bridge(client)
+    # Both RTX nodes full with work of the job's own queue (team-a), so that gpufair reclaims
+    # nothing for it: the job just waits.
+    blockers = [sbatch(slurm, account="acct-a", partition="rtx", gres="gpu:8", seconds=600)]
+    blockers.append(sbatch(slurm, account="acct-a", partition="rtx", gres="gpu:8", seconds=600))
+    cycle_until(bridge, lambda: running(slurm, *blockers), max_cycles=20)
+    job = users_waiting_job(slurm, bridge, client, as_user)
+    as_user("scontrol", "hold", str(job))
+    report = bridge.cycle()
+    assert (report.withdrawn.keys(), report.errors) == ({f"slurm-{job}"}, [])
+    seen = squeue(slurm)[job]
+    assert (seen["priority"], seen["state_reason"], seen["eligible_time"]) == (
         0,
         "JobHeldUser",
-        0,
+        USER_HOLD_BEGIN_S,
     )
-    assert after == before
+    assert seen["comment"] == (
+        f"gpufair: not scheduled (withdrew slurm-{job}): held by its user (scontrol hold); "
+        f"scontrol release {job} hands it back to gpufair"
+    )
+    # Room frees: the held job is not placed, cycle after cycle, by a restarted bridge too.
+    slurm.run("scancel", str(blockers[0]))
+    bridge = make_bridge(client, bridge_config(partitions={"rtx": "rtx"}))
+    for _ in range(4):
+        report = bridge.cycle()
+        assert not report.errors and not report.placed and not report.submitted
+    assert active(client, job) == []
+    assert (squeue(slurm)[job]["job_state"], squeue(slurm)[job]["priority"]) == ("PENDING", 0)
+    # `uhold` is the same hold; the owner's release hands it back, still held by the bridge.
+    as_user("scontrol", "uhold", str(job))
+    assert bridge.cycle().placed == {}
+    as_user("scontrol", "release", str(job))
+    seen = squeue(slurm)[job]
+    assert (seen["job_state"], seen["priority"]) == ("PENDING", 0)
+    assert seen["eligible_time"] < USER_HOLD_BEGIN_S
+    reports: list[CycleReport] = []
+
+    def started() -> bool:
+        # Started where gpufair put it. (Run as `nobody`, the script then fails at once: the
+        # cluster's spool folder is root's alone.)
+        return bool(squeue(slurm)[job]["start_time"]) and state_of(slurm, job) != "PENDING"
+
+    cycle_until(bridge, started, max_cycles=20, reports=reports)
+    placed = {uid: nodes for r in reports for uid, nodes in r.placed.items()}
+    assert placed == {f"slurm-{job}.1": [squeue(slurm)[job]["nodes"]]}
+
+
+def test_a_user_makes_a_waiting_job_wait_with_a_begin_time_and_hands_it_back(
+    slurm: Any, client: GpufairClient, as_user: Callable[..., str]
+) -> None:
+    """The job's owner, not an operator, gives a job the bridge holds a begin time (`scontrol
+    update StartTime=`): Slurm keeps it, and gpufair does not place the job before it;
+    `StartTime=now` hands it back."""
+    bridge = rtx_bridge(client)
+    blockers = fill_rtx(slurm, bridge)
+    job = users_waiting_job(slurm, bridge, client, as_user)
     as_user("scontrol", "update", f"JobId={job}", "StartTime=now+1hour")
     assert squeue(slurm)[job]["priority"] == 0  # still held by the bridge
     assert bridge.cycle().withdrawn.keys() == {f"slurm-{job}"}

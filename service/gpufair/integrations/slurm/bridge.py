@@ -17,7 +17,7 @@ A cycle:
    |---|---|---|
    | pending, held | unknown | map and submit; unmappable or refused: the reason into Comment |
    | pending, held | bound | pin to the bound nodes, then release (a restart re-pins) |
-   | pending, held by an operator, before its begin time or waiting for a dependency | pending/bound | withdraw it |
+   | pending, held by an operator or its user, before its begin time or waiting for a dependency | pending/bound | withdraw it |
    | pending | pending/bound, asking otherwise | submit the new request, withdraw the old |
    | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
@@ -42,9 +42,11 @@ A cycle:
 Events go in one `StreamEvents` call per step, so gpufair knows what stopped before it decides.
 
 A job's begin time (`--begin`, `scontrol update StartTime=`: how a user makes a job the bridge
-holds wait, since Slurm ignores a non-operator's `scontrol hold` of a held job) and the minutes
-of `after:N+m` are judged against Slurm's clock (`sdiag`, read once in a cycle that needs it),
-never the bridge's.
+holds wait) and the minutes of `after:N+m` are judged against Slurm's clock (`sdiag`, read once
+in a cycle that needs it), never the bridge's. Slurm ignores a non-operator's `scontrol hold` of
+a held job; a site's job_submit.lua records it as a begin time of its own (`USER_HOLD_BEGIN_S`),
+which the bridge reads as "held by its user" (withdrawn, never released) until a release sets
+the begin time to now.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ NOT_SCHEDULED = "gpufair: not scheduled"
 UNSCHEDULED = NOT_SCHEDULED + ": "
 _WITHDREW_RE = re.compile(r"^gpufair: (?:not scheduled|submitted as \S+) \(withdrew (\S+)\)")
 HELD_BY_OPERATOR = "JobHeldAdmin"
+# The begin time that means "held by its user" (2100-01-01T00:00:00Z): a site's job_submit.lua
+# (examples/slurm/job_submit.lua) sets it when a job's owner holds it, since Slurm records nothing
+# of a non-operator's hold of a held job, and sets the begin time to now when it is released.
+USER_HOLD_BEGIN_S = 4_102_444_800
 # A requeue sets the job's submit time to its instant and its begin time `cred_expire` + 1 s
 # later (121 s by default): a begin time that close after a requeue is Slurm's delay, which the
 # pin's `StartTime=now` clears, not a wait the user asked for.
@@ -422,13 +428,20 @@ class Bridge:
         A dependency that can never be met comes first, before an operator's hold: Slurm's own
         dependency pass (about once a minute, seen on 22.05) marks such a dependency `(failed)`
         and turns the reason of a job with priority 0, the bridge's user hold too, into
-        `JobHeldAdmin`, as if an operator had held it."""
+        `JobHeldAdmin`, as if an operator had held it. A hold by the job's owner is told from
+        the bridge's by the begin time the site's job_submit.lua gives it (`USER_HOLD_BEGIN_S`):
+        the hold itself is the same user hold as the bridge's."""
         unmet = dependencies.unmet(job, self._all_jobs, self._slurm_now)
         if unmet is not None and unmet.never:
             return unmet.reason
         if job.held and job.state_reason == HELD_BY_OPERATOR:
             return (
                 f"held by an operator (scontrol hold); scontrol uhold {job.job_id} hands it back "
+                "to gpufair"
+            )
+        if job.eligible_time == USER_HOLD_BEGIN_S:
+            return (
+                f"held by its user (scontrol hold); scontrol release {job.job_id} hands it back "
                 "to gpufair"
             )
         if job.eligible_time and not _requeue_delay(job) and job.eligible_time > self._slurm_now():
