@@ -18,7 +18,7 @@ import platformdirs
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from gpufair.store import deadline
+from gpufair.store import deadline, stall_guard
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +185,24 @@ def resolve(url: str | None = None, data_dir: Path | None = None) -> Database:
     return start_embedded(data_dir or default_data_dir())
 
 
+# libpq's TCP settings of the engine's connections (ignored on a Unix socket): a peer that is
+# gone is found by keepalives while a connection waits or idles (30 s, then 3 probes 10 s
+# apart), and bytes sent that stay unacknowledged for 60 s end the connection.
+TCP_SETTINGS = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+
+
 def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30_000) -> Engine:
     """An engine whose pool survives a database restart (pre-ping) and whose statements cannot
     hang forever (statement and lock timeouts on every new connection). Within a gRPC call, a
-    transaction's statement timeout is cut to the call's remaining deadline (`deadline`)."""
+    transaction's statement timeout is cut to the call's remaining deadline (`deadline`). A
+    database that stops answering without refusing (a hung host, a lost network path), which
+    no server-side timeout can end, is bounded on this side (`stall_guard`, `TCP_SETTINGS`)."""
     engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,
@@ -196,18 +210,19 @@ def make_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 30
         pool_pre_ping=True,
         pool_recycle=1800,
         pool_timeout=10,
-        connect_args={"connect_timeout": 5, "application_name": "gpufair"},
+        connect_args={"connect_timeout": 5, "application_name": "gpufair", **TCP_SETTINGS},
     )
 
     @event.listens_for(engine, "connect")
     def _set_timeouts(dbapi_conn: Any, _record: Any) -> None:
-        with dbapi_conn.cursor() as cur:
+        with stall_guard.watch_connect(dbapi_conn), dbapi_conn.cursor() as cur:
             cur.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
             cur.execute("SET lock_timeout = 10000")
             cur.execute("SET idle_in_transaction_session_timeout = 60000")
-        dbapi_conn.commit()
+            dbapi_conn.commit()
 
     deadline.install(engine, int(statement_timeout_ms))
+    stall_guard.install(engine, int(statement_timeout_ms))
     return engine
 
 

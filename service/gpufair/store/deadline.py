@@ -56,6 +56,12 @@ def call_deadline(remaining_s: float | None) -> Iterator[None]:
         _deadline.reset(token)
 
 
+def remaining_s() -> float | None:
+    """The seconds left to the call's deadline (below 0 once past); None with no deadline."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
 def statement_timeout_ms(cap_ms: int) -> int | None:
     """The statement timeout for a transaction starting now: the time left less the margin,
     at most `cap_ms` and at least 1 ms (0 would mean no timeout at all); None with no deadline."""
