@@ -26,6 +26,9 @@ from gpufair.v1 import cluster_pb2
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "llm-vs-vision.yaml"
 POOL = {"pool": "default"}
+# The budget tests' runs send no heartbeat: the sweeper, which runs beside the rollups
+# (jobs/runner.py), would close them at their start.
+NO_SWEEP = JobSettings(stale_after_s=86400.0)
 
 
 def _config(with_audio: bool) -> cluster_pb2.ClusterConfig:
@@ -114,7 +117,7 @@ def test_budgets_export_consumption_and_projected_exhaustion(
     # Wednesday 2026-11-25 12:30 UTC; the vision team has run 40 GPUs since 10:00.
     now = datetime(2026, 11, 25, 12, 30, tzinfo=UTC).timestamp()
     _run_vision(db, now, since_s=now - 2.5 * 3600)
-    PeriodicJobs(db, JobSettings(), clock=lambda: now, replica="a").tick()  # rollups to 12:00
+    PeriodicJobs(db, NO_SWEEP, clock=lambda: now, replica="a").tick()  # rollups to 12:00
     registry = CollectorRegistry()
     registry.register(StateCollector(db, clock=lambda: now, cache_s=0.0))
     labels = {"queue": "vision", "pool": "", "period": "week"}
@@ -152,7 +155,7 @@ def test_projected_exhaustion_is_a_past_instant_once_spent_and_absent_past_the_p
     client.apply_config(config)
     now = datetime(2026, 11, 25, 12, 30, tzinfo=UTC).timestamp()
     _run_vision(db, now, since_s=now - 2.5 * 3600)
-    PeriodicJobs(db, JobSettings(), clock=lambda: now, replica="a").tick()
+    PeriodicJobs(db, NO_SWEEP, clock=lambda: now, replica="a").tick()
     registry = CollectorRegistry()
     registry.register(StateCollector(db, clock=lambda: now, cache_s=0.0))
     name = "gpufair_budget_projected_exhaustion_timestamp_seconds"

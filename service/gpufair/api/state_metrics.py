@@ -278,14 +278,14 @@ def _jobs(conn: Connection) -> list[Metric]:
     )
     duration = GaugeMetricFamily(
         "gpufair_periodic_job_last_duration_seconds",
-        "How long the job's latest finished run took (a run cancelled by a stopping server "
-        "is left out)",
+        "How long the job's latest finished run took (a run cancelled by a stopping server, "
+        "or a recompute deferred by another process's rollup, is left out)",
         labels=labels,
     )
     failed = GaugeMetricFamily(
         "gpufair_periodic_job_last_failed",
-        "1 when the job's latest finished run failed, else 0 (a run cancelled by a stopping "
-        "server is left out)",
+        "1 when the job's latest finished run failed (its retries included), else 0 (a run "
+        "cancelled by a stopping server, or a recompute deferred, is left out)",
         labels=labels,
     )
     period = GaugeMetricFamily(

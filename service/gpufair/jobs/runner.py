@@ -11,6 +11,25 @@ earlier: a host clock that jumped ahead never makes a job act on a future.
 | `rollup` | 1 h | bring every pool's hourly rollups up to the last complete hour |
 | `sweep` | 60 s | close runs whose heartbeats stopped |
 | `retention` | 1 d | age out events, history, and each pool's rollups at its own horizon |
+
+A tick only decides what is due: each job runs on a thread of its own lane, and a job still
+running when the next tick comes is left to run (at most one run of a job at a time in a
+process). `rollup`, `sweep` and `retention` have a thread each; the pools' recomputes share
+`JobSettings.recompute_workers` threads of their own, recomputes first. So an hour of retention,
+or a rollup rewriting months of history, holds back no recompute and no sweep.
+
+A run that fails is retried within its period: the same claim, taken again by whichever replica
+ticks first once the backoff has passed (`claims.claim_or_retry`), at most
+`JobSettings.attempts` runs a period; past the period, the next period's run is the retry. The
+claim's outcome says the attempt (`failed (attempt 2 of 3): ...`), and a job whose last attempt
+failed stays failed for the metrics and the alert (`gpufair_periodic_job_last_failed`) until a
+run succeeds.
+
+A recompute that finds its pool's rollups being rewritten by another process waits for them
+(`RECOMPUTE_ROLLUP_WAIT_S`, far past the engine's lock timeout); that is not a failure: the
+outcome says how long it waited, and a wait past even that bound ends the run `deferred`, which
+the metrics count neither as a failure nor as a success (the overdue alert sees a pool whose
+recomputes keep being deferred).
 """
 
 from __future__ import annotations
@@ -20,20 +39,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import Engine, event
+from psycopg import errors as pg_errors
+from sqlalchemy import Connection, Engine, event, exc, text
 
 from gpufair.domain.stored_limits import within_limits
 from gpufair.metrics import observe_job, observe_job_period
 from gpufair.services.recompute import recompute_pool
 from gpufair.services.sweep import DEFAULT_STALE_AFTER_S, sweep
 from gpufair.store import claims_repo as claims
-from gpufair.store import config_repo, rollup_repo
+from gpufair.store import config_repo, locks, rollup_repo, stall_guard
 from gpufair.store.retention_repo import Retention, apply_retention
 
 log = logging.getLogger(__name__)
@@ -52,6 +73,16 @@ logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTick())
 
 CANCEL_WAIT_S = 2.0  # for a cancelled job to roll back and record its outcome
 CLOCK_AHEAD_WARN_S = 5.0  # a host clock further ahead of the database's is logged
+# How long a periodic recompute waits for its pool's rollup lock held by another process (a
+# periodic rollup, a retention run, a `Schedule` rolling the pool up): the redo of a long
+# history takes minutes. The rule is written with the key (`locks.rollup_key`).
+RECOMPUTE_ROLLUP_WAIT_S = 600.0
+WAITED_SAID_S = 1.0  # a wait for the rollup lock at least this long is in the run's outcome
+MAINTENANCE_JOBS = ("rollup", "sweep", "retention")
+
+
+class RollupBusy(Exception):
+    """The pool's rollup lock stayed held by another process past `RECOMPUTE_ROLLUP_WAIT_S`."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +93,10 @@ class JobSettings:
     retention_period_s: float = 86400.0
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     retention: Retention = field(default_factory=Retention)
+    attempts: int = 3  # runs of a job per period at most: the first and two retries
+    retry_backoff_s: float = 15.0  # before the first retry; times 4 before each later one
+    recompute_workers: int = 2  # threads the pools' recomputes share
+    rollup_wait_s: float = RECOMPUTE_ROLLUP_WAIT_S
 
 
 class PeriodicJobs:
@@ -77,14 +112,19 @@ class PeriodicJobs:
         self.clock = clock
         self.replica = replica
         self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(2)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
+        # The lanes: one thread for each maintenance job, a few for the recomputes.
+        self._maintenance = ThreadPoolExecutor(len(MAINTENANCE_JOBS), "periodic-job")
+        self._recomputes = ThreadPoolExecutor(
+            max(1, self.settings.recompute_workers), "periodic-recompute"
+        )
         self._idle = threading.Condition()
-        self._running = 0  # ticks in progress
+        self._running = 0  # ticks and job runs in progress (or queued on a lane)
+        self._in_flight: set[str] = set()  # jobs queued or running in this process
         self._stopping = False  # no new tick
-        self._cancelling = False  # the statements of the tick in progress are being cancelled
+        self._cancelling = False  # the statements of the jobs in progress are being cancelled
         # The database connections the jobs hold now, to cancel their statements on `stop`.
         self._in_tick = threading.local()
         self._in_use: set[Any] = set()
@@ -102,7 +142,7 @@ class PeriodicJobs:
 
     def start(self) -> None:
         self.scheduler.add_job(
-            self.tick,
+            functools.partial(self.tick, wait=False),
             "interval",
             seconds=self.settings.tick_s,
             id="tick",
@@ -111,17 +151,17 @@ class PeriodicJobs:
         self.scheduler.start()
 
     def stop_ticking(self) -> None:
-        """No more ticks; a tick in progress goes on."""
+        """No more ticks; the jobs in progress go on."""
         with self._idle:
             self._stopping = True
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
     def stop(self, timeout_s: float | None = None) -> bool:
-        """No more ticks; a tick in progress gets `timeout_s` (None: as long as it takes) to
-        finish, then the statement it runs is cancelled: its transaction rolls back, its
-        period's claim records the cancellation, and the next period does the work (every job
-        repairs what a lost run left, `store/claims_repo.py`). Returns whether no tick was left
+        """No more ticks; the jobs in progress get `timeout_s` (None: as long as they take) to
+        finish, then the statements they run are cancelled: their transactions roll back, their
+        periods' claims record the cancellation, and the next period does the work (every job
+        repairs what a lost run left, `store/claims_repo.py`). Returns whether no job was left
         running (a cancelled one gets `CANCEL_WAIT_S` to unwind)."""
         self.stop_ticking()
         with self._idle:
@@ -136,26 +176,35 @@ class PeriodicJobs:
                     log.debug("periodic jobs: cancelling a statement failed", exc_info=True)
             with self._idle:
                 idle = self._idle.wait_for(lambda: self._running == 0, CANCEL_WAIT_S)
+        for lane in (self._maintenance, self._recomputes):
+            lane.shutdown(wait=False, cancel_futures=True)
         event.remove(self.engine, "checkout", self._checked_out)
         event.remove(self.engine, "checkin", self._checked_in)
         return idle
 
-    def tick(self) -> None:
-        """Run every job whose current period nobody has claimed yet."""
+    def tick(self, wait: bool = True) -> None:
+        """Start every job whose current period is due (not claimed yet, or failed and due for
+        a retry) and not already running here, each on its lane; with `wait`, return once the
+        runs started have ended (the scheduler's ticks do not wait)."""
         with self._idle:
             if self._stopping:
                 return
             self._running += 1
         self._in_tick.active = True
         try:
-            self._tick()
+            started = self._tick()
         finally:
             self._in_tick.active = False
-            with self._idle:
-                self._running -= 1
-                self._idle.notify_all()
+            self._done()
+        if wait:
+            futures.wait(started)  # a run queued when `stop` shut its lane is cancelled
 
-    def _tick(self) -> None:
+    def _done(self) -> None:
+        with self._idle:
+            self._running -= 1
+            self._idle.notify_all()
+
+    def _tick(self) -> list[Future[None]]:
         now_s = self.clock()
         try:
             with self.engine.connect() as conn:
@@ -163,7 +212,7 @@ class PeriodicJobs:
                 pools = within_limits(config_repo.load_config(conn))[0].pools
         except Exception:
             log.warning("periodic jobs: database unavailable, retrying next tick", exc_info=True)
-            return
+            return []
         if now_s > database_s + CLOCK_AHEAD_WARN_S:
             log.warning(
                 "periodic jobs: this host's clock is %.0f s ahead of the database's; "
@@ -175,42 +224,91 @@ class PeriodicJobs:
         # runs that are alive, the recompute store shares dated ahead of every later one (read
         # as the latest until then), and the claims take periods no replica would run again.
         now_s = min(now_s, database_s)
-        for pool in pools:
-            self._run_once(
+        due: list[tuple[str, float, Callable[[], str], ThreadPoolExecutor]] = [
+            (
                 f"recompute:{pool.name}",
                 pool.policy.recompute_interval_s,
-                now_s,
                 functools.partial(self._recompute, pool.name, now_s),
+                self._recomputes,
             )
-        self._run_once("rollup", self.settings.rollup_period_s, now_s, lambda: self._rollup(now_s))
-        self._run_once("sweep", self.settings.sweep_period_s, now_s, lambda: self._sweep(now_s))
-        self._run_once(
-            "retention", self.settings.retention_period_s, now_s, lambda: self._retention(now_s)
-        )
+            for pool in pools
+        ]
+        maintenance = {
+            "rollup": (self.settings.rollup_period_s, self._rollup),
+            "sweep": (self.settings.sweep_period_s, self._sweep),
+            "retention": (self.settings.retention_period_s, self._retention),
+        }
+        for job in MAINTENANCE_JOBS:
+            period_s, work = maintenance[job]
+            due.append((job, period_s, functools.partial(work, now_s), self._maintenance))
+        started = []
+        for job, period_s, run, lane in due:
+            observe_job_period(job, period_s)  # for the overdue alert (metrics.py)
+            with self._idle:
+                # `stop` cancelled the jobs in progress: the server exits within
+                # `CANCEL_WAIT_S`. A job started now would be cut short, its period lost.
+                if self._cancelling or job in self._in_flight:
+                    continue
+                self._in_flight.add(job)
+                self._running += 1
+            try:
+                started.append(lane.submit(self._run_once, job, period_s, now_s, run))
+            except RuntimeError:  # the lane was shut down: the server stops
+                self._release(job)
+        return started
+
+    def _release(self, job: str) -> None:
+        with self._idle:
+            self._in_flight.discard(job)
+        self._done()
 
     def _run_once(self, job: str, period_s: float, now_s: float, work: Callable[[], str]) -> None:
-        observe_job_period(job, period_s)  # for the overdue alert (metrics.py)
-        if self._cancelling:
-            # `stop` cancelled a job of this tick: the server exits within `CANCEL_WAIT_S`. A
-            # job started now would be cut short with its period claimed, and that period lost.
-            return
-        start_s = claims.period_start(now_s, period_s)
+        self._in_tick.active = True
         try:
-            if not claims.claim(self.engine, job, start_s, self.replica):
-                return
+            if not self._cancelling:
+                self._claim_and_run(job, period_s, now_s, work)
+        finally:
+            self._in_tick.active = False
+            self._release(job)
+
+    def _claim_and_run(
+        self, job: str, period_s: float, now_s: float, work: Callable[[], str]
+    ) -> None:
+        start_s = claims.period_start(now_s, period_s)
+        settings = self.settings
+        try:
+            attempt = claims.claim_or_retry(
+                self.engine,
+                job,
+                start_s,
+                self.replica,
+                attempts=settings.attempts,
+                backoff_s=settings.retry_backoff_s,
+            )
         except Exception:
             log.warning("periodic job %s: cannot claim its period", job, exc_info=True)
             return
+        if attempt is None:
+            return
+        if attempt > 1:
+            log.info("periodic job %s: attempt %d of %d", job, attempt, settings.attempts)
         try:
             outcome = work()
+            if attempt > 1:
+                outcome += f" (attempt {attempt})"
             observe_job(job, failed=False)
-        except Exception as exc:
+        except RollupBusy as busy:
+            log.warning("periodic job %s deferred: %s", job, busy)
+            outcome = f"deferred: {busy}"
+        except Exception as error:
             if self._cancelling:
                 log.info("periodic job %s cancelled: the server is stopping", job)
                 outcome = "cancelled: the server stopped"
             else:
-                log.exception("periodic job %s failed", job)
-                outcome = f"failed: {exc.__class__.__name__}: {exc}"
+                log.exception("periodic job %s failed (attempt %d)", job, attempt)
+                outcome = claims.failed_outcome(
+                    attempt, settings.attempts, f"{error.__class__.__name__}: {error}"
+                )
                 observe_job(job, failed=True)
         try:
             claims.finish(self.engine, job, start_s, outcome)
@@ -219,9 +317,35 @@ class PeriodicJobs:
 
     def _recompute(self, pool: str, now_s: float) -> str:
         with self.engine.connect() as conn:
+            waited_s = self._wait_for_rollups(conn, pool)
             done = recompute_pool(conn, pool, now_s)
             conn.commit()
+        if waited_s >= WAITED_SAID_S:
+            return f"ok: run {done.run_id} (waited {waited_s:.1f} s for the pool's rollups)"
         return f"ok: run {done.run_id}"
+
+    def _wait_for_rollups(self, conn: Connection, pool: str) -> float:
+        """Take the pool's rollup lock for the recompute's transaction (the rollup takes it
+        again, at once), waiting up to `rollup_wait_s` for another process's rollup instead of
+        the engine's lock timeout; returns the seconds waited. `RollupBusy` past the wait."""
+        wait_ms = str(int(self.settings.rollup_wait_s * 1000))
+        saved = conn.execute(_TIMEOUTS_SQL).one()
+        conn.execute(_WAIT_LONGER_SQL, {"wait": wait_ms})
+        started = time.monotonic()
+        try:
+            with stall_guard.allow(self.settings.rollup_wait_s):  # a long wait, not a silence
+                locks.xact_lock(conn, locks.rollup_key(pool))
+        except exc.OperationalError as error:
+            timed_out = isinstance(error.orig, pg_errors.LockNotAvailable | pg_errors.QueryCanceled)
+            if timed_out and not self._cancelling:
+                conn.rollback()
+                raise RollupBusy(
+                    f"the rollup lock of pool {pool!r} stayed held by another process for "
+                    f"{time.monotonic() - started:.0f} s"
+                ) from error
+            raise
+        conn.execute(_WAIT_AS_BEFORE_SQL, {"lock": saved.lock, "statement": saved.statement})
+        return time.monotonic() - started
 
     def _rollup(self, now_s: float) -> str:
         written = 0
@@ -244,3 +368,18 @@ class PeriodicJobs:
             deleted = apply_retention(conn, now_s, self.settings.retention)
             conn.commit()
         return "ok: " + ", ".join(f"{k} {v}" for k, v in sorted(deleted.items()) if v)
+
+
+# The lock wait and the statement's own timeout (which bounds a lock wait too) raised for this
+# transaction, and what they were, to put back once the lock is held.
+_TIMEOUTS_SQL = text(
+    "SELECT current_setting('lock_timeout') AS lock, "
+    "current_setting('statement_timeout') AS statement"
+)
+_WAIT_LONGER_SQL = text(
+    "SELECT set_config('lock_timeout', :wait, true), set_config('statement_timeout', :wait, true)"
+)
+_WAIT_AS_BEFORE_SQL = text(
+    "SELECT set_config('lock_timeout', :lock, true), "
+    "set_config('statement_timeout', :statement, true)"
+)

@@ -62,7 +62,13 @@ def rollup_key(pool: str) -> int:
     """The key that serialises rewriting one pool's hourly rollups. Taken after the pool's
     scheduling key where both are taken (`Schedule` recomputes under it), never before, so the
     two cannot deadlock. Retention takes it alone, one pool at a time, and releases it at once,
-    to wait for the rollups in flight (`retention_horizons.record`)."""
+    to wait for the rollups in flight (`retention_horizons.record`). The periodic rollup takes
+    every pool's in one transaction, holding nothing else. A periodic recompute takes its
+    pool's as the first lock of its transaction (`jobs/runner.py`, before the rollup takes it
+    again) and waits for it up to `RECOMPUTE_ROLLUP_WAIT_S` (10 minutes), not the engine's
+    10 s lock timeout: a rollup of another process rewriting a long history is waited for, not
+    a failure; past that the run is `deferred`. Waiting, it holds no other key, and the jobs'
+    lanes let the other jobs run meanwhile."""
     return _named_key(f"rollup\0{pool}")
 
 

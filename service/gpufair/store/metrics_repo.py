@@ -178,8 +178,11 @@ def latest_cycles(conn: Connection) -> list[LatestCycle]:
 def jobs(conn: Connection) -> list[JobRecord]:
     """Every current job's newest finished claim and newest success (`ok: …` outcome), and a
     pool's recompute interval as configured. A run cancelled because its server stopped
-    (`cancelled: …`, jobs/runner.py) did not finish on its own: it is neither a failure nor
-    the latest run's duration, and the run before it says both."""
+    (`cancelled: …`, jobs/runner.py), or a recompute deferred because another process's rollup
+    held its pool's lock too long (`deferred: …`), did not finish on its own: it is neither a
+    failure nor the latest run's duration, and the run before it says both. A failed run being
+    retried (`finished_at` cleared, `store/claims_repo.py`) is not finished either: until the
+    retry ends, the run before it says both."""
     rows = conn.execute(
         text(
             """
@@ -197,7 +200,7 @@ def jobs(conn: Connection) -> list[JobRecord]:
             LEFT JOIN LATERAL (
                 SELECT claimed_at, finished_at, outcome FROM job_claims
                 WHERE job = n.job AND finished_at IS NOT NULL
-                  AND outcome NOT LIKE 'cancelled%'
+                  AND outcome NOT LIKE 'cancelled%' AND outcome NOT LIKE 'deferred%'
                 ORDER BY period_start DESC LIMIT 1
             ) f ON true
             LEFT JOIN LATERAL (
