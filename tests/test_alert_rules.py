@@ -133,3 +133,20 @@ def test_a_failed_run_fires_whatever_the_job(tmp_path: Path) -> None:
             {"eval_time": "2h", "alertname": JOB_ALERT, "exp_alerts": [_firing("retention")]},
         ],
     )
+
+
+def test_a_job_that_runs_and_never_succeeded_is_overdue(tmp_path: Path) -> None:
+    # The replica running the jobs exports the rollup's period, and no success of it exists:
+    # its claims hold only failures and runs that never finished (a replica killed in each),
+    # which set no failure gauge. The sweep beside it is fine.
+    labels = 'periodic_job="rollup", instance="gpufair:9464", job="gpufair"'
+    series = [
+        {
+            "series": f"gpufair_periodic_job_period_seconds{{{labels}}}",
+            "values": f"3600+0x{MINUTES}",
+        },
+        *_job("sweep", 0, period_s=60),
+    ]
+    # The sweep succeeded at 00:00:00 and keeps being seen so: only the rollup is at issue
+    # before the sweep itself is overdue (00:17).
+    _run(tmp_path, series, [_not_firing("9m"), _fires("11m", "rollup")])

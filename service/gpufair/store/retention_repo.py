@@ -15,7 +15,8 @@ recorded before anything goes: a full rollup redo of the pool starts no earlier,
 flight that read the older one commits first (`retention_horizons.record`).
 
 Nothing else waits for a horizon: events go at `events_days` with their workload, node capacity
-events (of a node, not a pool) at `events_days` too, and workloads stay.
+events (of a node, not a pool) at `events_days` too, and workloads stay. Periodic jobs' claims
+go after `CLAIMS_DAYS`, except each job's latest success (the overdue alert's reference).
 
 Finished and cancelled workloads stay, however old: a uid names one workload for good (a
 replayed SubmitWorkloads of it is a no-op, not a new run), their row carries the mark that
@@ -50,6 +51,8 @@ class Retention:
 # statement per kind took a whole backlog at once (a first run on a large ledger, or a run after
 # retention was shortened): past the engine's statement timeout it rolled back whole, every day.
 BATCH_ROWS = 10_000
+# Periodic jobs' claims (`store/claims_repo.py`), but each job's latest success, which stays.
+CLAIMS_DAYS = 30
 
 
 def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str, int]:
@@ -141,7 +144,21 @@ def apply_retention(conn: Connection, now_s: float, keep: Retention) -> dict[str
         kept=list(kept or []),
         referred=referred,
     )
-    run("claims", "job_claims", "x.period_start < to_timestamp(:cutoff)", now_s - 30 * DAY_S)
+    # Each job's latest success stays, however old: the overdue alert reads the time since it
+    # (`gpufair_periodic_job_last_success_timestamp_seconds`), and a job failing for longer
+    # than the claims are kept would otherwise lose it and fall silent.
+    run(
+        "claims",
+        "job_claims",
+        """
+        x.period_start < to_timestamp(:cutoff)
+          AND (x.outcome IS NULL OR x.outcome NOT LIKE 'ok%' OR EXISTS (
+              SELECT 1 FROM job_claims newer
+              WHERE newer.job = x.job AND newer.outcome LIKE 'ok%'
+                AND newer.period_start > x.period_start))
+        """,
+        now_s - CLAIMS_DAYS * DAY_S,
+    )
     # Rollups take the marks of configured pools; those of a pool since removed would stay. A
     # pool configured again comes with a new config version, and its rollups are redone whole.
     marks = conn.execute(
