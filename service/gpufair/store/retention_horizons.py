@@ -27,7 +27,7 @@ from gpufair.domain.retention_horizon import (
     window_reads_from,
 )
 from gpufair.domain.stored_limits import within_limits
-from gpufair.store import config_repo, locks
+from gpufair.store import config_repo, locks, stall_guard
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
     commits first, with every run still stored, and one that takes it later reads the new
     horizon (committed before). One pool at a time, holding nothing else: the periodic rollup
     holds several pools' locks at once, so holding two here could deadlock with it. The wait
-    may last as long as a rollup's redo of a long history, past the engine's lock timeout (10 s),
-    so it has a timeout of its own (`ROLLUP_WAIT_S`); a rollup holding its lock longer still
+    may last as long as a rollup's redo of a long history, past the engine's lock timeout (10 s)
+    and statement timeout (30 s), so it has a timeout of its own (`ROLLUP_WAIT_S`); a rollup holding its lock longer still
     makes this run fail before it deletes anything, and the next run goes on."""
     finite = {pool: h.kept_from_s for pool, h in horizons.items() if math.isfinite(h.kept_from_s)}
     if finite:
@@ -83,14 +83,19 @@ def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
     conn.commit()
     for pool in sorted(finite):
         conn.execute(_ROLLUP_WAIT_SQL)
-        locks.xact_lock(conn, locks.rollup_key(pool))
+        with stall_guard.allow(ROLLUP_WAIT_S):  # a long wait, not a database gone silent
+            locks.xact_lock(conn, locks.rollup_key(pool))
         conn.commit()
 
 
 # How long retention waits for one pool's rollup in flight (`record`): a redo of years of
-# history, 30 days a statement, takes minutes on a large ledger.
+# history, 30 days a statement, takes minutes on a large ledger. The statement's own timeout
+# (the engine's 30 s) bounds a lock wait too, so both are raised for the wait's transaction.
 ROLLUP_WAIT_S = 600
-_ROLLUP_WAIT_SQL = text(f"SET LOCAL lock_timeout = '{ROLLUP_WAIT_S}s'")
+_ROLLUP_WAIT_SQL = text(
+    f"SELECT set_config('lock_timeout', '{ROLLUP_WAIT_S}s', true), "
+    f"set_config('statement_timeout', '{ROLLUP_WAIT_S}s', true)"
+)
 
 
 # The pools that may have rows to prune besides the configured ones: those with capacity rows,
