@@ -213,6 +213,35 @@ def test_start_is_reported_with_slurms_time_nodes_and_gpu_indices() -> None:
     ]
 
 
+def test_a_requeued_job_still_completing_is_not_a_new_start() -> None:
+    """Right after `requeuehold`, Slurm 22.05 shows the job COMPLETING with restart count 1,
+    priority 0, its node, no GPU indices and the old run's start time, until its processes are
+    gone (seen with `squeue --json` at once after the requeue, then pending), while gpufair has
+    the run's end (pending again, or bound anew by a later cycle). Before, the bridge took it
+    for run 1 starting: with gpufair's workload pending, a `started` event without pods that
+    gpufair refused (`a started event needs the pods it runs on`, an error of the cycle seen
+    against the real Slurm); with it bound, a `started` event of run 1 on the new binding at the
+    old run's start time. Now nothing is reported until Slurm shows it pending (or ended)."""
+    completing = replace(
+        parse_job(RAW_JOB),
+        state="COMPLETING",
+        priority=0,
+        restart_count=1,
+        comment=events.requeue_stamp(0, 1796136510.5),
+        start_time=1796136500,
+        nodes=("a100-0",),
+        gpu_indices=(),
+    )
+    for state in ("pending", "bound"):
+        slurm = RecordingSlurm()
+        out, to_submit, report = reconcile(completing, status(state), slurm)
+        assert (out, to_submit, slurm.commands, report.errors) == ([], [], [], []), state
+    # Once Slurm shows it pending and held, it waits in gpufair as any requeued job.
+    pending = replace(completing, state="PENDING", nodes=())
+    out, _, _ = reconcile(pending, status("pending"), RecordingSlurm())
+    assert out == []
+
+
 def test_end_is_reported_at_slurms_end_time_with_its_kind() -> None:
     ended = {
         "COMPLETED": ledger_pb2.EVENT_KIND_STOPPED,

@@ -22,6 +22,7 @@ A cycle:
    | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
+   | completing (a requeue's too) | pending/bound | nothing yet: the row of what it shows next |
    | running | running, evicting | stamp Comment, `requeuehold`, `preempted` |
    | running | running | a heartbeat per `heartbeat_s` |
    | running | unknown | map and submit (Slurm started it itself): the start follows |
@@ -341,6 +342,12 @@ class Bridge:
             return
         run = job.restart_count
         if job.state in RUNNING_STATES:
+            if state in ("pending", "bound") and job.state == "COMPLETING":
+                # A run gpufair has not seen start is ending, or the run a requeue ended is:
+                # Slurm shows a requeued job COMPLETING, its restart count already raised, until
+                # its processes are gone, then pending. Nothing is reported until Slurm says how
+                # it ended (then its start and end together) or that it is pending again.
+                return
             if state in ("pending", "bound"):
                 out.append(self._started(job, uid, status))
             elif state == "running" and status is not None and status.evicting:
