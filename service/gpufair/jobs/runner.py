@@ -47,14 +47,14 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg import errors as pg_errors
-from sqlalchemy import Connection, Engine, event, exc, text
+from sqlalchemy import Connection, Engine, event, exc
 
 from gpufair.domain.stored_limits import within_limits
 from gpufair.metrics import observe_job, observe_job_period
 from gpufair.services.recompute import recompute_pool
 from gpufair.services.sweep import DEFAULT_STALE_AFTER_S, sweep
 from gpufair.store import claims_repo as claims
-from gpufair.store import config_repo, locks, rollup_repo, stall_guard
+from gpufair.store import config_repo, locks, rollup_repo
 from gpufair.store.retention_repo import Retention, apply_retention
 
 log = logging.getLogger(__name__)
@@ -328,13 +328,11 @@ class PeriodicJobs:
         """Take the pool's rollup lock for the recompute's transaction (the rollup takes it
         again, at once), waiting up to `rollup_wait_s` for another process's rollup instead of
         the engine's lock timeout; returns the seconds waited. `RollupBusy` past the wait."""
-        wait_ms = str(int(self.settings.rollup_wait_s * 1000))
-        saved = conn.execute(_TIMEOUTS_SQL).one()
-        conn.execute(_WAIT_LONGER_SQL, {"wait": wait_ms})
         started = time.monotonic()
         try:
-            with stall_guard.allow(self.settings.rollup_wait_s):  # a long wait, not a silence
-                locks.xact_lock(conn, locks.rollup_key(pool))
+            return locks.xact_lock_waiting(
+                conn, locks.rollup_key(pool), self.settings.rollup_wait_s
+            )
         except exc.OperationalError as error:
             timed_out = isinstance(error.orig, pg_errors.LockNotAvailable | pg_errors.QueryCanceled)
             if timed_out and not self._cancelling:
@@ -344,8 +342,6 @@ class PeriodicJobs:
                     f"{time.monotonic() - started:.0f} s"
                 ) from error
             raise
-        conn.execute(_WAIT_AS_BEFORE_SQL, {"lock": saved.lock, "statement": saved.statement})
-        return time.monotonic() - started
 
     def _rollup(self, now_s: float) -> str:
         written = 0
@@ -368,18 +364,3 @@ class PeriodicJobs:
             deleted = apply_retention(conn, now_s, self.settings.retention)
             conn.commit()
         return "ok: " + ", ".join(f"{k} {v}" for k, v in sorted(deleted.items()) if v)
-
-
-# The lock wait and the statement's own timeout (which bounds a lock wait too) raised for this
-# transaction, and what they were, to put back once the lock is held.
-_TIMEOUTS_SQL = text(
-    "SELECT current_setting('lock_timeout') AS lock, "
-    "current_setting('statement_timeout') AS statement"
-)
-_WAIT_LONGER_SQL = text(
-    "SELECT set_config('lock_timeout', :wait, true), set_config('statement_timeout', :wait, true)"
-)
-_WAIT_AS_BEFORE_SQL = text(
-    "SELECT set_config('lock_timeout', :lock, true), "
-    "set_config('statement_timeout', :statement, true)"
-)

@@ -13,8 +13,11 @@ Pitfalls kept in mind here:
 from __future__ import annotations
 
 import hashlib
+import time
 
 from sqlalchemy import Connection, text
+
+from gpufair.store import stall_guard
 
 _NAMESPACE = 0x67707566  # "gpuf"
 
@@ -61,14 +64,13 @@ def pool_key(pool: str) -> int:
 def rollup_key(pool: str) -> int:
     """The key that serialises rewriting one pool's hourly rollups. Taken after the pool's
     scheduling key where both are taken (`Schedule` recomputes under it), never before, so the
-    two cannot deadlock. Retention takes it alone, one pool at a time, and releases it at once,
-    to wait for the rollups in flight (`retention_horizons.record`). The periodic rollup takes
-    every pool's in one transaction, holding nothing else. A periodic recompute takes its
-    pool's as the first lock of its transaction (`jobs/runner.py`, before the rollup takes it
-    again) and waits for it up to `RECOMPUTE_ROLLUP_WAIT_S` (10 minutes), not the engine's
-    10 s lock timeout: a rollup of another process rewriting a long history is waited for, not
-    a failure; past that the run is `deferred`. Waiting, it holds no other key, and the jobs'
-    lanes let the other jobs run meanwhile."""
+    two cannot deadlock. The periodic rollup takes every pool's in one transaction, holding
+    nothing else. Two take it alone and wait longer than the engine's lock timeout (10 s) for
+    a rollup of another process rewriting a long history, up to 10 minutes
+    (`xact_lock_waiting`): retention, one pool at a time, releasing it at once, to wait for the
+    rollups in flight (`retention_horizons.record`); and a periodic recompute, as the first
+    lock of its transaction (`jobs/runner.py`; the rollup takes it again at once), whose wait
+    is no failure (past it the run is `deferred`). Waiting, neither holds another key."""
     return _named_key(f"rollup\0{pool}")
 
 
@@ -76,6 +78,33 @@ def xact_lock(conn: Connection, key: int) -> None:
     """Block until this transaction holds `key`; released when the transaction ends."""
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
+
+def xact_lock_waiting(conn: Connection, key: int, wait_s: float) -> float:
+    """`xact_lock`, waiting up to `wait_s` rather than the engine's lock timeout (10 s) and
+    statement timeout (30 s, which bounds a lock wait too), both put back once the lock is
+    held; the wait is marked long for the engine's stall bound (`stall_guard.allow`). Returns
+    the seconds waited. Past `wait_s` the statement fails as a lock timeout would (the
+    transaction is then aborted: roll it back)."""
+    saved = conn.execute(_TIMEOUTS_SQL).one()
+    wait_ms = f"{int(wait_s * 1000)}"
+    conn.execute(_SET_TIMEOUTS_SQL, {"lock": wait_ms, "statement": wait_ms})
+    started = time.monotonic()
+    with stall_guard.allow(wait_s):
+        xact_lock(conn, key)
+    waited_s = time.monotonic() - started
+    conn.execute(_SET_TIMEOUTS_SQL, {"lock": saved.lock, "statement": saved.statement})
+    return waited_s
+
+
+_TIMEOUTS_SQL = text(
+    "SELECT current_setting('lock_timeout') AS lock, "
+    "current_setting('statement_timeout') AS statement"
+)
+# For the rest of the transaction (`set_config(..., true)`, as SET LOCAL).
+_SET_TIMEOUTS_SQL = text(
+    "SELECT set_config('lock_timeout', :lock, true), "
+    "set_config('statement_timeout', :statement, true)"
+)
 
 XACT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(key)s)"
 XACT_LOCK_SHARED_SQL = "SELECT pg_advisory_xact_lock_shared(%(key)s)"

@@ -27,7 +27,7 @@ from gpufair.domain.retention_horizon import (
     window_reads_from,
 )
 from gpufair.domain.stored_limits import within_limits
-from gpufair.store import config_repo, locks, stall_guard
+from gpufair.store import config_repo, locks
 
 log = logging.getLogger(__name__)
 
@@ -82,21 +82,13 @@ def record(conn: Connection, horizons: dict[str, Horizon]) -> None:
         conn.execute(_RECORD_SQL, {"pools": list(finite), "at": list(finite.values())})
     conn.commit()
     for pool in sorted(finite):
-        conn.execute(_ROLLUP_WAIT_SQL)
-        with stall_guard.allow(ROLLUP_WAIT_S):  # a long wait, not a database gone silent
-            locks.xact_lock(conn, locks.rollup_key(pool))
+        locks.xact_lock_waiting(conn, locks.rollup_key(pool), ROLLUP_WAIT_S)
         conn.commit()
 
 
 # How long retention waits for one pool's rollup in flight (`record`): a redo of years of
-# history, 30 days a statement, takes minutes on a large ledger. The statement's own timeout
-# (the engine's 30 s) bounds a lock wait too, so both are raised for the wait's transaction.
+# history, 30 days a statement, takes minutes on a large ledger.
 ROLLUP_WAIT_S = 600
-_ROLLUP_WAIT_SQL = text(
-    f"SELECT set_config('lock_timeout', '{ROLLUP_WAIT_S}s', true), "
-    f"set_config('statement_timeout', '{ROLLUP_WAIT_S}s', true)"
-)
-
 
 # The pools that may have rows to prune besides the configured ones: those with capacity rows,
 # runs or a rollup watermark. A pool gets its first capacity row from the config apply that
