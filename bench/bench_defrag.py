@@ -10,7 +10,8 @@ Each scenario runs twice: with its pools' `max_moved_share_per_hour` removed (no
 to `--share` (or the scenario's own value when it has one and `--share` is not given). Printed
 per run: the pool's utilisation, wait P50 / P99 of the large jobs (those asking for at least
 `--large-gpus` GPUs in all) and their count still waiting at the end, moves and GPUs moved, and
-the run's CPU seconds (`time.process_time`, steadier than wall-clock on a shared machine).
+the run's CPU seconds (`time.process_time`, steadier than wall-clock on a shared machine) beside
+its wall seconds.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def with_share(scenario: Scenario, share: float | None) -> Scenario:
     return dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, pools=pools))
 
 
-def row(label: str, result: SimResult, cpu_s: float, large_gpus: float) -> str:
+def row(label: str, result: SimResult, cpu_s: float, wall_s: float, large_gpus: float) -> str:
     metrics = compute_metrics(result)
     large = [j for j in result.jobs if j.workload.total_gpus >= large_gpus]
     waits = [j.wait_s for j in large]
@@ -47,7 +48,7 @@ def row(label: str, result: SimResult, cpu_s: float, large_gpus: float) -> str:
     return (
         f"| {label} | {100 * pool.utilisation:.1f} | {len(large)} | {hours(p50)} | {hours(p99)} "
         f"| {waiting} | {pool.idle_gpu_hours_while_pending:.0f} | {run.moves} "
-        f"| {run.moved_gpus:.0f} | {pool.evictions} | {cpu_s:.1f} |"
+        f"| {run.moved_gpus:.0f} | {pool.evictions} | {cpu_s:.1f} | {wall_s:.1f} |"
     )
 
 
@@ -70,14 +71,16 @@ def main() -> None:
     print(
         "| moves | utilisation % | large jobs | large wait P50 h | large wait P99 h "
         "| large waiting at end | idle GPU-h while pending | moves | GPUs moved | evictions "
-        "| CPU s |"
+        "| CPU s | wall s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, value in (("off", None), (f"share {share:g}/h", share)):
+        started_wall = time.perf_counter()
         started = time.process_time()
         result = simulate(with_share(scenario, value))
         cpu_s = time.process_time() - started
-        print(row(label, result, cpu_s, args.large_gpus), flush=True)
+        wall_s = time.perf_counter() - started_wall
+        print(row(label, result, cpu_s, wall_s, args.large_gpus), flush=True)
 
 
 if __name__ == "__main__":
