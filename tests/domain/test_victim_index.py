@@ -111,6 +111,43 @@ def test_a_walk_with_a_quarter_of_its_nodes_changed_is_patched(
     assert {key[4] for key in inserted} == {victim.nodes[0] for victim in leaving}
 
 
+def test_a_patch_takes_a_changed_key_at_the_walks_head_without_a_bisect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Node 33 heads both walks. Its first victim leaving (its key changes) and node 0's: each
+    # walk finds node 33's old key at its head, and bisects for node 0's only (2 bisects; 4
+    # before). Then every victim of the node heading the walk for whole GPUs leaves (the node
+    # leaves the index): no bisect either. Each walk is a fresh index's.
+    capacity = _pool(40)
+    victims = _fill(capacity, 40)
+    index = VictimIndex(victims, capacity)
+    assert index.walk_order(True)[0][4] == index.walk_order(False)[0][4] == 33
+    searched: list[Any] = []
+    bisect_left = victim_index.bisect.bisect_left
+
+    def counted(order: list[Any], key: Any, *args: Any, **kwargs: Any) -> int:
+        searched.append(key[4])
+        return bisect_left(order, key, *args, **kwargs)
+
+    monkeypatch.setattr(victim_index.bisect, "bisect_left", counted)
+    leaving = [next(iter(index.on_node[node])) for node in (33, 0)]
+    for victim in leaving:
+        index.remove(victim)
+    left = [victim for victim in victims if victim not in leaving]
+    fresh = VictimIndex(left, capacity)
+    for whole_gpus in (True, False):
+        assert index.walk_order(whole_gpus) == fresh.walk_order(whole_gpus)
+    assert searched == [0, 0]
+    head = index.walk_order(True)[0][4]
+    leaving = list(index.on_node[head])
+    for victim in leaving:
+        index.remove(victim)
+    left = [victim for victim in left if victim not in leaving]
+    assert index.walk_order(True) == VictimIndex(left, capacity).walk_order(True)
+    assert head not in index.on_node
+    assert searched == [0, 0]
+
+
 def test_a_search_leaves_the_capacity_and_the_budget_as_it_found_them() -> None:
     capacity = _pool(8)
     victims = _fill(capacity, 8, queue="lender")
