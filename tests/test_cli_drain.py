@@ -88,7 +88,7 @@ def test_drain_and_undrain(
 
     code, out, err = run(capsys, "drain", "a2", "--dry-run", "-o", "yaml", "--address", address)
     assert (code, err) == (0, "")
-    assert yaml.safe_load(out) == {  # the short forms; false (a dry run's applied) left out
+    assert yaml.safe_load(out) == {  # the short forms, every field as in JSON
         "changes": [
             {
                 "action": "update",
@@ -98,6 +98,7 @@ def test_drain_and_undrain(
             }
         ],
         "config_version": version + 3,
+        "applied": False,
     }
 
 
