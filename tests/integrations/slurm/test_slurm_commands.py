@@ -583,3 +583,64 @@ def test_a_failed_read_of_slurms_time_fails_the_job_and_is_not_repeated_in_the_c
         with pytest.raises(SlurmCommandError, match="sdiag"):
             one._reconcile(ahead, status("bound"), [], [], CycleReport())
     assert slurm.commands == [["sdiag"]]
+
+
+def test_a_run_requeued_by_someone_else_ends_while_slurm_still_shows_it_completing() -> None:
+    """After an operator's `scontrol requeue`, Slurm 22.05 shows the job COMPLETING (restart
+    count 1, no GPU indices, start time Slurm's now, end time that plus the time limit) until
+    its processes are gone, seconds later for a job slow to die. The run gpufair has running
+    ends now, at the bridge's clock (the stamp, had the bridge requeued it), as run 0; no
+    heartbeat of run 1. A run that ended shows its end time, at most Slurm's time now: no
+    requeue, nothing reported while it completes."""
+    requeued = replace(
+        parse_job(RAW_JOB),
+        state="COMPLETING",
+        restart_count=1,
+        start_time=int(SLURM_NOW_S),
+        end_time=int(SLURM_NOW_S) + 3600,  # `--time=60`
+        nodes=("a100-0",),
+        gpu_indices=(),
+    )
+    slurm = SlurmWithClock()
+    out, _, report = reconcile(requeued, status("running"), slurm, now_s=SLURM_NOW_S + 1e6)
+    preempted = events.ended("slurm-42", 0, SLURM_NOW_S + 1e6, ledger_pb2.EVENT_KIND_PREEMPTED)
+    assert (out, report.errors, slurm.commands) == ([preempted], [], [["sdiag"]])
+    no_limit = replace(requeued, end_time=0)
+    out, _, _ = reconcile(no_limit, status("running"), RecordingSlurm(), now_s=SLURM_NOW_S + 1e6)
+    assert out == [preempted]
+
+    ending = replace(requeued, start_time=int(SLURM_NOW_S) - 600, end_time=int(SLURM_NOW_S) - 1)
+    out, _, _ = reconcile(ending, status("running"), SlurmWithClock(), now_s=SLURM_NOW_S + 1e6)
+    assert out == []
+
+
+def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_pinned() -> None:
+    """Released to a100-0 and a100-1 (gpufair's binding), not started: with a100-0 drained,
+    down or not responding in this cycle's `sinfo`, Slurm keeps it pending (`ReqNodeNotAvail`)
+    until the node is back; the bridge holds it and withdraws the workload, so gpufair places the
+    next revision elsewhere. Released and bound with every node ready: left to start. Bound
+    while Slurm still showed a foreign requeue COMPLETING (never pinned), then pending with the
+    requeue's begin time: held, pinned (which clears that time) and released."""
+    released = replace(parse_job(RAW_JOB), priority=4294901742, state_reason="ReqNodeNotAvail")
+    slurm, client = RecordingSlurm(), RecordingClient()
+    lost = bridge(slurm, client)
+    lost._ready = {"a100-0": False, "a100-1": True}
+    out: list[ledger_pb2.LedgerEvent] = []
+    report = CycleReport()
+    lost._reconcile(released, status("bound"), out, [], report)
+    assert slurm.commands[0] == ["scontrol", "uhold", "42"]
+    assert [c[:3] for c in slurm.commands[1:]] == [["scontrol", "update", "JobId=42"]]
+    assert slurm.commands[1][3].startswith("Comment=gpufair: not scheduled (withdrew slurm-42): ")
+    assert "bound to a100-0, which Slurm cannot start it on" in slurm.commands[1][3]
+    assert (client.cancelled, list(report.withdrawn), out) == (["slurm-42"], ["slurm-42"], [])
+
+    slurm = RecordingSlurm()
+    ready = bridge(slurm)
+    ready._ready = {"a100-0": True, "a100-1": True}
+    ready._reconcile(replace(released, state_reason="Resources"), status("bound"), [], [], report)
+    assert slurm.commands == []
+
+    requeued = replace(released, state_reason="BeginTime", restart_count=1)
+    ready._reconcile(requeued, status("bound"), [], [], report)
+    assert [c[1] for c in slurm.commands] == ["uhold", "update", "release"]
+    assert slurm.commands[1][2:] == ["JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"]

@@ -17,6 +17,8 @@ A cycle:
    |---|---|---|
    | pending, held | unknown | map and submit; unmappable or refused: the reason into Comment |
    | pending, held | bound | pin to the bound nodes, then release (a restart re-pins) |
+   | pending, released | bound | left to start; a bound node not ready in `sinfo`: hold, withdraw |
+   | pending, released, reason `BeginTime` | bound | bound while a foreign requeue completed: hold, pin, release |
    | pending, held by an operator or its user, before its begin time or waiting for a dependency | pending/bound | withdraw it |
    | pending | pending/bound, asking otherwise | submit the new request, withdraw the old |
    | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
@@ -24,6 +26,7 @@ A cycle:
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
    | completing (a requeue's too) | pending/bound | nothing yet: the row of what it shows next |
    | running | running, evicting | stamp Comment, `requeuehold`, `preempted` |
+   | completing, requeued by someone else | running | `preempted` for the run that ended, now |
    | running | running | a heartbeat per `heartbeat_s` |
    | running | unknown | map and submit (Slurm started it itself): the start follows |
    | ended | running | `stopped` (completed, cancelled) or `failed`, at Slurm's end time |
@@ -56,7 +59,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import grpc
@@ -144,6 +147,7 @@ class Bridge:
         self.slurm = slurm
         self.clock = clock
         self._sent_nodes: bytes | None = None
+        self._ready: dict[str, bool] = {}  # this cycle's mapped nodes: ready (up, not drained)?
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
         # Slurm's clock, read at most once per cycle (a failed read too: the cycle's other jobs
         # fail with it rather than each trying again).
@@ -241,6 +245,7 @@ class Bridge:
     def _sync_nodes(self, report: CycleReport) -> None:
         mapped = [n for n in (map_node(self.config, s) for s in self.slurm.nodes()) if n]
         mapped.sort(key=lambda n: n.name)
+        self._ready = {n.name: n.ready for n in mapped}
         key = b"".join(n.SerializeToString(deterministic=True) for n in mapped)
         if key == self._sent_nodes:
             return
@@ -342,6 +347,15 @@ class Bridge:
             return
         run = job.restart_count
         if job.state in RUNNING_STATES:
+            if state == "running" and self._requeue_completing(job):
+                # Requeued by someone else while it ran: the run ended at the requeue, not when
+                # its processes are gone (a job that ignores SIGTERM stays COMPLETING for Slurm's
+                # KillWait and more). Reported now, once; no heartbeat of the raised restart
+                # count, which names a run that has not started. The job is held once pending.
+                run = job.restart_count - 1
+                at_s = events.stamped_requeue_s(job.comment, run) or self.clock()
+                out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
+                return
             if state in ("pending", "bound") and job.state == "COMPLETING":
                 # A run gpufair has not seen start is ending, or the run a requeue ended is:
                 # Slurm shows a requeued job COMPLETING, its restart count already raised, until
@@ -400,9 +414,20 @@ class Bridge:
             )
         )
         if not job.held:
-            if state == "bound" and not changed:
-                return  # released to its nodes; starting
-            self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
+            if state == "bound" and not changed and status is not None:
+                stuck = self._cannot_start(job, status)
+                if stuck is None and job.state_reason != "BeginTime":
+                    return  # released to its nodes; starting
+                self.slurm.hold(job.job_id)
+                if stuck is not None:
+                    # Given back: gpufair places the next revision elsewhere, this cycle or next.
+                    self._withdraw(job, uid, stuck, report)
+                    return
+                # Requeued by someone else and bound before Slurm showed it pending: never
+                # pinned, it waits for the requeue's begin time, then Slurm would place it.
+                job = replace(job, priority=0)
+            else:
+                self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
         if blocked is not None:
             if active:
                 self._withdraw(job, uid, blocked, report)
@@ -428,6 +453,28 @@ class Bridge:
             self._note_submitted(job, uid)  # a Comment a failed write left stale
             if state == "bound" and status is not None and not status.evicting:
                 self._place(job, uid, status.pods, report)
+
+    def _requeue_completing(self, job: SlurmJob) -> bool:
+        """Slurm shows a running job it has just requeued (seen on 22.05 after `scontrol
+        requeue`) COMPLETING until its processes are gone: restart count already raised, no GPU
+        indices, start time Slurm's time now and end time that plus the time limit (unset, 0
+        here, without one). A run that ended shows the same but its end time, at most Slurm's
+        time now; Slurm's clock is read only for a job with a time limit."""
+        if job.state != "COMPLETING" or job.restart_count == 0 or any(job.gpu_indices):
+            return False
+        return job.end_time == 0 or job.end_time > self._slurm_now()
+
+    def _cannot_start(self, job: SlurmJob, status: scheduler_pb2.WorkloadStatus) -> str | None:
+        """Why a job released to gpufair's nodes cannot start there: one of them is drained,
+        down or not responding in Slurm (not ready in this cycle's `sinfo`). Slurm
+        keeps such a job pending (reason `ReqNodeNotAvail`) until the node comes back."""
+        lost = sorted({p.node for p in status.pods if not self._ready.get(p.node, True)})
+        if not lost:
+            return None
+        return (
+            f"bound to {','.join(lost)}, which Slurm cannot start it on (drained, down or not "
+            f"responding; {job.state_reason or 'pending'}): gpufair places it again"
+        )
 
     def _blocked(self, job: SlurmJob) -> str | None:
         """Why Slurm would not start this pending job now, apart from the bridge's own hold.
