@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 
 from gpufair.domain.ledger import EventKind, EventPod, LedgerEvent
 from gpufair.v1 import ledger_pb2 as pb
@@ -18,10 +17,6 @@ _KINDS = {
     pb.EVENT_KIND_FAILED: EventKind.FAILED,
     pb.EVENT_KIND_NODE_CAPACITY: EventKind.NODE_CAPACITY,
 }
-
-# Made from a tuple by the C constructor: a named tuple's own __new__ is a Python function, a
-# frame per event on the ingest path. Every field is given, so its defaults are not needed.
-_event = partial(tuple.__new__, LedgerEvent)
 
 
 def _pods(pods: Iterable[pb.EventPod]) -> tuple[EventPod, ...]:
@@ -43,7 +38,9 @@ def events_from_proto(msgs: Iterable[pb.LedgerEvent]) -> list[LedgerEvent | tupl
     One loop for a part of a message rather than a call per event: ingestion converts tens of
     thousands of events a second, nearly all of them heartbeats, which have no pods."""
     found: list[LedgerEvent | tuple[str, str]] = []
-    append, kinds, event = found.append, _KINDS, _event
+    # Each event made from a tuple by the C constructor: a named tuple's own __new__ is a Python
+    # function, a frame per event. Every field is given, so its defaults are not needed.
+    append, kinds, new = found.append, _KINDS, tuple.__new__
     for msg in msgs:
         kind = kinds.get(msg.kind)
         if kind is None:
@@ -58,7 +55,8 @@ def events_from_proto(msgs: Iterable[pb.LedgerEvent]) -> list[LedgerEvent | tupl
             continue
         pods = msg.pods
         append(
-            event(
+            new(
+                LedgerEvent,
                 (
                     msg.event_id,
                     kind,
@@ -67,7 +65,7 @@ def events_from_proto(msgs: Iterable[pb.LedgerEvent]) -> list[LedgerEvent | tupl
                     _pods(pods) if pods else (),
                     msg.node,
                     msg.gpu_count,
-                )
+                ),
             )
         )
     return found

@@ -24,7 +24,8 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, sub
 
 from sqlalchemy import Connection, Engine
 
@@ -102,8 +103,8 @@ def _report(reply: pb.ReportEventsResponse | EncodedReply, message: _Message) ->
         reply.MergeFromString(b"".join(encoded))
     now_s = message.now_s
     candidates = message.batch.candidates
-    if counts.get(stored, 0) == len(candidates):  # every candidate stored
-        lags = [now_s - at for at in map(_OCCURRED_AT, candidates)]
+    if counts.get(stored, 0) == len(candidates):  # every candidate stored: in C
+        lags = list(map(sub, repeat(now_s), map(_OCCURRED_AT, candidates)))
     else:
         lags = [now_s - c.event.occurred_at_s for c in candidates if statuses[c.position] is stored]
     observe_events(lags, {s.value: n for s, n in counts.items()})

@@ -173,8 +173,10 @@ HEARTBEAT_PARTS_LIMIT = 100_000  # uids kept; beyond it the cache starts over
 # `_pg_internal_micros` of it, the payload up to and with it, and from the instant's second
 # heartbeat on a SHA-256 object that has taken that in, which each digest goes on from a copy
 # of: with an instant of this century the head is more than SHA-256's block of 64 bytes, so each
-# heartbeat hashes one block less, and none makes a hash object from its name).
-_Instant = tuple[float, str, int, bytes, Any]
+# heartbeat hashes one block less, and none makes a hash object from its name), and the row's
+# field of the instant and the payload's length, by that length (`_time_field`): the payloads
+# of an instant differ only in their uids, whose lengths are few.
+_Instant = tuple[float, str, int, bytes, Any, dict[int, bytes]]
 
 
 # The last instant a plain heartbeat had. A batch system reports its running jobs' heartbeats at
@@ -182,7 +184,7 @@ _Instant = tuple[float, str, int, bytes, Any]
 # message's heartbeats nearly all share it: the float's shortest `repr` alone cost more than its
 # SHA-256. One tuple, replaced whole in the list's one slot: threads that read it see one
 # instant's parts together (its SHA-256 object is only ever copied). NaN equals nothing.
-_LAST_INSTANT: list[_Instant] = [(math.nan, "", 0, b"", None)]
+_LAST_INSTANT: list[_Instant] = [(math.nan, "", 0, b"", None, {})]
 
 
 def _heartbeat_parts(workload_uid: str) -> tuple[bytes, bytes]:
@@ -209,32 +211,40 @@ def plain_heartbeat(id_bytes: bytes, epoch_s: float, workload_uid: str) -> tuple
     tail, middle = _HEARTBEAT_PARTS.get(workload_uid) or _heartbeat_parts(workload_uid)
     instant = _LAST_INSTANT[0]
     if instant[0] == epoch_s:
-        _, _, micros, head, hashed = instant
+        _, _, micros, head, hashed, times = instant
         if hashed is None:  # its second heartbeat: the head is hashed once for all that follow
             hashed = hashlib.sha256(head)
-            _LAST_INSTANT[0] = (*instant[:4], hashed)
+            _LAST_INSTANT[0] = (*instant[:4], hashed, times)
         payload = head + tail
         hashed = hashed.copy()
         hashed.update(tail)
         digest = hashed.hexdigest()
     else:  # a new instant, kept without its SHA-256 object until it comes again
-        text, micros = repr(epoch_s), _pg_internal_micros(epoch_s)
+        text, micros, times = repr(epoch_s), _pg_internal_micros(epoch_s), {}
         head = f"{_HEARTBEAT_HEAD}{text}".encode()
-        _LAST_INSTANT[0] = (epoch_s, text, micros, head, None)
+        _LAST_INSTANT[0] = (epoch_s, text, micros, head, None, times)
         payload = head + tail
         digest = hashlib.sha256(payload).hexdigest()
+    size = len(payload)
     row = b"".join(
         (
             _ROW_START,
             id_bytes,
             middle,
-            _ROW_TIME.pack(8, micros, len(payload) + 1, 1),
+            times.get(size) or _time_field(times, micros, size),
             payload,
             _DIGEST_LENGTH,
             digest.encode(),
         )
     )
     return payload, digest, row
+
+
+def _time_field(times: dict[int, bytes], micros: int, size: int) -> bytes:
+    """A plain heartbeat row's instant and the head of its payload's field, for a payload of
+    `size` bytes, kept in `times` (of its instant)."""
+    field = times[size] = _ROW_TIME.pack(8, micros, size + 1, 1)
+    return field
 
 
 def id_bytes(canonical_id: str) -> bytes:

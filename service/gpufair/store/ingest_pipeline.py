@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import struct
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -208,6 +209,8 @@ _BY_ID = attrgetter("event_id")
 _FIRST = itemgetter(0)
 _EVENT, _KIND, _UID = attrgetter("event"), attrgetter("kind"), attrgetter("workload_uid")
 _NODE, _PODS = attrgetter("node"), attrgetter("pods")
+_DIGEST = attrgetter("digest")
+_ID16 = struct.Struct("16s")  # each id's bytes in `canonical_ids_bytes`
 _POSITION, _ROW, _READ_BACK = (
     attrgetter("position"),
     attrgetter("copy_row"),
@@ -251,6 +254,11 @@ class Preparation:
         self._plain_uids: set[str] = set()
         self._others: list[Candidate] = []
         self._first_seen: dict[str, str] = {}  # canonical event_id -> digest, within the batch
+        # The ids of the parts whose ids were all canonical and new to the batch, and where
+        # their candidates begin: the names and digests of those candidates are owed to
+        # `_first_seen` until a part that could repeat one of them comes (`_settle`).
+        self._fresh_ids: list[set[str]] = []
+        self._owed_from = 0
 
     def add(self, events: Iterable[LedgerEvent | tuple[str, str]]) -> None:
         """Prepare the next items of the batch, in order.
@@ -261,7 +269,10 @@ class Preparation:
         and COPY row come from one call (`plain_heartbeat`) and its checks are not made again.
         Its candidate is the one the general path would make. The ids are checked for the
         canonical form, and turned into bytes, for all the items at once
-        (`canonical_ids_bytes`); one at a time only when one of them is not."""
+        (`canonical_ids_bytes`); one at a time only when one of them is not. A part of canonical
+        ids that repeats none of its own or of the batch's so far (`_fresh`) holds no duplicate:
+        its plain heartbeats are not looked up among the ids seen, only owed to them
+        (`_settle`)."""
         items = events if type(events) is list else list(events)
         outcomes, candidates, first_seen = self._outcomes, self._candidates, self._first_seen
         plain_uid, other = self._plain_uids.add, self._others.append
@@ -277,8 +288,15 @@ class Preparation:
         start = len(event_ids)
         event_ids += ids
         statuses += repeat(None, len(ids))
-        for j, item in enumerate(items):
-            i = start + j
+        # A part of canonical ids, none repeated in it or given before, has no duplicate: its
+        # plain heartbeats are not looked up in `_first_seen`, only owed to it (`_settle`).
+        fresh = all_bytes is not None and self._fresh(ids)
+        new = tuple.__new__  # as `_candidate`, without the partial's call
+        if not fresh:
+            self._settle()
+        # Each id's bytes when all are canonical; else none (b"", without end).
+        raws = map(_FIRST, _ID16.iter_unpack(all_bytes)) if all_bytes is not None else repeat(b"")
+        for i, item, raw in zip(range(start, start + len(items)), items, raws, strict=False):
             if type(item) is not LedgerEvent:
                 outcomes.reject(i, item[1])
                 continue
@@ -304,8 +322,11 @@ class Preparation:
                 and uid.isprintable()
             )
             if plain:
-                raw = all_bytes[16 * j : 16 * j + 16] if all_bytes is not None else id_bytes(name)
-                payload, digest, row = plain_heartbeat(raw, at, uid)
+                payload, digest, row = plain_heartbeat(raw or id_bytes(name), at, uid)
+                if fresh:
+                    candidates.append(new(Candidate, (i, item, key, payload, digest, row, None)))
+                    plain_uid(uid)
+                    continue
             else:
                 payload = payload_json(item).encode()
                 digest = sha256(payload).hexdigest()  # `payload_digest`, without a call per event
@@ -338,6 +359,28 @@ class Preparation:
             candidate = _candidate((i, item, key, payload, digest, row, read_back))
             candidates.append(candidate)
             other(candidate)
+
+    def _fresh(self, ids: list[str]) -> bool:
+        """Whether `ids` (canonical) hold no id twice and none of an earlier part's; if so they
+        are kept, for the parts that follow."""
+        part = set(ids)
+        if len(part) != len(ids) or not part.isdisjoint(self._first_seen):
+            return False
+        if not all(map(part.isdisjoint, self._fresh_ids)):
+            return False
+        self._fresh_ids.append(part)
+        return True
+
+    def _settle(self) -> None:
+        """Write the owed names and digests into `_first_seen`, before a part that may repeat
+        one of them: the candidates of the fresh parts, each under its canonical id (those
+        not plain heartbeats are there already, with the same digest)."""
+        candidates = self._candidates
+        if self._fresh_ids:
+            owed = candidates[self._owed_from :]
+            self._first_seen.update(zip(map(_BY_ID, owed), map(_DIGEST, owed), strict=True))
+            self._fresh_ids.clear()
+        self._owed_from = len(candidates)
 
     def batch(self) -> PreparedBatch:
         return PreparedBatch(
@@ -427,10 +470,12 @@ def write(
         pg, [batch], hooks, known if known is not None else KnownWorkloads(0), rederive
     )
     keep = _validate(batch, ctx)
+    # When every candidate passed, the run and node events are among `not_plain` (`_plan`).
+    others = batch.not_plain() if keep is batch.candidates else None
     if expect_duplicates:
         plan = _plan(_insert_careful(pg, keep, outcomes), ctx)
     else:
-        plan = _copy(pg, keep, ctx, outcomes, hooks)
+        plan = _copy(pg, keep, ctx, outcomes, hooks, others)
     if plan.node_events:
         # Before the overlap check's lock (`locks.BIND_CHECK` is taken last) and before the
         # nodes' capacity rows are written: the recount then sees every other change committed.
@@ -731,10 +776,11 @@ def _copy(
     ctx: _Context,
     outcomes: Outcomes,
     hooks: Overlap,
+    others: Sequence[Candidate] | None = None,
 ) -> _Plan:
     """COPY `events` in, in the savepoint `_read_context` set; if one of them is stored already
     (a replay, or another transaction storing it meanwhile), roll back to the savepoint and
-    insert them with ON CONFLICT instead.
+    insert them with ON CONFLICT instead. `others`: see `_plan`.
 
     Rows go in in event id order. Two transactions inserting the same new ids wait for each
     other's at the first id they share; in opposite orders each could hold an id the other
@@ -746,7 +792,7 @@ def _copy(
             copy.write(copy_stream(map(_ROW, sorted(events, key=_BY_ID))))
             # The server is still working through the rows: plan the writes meanwhile, as if
             # all of them get stored, and let the caller do its own work.
-            plan = _plan(events, ctx)
+            plan = _plan(events, ctx, others)
             hooks.copying()
     except psycopg.errors.UniqueViolation:
         pg.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
@@ -797,14 +843,19 @@ def _insert_careful(
     return kept
 
 
-def _plan(stored: Sequence[Candidate], ctx: _Context) -> _Plan:
+def _plan(
+    stored: Sequence[Candidate], ctx: _Context, others: Sequence[Candidate] | None = None
+) -> _Plan:
     """Runs and workload states as the newly `stored` events make them. A heartbeat changes
-    neither: it is only kept, as a sign of life the sweeper reads back."""
+    neither: it is only kept, as a sign of life the sweeper reads back. `others`, if given: the
+    candidates of `stored` that are not plain heartbeats (`PreparedBatch.not_plain`), among
+    which every run and node event is: only they are looked at."""
     new_run_events: dict[str, list[LedgerEvent]] = defaultdict(list)
     # The run events and node events picked by C loops: nearly all are heartbeats.
-    for c in filter(_READ_BACK, stored):
+    scan = stored if others is None else others
+    for c in filter(_READ_BACK, scan):
         new_run_events[c.event.workload_uid].append(cast("LedgerEvent", c.read_back))
-    kept = list(map(_EVENT, stored))
+    kept = list(map(_EVENT, scan))
     kinds = map(_KIND, kept)
     node_events = list(compress(kept, map(is_, kinds, repeat(EventKind.NODE_CAPACITY))))
 
