@@ -11,10 +11,12 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from embedded_support import embedded_data_dir
 from serve_support import ServeProcess
 
 import gpufair
@@ -182,11 +184,16 @@ def test_make_run_installs_the_server_alone() -> None:
     assert re.search(r"^test: \$\(VENV\)/\.installed$", makefile, flags=re.MULTILINE)
 
 
-def test_embedded_first_start_is_short_and_psql_can_connect(tmp_path: Path) -> None:
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with embedded_data_dir() as path:  # not under tmp_path: embedded_support.py says why
+        yield path
+
+
+def test_embedded_first_start_is_short_and_psql_can_connect(tmp_path: Path, data_dir: Path) -> None:
     """`make run`'s first start: the embedded database is created without its set-up output,
     and `gpufair database-url` gives a URL that reaches it (a socket in the data folder)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFAIR_")}
-    data_dir = tmp_path / "pgdata"
     log = tmp_path / "serve.log"
     server = ServeProcess(["--data-dir", str(data_dir), "--no-jobs"], env, log)
     try:

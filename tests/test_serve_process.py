@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded_support import embedded_data_dir
 from serve_support import ServeProcess
 
 from gpufair.client import GpufairClient
 from gpufair.config_file import load_config_file
-from gpufair.store.database import Database
+from gpufair.store.database import Database, setup_log_path
 from gpufair.store.scratch import scratch_database
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clusters" / "llm-vs-vision.yaml"
@@ -58,17 +59,22 @@ def test_restart_keeps_config_on_given_database(
         assert "database: PostgreSQL at postgresql+psycopg://" in log.read_text()
 
 
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with embedded_data_dir() as path:  # not under tmp_path: embedded_support.py says why
+        yield path
+
+
 def test_embedded_database_keeps_data_across_restarts(
-    serve_env: dict[str, str], tmp_path: Path
+    serve_env: dict[str, str], tmp_path: Path, data_dir: Path
 ) -> None:
     log = tmp_path / "serve.log"
-    data_dir = tmp_path / "pgdata"
     apply_and_restart(["--data-dir", str(data_dir), "--grace-s", "1"], serve_env, log)
     console = log.read_text()
     assert f"database: embedded PostgreSQL in {data_dir}" in console
     assert (data_dir / "PG_VERSION").exists()
     # The embedded server's set-up output has its own file; the console has gpufair's lines only.
-    setup = (tmp_path / "pgdata-setup.log").read_text()
+    setup = setup_log_path(data_dir).read_text()
     assert "initdb" in setup and "pg_ctl" in setup
     assert "initdb" not in console and "pg_ctl" not in console
     warned = [line for line in console.splitlines() if " WARNING " in line or "Warning" in line]

@@ -8,7 +8,6 @@ why)."""
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from embedded_support import embedded_data_dir
 from fault_support import FORBIDDEN, cluster, run_events, serve_env, status_of, workloads
 from own_postgres import OwnPostgres
 from serve_support import ServeProcess
@@ -34,11 +34,8 @@ PER_BATCH = 5  # workloads per ReportEvents call, three events each
 
 @pytest.fixture
 def own_postgres() -> Iterator[OwnPostgres]:
-    # Not under pytest's tmp_path: the embedded server runs as another user when tests run as
-    # root, and any pytest session starting meanwhile resets the permissions of pytest's base
-    # directory, which would cut the server off from its own data.
-    with tempfile.TemporaryDirectory(prefix="gpufair-restart-") as tmp:
-        database = OwnPostgres(Path(tmp) / "pgdata")
+    with embedded_data_dir() as data_dir:  # not under tmp_path: embedded_support.py says why
+        database = OwnPostgres(data_dir)
         try:
             yield database
         finally:

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
+from embedded_support import embedded_data_dir
 from serve_support import ServeProcess
 from sqlalchemy import Engine, create_engine, text
 
@@ -52,8 +53,9 @@ STREAM = "/gpufair.v1.Ledger/StreamEvents"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("shutdown") / "pgdata"
+def data_dir() -> Iterator[Path]:
+    with embedded_data_dir() as path:  # not under tmp_path: embedded_support.py says why
+        yield path
 
 
 def postgres_engine(data_dir: Path) -> Engine:
