@@ -25,6 +25,13 @@ claim's outcome says the attempt (`failed (attempt 2 of 3): ...`), and a job who
 failed stays failed for the metrics and the alert (`gpufair_periodic_job_last_failed`) until a
 run succeeds.
 
+A run whose replica died mid-run (killed, host lost) is taken over by the next replica to tick
+once PostgreSQL has ended the dead replica's connection (at once for a killed process, within
+`JobSettings.holder_check_s` or its keepalives otherwise), counted as an attempt: each run holds
+its period's advisory lock on the one connection it works on (`claims.take_period` has the rule).
+The retaking run ends `ok: ... (attempt 2, taken over from <replica>)`, and the abandoned
+attempt counts as a failure in `gpufair_periodic_job_failures_total` on the replica that found it.
+
 A recompute that finds its pool's rollups being rewritten by another process waits for them
 (`RECOMPUTE_ROLLUP_WAIT_S`, far past the engine's lock timeout); that is not a failure: the
 outcome says how long it waited, and a wait past even that bound ends the run `deferred`, which
@@ -38,9 +45,10 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -97,6 +105,9 @@ class JobSettings:
     retry_backoff_s: float = 15.0  # before the first retry; times 4 before each later one
     recompute_workers: int = 2  # threads the pools' recomputes share
     rollup_wait_s: float = RECOMPUTE_ROLLUP_WAIT_S
+    # How soon the database notices that a run's replica is gone while it runs a statement, and
+    # the keepalive period for a lost host (`claims.take_period`); a period is retaken after.
+    holder_check_s: float = 5.0
 
 
 class PeriodicJobs:
@@ -127,6 +138,8 @@ class PeriodicJobs:
         self._cancelling = False  # the statements of the jobs in progress are being cancelled
         # The database connections the jobs hold now, to cancel their statements on `stop`.
         self._in_tick = threading.local()
+        # The connection the run on this thread works on: it holds the period's lock.
+        self._run = threading.local()
         self._in_use: set[Any] = set()
         event.listen(engine, "checkout", self._checked_out)
         event.listen(engine, "checkin", self._checked_in)
@@ -277,24 +290,57 @@ class PeriodicJobs:
         start_s = claims.period_start(now_s, period_s)
         settings = self.settings
         try:
-            attempt = claims.claim_or_retry(
-                self.engine,
-                job,
-                start_s,
-                self.replica,
-                attempts=settings.attempts,
-                backoff_s=settings.retry_backoff_s,
-            )
+            with self.engine.connect() as conn:
+                try:
+                    taken = claims.take_period(
+                        conn,
+                        job,
+                        start_s,
+                        self.replica,
+                        attempts=settings.attempts,
+                        backoff_s=settings.retry_backoff_s,
+                        holder_check_s=settings.holder_check_s,
+                    )
+                except Exception:
+                    log.warning("periodic job %s: cannot claim its period", job, exc_info=True)
+                    conn.invalidate()  # it may hold the period's lock
+                    return
+                if taken.took_over is not None:
+                    log.warning(
+                        "periodic job %s: replica %s stopped mid-run; %s",
+                        job,
+                        taken.took_over,
+                        "taken over" if taken.attempt else "that was its last attempt",
+                    )
+                    observe_job(job, failed=True)  # the abandoned attempt
+                if taken.attempt is None:
+                    return
+                try:
+                    self._run.conn = conn
+                    self._run_claimed(conn, job, start_s, taken, work)
+                finally:
+                    self._run.conn = None
+                    claims.release_period(conn, job, start_s)
         except Exception:
-            log.warning("periodic job %s: cannot claim its period", job, exc_info=True)
-            return
-        if attempt is None:
-            return
+            log.warning("periodic job %s: its connection failed", job, exc_info=True)
+
+    def _run_claimed(
+        self,
+        conn: Connection,
+        job: str,
+        start_s: float,
+        taken: claims.Taken,
+        work: Callable[[], str],
+    ) -> None:
+        attempt = taken.attempt or 1
+        settings = self.settings
         if attempt > 1:
             log.info("periodic job %s: attempt %d of %d", job, attempt, settings.attempts)
         try:
             outcome = work()
-            if attempt > 1:
+            if taken.took_over is not None:
+                outcome += f" (attempt {attempt}, taken over from {taken.took_over})"
+            elif attempt > 1:
                 outcome += f" (attempt {attempt})"
             observe_job(job, failed=False)
         except RollupBusy as busy:
@@ -311,12 +357,30 @@ class PeriodicJobs:
                 )
                 observe_job(job, failed=True)
         try:
-            claims.finish(self.engine, job, start_s, outcome)
+            if conn.in_transaction():
+                conn.rollback()
+            claims.finish(conn, job, start_s, outcome, self.replica)
         except Exception:
             log.warning("periodic job %s: cannot record its outcome", job, exc_info=True)
 
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """The connection a job works on: in a run, the run's own (it holds the period's lock,
+        so the work ends with it); left without a transaction in progress. Outside a run, a
+        connection of the engine's."""
+        conn = getattr(self._run, "conn", None)
+        if conn is None:
+            with self.engine.connect() as own:
+                yield own
+            return
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction():
+                conn.rollback()
+
     def _recompute(self, pool: str, now_s: float) -> str:
-        with self.engine.connect() as conn:
+        with self._connection() as conn:
             waited_s = self._wait_for_rollups(conn, pool)
             done = recompute_pool(conn, pool, now_s)
             conn.commit()
@@ -345,7 +409,7 @@ class PeriodicJobs:
 
     def _rollup(self, now_s: float) -> str:
         written = 0
-        with self.engine.connect() as conn:
+        with self._connection() as conn:
             version = config_repo.config_version(conn)  # before the config (`rollup_pool`)
             config = within_limits(config_repo.load_config(conn))[0]
             for pool in config.pools:
@@ -354,13 +418,13 @@ class PeriodicJobs:
         return f"ok: {written} buckets"
 
     def _sweep(self, now_s: float) -> str:
-        with self.engine.connect() as conn:
+        with self._connection() as conn:
             swept = sweep(conn, now_s, self.settings.stale_after_s)
             conn.commit()
         return f"ok: {swept.closed} stale runs closed, {swept.reopened} reopened"
 
     def _retention(self, now_s: float) -> str:
-        with self.engine.connect() as conn:
+        with self._connection() as conn:
             deleted = apply_retention(conn, now_s, self.settings.retention)
             conn.commit()
         return "ok: " + ", ".join(f"{k} {v}" for k, v in sorted(deleted.items()) if v)

@@ -74,6 +74,23 @@ def rollup_key(pool: str) -> int:
     return _named_key(f"rollup\0{pool}")
 
 
+# The first half of every period key (`period_key`): PostgreSQL keeps two-int keys apart from
+# bigint ones, so a period's lock never meets a scheduling, rollup or other key above.
+PERIODS = _NAMESPACE
+
+
+def period_key(job: str, period_start_s: float) -> tuple[int, int]:
+    """The lock (`pg_advisory_lock`, held by a connection: the one exception to the rule above;
+    two-int form `(PERIODS, hash)`) a replica holds on the connection that runs a periodic job's
+    period, from before its claim to after its outcome: free while the claim is unfinished means
+    its holder is gone (`store/claims_repo.py` has the rule; `claims_repo.release_period` closes
+    a connection it cannot release it on, so no pooled connection keeps one). Two periods whose
+    hashes meet only make one wait a tick for the other's run."""
+    name = f"period\0{job}\0{period_start_s!r}".encode()
+    digest = int.from_bytes(hashlib.sha256(name).digest()[:4], "big", signed=True)
+    return PERIODS, digest
+
+
 def xact_lock(conn: Connection, key: int) -> None:
     """Block until this transaction holds `key`; released when the transaction ends."""
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
