@@ -23,6 +23,16 @@ def other(database_url: str, db: Engine) -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.fixture
+def mine(database_url: str, db: Engine) -> Iterator[Engine]:
+    """This process's engine, with a key count of its own: the session's server, started on the
+    `db` engine by earlier tests of the same worker, listens into that engine's count too, and
+    its listener would count each of this engine's notifications a second time."""
+    engine = make_engine(database_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
 def write_versions(conn: Connection, *versions: int) -> None:
     """Config versions, one statement each: what moves GetConfig's key."""
     for version in versions:
@@ -121,7 +131,7 @@ def test_rows_written_by_hand_notify_through_the_tables_triggers(db: Engine, oth
 
 
 def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
-    db: Engine, other: Engine
+    mine: Engine, other: Engine
 ) -> None:
     """A key commit of this engine is counted as its connection comes back to the pool; its
     notification, heard after, is not counted again. Another engine's (another process's) is
@@ -129,12 +139,12 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
     and the listener confirms nothing until then. A marked commit that wrote no key table is
     heard of never: forgotten at the next round trip; a closed connection's unheard commits are
     forgotten with it."""
-    count = key_commit_count(db)
-    notices = KeyNotices(db, count, heartbeat_s=0.05).start()
+    count = key_commit_count(mine)
+    notices = KeyNotices(mine, count, heartbeat_s=0.05).start()
     try:
         until(lambda: notices.confirmed_at > float("-inf"))
         before = count.value
-        with db.begin() as conn:
+        with mine.begin() as conn:
             wrote_read_key(conn)
             write_versions(conn, 1, 2)
         assert count.value == before + 1
@@ -149,7 +159,7 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
         until(lambda: notices.heard == 2)
         assert (count.value, notices.own) == (before + 2, 1)
 
-        with db.connect() as conn:
+        with mine.connect() as conn:
             wrote_read_key(conn)
             conn.execute(text("SELECT 1"))  # no key table written: nothing will be heard
             conn.commit()
@@ -163,7 +173,7 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
 
         # Heard before its connection comes back: counted by the return, and meanwhile the
         # listener confirms nothing (the count does not hold that commit yet).
-        with db.connect() as conn:
+        with mine.connect() as conn:
             wrote_read_key(conn)
             write_versions(conn, 5)
             conn.commit()
@@ -177,7 +187,7 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
         until(lambda: notices.confirmed_at > returned)
         assert (count.value, count.unheard) == (before + 5, 0)
 
-        with db.connect() as conn:
+        with mine.connect() as conn:
             wrote_read_key(conn)
             conn.execute(text("SELECT 1"))
             conn.commit()
