@@ -19,7 +19,7 @@ process). `rollup`, `sweep` and `retention` have a thread each; the pools' recom
 or a rollup rewriting months of history, holds back no recompute and no sweep.
 
 A run that fails is retried within its period: the same claim, taken again by whichever replica
-ticks first once the backoff has passed (`claims.claim_or_retry`), at most
+ticks first once the backoff has passed (`claims.take_period`), at most
 `JobSettings.attempts` runs a period; past the period, the next period's run is the retry. The
 claim's outcome says the attempt (`failed (attempt 2 of 3): ...`), and a job whose last attempt
 failed stays failed for the metrics and the alert (`gpufair_periodic_job_last_failed`) until a

@@ -74,19 +74,6 @@ def failed_outcome(attempt: int, attempts: int, error: str) -> str:
     return f"failed (attempt {attempt} of {attempts}): {error}"
 
 
-def claim(engine: Engine, job: str, period_start_s: float, replica: str = REPLICA_ID) -> bool:
-    """True if this replica won (job, period); commits the claim at once."""
-    with engine.begin() as conn:
-        row = conn.execute(
-            text(
-                "INSERT INTO job_claims (job, period_start, claimed_by) "
-                "VALUES (:job, :start, :replica) ON CONFLICT DO NOTHING RETURNING job"
-            ),
-            {"job": job, "start": datetime.fromtimestamp(period_start_s, UTC), "replica": replica},
-        ).one_or_none()
-    return row is not None
-
-
 # The attempts a claim's outcome counts as ended: a failure or an abandoned run says which attempt
 # it was; an outcome from before the count was written (`failed: …`) is one; none (the first run
 # in progress) is none. An unfinished claim's run is the attempt after those.
@@ -143,21 +130,26 @@ def claim_or_retry(
     `attempts` runs, the first retry `backoff_s` after the failure it follows (by the
     database's clock), each later one `BACKOFF_FACTOR` times longer. Returns the attempt this
     replica won (1 for the period's first run), None when there is nothing to do (done,
-    running, or failed with no retry due). Commits the claim at once."""
+    running, or failed with no retry due). Commits the claim at once. It takes no period lock,
+    so it never retakes an unfinished claim: the jobs claim through `take_period`."""
+    params = _claim_params(job, period_start_s, replica, attempts, backoff_s)
     with engine.begin() as conn:
-        row = conn.execute(
-            _CLAIM_OR_RETRY_SQL,
-            {
-                "job": job,
-                "start": datetime.fromtimestamp(period_start_s, UTC),
-                "replica": replica,
-                "attempts": attempts,
-                "backoff": backoff_s,
-                "factor": BACKOFF_FACTOR,
-                "holder_gone": False,
-            },
-        ).one_or_none()
+        row = conn.execute(_CLAIM_OR_RETRY_SQL, {**params, "holder_gone": False}).one_or_none()
     return None if row is None else int(row.attempt)
+
+
+def _claim_params(
+    job: str, period_start_s: float, replica: str, attempts: int, backoff_s: float
+) -> dict[str, object]:
+    """The parameters of `_CLAIM_OR_RETRY_SQL` and `_ABANDONED_LAST_SQL` but `holder_gone`."""
+    return {
+        "job": job,
+        "start": datetime.fromtimestamp(period_start_s, UTC),
+        "replica": replica,
+        "attempts": attempts,
+        "backoff": backoff_s,
+        "factor": BACKOFF_FACTOR,
+    }
 
 
 @dataclass(frozen=True)
@@ -201,14 +193,7 @@ def take_period(
         conn.rollback()
         return Taken(None)
     try:
-        params = {
-            "job": job,
-            "start": datetime.fromtimestamp(period_start_s, UTC),
-            "replica": replica,
-            "attempts": attempts,
-            "backoff": backoff_s,
-            "factor": BACKOFF_FACTOR,
-        }
+        params = _claim_params(job, period_start_s, replica, attempts, backoff_s)
         row = conn.execute(_CLAIM_OR_RETRY_SQL, {**params, "holder_gone": True}).one_or_none()
         if row is not None:
             conn.commit()
