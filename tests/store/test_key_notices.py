@@ -11,7 +11,13 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from gpufair.store.commit_watch import CommitCount, KeyNotices, key_commit_count, wrote_read_key
+from gpufair.store.commit_watch import (
+    CommitCount,
+    KeyNotices,
+    key_commit_count,
+    key_notices,
+    wrote_read_key,
+)
 from gpufair.store.database import make_engine
 
 
@@ -196,3 +202,42 @@ def test_this_process_counts_its_own_key_commit_once_and_anothers_as_it_arrives(
         assert (count.value, count.unheard) == (before + 6, 0)
     finally:
         notices.close()
+
+
+def test_one_listener_per_count_and_servers_of_one_engine_share_it(
+    mine: Engine, other: Engine
+) -> None:
+    """Two listeners on one count would count each other process's key commit twice (each
+    hears its notification): a second one is refused. Servers of one process on one engine share
+    the engine's listener (`key_notices`), which stops when the last of them closes it."""
+    count = key_commit_count(mine)
+    first = key_notices(mine)
+    second = key_notices(mine)
+    try:
+        assert second is first
+        with pytest.raises(RuntimeError, match="another KeyNotices listens"):
+            KeyNotices(mine, count, heartbeat_s=0.05).start()
+        until(lambda: first.confirmed_at > float("-inf"))
+        before = count.value
+        with other.begin() as conn:
+            write_versions(conn, 1)
+        until(lambda: first.heard == 1)
+        time.sleep(0.3)  # a second listener's notification would have arrived by now
+        assert count.value == before + 1
+
+        first.close()  # one server closed: the other still hears
+        with other.begin() as conn:
+            write_versions(conn, 2)
+        until(lambda: first.heard == 2)
+        assert (count.value, count.listened) == (before + 2, True)
+    finally:
+        second.close()
+    assert count.listened is False
+    third = key_notices(mine)  # a server started after both closed listens anew
+    try:
+        assert third is not first
+        until(lambda: third.confirmed_at > float("-inf"))
+    finally:
+        third.close()
+    second.close()  # closed already: nothing happens
+    assert count.listened is False

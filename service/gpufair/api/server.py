@@ -34,7 +34,7 @@ from gpufair.api.scheduler import SchedulerServicer
 from gpufair.api.state_metrics import StateCollector
 from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
 from gpufair.domain.limits import MAX_MESSAGE_BYTES
-from gpufair.store.commit_watch import KeyNotices, key_commit_count
+from gpufair.store.commit_watch import KeyNotices, key_commit_count, key_notices
 from gpufair.store.read_versions import KeyReader
 from gpufair.v1 import (
     cluster_pb2,
@@ -155,7 +155,7 @@ def build_server(
     )
     commits = key_commit_count(engine)
     keys = KeyReader(engine)  # the read caches' checks, on one connection of their own
-    notices = KeyNotices(engine, commits).start()  # other processes' key commits
+    notices = key_notices(engine)  # other processes' key commits; one listener per engine
     cluster_admin = ClusterAdminServicer(
         engine,
         clock,

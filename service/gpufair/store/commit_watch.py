@@ -60,7 +60,10 @@ record of unheard commits (no database work under it); the writers' threads take
 commit is sent, as their connection comes back to the pool and as one closes, the listener's
 thread for each
 notification and confirmation, and readers of `value` take none (an int read is atomic). One
-`KeyNotices` at most listens for a count (`listened`); without one no commit is recorded.
+`KeyNotices` at most listens for a count (`listened`; a second one's `start` is refused, since
+each would count the other processes' notifications once more); without one no commit is
+recorded. Servers of one process that share an engine share its listener (`key_notices`: the
+first starts it, the last to `close` it stops it), under `_GUARD`.
 """
 
 from __future__ import annotations
@@ -279,21 +282,41 @@ class KeyNotices:
         self.heard = 0  # notifications received
         self.own = 0  # of them, of this process's key commits counted already
         self._stop = threading.Event()
+        self._users = 0  # servers using it (`key_notices`); stopped when the last closes
         self._conn: Any = None
         self._thread = threading.Thread(target=self._listen, name="key-notices", daemon=True)
 
     def start(self) -> KeyNotices:
+        """Listen; refused (RuntimeError) while another listener counts into `count`."""
+        with _GUARD:
+            return self._start()
+
+    def _start(self) -> KeyNotices:
+        if self.count.listened:
+            raise RuntimeError("another KeyNotices listens for this count: share it")
         self.count.listened = True
+        self._users = 1
         self._thread.start()
         return self
 
     def close(self) -> None:
-        """Stop the thread, waiting at most a heartbeat and a second for it: a thread still
-        connecting (the database is down, `connect_timeout` is 5 s) is a daemon and ends with
-        the process, so a server's bounded shutdown does not wait for it."""
+        """Stop the thread once its last user closes it (`key_notices`), waiting at most a
+        heartbeat and a second for it: a thread still connecting (the database is down,
+        `connect_timeout` is 5 s) is a daemon and ends with the process, so a server's bounded
+        shutdown does not wait for it."""
+        with _GUARD:
+            if self._users == 0:  # never started, or closed already
+                return
+            self._users -= 1
+            if self._users > 0:
+                return
+            if _LISTENERS.get(self._engine) is self:
+                del _LISTENERS[self._engine]
+            # At once, so a listener started next can claim the count; until this thread ends,
+            # a notification it hears may be counted once more (one check, no freshness lost).
+            self.count.stop_listening()
         self._stop.set()
         self._thread.join(timeout=self.heartbeat_s + 1.0)
-        self.count.stop_listening()
 
     def _connect(self) -> Any:
         proxy = self._engine.raw_connection()
@@ -341,3 +364,19 @@ class KeyNotices:
         self.heard += 1
         if not self.count.heard(pid):
             self.own += 1
+
+
+_LISTENERS: weakref.WeakKeyDictionary[Engine, KeyNotices] = weakref.WeakKeyDictionary()
+
+
+def key_notices(engine: Engine) -> KeyNotices:
+    """The listener of `engine`'s key count (`key_commit_count`), shared by every server of this
+    process on that engine: started by the first call, stopped when each caller has closed it."""
+    count = key_commit_count(engine)
+    with _GUARD:
+        notices = _LISTENERS.get(engine)
+        if notices is not None:
+            notices._users += 1
+            return notices
+        notices = _LISTENERS[engine] = KeyNotices(engine, count)._start()
+        return notices
