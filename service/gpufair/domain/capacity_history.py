@@ -7,6 +7,10 @@ integers and add up exactly, and CU as the correctly rounded sum of one product 
 (`math.fsum`). So the same nodes give the same capacity to the last bit whatever order they are
 read or changed in: a capacity counted now and one replayed from history (`capacity_steps`)
 compare equal, and a late report rebuilds the same rows as the reports in order.
+
+What the fair share divides now (`division_capacity`) also counts, on a node that is not ready,
+the GPUs its running work still holds; the rows over time (`capacity_steps`) count ready nodes
+only (the pool's capacity as its nodes' changes left it).
 """
 
 from __future__ import annotations
@@ -62,6 +66,49 @@ def totals(groups: Mapping[tuple[str, float], tuple[int, int]]) -> Capacity:
         if nodes:
             by_type[gpu_type] = by_type.get(gpu_type, 0) + gpus
     return cu, {t: float(g) for t, g in by_type.items()}
+
+
+class HeldNode(NamedTuple):
+    """A node of the pool that is not ready (drained, down) while work still runs on it: its
+    GPU type and CU per GPU, the GPUs it counts for (`counted_gpus`), and the GPUs its running
+    work holds there (fractions of shared GPUs as their fractions, `capacity.binding_gpus`)."""
+
+    gpu_type: str
+    cu_per_gpu: float
+    counted_gpus: int
+    held_gpus: float
+
+
+def division_capacity(
+    groups: Mapping[tuple[str, float], tuple[int, int]], held: Sequence[HeldNode]
+) -> Capacity:
+    """What the fair share divides in a pool now: the capacity of its ready nodes (`groups`,
+    as `totals` reads them), plus, on each node that is not ready, the GPUs its running work
+    still holds (at most the GPUs the node counts for).
+
+    A drain takes a node out of placement at once, but the work running there keeps its GPUs
+    and stays in its queue's allocation (and demand) until it ends. Dividing only the ready
+    nodes while that work still counts made the shares add up to less than what is held: the
+    queues that compete over quota lost the drained node's GPUs at once, whoever held them, so
+    a queue at its share became one above it, and its work elsewhere was reclaimed for nothing
+    (nothing was freed: the drained GPUs stayed busy). Counted so, a drain changes no share
+    until the work on the node ends, and each end gives its GPUs back to no one. Free GPUs of a
+    node that is not ready never count: nothing new is placed there.
+
+    With no such node (`held` empty, or holding nothing) this is `totals(groups)`, to the bit."""
+    kept = [(h, min(float(h.counted_gpus), h.held_gpus)) for h in held]
+    kept = [(h, gpus) for h, gpus in kept if gpus > 0.0]
+    if not kept:
+        return totals(groups)
+    products = [gpus * w for (_t, w), (nodes, gpus) in groups.items() if nodes]
+    products += [gpus * h.cu_per_gpu for h, gpus in kept]
+    parts: dict[str, list[float]] = defaultdict(list)
+    for (gpu_type, _w), (nodes, whole) in sorted(groups.items()):
+        if nodes:
+            parts[gpu_type].append(float(whole))
+    for h, held_gpus in kept:
+        parts[h.gpu_type].append(held_gpus)
+    return math.fsum(products), {t: math.fsum(parts[t]) for t in sorted(parts)}
 
 
 class Step(NamedTuple):

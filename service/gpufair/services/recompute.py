@@ -3,7 +3,9 @@
 Demand per leaf queue follows `domain.demand`: what runs now (open allocation intervals, per GPU
 type) plus what waits (pending and bound workloads, on the cheapest GPU type that serves them, as
 placement would choose; not those the pool could never hold). Usage comes from the rollups plus the window's edges, so the cost does
-not grow with the number of events in the ledger.
+not grow with the number of events in the ledger. The capacity divided is the pool's ready
+nodes plus what running work still holds on its drained ones (`capacity_repo.division_capacity`):
+a drain changes no share until the work on the node ends.
 
 Runs in the caller's transaction and takes no lock of its own.
 """
@@ -102,7 +104,9 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
     for warning in warnings:
         log.warning("recompute of pool %s: %s", pool.name, warning)
     previous = fairshare_repo.latest_run(conn, pool.name)
-    capacity = capacity_repo.capacity_now(conn).get(pool.name, (0.0, {}))
+    # Ready nodes, and what running work still holds on drained ones (`division_capacity`).
+    drained = [n.name for n in config.nodes if n.pool == pool.name and not n.ready]
+    capacity = capacity_repo.division_capacity(conn, pool.name, drained)
     gpu_types = {t.name: t for t in config.gpu_types}
     plan = _plans.get(pool.name)
     if plan is not None and not plan.fits(pool.name, pool.policy, gpu_types, config.queues):

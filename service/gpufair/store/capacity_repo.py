@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +46,48 @@ def capacity_now(conn: Connection) -> dict[str, Capacity]:
         if r.nodes:
             pool[(r.gpu_type, r.cu_per_gpu)] = (r.nodes, r.gpus)
     return {pool: capacity_history.totals(g) for pool, g in groups.items()}
+
+
+def division_capacity(conn: Connection, pool: str, not_ready: Collection[str]) -> Capacity:
+    """What the fair share divides in `pool` now (`capacity_history.division_capacity`): its
+    ready nodes as `capacity_now` counts them, plus the GPUs running work (open allocation
+    intervals) still holds on those of `not_ready` (the pool's nodes that are not ready, as the
+    caller's config has them) that are still not ready. With none, the one statement and the
+    numbers of `capacity_now`; else one more, over the pool's open intervals."""
+    groups: dict[tuple[str, float], tuple[int, int]] = {}
+    for r in conn.execute(_NOW_SQL):
+        if r.pool == pool and r.nodes:
+            groups[(r.gpu_type, r.cu_per_gpu)] = (r.nodes, r.gpus)
+    held = []
+    if not_ready:
+        held = [
+            capacity_history.HeldNode(r.gpu_type, r.cu_per_gpu, r.counted, r.held)
+            for r in conn.execute(_HELD_SQL, {"pool": pool, "names": sorted(not_ready)})
+        ]
+    return capacity_history.division_capacity(groups, held)
+
+
+# Of the named nodes, those of the pool still not ready, with the GPUs open allocation intervals
+# hold on each (`capacity.binding_gpus`: a fraction of a shared GPU as that fraction, else whole
+# GPUs). The pool's open intervals are read once (their partial index), their pods once each.
+_HELD_SQL = text(
+    """
+    SELECT n.name, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
+           LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)) AS counted,
+           sum(CASE WHEN (p.pod->>'gpu_fraction')::float8 < 1.0
+                    THEN (p.pod->>'gpu_fraction')::float8
+                    ELSE jsonb_array_length(p.pod->'gpu_indices') END) AS held
+    FROM allocation_intervals i
+    CROSS JOIN LATERAL jsonb_array_elements(i.pods) AS p(pod)
+    JOIN nodes n ON n.name = p.pod->>'node'
+    LEFT JOIN gpu_types g ON g.name = n.gpu_type
+    LEFT JOIN node_capacity c ON c.node = n.name
+    WHERE i.pool = :pool AND i.ended_at IS NULL
+      AND p.pod->>'node' = ANY(:names) AND n.pool = :pool AND NOT n.ready
+    GROUP BY n.name, n.gpu_type, g.compute_weight, n.gpu_count, c.gpu_count
+    ORDER BY n.name
+    """
+)
 
 
 # Per pool, its ready nodes and counted GPUs per (GPU type, CU per GPU); a pool without any,
