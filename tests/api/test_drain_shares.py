@@ -142,6 +142,12 @@ def test_drain_for_maintenance_evicts_nobody_elsewhere(
     assert list(after.binds) == []
     assert {p.uid: p.reason_code for p in after.pending} == reasons
     assert _shares(gpufair) == before
+    # Why a's pod waits: as before the drain, no room on the 3 ready nodes; x is not ready.
+    explained = gpufair.explain("a-four")
+    assert explained.reason_code == "no_capacity"
+    assert explained.queue_share.fair_share_cu == 12.0
+    failed = {f.filter: f.nodes_failed for f in explained.filters if f.nodes_failed}
+    assert failed == {"not_ready": 1, "free_gpus": 3}
 
     # c's job ends: x's GPUs leave the division (24 CU), c wants nothing, nothing moves.
     clock.now_s += 30
