@@ -8,10 +8,21 @@
 --    So the owner's `scontrol hold` (or `uhold`) of a pending job also sets the job's begin time
 --    to USER_HOLD_BEGIN, which Slurm keeps, the owner may set too, and the bridge reads as "held
 --    by its user": it withdraws the job from gpufair and never releases it.
--- 3. A release (`scontrol release`) of a held pending job sets its begin time to now, which
---    hands it back to gpufair. The owner's release leaves the job held (its priority stays 0),
---    so gpufair places it, not Slurm (of a job an operator held, the release is then a no-op
---    instead of Slurm's refusal); an operator's release is Slurm's own.
+-- 3. Only the owner lifts it. The bridge may have read the job just before the hold and place
+--    it in the same cycle: its pin (`scontrol update NodeList=... StartTime=now`, an operator's
+--    update naming nodes) keeps a begin time the owner set, and a release by an operator (the
+--    bridge's too) leaves the begin time alone. Slurm then does not start the job, and the
+--    bridge holds it back in its next cycle. Slurm does not show this script a job's begin
+--    time, so the script remembers the ones owners set (in memory: a restart of slurmctld
+--    forgets them, and then only a hold landing inside a bridge cycle is at risk). An operator
+--    who hands the job back sets a begin time without nodes (`scontrol update JobId=N
+--    StartTime=now`).
+-- 4. The owner's release (`scontrol release`) of a held pending job stays a release, so Slurm
+--    judges it as without the bridge: refused for a job an operator held (`Access/permission
+--    denied`, exit 1), allowed for the bridge's user hold. The script sets the begin time to
+--    OWNER_RELEASE_BEGIN with it, so Slurm does not start the released job by itself: the bridge
+--    reads it as "handed back", holds the job again, and gpufair places it (the pin's
+--    `StartTime=now` clears it).
 
 -- The partitions the bridge maps (its `partitions`), and the uids whose holds and releases are
 -- an operator's (root, SlurmUser, the bridge's user).
@@ -19,8 +30,9 @@ local GPUFAIR_PARTITIONS = {gpu = true}
 local OPERATORS = {[0] = true}
 local HOLD_AT_SUBMIT = true
 -- 2100-01-01T00:00:00Z: the begin time that means "held by its user" (the bridge's
--- USER_HOLD_BEGIN_S).
+-- USER_HOLD_BEGIN_S); 2099-12-31T00:00:00Z: "released by its owner" (OWNER_RELEASE_BEGIN_S).
 local USER_HOLD_BEGIN = 4102444800
+local OWNER_RELEASE_BEGIN = 4102358400
 local JOB_PENDING = 0
 
 local function gpufair_partition(partitions)
@@ -39,17 +51,35 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    return slurm.SUCCESS
 end
 
+-- Job id -> the begin time its owner set (a hold's USER_HOLD_BEGIN, or a later StartTime).
+local owner_begin = {}
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
    if job_rec.job_state % 256 ~= JOB_PENDING or not gpufair_partition(job_rec.partition) then
       return slurm.SUCCESS
    end
+   local id = job_rec.job_id
    local by_owner = modify_uid == job_rec.user_id and not OPERATORS[modify_uid]
-   if job_desc.priority == 0 and by_owner then
-      job_desc.begin_time = USER_HOLD_BEGIN
-   elseif job_desc.priority == slurm.INFINITE and job_rec.priority == 0 then
-      job_desc.begin_time = os.time()
-      if by_owner then
-         job_desc.priority = 0
+   if by_owner then
+      if job_desc.priority == 0 then
+         job_desc.begin_time = USER_HOLD_BEGIN
+      elseif job_desc.priority == slurm.INFINITE and job_rec.priority == 0 then
+         job_desc.begin_time = OWNER_RELEASE_BEGIN
+      end
+      local begin = job_desc.begin_time
+      if begin ~= nil and begin ~= 0 then
+         if begin > os.time() and begin ~= OWNER_RELEASE_BEGIN then
+            owner_begin[id] = begin
+         else
+            owner_begin[id] = nil
+         end
+      end
+   elseif job_desc.begin_time ~= nil and job_desc.begin_time ~= 0 then
+      local kept = owner_begin[id]
+      if kept ~= nil and kept > os.time() and job_desc.req_nodes ~= nil then
+         job_desc.begin_time = kept
+      else
+         owner_begin[id] = nil
       end
    end
    return slurm.SUCCESS

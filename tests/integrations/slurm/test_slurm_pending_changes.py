@@ -34,7 +34,12 @@ from slurm_support import (
 )
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import USER_HOLD_BEGIN_S, Bridge, CycleReport
+from gpufair.integrations.slurm.bridge import (
+    OWNER_RELEASE_BEGIN_S,
+    USER_HOLD_BEGIN_S,
+    Bridge,
+    CycleReport,
+)
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
 from gpufair.integrations.slurm.slurmctl import SlurmCtl
@@ -428,8 +433,9 @@ def test_a_users_own_hold_is_honoured_until_the_user_releases_it(
     gpufair bound the job once room came and the bridge released it. The site's job_submit.lua
     (examples/slurm/job_submit.lua, which the test cluster runs) records the owner's hold as the
     begin time 2100-01-01: the bridge withdraws the job, and no cycle places it, after a restart
-    too. The owner's release sets the begin time to now and leaves the job held: gpufair places
-    it (the next revision) and the bridge releases it there."""
+    too. The owner's release is Slurm's own release, with the begin time 2099-12-31 the script
+    sets, so Slurm does not start the job: the bridge holds it back, gpufair places it (the next
+    revision) and the bridge releases it there."""
     bridge = rtx_bridge(client)
     # Both RTX nodes full with work of the job's own queue (team-a), so that gpufair reclaims
     # nothing for it: the job just waits.
@@ -458,13 +464,12 @@ def test_a_users_own_hold_is_honoured_until_the_user_releases_it(
         assert not report.errors and not report.placed and not report.submitted
     assert active(client, job) == []
     assert (squeue(slurm)[job]["job_state"], squeue(slurm)[job]["priority"]) == ("PENDING", 0)
-    # `uhold` is the same hold; the owner's release hands it back, still held by the bridge.
+    # `uhold` is the same hold; the owner's release hands it back, and Slurm does not start it.
     as_user("scontrol", "uhold", str(job))
     assert bridge.cycle().placed == {}
     as_user("scontrol", "release", str(job))
     seen = squeue(slurm)[job]
-    assert (seen["job_state"], seen["priority"]) == ("PENDING", 0)
-    assert seen["eligible_time"] < USER_HOLD_BEGIN_S
+    assert (seen["job_state"], seen["eligible_time"]) == ("PENDING", OWNER_RELEASE_BEGIN_S)
     reports: list[CycleReport] = []
 
     def started() -> bool:

@@ -49,8 +49,11 @@ A job's begin time (`--begin`, `scontrol update StartTime=`: how a user makes a 
 holds wait) and the minutes of `after:N+m` are judged against Slurm's clock (`sdiag`, read once
 in a cycle that needs it), never the bridge's. Slurm ignores a non-operator's `scontrol hold` of
 a held job; a site's job_submit.lua records it as a begin time of its own (`USER_HOLD_BEGIN_S`),
-which the bridge reads as "held by its user" (withdrawn, never released) until a release sets
-the begin time to now.
+which the bridge reads as "held by its user" (withdrawn, never released) until the owner's
+release, which the script lets Slurm judge and marks with `OWNER_RELEASE_BEGIN_S` (not a wait:
+the job is handed back). The script keeps an owner's begin time through the bridge's pin and
+an operator's release, so a hold landing after the cycle's read is not lost: the job is
+released with that begin time, Slurm does not start it, and the next cycle holds it back.
 """
 
 from __future__ import annotations
@@ -96,6 +99,11 @@ HELD_BY_OPERATOR = "JobHeldAdmin"
 # (examples/slurm/job_submit.lua) sets it when a job's owner holds it, since Slurm records nothing
 # of a non-operator's hold of a held job, and sets the begin time to now when it is released.
 USER_HOLD_BEGIN_S = 4_102_444_800
+# The begin time that means "released by its owner" (2099-12-31T00:00:00Z): the script lets the
+# owner's release through to Slurm, which judges it (it refuses one of an operator's hold), and
+# sets this begin time with it, so that Slurm does not start the released job by itself. No wait:
+# the bridge holds the job again and gpufair places it (the pin's `StartTime=now` clears it).
+OWNER_RELEASE_BEGIN_S = 4_102_358_400
 # A requeue sets the job's submit time to its instant and its begin time `cred_expire` + 1 s
 # later (121 s by default): a begin time that close after a requeue is Slurm's delay, which the
 # pin's `StartTime=now` clears, not a wait the user asked for.
@@ -498,7 +506,12 @@ class Bridge:
                 f"held by its user (scontrol hold); scontrol release {job.job_id} hands it back "
                 "to gpufair"
             )
-        if job.eligible_time and not _requeue_delay(job) and job.eligible_time > self._slurm_now():
+        if (
+            job.eligible_time
+            and job.eligible_time != OWNER_RELEASE_BEGIN_S
+            and not _requeue_delay(job)
+            and job.eligible_time > self._slurm_now()
+        ):
             begin = datetime.fromtimestamp(job.eligible_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             return (
                 f"waits for its begin time {begin} (StartTime); scontrol update "
