@@ -205,6 +205,28 @@ class LocalSlurm:
             time.sleep(0.3)
         raise RuntimeError(f"first Slurm job {job_id} did not start: {self.logs_tail()}")
 
+    def kill_node(self, name: str) -> None:
+        """Kill one node's slurmd (SIGKILL, by the pid recorded at its start), as a node failure
+        does; the job steps it started run on until it is started again."""
+        pid = self.pids.pop(f"slurmd-{name}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+    def start_node(self, name: str, timeout_s: float = 30.0) -> None:
+        """Start a killed node's slurmd again and wait until Slurm shows the node idle (a node
+        set DOWN returns on registering: `ReturnToService=2`)."""
+        slurmd = program("slurmd") or "slurmd"
+        self._spawn(f"slurmd-{name}", [slurmd, "-D", "-N", name, "-f", str(self.conf)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.run("sinfo", "-h", "-n", name, "-N", "-o", "%t", check=False).stdout
+            if set(state.split()) == {"idle"}:
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"node {name} not idle after {timeout_s} s: {self.logs_tail()}")
+
     def _check_alive(self) -> None:
         for key, pid in self.pids.items():
             try:
