@@ -1,8 +1,9 @@
 """A running job requeued in Slurm by someone else (`scontrol requeue`, as an admin does).
 
 Slurm puts the job back to pending, not held, with an eligible time about two minutes ahead, and
-keeps its old node list. The bridge reports the end of the first run (at the moment it sees the
-requeue, documented as up to a cycle late), and gpufair places the next run like any other: the
+keeps its old node list. The bridge reports the end of the first run (at the second Slurm made
+the job pending again, its submit time, or when it sees the job still completing, up to a cycle
+late), and gpufair places the next run like any other: the
 bridge holds the job, pins it to gpufair's nodes and releases it, so it starts within a few
 cycles, where gpufair put it, instead of waiting for the eligible time with gpufair's GPUs
 reserved and then starting wherever Slurm picks. The ledger keeps the first run and holds the

@@ -278,15 +278,19 @@ def test_unknown_held_job_is_mapped_for_submission_and_an_unmappable_one_says_wh
     assert again.commands == []
 
 
-def test_requeue_without_a_stamp_is_reported_at_the_bridges_clock() -> None:
-    # Requeued by someone else (or the stamp is of another run): the end is when the bridge saw it.
+def test_requeue_without_a_stamp_is_reported_at_slurms_submit_time() -> None:
+    # Requeued by someone else (or the stamp is of another run): the end is the second Slurm
+    # made the job pending again (its submit time, which the requeue sets), not when the bridge
+    # saw it (NOW_S, 12 s later); the bridge's clock only when Slurm shows no submit time.
     for comment in ("", events.requeue_stamp(1, 1796136510.5)):
-        requeued = replace(parse_job(RAW_JOB), restart_count=1, comment=comment)
-        slurm = RecordingSlurm()
-        out, to_submit, _ = reconcile(requeued, status("running"), slurm)
-        assert slurm.commands == [] and to_submit == []
-        assert out == [events.ended("slurm-42", 0, NOW_S, ledger_pb2.EVENT_KIND_PREEMPTED)]
-        assert out[0].occurred_at.ToMicroseconds() == 1796136520250382
+        for submit_s, end_s in ((1796136508, 1796136508.0), (0, NOW_S)):
+            requeued = replace(
+                parse_job(RAW_JOB), restart_count=1, comment=comment, submit_time=submit_s
+            )
+            slurm = RecordingSlurm()
+            out, to_submit, _ = reconcile(requeued, status("running"), slurm)
+            assert slurm.commands == [] and to_submit == []
+            assert out == [events.ended("slurm-42", 0, end_s, ledger_pb2.EVENT_KIND_PREEMPTED)]
 
 
 def test_running_job_gets_one_heartbeat_at_the_start_of_each_period_after_the_first() -> None:

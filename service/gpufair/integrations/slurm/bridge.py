@@ -21,7 +21,7 @@ A cycle:
    | pending, released, reason `BeginTime` | bound | bound while a foreign requeue completed: hold, pin, release |
    | pending, held by an operator or its user, before its begin time or waiting for a dependency | pending/bound | withdraw it |
    | pending | pending/bound, asking otherwise | submit the new request, withdraw the old |
-   | pending (requeued) | running | hold it if not held; `preempted` for the run that ended |
+   | pending (requeued) | running | hold it if not held; `preempted` at the stamp, else its submit time |
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
    | completing (a requeue's too) | pending/bound | nothing yet: the row of what it shows next |
@@ -347,7 +347,7 @@ class Bridge:
                 if not job.held:
                     self.slurm.hold(job.job_id)
                 run = job.restart_count - 1
-                at_s = events.stamped_requeue_s(job.comment, run) or self.clock()
+                at_s = events.stamped_requeue_s(job.comment, run) or self._pending_again_s(job)
                 out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
                 return
             if not job.held:
@@ -461,6 +461,16 @@ class Bridge:
             self._note_submitted(job, uid)  # a Comment a failed write left stale
             if state == "bound" and status is not None and not status.evicting:
                 self._place(job, uid, status.pods, report)
+
+    def _pending_again_s(self, job: SlurmJob) -> float:
+        """When the run of a job requeued by someone else ended, for a job Slurm shows pending
+        again: its submit time, which the requeue sets to the second Slurm made the job pending
+        (the requeue's own second for a job whose processes die at once: an admin's `scontrol
+        requeue`, a node set DOWN; seen on 22.05), in Slurm's clock as the run's start is, and the
+        same in every cycle and after a restart of the bridge, however late it looks. The
+        bridge's clock only when Slurm shows none. (`squeue` has nothing better: sacct needs
+        accounting, and the COMPLETING record's start time is Slurm's time of the read.)"""
+        return float(job.submit_time) if job.submit_time else self.clock()
 
     def _requeue_completing(self, job: SlurmJob) -> bool:
         """Slurm shows a running job it has just requeued (seen on 22.05 after `scontrol
