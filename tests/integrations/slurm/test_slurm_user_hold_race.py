@@ -46,7 +46,8 @@ User = Callable[..., subprocess.CompletedProcess[str]]
 @pytest.fixture
 def as_user(slurm: Any) -> Iterator[User]:
     """Runs a Slurm command as `nobody` (not an operator), with a copy of slurm.conf it can
-    read; the completed process, whatever its exit code."""
+    read; the completed process, whatever its exit code. Its jobs are cancelled after the test
+    (the cluster's cleanup cancels root's, and waits for every job to end)."""
     with tempfile.TemporaryDirectory() as folder:
         os.chmod(folder, 0o755)
         conf = Path(folder) / "slurm.conf"
@@ -61,6 +62,7 @@ def as_user(slurm: Any) -> Iterator[User]:
             )
 
         yield run
+        slurm.run("scancel", "--user", "nobody", check=False)
 
 
 class _HoldInWindow(SlurmCtl):
