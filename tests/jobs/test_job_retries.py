@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -130,26 +131,80 @@ def test_a_retry_waits_for_its_backoff(cluster: GpufairClient, db: Engine) -> No
     assert _sweep_claims(db)[0][1] == "ok: 0 stale runs closed, 0 reopened (attempt 2)"
 
 
-def test_replicas_retrying_together_take_the_claim_once(db: Engine) -> None:
+def _failed_claim(db: Engine) -> float:
+    """The sweep's current period, claimed by replica a and failed on its first attempt."""
     start_s = claims.period_start(time.time(), 60)
-    assert claims.claim_or_retry(db, "sweep", start_s, "a", attempts=3) == 1
-    claims.finish(db, "sweep", start_s, claims.failed_outcome(1, 3, "RuntimeError: broke"))
-    won: list[int | None] = []
+    with db.connect() as conn:
+        assert claims.take_period(conn, "sweep", start_s, "a", attempts=3).attempt == 1
+        claims.finish(conn, "sweep", start_s, claims.failed_outcome(1, 3, "RuntimeError: broke"))
+        claims.release_period(conn, "sweep", start_s)
+    return start_s
+
+
+def _claim_row(db: Engine) -> tuple[str, str | None, bool]:
+    with db.connect() as conn:
+        row = conn.execute(
+            text("SELECT claimed_by, outcome, finished_at IS NULL AS running FROM job_claims")
+        ).one()
+    return row.claimed_by, row.outcome, row.running
+
+
+def test_replicas_retrying_together_take_the_claim_once(db: Engine) -> None:
+    start_s = _failed_claim(db)
+    won: dict[str, int | None] = {}
     barrier = threading.Barrier(4)
 
     def retry(replica: str) -> None:
-        barrier.wait()
-        won.append(claims.claim_or_retry(db, "sweep", start_s, replica, attempts=3))
+        with db.connect() as conn:
+            barrier.wait()
+            taken = claims.take_period(conn, "sweep", start_s, replica, attempts=3)
+            won[replica] = taken.attempt
+            barrier.wait()  # the winner holds the period's lock until every replica tried
+            if taken.attempt is not None:
+                claims.release_period(conn, "sweep", start_s)
 
     threads = [threading.Thread(target=retry, args=(f"r{i}",)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert sorted(won, key=lambda w: w or 0) == [None, None, None, 2]
-    with db.connect() as conn:
-        row = conn.execute(
-            text("SELECT claimed_by, finished_at FROM job_claims WHERE job = 'sweep'")
-        ).one()
-    assert row.finished_at is None  # the retry runs
-    assert row.claimed_by in {"r0", "r1", "r2", "r3"}
+    assert sorted(won.values(), key=lambda w: w or 0) == [None, None, None, 2]
+    (winner,) = [r for r, attempt in won.items() if attempt == 2]
+    # The retry runs: claimed anew by the winner, the failure kept in the outcome meanwhile.
+    assert _claim_row(db) == (winner, "failed (attempt 1 of 3): RuntimeError: broke", True)
+
+
+def test_the_take_statement_alone_retakes_a_failed_claim_once(db: Engine) -> None:
+    """The row lock of the conflicting insert, without the period's lock: `take_period`
+    releases that lock before its commit, so a replica taking it then runs the statement
+    while the first one's transaction still holds the row. Four transactions run it at once: one
+    takes the claim (attempt 2); the others wait for its row lock, then see the claim
+    unfinished and get nothing."""
+    start_s = _failed_claim(db)
+    params = {
+        "job": "sweep",
+        "start": datetime.fromtimestamp(start_s, UTC),
+        "attempts": 3,
+        "backoff": 0.0,
+        "factor": claims.BACKOFF_FACTOR,
+        "holder_gone": False,
+    }
+    won: dict[str, int | None] = {}
+    barrier = threading.Barrier(4)
+
+    def retry(replica: str) -> None:
+        with db.connect() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '20s'"))
+            barrier.wait()
+            row = conn.execute(claims._TAKE_SQL, {**params, "replica": replica}).one_or_none()
+            won[replica] = None if row is None else int(row.attempt)
+            conn.commit()
+
+    threads = [threading.Thread(target=retry, args=(f"r{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(won.values(), key=lambda w: w or 0) == [None, None, None, 2]
+    (winner,) = [r for r, attempt in won.items() if attempt == 2]
+    assert _claim_row(db) == (winner, "failed (attempt 1 of 3): RuntimeError: broke", True)

@@ -12,11 +12,14 @@ earlier: a host clock that jumped ahead never makes a job act on a future.
 | `sweep` | 60 s | close runs whose heartbeats stopped |
 | `retention` | 1 d | age out events, history, and each pool's rollups at its own horizon |
 
-A tick only decides what is due: each job runs on a thread of its own lane, and a job still
-running when the next tick comes is left to run (at most one run of a job at a time in a
-process). `rollup`, `sweep` and `retention` have a thread each; the pools' recomputes share
-`JobSettings.recompute_workers` threads of their own, recomputes first. So an hour of retention,
-or a rollup rewriting months of history, holds back no recompute and no sweep.
+A tick only decides what is due, in one statement for every job (`claims.due_jobs`): a job
+whose period is done, or failed with no retry due yet, costs no lock and no thread. A job with
+something due runs on a thread of its own lane, which takes its period (`claims.take_period`);
+a job still running when the next tick comes is left to run (at most one run of a job at a
+time in a process). `rollup`, `sweep` and `retention` have a thread each; the pools'
+recomputes share `JobSettings.recompute_workers` threads of their own, recomputes first. So an
+hour of retention, or a rollup rewriting months of history, holds back no recompute and no
+sweep.
 
 A run that fails is retried within its period: the same claim, taken again by whichever replica
 ticks first once the backoff has passed (`claims.take_period`), at most
@@ -45,7 +48,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -57,6 +60,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg import errors as pg_errors
 from sqlalchemy import Connection, Engine, event, exc
 
+from gpufair.domain.model import NodePool
 from gpufair.domain.stored_limits import within_limits
 from gpufair.metrics import observe_job, observe_job_period
 from gpufair.services.recompute import recompute_pool
@@ -218,26 +222,57 @@ class PeriodicJobs:
             self._idle.notify_all()
 
     def _tick(self) -> list[Future[None]]:
-        now_s = self.clock()
+        host_s = self.clock()
+        settings = self.settings
         try:
             with self.engine.connect() as conn:
                 database_s = claims.database_time(conn)
                 pools = within_limits(config_repo.load_config(conn))[0].pools
+                # A clock ahead of the database's (a host whose clock jumped) is not trusted:
+                # acting on that future, retention would delete what is not yet past its age,
+                # the sweeper close runs that are alive, the recompute store shares dated
+                # ahead of every later one (read as the latest until then), and the claims
+                # take periods no replica would run again.
+                now_s = min(host_s, database_s)
+                jobs = self._jobs(pools, now_s)
+                due = claims.due_jobs(
+                    conn,
+                    {job: claims.period_start(now_s, period_s) for job, period_s, _, _ in jobs},
+                    attempts=settings.attempts,
+                    backoff_s=settings.retry_backoff_s,
+                )
         except Exception:
             log.warning("periodic jobs: database unavailable, retrying next tick", exc_info=True)
             return []
-        if now_s > database_s + CLOCK_AHEAD_WARN_S:
+        if host_s > database_s + CLOCK_AHEAD_WARN_S:
             log.warning(
                 "periodic jobs: this host's clock is %.0f s ahead of the database's; "
                 "the jobs run at the database's time",
-                now_s - database_s,
+                host_s - database_s,
             )
-        # A clock ahead of the database's (a host whose clock jumped) is not trusted: acting on
-        # that future, retention would delete what is not yet past its age, the sweeper close
-        # runs that are alive, the recompute store shares dated ahead of every later one (read
-        # as the latest until then), and the claims take periods no replica would run again.
-        now_s = min(now_s, database_s)
-        due: list[tuple[str, float, Callable[[], str], ThreadPoolExecutor]] = [
+        started = []
+        for job, period_s, run, lane in jobs:
+            observe_job_period(job, period_s)  # for the overdue alert (metrics.py)
+            if job not in due:  # done for its period, or failed with no retry due yet
+                continue
+            with self._idle:
+                # `stop` cancelled the jobs in progress: the server exits within
+                # `CANCEL_WAIT_S`. A job started now would be cut short, its period lost.
+                if self._cancelling or job in self._in_flight:
+                    continue
+                self._in_flight.add(job)
+                self._running += 1
+            try:
+                started.append(lane.submit(self._run_once, job, period_s, now_s, run))
+            except RuntimeError:  # the lane was shut down: the server stops
+                self._release(job)
+        return started
+
+    def _jobs(
+        self, pools: Sequence[NodePool], now_s: float
+    ) -> list[tuple[str, float, Callable[[], str], ThreadPoolExecutor]]:
+        """Every job of this tick: its name, period, work and lane."""
+        jobs: list[tuple[str, float, Callable[[], str], ThreadPoolExecutor]] = [
             (
                 f"recompute:{pool.name}",
                 pool.policy.recompute_interval_s,
@@ -253,22 +288,8 @@ class PeriodicJobs:
         }
         for job in MAINTENANCE_JOBS:
             period_s, work = maintenance[job]
-            due.append((job, period_s, functools.partial(work, now_s), self._maintenance))
-        started = []
-        for job, period_s, run, lane in due:
-            observe_job_period(job, period_s)  # for the overdue alert (metrics.py)
-            with self._idle:
-                # `stop` cancelled the jobs in progress: the server exits within
-                # `CANCEL_WAIT_S`. A job started now would be cut short, its period lost.
-                if self._cancelling or job in self._in_flight:
-                    continue
-                self._in_flight.add(job)
-                self._running += 1
-            try:
-                started.append(lane.submit(self._run_once, job, period_s, now_s, run))
-            except RuntimeError:  # the lane was shut down: the server stops
-                self._release(job)
-        return started
+            jobs.append((job, period_s, functools.partial(work, now_s), self._maintenance))
+        return jobs
 
     def _release(self, job: str) -> None:
         with self._idle:

@@ -6,12 +6,18 @@ inserts (job, period_start); the primary key lets exactly one insert succeed acr
 locks alone would not do: they serialise, but the second replica would run the work again once
 the first released the lock.
 
-A run that failed is retried within its period on the same row (`claim_or_retry`): once its
+A run that failed is retried within its period on the same row (`take_period`): once its
 backoff has passed, the first replica to tick takes the claim again (`claimed_by`, `claimed_at`
 anew, `finished_at` cleared; the outcome keeps the failure meanwhile), at most `attempts` runs in
 all. The row lock of the conflicting insert makes that retake happen once, too: a second replica
 sees the claim unfinished and leaves it. Each failure's outcome says which attempt it was
 (`failed (attempt 2 of 3): …`); that is the count the next retake reads.
+
+A tick asks first which of its jobs may have a run to take (`due_jobs`: one statement for all
+of them, no lock, nothing written), and calls `take_period` for those alone, which decides
+again under the period's lock. A period whose claim is done, or failed with no retry due yet,
+stays so until a retry's backoff passes, which the next tick's read sees: so a tick with
+nothing due costs one statement, not four per job.
 
 A run whose replica died mid-run (process killed, host lost, connection cut) is taken over
 (`take_period`). The rule, written once here: a replica runs (job, period) only while it holds
@@ -46,6 +52,7 @@ from __future__ import annotations
 import math
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -70,7 +77,7 @@ def period_start(now_s: float, period_s: float) -> float:
 
 
 def failed_outcome(attempt: int, attempts: int, error: str) -> str:
-    """A failed run's outcome: which attempt it was (read back by `claim_or_retry`)."""
+    """A failed run's outcome: which attempt it was (read back by `take_period`)."""
     return f"failed (attempt {attempt} of {attempts}): {error}"
 
 
@@ -86,7 +93,16 @@ _STOPPED_MID_RUN = (
     "format('(attempt %s of %s): replica %s stopped mid-run', "
     f"{_ENDED_SO_FAR} + 1, :attempts, c.claimed_by)"
 )
-_CLAIM_OR_RETRY_SQL = text(
+# A claim whose run failed, with attempts left and its backoff passed by the database's clock.
+_RETRY_DUE = f"""
+    c.finished_at IS NOT NULL AND c.outcome LIKE 'failed%'
+    AND {_ENDED_SO_FAR} < :attempts
+    AND c.finished_at <= clock_timestamp()
+        - make_interval(secs => :backoff * power(:factor, {_ENDED_SO_FAR} - 1))
+"""
+# The claim, or its retake: a retry that is due, or (`holder_gone`: the caller holds the period's
+# lock) the run of an unfinished claim whose holder is gone, while attempts are left.
+_TAKE_SQL = text(
     f"""
     INSERT INTO job_claims AS c (job, period_start, claimed_by)
     VALUES (:job, :start, :replica)
@@ -95,13 +111,21 @@ _CLAIM_OR_RETRY_SQL = text(
             outcome = CASE WHEN c.finished_at IS NULL
                 THEN 'abandoned ' || {_STOPPED_MID_RUN}
                 ELSE c.outcome END
-        WHERE (c.finished_at IS NOT NULL AND c.outcome LIKE 'failed%'
-               AND {_ENDED_SO_FAR} < :attempts
-               AND c.finished_at <= clock_timestamp()
-                   - make_interval(secs => :backoff * power(:factor, {_ENDED_SO_FAR} - 1)))
+        WHERE ({_RETRY_DUE})
            OR (c.finished_at IS NULL AND :holder_gone AND {_ENDED_SO_FAR} + 1 < :attempts)
     RETURNING {_ENDED_SO_FAR} + 1 AS attempt,
               substring(c.outcome FROM '^abandoned .* replica (.*) stopped mid-run$') AS took_over
+    """
+)
+# Of the jobs' current periods, those `take_period` may find something to do for: no claim yet,
+# an unfinished one (running, or abandoned), or a failed one whose retry is due. One statement
+# for every job, and no lock: a claim done, or failed with no retry due, is so for the period.
+_DUE_SQL = text(
+    f"""
+    SELECT d.job
+    FROM unnest(CAST(:jobs AS text[]), CAST(:starts AS timestamptz[])) AS d(job, start)
+    LEFT JOIN job_claims AS c ON c.job = d.job AND c.period_start = d.start
+    WHERE c.job IS NULL OR c.finished_at IS NULL OR ({_RETRY_DUE})
     """
 )
 # An unfinished claim without a holder whose run was the last attempt: it failed.
@@ -117,31 +141,33 @@ _ABANDONED_LAST_SQL = text(
 )
 
 
-def claim_or_retry(
-    engine: Engine,
-    job: str,
-    period_start_s: float,
-    replica: str = REPLICA_ID,
+def due_jobs(
+    conn: Connection,
+    periods: Mapping[str, float],
     *,
     attempts: int = 1,
     backoff_s: float = 0.0,
-) -> int | None:
-    """Claim (job, period) for a run, or take it again for a retry of a failed run: at most
-    `attempts` runs, the first retry `backoff_s` after the failure it follows (by the
-    database's clock), each later one `BACKOFF_FACTOR` times longer. Returns the attempt this
-    replica won (1 for the period's first run), None when there is nothing to do (done,
-    running, or failed with no retry due). Commits the claim at once. It takes no period lock,
-    so it never retakes an unfinished claim: the jobs claim through `take_period`."""
-    params = _claim_params(job, period_start_s, replica, attempts, backoff_s)
-    with engine.begin() as conn:
-        row = conn.execute(_CLAIM_OR_RETRY_SQL, {**params, "holder_gone": False}).one_or_none()
-    return None if row is None else int(row.attempt)
+) -> set[str]:
+    """Of `periods` (job -> the start of its current period), the jobs that may have a run to
+    take (`take_period` decides, under the period's lock): one statement for all of them, so a
+    tick where nothing is due takes no lock and writes nothing. Leaves the transaction open."""
+    rows = conn.execute(
+        _DUE_SQL,
+        {
+            "jobs": list(periods),
+            "starts": [datetime.fromtimestamp(s, UTC) for s in periods.values()],
+            "attempts": attempts,
+            "backoff": backoff_s,
+            "factor": BACKOFF_FACTOR,
+        },
+    )
+    return set(rows.scalars())
 
 
 def _claim_params(
     job: str, period_start_s: float, replica: str, attempts: int, backoff_s: float
 ) -> dict[str, object]:
-    """The parameters of `_CLAIM_OR_RETRY_SQL` and `_ABANDONED_LAST_SQL` but `holder_gone`."""
+    """The parameters of `_TAKE_SQL` and `_ABANDONED_LAST_SQL` but `holder_gone`."""
     return {
         "job": job,
         "start": datetime.fromtimestamp(period_start_s, UTC),
@@ -172,11 +198,13 @@ def take_period(
     backoff_s: float = 0.0,
     holder_check_s: float = 5.0,
 ) -> Taken:
-    """`claim_or_retry` under the period's lock, which also retakes a claim whose holder
-    is gone (the rule is in the module's docstring). With an attempt to run, `conn` holds the
-    lock until `release_period`: run the work and `finish` on it. Otherwise the lock is released
-    before returning. Commits what it does; closes `conn` rather than pool it if it fails (it
-    may hold the lock)."""
+    """Claim (job, period) for a run, or take it again: for a retry of a failed run (at most
+    `attempts` runs, the first retry `backoff_s` after the failure it follows by the database's
+    clock, each later one `BACKOFF_FACTOR` times longer), or for a run whose holder is gone (the
+    rule is in the module's docstring). All under the period's lock. With an attempt to run,
+    `conn` holds the lock until `release_period`: run the work and `finish` on it. Otherwise the
+    lock is released before returning. Commits what it does; closes `conn` rather than pool it
+    if it fails (it may hold the lock)."""
     space, key = locks.period_key(job, period_start_s)
     check = str(max(1, round(holder_check_s)))
     held = conn.execute(
@@ -194,7 +222,7 @@ def take_period(
         return Taken(None)
     try:
         params = _claim_params(job, period_start_s, replica, attempts, backoff_s)
-        row = conn.execute(_CLAIM_OR_RETRY_SQL, {**params, "holder_gone": True}).one_or_none()
+        row = conn.execute(_TAKE_SQL, {**params, "holder_gone": True}).one_or_none()
         if row is not None:
             conn.commit()
             return Taken(int(row.attempt), row.took_over)
