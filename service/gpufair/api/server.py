@@ -36,6 +36,7 @@ from gpufair.api.work_slots import DEFAULT_WAITERS, WorkSlots
 from gpufair.domain.limits import MAX_MESSAGE_BYTES
 from gpufair.store.commit_watch import KeyNotices, key_commit_count, key_notices
 from gpufair.store.read_versions import KeyReader
+from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 from gpufair.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -111,6 +112,7 @@ def build_server(
     health_interval_s: float = DEFAULT_INTERVAL_S,
     read_staleness_s: float = DEFAULT_STALENESS_S,
     reuse_port: bool = False,
+    bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S,
 ) -> RunningServer:
     """Start serving; `clock` is the one instant source of every servicer (tests pin it).
 
@@ -127,6 +129,9 @@ def build_server(
     `max_workers` RPCs work at once; `schedule_waiters` more threads let `Schedule` callers wait
     for a shared cycle without a work slot (`api/work_slots.py`). The calls run on
     `api/rpc_threads.py`'s threads, started as calls arrive.
+
+    A placement `Schedule` hands out is released when no `started` event confirmed it within
+    `bind_timeout_s` (`store/schedule_repo.py`; `gpufair serve --bind-timeout-s`).
 
     `interceptors_extra` run between metrics and the call's deadline (outside) and error mapping
     (inside), e.g. the auth interceptor; with `credentials` the port speaks TLS, else plaintext.
@@ -163,7 +168,7 @@ def build_server(
         keys=keys,
     )
     cluster_pb2_grpc.add_ClusterAdminServicer_to_server(cluster_admin, server)
-    scheduler = SchedulerServicer(engine, clock, slots=slots)
+    scheduler = SchedulerServicer(engine, clock, bind_timeout_s=bind_timeout_s, slots=slots)
     ledger = LedgerServicer(
         engine,
         clock,

@@ -53,6 +53,7 @@ from gpufair.cli.submit import add_submit_command
 from gpufair.client import DEFAULT_ADDRESS, GpufairClient, field_violations
 from gpufair.config_file import (
     ConfigFileError,
+    duration_seconds,
     format_duration_s,
     load_config_file,
     message_to_yaml,
@@ -63,6 +64,7 @@ from gpufair.sim.command import add_simulate_command
 from gpufair.v1 import cluster_pb2, scheduler_pb2
 
 if TYPE_CHECKING:  # the store is imported by the commands that use it
+    from gpufair.jobs.runner import JobSettings
     from gpufair.store.retention_repo import Retention
 
 log = logging.getLogger("gpufair")
@@ -155,6 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             ),
             health_interval_s=args.health_interval_s,
             reuse_port=index is not None,
+            bind_timeout_s=args.bind_timeout_s,
         )
         say("gpufair %s serving gRPC on %s (port %d)", __version__, args.address, running.port)
         tune_for_serving()
@@ -164,15 +167,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log.info("metrics on http://%s:%d/metrics", host or "127.0.0.1", http.server_port)
         jobs = None
         if not args.no_jobs:
-            jobs = PeriodicJobs(
-                engine,
-                JobSettings(
-                    tick_s=args.job_tick_s,
-                    sweep_period_s=args.sweep_period_s,
-                    stale_after_s=args.stale_after_s,
-                    retention=retention_settings(args),
-                ),
-            )
+            jobs = PeriodicJobs(engine, job_settings(args, JobSettings))
             jobs.start()
         stop = threading.Event()
 
@@ -322,6 +317,59 @@ def retention_settings(args: argparse.Namespace) -> Retention:
         replies_days=args.reply_retention_days,
         cycles_days=args.cycle_retention_days,
     )
+
+
+def job_settings(args: argparse.Namespace, settings: type[JobSettings]) -> JobSettings:
+    """The periodic jobs' settings, from serve's options (`settings` is `JobSettings`, passed
+    in: the store is imported by the commands that use it)."""
+    return settings(
+        tick_s=args.job_tick_s,
+        sweep_period_s=args.sweep_period_s,
+        stale_after_s=args.stale_after_s,
+        retention=retention_settings(args),
+        attempts=args.job_attempts,
+        retry_backoff_s=args.job_retry_backoff_s,
+        recompute_workers=args.recompute_threads,
+    )
+
+
+# serve's bounds. A binding held a day is capacity lost for a day if its batch system never
+# starts it; a retry's backoff past a day (retention's period) is a retry that never comes.
+_MAX_BIND_TIMEOUT_S = 86400.0
+_MAX_RETRY_BACKOFF_S = 86400.0
+MAX_JOB_ATTEMPTS = 10
+# Each recompute thread holds one of the server's database connections (10, and 10 more at
+# need, `store/database.py`) for its run: beside the RPCs', the maintenance jobs' and the tick's.
+MAX_RECOMPUTE_THREADS = 8
+
+
+def _seconds(low: float, high: float, *, low_open: bool) -> Callable[[str], float]:
+    """A type for an option in seconds within `low` (excluded when `low_open`) and `high`: a
+    number (`90`, `0.5`) or a duration as cluster files take them (`90s`, `5m`, `1h30m`)."""
+
+    def parse(value: str) -> float:
+        seconds = duration_seconds(value)
+        if seconds is None or not math.isfinite(seconds):
+            raise argparse.ArgumentTypeError(f"{value!r} is not seconds (e.g. 300, 90s, 5m, 1h)")
+        if not (low < seconds if low_open else low <= seconds) or seconds > high:
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"{value!r}: give seconds in {interval}")
+        return seconds
+
+    return parse
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value!r}: give a whole number in [{low}, {high}]")
+        return number
+
+    return parse
 
 
 def _days(value: str) -> float:
@@ -723,6 +771,41 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--sweep-period-s", type=float, default=60.0, help="stale sweep period")
     serve.add_argument(
         "--stale-after-s", type=float, default=600.0, help="close runs silent this long"
+    )
+    serve.add_argument(
+        "--bind-timeout-s",
+        "--bind-timeout",
+        type=_seconds(0.0, _MAX_BIND_TIMEOUT_S, low_open=True),
+        default=300.0,  # store/schedule_repo.py DEFAULT_BIND_TIMEOUT_S (the CLI starts lean)
+        metavar="SECONDS",
+        help="a placement Schedule handed out and no started event confirmed is released "
+        "this long after (the workload pending again, its GPUs free); seconds or a duration "
+        f"(90s, 5m), above 0 and at most {format_duration_s(_MAX_BIND_TIMEOUT_S)}",
+    )
+    serve.add_argument(
+        "--job-attempts",
+        type=_int_in(1, MAX_JOB_ATTEMPTS),
+        default=3,  # jobs/runner.py JobSettings.attempts
+        metavar="N",
+        help="runs of a periodic job per period at most: the first and N-1 retries of a "
+        f"failed run, 1 to {MAX_JOB_ATTEMPTS} (1: no retry)",
+    )
+    serve.add_argument(
+        "--job-retry-backoff-s",
+        type=_seconds(0.0, _MAX_RETRY_BACKOFF_S, low_open=False),
+        default=15.0,  # jobs/runner.py JobSettings.retry_backoff_s
+        metavar="SECONDS",
+        help="wait after a periodic job's failed run before its first retry; each later retry "
+        "waits 4 times longer (15 s, then 60 s by default); 0 retries at the next tick; at "
+        f"most {format_duration_s(_MAX_RETRY_BACKOFF_S)}",
+    )
+    serve.add_argument(
+        "--recompute-threads",
+        type=_int_in(1, MAX_RECOMPUTE_THREADS),
+        default=2,  # jobs/runner.py JobSettings.recompute_workers
+        metavar="N",
+        help="threads the pools' periodic recomputes share (the maintenance jobs have their "
+        f"own), 1 to {MAX_RECOMPUTE_THREADS}: each holds a database connection while it runs",
     )
     for flag, default, what in _RETENTION_FLAGS:
         serve.add_argument(f"--{flag}-retention-days", type=_days, default=default, help=what)

@@ -19,7 +19,8 @@ a job still running when the next tick comes is left to run (at most one run of 
 time in a process). `rollup`, `sweep` and `retention` have a thread each; the pools'
 recomputes share `JobSettings.recompute_workers` threads of their own, recomputes first. So an
 hour of retention, or a rollup rewriting months of history, holds back no recompute and no
-sweep.
+sweep. `gpufair serve` sets the threads, and the attempts and backoff below
+(`--recompute-threads`, `--job-attempts`, `--job-retry-backoff-s`).
 
 A run that fails is retried within its period: the same claim, taken again by whichever replica
 ticks first once the backoff has passed (`claims.take_period`), at most

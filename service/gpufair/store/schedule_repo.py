@@ -27,7 +27,7 @@ from gpufair.domain.snapshot import CycleResult, EvictionInFlight, PendingCode, 
 from gpufair.store import bind_overlaps
 from gpufair.store.workload_repo import SPECS
 
-DEFAULT_BIND_TIMEOUT_S = 300.0
+DEFAULT_BIND_TIMEOUT_S = 300.0  # `gpufair serve --bind-timeout-s`, `api/server.py` build_server
 
 
 def release_expired_binds(conn: Connection, pool: str, now_s: float) -> int:
