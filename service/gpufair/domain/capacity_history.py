@@ -10,7 +10,9 @@ compare equal, and a late report rebuilds the same rows as the reports in order.
 
 What the fair share divides now (`division_capacity`) also counts, on a node that is not ready,
 the GPUs its running work still holds; the rows over time (`capacity_steps`) count ready nodes
-only (the pool's capacity as its nodes' changes left it).
+only (the pool's capacity as its nodes' changes left it), and stay as they were: the usage
+window's capacity, U''s denominator, adds what running work held on nodes that were not ready
+when it reads the rows (`held_timeline`, `with_held`), by the same rule over time.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import NamedTuple
+
+from gpufair.domain.usage import Segment
 
 NODE_CAPACITY = "node_capacity"  # the source of a capacity step a report made
 CONFIG = "config"  # the source of a capacity step a config apply made
@@ -182,3 +187,146 @@ def capacity_steps(
             steps.append(Step(at_s, now[0], now[1], sources.get(at_s, NODE_CAPACITY)))
             last = now
     return steps
+
+
+def not_ready(config: NodeConfig | None) -> bool:
+    """Whether a config history entry is of a node configured but not ready (drained, down):
+    it counts in no pool's rows then (no pool), unlike a removal (negative declared GPUs)."""
+    return config is not None and config.pool is None and config.gpu_count >= 0
+
+
+def held_timeline(
+    configs: Mapping[str, Sequence[tuple[float, NodeConfig]]],
+    reports: Mapping[str, Sequence[tuple[float, int]]],
+    runs: Mapping[str, Sequence[tuple[float, float, float]]],
+    lo_s: float,
+    hi_s: float,
+) -> list[Segment]:
+    """`division_capacity`'s rule over [lo_s, hi_s): the CU that running work held on nodes
+    while they were not ready, as segments (one node's do not overlap; several nodes' may).
+
+    `configs` and `reports` hold, per node, its config history entries and usable-GPU reports
+    in time order from the one in force at `lo_s` on (as `capacity_steps` takes them); `runs`,
+    per node, the (start, end, GPUs) of the runs of the pool that held GPUs there (a fraction
+    of a shared GPU as that fraction; an open run ends at +inf). While a node is not ready
+    (`not_ready`), it counts the GPUs its runs hold, at most the GPUs it counts for
+    (`counted_gpus`), each worth its CU per GPU then; while it is ready it counts in the
+    capacity rows and nothing here. A node with no config entry in force counts nothing: a
+    drain is known from its entry (every config apply writes one for a node it changes).
+
+    The GPUs held at an instant are the correctly rounded sum of its runs' (`math.fsum`), so the
+    segments do not depend on the order runs were stored or listed in."""
+    segments: list[Segment] = []
+    for node in sorted(runs):
+        entries = configs.get(node, ())
+        if any(not_ready(config) for _at, config in entries):
+            segments += _node_held(entries, reports.get(node, ()), runs[node], lo_s, hi_s)
+    segments.sort(key=_start)
+    return segments
+
+
+def _start(segment: Segment) -> tuple[float, float, float]:
+    return (segment.start_s, segment.end_s, segment.value)
+
+
+def _node_held(
+    entries: Sequence[tuple[float, NodeConfig]],
+    reported: Sequence[tuple[float, int]],
+    node_runs: Sequence[tuple[float, float, float]],
+    lo_s: float,
+    hi_s: float,
+) -> list[Segment]:
+    """One node's part of `held_timeline`: a sweep over its changes inside (lo_s, hi_s)."""
+    config_at: dict[float, NodeConfig] = {}
+    report_at: dict[float, int] = {}
+    starts: dict[float, list[tuple[int, float]]] = defaultdict(list)
+    ends: dict[float, list[int]] = defaultdict(list)
+    config: NodeConfig | None = None
+    report: int | None = None
+    active: dict[int, float] = {}
+    for at_s, entry in entries:
+        if at_s <= lo_s:
+            config = entry
+        elif at_s < hi_s:
+            config_at[at_s] = entry
+    for at_s, usable in reported:
+        if at_s <= lo_s:
+            report = usable
+        elif at_s < hi_s:
+            report_at[at_s] = usable
+    for run, (start_s, end_s, gpus) in enumerate(node_runs):
+        if end_s <= max(start_s, lo_s) or start_s >= hi_s or not gpus > 0.0:
+            continue
+        if start_s <= lo_s:
+            active[run] = gpus
+        else:
+            starts[start_s].append((run, gpus))
+        if end_s < hi_s:
+            ends[end_s].append(run)
+    pieces: list[Segment] = []
+    at_s = lo_s
+    for next_s in [*sorted({*config_at, *report_at, *starts, *ends}), hi_s]:
+        if next_s > at_s and active and config is not None and not_ready(config):
+            held = min(float(counted_gpus(config, report)), math.fsum(active.values()))
+            value = held * config.cu_per_gpu
+            if held > 0.0 and 0.0 < value < math.inf:
+                _append(pieces, Segment(at_s, next_s, value))
+        config = config_at.get(next_s, config)
+        report = report_at.get(next_s, report)
+        for run, held_gpus in starts.get(next_s, ()):
+            active[run] = held_gpus
+        for run in ends.get(next_s, ()):
+            del active[run]
+        at_s = next_s
+    return pieces
+
+
+def _append(segments: list[Segment], segment: Segment) -> None:
+    """Append, joined to the last segment when it ends where this starts with the same value."""
+    if segments and segments[-1].end_s == segment.start_s and segments[-1].value == segment.value:
+        segments[-1] = Segment(segments[-1].start_s, segment.end_s, segment.value)
+    else:
+        segments.append(segment)
+
+
+def with_held(ready: Sequence[Segment], held: Sequence[Segment]) -> list[Segment]:
+    """The usage window's capacity: the pool's rows as segments (`ready`, not overlapping, in
+    time order) with what running work held on nodes that were not ready added (`held`, from
+    `held_timeline`). Each stretch is the correctly rounded sum of the row's CU and the held
+    nodes' CU (`math.fsum`), so no float dust is left where a drain's work ends; outside the
+    held stretches the rows' segments come back as they were. With nothing held, `ready` itself,
+    to the bit: a pool that had no node drained under work in the span reads what it read."""
+    if not held:
+        return list(ready)
+    lo_s = min(h.start_s for h in held)
+    hi_s = max(h.end_s for h in held)
+    out: list[Segment] = []
+    parts: list[Segment] = list(held)
+    for s in ready:
+        if s.end_s <= lo_s or s.start_s >= hi_s:
+            out.append(s)
+            continue
+        if s.start_s < lo_s:
+            out.append(Segment(s.start_s, lo_s, s.value))
+        if s.end_s > hi_s:
+            out.append(Segment(hi_s, s.end_s, s.value))
+        parts.append(Segment(max(s.start_s, lo_s), min(s.end_s, hi_s), s.value))
+    edges: dict[float, list[tuple[int, bool]]] = defaultdict(list)
+    for i, part in enumerate(parts):
+        edges[part.start_s].append((i, True))
+        edges[part.end_s].append((i, False))
+    cuts = sorted(edges)
+    active: dict[int, float] = {}
+    merged: list[Segment] = []
+    for start_s, end_s in pairwise(cuts):
+        for i, opens in edges[start_s]:
+            if opens:
+                active[i] = parts[i].value
+            else:
+                del active[i]
+        if active:
+            _append(merged, Segment(start_s, end_s, math.fsum(active.values())))
+    joined: list[Segment] = []
+    for segment in sorted([*out, *merged], key=_start):
+        _append(joined, segment)
+    return joined

@@ -5,7 +5,9 @@ type) plus what waits (pending and bound workloads, on the cheapest GPU type tha
 placement would choose; not those the pool could never hold). Usage comes from the rollups plus the window's edges, so the cost does
 not grow with the number of events in the ledger. The capacity divided is the pool's ready
 nodes plus what running work still holds on its drained ones (`capacity_repo.division_capacity`):
-a drain changes no share until the work on the node ends.
+a drain changes no share until the work on the node ends. U' is divided by the same rule over
+the window (`capacity_repo.usage_capacity`, read by the rollups and the window's edges), so a
+long drain under work does not inflate it either.
 
 Runs in the caller's transaction and takes no lock of its own.
 """

@@ -18,13 +18,20 @@ Capacity is what rollups divide by, so a change is also a rollup dirty mark from
 node capacity event may come late, or commit while a rollup runs; `rollup_repo.rollup_pool`): a
 rebuild marks from the first row it changed, and the next rollup redoes the buckets from there,
 as for a late run event.
+
+The rows count ready nodes only. What the usage window divides by (U''s denominator) also
+counts what running work held on nodes while they were not ready (`usage_capacity`), read from
+the nodes' config history, their reports and the runs, never written as rows: the rows, their
+rebuilds and their replays stay as they were. A run's change on such a node marks the rollups
+as any run's does; a report of a node not ready marks them from its instant too, though it
+changes no row.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +42,11 @@ from gpufair.domain.capacity_history import Capacity, Step
 from gpufair.domain.usage import Segment
 from gpufair.store import locks, node_history_repo
 from gpufair.store import tables as t
-from gpufair.store.ledger_tables import pool_capacity_changes
+from gpufair.store.ledger_tables import LONG_OR_OPEN, SHORT_RUN, pool_capacity_changes
+
+_RANGES_MEET = (
+    "tstzrange(started_at, ended_at, '[)') && tstzrange(to_timestamp(:lo), to_timestamp(:hi), '[)')"
+)
 
 
 def capacity_now(conn: Connection) -> dict[str, Capacity]:
@@ -140,6 +151,11 @@ def record_if_changed(
     }
     if late is None:
         late = node_history_repo.later_than(conn, at_s)
+    if node is not None:
+        # A report of a node not ready then changes what its work held counts for in the usage
+        # window (`usage_capacity`), which no row says; it may be older than the rolled-up
+        # hours (late, or simply sent after the hour ended): the rollups redo from it.
+        conn.execute(_HELD_REPORT_MARK_SQL, {"node": node, "at": at_s})
     if late or any(at > at_s for at, _cu, _by_type in latest.values()):
         return rebuild_from(conn, at_s, node)
     written = 0
@@ -150,6 +166,22 @@ def record_if_changed(
         _mark(conn, pool, at_s)
         written += 1
     return written
+
+
+# A dirty mark from :at for the pool of :node when an entry of its config history in force at
+# :at or later has it not ready (no pool, and not removed).
+_HELD_REPORT_MARK_SQL = text(
+    """
+    INSERT INTO rollup_dirty_marks (pool, dirty_from)
+    SELECT n.pool, to_timestamp(:at) FROM nodes n
+    WHERE n.name = :node AND EXISTS (
+        SELECT 1 FROM node_config_history h
+        WHERE h.node = :node AND h.pool IS NULL AND h.gpu_count >= 0
+          AND h.changed_at >= COALESCE(
+              (SELECT max(f.changed_at) FROM node_config_history f
+               WHERE f.node = :node AND f.changed_at <= to_timestamp(:at)), '-infinity'))
+    """
+)
 
 
 # A config row stays one when a report comes at its very instant: a rebuild says config there.
@@ -301,6 +333,122 @@ def capacity_timeline(conn: Connection, pool: str, until_s: float) -> list[Segme
         if end > start and 0 < row.capacity_cu < math.inf:
             segments.append(Segment(start, end, row.capacity_cu))
     return segments
+
+
+def usage_capacity(
+    conn: Connection,
+    pool: str,
+    until_s: float,
+    spans: Sequence[tuple[float, float]],
+    not_ready: Collection[str],
+) -> list[Segment]:
+    """The capacity the usage window divides by, over `spans` (the stretches of time the caller
+    integrates; elsewhere the rows alone): `capacity_timeline`, plus the GPUs running work held
+    on nodes of the pool while they were not ready (`capacity_history.with_held`), the rule of
+    `division_capacity` over time. `not_ready`: the pool's nodes not ready now (the caller's
+    config has them); nodes drained and back within the spans are found in their history.
+
+    Without it, U' was inflated while a node drained under work: the rows count ready nodes
+    only, while the work on the drained node kept counting as usage (a queue at 8 of 12 CU over
+    quota for a week read U' 0.667 undrained, 0.737 after a 24 h drain, 0.933 after 72 h).
+
+    Reads only the spans: the config history in force in them, then, only if a node was not
+    ready there, its runs and reports there (`held_timeline`)."""
+    return capacity_history.with_held(
+        capacity_timeline(conn, pool, until_s), held_timeline(conn, pool, spans, not_ready)
+    )
+
+
+def held_timeline(
+    conn: Connection,
+    pool: str,
+    spans: Sequence[tuple[float, float]],
+    not_ready: Collection[str],
+) -> list[Segment]:
+    """What running work of `pool` held on nodes while they were not ready, inside `spans`
+    (`capacity_history.held_timeline`). One statement when no node was: the config history
+    entries, from the one in force at the spans' start on, of the nodes in `not_ready` and of
+    those with an entry inside the spans (`_STRETCHES_SQL`). Else one more per span for the
+    runs on those nodes, and their reports."""
+    spans = [(max(lo_s, 0.0), hi_s) for lo_s, hi_s in spans if hi_s > max(lo_s, 0.0)]
+    if not spans:
+        return []
+    lo_s = min(lo for lo, _hi in spans)
+    hi_s = max(hi for _lo, hi in spans)
+    configs: node_history_repo.NodeConfigs = {}
+    from_s = lo_s
+    for r in conn.execute(_STRETCHES_SQL, {"lo": lo_s, "hi": hi_s, "names": sorted(not_ready)}):
+        from_s = r.from_s
+        entry = capacity_history.NodeConfig(r.pool, r.gpu_type, r.gpu_count, r.cu_per_gpu)
+        configs.setdefault(r.node, []).append((r.at, entry))
+    drained = sorted(
+        node
+        for node, entries in configs.items()
+        if any(capacity_history.not_ready(c) for _at, c in entries)
+    )
+    if not drained:
+        return []
+    reports = node_history_repo.reports_from(conn, from_s, drained)
+    held: list[Segment] = []
+    for first_s, span_hi in spans:
+        span_lo = max(first_s, from_s)
+        if span_lo >= span_hi:
+            continue
+        runs: dict[str, list[tuple[float, float, float]]] = {}
+        params = {"pool": pool, "lo": span_lo, "hi": span_hi, "nodes": drained}
+        for r in conn.execute(_HELD_RUNS_SQL, params):
+            runs.setdefault(r.node, []).append((r.started, r.ended, r.gpus))
+        held += capacity_history.held_timeline(configs, reports, runs, span_lo, span_hi)
+    return held
+
+
+# Each node's config history entries from the one in force at :lo on, up to :hi, of the nodes
+# named and of those with an entry in (:lo, :hi) (by the index on changed_at). Not before the
+# history is complete (`node_history_start`): `from_s` says where the entries count from.
+_STRETCHES_SQL = text(
+    """
+    WITH span AS (
+        SELECT GREATEST(to_timestamp(:lo), COALESCE(
+                   (SELECT max(since) FROM node_history_start), '-infinity')) AS lo,
+               to_timestamp(:hi) AS hi),
+    named AS (
+        SELECT h.node FROM node_config_history h, span
+        WHERE h.changed_at > span.lo AND h.changed_at < span.hi
+        UNION
+        SELECT unnest(CAST(:names AS text[])))
+    SELECT n.node, extract(epoch FROM h.changed_at)::float8 AS at, h.pool, h.gpu_type,
+           h.gpu_count, h.cu_per_gpu, extract(epoch FROM span.lo)::float8 AS from_s
+    FROM named n CROSS JOIN span
+    JOIN LATERAL (
+        SELECT changed_at, pool, gpu_type, gpu_count, cu_per_gpu FROM node_config_history l
+        WHERE l.node = n.node AND l.changed_at < span.hi
+          AND l.changed_at >= COALESCE(
+              (SELECT max(f.changed_at) FROM node_config_history f
+               WHERE f.node = n.node AND f.changed_at <= span.lo), '-infinity')
+    ) AS h ON true
+    ORDER BY n.node, h.changed_at
+    """
+)
+
+# The GPUs each run of the pool overlapping [:lo, :hi) holds on each of the named nodes, per
+# pod (`capacity.binding_gpus`), found as `rollup_repo.intervals_between` finds runs.
+_HELD_RUNS_SQL = text(
+    f"""
+    SELECT p.pod->>'node' AS node, extract(epoch FROM i.started_at)::float8 AS started,
+           COALESCE(extract(epoch FROM i.ended_at)::float8, 'Infinity'::float8) AS ended,
+           CASE WHEN (p.pod->>'gpu_fraction')::float8 < 1.0
+                THEN (p.pod->>'gpu_fraction')::float8
+                ELSE jsonb_array_length(p.pod->'gpu_indices') END::float8 AS gpus
+    FROM allocation_intervals i
+    CROSS JOIN LATERAL jsonb_array_elements(i.pods) AS p(pod)
+    WHERE {_RANGES_MEET}
+      AND i.pool = :pool
+      AND (({LONG_OR_OPEN}) AND {_RANGES_MEET}
+           OR i.started_at > to_timestamp(:lo) - {SHORT_RUN} AND i.started_at < to_timestamp(:hi))
+      AND p.pod->>'node' = ANY(CAST(:nodes AS text[]))
+    ORDER BY i.id, p.pod->>'node'
+    """
+)
 
 
 def utc(ts: float) -> datetime:

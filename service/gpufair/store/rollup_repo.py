@@ -6,7 +6,9 @@ late event, a run closed by the sweeper, or simply a start now); the next rollup
 the earlier of the watermark and its marks. A change of the pool's half-life or usage basis
 changes what every moment means, so all of the pool's history is redone. A change of nodes alone
 reaches the buckets only through the capacity, whose change leaves a dirty mark, and budgets not
-at all.
+at all. The capacity the buckets and the edges divide by is the pool's rows plus what running
+work held on its nodes while they were not ready (`capacity_repo.usage_capacity`): a drain
+under work leaves U' as it was until that work ends, as it leaves the shares.
 
 A change of the config's queues, GPU types or pools changes what a bucket is made of (the tree
 that sums the leaves, the deserved quotas and the GPU types' weights that the over-quota usage
@@ -250,7 +252,10 @@ def rollup_pool(
     # (`bench/results/recompute.md`, round 22). A bucket is made of what overlaps its hour, so
     # the spans write the same rows.
     if start_s < target_s:
-        capacity = capacity_repo.capacity_timeline(conn, pool.name, now_s)  # once, for all spans
+        # Once, for all spans; with what work held on nodes not ready (`usage_capacity`).
+        capacity = capacity_repo.usage_capacity(
+            conn, pool.name, now_s, [(start_s, target_s)], _not_ready(config, pool)
+        )
         for lo_s in range(int(start_s), int(target_s), int(REDO_SPAN_S)):
             _write_buckets(conn, config, pool, lo_s, min(lo_s + REDO_SPAN_S, target_s), capacity)
     conn.execute(
@@ -498,13 +503,19 @@ def _replace(numbers: dict[Any, float], key: str, value: float | None) -> None:
 def _decayed_from(
     conn: Connection, config: ClusterConfig, pool: NodePool, lo_s: float, now_s: float
 ) -> UsageInputs:
-    """`decayed_usage` over [lo_s, now_s): buckets from ceil_hour(lo_s), edges from intervals."""
+    """`decayed_usage` over [lo_s, now_s): buckets from ceil_hour(lo_s), edges from intervals.
+    The edges' capacity is read once, for both (`capacity_repo.usage_capacity`)."""
     policy = pool.policy
     mark = _watermark(conn, pool.name)
     a_s = ceil_hour(lo_s) if math.isfinite(lo_s) else -math.inf
     b_s = min(mark.rolled_up_to_s, floor_hour(now_s)) if mark is not None else -math.inf
     if b_s <= a_s:
         return _edge(conn, config, pool, lo_s, now_s, now_s)
+    spans = [(lo_s, a_s)] if math.isfinite(lo_s) and lo_s < a_s else []
+    spans += [(b_s, now_s)] if b_s < now_s else []
+    edge_capacity = capacity_repo.usage_capacity(
+        conn, pool.name, now_s, spans, _not_ready(config, pool)
+    )
 
     usage: dict[str, float] = {}
     capacity: dict[str | None, float] = {}
@@ -544,24 +555,41 @@ def _decayed_from(
             capacity[r.queue] = float(r.capacity)
     parts = [UsageInputs(usage_cu_s=usage, group_capacity_cu_s=capacity)]
     if math.isfinite(lo_s) and lo_s < a_s:
-        parts.append(_edge(conn, config, pool, lo_s, a_s, now_s))
+        parts.append(_edge(conn, config, pool, lo_s, a_s, now_s, edge_capacity))
     if b_s < now_s:
-        parts.append(_edge(conn, config, pool, b_s, now_s, now_s))
+        parts.append(_edge(conn, config, pool, b_s, now_s, now_s, edge_capacity))
     return add_usage(*parts)
 
 
+def _not_ready(config: ClusterConfig, pool: NodePool) -> list[str]:
+    """The pool's nodes that are not ready in `config` (`capacity_repo.usage_capacity`)."""
+    return [n.name for n in config.nodes if n.pool == pool.name and not n.ready]
+
+
 def _edge(
-    conn: Connection, config: ClusterConfig, pool: NodePool, lo_s: float, hi_s: float, now_s: float
+    conn: Connection,
+    config: ClusterConfig,
+    pool: NodePool,
+    lo_s: float,
+    hi_s: float,
+    now_s: float,
+    capacity: Sequence[Segment] | None = None,
 ) -> UsageInputs:
+    """Decayed usage of [lo_s, hi_s) from the runs; `capacity` (the usage window's, read for
+    at least this span) is read here when not given."""
     leaves = {q.name for q in config.leaf_queues()}
     items = intervals_between(conn, pool.name, lo_s, hi_s)
+    if capacity is None:
+        capacity = capacity_repo.usage_capacity(
+            conn, pool.name, now_s, [(lo_s, hi_s)], _not_ready(config, pool)
+        )
     return range_usage(
         pool=pool.name,
         policy=pool.policy,
         queues=config.queues,
         gpu_types={t.name: t for t in config.gpu_types},
         leaf_allocations=_leaf_timelines(items, leaves),
-        capacity=capacity_repo.capacity_timeline(conn, pool.name, now_s),
+        capacity=capacity,
         lo_s=lo_s,
         hi_s=hi_s,
         now_s=now_s,
