@@ -337,12 +337,19 @@ def _depth_violations(queues: tuple[Queue, ...]) -> list[Violation]:
 
 
 def config_warnings(config: ClusterConfig) -> list[str]:
-    """Things that are allowed but probably not meant, e.g. guarantees a pool cannot honour."""
+    """Things that are allowed but probably not meant, e.g. guarantees a pool cannot honour.
+
+    A pool's guarantees are judged against every node it is configured with, ready or not, at
+    its declared GPUs: this is about the configuration, and a drain is operations. Counting
+    ready nodes only, each apply during a drain (a node under maintenance, a Slurm node in
+    DRAIN or DOWN) of a pool whose quotas fill it warned that its guarantees cannot all hold,
+    while the drained node's running work still counted in the division (`capacity_history.
+    division_capacity`) and the node was coming back; nothing in the config was wrong. (A
+    reported loss of GPUs never counted here either.)"""
     weights = {t.name: t.compute_weight for t in config.gpu_types}
     capacity_cu: dict[str, float] = defaultdict(float)
     for node in config.nodes:
-        if node.ready:
-            capacity_cu[node.pool] += node.gpu_count * weights.get(node.gpu_type, 0.0)
+        capacity_cu[node.pool] += node.gpu_count * weights.get(node.gpu_type, 0.0)
     children: dict[str | None, list[Queue]] = defaultdict(list)
     for queue in config.queues:
         children[queue.parent].append(queue)
