@@ -187,8 +187,8 @@ def test_draining_node_keeps_its_running_job_counted_and_takes_no_new_work(
     (`sinfo`: draining), and as `idle` with DRAIN (drained) once the job ended. gpufair has it
     not ready in both, as after `gpufair drain`: the job there runs on and counts as its queue's
     (allocated CU, usage, its run's end in the ledger), no new work is bound on the node's free
-    GPUs, and the pool's capacity leaves out the node's GPUs (gpufair's model of a drain, as
-    README's pool utilisation says) until Slurm resumes it."""
+    GPUs, and the capacity the fair share divides leaves out the node's free GPUs, and its
+    running work's once that has ended (09d66cf), until Slurm resumes it."""
     client.apply_config(cluster_config("gpu"))
     bridge = make_bridge(client, bridge_config())
     bridge.cycle()
@@ -217,7 +217,8 @@ def test_draining_node_keeps_its_running_job_counted_and_takes_no_new_work(
         [running] = [w for w in client.list_workloads(states=["running"]) if w.workload.uid == uid]
         assert [(p.node, list(p.gpu_indices)) for p in running.pods] == [(node, [0, 1])]
         shares = client.get_fair_share("gpu")
-        assert shares.capacity_cu == 8 * 10 + 16 * 2  # the other A100 node and the RTX nodes
+        # The other A100 node, the RTX nodes, and the 2 GPUs the job holds on the drained node.
+        assert shares.capacity_cu == 8 * 10 + 16 * 2 + 2 * 10
         allocated = {q.queue: q.allocated_cu for q in shares.queues}
         assert allocated == {"team-a": 20, "team-b": 80}
 
@@ -232,6 +233,12 @@ def test_draining_node_keeps_its_running_job_counted_and_takes_no_new_work(
         assert runs_of(db, uid) == [
             (ended["start_time"], ended["end_time"], 2.0, "a100-80gb", "stopped")
         ]
+        # Its work ended: the drained node's GPUs are out of the capacity divided.
+        cycle_until(
+            bridge,
+            lambda: client.get_fair_share("gpu").capacity_cu == 8 * 10 + 16 * 2,
+            max_cycles=5,
+        )
     finally:
         slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
     # Resumed: ready again, and the waiting job is placed there.
