@@ -12,6 +12,12 @@ per run: the pool's utilisation, wait P50 / P99 of the large jobs (those asking 
 `--large-gpus` GPUs in all) and their count still waiting at the end, moves and GPUs moved, and
 the run's CPU seconds (`time.process_time`, steadier than wall-clock on a shared machine) beside
 its wall seconds.
+
+A second table traces the evictions (`engine.DecisionRow`): by the phase that decided them, and
+by how the run they ended had started (`started_as`: within the share, beyond it, on capacity
+evicted for it, or where a move sent it), with those of workloads evicted before in the run.
+`--cycle-s` runs the scenario with another cycle length: how far the counts move under a change
+that has nothing to do with moves, against which the difference moves make can be read.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections import Counter
 from pathlib import Path
 
 from gpufair.sim.engine import SimResult, simulate
@@ -52,21 +59,42 @@ def row(label: str, result: SimResult, cpu_s: float, wall_s: float, large_gpus: 
     )
 
 
+def chain_row(label: str, result: SimResult) -> str:
+    """The evictions of the run's first pool by reason, by how their run started, and repeats."""
+    evictions = [
+        d for d in result.decisions if d.event == "evict" and d.pool == result.pools[0].name
+    ]
+    reasons = Counter(d.reason for d in evictions)
+    started = Counter(d.started_as.split(":")[0] for d in evictions)
+    return (
+        f"| {label} | {len(evictions)} | {reasons['reclaim']} | {reasons['preempt']} "
+        f"| {reasons['entitlement']} | {reasons['defragment']} | {started['within_share']} "
+        f"| {started['beyond_share']} | {started['claim']} | {started['move']} "
+        f"| {sum(1 for d in evictions if d.evicted_before > 0)} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", type=Path)
     parser.add_argument("--share", type=float, default=None, help="max_moved_share_per_hour")
     parser.add_argument("--large-gpus", type=float, default=8.0, help="a large job's GPUs")
     parser.add_argument("--trace-dir", type=Path, default=None)
+    parser.add_argument("--cycle-s", type=float, default=None, help="another cycle length")
     args = parser.parse_args()
     kwargs = {} if args.trace_dir is None else {"trace_dir": args.trace_dir}
     scenario = load_scenario(args.scenario, **kwargs)
+    if args.cycle_s is not None:
+        scenario = dataclasses.replace(scenario, cycle_s=args.cycle_s)
     own = next(
         (p.max_moved_share_per_hour for p in scenario.cluster.pools if p.max_moved_share_per_hour),
         None,
     )
     share = args.share if args.share is not None else own if own is not None else 0.1
-    print(f"scenario {scenario.name}, large jobs: at least {args.large_gpus:g} GPUs")
+    print(
+        f"scenario {scenario.name}, cycle {scenario.cycle_s:g} s, "
+        f"large jobs: at least {args.large_gpus:g} GPUs"
+    )
     print()
     print(
         "| moves | utilisation % | large jobs | large wait P50 h | large wait P99 h "
@@ -74,6 +102,7 @@ def main() -> None:
         "| CPU s | wall s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    chains = []
     for label, value in (("off", None), (f"share {share:g}/h", share)):
         started_wall = time.perf_counter()
         started = time.process_time()
@@ -81,6 +110,14 @@ def main() -> None:
         cpu_s = time.process_time() - started
         wall_s = time.perf_counter() - started_wall
         print(row(label, result, cpu_s, wall_s, args.large_gpus), flush=True)
+        chains.append(chain_row(label, result))
+    print()
+    print(
+        "| moves | evictions | reclaim | preempt | entitlement | defragment "
+        "| run began within share | beyond share | on a claim | by a move | evicted before |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(chains))
 
 
 if __name__ == "__main__":

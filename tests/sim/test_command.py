@@ -76,7 +76,10 @@ def test_simulate_writes_csv_json_plots_and_prints_the_summary(
         "decayed_usage_cu_s,weight_share"
     )
     events = (out / "events.csv").read_text().splitlines()
-    assert events[0] == ("time_s,pool,event,uid,queue,gpus,cu,reason,beneficiary,beneficiary_queue")
+    assert events[0] == (
+        "time_s,pool,event,uid,queue,gpus,cu,reason,beneficiary,beneficiary_queue,"
+        "started_as,ran_s,evicted_before"
+    )
     assert len(events) > 1 and all(",bind," in e or ",evict," in e for e in events[1:])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scenario"] == "command-test" and summary["seed"] == 4

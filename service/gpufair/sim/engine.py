@@ -69,6 +69,7 @@ from gpufair.domain.model import (
     ClusterConfig,
     GpuType,
     NodePool,
+    PodBinding,
     Queue,
     Workload,
 )
@@ -116,6 +117,7 @@ class JobRecord:
     # The GPUs of its last run per type, by type name: one entry unless a compute-unit request
     # mixed types, whose GPUs count each on its own type (as the ledger splits a run).
     gpus_by_type: tuple[tuple[str, float], ...] = ()
+    started_as: str = ""  # the `DecisionRow.reason` of the bind that started its last run
 
     @property
     def workload(self) -> Workload:
@@ -139,9 +141,18 @@ class TimelineRow:
 @dataclass(frozen=True, slots=True)
 class DecisionRow:
     """One bind or eviction of a cycle (`events.csv`). `reason`: for a bind `within_share`,
-    `beyond_share`, or `claim:<eviction reason>` when it binds on capacity evicted for it; for an
-    eviction its `EvictReason` (`reclaim`, `preempt`, `entitlement`). `beneficiary` (and its
-    queue): whom an eviction was made for."""
+    `beyond_share`, `claim:<eviction reason>` when it binds on capacity evicted for it, or `move`
+    when a workload a defragmentation move stopped binds where the move sent it; for an eviction
+    its `EvictReason` (`reclaim`, `preempt`, `defragment`, `entitlement`): the phase that decided
+    it. `beneficiary` (and its queue): whom an eviction was made for.
+
+    An eviction's chain back to what placed the victim, so that evictions one change causes can
+    be told from those it does not (`bench/bench_defrag.py` counts them): `started_as`, the
+    `reason` of the bind that started the run it was evicted from (`move`: a move put it there;
+    `beyond_share`: work-conserving, the first reclaim takes); `ran_s`, how long that run lasted
+    (the victim order prefers the most recently started, and `min_runtime_s` counts from there);
+    `evicted_before`, how many times it was evicted earlier in the run (a workload evicted,
+    bound again beyond its share and evicted again counts each time)."""
 
     time_s: float
     pool: str
@@ -153,6 +164,9 @@ class DecisionRow:
     reason: str
     beneficiary: str = ""
     beneficiary_queue: str = ""
+    started_as: str = ""
+    ran_s: float = 0.0
+    evicted_before: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -610,6 +624,8 @@ class Simulation:
             for claim in pool.standing_claims
             if claim.beneficiary_uid is not None
         }
+        # Moved workloads: the GPUs each move sent it to, so its re-bind there reads `move`.
+        moving = {c.victim_uid: c.move_to for c in pool.standing_claims if c.move_to}
         pool.standing_claims = tuple(
             EvictionInFlight(e.workload_uid, e.beneficiary_uid, e.move_to, e.move_gpu_type)
             for e in result.evicts
@@ -621,7 +637,7 @@ class Simulation:
                 pool.moves += 1
                 pool.moved_gpus += gpus
         pool.claim_reasons = {e.workload_uid: e.reason.value for e in result.evicts}
-        self._record(pool, result, claimed_for, now_s)
+        self._record(pool, result, claimed_for, moving, now_s)
         pool.cycles_run += 1
         pool.hopeless = {uid for uid, r in result.pending.items() if r.code in _HOPELESS}
         pool.wanted_types = None
@@ -635,15 +651,24 @@ class Simulation:
         pool.wake_s = self._wake_s(pool, now_s)
 
     def _record(
-        self, pool: _Pool, result: CycleResult, claimed_for: dict[str, str], now_s: float
+        self,
+        pool: _Pool,
+        result: CycleResult,
+        claimed_for: dict[str, str],
+        moving: dict[str, tuple[PodBinding, ...]],
+        now_s: float,
     ) -> None:
-        """The cycle's binds and evictions as `DecisionRow`s (`events.csv`)."""
+        """The cycle's binds and evictions as `DecisionRow`s (`events.csv`); each bind's reason
+        is kept on its job (`JobRecord.started_as`) for the eviction that may end the run."""
         for bind in result.binds:
             claim = claimed_for.get(bind.workload_uid)
             if claim is not None:
                 reason = f"claim:{claim}" if claim else "claim"
+            elif moving.get(bind.workload_uid) == bind.bindings:
+                reason = "move"
             else:
                 reason = "beyond_share" if bind.over_fair_share else "within_share"
+            pool.pending[bind.workload_uid].started_as = reason
             gpus = math.fsum(binding_gpus(binding) for binding in bind.bindings)
             self.decisions.append(
                 DecisionRow(
@@ -666,6 +691,9 @@ class Simulation:
                     evict.reason.value,
                     beneficiary,
                     found.workload.queue if found is not None else "",
+                    job.started_as,
+                    now_s - job.run_start_s,
+                    job.evictions,
                 )
             )
 

@@ -13,9 +13,13 @@ byte-identical files: fixed float formats, rows in a fixed order, no wall clock,
   that arrive at or after the end (duration_s) are not part of the run and have no row; the
   scenario's notes (summary.txt, summary.json) say how many.
 - `events.csv`: every bind and eviction in the order the cycles made them: time_s, pool, event
-  (bind or evict), uid, queue, gpus, cu, reason (a bind: within_share, beyond_share, or
-  claim:<eviction reason> on capacity evicted for it; an eviction: reclaim, preempt or
-  entitlement), beneficiary and beneficiary_queue (whom an eviction was for).
+  (bind or evict), uid, queue, gpus, cu, reason (a bind: within_share, beyond_share,
+  claim:<eviction reason> on capacity evicted for it, or move where a defragmentation move sent
+  it; an eviction: the phase that decided it, reclaim, preempt, defragment or entitlement),
+  beneficiary and beneficiary_queue (whom an eviction was for), and for an eviction the chain
+  back to what placed the victim (`engine.DecisionRow`): started_as (the reason of the bind that
+  started the run it leaves), ran_s (how long that run lasted), evicted_before (its earlier
+  evictions in the run); empty for a bind.
 - `summary.json`: the scenario's name, seed, span and policies, what loading noted, the
   metrics of `metrics` per pool and queue (floats rounded to 6 decimals), and `refused`: how
   many jobs the submit checks refused and how many for each reason.
@@ -81,6 +85,9 @@ EVENT_COLUMNS = (
     "reason",
     "beneficiary",
     "beneficiary_queue",
+    "started_as",
+    "ran_s",
+    "evicted_before",
 )
 
 
@@ -192,6 +199,11 @@ def write_events(result: SimResult, path: Path) -> None:
                 row.reason,
                 row.beneficiary,
                 row.beneficiary_queue,
+                *(
+                    (row.started_as, fmt(row.ran_s, 3), str(row.evicted_before))
+                    if row.event == "evict"
+                    else ("", "", "")
+                ),
             )
             for row in result.decisions
         ),
