@@ -19,7 +19,7 @@ from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import events
-from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.bridge import OWNER_RELEASE_BEGIN_S, Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import Unmappable, map_job
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
@@ -648,3 +648,31 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
     ready._reconcile(requeued, status("bound"), [], [], report)
     assert [c[1] for c in slurm.commands] == ["uhold", "update", "release"]
     assert slurm.commands[1][2:] == ["JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"]
+
+
+def test_a_job_its_owner_released_is_held_again_and_placed_not_kept_waiting() -> None:
+    """The owner's release goes to Slurm as a release (job_submit.lua), with the begin time
+    2099-12-31 (`OWNER_RELEASE_BEGIN_S`) that keeps Slurm from starting the job: not a wait. A
+    bound job is held again, pinned (the pin's `StartTime=now` clears that begin time) and
+    released; one gpufair does not have (withdrawn while its user held it) is held and submitted.
+    Neither reads Slurm's clock nor withdraws anything."""
+    released = replace(
+        parse_job(RAW_JOB),
+        priority=4294901756,
+        state_reason="BeginTime",
+        eligible_time=OWNER_RELEASE_BEGIN_S,
+    )
+    slurm, client = SlurmWithClock(), RecordingClient()
+    out, to_submit, report = reconcile(released, status("bound"), slurm, client)
+    assert [c[:2] for c in slurm.commands] == [
+        ["scontrol", "uhold"],
+        ["scontrol", "update"],
+        ["scontrol", "release"],
+    ]
+    assert "StartTime=now" in slurm.commands[1]
+    assert (out, to_submit, report.withdrawn, client.cancelled) == ([], [], {}, [])
+    slurm = SlurmWithClock()
+    out, to_submit, report = reconcile(released, None, slurm, client)
+    assert slurm.commands == [["scontrol", "uhold", "42"]]
+    assert [w.uid for _, w in to_submit] == ["slurm-42"]
+    assert (report.withdrawn, report.unmappable, client.cancelled) == ({}, {}, [])

@@ -8,7 +8,8 @@ mark: a hold landing after the read lost it, the pin's `StartTime=now` (or the r
 set the begin time to now) overwrote the begin time, and Slurm started the job within a second.
 Now the script remembers the begin time an owner set, the pin (an operator's update naming
 nodes) keeps it, and an operator's release leaves the begin time alone: Slurm cannot start the
-job, and the next cycle holds it back and withdraws it.
+job, and the next cycle holds it back and withdraws it. An operator's own release keeps the
+owner's hold the same way; an operator's `StartTime=now` (naming no nodes) hands the job back.
 
 The owner's release goes to Slurm as a release, so Slurm judges it as it does without the
 bridge: refused for a job an operator held, allowed for the bridge's user hold, with the begin
@@ -177,7 +178,28 @@ def test_an_owners_hold_during_the_placing_cycle_is_kept(
     cycle_until(bridge, lambda: started(slurm, read_job), max_cycles=10, reports=reports)
     placed = {uid: nodes for r in reports for uid, nodes in r.placed.items()}
     assert placed == {f"slurm-{read_job}.1": [squeue(slurm)[read_job]["nodes"]]}
-    assert squeue(slurm)[pin_job]["job_state"] == "PENDING"
+
+    # An operator's release leaves the owner's hold: released, not started, held back again.
+    slurm.run("scontrol", "release", str(pin_job))
+    seen = squeue(slurm)[pin_job]
+    assert (seen["job_state"], seen["eligible_time"], seen["priority"] > 0) == (
+        "PENDING",
+        USER_HOLD_BEGIN_S,
+        True,
+    )
+    for _ in range(2):
+        report = bridge.cycle()
+        assert not report.errors and not report.placed and not report.submitted
+    assert (squeue(slurm)[pin_job]["job_state"], squeue(slurm)[pin_job]["priority"]) == (
+        "PENDING",
+        0,
+    )
+    # An operator's begin time naming no nodes hands it back.
+    slurm.run("scontrol", "update", f"JobId={pin_job}", "StartTime=now")
+    reports = []
+    cycle_until(bridge, lambda: started(slurm, pin_job), max_cycles=10, reports=reports)
+    placed = {uid: nodes for r in reports for uid, nodes in r.placed.items()}
+    assert placed == {f"slurm-{pin_job}.1": [squeue(slurm)[pin_job]["nodes"]]}
 
 
 def test_an_owners_release_of_a_job_an_operator_held_is_refused_as_slurm_refuses_it(
