@@ -9,14 +9,16 @@
 --    to USER_HOLD_BEGIN, which Slurm keeps, the owner may set too, and the bridge reads as "held
 --    by its user": it withdraws the job from gpufair and never releases it.
 -- 3. Only the owner lifts it. The bridge may have read the job just before the hold and place
---    it in the same cycle: its pin (`scontrol update NodeList=... StartTime=now`, an operator's
---    update naming nodes) keeps a begin time the owner set, and a release by an operator (the
---    bridge's too) leaves the begin time alone. Slurm then does not start the job, and the
---    bridge holds it back in its next cycle. Slurm does not show this script a job's begin
---    time, so the script remembers the ones owners set (in memory: a restart of slurmctld
---    forgets them, and then only a hold landing inside a bridge cycle is at risk). An operator
---    who hands the job back sets a begin time without nodes (`scontrol update JobId=N
---    StartTime=now`).
+--    it in the same cycle: a release by an operator (the bridge's too) leaves the begin time
+--    alone, and the bridge's pin (`scontrol update NodeList=...`, an operator's update naming
+--    nodes) keeps a begin time the owner set, also when it carries `StartTime=now` (to clear a
+--    requeue's delay). Slurm then does not start the job, and the bridge holds it back in its
+--    next cycle. Slurm does not show this script a job's begin time, so the script remembers
+--    the ones owners set (in memory: a restart of slurmctld, or a change of this file, forgets
+--    them; the bridge's pin names no StartTime unless it must, so only a hold landing as the
+--    bridge places a requeued job, or one its owner has just released, is then at risk). An
+--    operator who hands the job back sets a begin time without nodes (`scontrol update
+--    JobId=N StartTime=now`).
 -- 4. The owner's release (`scontrol release`) of a held pending job stays a release, so Slurm
 --    judges it as without the bridge: refused for a job an operator held (`Access/permission
 --    denied`, exit 1), allowed for the bridge's user hold. The script sets the begin time to

@@ -67,14 +67,25 @@ PODS = [
 
 
 def test_pin_then_release_in_pod_order() -> None:
+    """A job with no begin time to clear is pinned without `StartTime=` (which would overwrite a
+    begin time set since the read: an owner's hold); a requeued one with Slurm's delay, and one
+    its owner released (the 2099 mark), with `StartTime=now`."""
+    job = parse_job(RAW_JOB)
+    requeued = replace(job, restart_count=1, eligible_time=job.submit_time + 121)
+    released = replace(job, eligible_time=OWNER_RELEASE_BEGIN_S)
+    late_begin = replace(job, restart_count=1, eligible_time=job.submit_time + 3600)
+    for placed, start in ((job, []), (requeued, ["StartTime=now"]), (released, ["StartTime=now"])):
+        slurm = RecordingSlurm()
+        report = CycleReport()
+        bridge(slurm)._place(placed, "slurm-42", PODS, report)
+        assert slurm.commands == [
+            ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", *start],
+            ["scontrol", "release", "42"],
+        ]
+        assert report.placed == {"slurm-42": ["a100-0", "a100-1"]} and not report.errors
     slurm = RecordingSlurm()
-    report = CycleReport()
-    bridge(slurm)._place(parse_job(RAW_JOB), "slurm-42", PODS, report)
-    assert slurm.commands == [
-        ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"],
-        ["scontrol", "release", "42"],
-    ]
-    assert report.placed == {"slurm-42": ["a100-0", "a100-1"]} and not report.errors
+    bridge(slurm)._place(late_begin, "slurm-42", PODS, CycleReport())
+    assert slurm.commands[0] == ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1"]
 
 
 def test_failed_pin_is_never_followed_by_a_release() -> None:
@@ -414,7 +425,7 @@ def test_refused_workload_says_why_in_its_comment_and_vanished_ones_are_cancelle
     refused = "Comment=gpufair: not scheduled: unknown queue 'team-c'"
     assert slurm.commands == [
         ["scontrol", "update", "JobId=43", refused],
-        ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"],
+        ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1"],
         ["scontrol", "release", "42"],
     ]
     assert states(client) == {"slurm-42": "bound", "slurm-44": "pending"}

@@ -31,8 +31,8 @@ class NodeLostBeforeStart(SlurmCtl):
         self.lost: str = ""
         self._pinned: list[str] = []
 
-    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
-        super().pin(job_id, nodes)
+    def pin(self, job_id: int, nodes: Sequence[str], *, start_now: bool) -> None:
+        super().pin(job_id, nodes, start_now=start_now)
         self._pinned = list(nodes)
 
     def release(self, job_id: int) -> None:

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,16 +76,24 @@ class _HoldInWindow(SlurmCtl):
         self.user = user
         self.before_pin: set[int] = set()
         self.after_pin: set[int] = set()
+        self.forget: Path | None = None  # the script to touch with a hold before a pin
+        self.pins: list[tuple[int, bool]] = []  # (job, with StartTime=now)
 
     def _hold(self, job_id: int) -> None:
         done = self.user("scontrol", "hold", str(job_id))
         assert done.returncode == 0, done.stderr
 
-    def pin(self, job_id: int, nodes: Any) -> None:
+    def pin(self, job_id: int, nodes: Any, *, start_now: bool) -> None:
+        self.pins.append((job_id, start_now))
         if job_id in self.before_pin:
             self.before_pin.discard(job_id)
             self._hold(job_id)
-        super().pin(job_id, nodes)
+            if self.forget:
+                # Slurm loads a changed script again, with nothing remembered (as after a
+                # restart of slurmctld), at its next call: the pin.
+                now = time.time()
+                os.utime(self.forget, (now, now))
+        super().pin(job_id, nodes, start_now=start_now)
         if job_id in self.after_pin:
             self.after_pin.discard(job_id)
             self._hold(job_id)
@@ -236,3 +245,42 @@ def test_an_owners_release_of_a_job_an_operator_held_is_refused_as_slurm_refuses
     cycle_until(bridge, lambda: started(slurm, job), max_cycles=10, reports=reports)
     placed = {uid: nodes for r in reports for uid, nodes in r.placed.items()}
     assert placed == {f"slurm-{job}.1": [squeue(slurm)[job]["nodes"]]}
+
+
+def test_an_owners_hold_during_the_placing_cycle_is_kept_when_the_script_forgot_what_it_knew(
+    slurm: Any, client: GpufairClient, as_user: User
+) -> None:
+    """The script's memory of owners' begin times is gone (Slurm loaded it again, as after a
+    restart of slurmctld) when the bridge pins a job its owner held after the cycle's read. The
+    pin of a job with no begin time to clear names no `StartTime`, so Slurm keeps the mark:
+    before, the pin's `StartTime=now` overwrote it and Slurm started the job. A pin that must
+    clear a begin time (here the mark of the owner's release) relies on the script's memory."""
+    window = _HoldInWindow(as_user)
+    bridge = rtx_bridge(client, window)
+    job = users_job(slurm, as_user)
+    window.before_pin, window.forget = {job}, slurm.root / "job_submit.lua"
+    report = bridge.cycle()  # submitted, bound and placed in one cycle
+    assert (report.submitted, list(report.placed), report.errors) == (
+        [f"slurm-{job}"],
+        [f"slurm-{job}"],
+        [],
+    )
+    assert window.pins == [(job, False)]
+    seen = squeue(slurm)[job]
+    assert (seen["job_state"], seen["eligible_time"]) == ("PENDING", USER_HOLD_BEGIN_S), seen
+    cycle_until(bridge, lambda: squeue(slurm)[job]["priority"] == 0, max_cycles=3)
+    seen = squeue(slurm)[job]
+    assert (seen["job_state"], seen["eligible_time"]) == ("PENDING", USER_HOLD_BEGIN_S)
+    assert active(client, job) == []
+
+    # Released by its owner (the 2099 begin time, which the pin must clear), then held again by
+    # its owner right before that pin: the script, which remembers this hold, keeps the mark.
+    assert as_user("scontrol", "release", str(job)).returncode == 0
+    window.before_pin, window.forget = {job}, None
+    cycle_until(bridge, lambda: len(window.pins) == 2, max_cycles=4)
+    assert window.pins[1] == (job, True)
+    seen = squeue(slurm)[job]
+    assert (seen["job_state"], seen["eligible_time"]) == ("PENDING", USER_HOLD_BEGIN_S), seen
+    cycle_until(bridge, lambda: squeue(slurm)[job]["priority"] == 0, max_cycles=3)
+    assert squeue(slurm)[job]["eligible_time"] == USER_HOLD_BEGIN_S
+    assert active(client, job) == []

@@ -672,8 +672,16 @@ class Bridge:
             report.errors.append(f"{uid}: {reason}")
             self._explain(job, uid, reason, report)
             return
+        # `StartTime=now` only to clear a begin time the bridge read that would keep the job
+        # waiting: a requeue's delay, or the mark of its owner's release. Any other pending job
+        # it places has none ahead (it withdraws those), and a `StartTime=` would overwrite a
+        # begin time set since the read, such as its owner's hold, even where the site's script
+        # no longer remembers it (after a restart of slurmctld).
+        start_now = job.eligible_time == OWNER_RELEASE_BEGIN_S or (
+            job.restart_count > 0 and _requeue_delay(job)
+        )
         try:
-            self.slurm.pin(job.job_id, nodes)
+            self.slurm.pin(job.job_id, nodes, start_now=start_now)
             self.slurm.release(job.job_id)
         except SlurmCommandError as exc:
             report.errors.append(f"{uid}: {exc}")

@@ -4,9 +4,11 @@ Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and tim
 `sinfo --json` (nodes with GRES and state) and `sdiag` (the controller's time now, in a cycle
 that compares a time Slurm reports with it). Writes, one `scontrol` each:
 
-- `pin(job, nodes)`: `scontrol update JobId=N NodeList=... StartTime=now`. A combined update with
-  one bad field is rejected whole; `StartTime=now` clears the eligible time Slurm sets on a requeue
-  (about two minutes ahead), so a requeued job placed again starts at once.
+- `pin(job, nodes, start_now=...)`: `scontrol update JobId=N NodeList=...`, with `StartTime=now`
+  when told. A combined update with one bad field is rejected whole; `StartTime=now` clears the
+  eligible time Slurm sets on a requeue (about two minutes ahead), so a requeued job placed again
+  starts at once. The bridge asks for it only for a job whose begin time needs clearing: any
+  `StartTime=` overwrites a begin time set since the bridge read the job, a user's hold included.
 - `release(job)`, `hold(job)`, `requeue_hold(job)`, `set_comment(job, text)`. The bridge's hold
   is a user hold (`scontrol uhold`, reason `JobHeldUser`), as `sbatch --hold`, a job_submit
   plugin's priority 0 and `requeuehold` give: an operator's hold (`scontrol hold`, reason
@@ -85,10 +87,9 @@ class SlurmCtl:
             raise SlurmCommandError(f"sdiag: no time in its output: {out[:200]!r}")
         return float(match.group(1))
 
-    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
-        self._run(
-            "scontrol", "update", f"JobId={job_id}", f"NodeList={','.join(nodes)}", "StartTime=now"
-        )
+    def pin(self, job_id: int, nodes: Sequence[str], *, start_now: bool) -> None:
+        start = ["StartTime=now"] if start_now else []
+        self._run("scontrol", "update", f"JobId={job_id}", f"NodeList={','.join(nodes)}", *start)
 
     def release(self, job_id: int) -> None:
         self._run("scontrol", "release", str(job_id))
