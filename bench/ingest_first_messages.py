@@ -110,10 +110,13 @@ def main() -> None:
     first = [r[0] for r in full]
     early = [m for r in full for m in r[1:6]]
     later = [m for r in full for m in r[6:]]
+
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} ms" if values else "none"
+
     print(
         f"{args.mix}, {args.events} events, messages of {BATCH}, backend CPU per message, "
-        f"medians: message 0 {statistics.median(first):.2f} ms, "
-        f"1-5 {statistics.median(early):.2f} ms, 6 on {statistics.median(later):.2f} ms"
+        f"medians: message 0 {median(first)}, 1-5 {median(early)}, 6 on {median(later)}"
     )
 
 

@@ -44,7 +44,7 @@ def message(k: int) -> list[LedgerEvent]:
 
 
 def prepared(conn: Connection) -> dict[str, str]:
-    """The statements prepared on `conn`'s session by the driver, by name: their text's first
+    """The statements the driver prepared on `conn`'s backend, by name: their text's first
     40 characters, spaces folded."""
     rows = conn.execute(
         text("SELECT name, statement FROM pg_prepared_statements WHERE NOT from_sql")
