@@ -326,6 +326,11 @@ def capacity_timeline(conn: Connection, pool: str, until_s: float) -> list[Segme
         .where(pool_capacity_changes.c.pool == pool)
         .order_by(pool_capacity_changes.c.changed_at)
     ).all()
+    return _segments(rows, until_s)
+
+
+def _segments(rows: Sequence[Any], until_s: float) -> list[Segment]:
+    """`capacity_timeline`'s segments from the rows (changed_at, capacity_cu) in time order."""
     segments: list[Segment] = []
     for i, row in enumerate(rows):
         start = row.changed_at.timestamp()
@@ -352,11 +357,32 @@ def usage_capacity(
     only, while the work on the drained node kept counting as usage (a queue at 8 of 12 CU over
     quota for a week read U' 0.667 undrained, 0.737 after a 24 h drain, 0.933 after 72 h).
 
-    Reads only the spans: the config history in force in them, then, only if a node was not
-    ready there, its runs and reports there (`held_timeline`)."""
-    return capacity_history.with_held(
-        capacity_timeline(conn, pool, until_s), held_timeline(conn, pool, spans, not_ready)
-    )
+    Reads only the spans. The rows come with whether any node's config changed inside the
+    spans (one statement, `_ROWS_SQL`): with none, and no node not ready now, nothing was held,
+    and that statement is all (`capacity_timeline` costs one too). Else the config history in
+    force in the spans, then, only if a node was not ready there, its runs and reports there
+    (`held_timeline`)."""
+    inside = [(max(lo_s, 0.0), hi_s) for lo_s, hi_s in spans if hi_s > max(lo_s, 0.0)]
+    lo_s = min((lo for lo, _hi in inside), default=until_s)
+    hi_s = max((hi for _lo, hi in inside), default=until_s)
+    rows = conn.execute(_ROWS_SQL, {"pool": pool, "lo": lo_s, "hi": hi_s}).all()
+    ready = _segments(rows, until_s)
+    if not inside or not (not_ready or not rows or rows[0].changed):
+        return ready
+    return capacity_history.with_held(ready, held_timeline(conn, pool, inside, not_ready))
+
+
+# `capacity_timeline`'s rows, each with whether any node's config history has an entry inside
+# (:lo, :hi) (the index on changed_at; evaluated once).
+_ROWS_SQL = text(
+    """
+    SELECT changed_at, capacity_cu,
+           EXISTS (SELECT 1 FROM node_config_history
+                   WHERE changed_at > to_timestamp(:lo) AND changed_at < to_timestamp(:hi))
+               AS changed
+    FROM pool_capacity_changes WHERE pool = :pool ORDER BY changed_at
+    """
+)
 
 
 def held_timeline(
