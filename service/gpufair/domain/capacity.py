@@ -151,6 +151,7 @@ class Capacity:
         self._partitioned: dict[str, dict[int, None]] = {}
         self.free_whole_by_type: dict[str, int] = {}
         self._domains: dict[str, dict[str, dict[str, list[int]]]] = {}
+        self._domain_of: dict[str, list[str | None]] = {}
         # `version` names the current state: every change gets a fresh number, and `restore`
         # gives back the number of the state it restores, so results computed on a state
         # (`memo`) stay valid whenever that state comes back.
@@ -187,6 +188,7 @@ class Capacity:
         copy.by_type = self.by_type
         copy.max_gpus = self.max_gpus
         copy._domains = {}
+        copy._domain_of = {}
         copy.copy_state_from(self, base)
         return copy
 
@@ -254,6 +256,15 @@ class Capacity:
                 if value is not None:
                     found.setdefault(state.gpu_type, {}).setdefault(value, []).append(state.index)
             self._domains[level] = found
+        return found
+
+    def domain_of(self, level: str) -> list[str | None]:
+        """Per node (by index), its value of topology label `level`, None if unlabelled: read
+        by node index from one list, not from each node's labels (a dict per node, wherever in
+        memory it lies). Built once per level and cycle, as `domains`."""
+        found = self._domain_of.get(level)
+        if found is None:
+            found = self._domain_of[level] = [state.labels.get(level) for state in self.nodes]
         return found
 
     def take(self, uses: Sequence[PodUse], journal: Journal | None = None) -> None:

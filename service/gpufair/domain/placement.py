@@ -500,6 +500,7 @@ class _DomainRoom:
         level = self.level
         whole, cpu, memory = shape.whole_gpus, shape.cpu_millicores, shape.memory_mib
         gpu_type = self.gpu_type
+        domain_of = capacity.domain_of(level)
         for free in range(whole, capacity.max_gpus[gpu_type] + 1):
             bucket = capacity.bucket(gpu_type, free)
             if not bucket:
@@ -510,7 +511,7 @@ class _DomainRoom:
                 seen[index] = state.version
                 # A node's pods: as `fit_on` counts them, without its call.
                 fits = min(state.cpu_free // cpu, state.memory_free // memory, most)
-                value = state.labels.get(level)
+                value = domain_of[index]
                 if value is None or fits <= 0:
                     fits_of[index] = (value, 0)
                     continue
@@ -547,11 +548,12 @@ def _domain_room(
     shape = ask.shape
     blocking = exclusion.blocks_any()
     cpu, memory, one_per_node = shape.cpu_millicores, shape.memory_mib, shape.one_per_node
+    domain_of = capacity.domain_of(level)
     for index in _ordered_nodes(capacity, shape, ask.gpu_type, strategy):
-        state = nodes[index]
-        value = state.labels.get(level)
+        value = domain_of[index]
         if value is None or (blocking and exclusion.blocks(index)):
             continue
+        state = nodes[index]
         if whole:
             fits = state.free_whole // whole
             if cpu > 0 and state.cpu_free // cpu < fits:

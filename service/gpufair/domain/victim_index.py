@@ -158,6 +158,8 @@ class VictimIndex:
         self._top_cu: dict[str, list[float]] = {}
         self.total_gpus = 0.0
         self._domain_gpus: dict[str, dict[str, float]] = {}
+        # Per level counted in `_domain_gpus`, each node's value of it (`Capacity.domain_of`).
+        self._domain_of: dict[str, list[str | None]] = {}
         self._domain_order: dict[str, list[str]] = {}  # `domain_order`
         # Options kept between searches (`option_table`), emptied for a node when its victims
         # change.
@@ -312,8 +314,9 @@ class VictimIndex:
         found = self._domain_gpus.get(level)
         if found is None:
             found = {}
+            values = self._domain_of[level] = self._capacity.domain_of(level)
             for node, here in self.on_node.items():
-                value = self._capacity.nodes[node].labels.get(level)
+                value = values[node]
                 if value is not None:
                     gpus = sum(
                         use.gpu_amount * len(use.gpu_indices)
@@ -368,11 +371,11 @@ class VictimIndex:
                 del self._top_cu[victim.queue]
         self.total_gpus -= victim.gpus
         if self._domain_gpus:  # kept only once a topology search asked for them
+            domain_of = self._domain_of
             for use in victim.uses:
                 gpus = use.gpu_amount * len(use.gpu_indices)
-                labels = self._capacity.nodes[use.node].labels
                 for level, totals in self._domain_gpus.items():
-                    value = labels.get(level)
+                    value = domain_of[level][use.node]
                     if value is not None:
                         totals[value] -= gpus
         for node in victim.nodes:

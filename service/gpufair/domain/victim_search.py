@@ -297,8 +297,9 @@ def _subsets(
         if not exclusion.blocks(node)
     }
     free_by_domain: dict[str, float] = {}
+    domain_of = capacity.domain_of(topology.level)
     for node, free in free_by_node.items():
-        value = nodes[node].labels.get(topology.level)
+        value = domain_of[node]
         if value is not None:
             free_by_domain[value] = free_by_domain.get(value, 0.0) + free
     victim_gpus = index.domain_gpus(topology.level)
@@ -365,6 +366,7 @@ def _room_beside_victims(
     nodes = capacity.nodes
     found: dict[str, float] = {}
     read: set[int] = set()
+    domain_of = capacity.domain_of(level)
     # Nodes with 1 .. whole - 1 GPUs free; none of the type has more GPUs than its largest.
     fewer = range(1, min(whole, capacity.max_gpus.get(gpu_type, 0) + 1))
     groups = [capacity.bucket(gpu_type, free) for free in fewer]
@@ -374,10 +376,10 @@ def _room_beside_victims(
             if node in read or node not in on_node or exclusion.blocks(node):
                 continue
             read.add(node)
-            state = nodes[node]
-            value = state.labels.get(level)
+            value = domain_of[node]
             if value is None:
                 continue
+            state = nodes[node]
             room = float(state.free_whole) if state.free_whole < whole else 0.0
             for used in state.gpu_used:
                 if EPS < used < 1.0 - EPS:
