@@ -290,9 +290,11 @@ class Capacity:
         used = state.gpu_used  # no GPU of the node is part-used: `partial_gpus` stays 0
         free_whole = before = state.free_whole
         for gpu in use.gpu_indices:
-            if used[gpu] <= EPS:
+            was = used[gpu]
+            if was <= EPS:
                 free_whole -= 1
-            used[gpu] += 1.0
+            # A GPU taken whole from free holds the one 1.0 object (`_move`).
+            used[gpu] = 1.0 if was == 0.0 else was + 1.0
         state.cpu_free -= use.cpu_millicores
         state.memory_free -= use.memory_mib
         if free_whole != before:
@@ -568,10 +570,21 @@ def _move(
 ) -> tuple[int, int]:
     """Add `amount` to the use of each of `gpus` and return the node's counts of untouched and
     partly used GPUs as they move: only the GPUs a pod uses change class (free, partly used,
-    full), so no scan of the node's GPUs is needed."""
+    full), so no scan of the node's GPUs is needed.
+
+    A GPU left full or free holds the one 1.0 or 0.0 object of this code (the same value): in
+    a busy pool nearly every GPU does, so the reads of `gpu_used` across many nodes (the
+    victim search, the room tests, copies of a node's list) meet a few floats, not one object
+    per GPU spread over memory. A use is 0.0 only as +0.0 here: the uses start at +0.0 and a
+    sum is -0.0 only when both terms are."""
     for gpu in gpus:
         before = used[gpu]
-        after = used[gpu] = before + amount
+        after = before + amount
+        if after == 1.0:
+            after = 1.0
+        elif after == 0.0:
+            after = 0.0
+        used[gpu] = after
         if before <= EPS:
             free_whole -= 1
         elif before < 1.0 - EPS:
