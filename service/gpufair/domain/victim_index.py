@@ -205,6 +205,11 @@ class VictimIndex:
         self._walks: dict[int, list[WalkKey]] = {}
         # Per walk, the nodes changed since it was read, each with its key in the walk.
         self._stale: dict[int, dict[int, WalkKey]] = {}
+        # Each CU per GPU in the keys once, as one float object (`_set_keys`): nodes' keys
+        # often tie on it (victims of whole GPUs of a type: its weight), and a comparison of
+        # two keys (the walks' sorts and bisects) passes equal fields by identity without
+        # reading the floats, objects of their own spread over memory.
+        self._cu_values: dict[float, float] = {}
         self._set_keys(on_node)
 
     def walk_order(self, whole_gpus: bool) -> list[WalkKey]:
@@ -443,6 +448,7 @@ class VictimIndex:
         freeable_on = self.freeable_on_node
         states = self._capacity.nodes
         partitions = self.partitions  # False: no node's slices to read (`offers_partitions`)
+        same = self._cu_values
         for node in nodes:
             here = on_node[node]
             # Victims come in preference order, so any option's first victim is this one or
@@ -458,6 +464,7 @@ class VictimIndex:
             freeable = state.free_whole  # GPUs used at most EPS, counted on as victims go
             if len(here) == 1:
                 cheapest = first.cu / first.gpus if first.gpus > 0 else 0.0
+                cheapest = same.setdefault(cheapest, cheapest)
                 floors[node] = key = (tier, cheapest, priority_class, late, node)
                 uses = here[first]
                 if len(uses) == 1 and len((use := uses[0]).gpu_indices) == 1:
@@ -478,6 +485,7 @@ class VictimIndex:
                     continue
             else:
                 cheapest = min(v.cu / v.gpus if v.gpus > 0 else 0.0 for v in here)
+                cheapest = same.setdefault(cheapest, cheapest)
                 floors[node] = (tier, cheapest, priority_class, late, node)
             used = state.gpu_used.copy()
             tiers = [tier] * freeable  # GPUs free already: any option's first victim's tier
@@ -491,6 +499,7 @@ class VictimIndex:
                             tiers.append(victim.tier)
             if state.partial_gpus:  # none in a full pool: the floor's CU per GPU holds
                 cheapest = _beside_room(here, state.gpu_used, cheapest)
+                cheapest = same.setdefault(cheapest, cheapest)
             whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
             whole_tiers[node] = tuple(tiers)
             freeable_on[node] = len(tiers)
