@@ -1,7 +1,7 @@
 """Recompute cost must not grow with the ledger: one pool with a small vs a large ledger.
 
     python bench/bench_recompute.py [--small 10000] [--large 10000000] [--repeat 15]
-                                    [--first-rollup-days DAYS]
+                                    [--first-rollup-days DAYS] [--drain-hours H]
 
 Two scratch databases hold the same cluster (100 nodes x 8 GPUs, 20 leaf queues in 4
 departments, a 7-day sliding window with a 1-day half-life) and the same present (200 running
@@ -28,6 +28,13 @@ but reported. What is timed is `recompute_pool` — the periodic job: rollups br
 decayed usage from rollups plus the window's edges, demand, the fair-share division — inside a
 transaction that is rolled back, so every repetition sees the same state.
 
+`--drain-hours H` drains node n000 (a config apply, ready=false) H hours before now, while four
+of the present's runs hold its 8 GPUs: the usage window's capacity then counts them
+(`capacity_repo.usage_capacity`), which reads the node's config history, reports and runs in
+the spans a recompute integrates. Without it no node was ever drained. Each recompute's CPU
+time in this process (`time.process_time`; PostgreSQL's not counted) is reported beside its
+wall time.
+
 `--first-rollup-days DAYS` brings the rollups up that many days at a time, each step in a
 transaction of its own, as a periodic job would have over the years; the rollups the recomputes
 then read are the same. (Before round 22's spans, one rollup of 23 years failed: over a minute
@@ -50,7 +57,7 @@ from gpufair.api.convert_cluster import config_from_proto
 from gpufair.config_file import parse_config
 from gpufair.domain.config_diff import diff_configs
 from gpufair.services.recompute import recompute_pool
-from gpufair.store import capacity_repo, config_repo, migrate, rollup_repo
+from gpufair.store import capacity_repo, config_repo, migrate, node_history_repo, rollup_repo
 from gpufair.store.database import make_engine
 from gpufair.store.scratch import scratch_database, test_server
 
@@ -116,15 +123,23 @@ _PAST_RUNS = """
 """
 
 
-def populate(engine: Engine, events: int, now_s: float) -> None:
-    runs = max(1, events // EVENTS_PER_RUN)
-    config, problems = config_from_proto(parse_config(cluster()))
+def apply(conn: Connection, spec: dict[str, object], at_s: float) -> None:
+    """A config apply at `at_s`, as `api.config_write.write` makes one (node history too)."""
+    config, problems = config_from_proto(parse_config(spec))
     assert not problems
+    changes = diff_configs(config_repo.load_config(conn), config)
+    node_history_repo.seed_config(conn)
+    config_repo.apply_changes(conn, config, changes)
+    config_repo.record_version(conn, changes)
+    capacity_repo.lock_changes(conn)
+    node_history_repo.record_config(conn, at_s)
+    capacity_repo.record_if_changed(conn, at_s, "config")
+
+
+def populate(engine: Engine, events: int, now_s: float, drain_hours: float = 0.0) -> None:
+    runs = max(1, events // EVENTS_PER_RUN)
     with engine.begin() as conn:
-        changes = diff_configs(config_repo.load_config(conn), config)
-        config_repo.apply_changes(conn, config, changes)
-        config_repo.record_version(conn, changes)
-        capacity_repo.record_if_changed(conn, history_start_s(events, now_s), "config")
+        apply(conn, cluster(), history_start_s(events, now_s))
         params = {"runs": runs, "now": now_s, "longest": LONGEST_S, "step": STEP_S}
         # Past runs: one every STEP_S, 1-8 GPUs, 5 min to 2 h, on leaf queues.
         conn.execute(
@@ -208,6 +223,23 @@ def populate(engine: Engine, events: int, now_s: float) -> None:
             ),
             params,
         )
+        if drain_hours:
+            # r1-r4 hold n000's 8 GPUs, 2 each; n000 is drained under them.
+            conn.execute(
+                text(
+                    """
+                    UPDATE allocation_intervals SET pods = jsonb_build_array(jsonb_build_object(
+                        'node', 'n000', 'gpu_indices',
+                        jsonb_build_array(2 * (i - 1), 2 * (i - 1) + 1), 'gpu_fraction', 1.0))
+                    FROM generate_series(1, 4) AS i WHERE workload_uid = 'r' || i
+                    """
+                )
+            )
+            drained = cluster()
+            nodes = drained["nodes"]
+            assert isinstance(nodes, list)
+            nodes[0] = {**nodes[0], "ready": False}
+            apply(conn, drained, now_s - drain_hours * 3600)
     with engine.connect() as conn:
         conn.execute(text("ANALYZE"))
         conn.commit()
@@ -240,12 +272,12 @@ def busy_gpus(engine: Engine, now_s: float) -> tuple[float, float]:
 
 
 def prepare(
-    url: str, events: int, now_s: float, first_rollup_days: float = 0.0
+    url: str, events: int, now_s: float, first_rollup_days: float = 0.0, drain_hours: float = 0.0
 ) -> tuple[Engine, dict[str, float]]:
     migrate.upgrade(url)
     engine = make_engine(url, pool_size=2, statement_timeout_ms=3_600_000)
     start = time.perf_counter()
-    populate(engine, events, now_s)
+    populate(engine, events, now_s, drain_hours)
     populate_s = time.perf_counter() - start
     peak, mean = busy_gpus(engine, now_s)
     if peak > CAPACITY_GPUS:
@@ -279,14 +311,21 @@ def recompute_s(
 ) -> float:
     """One `recompute_pool` timed, after `before` (untimed) in the same transaction, which is
     rolled back."""
+    return recompute_times(engine, now_s, before)[0]
+
+
+def recompute_times(
+    engine: Engine, now_s: float, before: Callable[[Connection], None] | None = None
+) -> tuple[float, float]:
+    """`recompute_s`'s wall time, and this process's CPU time over the same recompute."""
     with engine.connect() as conn:
         if before is not None:
             before(conn)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         recompute_pool(conn, "main", now_s)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         conn.rollback()
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -300,6 +339,12 @@ def main() -> None:
         default=0.0,
         help="the first rollup in steps of this many days of history (default: one rollup)",
     )
+    parser.add_argument(
+        "--drain-hours",
+        type=float,
+        default=0.0,
+        help="drain node n000 this many hours before now, under 8 GPUs of running work",
+    )
     args = parser.parse_args()
     if min(args.small, args.large) < min_events():
         parser.error(f"a ledger of fewer than {min_events()} events does not cover the window")
@@ -309,24 +354,33 @@ def main() -> None:
         scratch_database(server.url, prefix="gpufair_bench") as small_url,
         scratch_database(server.url, prefix="gpufair_bench") as large_url,
     ):
-        small, small_info = prepare(small_url, args.small, now_s, args.first_rollup_days)
-        large, large_info = prepare(large_url, args.large, now_s, args.first_rollup_days)
+        small, small_info = prepare(
+            small_url, args.small, now_s, args.first_rollup_days, args.drain_hours
+        )
+        large, large_info = prepare(
+            large_url, args.large, now_s, args.first_rollup_days, args.drain_hours
+        )
         try:
             for engine in (small, large):  # warm caches and connections alike
                 recompute_s(engine, now_s)
             times: dict[str, list[float]] = {"small": [], "large": []}
+            cpu: dict[str, list[float]] = {"small": [], "large": []}
             # Interleaved, so that whatever else the machine does hits both alike.
             for _ in range(args.repeat):
-                times["small"].append(recompute_s(small, now_s))
-                times["large"].append(recompute_s(large, now_s))
+                for key, engine in (("small", small), ("large", large)):
+                    wall_s, cpu_s = recompute_times(engine, now_s)
+                    times[key].append(wall_s)
+                    cpu[key].append(cpu_s)
         finally:
             small.dispose()
             large.dispose()
     for info, key in ((small_info, "small"), (large_info, "large")):
+        info["drain_hours"] = args.drain_hours
         info["recompute_median_ms"] = round(1000 * statistics.median(times[key]), 1)
         info["recompute_p90_ms"] = round(
             1000 * sorted(times[key])[int(0.9 * (len(times[key]) - 1))], 1
         )
+        info["recompute_cpu_median_ms"] = round(1000 * statistics.median(cpu[key]), 2)
         print(json.dumps(info))
     ratio = statistics.median(times["large"]) / statistics.median(times["small"])
     print(json.dumps({"ratio_large_to_small": round(ratio, 3), "target": 1.5}))
