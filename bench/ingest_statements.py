@@ -13,6 +13,15 @@ is not). Variants of the interval insert show where its cost lies: the same rows
 range over every run (as before migration 0015, which leaves runs under an hour out of it) or
 built as SP-GiST instead (all inside the transaction, rolled back).
 PostgreSQL must run on this machine.
+
+    python bench/ingest_statements.py --from-log LOG [--messages 11] [--events 20100]
+
+reads instead a piece of PostgreSQL's server log written by a stream run with
+`PGOPTIONS="-c log_statement_stats=on -c log_statement=all"` (for example `ingest_python.py
+--stream --events 20000`, whose timed stream is 20,100 steady events in 11 messages), and sums
+the CPU (user + system) of each statement's parse, bind and execute over the last `--messages`
+messages of the backend that logged the most: per message and per event, statement by
+statement and by phase. Logging's own cost is included.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import struct
 import time
@@ -217,11 +227,69 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
     return spent
 
 
+_LOG_ENTRY = re.compile(r"\n(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \w+ \[)")
+_LOG_HEAD = re.compile(r"\S+ \S+ \w+ \[(\d+)\] \S* ?(LOG|DETAIL|STATEMENT):\s+(.*)", re.S)
+_USAGE = re.compile(r"([\d.]+) s user, ([\d.]+) s system")
+_STATS = ("PARSE MESSAGE", "BIND MESSAGE", "EXECUTE MESSAGE", "QUERY")
+
+
+def statement_stats(log: str) -> dict[str, list[tuple[str, str, float]]]:
+    """(phase, statement's first 60 characters, CPU s) of every `log_statement_stats` entry of
+    `log`, in order, by backend pid."""
+    by_pid: dict[str, list[tuple[str, str, float]]] = {}
+    pending: tuple[str, str, float | None] | None = None
+    for entry in _LOG_ENTRY.split(log):
+        head = _LOG_HEAD.match(entry)
+        if head is None:
+            continue
+        pid, kind, body = head.groups()
+        if kind == "LOG" and body.startswith(tuple(f"{s} STATISTICS" for s in _STATS)):
+            pending = (pid, body.split()[0], None)
+        elif kind == "DETAIL" and pending and pending[0] == pid:
+            usage = _USAGE.search(body)
+            if usage:
+                pending = (pid, pending[1], float(usage[1]) + float(usage[2]))
+        elif kind == "STATEMENT" and pending and pending[0] == pid and pending[2] is not None:
+            statement = " ".join(body.split())[:60]
+            by_pid.setdefault(pid, []).append((pending[1], statement, pending[2]))
+            pending = None
+    return by_pid
+
+
+def report_log(path: str, messages: int, events: int) -> None:
+    """Print `statement_stats` of the busiest backend's last `messages` messages (each ends
+    with its COMMIT), per message and per event."""
+    by_pid = statement_stats(Path(path).read_text(errors="replace"))
+    pid, rows = max(by_pid.items(), key=lambda item: len(item[1]))
+    commits = [i for i, (phase, s, _) in enumerate(rows) if s == "COMMIT" and phase == "EXECUTE"]
+    rows = rows[commits[-messages - 1] + 1 :]
+    by_statement: dict[str, float] = {}
+    by_phase: dict[str, float] = {}
+    for phase, statement, cpu_s in rows:
+        by_statement[statement] = by_statement.get(statement, 0.0) + cpu_s
+        by_phase[phase] = by_phase.get(phase, 0.0) + cpu_s
+    print(f"backend {pid}, last {messages} messages, {events} events:")
+    for statement, cpu_s in sorted(by_statement.items(), key=lambda item: -item[1]):
+        print(
+            f"  {cpu_s / messages * 1e3:7.3f} ms/message {cpu_s / events * 1e6:6.3f} µs/event  "
+            f"{statement}"
+        )
+    total = sum(by_statement.values())
+    print(f"  {total / messages * 1e3:7.3f} ms/message {total / events * 1e6:6.3f} µs/event  all")
+    for phase, cpu_s in by_phase.items():
+        print(f"  {phase.lower()}: {cpu_s / events * 1e6:.3f} µs/event")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--from-log", help="sum a server log's statement statistics instead")
+    parser.add_argument("--messages", type=int, default=11, help="with --from-log")
     args = parser.parse_args()
+    if args.from_log:
+        report_log(args.from_log, args.messages, args.events)
+        return
     t0 = time.time() - 3 * 86400
     n_workloads = args.events // 5
     events = events_for(n_workloads, t0)
