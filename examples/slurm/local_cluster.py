@@ -42,6 +42,28 @@ NODES: tuple[tuple[str, str, int, int, int, str], ...] = (
     ("rtx-1", "rtx4090", 8, 32, 128000, "rtx4090"),
 )
 PARTITIONS = {"a100": "a100-0,a100-1", "rtx": "rtx-0,rtx-1", "gpu": "a100-0,a100-1,rtx-0,rtx-1"}
+
+
+def sized_nodes(count: int) -> tuple[tuple[str, str, int, int, int, str], ...]:
+    """`count` nodes (even), half like `a100-*` and half like `rtx-*` of `NODES`: for measuring
+    the bridge at a larger size (every node is one more slurmd on this machine)."""
+    half = count // 2
+    a100, rtx = NODES[0], NODES[2]
+    return tuple((f"a100-{i}", *a100[1:]) for i in range(half)) + tuple(
+        (f"rtx-{i}", *rtx[1:]) for i in range(half)
+    )
+
+
+def partitions_of(nodes: tuple[tuple[str, str, int, int, int, str], ...]) -> dict[str, str]:
+    """`a100`, `rtx` and `gpu` (all) over these nodes."""
+    names = [n[0] for n in nodes]
+    return {
+        "a100": ",".join(n for n in names if n.startswith("a100-")),
+        "rtx": ",".join(n for n in names if n.startswith("rtx-")),
+        "gpu": ",".join(names),
+    }
+
+
 DAEMONS = ("slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "sbatch")
 
 
@@ -61,7 +83,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int]) -> str:
+def _slurm_conf(
+    root: Path,
+    ctld_port: int,
+    node_ports: dict[str, int],
+    nodes: tuple[tuple[str, str, int, int, int, str], ...] = NODES,
+) -> str:
     lines = [
         "ClusterName=gpufairtest",
         "SlurmctldHost=localhost(127.0.0.1)",
@@ -96,15 +123,15 @@ def _slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int]) -> str:
         "Waittime=0",
         "JobSubmitPlugins=lua",
     ]
-    for name, gpu_type, gpus, cpus, memory_mib, features in NODES:
+    for name, gpu_type, gpus, cpus, memory_mib, features in nodes:
         lines.append(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={node_ports[name]} "
             f"CPUs={cpus} RealMemory={memory_mib} Gres=gpu:{gpu_type}:{gpus} "
             f"Features={features} State=UNKNOWN"
         )
-    for partition, nodes in PARTITIONS.items():
+    for partition, members in partitions_of(nodes).items():
         lines.append(
-            f"PartitionName={partition} Nodes={nodes} MaxTime=INFINITE State=UP"
+            f"PartitionName={partition} Nodes={members} MaxTime=INFINITE State=UP"
             + (" Default=YES" if partition == "gpu" else "")
         )
     return "\n".join(lines) + "\n"
@@ -129,6 +156,7 @@ class LocalSlurm:
 
     root: Path
     pids: dict[str, int] = field(default_factory=dict)
+    nodes: tuple[tuple[str, str, int, int, int, str], ...] = NODES
 
     @property
     def conf(self) -> Path:
@@ -146,10 +174,10 @@ class LocalSlurm:
     def write_files(self) -> None:
         for sub in ("state", "run", "log", "dev", "jobs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        ports = {name: free_port() for name, *_ in NODES}
-        self.conf.write_text(_slurm_conf(self.root, free_port(), ports))
+        ports = {name: free_port() for name, *_ in self.nodes}
+        self.conf.write_text(_slurm_conf(self.root, free_port(), ports, self.nodes))
         gres = ["AutoDetect=off"]
-        for name, gpu_type, gpus, *_ in NODES:
+        for name, gpu_type, gpus, *_ in self.nodes:
             for index in range(gpus):
                 device = self.root / "dev" / f"{name}-nvidia{index}"
                 if not device.exists():
@@ -161,7 +189,7 @@ class LocalSlurm:
             )
         (self.root / "gres.conf").write_text("\n".join(gres) + "\n")
         (self.root / "job_submit.lua").write_text(_job_submit_lua())
-        for name, *_ in NODES:
+        for name, *_ in self.nodes:
             (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
 
     def _spawn(self, key: str, argv: list[str]) -> None:
@@ -177,14 +205,14 @@ class LocalSlurm:
         self.write_files()
         slurmctld, slurmd = program("slurmctld") or "slurmctld", program("slurmd") or "slurmd"
         self._spawn("slurmctld", [slurmctld, "-D", "-i", "-f", str(self.conf)])
-        for name, *_ in NODES:
+        for name, *_ in self.nodes:
             self._spawn(f"slurmd-{name}", [slurmd, "-D", "-N", name, "-f", str(self.conf)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive()
             probe = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False)
             states = dict(line.split() for line in probe.stdout.splitlines() if line.strip())
-            if len(states) == len(NODES) and all(s == "idle" for s in states.values()):
+            if len(states) == len(self.nodes) and all(s == "idle" for s in states.values()):
                 break
             time.sleep(0.3)
         else:
@@ -282,8 +310,9 @@ class LocalSlurm:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="folder for the config, state and logs")
+    parser.add_argument("--nodes", type=int, default=len(NODES), help="nodes (even; default 4)")
     args = parser.parse_args()
-    cluster = LocalSlurm(Path(args.dir).resolve())
+    cluster = LocalSlurm(Path(args.dir).resolve(), nodes=sized_nodes(args.nodes))
 
     def stop_on_signal(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
