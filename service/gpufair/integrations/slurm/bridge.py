@@ -40,8 +40,13 @@ A cycle:
    has the job again, a Comment of the bridge saying it is not scheduled goes (`""`), or, when it
    names a withdrawn uid, becomes `gpufair: submitted as slurm-42.1 (withdrew slurm-42)`.
 
+   The holds every row of a pending job not held makes (all but a bound job's) go first, in one
+   `scontrol uhold` list (`_hold_first`); a job whose hold failed is left for the next cycle.
+
 3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
-   never followed by a release), an evict requeues it held (step 2's row, at once).
+   never followed by a release), an evict requeues it held (step 2's row, at once). The pool's
+   pinned jobs are released together, in one `scontrol release` list; Slurm's error for one of
+   them (it ended meanwhile) is that job's alone.
 
 Events go in one `StreamEvents` call per step, so gpufair knows what stopped before it decides.
 
@@ -184,8 +189,11 @@ class Bridge:
         self._withdraw_after_submit = {}
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
+        jobs, not_held = self._hold_first(jobs, statuses, report)
         for job in jobs.values():
             uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
+            if job.job_id in not_held:
+                continue  # its hold failed (in the report's errors): nothing more this cycle
             try:
                 self._reconcile(job, statuses.get(uid), pending_events, to_submit, report)
             except SlurmCommandError as exc:
@@ -201,12 +209,44 @@ class Bridge:
                 victim = self._job_of(evict.uid, jobs)
                 if victim is not None and victim.state in RUNNING_STATES:
                     self._requeue(victim, evict.uid, decided, report)
-            for bind in reply.binds:
-                bound = self._job_of(bind.uid, jobs)
-                if bound is not None:
-                    self._place(bound, bind.uid, bind.pods, report)
+            binds = [(self._job_of(b.uid, jobs), b.uid, b.pods) for b in reply.binds]
+            self._place_all(
+                [(job, uid, pods) for job, uid, pods in binds if job is not None], report
+            )
             self._send(decided, report)
         return report
+
+    def _hold_first(
+        self,
+        jobs: dict[int, SlurmJob],
+        statuses: dict[str, scheduler_pb2.WorkloadStatus],
+        report: CycleReport,
+    ) -> tuple[dict[int, SlurmJob], set[int]]:
+        """Hold, in one `scontrol uhold` list, every pending job that step 2's rows would hold
+        whatever else they find: one not held whose workload is not bound (a bound one, released
+        to its nodes, is held only when it cannot start there, which its row decides). The jobs,
+        those held here shown held (the rows go on from there, and a bind of this cycle places
+        them), and the jobs whose hold failed, each with its error in the report: nothing else
+        is done for them this cycle, as when a row's own hold fails."""
+        wanted: dict[int, str] = {}
+        for job in jobs.values():
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
+            status = statuses.get(uid)
+            if (
+                job.state == "PENDING"
+                and not job.held
+                and (status is None or status.state != "bound")
+            ):
+                wanted[job.job_id] = uid
+        if not wanted:
+            return jobs, set()
+        failed = self.slurm.hold_many(list(wanted))
+        for job_id, exc in failed.items():
+            report.errors.append(f"{wanted[job_id]}: {exc}")
+        held = {
+            i: replace(j, priority=0) for i, j in jobs.items() if i in wanted and i not in failed
+        }
+        return {**jobs, **held}, set(failed)
 
     def _mapped(self, job: SlurmJob) -> bool:
         """A job of a mapped partition (or submitted to several, one of them mapped)."""
@@ -660,8 +700,41 @@ class Bridge:
     ) -> None:
         """Pin the held job to gpufair's nodes, then release it; never release after a failed
         pin (Slurm would place the job itself)."""
-        if not job.held:
+        self._place_all([(job, uid, pods)], report)
+
+    def _place_all(
+        self,
+        binds: Sequence[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]],
+        report: CycleReport,
+    ) -> None:
+        """`_place` of each bind: every job pinned (one `scontrol update` each: the node lists
+        differ), then the pinned ones released in one `scontrol release` list. A job whose pin
+        failed is not released; one whose release failed (it ended meanwhile) is not placed, and
+        the others are."""
+        pinned: dict[int, tuple[str, list[str]]] = {}
+        for job, uid, pods in binds:
+            nodes = self._pin(job, uid, pods, report)
+            if nodes is not None:
+                pinned[job.job_id] = (uid, nodes)
+        if not pinned:
             return
+        failed = self.slurm.release_many(list(pinned))
+        for job_id, (uid, nodes) in pinned.items():
+            if job_id in failed:
+                report.errors.append(f"{uid}: {failed[job_id]}")
+            else:
+                report.placed[uid] = nodes
+
+    def _pin(
+        self,
+        job: SlurmJob,
+        uid: str,
+        pods: Sequence[scheduler_pb2.PodBinding],
+        report: CycleReport,
+    ) -> list[str] | None:
+        """Pin the held job to gpufair's nodes: the nodes, or None (not held, or not pinned)."""
+        if not job.held:
+            return None
         nodes = [p.node for p in sorted(pods, key=lambda p: p.pod_index)]
         if len(set(nodes)) < len(nodes):
             # Slurm runs one task set per node of a job: two pods on one node cannot be pinned.
@@ -671,7 +744,7 @@ class Bridge:
             reason = f"gpufair bound several pods to one node ({','.join(nodes)})"
             report.errors.append(f"{uid}: {reason}")
             self._explain(job, uid, reason, report)
-            return
+            return None
         # `StartTime=now` only to clear a begin time the bridge read that would keep the job
         # waiting: a requeue's delay, or the mark of its owner's release. Any other pending job
         # it places has none ahead (it withdraws those), and a `StartTime=` would overwrite a
@@ -682,11 +755,10 @@ class Bridge:
         )
         try:
             self.slurm.pin(job.job_id, nodes, start_now=start_now)
-            self.slurm.release(job.job_id)
         except SlurmCommandError as exc:
             report.errors.append(f"{uid}: {exc}")
-            return
-        report.placed[uid] = nodes
+            return None
+        return nodes
 
     def _requeue(
         self,

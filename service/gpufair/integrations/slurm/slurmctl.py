@@ -14,6 +14,15 @@ that compares a time Slurm reports with it). Writes, one `scontrol` each:
   plugin's priority 0 and `requeuehold` give: an operator's hold (`scontrol hold`, reason
   `JobHeldAdmin`) then stays visible as such, and the bridge leaves that job alone.
 
+`hold_many(jobs)` and `release_many(jobs)` do what `hold` and `release` do, for many jobs in one
+`scontrol uhold|release 1,2,3` (at most `MANY` ids a command): one process and one config read
+instead of one per job, which is what a cycle holding a backlog or placing dozens of jobs spent
+most of its time on. Slurm acts on every job of the list and says which failed, one line each
+(`Job has already finished for job 3`, `Invalid job id specified for job 9`; seen on 22.05),
+exiting 1: those jobs come back as failed with their line, the others done. A failure that names
+no job (the controller unreachable) fails every job of the list. One job goes through `hold`
+or `release`, exactly as before.
+
 A command that fails raises `SlurmCommandError` with its output, and nothing after it runs: the
 bridge's "pin then release" never releases a job whose pin failed (Slurm would place it itself).
 A read that Slurm could not answer fails too: with the controller unreachable, `squeue --json` and
@@ -26,13 +35,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 
 _SDIAG_AT_RE = re.compile(r"^sdiag output at .*\((\d+)\)\s*$", re.MULTILINE)
+_FOR_JOB_RE = re.compile(r"^(.*\S) for job (\d+)\s*$", re.MULTILINE)
+MANY = 500  # job ids in one scontrol hold/release
 
 
 class SlurmCommandError(RuntimeError):
@@ -45,17 +56,24 @@ class SlurmCtl:
         self.timeout_s = timeout_s
 
     def _run(self, program: str, *args: str) -> str:
+        return self._run_full(program, *args).stdout
+
+    def _run_full(
+        self, program: str, *args: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command; exiting non-zero raises unless `check` is false (its whole output is
+        the caller's to read then)."""
         argv = [str(Path(self.bin_dir) / program) if self.bin_dir else program, *args]
         try:
             done = subprocess.run(
                 argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SlurmCommandError(f"{' '.join(argv)}: {exc}") from exc
-        if done.returncode != 0:
+            raise SlurmCommandError(f"{' '.join(argv)[:200]}: {exc}") from exc
+        if check and done.returncode != 0:
             output = (done.stderr.strip() or done.stdout.strip())[:500]
             raise SlurmCommandError(f"{' '.join(argv)} exited {done.returncode}: {output}")
-        return done.stdout
+        return done
 
     def _read(self, program: str, *args: str) -> dict[str, Any]:
         """A `--json` read; its `errors` (Slurm's answer when it has none) raise."""
@@ -97,8 +115,61 @@ class SlurmCtl:
     def hold(self, job_id: int) -> None:
         self._run("scontrol", "uhold", str(job_id))
 
+    def hold_many(self, job_ids: Sequence[int]) -> dict[int, SlurmCommandError]:
+        """`hold` of each job, in as few commands as `MANY` allows: the jobs that failed, with
+        why."""
+        return self._many("uhold", self.hold, job_ids)
+
+    def release_many(self, job_ids: Sequence[int]) -> dict[int, SlurmCommandError]:
+        """`release` of each job, as `hold_many`."""
+        return self._many("release", self.release, job_ids)
+
+    def _many(
+        self, verb: str, one: Callable[[int], None], job_ids: Sequence[int]
+    ) -> dict[int, SlurmCommandError]:
+        failed: dict[int, SlurmCommandError] = {}
+        if len(job_ids) == 1:
+            try:
+                one(job_ids[0])
+            except SlurmCommandError as exc:
+                failed[job_ids[0]] = exc
+            return failed
+        for start in range(0, len(job_ids), MANY):
+            chunk = job_ids[start : start + MANY]
+            try:
+                done = self._run_full("scontrol", verb, ",".join(map(str, chunk)), check=False)
+            except SlurmCommandError as exc:
+                failed.update(dict.fromkeys(chunk, exc))
+                continue
+            if done.returncode != 0:
+                failed.update(_failed_jobs(verb, chunk, done))
+        return failed
+
     def requeue_hold(self, job_id: int) -> None:
         self._run("scontrol", "requeuehold", str(job_id))
 
     def set_comment(self, job_id: int, text: str) -> None:
         self._run("scontrol", "update", f"JobId={job_id}", f"Comment={text}")
+
+
+def _failed_jobs(
+    verb: str, job_ids: Sequence[int], done: subprocess.CompletedProcess[str]
+) -> dict[int, SlurmCommandError]:
+    """The jobs of a failed `scontrol uhold|release 1,2,3` that Slurm names, each with its line
+    (`scontrol release 3 exited 1: Job has already finished for job 3`, as the command of that
+    job alone says it); every job of the list when it names none of them."""
+    output = f"{done.stderr}\n{done.stdout}"
+    asked = set(job_ids)
+    named = {int(m.group(2)): m.group(0).strip() for m in _FOR_JOB_RE.finditer(output)}
+    failed = {
+        job: SlurmCommandError(f"scontrol {verb} {job} exited {done.returncode}: {line}")
+        for job, line in named.items()
+        if job in asked
+    }
+    if failed:
+        return failed
+    said = (done.stderr.strip() or done.stdout.strip())[:500]
+    error = SlurmCommandError(
+        f"scontrol {verb} (list of {len(job_ids)}) exited {done.returncode}: {said}"
+    )
+    return dict.fromkeys(job_ids, error)
