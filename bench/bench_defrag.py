@@ -18,6 +18,10 @@ by how the run they ended had started (`started_as`: within the share, beyond it
 evicted for it, or where a move sent it), with those of workloads evicted before in the run.
 `--cycle-s` runs the scenario with another cycle length: how far the counts move under a change
 that has nothing to do with moves, against which the difference moves make can be read.
+
+`--seed` and `--duration-s` override the scenario's; `--only off|moves` runs one of the two;
+`--write DIR` writes each run's outputs (summary.json, events.csv, jobs.csv, timeline.csv) into
+DIR/off and DIR/moves, so two trees can be shown to decide the same by comparing the files.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 
 from gpufair.sim.engine import SimResult, simulate
 from gpufair.sim.metrics import compute_metrics, percentile
+from gpufair.sim.outputs import write_run
 from gpufair.sim.scenario import Scenario, load_scenario
 
 
@@ -81,11 +86,17 @@ def main() -> None:
     parser.add_argument("--large-gpus", type=float, default=8.0, help="a large job's GPUs")
     parser.add_argument("--trace-dir", type=Path, default=None)
     parser.add_argument("--cycle-s", type=float, default=None, help="another cycle length")
+    parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    parser.add_argument("--duration-s", type=float, default=None, help="a shorter run")
+    parser.add_argument("--only", choices=("off", "moves"), default=None, help="one run")
+    parser.add_argument("--write", type=Path, default=None, help="folder for the runs' outputs")
     args = parser.parse_args()
     kwargs = {} if args.trace_dir is None else {"trace_dir": args.trace_dir}
-    scenario = load_scenario(args.scenario, **kwargs)
+    scenario = load_scenario(args.scenario, seed=args.seed, **kwargs)
     if args.cycle_s is not None:
         scenario = dataclasses.replace(scenario, cycle_s=args.cycle_s)
+    if args.duration_s is not None:
+        scenario = dataclasses.replace(scenario, duration_s=args.duration_s)
     own = next(
         (p.max_moved_share_per_hour for p in scenario.cluster.pools if p.max_moved_share_per_hour),
         None,
@@ -103,13 +114,17 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     chains = []
-    for label, value in (("off", None), (f"share {share:g}/h", share)):
+    for name, label, value in (("off", "off", None), ("moves", f"share {share:g}/h", share)):
+        if args.only is not None and args.only != name:
+            continue
         started_wall = time.perf_counter()
         started = time.process_time()
         result = simulate(with_share(scenario, value))
         cpu_s = time.process_time() - started
         wall_s = time.perf_counter() - started_wall
         print(row(label, result, cpu_s, wall_s, args.large_gpus), flush=True)
+        if args.write is not None:
+            write_run(result, compute_metrics(result), args.write / name)
         chains.append(chain_row(label, result))
     print()
     print(

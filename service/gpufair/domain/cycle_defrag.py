@@ -26,6 +26,10 @@ together:
    as for any eviction (`cycle_claims`).
 
 Pools without `max_moved_share_per_hour` and cycles without moves in flight skip all of this.
+
+Searches that found no moves are remembered across cycles with what they read, and not run
+again while none of it changes (`cycle_defrag_memo`); within a search each node's option is
+kept by the node's state over the greedy passes, and each node's movable work is sorted once.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpufair.domain.capacity import EPS, Capacity, Journal, PodUse, uses_of
+from gpufair.domain import cycle_defrag_memo as memo
+from gpufair.domain.capacity import EPS, Capacity, Journal, NodeState, PodUse, uses_of
 from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_reclaim import preemptible_running
 from gpufair.domain.cycle_state import CycleState, Pending
@@ -98,20 +103,37 @@ def defragment(state: CycleState) -> None:
     allocations = {a.workload.uid: a for a in state.snapshot.running}
     # Kinds no moves could serve: moves only take capacity, so a failure stays a failure.
     failed: set[tuple[object, ...]] = set()
+    # Per GPU type, made once per cycle (the movable work again after a move): what placement
+    # reads of the nodes that does not change, and the movable work with its part of the key.
+    statics: dict[str, tuple[object, ...] | None] = {}
+    movables: dict[str, Movable] = {}
+    free: dict[tuple[str, bool, int], float] = {}  # `_free_gpus` by capacity state
     for item in state.in_queue_order(waiting):
         for gpu_type in item.types:
             pods_min = item.workload.gang_min_pods
             key = (gpu_type, item.kind.memo_key)
             if key in failed or state.pods_allowed(item, gpu_type, within_share=True) < pods_min:
                 continue
-            if _free_gpus(capacity, item.shape, gpu_type) < pods_min * item.shape.gpus_per_pod:
+            shape = item.shape
+            free_key = (gpu_type, shape.whole_gpus > 0, capacity.version)
+            free_gpus = free.get(free_key)
+            if free_gpus is None:
+                free_gpus = free[free_key] = _free_gpus(capacity, shape, gpu_type)
+            if free_gpus < pods_min * shape.gpus_per_pod:
                 continue  # not scattered but short: reclaim's business, not a move's
-            found = _find_moves(state, item, gpu_type, budget, allocations)
+            static = statics.get(gpu_type, ())
+            if static == ():
+                static = statics[gpu_type] = memo.static_key(capacity, gpu_type)
+            movable = movables.get(gpu_type)
+            if movable is None:
+                movable = movables[gpu_type] = _movable(state, gpu_type, budget, allocations)
+            found = _find_moves(state, item, gpu_type, budget, allocations, static, movable)
             if found is None:
                 failed.add(key)
                 continue
             budget -= sum(victim.gpus for victim, _ in found[0])
             _commit_moves(state, item, gpu_type, found)
+            movables.clear()  # fewer movable now, and the budget is smaller
             break
         if budget <= EPS:
             return
@@ -126,9 +148,43 @@ def _find_moves(
     gpu_type: str,
     budget: float,
     allocations: dict[str, Allocation],
+    static_key: tuple[object, ...] | None,
+    movable_work: Movable,
 ) -> Moves | None:
+    movable = movable_work[0]
+    if not movable:
+        return None
+    ask = Ask(
+        item.shape,
+        gpu_type,
+        item.workload.gang_min_pods,
+        item.workload.gang_min_pods,
+        item.workload.topology,
+        state.pool.topology_levels,
+    )
+    capacity = state.capacity
+    key = memo.search_key(
+        capacity, ask, state.strategy, budget, tuple(movable), movable_work[1], static_key
+    )
+    if memo.skip(key, capacity, gpu_type):
+        return None
+    found = _search(state, ask, budget, movable, allocations)
+    if found is None:
+        memo.remember(key, capacity, gpu_type)
+    return found
+
+
+# The movable work of one GPU type by node, each node's largest first (on that node), then by
+# uid; and what of it a search reads, for its key.
+Movable = tuple[dict[int, list[Victim]], tuple[tuple[object, ...], ...]]
+
+
+def _movable(
+    state: CycleState, gpu_type: str, budget: float, allocations: dict[str, Allocation]
+) -> Movable:
     now_s = state.snapshot.now_s
     movable: dict[int, list[Victim]] = {}
+    read: list[tuple[object, ...]] = []
     # Preemptible and not already leaving: the list reclaim made (`preemptible_running`).
     for running in preemptible_running(state):
         victim = running.victim
@@ -143,19 +199,25 @@ def _find_moves(
             continue
         for node in victim.nodes:
             movable.setdefault(node, []).append(victim)
-    if not movable:
-        return None
-    ask = Ask(
-        item.shape,
-        gpu_type,
-        item.workload.gang_min_pods,
-        item.workload.gang_min_pods,
-        item.workload.topology,
-        state.pool.topology_levels,
-    )
+        workload = allocations[uid].workload
+        read.append((uid, victim.gpus, victim.uses, PodShape.of(workload), workload.topology))
+    for node, victims in movable.items():
+        victims.sort(key=lambda v: (-_gpus_on(v, node), v.uid))
+    return movable, tuple(read)
+
+
+def _search(
+    state: CycleState,
+    ask: Ask,
+    budget: float,
+    movable: dict[int, list[Victim]],
+    allocations: dict[str, Allocation],
+) -> Moves | None:
+    """The greedy and its trials (module docstring, step 2)."""
     banned: set[int] = set()
+    options: dict[tuple[int, int, tuple[int, ...]], Option | None] = {}
     for _ in range(_ATTEMPTS):
-        picked = _greedy(state, ask, movable, banned, budget)
+        picked = _greedy(state, ask, movable, banned, budget, options)
         if picked is None:
             return None
         chosen, first_node = picked
@@ -178,9 +240,11 @@ def _greedy(
     movable: dict[int, list[Victim]],
     banned: set[int],
     budget: float,
+    options: dict[tuple[int, int, tuple[int, ...]], Option | None],
 ) -> tuple[list[Victim], int] | None:
     """Options taken best first until the gang fits on the capacity with them released: the
-    workloads, and the node of the first option; None when no options or the budget run out."""
+    workloads, and the node of the first option; None when no options or the budget run out.
+    `options`: each node's option by its state, kept over the search's greedy passes."""
     capacity = state.capacity
     candidates = {node: victims for node, victims in movable.items() if node not in banned}
     chosen: list[Victim] = []
@@ -189,10 +253,10 @@ def _greedy(
     try:
         spent = 0.0
         while place(capacity, ask, state.strategy, _ANYWHERE) is None:
-            found = _best_option(capacity, ask.shape, candidates, set(map(id, chosen)))
+            found = _best_option(capacity, ask.shape, candidates, set(map(id, chosen)), options)
             if found is None:
                 return None
-            option, node = found
+            _, option, node = found
             spent += sum(victim.gpus for victim in option)
             if spent > budget + EPS:
                 return None
@@ -207,38 +271,58 @@ def _greedy(
     return (chosen, first_node) if chosen else None
 
 
+# A node's option: its score (workloads per pod gained, GPUs, node), the workloads, the node.
+Option = tuple[tuple[float, float, int], list[Victim], int]
+
+
 def _best_option(
-    capacity: Capacity, shape: PodShape, movable: dict[int, list[Victim]], taken: set[int]
-) -> tuple[list[Victim], int] | None:
+    capacity: Capacity,
+    shape: PodShape,
+    movable: dict[int, list[Victim]],
+    taken: set[int],
+    options: dict[tuple[int, int, tuple[int, ...]], Option | None],
+) -> Option | None:
     """Over all nodes: the shortest list of a node's movable workloads, largest first, whose
-    release fits one more pod there; the fewest workloads per pod gained, then fewest GPUs."""
-    best: tuple[float, float, int] | None = None
-    best_option: tuple[list[Victim], int] | None = None
+    release fits one more pod there; the fewest workloads per pod gained, then fewest GPUs.
+    A node's option depends only on its state (`NodeState.version`, which `Capacity.restore`
+    gives back with the state) and which of its workloads are taken: `options` keeps it."""
+    best: Option | None = None
     for node, victims in movable.items():
         state = capacity.nodes[node]
-        before = pods_fit(state, shape)
-        left = [v for v in victims if id(v) not in taken]
-        left.sort(key=lambda v: (-_gpus_on(v, node), v.uid))
-        used = state.gpu_used.copy()
-        free_whole, cpu, memory = state.free_whole, state.cpu_free, state.memory_free
-        option: list[Victim] = []
-        for victim in left:
-            for use in victim.uses:
-                if use.node != node:
-                    continue
-                for gpu in use.gpu_indices:
-                    used[gpu] -= use.gpu_amount
-                cpu += use.cpu_millicores
-                memory += use.memory_mib
-            free_whole = sum(1 for amount in used if amount <= EPS)
-            option.append(victim)
-            gained = fit_on(used, free_whole, cpu, memory, shape) - before
-            if gained >= 1:
-                key = (len(option) / gained, sum(v.gpus for v in option), node)
-                if best is None or key < best:
-                    best, best_option = key, (list(option), node)
-                break
-    return best_option
+        here = tuple(id(v) for v in victims if id(v) in taken) if taken else ()
+        key = (node, state.version, here)
+        if key in options:
+            found = options[key]
+        else:
+            found = options[key] = _node_option(state, node, victims, taken, shape)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+    return best
+
+
+def _node_option(
+    state: NodeState, node: int, victims: list[Victim], taken: set[int], shape: PodShape
+) -> Option | None:
+    """`_best_option` on one node."""
+    before = pods_fit(state, shape)
+    left = [v for v in victims if id(v) not in taken]  # largest first (`_movable`)
+    used = state.gpu_used.copy()
+    free_whole, cpu, memory = state.free_whole, state.cpu_free, state.memory_free
+    option: list[Victim] = []
+    for victim in left:
+        for use in victim.uses:
+            if use.node != node:
+                continue
+            for gpu in use.gpu_indices:
+                used[gpu] -= use.gpu_amount
+            cpu += use.cpu_millicores
+            memory += use.memory_mib
+        free_whole = sum(1 for amount in used if amount <= EPS)
+        option.append(victim)
+        gained = fit_on(used, free_whole, cpu, memory, shape) - before
+        if gained >= 1:
+            return (len(option) / gained, sum(v.gpus for v in option), node), option, node
+    return None
 
 
 def _trial(
