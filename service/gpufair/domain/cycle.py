@@ -36,7 +36,8 @@ Phases, in order:
 4. **Long-waiting gangs** get `GANG_WAIT` nodes (see `snapshot`).
 1b, 5b. **Mixed compute-unit requests.** After each allocate pass, a compute-unit request that
    allows mixed types and did not fit on one type may take a mix inside one topology domain
-   (`cycle_cu_mix`).
+   (`cycle_cu_mix`); a mix that leaves pending single-type work the GPUs it waits for comes
+   first (`cycle_contention`).
 5. **Allocate beyond fair share (work-conserving).** What nobody within their share could use
    goes, in the same order, to any queue within its limits, except on `GANG_WAIT` nodes. Such binds
    are flagged `over_fair_share`; their queues sit above their share, so reclaim takes them first.
