@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from gpufair.domain.capacity import EPS, Capacity, PodUse
 from gpufair.domain.decisions import (
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 QueueKey = tuple[int, float, float, float, int, str]
 _WAITING = PendingCode.WAITING_FOR_EVICTED_CAPACITY
 _by_order = attrgetter("order")
+# The first key of the reasons `CycleState.result` writes, not a string: see there.
+_HASHED = object()
 
 
 class MemoKey(NamedTuple):
@@ -516,8 +518,19 @@ class CycleState:
         An item is looked up by its own trial number (`Pending.trial`), not by the preemptible
         one (`| 1` makes a new int per item); only a key not met before in the queue finds its
         fact, and a reason that reads more of the queue, by the preemptible key, so both
-        preemptibilities still share them (a words reason is shared through `messages`)."""
-        reasons = self.reasons
+        preemptibilities still share them (a words reason is shared through `messages`).
+
+        The reasons by uid are written into a new dict that starts with a key that is not a
+        string (`_HASHED`, taken out before it is returned; the order of the reasons is that
+        of `self.reasons` and then the items'): CPython keeps the hash of each key in the
+        table of such a dict, but not in that of a dict of only strings, whose growth reads
+        the hash again from every key string it holds (one string per waiting workload,
+        spread over memory). The growths of this one read only the table: at 4,000 nodes
+        their 118.5 k last-level misses became 31.5 k, and its larger entries (24 bytes, not
+        16) give back about half of the 87 k in look-ups and in zeroing and freeing tables
+        (bench/results/cycle.md, round 29)."""
+        reasons: dict[object, PendingReason | None] = {_HASHED: None}
+        reasons.update(self.reasons)
         claim_victims = self.claim_victims
         waiting = PendingCode.WAITING_FOR_EVICTED_CAPACITY
         over_share = PendingCode.OVER_FAIR_SHARE
@@ -575,12 +588,14 @@ class CycleState:
                             )
                     shared[key] = reason
                 reasons[item.uid] = reason
+        del reasons[_HASHED]
+        self.reasons = pending = cast("dict[str, PendingReason]", reasons)
         if carried is not None:
             carried.reasons = kept  # replaced whole (`cycle_memory`)
         return CycleResult(
             binds=tuple(self.binds),
             evicts=tuple(self.evicts),
-            pending=self.reasons,
+            pending=pending,
             reservations=tuple(self.reservations),
             queues={name: book.summary() for name, book in self.books.items()},
         )
