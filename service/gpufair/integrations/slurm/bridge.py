@@ -46,7 +46,9 @@ A cycle:
 3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
    never followed by a release), an evict requeues it held (step 2's row, at once). The pool's
    pinned jobs are released together, in one `scontrol release` list; Slurm's error for one of
-   them (it ended meanwhile) is that job's alone.
+   them (it ended meanwhile) is that job's alone. The held jobs step 2 finds already bound (the
+   "held, bound" row: a bind no cycle pinned, as after a restart of the bridge) are pinned, one
+   `scontrol update` each, and released in one list too, after the rows.
 
 Events go in one `StreamEvents` call per step, so gpufair knows what stopped before it decides.
 
@@ -171,6 +173,9 @@ class Bridge:
         self._current: dict[int, str] = {}
         self._revisions: dict[int, int] = {}  # job id -> newest active revision
         self._withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = {}  # new uid -> old uid
+        # Held jobs whose workload is already bound (placed by an earlier cycle that did not
+        # pin them, e.g. before a restart of the bridge): placed together after the rows.
+        self._bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] = []
 
     # ---- the cycle -----------------------------------------------------------------------
 
@@ -186,7 +191,7 @@ class Bridge:
             parsed = parse_uid(self.config, uid)
             if parsed is not None and parsed[1] >= self._revisions.get(parsed[0], -1):
                 self._current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
-        self._withdraw_after_submit = {}
+        self._withdraw_after_submit, self._bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
         jobs, not_held = self._hold_first(jobs, statuses, report)
@@ -198,6 +203,7 @@ class Bridge:
                 self._reconcile(job, statuses.get(uid), pending_events, to_submit, report)
             except SlurmCommandError as exc:
                 report.errors.append(f"{uid}: {exc}")
+        self._place_all(self._bound_held, report)
         self._cancel_vanished(jobs, statuses, report)
         self._submit(to_submit, report)
         self._withdraw_replaced(report)
@@ -500,7 +506,8 @@ class Bridge:
         elif active:
             self._note_submitted(job, uid)  # a Comment a failed write left stale
             if state == "bound" and status is not None and not status.evicting:
-                self._place(job, uid, status.pods, report)
+                # Pinned and released after the rows, with the others: one release list.
+                self._bound_held.append((job, uid, status.pods))
 
     def _pending_again_s(self, job: SlurmJob) -> float:
         """When the run of a job requeued by someone else ended, for a job Slurm shows pending
@@ -691,23 +698,13 @@ class Bridge:
 
     # ---- decisions -----------------------------------------------------------------------
 
-    def _place(
-        self,
-        job: SlurmJob,
-        uid: str,
-        pods: Sequence[scheduler_pb2.PodBinding],
-        report: CycleReport,
-    ) -> None:
-        """Pin the held job to gpufair's nodes, then release it; never release after a failed
-        pin (Slurm would place the job itself)."""
-        self._place_all([(job, uid, pods)], report)
-
     def _place_all(
         self,
         binds: Sequence[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]],
         report: CycleReport,
     ) -> None:
-        """`_place` of each bind: every job pinned (one `scontrol update` each: the node lists
+        """Pin each held job to gpufair's nodes, then release it (never after a failed pin:
+        Slurm would place the job itself). Every job pinned (one `scontrol update` each: the node lists
         differ), then the pinned ones released in one `scontrol release` list. A job whose pin
         failed is not released; one whose release failed (it ended meanwhile) is not placed, and
         the others are."""
