@@ -150,3 +150,57 @@ def test_a_job_that_runs_and_never_succeeded_is_overdue(tmp_path: Path) -> None:
     # The sweep succeeded at 00:00:00 and keeps being seen so: only the rollup is at issue
     # before the sweep itself is overdue (00:17).
     _run(tmp_path, series, [_not_firing("9m"), _fires("11m", "rollup")])
+
+
+# The Slurm bridge: stalled when no cycle has run to its end for 3 minutes, or its metrics have
+# not answered, for the rule's 2 minutes more.
+BRIDGE_ALERT = "GpufairSlurmBridgeStalled"
+BRIDGE = 'instance="slurm-bridge:9470", job="gpufair-slurm-bridge"'
+
+
+def _bridge(last_success: str, up: str) -> list[dict[str, str]]:
+    return [
+        {
+            "series": f"gpufair_slurm_bridge_last_success_timestamp_seconds{{{BRIDGE}}}",
+            "values": last_success,
+        },
+        {"series": f"up{{{BRIDGE}}}", "values": up},
+    ]
+
+
+def _bridge_alerts(at: str, firing: bool) -> dict[str, Any]:
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == BRIDGE_ALERT]
+    instance = "slurm-bridge:9470"
+    alert = {
+        "exp_labels": {"instance": instance, "severity": rule["labels"]["severity"]},
+        "exp_annotations": {
+            k: v.replace("{{ $labels.instance }}", instance) for k, v in rule["annotations"].items()
+        },
+    }
+    return {"eval_time": at, "alertname": BRIDGE_ALERT, "exp_alerts": [alert] if firing else []}
+
+
+def test_a_bridge_whose_cycles_succeed_does_not_fire(tmp_path: Path) -> None:
+    # A success every minute (every 5 s in truth; sampled each minute) for four hours.
+    series = _bridge("0+60x240", "1+0x240")
+    checks = [_bridge_alerts(at, firing=False) for at in ("5m", "1h", "4h")]
+    _run(tmp_path, series, checks)
+
+
+def test_a_bridge_whose_cycles_fail_fires_5_minutes_after_its_last_success(
+    tmp_path: Path,
+) -> None:
+    # Cycles succeed until 00:10, then every one fails (gpufair down): the process still
+    # answers scrapes, its last success stays at 600 s. Over 180 s from 00:13 on (strictly
+    # from the next sample, 00:14), firing 2 minutes later.
+    series = _bridge("0+60x10 600+0x50", "1+0x60")
+    checks = [_bridge_alerts(at, firing=False) for at in ("10m", "13m", "15m")]
+    _run(tmp_path, series, [*checks, _bridge_alerts("16m", firing=True)])
+
+
+def test_a_bridge_that_is_not_scraped_fires(tmp_path: Path) -> None:
+    # The process dies at 00:10: its series end, `up` is 0 from 00:11, firing from 00:13.
+    series = _bridge("0+60x10 _x50", "1+0x10 0+0x50")
+    checks = [_bridge_alerts("12m", firing=False), _bridge_alerts("13m", firing=True)]
+    _run(tmp_path, series, [*checks, _bridge_alerts("1h", firing=True)])

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 import gpufair
 from gpufair.api.state_metrics import StateCollector
 from gpufair.cli import build_parser
+from gpufair.integrations.slurm.bridge_metrics import BridgeMetrics
 from gpufair.metrics import REGISTRY  # the process registry, with gpufair's own metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,16 +30,14 @@ METRIC = re.compile(r"\bgpufair_[a-z0-9_]+")
 HISTOGRAM_SERIES = re.compile(r"_(bucket|count|sum)$")
 
 
-def _exported(db: Engine) -> set[str]:
-    """Every metric family gpufair exports: this process's own and the state gauges."""
+def _exported(db: Engine, *, bridge: bool = False) -> set[str]:
+    """Every metric family gpufair exports: this process's own and the state gauges, and with
+    `bridge` those of `gpufair slurm-bridge`."""
     state = CollectorRegistry()
     state.register(StateCollector(db, cache_s=0.0))
     suffix = {"counter": "_total", "info": "_info"}  # as exposed; the family name lacks it
-    names = {
-        m.name + suffix.get(m.type, "")
-        for registry in (REGISTRY, state)
-        for m in registry.collect()
-    }
+    registries = (REGISTRY, state, *([BridgeMetrics().registry] if bridge else []))
+    names = {m.name + suffix.get(m.type, "") for registry in registries for m in registry.collect()}
     return {n for n in names if n.startswith("gpufair_")}
 
 
@@ -74,7 +73,7 @@ def test_every_panel_has_a_query_on_the_provisioned_prometheus() -> None:
 
 
 def test_dashboard_and_alerts_query_only_exported_metrics(db: Engine) -> None:
-    exported = _exported(db)
+    exported = _exported(db, bridge=True)
     rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
     expressions = [t["expr"] for p in _panels() for t in p.get("targets", [])]  # type: ignore[attr-defined]
     expressions += [r["expr"] for g in rules["groups"] for r in g["rules"]]
