@@ -173,9 +173,11 @@ class Bridge:
         self._current: dict[int, str] = {}
         self._revisions: dict[int, int] = {}  # job id -> newest active revision
         self._withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = {}  # new uid -> old uid
-        # Held jobs whose workload is already bound (placed by an earlier cycle that did not
-        # pin them, e.g. before a restart of the bridge): placed together after the rows.
-        self._bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] = []
+        # In a cycle, the held jobs whose workload is already bound (by an earlier cycle that did
+        # not pin them, e.g. before a restart of the bridge): placed together after the rows.
+        # None outside a cycle: a row run on its own places its job at once.
+        self._bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] | None
+        self._bound_held = None
 
     # ---- the cycle -----------------------------------------------------------------------
 
@@ -203,7 +205,8 @@ class Bridge:
                 self._reconcile(job, statuses.get(uid), pending_events, to_submit, report)
             except SlurmCommandError as exc:
                 report.errors.append(f"{uid}: {exc}")
-        self._place_all(self._bound_held, report)
+        bound_held, self._bound_held = self._bound_held, None
+        self._place_all(bound_held, report)
         self._cancel_vanished(jobs, statuses, report)
         self._submit(to_submit, report)
         self._withdraw_replaced(report)
@@ -506,8 +509,10 @@ class Bridge:
         elif active:
             self._note_submitted(job, uid)  # a Comment a failed write left stale
             if state == "bound" and status is not None and not status.evicting:
-                # Pinned and released after the rows, with the others: one release list.
-                self._bound_held.append((job, uid, status.pods))
+                if self._bound_held is None:
+                    self._place(job, uid, status.pods, report)
+                else:  # pinned and released after the rows, with the others: one release list
+                    self._bound_held.append((job, uid, status.pods))
 
     def _pending_again_s(self, job: SlurmJob) -> float:
         """When the run of a job requeued by someone else ended, for a job Slurm shows pending
@@ -697,6 +702,17 @@ class Bridge:
                 report.cancelled.append(uid)
 
     # ---- decisions -----------------------------------------------------------------------
+
+    def _place(
+        self,
+        job: SlurmJob,
+        uid: str,
+        pods: Sequence[scheduler_pb2.PodBinding],
+        report: CycleReport,
+    ) -> None:
+        """Pin the held job to gpufair's nodes, then release it; never release after a failed
+        pin (Slurm would place the job itself)."""
+        self._place_all([(job, uid, pods)], report)
 
     def _place_all(
         self,
