@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/bench_slurm_bridge.py --baseline BASE [--nodes 16]
         [--jobs 500,2000] [--cycles 4] [--unheld]
+    sudo .venv/bin/python bench/bench_slurm_bridge.py --reads [--jobs 2000]
 
 BASE: a checkout (e.g. `git worktree add --detach BASE <commit>`) whose `service/` holds the
 bridge to compare with; without it only this tree's bridge runs. About 8 minutes with both arms
@@ -27,7 +28,8 @@ the bridge (base, then this tree's, for each size and kind). Per cycle:
 - what the cycle did (submitted, placed).
 
 And `first_running_after_submit_s`: from the last `sbatch` to the first job Slurm shows running
-(polled after the first cycle that placed a job). The 1-minute load average goes with each run:
+(polled after the first cycle that placed a job). `--reads` runs no bridge: the CPU of the ways
+Slurm could be read (`READS`), one cluster per size. The 1-minute load average goes with each run:
 on a shared machine wall time is far above CPU time.
 """
 
@@ -261,6 +263,56 @@ def run_arm(
                 server.wait(10)
 
 
+READS = {  # what one bridge read could be, as Slurm 22.05 answers it
+    "squeue --json --all": ["squeue", "--json", "--all"],
+    "squeue --json --all -t RUNNING": ["squeue", "--json", "--all", "-t", "RUNNING"],
+    "squeue --json --all -p gpu": ["squeue", "--json", "--all", "-p", "gpu"],
+    "squeue --json --all --format %i": ["squeue", "--json", "--all", "--format", "%i"],
+    "squeue --all -h -O (26 fields)": ["squeue", "--all", "-h", "-O", ",".join(
+        f"{f}:\x1f" for f in ("JobID", "State", "Reason", "Partition", "Account", "QOS",
+        "PriorityLong", "Nice", "NumNodes", "NumCPUs", "MinCpus", "MinMemory", "tres-per-node",
+        "tres-per-job", "tres-per-task", "Feature", "NodeList", "RestartCnt", "SubmitTime",
+        "StartTime", "EndTime", "Comment", "ArrayJobID", "ArrayTaskID", "Dependency",
+        "EligibleTime"))],
+    "scontrol -d show job -o": ["scontrol", "-d", "show", "job", "-o"],
+}  # fmt: skip
+
+
+def reads(cluster: Any, jobs: int, running: int = 20, repeat: int = 7) -> dict[str, Any]:
+    """`--reads`: `jobs` held jobs, `running` of them released (Slurm starts them), then each
+    of `READS` run `repeat` times: its CPU (the least; the command as a child) and its output's
+    size; and this process's `json.loads` and `parse_job` of the `--json` output (the least of
+    3, CPU)."""
+    from gpufair.integrations.slurm.records import parse_job
+
+    submit(cluster, jobs, held=True)
+    ids = cluster.run("squeue", "-h", "-o", "%i").stdout.split()[:running]
+    cluster.run("scontrol", "release", ",".join(ids))
+    time.sleep(3)
+    out: dict[str, Any] = {"jobs": jobs, "running": running, "commands": {}}
+    for name, argv in READS.items():
+        cpu, size = [], 0
+        for _ in range(repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            done = subprocess.run(argv, env=cluster.env, capture_output=True, check=True)
+            size = len(done.stdout)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        out["commands"][name] = {"cpu_s": round(min(cpu), 3), "bytes": size}
+    argv = READS["squeue --json --all"]
+    text = subprocess.run(argv, env=cluster.env, capture_output=True, check=True)
+    loads, parse = [], []
+    for _ in range(3):
+        started = time.process_time()
+        data = json.loads(text.stdout.decode())
+        loaded = time.process_time()
+        [parse_job(raw) for raw in data["jobs"]]
+        loads.append(loaded - started)
+        parse.append(time.process_time() - loaded)
+    out["json_loads_cpu_s"], out["parse_job_cpu_s"] = round(min(loads), 3), round(min(parse), 3)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=16)
@@ -276,6 +328,9 @@ def main() -> None:
     parser.add_argument(
         "--unheld", action="store_true", help="also: jobs submitted without a hold, every node busy"
     )
+    parser.add_argument(
+        "--reads", action="store_true", help="only: the CPU of squeue's reads (`reads`)"
+    )
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -290,6 +345,17 @@ def main() -> None:
     local = importlib.util.module_from_spec(spec)
     sys.modules["local_cluster"] = local
     spec.loader.exec_module(local)
+
+    if args.reads:
+        for jobs in (int(j) for j in args.jobs.split(",")):
+            with tempfile.TemporaryDirectory(prefix="gpufair-slurm-bench-") as tmp:
+                cluster = local.LocalSlurm(Path(tmp), nodes=local.sized_nodes(args.nodes))
+                try:
+                    cluster.start(timeout_s=180)
+                    print(json.dumps(reads(cluster, jobs)), flush=True)
+                finally:
+                    cluster.stop()
+        return
 
     arms = [("new", ROOT / "service")]
     if args.baseline is not None:
