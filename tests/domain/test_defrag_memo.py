@@ -9,17 +9,10 @@ from cycle_builders import node, queue, running, snapshot, workload
 
 from gpufair.domain import cycle_defrag
 from gpufair.domain.cycle import run_cycle
+from gpufair.domain.cycle_defrag_memo import forget
 from gpufair.domain.cycle_state import CycleState
 from gpufair.domain.model import Allocation
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictReason, PendingCode
-
-try:
-    from gpufair.domain.cycle_defrag_memo import forget
-except ImportError:  # before the memo: every search runs
-
-    def forget() -> None:
-        pass
-
 
 NODES = [node(f"n{i}") for i in range(1, 5)]  # 4 nodes of 8 GPUs and 64 CPU cores each
 

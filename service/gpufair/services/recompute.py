@@ -107,7 +107,7 @@ def recompute_pool(conn: Connection, pool_name: str, now_s: float) -> Recomputed
         log.warning("recompute of pool %s: %s", pool.name, warning)
     previous = fairshare_repo.latest_run(conn, pool.name)
     # Ready nodes, and what running work still holds on drained ones (`division_capacity`).
-    drained = [n.name for n in config.nodes if n.pool == pool.name and not n.ready]
+    drained = capacity_repo.not_ready_nodes(config, pool.name)
     capacity = capacity_repo.division_capacity(conn, pool.name, drained)
     gpu_types = {t.name: t for t in config.gpu_types}
     plan = _plans.get(pool.name)

@@ -39,11 +39,18 @@ from sqlalchemy import Connection, select, text
 
 from gpufair.domain import capacity_history
 from gpufair.domain.capacity_history import Capacity, Step
+from gpufair.domain.model import ClusterConfig
 from gpufair.domain.usage import Segment
 from gpufair.store import locks, node_history_repo
 from gpufair.store import tables as t
 from gpufair.store.ledger_tables import LONG_OR_OPEN, SHORT_RUN, pool_capacity_changes
 
+# The GPUs a pod `p.pod` of an allocation interval holds (`capacity.binding_gpus`): a fraction of
+# a shared GPU as that fraction, else its whole GPUs.
+_POD_GPUS = (
+    "CASE WHEN (p.pod->>'gpu_fraction')::float8 < 1.0 THEN (p.pod->>'gpu_fraction')::float8 "
+    "ELSE jsonb_array_length(p.pod->'gpu_indices') END"
+)
 _RANGES_MEET = (
     "tstzrange(started_at, ended_at, '[)') && tstzrange(to_timestamp(:lo), to_timestamp(:hi), '[)')"
 )
@@ -57,6 +64,12 @@ def capacity_now(conn: Connection) -> dict[str, Capacity]:
         if r.nodes:
             pool[(r.gpu_type, r.cu_per_gpu)] = (r.nodes, r.gpus)
     return {pool: capacity_history.totals(g) for pool, g in groups.items()}
+
+
+def not_ready_nodes(config: ClusterConfig, pool: str) -> list[str]:
+    """The nodes of `pool` that are not ready in `config`: those whose running work the
+    division (`division_capacity`) and the usage window (`usage_capacity`) still count."""
+    return [n.name for n in config.nodes if n.pool == pool and not n.ready]
 
 
 def division_capacity(conn: Connection, pool: str, not_ready: Collection[str]) -> Capacity:
@@ -82,12 +95,10 @@ def division_capacity(conn: Connection, pool: str, not_ready: Collection[str]) -
 # hold on each (`capacity.binding_gpus`: a fraction of a shared GPU as that fraction, else whole
 # GPUs). The pool's open intervals are read once (their partial index), their pods once each.
 _HELD_SQL = text(
-    """
+    f"""
     SELECT n.name, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
            LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)) AS counted,
-           sum(CASE WHEN (p.pod->>'gpu_fraction')::float8 < 1.0
-                    THEN (p.pod->>'gpu_fraction')::float8
-                    ELSE jsonb_array_length(p.pod->'gpu_indices') END) AS held
+           sum({_POD_GPUS}) AS held
     FROM allocation_intervals i
     CROSS JOIN LATERAL jsonb_array_elements(i.pods) AS p(pod)
     JOIN nodes n ON n.name = p.pod->>'node'
@@ -462,9 +473,7 @@ _HELD_RUNS_SQL = text(
     f"""
     SELECT p.pod->>'node' AS node, extract(epoch FROM i.started_at)::float8 AS started,
            COALESCE(extract(epoch FROM i.ended_at)::float8, 'Infinity'::float8) AS ended,
-           CASE WHEN (p.pod->>'gpu_fraction')::float8 < 1.0
-                THEN (p.pod->>'gpu_fraction')::float8
-                ELSE jsonb_array_length(p.pod->'gpu_indices') END::float8 AS gpus
+           ({_POD_GPUS})::float8 AS gpus
     FROM allocation_intervals i
     CROSS JOIN LATERAL jsonb_array_elements(i.pods) AS p(pod)
     WHERE {_RANGES_MEET}

@@ -254,7 +254,11 @@ def rollup_pool(
     if start_s < target_s:
         # Once, for all spans; with what work held on nodes not ready (`usage_capacity`).
         capacity = capacity_repo.usage_capacity(
-            conn, pool.name, now_s, [(start_s, target_s)], _not_ready(config, pool)
+            conn,
+            pool.name,
+            now_s,
+            [(start_s, target_s)],
+            capacity_repo.not_ready_nodes(config, pool.name),
         )
         for lo_s in range(int(start_s), int(target_s), int(REDO_SPAN_S)):
             _write_buckets(conn, config, pool, lo_s, min(lo_s + REDO_SPAN_S, target_s), capacity)
@@ -514,7 +518,7 @@ def _decayed_from(
     spans = [(lo_s, a_s)] if math.isfinite(lo_s) and lo_s < a_s else []
     spans += [(b_s, now_s)] if b_s < now_s else []
     edge_capacity = capacity_repo.usage_capacity(
-        conn, pool.name, now_s, spans, _not_ready(config, pool)
+        conn, pool.name, now_s, spans, capacity_repo.not_ready_nodes(config, pool.name)
     )
 
     usage: dict[str, float] = {}
@@ -561,11 +565,6 @@ def _decayed_from(
     return add_usage(*parts)
 
 
-def _not_ready(config: ClusterConfig, pool: NodePool) -> list[str]:
-    """The pool's nodes that are not ready in `config` (`capacity_repo.usage_capacity`)."""
-    return [n.name for n in config.nodes if n.pool == pool.name and not n.ready]
-
-
 def _edge(
     conn: Connection,
     config: ClusterConfig,
@@ -581,7 +580,7 @@ def _edge(
     items = intervals_between(conn, pool.name, lo_s, hi_s)
     if capacity is None:
         capacity = capacity_repo.usage_capacity(
-            conn, pool.name, now_s, [(lo_s, hi_s)], _not_ready(config, pool)
+            conn, pool.name, now_s, [(lo_s, hi_s)], capacity_repo.not_ready_nodes(config, pool.name)
         )
     return range_usage(
         pool=pool.name,
