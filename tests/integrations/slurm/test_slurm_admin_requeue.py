@@ -127,6 +127,40 @@ def test_admin_requeue_of_a_job_slow_to_die_ends_its_run_at_the_requeue(
     assert ids.index(events.event_id(uid, 0, "preempted")) < ids.index(first_of_run1.event_id)
 
 
+def test_job_requeued_and_placed_within_the_same_second_still_runs(
+    slurm: Any, client: GpufairClient, db: Engine
+) -> None:
+    """The requeue revokes the job's launch credential on its node as of that second, and a
+    launch in that second is refused for good: Slurm kills the job ("Job credential revoked",
+    FAILED, seen on 22.05), as happened when a cycle read the job pending, ended its run and
+    placed it again within the second. The requeue is made at the start of a second here, and a
+    cycle runs as soon as Slurm shows the job pending: the bridge releases it no sooner than 2 s
+    after the requeue, and the job runs again."""
+    client.apply_config(cluster_config("gpu"))
+    bridge = make_bridge(client, bridge_config())
+    bridge.cycle()
+    job = sbatch(slurm, account="acct-a", gres="gpu:rtx4090:2", seconds=120)
+    uid = f"slurm-{job}"
+    cycle_until(bridge, lambda: client.explain(uid).state == "running", max_cycles=8)
+
+    time.sleep(1.02 - time.time() % 1)
+    slurm.run("scontrol", "requeue", str(job))
+    deadline = time.monotonic() + 5
+    while squeue(slurm)[job]["job_state"] != "PENDING":
+        assert time.monotonic() < deadline, squeue(slurm)[job]
+        time.sleep(0.02)
+    first = bridge.cycle()
+    assert not first.errors, first.errors
+    assert first.placed == {}  # bound by gpufair in that cycle, released by a later one
+
+    cycle_until(bridge, lambda: len(runs_of(db, uid)) == 2, max_cycles=10)
+    second = squeue(slurm)[job]
+    assert (second["job_state"], second["restart_cnt"]) == ("RUNNING", 1)
+    assert second["start_time"] >= second["submit_time"] + 2
+    [running] = client.list_workloads(states=["running"])
+    assert [p.node for p in running.pods] == [second["nodes"]]
+
+
 class _Delegate:
     """The client, with some of its methods replaced."""
 

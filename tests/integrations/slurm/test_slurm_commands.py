@@ -69,16 +69,25 @@ PODS = [
 def test_pin_then_release_in_pod_order() -> None:
     """A job with no begin time to clear is pinned without `StartTime=` (which would overwrite a
     begin time set since the read: an owner's hold); a requeued one with Slurm's delay, and one
-    its owner released (the 2099 mark), with `StartTime=now`."""
+    its owner released (the 2099 mark), with `StartTime=now`. The requeued one only once
+    Slurm's clock (`sdiag`) is 2 s past its requeue."""
     job = parse_job(RAW_JOB)
-    requeued = replace(job, restart_count=1, eligible_time=job.submit_time + 121)
+    requeued = replace(
+        job, restart_count=1, submit_time=SLURM_NOW_S - 10, eligible_time=SLURM_NOW_S + 111
+    )
     released = replace(job, eligible_time=OWNER_RELEASE_BEGIN_S)
     late_begin = replace(job, restart_count=1, eligible_time=job.submit_time + 3600)
-    for placed, start in ((job, []), (requeued, ["StartTime=now"]), (released, ["StartTime=now"])):
-        slurm = RecordingSlurm()
+    cases = (
+        (job, [], []),
+        (requeued, ["StartTime=now"], [["sdiag"]]),
+        (released, ["StartTime=now"], []),
+    )
+    for placed, start, clock in cases:
+        slurm = SlurmWithClock()
         report = CycleReport()
         bridge(slurm)._place(placed, "slurm-42", PODS, report)
         assert slurm.commands == [
+            *clock,
             ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", *start],
             ["scontrol", "release", "42"],
         ]
@@ -583,11 +592,39 @@ def test_the_delay_a_requeue_sets_is_not_a_users_begin_time() -> None:
     )
     slurm = SlurmWithClock()
     reconcile(requeued, status("bound"), slurm)
-    assert [c[1] for c in slurm.commands] == ["update", "release"]
+    assert [c[1] for c in slurm.commands[1:]] == ["update", "release"]
+    assert slurm.commands[0] == ["sdiag"]
     slurm, client = SlurmWithClock(), RecordingClient()
     reconcile(replace(requeued, eligible_time=SLURM_NOW_S + 3600), status("bound"), slurm, client)
     assert "release" not in [c[1] for c in slurm.commands if len(c) > 1]
     assert client.cancelled == ["slurm-42"]
+
+
+def test_a_requeued_job_is_not_released_within_2_s_of_its_requeue() -> None:
+    """The requeue revoked the job's launch credential as of its second (or the next), and Slurm
+    kills a job launched within it ("Job credential revoked"). Bound 1 s after the requeue by
+    Slurm's clock, the job stays held, not pinned (a later cycle places it); 2 s after, it is
+    pinned and released."""
+    requeued = replace(
+        parse_job(RAW_JOB),
+        restart_count=1,
+        submit_time=SLURM_NOW_S - 1,
+        eligible_time=SLURM_NOW_S + 120,
+    )
+    slurm = SlurmWithClock()
+    report = CycleReport()
+    bridge(slurm)._place(requeued, "slurm-42", PODS, report)
+    assert (slurm.commands, report.placed, report.errors) == ([["sdiag"]], {}, [])
+
+    slurm = SlurmWithClock()
+    later = replace(requeued, submit_time=SLURM_NOW_S - 2)
+    bridge(slurm)._place(later, "slurm-42", PODS, report)
+    assert [c[:2] for c in slurm.commands] == [
+        ["sdiag"],
+        ["scontrol", "update"],
+        ["scontrol", "release"],
+    ]
+    assert report.placed == {"slurm-42": ["a100-0", "a100-1"]}
 
 
 def test_a_failed_read_of_slurms_time_fails_the_job_and_is_not_repeated_in_the_cycle() -> None:
@@ -649,16 +686,26 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
     assert "bound to a100-0, which Slurm cannot start it on" in slurm.commands[1][3]
     assert (client.cancelled, list(report.withdrawn), out) == (["slurm-42"], ["slurm-42"], [])
 
-    slurm = RecordingSlurm()
+    slurm = SlurmWithClock()
     ready = bridge(slurm)
     ready._ready = {"a100-0": True, "a100-1": True}
     ready._reconcile(replace(released, state_reason="Resources"), status("bound"), [], [], report)
     assert slurm.commands == []
 
-    requeued = replace(released, state_reason="BeginTime", restart_count=1)
+    requeued = replace(
+        released,
+        state_reason="BeginTime",
+        restart_count=1,
+        submit_time=SLURM_NOW_S - 10,
+        eligible_time=SLURM_NOW_S + 111,
+    )
     ready._reconcile(requeued, status("bound"), [], [], report)
-    assert [c[1] for c in slurm.commands] == ["uhold", "update", "release"]
-    assert slurm.commands[1][2:] == ["JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"]
+    assert slurm.commands[0] == ["scontrol", "uhold", "42"]
+    assert slurm.commands[1:] == [
+        ["sdiag"],
+        ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", "StartTime=now"],
+        ["scontrol", "release", "42"],
+    ]
 
 
 def test_a_job_its_owner_released_is_held_again_and_placed_not_kept_waiting() -> None:

@@ -115,6 +115,13 @@ OWNER_RELEASE_BEGIN_S = 4_102_358_400
 # later (121 s by default): a begin time that close after a requeue is Slurm's delay, which the
 # pin's `StartTime=now` clears, not a wait the user asked for.
 REQUEUE_DELAY_MAX_S = 300
+# A requeue revokes the job's launch credential on its nodes as of the second Slurm sent the kill
+# (its submit time, or the second after), and a slurmd refuses a credential issued in or before
+# that second: the job is then killed for good ("Killing non-startable batch JobId=N: Job
+# credential revoked", FAILED; seen on 22.05). Slurm's own delay (`cred_expire` + 1 s) keeps a
+# requeued job from starting that soon; the bridge, which clears that delay, releases the job no
+# sooner than this many seconds after its requeue, by Slurm's clock.
+RELAUNCH_AFTER_S = 2
 
 
 def _requeue_delay(job: SlurmJob) -> bool:
@@ -767,11 +774,18 @@ class Bridge:
             job.restart_count > 0 and _requeue_delay(job)
         )
         try:
+            if start_now and job.restart_count > 0 and self._too_soon_after_requeue(job):
+                return None  # still held and bound: a later cycle pins and releases it
             self.slurm.pin(job.job_id, nodes, start_now=start_now)
         except SlurmCommandError as exc:
             report.errors.append(f"{uid}: {exc}")
             return None
         return nodes
+
+    def _too_soon_after_requeue(self, job: SlurmJob) -> bool:
+        """Released now, the requeued job could start within the second its credential was
+        revoked in, and Slurm would kill it (`RELAUNCH_AFTER_S`)."""
+        return self._slurm_now() < job.submit_time + RELAUNCH_AFTER_S
 
     def _requeue(
         self,

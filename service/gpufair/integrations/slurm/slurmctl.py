@@ -11,7 +11,7 @@ bench/results/slurm_bridge.md, round 29). Writes, one `scontrol` each:
 - `pin(job, nodes, start_now=...)`: `scontrol update JobId=N NodeList=...`, with `StartTime=now`
   when told. A combined update with one bad field is rejected whole; `StartTime=now` clears the
   eligible time Slurm sets on a requeue (about two minutes ahead), so a requeued job placed again
-  starts at once. The bridge asks for it only for a job whose begin time needs clearing: any
+  starts at once (the bridge pins it no sooner than 2 s after the requeue: `RELAUNCH_AFTER_S`). The bridge asks for it only for a job whose begin time needs clearing: any
   `StartTime=` overwrites a begin time set since the bridge read the job, a user's hold included.
 - `release(job)`, `hold(job)`, `requeue_hold(job)`, `set_comment(job, text)`. The bridge's hold
   is a user hold (`scontrol uhold`, reason `JobHeldUser`), as `sbatch --hold`, a job_submit
