@@ -93,7 +93,11 @@ def worker(args: argparse.Namespace) -> None:
         try:
             return real_run(argv, *a, **kw)
         finally:
-            name = Path(argv[0]).name + (f" {argv[1]}" if Path(argv[0]).name == "scontrol" else "")
+            name = Path(argv[0]).name
+            if name == "scontrol":
+                name += f" {argv[1]}"
+            elif name == "squeue":
+                name += " --json" if "--json" in argv else " -O"
             commands.setdefault(name, []).append(time.perf_counter() - started)
 
     slurmctl.subprocess.run = counted_run  # type: ignore[attr-defined]
@@ -275,7 +279,18 @@ READS = {  # what one bridge read could be, as Slurm 22.05 answers it
         "StartTime", "EndTime", "Comment", "ArrayJobID", "ArrayTaskID", "Dependency",
         "EligibleTime"))],
     "scontrol -d show job -o": ["scontrol", "-d", "show", "job", "-o"],
+    "scontrol --all show job -o (the bridge's memory read)": [
+        "scontrol", "--all", "show", "job", "-o"
+    ],
 }  # fmt: skip
+
+
+def _text_read() -> list[str]:
+    """The bridge's text read (records.SQUEUE_FORMAT: 25 fields, then the fixed-width Name and
+    Comment), as this tree runs it."""
+    from gpufair.integrations.slurm.records import SQUEUE_FORMAT
+
+    return ["squeue", "--all", "--states=all", "-h", "-O", SQUEUE_FORMAT]
 
 
 def reads(cluster: Any, jobs: int, running: int = 20, repeat: int = 7) -> dict[str, Any]:
@@ -283,18 +298,19 @@ def reads(cluster: Any, jobs: int, running: int = 20, repeat: int = 7) -> dict[s
     of `READS` run `repeat` times: its CPU (the least; the command as a child) and its output's
     size; and this process's `json.loads` and `parse_job` of the `--json` output (the least of
     3, CPU)."""
-    from gpufair.integrations.slurm.records import parse_job
+    from gpufair.integrations.slurm.records import parse_job, parse_squeue_text
 
     submit(cluster, jobs, held=True)
     ids = cluster.run("squeue", "-h", "-o", "%i").stdout.split()[:running]
     cluster.run("scontrol", "release", ",".join(ids))
     time.sleep(3)
     out: dict[str, Any] = {"jobs": jobs, "running": running, "commands": {}}
-    for name, argv in READS.items():
+    env = {**cluster.env, "SLURM_TIME_FORMAT": "%s"}
+    for name, argv in {**READS, "squeue -O (the bridge's text read)": _text_read()}.items():
         cpu, size = [], 0
         for _ in range(repeat):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            done = subprocess.run(argv, env=cluster.env, capture_output=True, check=True)
+            done = subprocess.run(argv, env=env, capture_output=True, check=True)
             size = len(done.stdout)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -310,6 +326,15 @@ def reads(cluster: Any, jobs: int, running: int = 20, repeat: int = 7) -> dict[s
         loads.append(loaded - started)
         parse.append(time.process_time() - loaded)
     out["json_loads_cpu_s"], out["parse_job_cpu_s"] = round(min(loads), 3), round(min(parse), 3)
+    squeue_out = subprocess.run(_text_read(), env=env, capture_output=True, check=True).stdout
+    scontrol_argv = ["scontrol", "--all", "show", "job", "-o"]
+    scontrol_out = subprocess.run(scontrol_argv, env=env, capture_output=True, check=True).stdout
+    texts = []
+    for _ in range(3):
+        started = time.process_time()
+        parse_squeue_text(squeue_out, scontrol_out)
+        texts.append(time.process_time() - started)
+    out["parse_squeue_text_cpu_s"] = round(min(texts), 3)
     return out
 
 

@@ -7,6 +7,12 @@ that maps a constraint needing them), so a bridge killed at any point and starte
 carries on where the two systems say things stand. The in-memory caches only avoid repeating
 writes that would change nothing.
 
+The jobs are read as text each cycle (`squeue -O` and `scontrol show job -o`, slurmctl.py), which
+costs a fifteenth of `squeue --json` on Slurm 22.05 but has no GPU indices. A cycle in which a
+row of step 2 reads them (a start to report; a requeued job COMPLETING to judge:
+`_needs_gpu_indices`) reads `squeue --json` as well, after gpufair's workloads, and goes on from
+that read alone.
+
 A cycle:
 
 1. **Nodes.** The nodes of mapped partitions are upserted into their pools (pruning the pools'
@@ -124,6 +130,18 @@ REQUEUE_DELAY_MAX_S = 300
 RELAUNCH_AFTER_S = 2
 
 
+def _needs_gpu_indices(job: SlurmJob, state: str | None) -> bool:
+    """Whether `_reconcile` of this job, its workload in gpufair `state`, reads its GPU indices
+    (`_started`, `_requeue_completing`)."""
+    if state == "running":
+        return job.state == "COMPLETING" and job.restart_count > 0
+    if state not in ("pending", "bound") or job.state == "PENDING":
+        return False
+    if job.state in RUNNING_STATES:
+        return job.state != "COMPLETING"
+    return bool(job.nodes and job.start_time)  # ended: its run reported, if Slurm shows one
+
+
 def _requeue_delay(job: SlurmJob) -> bool:
     """The job's begin time is the one Slurm's requeue set (or one set within 5 minutes of it)."""
     return job.restart_count > 0 and job.eligible_time - job.submit_time <= REQUEUE_DELAY_MAX_S
@@ -200,6 +218,11 @@ class Bridge:
             parsed = parse_uid(self.config, uid)
             if parsed is not None and parsed[1] >= self._revisions.get(parsed[0], -1):
                 self._current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
+        if self._needs_gpu_indices(jobs, statuses):
+            # A start to report, or a requeued job's COMPLETING to judge: the jobs read again,
+            # with their GPU indices (`squeue --json`), and this cycle goes on from that read.
+            self._all_jobs = dependencies.Jobs.of(self.slurm.jobs(gpu_indices=True))
+            jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
         self._withdraw_after_submit, self._bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
@@ -263,6 +286,24 @@ class Bridge:
             i: replace(j, priority=0) for i, j in jobs.items() if i in wanted and i not in failed
         }
         return {**jobs, **held}, set(failed)
+
+    def _needs_gpu_indices(
+        self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
+    ) -> bool:
+        """Whether a job read without its GPU indices (`SlurmCtl.jobs`' text read) meets a row
+        of step 2 that reads them: a start to report (`_started`: running, or ended with a run
+        Slurm shows, while gpufair has it pending or bound) or a COMPLETING job gpufair has
+        running, restarted (`_requeue_completing`). Those rows need `squeue --json`; the
+        others (most cycles: waiting, held and running jobs) do not."""
+        for job in jobs.values():
+            if job.gpu_indices_read:
+                continue
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
+            status = statuses.get(uid)
+            state = status.state if status is not None else None
+            if _needs_gpu_indices(job, state):
+                return True
+        return False
 
     def _mapped(self, job: SlurmJob) -> bool:
         """A job of a mapped partition (or submitted to several, one of them mapped)."""
@@ -537,7 +578,10 @@ class Bridge:
         indices, start time Slurm's time now and end time that plus the time limit (unset, 0
         here, without one). A run that ended shows the same but its end time, at most Slurm's
         time now; Slurm's clock is read only for a job with a time limit."""
-        if job.state != "COMPLETING" or job.restart_count == 0 or any(job.gpu_indices):
+        if job.state != "COMPLETING" or job.restart_count == 0:
+            return False
+        _check_gpu_indices_read(job)
+        if any(job.gpu_indices):
             return False
         return job.end_time == 0 or job.end_time > self._slurm_now()
 
@@ -640,6 +684,7 @@ class Bridge:
     def _started(
         self, job: SlurmJob, uid: str, status: scheduler_pb2.WorkloadStatus | None
     ) -> ledger_pb2.LedgerEvent:
+        _check_gpu_indices_read(job)
         if len(job.gpu_indices) == len(job.nodes) and all(job.gpu_indices):
             return events.started(
                 uid, job.restart_count, job.start_time, job.nodes, job.gpu_indices
@@ -670,7 +715,9 @@ class Bridge:
         report.unmappable[uid] = reason
         withdrew = withdrew or (self._withdrawn(job) or "")
         head = f"gpufair: not scheduled (withdrew {withdrew}): " if withdrew else UNSCHEDULED
-        text = (head + reason).replace("\n", " ")[:250]
+        # No trailing space: the text read of the Comment loses it (records.py), and the
+        # Comment would then be written again every cycle.
+        text = (head + reason).replace("\n", " ")[:250].rstrip()
         if job.comment != text:
             self.slurm.set_comment(job.job_id, text)
 
@@ -815,6 +862,13 @@ class Bridge:
             report.events[name] = report.events.get(name, 0) + 1
             if result.status == ledger_pb2.EVENT_STATUS_REJECTED:
                 report.errors.append(f"{event.workload_uid}: event refused: {result.error}")
+
+
+def _check_gpu_indices_read(job: SlurmJob) -> None:
+    """A record without GPU indices here is a cycle that skipped `squeue --json` wrongly
+    (`_needs_gpu_indices`): an error of the job's row, never a start with the wrong GPUs."""
+    if not job.gpu_indices_read:
+        raise SlurmCommandError(f"job {job.job_id}: read without its GPU indices")
 
 
 def _failed_precondition(exc: grpc.RpcError) -> bool:

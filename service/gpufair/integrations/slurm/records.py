@@ -1,6 +1,41 @@
 """Slurm's jobs and nodes as the bridge reads them: parsed from `squeue --json` and `sinfo --json`
-(Slurm 22.05's data_parser shapes), plus the two compact notations Slurm prints: host lists
-(`a100-[0-1],rtx-3`) and GPU index lists (`gpu:a100:2(IDX:0,2-3)`). Pure: no commands run here.
+(Slurm 22.05's data_parser shapes), or a job from the text read (`squeue -O` with the memory of
+`scontrol show job -o`, `parse_squeue_text`), plus the two compact notations Slurm prints: host
+lists (`a100-[0-1],rtx-3`) and GPU index lists (`gpu:a100:2(IDX:0,2-3)`). Pure: no commands run
+here.
+
+The text read, as `SlurmCtl.jobs` runs it (see bench/results/slurm_bridge.md, round 29):
+
+- `squeue --all --states=all -h -O <SQUEUE_FORMAT>` with `SLURM_TIME_FORMAT=%s` (times as epoch
+  seconds): every field but the last two ends with the unit separator `\x1f`, which none of
+  them holds as Slurm writes them (states, reasons, partitions, features, TRES, node lists,
+  numbers, dependencies; an account or QOS with one, possible without accounting, makes the
+  record not parse), and a record that does not parse fails the read rather than guess. The
+  last two are the JobName and the Comment, which a user may fill with anything (spaces, `=`,
+  the separator, newlines): squeue prints each padded or cut to exactly `NAME_BYTES` and
+  `COMMENT_BYTES` bytes, so they are read by their position, never by a separator, and each
+  record ends with `\x1e` and a newline, which is checked. A Comment of `COMMENT_BYTES` bytes or
+  more (Slurm 22.05 refused 1,100 on the test cluster) is read cut, marked with `COMMENT_CUT` at
+  its end (no text the bridge writes is that long, so it never equals one); trailing spaces are
+  lost to the padding (the bridge writes no Comment that ends in one); `(null)` is no Comment
+  (as a user's Comment `(null)` reads: the bridge matches neither).
+- Unset values print as `N/A`, `(null)`, `NONE` or `Unknown` depending on the field: each is
+  read as the JSON read gives it (0 or ""). `ArrayJobID` is a job's own id outside an array (0
+  in JSON), `ArrayTaskID` the task id or the pending tasks ('1-3'); `MaxNodes` is the node count where
+  JSON has 0 (a started job, or one that asked no `-N`), so a `MaxNodes` equal to the count is
+  read 0 (the mapping sees no node range either way); `EndTime` of a job that has not ended is
+  `NONE` or `N/A`, read 0 (JSON has its time limit's end, start + 1 year without one; the
+  bridge reads it only of an ended job, or in a cycle that reads `squeue --json`). Of a job
+  that ended pending (cancelled), `NumCPUs` and `MaxNodes` are its request, where JSON has 0
+  CPUs: the bridge maps no ended job.
+- `MinMemory` there does not say whether it is per CPU or per node (nor is it always exact:
+  `1.50G`), and a wrong guess changes a job's request: the memory is read from `scontrol show
+  job -o` (`MinMemoryCPU=` or `MinMemoryNode=`, exact units), in a record that user text can
+  not forge (`_Scontrol.memory`), found by the job's name, account and QOS from the squeue
+  read: the `Name` field, fixed-width as the Comment (`NAME_BYTES`; a name that fills it is
+  not clear, nor is a job's memory when its record is not found once).
+- GPU indices are in neither: records of the text read say so (`gpu_indices_read` false), and
+  the bridge reads `squeue --json` in a cycle that needs them.
 """
 
 from __future__ import annotations
@@ -105,6 +140,10 @@ class SlurmJob:
     array_job_id: int = 0
     array_task_id: int | None = None
     array_tasks: str = ""
+    # False for a record of the text read (`parse_squeue_text`), which has no GPU indices:
+    # `gpu_indices` is empty there whatever Slurm allocated, and the bridge reads the job again
+    # from `squeue --json` (`parse_job`) in a cycle that needs them.
+    gpu_indices_read: bool = True
 
     @property
     def held(self) -> bool:
@@ -160,6 +199,201 @@ def parse_job(raw: dict[str, Any]) -> SlurmJob:
         array_job_id=_int(raw.get("array_job_id")),
         array_task_id=None if task_id is None else int(task_id),
         array_tasks=str(raw.get("array_task_string") or ""),
+    )
+
+
+# ---- the text read ------------------------------------------------------------------------
+
+SEP = b"\x1f"  # ends every field of a record but the last two
+END = b"\x1e\n"  # ends a record
+NAME_BYTES = 256
+COMMENT_BYTES = 1024
+COMMENT_CUT = "\u2026"  # marks a Comment of COMMENT_BYTES bytes or more, read cut
+# The fields of SlurmJob, in the order squeue prints them; then the JobName and the Comment,
+# each padded or cut to a fixed width.
+_TEXT_FIELDS = (
+    "JobID", "State", "Reason", "Partition", "Account", "QOS", "PriorityLong", "Nice",
+    "NumNodes", "MaxNodes", "NumCPUs", "MinCpus", "tres-per-node", "tres-per-job",
+    "tres-per-task", "Feature", "NodeList", "RestartCnt", "SubmitTime", "StartTime", "EndTime",
+    "EligibleTime", "ArrayJobID", "ArrayTaskID", "Dependency",
+)  # fmt: skip
+SQUEUE_FORMAT = ",".join(f"{name}:{SEP.decode()}" for name in _TEXT_FIELDS) + (
+    f",Name:{NAME_BYTES},Comment:{COMMENT_BYTES}{END[:1].decode()}"
+)
+_RECORD_RE = re.compile(
+    b"((?:[^\x1f\n]*\x1f){%d})(.{%d})(.{%d})\x1e\n"
+    % (len(_TEXT_FIELDS), NAME_BYTES, COMMENT_BYTES),
+    re.DOTALL,
+)
+_UNSET = frozenset(("", "N/A", "(null)", "NONE", "Unknown"))
+_JOB_START_RE = re.compile(r"^JobId=(\d+) ", re.MULTILINE)
+# `JobId=N`, Slurm's array and heterogeneous job fields (`ArrayJobId=2 ArrayTaskId=4,6,8%2
+# ArrayTaskThrottle=2`, `HetJobId=...`), then the name.
+_NAME_AT_RE = re.compile(r"JobId=\d+ (?:(?:Array|HetJob)[A-Za-z]*=[^ \n]* )*JobName=")
+_AFTER_NAME_RE = re.compile(r" +UserId=")
+_MEMORY_RE = re.compile(r" MinCPUsNode=\d+ MinMemory(Node|CPU)=(\S+) MinTmpDiskNode=")
+_UNIT_MIB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+_MEMORY_VALUE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+
+
+class TextReadError(ValueError):
+    """The text read is not what `SQUEUE_FORMAT` asks for, or a job's memory is not clear
+    from `scontrol show job -o`: the caller reads `squeue --json` instead."""
+
+
+def _text(value: bytes) -> str:
+    text = value.decode("utf-8", "replace")
+    return "" if text in _UNSET else text
+
+
+def _number(value: bytes) -> int:
+    """A number field: unset ones (N/A, NONE, Unknown) are 0, as JSON's null."""
+    text = value.decode("ascii", "replace")
+    return 0 if text in _UNSET else int(text)
+
+
+def _padded(value: bytes) -> str | None:
+    """A fixed-width field, its padding gone; None when it fills the width (maybe cut)."""
+    if value[-1:] not in (b" ", b""):
+        return None
+    return value.rstrip(b" ").decode("utf-8", "surrogateescape")
+
+
+def _comment(value: bytes) -> str:
+    text = _padded(value)
+    if text is None:
+        # Cut at COMMENT_BYTES (possibly in a character): never equal to a Comment the bridge
+        # writes, and its start, which the bridge matches, kept.
+        return value.decode("utf-8", "replace") + COMMENT_CUT
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return "" if text == "(null)" else text
+
+
+class _Scontrol:
+    """`scontrol show job -o`, for each job's memory (`memory`)."""
+
+    def __init__(self, out: bytes) -> None:
+        self.text = out.decode("utf-8", "surrogateescape")
+        self.starts: dict[int, list[int]] = {}
+        for match in _JOB_START_RE.finditer(self.text):
+            self.starts.setdefault(int(match.group(1)), []).append(match.start())
+
+    def memory(self, job_id: int, name: str, account: str, qos: str) -> tuple[int, int] | None:
+        """The job's (per node, per CPU) memory in MiB, the other 0: its `MinMemoryNode=` or
+        `MinMemoryCPU=` (units exact: `1536M`, `1G`), or None when not clear.
+
+        A record is a line starting `JobId=N `, but a user's JobName, Comment, paths, and
+        (without accounting) account and QOS may hold newlines, spaces and `=`, and so forged
+        fields and lines. So the job's record is found by what precedes its memory fields, as
+        the squeue text read gave them, which no user text can forge there: a line starting
+        `JobId=N `, then `JobName=` and the job's exact name, then `UserId=`, and after that,
+        the first ` Account=A QOS=Q JobState=` with the job's account and QOS as squeue printed
+        them. Between that and the memory fields Slurm writes every field (state, reason,
+        dependency, times, partition, node lists, counts, TRES). No such record, or two of
+        them (a forged line of another job's name), and the job's memory is not clear."""
+        found: list[tuple[int, int]] = []
+        for start in self.starts.get(job_id, ()):
+            at = _NAME_AT_RE.match(self.text, start)
+            if at is None or not self.text.startswith(name, at.end()):
+                continue
+            after = _AFTER_NAME_RE.match(self.text, at.end() + len(name))
+            if after is None:
+                continue
+            line_end = self.text.find("\nJobId=", after.end())
+            end = len(self.text) if line_end < 0 else line_end
+            fields = self.text.find(f" Account={account} QOS={qos} JobState=", after.end(), end)
+            if fields < 0:
+                continue
+            memory = _MEMORY_RE.search(self.text, fields, end)
+            mib = None if memory is None else _memory_mib(memory.group(2))
+            if memory is None or mib is None:
+                return None
+            found.append((mib, 0) if memory.group(1) == "Node" else (0, mib))
+        return found[0] if len(found) == 1 else None
+
+
+def _memory_mib(value: str) -> int | None:
+    match = _MEMORY_VALUE_RE.match(value)
+    if match is None:
+        return None
+    mib = float(match.group(1)) * _UNIT_MIB[match.group(2) or "M"]
+    return _int(round(mib)) if mib == int(mib) else None
+
+
+def parse_squeue_text(out: bytes, scontrol_out: bytes) -> list[SlurmJob]:
+    """The jobs of `squeue -h -O SQUEUE_FORMAT` (times `%s`), each with its memory from
+    `scontrol show job -o` (`scontrol_out`). A record that does not parse, or a job whose
+    memory is not clear there, raises `TextReadError`: nothing is guessed."""
+    jobs: list[SlurmJob] = []
+    scontrol = _Scontrol(scontrol_out)
+    pos, size = 0, len(out)
+    while pos < size:
+        match = _RECORD_RE.match(out, pos)
+        if match is None:
+            raise TextReadError(f"squeue -O: a record that does not parse at byte {pos}")
+        pos = match.end()
+        fields = match.group(1).split(SEP)
+        try:
+            jobs.append(_text_job(fields, match.group(2), match.group(3), scontrol))
+        except (ValueError, IndexError) as exc:
+            raise TextReadError(f"squeue -O: {exc}: {match.group(1)[:200]!r}") from exc
+    return jobs
+
+
+def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scontrol) -> SlurmJob:
+    (
+        job_id_b, state, reason, partition, account, qos, priority, nice, node_count, max_nodes,
+        cpus, cpus_per_node, tres_per_node, tres_per_job, tres_per_task, features, nodes,
+        restart_count, submit_time, start_time, end_time, eligible_time, array_job_id,
+        array_task, dependency, _,
+    ) = fields  # fmt: skip
+    job_id = int(job_id_b)
+    job_name = _padded(name)
+    raw = [v.decode("utf-8", "surrogateescape") for v in (account, qos)]
+    memory = None if job_name is None else scontrol.memory(job_id, job_name, *raw)
+    if memory is None:
+        raise TextReadError(f"job {job_id}: no clear MinMemoryNode/MinMemoryCPU in scontrol")
+    per_node, per_cpu = memory
+    tasks = _text(array_task)
+    task_id = int(tasks) if tasks.isdigit() else None
+    in_array = bool(tasks)
+    count = _int(_number(node_count))
+    highest = _int(_number(max_nodes))
+    if highest == count:
+        highest = 0  # squeue prints the count where JSON has 0 (a started job, no -N asked)
+    return SlurmJob(
+        job_id=job_id,
+        state=_text(state),
+        state_reason=_text(reason),
+        partition=_text(partition),
+        account=_text(account),
+        qos=_text(qos),
+        priority=_number(priority),
+        nice=_number(nice),
+        node_count=count,
+        max_nodes=highest,
+        cpus=_int(_number(cpus)),
+        cpus_per_node=_int(_number(cpus_per_node)),
+        memory_per_node_mib=per_node,
+        memory_per_cpu_mib=per_cpu,
+        tres_per_node=_text(tres_per_node),
+        tres_per_job=_text(tres_per_job),
+        tres_per_task=_text(tres_per_task),
+        features=_text(features),
+        nodes=tuple(expand_hostlist(_text(nodes))),
+        gpu_indices=(),
+        restart_count=_int(_number(restart_count)),
+        submit_time=_int(_number(submit_time)),
+        start_time=_number(start_time),
+        end_time=_number(end_time),
+        comment=_comment(comment),
+        is_array=in_array,
+        dependency=_text(dependency),
+        eligible_time=_number(eligible_time),
+        array_job_id=_int(_number(array_job_id)) if in_array else 0,
+        array_task_id=task_id,
+        array_tasks="" if task_id is not None else tasks,
+        gpu_indices_read=False,
     )
 
 

@@ -1,12 +1,24 @@
 """The Slurm commands the bridge runs, each with its exit code checked.
 
-Reads: `squeue --json --all` (every job, with states, nodes, GPU indices and times),
-`sinfo --json` (nodes with GRES and state) and `sdiag` (the controller's time now, in a cycle
-that compares a time Slurm reports with it). Slurm 22.05's `squeue --json` ignores squeue's
-filters (`-t`, `-p`, `-j`, `--format`: the same document, about 3.1 KB a job) and is the costly
-read (0.19 s of CPU at 2,000 jobs); its text formats cost a fifteenth of that but give no GPU
-indices, and `MinMemory` there does not say whether it is per CPU or per node (see
-bench/results/slurm_bridge.md, round 29). Writes, one `scontrol` each:
+Reads:
+
+- `jobs()`, every job, each cycle: `squeue --all --states=all -h -O ...` (text, times as
+  epoch seconds) for states, requests, times and Comments, then `scontrol --all show job -o`
+  for each job's memory per CPU or per node, which the text does not tell apart (records.py,
+  `parse_squeue_text`). Neither gives GPU indices: its records say so (`gpu_indices_read`).
+  When the text does not parse as asked, or a job's memory is not clear in `scontrol` (a
+  JobName or Comment that forges its fields, a job gone between the two reads), it reads
+  `squeue --json` instead: nothing is guessed.
+- `jobs(gpu_indices=True)`: `squeue --json --all` (every job, with GPU indices), which the
+  bridge reads only in a cycle that reports a start or judges a requeued job COMPLETING. Slurm
+  22.05's `squeue --json` ignores squeue's filters (`-t`, `-p`, `-j`, `--format`: the same
+  document, about 3.1 KB a job) and is the costly read (0.19 s of CPU at 2,000 jobs, against
+  0.013 s for `squeue -O` and 0.024 s for `scontrol show job -o`; bench/results/slurm_bridge.md,
+  round 29).
+- `sinfo --json` (nodes with GRES and state) and `sdiag` (the controller's time now, in a cycle
+  that compares a time Slurm reports with it).
+
+Writes, one `scontrol` each:
 
 - `pin(job, nodes, start_now=...)`: `scontrol update JobId=N NodeList=...`, with `StartTime=now`
   when told. A combined update with one bad field is rejected whole; `StartTime=now` clears the
@@ -31,19 +43,32 @@ A command that fails raises `SlurmCommandError` with its output, and nothing aft
 bridge's "pin then release" never releases a job whose pin failed (Slurm would place it itself).
 A read that Slurm could not answer fails too: with the controller unreachable, `squeue --json` and
 `sinfo --json` exit 0 with an empty list and the failure under `errors`, and an empty list taken
-at its word would mean "every job and node is gone".
+at its word would mean "every job and node is gone". The text reads exit non-zero then
+(`slurm_load_jobs error: Unable to contact slurm controller`; seen on 22.05).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
+from gpufair.integrations.slurm.records import (
+    SQUEUE_FORMAT,
+    SlurmJob,
+    SlurmNode,
+    TextReadError,
+    parse_job,
+    parse_node,
+    parse_squeue_text,
+)
+
+log = logging.getLogger("gpufair.slurm_bridge")
 
 _SDIAG_AT_RE = re.compile(r"^sdiag output at .*\((\d+)\)\s*$", re.MULTILINE)
 _FOR_JOB_RE = re.compile(r"^(.*\S) for job (\d+)\s*$", re.MULTILINE)
@@ -79,6 +104,21 @@ class SlurmCtl:
             raise SlurmCommandError(f"{' '.join(argv)} exited {done.returncode}: {output}")
         return done
 
+    def _run_bytes(self, program: str, *args: str, env: dict[str, str] | None = None) -> bytes:
+        """Run a command, its output as bytes (a Comment need not be UTF-8); exiting non-zero
+        raises."""
+        argv = [str(Path(self.bin_dir) / program) if self.bin_dir else program, *args]
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, timeout=self.timeout_s, check=False, env=env
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmCommandError(f"{' '.join(argv)[:200]}: {exc}") from exc
+        if done.returncode != 0:
+            said = (done.stderr.strip() or done.stdout.strip())[:500].decode("utf-8", "replace")
+            raise SlurmCommandError(f"{' '.join(argv)[:200]} exited {done.returncode}: {said}")
+        return done.stdout
+
     def _read(self, program: str, *args: str) -> dict[str, Any]:
         """A `--json` read; its `errors` (Slurm's answer when it has none) raise."""
         data = json.loads(self._run(program, *args))
@@ -91,9 +131,27 @@ class SlurmCtl:
             raise SlurmCommandError(f"{program} {' '.join(args)} reported errors: {said}"[:500])
         return cast(dict[str, Any], data)
 
-    def jobs(self) -> list[SlurmJob]:
+    def jobs(self, *, gpu_indices: bool = False) -> list[SlurmJob]:
+        """Every job Slurm lists: from the text reads (no GPU indices), or from `squeue --json`
+        when `gpu_indices` is asked or the text reads are not clear (see the module's
+        docstring)."""
+        if not gpu_indices:
+            try:
+                return self.jobs_text()
+            except TextReadError as exc:
+                log.info("squeue text read not used, squeue --json instead: %s", exc)
         data = self._read("squeue", "--json", "--all")
         return [parse_job(raw) for raw in data.get("jobs", [])]
+
+    def jobs_text(self) -> list[SlurmJob]:
+        """`squeue -O` and `scontrol show job -o`, parsed (records.py); `TextReadError` when
+        they are not clear."""
+        env = {**os.environ, "SLURM_TIME_FORMAT": "%s"}
+        out = self._run_bytes("squeue", "--all", "--states=all", "-h", "-O", SQUEUE_FORMAT, env=env)
+        if not out:
+            return []
+        # `--all` as squeue's: the jobs of hidden partitions too.
+        return parse_squeue_text(out, self._run_bytes("scontrol", "--all", "show", "job", "-o"))
 
     def nodes(self) -> list[SlurmNode]:
         data = self._read("sinfo", "--json")

@@ -1,0 +1,330 @@
+"""The bridge's per-cycle job read: `squeue -O` text with the memory of `scontrol show job -o`
+(records.py, `parse_squeue_text`), against the `squeue --json` read it replaces in most cycles.
+
+On the real cluster, job by job: the text read gives what the JSON read gives (and the same
+gpufair request from `map_job`) for pending, held, running, COMPLETING, requeued, ended and
+array jobs, memory per CPU and per node, dependencies, begin times, and Comments holding spaces,
+`=`, the read's own separators, newlines and non-ASCII text; a JobName or Comment that forges
+`scontrol`'s memory fields makes the read fall back to `squeue --json`, never guess. Without
+Slurm: the parsers on canned output, and which rows of the bridge's table make a cycle read
+`squeue --json` (`_needs_gpu_indices`, checked against the rows themselves).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, replace
+from typing import Any, cast
+
+import pytest
+from test_slurm_mapping import CONFIG, RAW_JOB
+
+from gpufair.client import GpufairClient
+from gpufair.integrations.slurm import bridge as bridge_module
+from gpufair.integrations.slurm.bridge import Bridge
+from gpufair.integrations.slurm.mapping import map_job
+from gpufair.integrations.slurm.records import (
+    COMMENT_BYTES,
+    COMMENT_CUT,
+    NAME_BYTES,
+    SlurmJob,
+    TextReadError,
+    _Scontrol,
+    parse_job,
+    parse_squeue_text,
+)
+from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
+from gpufair.v1 import scheduler_pb2
+
+ODD_COMMENTS = [
+    "gpufair: not scheduled (withdrew slurm-42): a = b  c",
+    "key=value Comment=x MinMemoryNode=99G  two  spaces",
+    "sep \x1f unit \x1e record\nnewline\n1\x1fPENDING\x1f",
+    "ünïcode ✓ x=1 y = 2",
+    "é" * 400,  # 800 bytes
+    "x" * 1000,
+]
+
+
+def _submit(slurm: Any, *args: str, wrap: str = "sleep 300") -> int:
+    out = slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-A", "acct-a", "-p", "gpu", *args,
+        "--wrap", wrap,
+    ).stdout  # fmt: skip
+    return int(out.strip().split(";")[0])
+
+
+def _comparable(job: SlurmJob, *, from_json: bool) -> dict[str, Any]:
+    """The fields the text read gives as the JSON read does. Apart (records.py's docstring):
+    GPU indices (JSON only); a node count's upper bound equal to the count (0 or the count);
+    the end time of a job that has not ended (JSON's time limit end); the CPUs and node count
+    bound of an ended job (JSON has 0 for a job cancelled pending); trailing spaces of a
+    Comment (the text read's padding)."""
+    fields = asdict(job)
+    del fields["gpu_indices"], fields["gpu_indices_read"]
+    if fields["max_nodes"] == fields["node_count"]:
+        fields["max_nodes"] = 0
+    if not job.finished:
+        fields["end_time"] = None
+    else:  # the request of an ended job, which the bridge never maps: JSON has 0 CPUs or so
+        fields["cpus"] = fields["max_nodes"] = None
+    if from_json:
+        fields["comment"] = job.comment.rstrip(" ")
+    return fields
+
+
+def _stable_reads(ctl: SlurmCtl) -> tuple[dict[int, SlurmJob], dict[int, SlurmJob]]:
+    """Text, JSON, text again: the jobs whose two text records agree (nothing changed during
+    the reads), with their JSON records."""
+    first = {j.job_id: j for j in ctl.jobs_text()}
+    json_read = {j.job_id: j for j in ctl.jobs(gpu_indices=True)}
+    second = {j.job_id: j for j in ctl.jobs_text()}
+    stable = {i: j for i, j in first.items() if second.get(i) == j and i in json_read}
+    return stable, json_read
+
+
+def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: Any) -> None:
+    held = [
+        _submit(slurm, "--hold", "--gres=gpu:1", "--mem-per-cpu=1536M", "-c3"),
+        _submit(slurm, "--hold", "--gres=gpu:1", "--mem=3G", "-c2"),
+        _submit(slurm, "--hold", "--gres=gpu:1", "-N1", "--mem=1G"),  # 1 CPU: same either way
+        _submit(slurm, "--hold", "--gres=gpu:1", "-N1", "--mem-per-cpu=1G"),
+        _submit(slurm, "--hold", "--gres=gpu:1", "--mem=0"),
+        _submit(slurm, "--hold", "--gres=gpu:rtx4090:1", "--nice=10"),
+        _submit(slurm, "--hold", "--gres=gpu:1", "--constraint=gpumem40|rtx4090"),
+        _submit(slurm, "--hold", "--gpus=2"),
+        _submit(slurm, "--hold", "-n2", "--gpus-per-task=1"),
+        _submit(slurm, "--hold", "-N1-2", "--gres=gpu:1"),
+        _submit(slurm, "--hold", "--gres=gpu:1", "--begin=now+3600"),
+        _submit(slurm, "--hold", "--gres=gpu:1", "--array=1-3"),
+        *(_submit(slurm, "--hold", "--gres=gpu:1", f"--comment={c}") for c in ODD_COMMENTS),
+    ]
+    held.append(_submit(slurm, "--hold", "-p", "gpu,a100", "--gres=gpu:1"))
+    running = _submit(slurm, "-N2", "--gres=gpu:a100:2", "--mem=2G")
+    held.append(_submit(slurm, "--hold", "--gres=gpu:1", f"--dependency=afterok:{running}"))
+    held.append(_submit(slurm, "--hold", "--gres=gpu:1", f"--dependency=after:{running}+1"))
+    array = _submit(slurm, "--gres=gpu:rtx4090:1", "--array=0-9:2%2", "--comment=a b=c")
+    limited = _submit(slurm, "--gres=gpu:rtx4090:1", "-t", "30")
+    failed = _submit(slurm, "--gres=gpu:rtx4090:1", wrap="false")
+    cancelled = _submit(slurm, "--gres=gpu:rtx4090:1")
+    slow = _submit(slurm, "--gres=gpu:rtx4090:1", wrap="trap '' TERM; while true; do sleep 1; done")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        states = {j.job_id: j.state for j in SlurmCtl().jobs(gpu_indices=True)}
+        if all(states.get(i) == "RUNNING" for i in (running, limited, cancelled, slow)):
+            break
+        time.sleep(0.3)
+    slurm.run("scancel", str(cancelled))
+    slurm.run("scontrol", "requeue", str(limited))
+    slurm.run("scontrol", "hold", str(held[0]))  # an operator's hold: JobHeldAdmin
+    slurm.run("scancel", str(slow))  # ignores SIGTERM: COMPLETING for KillWait
+    # An odd Comment written by `scontrol update`, as the bridge writes its own.
+    slurm.run("scontrol", "update", f"JobId={held[1]}", "Comment=x = y \x1f z\nw")
+
+    ctl = SlurmCtl()
+    wanted = {*held, running, array, limited, failed, cancelled, slow}
+    seen_states: set[str] = set()
+    compared: set[int] = set()
+    for _ in range(20):
+        stable, json_read = _stable_reads(ctl)
+        for job_id, text_job in stable.items():
+            json_job = json_read[job_id]
+            assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
+            assert text_job.gpu_indices_read is False and json_job.gpu_indices_read is True
+            if text_job.partition == "gpu" and not text_job.finished:
+                assert map_job(CONFIG_GPU, text_job) == map_job(CONFIG_GPU, json_job)
+            seen_states.add(text_job.state)
+            compared.add(job_id)
+        if "COMPLETING" in seen_states and wanted <= compared:
+            break
+        time.sleep(0.2)
+    assert wanted <= compared, sorted(wanted - compared)
+    assert {"PENDING", "RUNNING", "COMPLETING", "FAILED", "CANCELLED"} <= seen_states
+    by_id = {j.job_id: j for j in ctl.jobs_text()}
+    # The memory kinds and the odd Comments, read as written.
+    assert (by_id[held[0]].memory_per_cpu_mib, by_id[held[0]].memory_per_node_mib) == (1536, 0)
+    assert (by_id[held[1]].memory_per_cpu_mib, by_id[held[1]].memory_per_node_mib) == (0, 3072)
+    assert by_id[held[1]].comment == "x = y \x1f z\nw"
+    comments = [by_id[i].comment for i in held[12 : 12 + len(ODD_COMMENTS)]]
+    assert comments == ODD_COMMENTS
+    assert by_id[limited].restart_count == 1
+    assert by_id[held[0]].state_reason == "JobHeldAdmin"
+    tasks = [j for j in by_id.values() if j.array_job_id == array]
+    assert {j.array_task_id for j in tasks if j.array_task_id is not None} >= {0, 2}
+    assert any(j.array_tasks for j in tasks)  # the pending tasks' record: '4-8:2%2' or the like
+
+
+CONFIG_GPU = replace(CONFIG, partitions={"gpu": "main"}, accounts={"acct-a": "vision-train"})
+
+
+def test_a_name_that_forges_scontrol_fields_is_never_read_as_memory(slurm: Any) -> None:
+    """A JobName holding `scontrol`'s memory fields, and a forged line of another job: the
+    forger's memory is its own, and the job whose line was forged is not clear (two records
+    of its name), so `jobs()` reads `squeue --json` for that cycle. Without the forged line,
+    the text read is used again."""
+    victim = _submit(slurm, "--hold", "--gres=gpu:1", "--mem-per-cpu=1G", "-J", "victim")
+    fields = "MinCPUsNode=1 MinMemoryNode=99G MinTmpDiskNode=0"
+    name = f"x {fields} UserId=root(0) Account=acct-a QOS=(null) JobState=PENDING {fields} y"
+    forger = _submit(slurm, "--hold", "--gres=gpu:1", "--mem=2G", "-J", name)
+    jobs = {j.job_id: j for j in SlurmCtl().jobs_text()}
+    assert (jobs[forger].memory_per_node_mib, jobs[forger].memory_per_cpu_mib) == (2048, 0)
+    assert (jobs[victim].memory_per_node_mib, jobs[victim].memory_per_cpu_mib) == (0, 1024)
+    line = f"\nJobId={victim} JobName=victim UserId=root(0) Account=acct-a QOS=(null) JobState="
+    comment = f"{line}PENDING {fields}"
+    liar = _submit(slurm, "--hold", "--gres=gpu:1", "-J", "victim", f"--comment={comment}")
+    with pytest.raises(TextReadError, match=f"job {victim}: no clear"):
+        SlurmCtl().jobs_text()
+    jobs = {j.job_id: j for j in SlurmCtl().jobs()}
+    assert jobs[victim].gpu_indices_read and jobs[liar].gpu_indices_read  # the JSON read
+    assert (jobs[victim].memory_per_node_mib, jobs[victim].memory_per_cpu_mib) == (0, 1024)
+    slurm.run("scontrol", "update", f"JobId={liar}", "Comment=")
+    assert not any(j.gpu_indices_read for j in SlurmCtl().jobs())
+
+
+# ---- the parsers, without Slurm -----------------------------------------------------------------
+
+
+def _record(job_id: int, comment: bytes, name: bytes = b"wrap", **fields: bytes) -> bytes:
+    values = {
+        "JobID": str(job_id).encode(), "State": b"PENDING", "Reason": b"JobHeldUser",
+        "Partition": b"gpu", "Account": b"vision", "QOS": b"(null)", "PriorityLong": b"0",
+        "Nice": b"0", "NumNodes": b"2", "MaxNodes": b"2", "NumCPUs": b"8", "MinCpus": b"4",
+        "tres-per-node": b"gres:gpu:4", "tres-per-job": b"N/A", "tres-per-task": b"N/A",
+        "Feature": b"(null)", "NodeList": b"", "RestartCnt": b"0", "SubmitTime": b"1796136508",
+        "StartTime": b"N/A", "EndTime": b"N/A", "EligibleTime": b"N/A", "ArrayJobID": b"42",
+        "ArrayTaskID": b"N/A", "Dependency": b"(null)", **fields,
+    }  # fmt: skip
+    head = b"".join(v + b"\x1f" for v in values.values())
+    return head + name.ljust(NAME_BYTES) + comment.ljust(COMMENT_BYTES) + b"\x1e\n"
+
+
+def _scontrol(job_id: int, memory: str, name: str = "wrap", comment: str = "") -> str:
+    return (
+        f"JobId={job_id} JobName={name} UserId=root(0) GroupId=root(0) Account=vision "
+        "QOS=(null) JobState=PENDING Reason=JobHeldUser NumNodes=2 MinCPUsNode=4 "
+        f"{memory} MinTmpDiskNode=0 Features=(null) Comment={comment} StdOut=/dev/null\n"
+    )
+
+
+def test_parse_squeue_text_reads_comments_by_position() -> None:
+    forged = b"a\x1e\n" + _record(7, b"forged")[:-2]
+    out = _record(42, forged[: COMMENT_BYTES - 1]) + _record(43, b"(null)") + _record(44, b"x=y ")
+    memory = ["MinMemoryCPU=1G", "MinMemoryNode=2G", "MinMemoryNode=0"]
+    scontrol = "".join(_scontrol(i, m) for i, m in zip((42, 43, 44), memory, strict=True))
+    jobs = parse_squeue_text(out, scontrol.encode())
+    assert [j.job_id for j in jobs] == [42, 43, 44]
+    assert jobs[0].comment == forged[: COMMENT_BYTES - 1].rstrip(b" ").decode()
+    assert (jobs[1].comment, jobs[2].comment) == ("", "x=y")
+    assert (jobs[0].memory_per_cpu_mib, jobs[1].memory_per_node_mib) == (1024, 2048)
+    expected = replace(
+        parse_job(RAW_JOB),
+        comment=jobs[0].comment,
+        memory_per_node_mib=0,
+        memory_per_cpu_mib=1024,
+        max_nodes=0,
+        gpu_indices_read=False,
+    )
+    assert jobs[0] == expected
+
+
+def test_parse_squeue_text_marks_a_cut_comment_and_refuses_what_it_cannot_read() -> None:
+    scontrol = _scontrol(42, "MinMemoryNode=0").encode()
+    [cut] = parse_squeue_text(_record(42, b"y" * COMMENT_BYTES), scontrol)
+    assert cut.comment == "y" * COMMENT_BYTES + COMMENT_CUT
+    with pytest.raises(TextReadError, match="no clear"):
+        parse_squeue_text(_record(42, b""), b"")
+    with pytest.raises(TextReadError, match="no clear"):  # a name that fills its width
+        parse_squeue_text(_record(42, b"", name=b"n" * NAME_BYTES), scontrol)
+    with pytest.raises(TextReadError, match="does not parse"):
+        parse_squeue_text(_record(42, b"", Reason=b"a\x1fb"), scontrol)
+    with pytest.raises(TextReadError):
+        parse_squeue_text(_record(42, b"", NumNodes=b"many"), scontrol)
+    with pytest.raises(TextReadError, match="does not parse"):
+        parse_squeue_text(_record(42, b"")[:-1], scontrol)
+
+
+_FORGED = "x MinCPUsNode=1 MinMemoryNode=9G MinTmpDiskNode=0"
+
+
+@pytest.mark.parametrize(
+    ("scontrol", "name", "expected"),
+    [
+        (_scontrol(42, "MinMemoryCPU=1536M"), "wrap", (0, 1536)),
+        (_scontrol(42, "MinMemoryNode=3G"), "wrap", (3072, 0)),
+        (_scontrol(42, "MinMemoryNode=2T"), "wrap", (2 * 1024**2, 0)),
+        (_scontrol(42, "MinMemoryNode=1.50G"), "wrap", (1536, 0)),
+        (_scontrol(42, "MinMemoryNode=1.33G"), "wrap", None),  # not a whole MiB: not guessed
+        # A name or Comment that forges the memory fields: skipped by the name's length, after.
+        (_scontrol(42, "MinMemoryCPU=1G", name=_FORGED), _FORGED, (0, 1024)),
+        (_scontrol(42, "MinMemoryCPU=1G", comment=_FORGED), "wrap", (0, 1024)),
+        (_scontrol(42, "MinMemoryCPU=1G", name="wrap   "), "wrap", (0, 1024)),  # padding
+        # Another job's Comment forges a line of job 42: two records, not clear.
+        (_scontrol(41, "MinMemoryCPU=1G", comment="a\n" + _scontrol(42, "MinMemoryNode=9G")) + _scontrol(42, "MinMemoryCPU=1G"), "wrap", None),
+        # ... a line that is not the name squeue gave: not the job's record.
+        (_scontrol(41, "MinMemoryCPU=1G", comment="a\nJobId=42 JobName=other x") + _scontrol(42, "MinMemoryCPU=1G"), "wrap", (0, 1024)),
+        (_scontrol(42, "MinMemoryCPU=1G"), "other", None),
+        (_scontrol(42, "MinMemoryCPU=1G").replace("Account=vision", "Account=other"), "wrap", None),
+        (_scontrol(42, "MinMemoryCPU=1G").replace("MinMemoryCPU", "MinMemoryGPU"), "wrap", None),
+    ],
+)  # fmt: skip
+def test_memory_is_read_from_the_record_squeue_names(
+    scontrol: str, name: str, expected: tuple[int, int] | None
+) -> None:
+    """The record of job 42 with the name squeue gave, account `vision`: its memory, or None
+    when not clear (`_Scontrol.memory`)."""
+    assert _Scontrol(scontrol.encode()).memory(42, name, "vision", "(null)") == expected
+
+
+# ---- which cycles read squeue --json -----------------------------------------------------------
+
+
+class _NoCommands(SlurmCtl):
+    def _run(self, program: str, *args: str) -> str:
+        return ""
+
+    def now(self) -> float:
+        return 1796136520.0
+
+
+class _Client:
+    def cancel_workload(self, uid: str) -> scheduler_pb2.CancelWorkloadResponse:
+        return scheduler_pb2.CancelWorkloadResponse()
+
+
+def _status(state: str) -> scheduler_pb2.WorkloadStatus:
+    status = scheduler_pb2.WorkloadStatus(state=state)
+    status.workload.uid = "slurm-42"
+    status.pods.add(pod_index=0, node="a100-0", gpu_indices=[0, 1])
+    return status
+
+
+@pytest.mark.parametrize("gpufair_state", [None, "pending", "bound", "running"])
+@pytest.mark.parametrize(
+    "slurm_state",
+    ["PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "COMPLETING", "COMPLETED", "FAILED"],
+)
+@pytest.mark.parametrize("restarts", [0, 1])
+@pytest.mark.parametrize("ran", [True, False])
+def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
+    gpufair_state: str | None, slurm_state: str, restarts: int, ran: bool
+) -> None:
+    """`_needs_gpu_indices` against the rows of `_reconcile`: a record of the text read makes
+    a row that reads GPU indices fail (`_check_gpu_indices_read`), and only those rows."""
+    job = replace(
+        parse_job(RAW_JOB),
+        state=slurm_state,
+        restart_count=restarts,
+        nodes=("a100-0",) if ran else (),
+        start_time=1796136500 if ran else 0,
+        end_time=1796136510 if ran else 0,
+        gpu_indices_read=False,
+    )
+    live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands(), clock=lambda: 1.8e9)
+    status = None if gpufair_state is None else _status(gpufair_state)
+    try:
+        live._reconcile(job, status, [], [], bridge_module.CycleReport())
+        read_indices = False
+    except SlurmCommandError as exc:
+        assert "without its GPU indices" in str(exc)
+        read_indices = True
+    assert bridge_module._needs_gpu_indices(job, gpufair_state) == read_indices
