@@ -200,10 +200,14 @@ def _fair_shares(conn: Connection) -> list[Metric]:
 def _capacity(conn: Connection) -> list[Metric]:
     labels = ["pool", "gpu_type"]
     cap_gpus = GaugeMetricFamily(
-        "gpufair_pool_capacity_gpus", "GPUs of the pool's ready nodes", labels=labels
+        "gpufair_pool_capacity_gpus",
+        "GPUs of the pool's ready nodes, and those work still holds on its nodes not ready",
+        labels=labels,
     )
     cap_cu = GaugeMetricFamily(
-        "gpufair_pool_capacity_cu", "CU of the pool's ready nodes", labels=labels
+        "gpufair_pool_capacity_cu",
+        "CU of the pool's ready nodes, and those work still holds on its nodes not ready",
+        labels=labels,
     )
     alloc_gpus = GaugeMetricFamily(
         "gpufair_pool_allocated_gpus", "GPUs held by what runs now", labels=labels

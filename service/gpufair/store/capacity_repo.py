@@ -19,12 +19,16 @@ node capacity event may come late, or commit while a rollup runs; `rollup_repo.r
 rebuild marks from the first row it changed, and the next rollup redoes the buckets from there,
 as for a late run event.
 
-The rows count ready nodes only. What the usage window divides by (U''s denominator) also
-counts what running work held on nodes while they were not ready (`usage_capacity`), read from
+The rows count ready nodes only. What the fair share divides now (`division_capacity`), and what
+the capacity gauges export (`counted_now`), also count the GPUs work placed on a node not ready
+still holds there: running, or bound and not started yet. What the usage window divides by (U''s
+denominator), and `report.pool_utilisation_daily`'s capacity (migration 0032), also count what
+running work held on nodes while they were not ready (`usage_capacity`), read from
 the nodes' config history, their reports and the runs, never written as rows: the rows, their
 rebuilds and their replays stay as they were. A run's change on such a node marks the rollups
 as any run's does; a report of a node not ready marks them from its instant too, though it
-changes no row.
+changes no row. History counts runs only: the ledger keeps no binding that was never started
+(it held its GPUs for at most the bind timeout, and is no usage to divide).
 """
 
 from __future__ import annotations
@@ -74,10 +78,12 @@ def not_ready_nodes(config: ClusterConfig, pool: str) -> list[str]:
 
 def division_capacity(conn: Connection, pool: str, not_ready: Collection[str]) -> Capacity:
     """What the fair share divides in `pool` now (`capacity_history.division_capacity`): its
-    ready nodes as `capacity_now` counts them, plus the GPUs running work (open allocation
-    intervals) still holds on those of `not_ready` (the pool's nodes that are not ready, as the
-    caller's config has them) that are still not ready. With none, the one statement and the
-    numbers of `capacity_now`; else one more, over the pool's open intervals."""
+    ready nodes as `capacity_now` counts them, plus the GPUs work placed there still holds on
+    those of `not_ready` (the pool's nodes that are not ready, as the caller's config has them)
+    that are still not ready: running work (open allocation intervals) and work bound there
+    that the batch system has not started yet (it may still start it there, and the cycle
+    counts it in its queue's allocation). With none, the one statement and the numbers of
+    `capacity_now`; else one more, over the pool's open intervals and bound workloads."""
     groups: dict[tuple[str, float], tuple[int, int]] = {}
     for r in conn.execute(_NOW_SQL):
         if r.pool == pool and r.nodes:
@@ -91,23 +97,96 @@ def division_capacity(conn: Connection, pool: str, not_ready: Collection[str]) -
     return capacity_history.division_capacity(groups, held)
 
 
-# Of the named nodes, those of the pool still not ready, with the GPUs open allocation intervals
-# hold on each (`capacity.binding_gpus`: a fraction of a shared GPU as that fraction, else whole
-# GPUs). The pool's open intervals are read once (their partial index), their pods once each.
+# Of the named nodes, those of the pool still not ready, with the GPUs work placed there holds on
+# each (`capacity.binding_gpus`: a fraction of a shared GPU as that fraction, else whole GPUs):
+# open allocation intervals, and bindings the batch system has not started yet (it may still
+# start them there; the cycle counts them in their queue's allocation as it counts running
+# work). The pool's open intervals are read once (their partial index), its bound workloads
+# once (by pool and state), their pods once each.
 _HELD_SQL = text(
     f"""
     SELECT n.name, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
            LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)) AS counted,
            sum({_POD_GPUS}) AS held
-    FROM allocation_intervals i
-    CROSS JOIN LATERAL jsonb_array_elements(i.pods) AS p(pod)
+    FROM (
+        SELECT i.pods FROM allocation_intervals i WHERE i.pool = :pool AND i.ended_at IS NULL
+        UNION ALL
+        SELECT w.binding->'pods' FROM workloads w WHERE w.pool = :pool AND w.state = 'bound'
+    ) AS h
+    CROSS JOIN LATERAL jsonb_array_elements(h.pods) AS p(pod)
     JOIN nodes n ON n.name = p.pod->>'node'
     LEFT JOIN gpu_types g ON g.name = n.gpu_type
     LEFT JOIN node_capacity c ON c.node = n.name
-    WHERE i.pool = :pool AND i.ended_at IS NULL
-      AND p.pod->>'node' = ANY(:names) AND n.pool = :pool AND NOT n.ready
+    WHERE p.pod->>'node' = ANY(:names) AND n.pool = :pool AND NOT n.ready
     GROUP BY n.name, n.gpu_type, g.compute_weight, n.gpu_count, c.gpu_count
     ORDER BY n.name
+    """
+)
+
+
+def counted_now(conn: Connection) -> dict[str, Capacity]:
+    """Per pool, what the fair share divides now (`division_capacity`'s rule, for every pool
+    at once from the nodes as stored): its ready nodes, plus the GPUs work placed on its nodes
+    that are not ready still holds there, running or bound. What the capacity gauges export,
+    so that they add up to the capacity a recompute divides, and allocated over capacity reads
+    no more than 1 for a drain. One statement, as `capacity_now`, when no node is not ready
+    (it says whether one is); else one more, over the open intervals and bound workloads of
+    the pools that have one."""
+    groups: dict[str, dict[tuple[str, float], tuple[int, int]]] = {}
+    drained: set[str] = set()
+    for r in conn.execute(_COUNTED_SQL):
+        pool = groups.setdefault(r.pool, {})
+        if r.nodes:
+            pool[(r.gpu_type, r.cu_per_gpu)] = (r.nodes, r.gpus)
+        if r.not_ready:
+            drained.add(r.pool)
+    held: dict[str, list[capacity_history.HeldNode]] = {}
+    if drained:
+        for r in conn.execute(_HELD_POOLS_SQL, {"pools": sorted(drained)}):
+            node = capacity_history.HeldNode(r.gpu_type, r.cu_per_gpu, r.counted, r.held)
+            held.setdefault(r.pool, []).append(node)
+    return {
+        pool: capacity_history.division_capacity(g, held.get(pool, ()))
+        for pool, g in groups.items()
+    }
+
+
+# `_NOW_SQL`'s rows, read over all the pool's nodes, each with how many of its nodes of the
+# group are not ready (a group of only such nodes: no node counted, and no GPU).
+_COUNTED_SQL = text(
+    """
+    SELECT p.name AS pool, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
+           count(n.name) FILTER (WHERE n.ready) AS nodes,
+           COALESCE(sum(LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)))
+                    FILTER (WHERE n.ready), 0) AS gpus,
+           count(n.name) FILTER (WHERE NOT n.ready) AS not_ready
+    FROM node_pools p
+    LEFT JOIN nodes n ON n.pool = p.name
+    LEFT JOIN gpu_types g ON g.name = n.gpu_type
+    LEFT JOIN node_capacity c ON c.node = n.name
+    GROUP BY p.name, n.gpu_type, g.compute_weight
+    """
+)
+
+# `_HELD_SQL` for the named pools, each node of theirs that is not ready, as stored.
+_HELD_POOLS_SQL = text(
+    f"""
+    SELECT n.pool, n.name, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
+           LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)) AS counted,
+           sum({_POD_GPUS}) AS held
+    FROM (
+        SELECT i.pool, i.pods FROM allocation_intervals i
+        WHERE i.pool = ANY(:pools) AND i.ended_at IS NULL
+        UNION ALL
+        SELECT w.pool, w.binding->'pods' FROM workloads w
+        WHERE w.pool = ANY(:pools) AND w.state = 'bound'
+    ) AS h
+    CROSS JOIN LATERAL jsonb_array_elements(h.pods) AS p(pod)
+    JOIN nodes n ON n.name = p.pod->>'node' AND n.pool = h.pool AND NOT n.ready
+    LEFT JOIN gpu_types g ON g.name = n.gpu_type
+    LEFT JOIN node_capacity c ON c.node = n.name
+    GROUP BY n.pool, n.name, n.gpu_type, g.compute_weight, n.gpu_count, c.gpu_count
+    ORDER BY n.pool, n.name
     """
 )
 

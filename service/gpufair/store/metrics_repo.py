@@ -115,14 +115,16 @@ def latest_runs(conn: Connection) -> tuple[list[RunRecord], list[QueueRecord]]:
 
 
 def capacity(conn: Connection) -> dict[str, dict[str, tuple[float, float]]]:
-    """Per pool and GPU type: (GPUs, CU) of the ready nodes now."""
+    """Per pool and GPU type: (GPUs, CU) the pool counts now (`capacity_repo.counted_now`):
+    its ready nodes, and the GPUs work running or bound on its nodes that are not ready still
+    holds there, as the fair share divides them."""
     weights = {
         r.name: r.compute_weight
         for r in conn.execute(text("SELECT name, compute_weight FROM gpu_types"))
     }
     return {
         pool: {t: (gpus, gpus * weights.get(t, 0.0)) for t, gpus in by_type.items()}
-        for pool, (_cu, by_type) in capacity_repo.capacity_now(conn).items()
+        for pool, (_cu, by_type) in capacity_repo.counted_now(conn).items()
     }
 
 
