@@ -88,6 +88,7 @@ def _slurm_conf(
     ctld_port: int,
     node_ports: dict[str, int],
     nodes: tuple[tuple[str, str, int, int, int, str], ...] = NODES,
+    slurmd_timeout_s: int = 60,
 ) -> str:
     lines = [
         "ClusterName=gpufairtest",
@@ -117,7 +118,7 @@ def _slurm_conf(
         "ReturnToService=2",
         "JobCompType=jobcomp/none",
         "SlurmctldTimeout=30",
-        "SlurmdTimeout=60",
+        f"SlurmdTimeout={slurmd_timeout_s}",
         "InactiveLimit=0",
         "KillWait=2",
         "Waittime=0",
@@ -157,6 +158,10 @@ class LocalSlurm:
     root: Path
     pids: dict[str, int] = field(default_factory=dict)
     nodes: tuple[tuple[str, str, int, int, int, str], ...] = NODES
+    # SlurmdTimeout: seconds without a node's answer before slurmctld sets it DOWN. It pings a
+    # node a third of this after its last answer; a dead slurmd's ping fails after about 11 s
+    # (MessageTimeout 10 s), and the node shows not responding (`idle*`) from then.
+    slurmd_timeout_s: int = 60
 
     @property
     def conf(self) -> Path:
@@ -175,7 +180,9 @@ class LocalSlurm:
         for sub in ("state", "run", "log", "dev", "jobs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         ports = {name: free_port() for name, *_ in self.nodes}
-        self.conf.write_text(_slurm_conf(self.root, free_port(), ports, self.nodes))
+        self.conf.write_text(
+            _slurm_conf(self.root, free_port(), ports, self.nodes, self.slurmd_timeout_s)
+        )
         gres = ["AutoDetect=off"]
         for name, gpu_type, gpus, *_ in self.nodes:
             for index in range(gpus):

@@ -3,14 +3,17 @@ the gpufair config the scenarios share, and a bridge driven cycle by cycle."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, text
 
 from gpufair.client import GpufairClient
@@ -36,6 +39,42 @@ def _load_local_cluster() -> Any:
 _local = _load_local_cluster()
 LocalSlurm = _local.LocalSlurm
 missing_commands = _local.missing_commands
+
+
+def unavailable() -> str | None:
+    """Why a local Slurm cluster cannot start here, or None."""
+    missing = missing_commands()
+    if missing:
+        return f"Slurm is not installed (missing {', '.join(missing)})"
+    if os.geteuid() != 0:
+        return "the local Slurm cluster needs root (mknod, slurmd)"
+    return None
+
+
+@contextlib.contextmanager
+def own_cluster(root: Path, **options: Any) -> Iterator[Any]:
+    """A local cluster of a test's own (`LocalSlurm` options, such as `slurmd_timeout_s`),
+    beside the shared one of conftest.py: started in `root`, `SLURM_CONF` naming it (for the
+    bridge's commands) until it is stopped. Skips where Slurm cannot start; fails instead with
+    GPUFAIR_REQUIRE_SLURM=1, as the shared cluster does."""
+    reason = unavailable()
+    if reason is not None:
+        if os.environ.get("GPUFAIR_REQUIRE_SLURM") == "1":
+            pytest.fail(f"GPUFAIR_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    cluster = LocalSlurm(root, **options)
+    previous = os.environ.get("SLURM_CONF")
+    try:
+        cluster.start()
+        os.environ["SLURM_CONF"] = str(cluster.conf)
+        yield cluster
+    finally:
+        cluster.stop()
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+
 
 BRIDGE_YAML: dict[str, Any] = {
     "partitions": {"gpu": "gpu"},
