@@ -181,6 +181,34 @@ def test_a_name_that_forges_scontrol_fields_is_never_read_as_memory(slurm: Any) 
     assert not any(j.gpu_indices_read for j in SlurmCtl().jobs())
 
 
+def test_a_pending_job_whose_reason_is_a_description_makes_the_read_json(slurm: Any) -> None:
+    """After `requeuehold` squeue prints the job's description (`job requeued in held state`)
+    as its reason, and still after an operator's hold, which JSON shows as `JobHeldAdmin`: the
+    text read refuses the job, and `jobs()` reads `squeue --json`, with the hold as it is."""
+    job = _submit(slurm, "--gres=gpu:1")
+    deadline = time.monotonic() + 30
+
+    def state() -> str:
+        return {j.job_id: j.state for j in SlurmCtl().jobs(gpu_indices=True)}[job]
+
+    while state() != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    slurm.run("scontrol", "requeuehold", str(job))
+    while state() != "PENDING":  # COMPLETING first
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    slurm.run("scontrol", "hold", str(job))
+    with pytest.raises(TextReadError, match="job requeued in held state"):
+        SlurmCtl().jobs_text()
+    [read] = [j for j in SlurmCtl().jobs() if j.job_id == job]
+    assert (read.state, read.state_reason, read.gpu_indices_read) == (
+        "PENDING",
+        "JobHeldAdmin",
+        True,
+    )
+
+
 # ---- the parsers, without Slurm -----------------------------------------------------------------
 
 
@@ -241,6 +269,12 @@ def test_parse_squeue_text_marks_a_cut_comment_and_refuses_what_it_cannot_read()
         parse_squeue_text(_record(42, b"", NumNodes=b"many"), scontrol)
     with pytest.raises(TextReadError, match="does not parse"):
         parse_squeue_text(_record(42, b"")[:-1], scontrol)
+    with pytest.raises(TextReadError, match="not Slurm's name"):
+        parse_squeue_text(_record(42, b"", Reason=b"job requeued in held state"), scontrol)
+    [ran] = parse_squeue_text(
+        _record(42, b"", State=b"FAILED", Reason=b"launch failed requeued held"), scontrol
+    )
+    assert ran.state_reason == "launch failed requeued held"
 
 
 _FORGED = "x MinCPUsNode=1 MinMemoryNode=9G MinTmpDiskNode=0"

@@ -28,6 +28,13 @@ The text read, as `SlurmCtl.jobs` runs it (see bench/results/slurm_bridge.md, ro
   bridge reads it only of an ended job, or in a cycle that reads `squeue --json`). Of a job
   that ended pending (cancelled), `NumCPUs` and `MaxNodes` are its request, where JSON has 0
   CPUs: the bridge maps no ended job.
+- `Reason` is the job's description where Slurm set one, not its reason: `job requeued in held
+  state` after a `requeuehold`, and still after an operator's `scontrol hold` of that job
+  (JSON: `JobHeldAdmin`; seen on 22.05), `ReqNodeNotAvail, UnavailableNodes:...`. The bridge
+  reads the reason of a pending job (an operator's hold, `BeginTime`): a pending job whose
+  `Reason` is not a reason's name (letters only, as Slurm names them all) fails the read. The
+  held jobs the bridge requeued show such a description until they are released, so a cycle
+  with one reads `squeue --json`. Of a running or ended job, the description is read as is.
 - `MinMemory` there does not say whether it is per CPU or per node (nor is it always exact:
   `1.50G`), and a wrong guess changes a job's request: the memory is read from `scontrol show
   job -o` (`MinMemoryCPU=` or `MinMemoryNode=`, exact units), in a record that user text can
@@ -226,6 +233,7 @@ _RECORD_RE = re.compile(
     re.DOTALL,
 )
 _UNSET = frozenset(("", "N/A", "(null)", "NONE", "Unknown"))
+_REASON_NAME_RE = re.compile(r"[A-Za-z]+")  # JobHeldUser, BeginTime, None, ...
 _JOB_START_RE = re.compile(r"^JobId=(\d+) ", re.MULTILINE)
 # `JobId=N`, Slurm's array and heterogeneous job fields (`ArrayJobId=2 ArrayTaskId=4,6,8%2
 # ArrayTaskThrottle=2`, `HetJobId=...`), then the name.
@@ -354,6 +362,9 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
     if memory is None:
         raise TextReadError(f"job {job_id}: no clear MinMemoryNode/MinMemoryCPU in scontrol")
     per_node, per_cpu = memory
+    job_state, state_reason = _text(state), _text(reason)
+    if job_state == "PENDING" and not _REASON_NAME_RE.fullmatch(state_reason):
+        raise TextReadError(f"job {job_id}: a reason that is not Slurm's name: {state_reason!r}")
     tasks = _text(array_task)
     task_id = int(tasks) if tasks.isdigit() else None
     in_array = bool(tasks)
@@ -363,8 +374,8 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
         highest = 0  # squeue prints the count where JSON has 0 (a started job, no -N asked)
     return SlurmJob(
         job_id=job_id,
-        state=_text(state),
-        state_reason=_text(reason),
+        state=job_state,
+        state_reason=state_reason,
         partition=_text(partition),
         account=_text(account),
         qos=_text(qos),
