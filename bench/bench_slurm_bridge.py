@@ -95,7 +95,7 @@ def worker(args: argparse.Namespace) -> None:
         finally:
             name = Path(argv[0]).name
             if name == "scontrol":
-                name += f" {argv[1]}"
+                name += " " + next(a for a in argv[1:] if not a.startswith("-"))
             elif name == "squeue":
                 name += " --json" if "--json" in argv else " -O"
             commands.setdefault(name, []).append(time.perf_counter() - started)

@@ -393,7 +393,7 @@ class CannedSlurm(RecordingSlurm):
         self.node_list = nodes
         self.job_list: list[SlurmJob] = []
 
-    def jobs(self) -> list[SlurmJob]:
+    def jobs(self, *, gpu_indices: bool = False) -> list[SlurmJob]:
         return list(self.job_list)
 
     def nodes(self) -> list[SlurmNode]:

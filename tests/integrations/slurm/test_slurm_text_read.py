@@ -362,3 +362,23 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
         assert "without its GPU indices" in str(exc)
         read_indices = True
     assert bridge_module._needs_gpu_indices(job, gpufair_state) == read_indices
+
+
+def test_the_cycle_after_a_busy_one_reads_squeue_json_first() -> None:
+    """`_text_short`: a pending job with a description (JSON's `state_description`), or a row
+    that reads GPU indices, makes the next cycle read `squeue --json` first; else the text."""
+    from gpufair.integrations.slurm import dependencies
+
+    live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands())
+    quiet = replace(parse_job(RAW_JOB), gpu_indices_read=False)
+    described = replace(parse_job(RAW_JOB), state_description="job requeued in held state")
+    started = replace(parse_job(RAW_JOB), state="RUNNING", nodes=("a100-0",), start_time=1)
+    for jobs, statuses, expected in [
+        ([quiet], {}, False),
+        ([described], {}, True),
+        ([replace(described, state="RUNNING")], {}, False),
+        ([started], {"slurm-42": _status("running")}, False),
+        ([started], {"slurm-42": _status("bound")}, True),
+    ]:
+        live._all_jobs = dependencies.Jobs.of(jobs)
+        assert live._text_short({j.job_id: j for j in jobs}, statuses) is expected

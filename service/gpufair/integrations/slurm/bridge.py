@@ -7,11 +7,14 @@ that maps a constraint needing them), so a bridge killed at any point and starte
 carries on where the two systems say things stand. The in-memory caches only avoid repeating
 writes that would change nothing.
 
-The jobs are read as text each cycle (`squeue -O` and `scontrol show job -o`, slurmctl.py), which
-costs a fifteenth of `squeue --json` on Slurm 22.05 but has no GPU indices. A cycle in which a
-row of step 2 reads them (a start to report; a requeued job COMPLETING to judge:
-`_needs_gpu_indices`) reads `squeue --json` as well, after gpufair's workloads, and goes on from
-that read alone.
+The jobs are read as text in a quiet cycle (`squeue -O` and `scontrol show job -o`, slurmctl.py),
+which costs a fifteenth of `squeue --json` on Slurm 22.05 but has no GPU indices, nor a pending
+job's reason where Slurm printed a description in its place. A cycle in which a row of step 2
+reads GPU indices (a start to report; a requeued job COMPLETING to judge: `_needs_gpu_indices`)
+reads `squeue --json` as well, after gpufair's workloads, and goes on from that read alone; a
+text read with such a pending job reads `squeue --json` instead. The cycle after one that needed
+`squeue --json`, placed or requeued jobs reads it first (`_text_short`), so a busy cycle reads
+the jobs once, as before.
 
 A cycle:
 
@@ -203,6 +206,8 @@ class Bridge:
         # None outside a cycle: a row run on its own places its job at once.
         self._bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] | None
         self._bound_held = None
+        # Read `squeue --json` first next cycle (`_text_short`); False: the text read first.
+        self._json_next = False
 
     # ---- the cycle -----------------------------------------------------------------------
 
@@ -210,7 +215,8 @@ class Bridge:
         report = CycleReport()
         self._gpu_memory_now = self._slurm_now_s = None
         self._sync_nodes(report)
-        self._all_jobs = dependencies.Jobs.of(self.slurm.jobs())
+        json_first = self._json_next
+        self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=json_first))
         jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
         statuses = self._workloads()
         self._current, self._revisions = {}, {}
@@ -221,8 +227,9 @@ class Bridge:
         if self._needs_gpu_indices(jobs, statuses):
             # A start to report, or a requeued job's COMPLETING to judge: the jobs read again,
             # with their GPU indices (`squeue --json`), and this cycle goes on from that read.
-            self._all_jobs = dependencies.Jobs.of(self.slurm.jobs(gpu_indices=True))
+            self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=True))
             jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
+        self._json_next = self._text_short(jobs, statuses)
         self._withdraw_after_submit, self._bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
@@ -253,7 +260,30 @@ class Bridge:
                 [(job, uid, pods) for job, uid, pods in binds if job is not None], report
             )
             self._send(decided, report)
+        self._json_next = self._json_next or bool(report.placed or report.requeued)
         return report
+
+    def _read_jobs(self, *, gpu_indices: bool) -> list[SlurmJob]:
+        return self.slurm.jobs(gpu_indices=True) if gpu_indices else self.slurm.jobs()
+
+    def _text_short(
+        self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
+    ) -> bool:
+        """Whether the text read would not have done for this cycle, whichever read it used: a
+        row read GPU indices, or a pending job shows a description in place of its reason
+        (records.py). The next cycle then reads `squeue --json` first, as does the one after a
+        cycle that placed or requeued jobs (their starts come next): not a second read in the
+        busy cycles that follow one another. Only the cost depends on this guess: a cycle that
+        reads the text and finds it short reads `squeue --json` as well."""
+        for job in self._all_jobs.by_id.values():
+            if job.state == "PENDING" and job.state_description:
+                return True
+        for job in jobs.values():
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
+            status = statuses.get(uid)
+            if _needs_gpu_indices(job, status.state if status is not None else None):
+                return True
+        return False
 
     def _hold_first(
         self,

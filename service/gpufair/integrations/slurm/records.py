@@ -151,6 +151,9 @@ class SlurmJob:
     # `gpu_indices` is empty there whatever Slurm allocated, and the bridge reads the job again
     # from `squeue --json` (`parse_job`) in a cycle that needs them.
     gpu_indices_read: bool = True
+    # Slurm's description of the job's state (`job requeued in held state`), which squeue's
+    # text prints in place of the reason: from `squeue --json` only ("" in the text read).
+    state_description: str = ""
 
     @property
     def held(self) -> bool:
@@ -206,6 +209,7 @@ def parse_job(raw: dict[str, Any]) -> SlurmJob:
         array_job_id=_int(raw.get("array_job_id")),
         array_task_id=None if task_id is None else int(task_id),
         array_tasks=str(raw.get("array_task_string") or ""),
+        state_description=str(raw.get("state_description") or ""),
     )
 
 
