@@ -18,6 +18,21 @@ PostgreSQL backends during the stream, per event, show which side bounds the rat
 the COPY's own backend and client (`copy_us_per_event_*`) is what the same rows cost the
 database and a client without the service.
 
+Both sides start warm (`--method warm`, the default since round 30). The COPY's connection is
+open, and has copied the rows written before the clock, when its clock starts; the server's
+connections are as a server that has run for a while has them: the rows written before the
+clock (the steady mix's earlier starts, and `WARM_RUNS_PER_STREAM` short runs of workloads of
+their own, finished before the mix's first event, in both mixes) go over the timed streams' own
+connections, split by workload as the timed events are, so each of the server's workers has
+opened its database connection, run a message's statements on it (prepared) and seen the
+workloads of its stream going, before the clock starts. The COPY's table holds the same rows.
+`--method old` measures as rounds up to 29 did: the earlier starts over one stream of their own,
+before the timed streams' connections are opened, no warm-up runs, and the lock sampler's
+connection opened after the clock starts; a worker that had not taken that stream opened its
+database connection (a new backend, its catalog caches, its first plans: about 5 ms of the
+database's CPU) and looked up the workloads it had not seen inside the timed stream, which the
+COPY, its connection open before its clock, did not pay.
+
 With `--streams N` the timed events go over N streams at once, each on a connection of its own
 (a batch system reporting from several places), split by workload so that each workload's
 events stay in order on one stream. `gpufair serve` runs a worker process per core behind one
@@ -143,6 +158,24 @@ def steady_events(n_events: int, t0: float) -> tuple[list[LedgerEvent], list[Led
             else:
                 timed.append(LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, at, uids[j]))
     return before, timed, next_uid
+
+
+WARM_RUNS_PER_STREAM = 20  # `--method warm`: short runs per stream before the clock
+
+
+def warm_runs(first_uid: int, n_runs: int, t0: float) -> list[LedgerEvent]:
+    """`n_runs` short runs (started, 3 heartbeats, stopped) of workloads w<first_uid>.., all
+    over an hour before `t0`: the warm-up of `--method warm`, in both mixes."""
+    events: list[LedgerEvent] = []
+    for j in range(n_runs):
+        w, start = first_uid + j, t0 - 7200.0 + j * 0.5
+        pods = (EventPod(f"n{w % NODES}", (w % 8,)),)
+        events.append(LedgerEvent(str(uuid.uuid4()), EventKind.STARTED, start, f"w{w}", pods))
+        for k in range(1, 4):
+            at = start + 60 * k
+            events.append(LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, at, f"w{w}"))
+        events.append(LedgerEvent(str(uuid.uuid4()), EventKind.STOPPED, start + 300, f"w{w}"))
+    return events
 
 
 def to_proto(e: LedgerEvent) -> ledger_pb2.LedgerEvent:
@@ -343,12 +376,19 @@ class LockWaits:
 
     def __init__(self, url: str) -> None:
         self._url, self.seen, self.samples = libpq_url(url), 0, 0
-        self._stop = threading.Event()
+        self._stop, self._connected = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run)
 
     def __enter__(self) -> LockWaits:
         self._thread.start()
         return self
+
+    def wait_connected(self) -> None:
+        """Return once the sampler's connection is open (so that a clock started after this
+        does not time its opening)."""
+        while not self._connected.wait(0.05):
+            if not self._thread.is_alive():
+                raise RuntimeError("the lock sampler could not connect")
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -356,6 +396,7 @@ class LockWaits:
 
     def _run(self) -> None:
         with psycopg.connect(self._url, autocommit=True) as conn:
+            self._connected.set()
             while not self._stop.wait(0.05):
                 row = conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -396,10 +437,19 @@ def assert_all_stored(replies: Iterable[ledger_pb2.ReportEventsResponse], n: int
 
 
 def one_round(
-    mix: str, n_events: int, batch: int, streams: int = 1, *, spread: bool = False
+    mix: str,
+    n_events: int,
+    batch: int,
+    streams: int = 1,
+    *,
+    spread: bool = False,
+    method: str = "warm",
 ) -> dict[str, Any]:
     t0 = time.time() - 3 * 86400
     before, events, n_workloads = mix_events(mix, n_events, t0)
+    if method == "warm":
+        warm = warm_runs(n_workloads, WARM_RUNS_PER_STREAM * streams, t0)
+        before, n_workloads = warm + before, n_workloads + WARM_RUNS_PER_STREAM * streams
     with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
         migrate.upgrade(url)
         port = free_port()
@@ -410,21 +460,39 @@ def one_round(
             with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
                 client.apply_config(parse_config(cluster()))
                 submit_workloads(engine, n_workloads, t0)
-                if before:
+                channels: list[grpc.Channel] = []
+                if method == "warm":
+                    # The rows before the clock over the timed streams' own connections (see
+                    # the module's docstring): every worker starts the clock warm.
+                    channels, placed = open_streams(
+                        f"127.0.0.1:{port}", streams, process.pid, spread=spread
+                    )
+                    setup = [messages(p, batch) for p in split_by_workload(before, streams)]
+                    assert_all_stored(stream_all(channels, setup), len(before))
+                elif before:
                     reply = client.ledger.StreamEvents(iter(messages(before, batch)), timeout=900)
                     assert_all_stored([reply], len(before))
                 copy = copy_rate(url, events, before)
                 parts = [messages(p, batch) for p in split_by_workload(events, streams)]
-                channels, placed = open_streams(
-                    f"127.0.0.1:{port}", streams, process.pid, spread=spread
-                )
+                if method == "old":
+                    channels, placed = open_streams(
+                        f"127.0.0.1:{port}", streams, process.pid, spread=spread
+                    )
 
+                waits = LockWaits(url)
+                if method == "warm":
+                    waits.__enter__()
+                    waits.wait_connected()
                 pg_before = backend_cpu_s(url)
                 workers_before = worker_cpu_s(process.pid)
                 server_before, client_before = tree_cpu_s(process.pid), time.process_time()
                 start = time.perf_counter()
-                with LockWaits(url) as waits:
+                if method == "old":
+                    waits.__enter__()
+                try:
                     replies = stream_all(channels, parts)
+                finally:
+                    waits.__exit__()
                 grpc_s = time.perf_counter() - start
                 server_cpu = tree_cpu_s(process.pid) - server_before
                 client_cpu = time.process_time() - client_before
@@ -432,7 +500,11 @@ def one_round(
                     p: cpu - workers_before.get(p, 0.0)
                     for p, cpu in worker_cpu_s(process.pid).items()
                 }
-                used = backends_used(pg_before, backend_cpu_s(url))
+                pg_after = backend_cpu_s(url)
+                used = backends_used(pg_before, pg_after)
+                # Backends that started inside the timed stream (`--method old`: a worker's).
+                started = None if pg_after is None or pg_before is None else pg_after.keys()
+                opened = math.nan if started is None else len(started - (pg_before or {}).keys())
                 pg_cpu = math.nan if used is None else used  # backends not on this machine
                 for c in channels:
                     c.close()
@@ -447,6 +519,7 @@ def one_round(
         "grpc_stream_events_per_s": round(grpc_eps),
         "raw_copy_events_per_s": round(copy.events_per_s),
         "ratio_grpc_to_copy": round(grpc_eps / copy.events_per_s, 3),
+        "method": method,
         "us_per_event_wall": round(grpc_s / n * 1e6, 2),
         "us_per_event_server_cpu": round(server_cpu / n * 1e6, 2),
         "us_per_event_postgres_cpu": round(pg_cpu / n * 1e6, 2),
@@ -454,6 +527,7 @@ def one_round(
         "copy_us_per_event_postgres_cpu": round(copy.postgres_cpu_s / n * 1e6, 2),
         "copy_us_per_event_client_cpu": round(copy.client_cpu_s / n * 1e6, 2),
         "streams_by_worker": placed,
+        "postgres_backends_started_in_stream": opened,
         "lock_waits_seen": f"{waits.seen} in {waits.samples} samples",
         "server_cpu_share_by_worker": sorted(
             (round(cpu / server_cpu, 2) for cpu in workers.values() if server_cpu > 0),
@@ -474,6 +548,13 @@ def main() -> None:
         action="store_true",
         help="reconnect until the streams are spread evenly over the server's workers",
     )
+    parser.add_argument(
+        "--method",
+        choices=["warm", "old"],
+        default="warm",
+        help="warm: both sides start the clock warm (the default); old: as rounds up to 29 "
+        "measured, a worker's database connection opened inside the timed stream (see above)",
+    )
     args = parser.parse_args()
     mixes = ["churn", "steady"] if args.mix == "both" else [args.mix]
     # Rounds alternate between the mixes, so both see the same stretch of the machine's noise.
@@ -481,7 +562,14 @@ def main() -> None:
     for _ in range(args.rounds):
         for mix in mixes:
             rounds[mix].append(
-                one_round(mix, args.events, args.batch, args.streams, spread=args.spread)
+                one_round(
+                    mix,
+                    args.events,
+                    args.batch,
+                    args.streams,
+                    spread=args.spread,
+                    method=args.method,
+                )
             )
             print(json.dumps({"mix": mix, **rounds[mix][-1]}), file=sys.stderr)
     summary = {
@@ -501,6 +589,7 @@ def main() -> None:
                 "events": args.events,
                 "batch": args.batch,
                 "streams": args.streams,
+                "method": args.method,
                 **summary,
                 "targets": {"grpc_stream_events_per_s": 20000, "ratio_grpc_to_copy": 0.5},
             },
