@@ -255,6 +255,21 @@ def test_parse_squeue_text_reads_comments_by_position() -> None:
     assert jobs[0] == expected
 
 
+def test_the_array_id_is_scontrols() -> None:
+    """An array's record with neither task id nor pending tasks: squeue prints its own id as
+    `ArrayJobID`, as of a job outside an array; scontrol's `ArrayJobId=` tells them apart."""
+    scontrol = _scontrol(42, "MinMemoryNode=0")
+    array = scontrol.replace("JobId=42 ", "JobId=42 ArrayJobId=42 ArrayTaskId=4294967294 ")
+    [alone] = parse_squeue_text(_record(42, b""), scontrol.encode())
+    [done] = parse_squeue_text(_record(42, b""), array.encode())
+    assert (alone.array_job_id, done.array_job_id) == (0, 42)
+    task = array.replace("ArrayTaskId=4294967294", "ArrayTaskId=3")
+    [three] = parse_squeue_text(_record(42, b"", ArrayTaskID=b"3"), task.encode())
+    assert (three.array_job_id, three.array_task_id, three.is_array) == (42, 3, True)
+    with pytest.raises(TextReadError, match="not scontrol's"):
+        parse_squeue_text(_record(42, b"", ArrayTaskID=b"3", ArrayJobID=b"41"), task.encode())
+
+
 def test_parse_squeue_text_marks_a_cut_comment_and_refuses_what_it_cannot_read() -> None:
     scontrol = _scontrol(42, "MinMemoryNode=0").encode()
     [cut] = parse_squeue_text(_record(42, b"y" * COMMENT_BYTES), scontrol)
@@ -306,7 +321,8 @@ def test_memory_is_read_from_the_record_squeue_names(
 ) -> None:
     """The record of job 42 with the name squeue gave, account `vision`: its memory, or None
     when not clear (`_Scontrol.memory`)."""
-    assert _Scontrol(scontrol.encode()).memory(42, name, "vision", "(null)") == expected
+    got = _Scontrol(scontrol.encode()).memory(42, name, "vision", "(null)")
+    assert (got and got[:2]) == expected
 
 
 # ---- which cycles read squeue --json -----------------------------------------------------------

@@ -21,7 +21,8 @@ The text read, as `SlurmCtl.jobs` runs it (see bench/results/slurm_bridge.md, ro
   (as a user's Comment `(null)` reads: the bridge matches neither).
 - Unset values print as `N/A`, `(null)`, `NONE` or `Unknown` depending on the field: each is
   read as the JSON read gives it (0 or ""). `ArrayJobID` is a job's own id outside an array (0
-  in JSON), `ArrayTaskID` the task id or the pending tasks ('1-3'); `MaxNodes` is the node count where
+  in JSON), and so is it of an array's record with neither task id nor pending tasks left (JSON:
+  the array's id): the array's id is read from `scontrol` (`ArrayJobId=`, below), `ArrayTaskID` the task id or the pending tasks ('1-3'); `MaxNodes` is the node count where
   JSON has 0 (a started job, or one that asked no `-N`), so a `MaxNodes` equal to the count is
   read 0 (the mapping sees no node range either way); `EndTime` of a job that has not ended is
   `NONE` or `N/A`, read 0 (JSON has its time limit's end, start + 1 year without one; the
@@ -241,7 +242,9 @@ _REASON_NAME_RE = re.compile(r"[A-Za-z]+")  # JobHeldUser, BeginTime, None, ...
 _JOB_START_RE = re.compile(r"^JobId=(\d+) ", re.MULTILINE)
 # `JobId=N`, Slurm's array and heterogeneous job fields (`ArrayJobId=2 ArrayTaskId=4,6,8%2
 # ArrayTaskThrottle=2`, `HetJobId=...`), then the name.
-_NAME_AT_RE = re.compile(r"JobId=\d+ (?:(?:Array|HetJob)[A-Za-z]*=[^ \n]* )*JobName=")
+_NAME_AT_RE = re.compile(
+    r"JobId=\d+ (?:ArrayJobId=(\d+) )?(?:(?:Array|HetJob)[A-Za-z]*=[^ \n]* )*JobName="
+)
 _AFTER_NAME_RE = re.compile(r" +UserId=")
 _MEMORY_RE = re.compile(r" MinCPUsNode=\d+ MinMemory(Node|CPU)=(\S+) MinTmpDiskNode=")
 _UNIT_MIB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
@@ -290,9 +293,11 @@ class _Scontrol:
         for match in _JOB_START_RE.finditer(self.text):
             self.starts.setdefault(int(match.group(1)), []).append(match.start())
 
-    def memory(self, job_id: int, name: str, account: str, qos: str) -> tuple[int, int] | None:
+    def memory(self, job_id: int, name: str, account: str, qos: str) -> tuple[int, int, int] | None:
         """The job's (per node, per CPU) memory in MiB, the other 0: its `MinMemoryNode=` or
-        `MinMemoryCPU=` (units exact: `1536M`, `1G`), or None when not clear.
+        `MinMemoryCPU=` (units exact: `1536M`, `1G`), and its `ArrayJobId=` (0 without one: a
+        job's record of an array whose tasks are all split off or done shows it, where squeue's
+        text has nothing to tell it from a job outside an array), or None when not clear.
 
         A record is a line starting `JobId=N `, but a user's JobName, Comment, paths, and
         (without accounting) account and QOS may hold newlines, spaces and `=`, and so forged
@@ -303,7 +308,7 @@ class _Scontrol:
         them. Between that and the memory fields Slurm writes every field (state, reason,
         dependency, times, partition, node lists, counts, TRES). No such record, or two of
         them (a forged line of another job's name), and the job's memory is not clear."""
-        found: list[tuple[int, int]] = []
+        found: list[tuple[int, int, int]] = []
         for start in self.starts.get(job_id, ()):
             at = _NAME_AT_RE.match(self.text, start)
             if at is None or not self.text.startswith(name, at.end()):
@@ -320,7 +325,9 @@ class _Scontrol:
             mib = None if memory is None else _memory_mib(memory.group(2))
             if memory is None or mib is None:
                 return None
-            found.append((mib, 0) if memory.group(1) == "Node" else (0, mib))
+            array_job_id = int(at.group(1) or 0)
+            per = (mib, 0) if memory.group(1) == "Node" else (0, mib)
+            found.append((*per, array_job_id))
         return found[0] if len(found) == 1 else None
 
 
@@ -365,13 +372,15 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
     memory = None if job_name is None else scontrol.memory(job_id, job_name, *raw)
     if memory is None:
         raise TextReadError(f"job {job_id}: no clear MinMemoryNode/MinMemoryCPU in scontrol")
-    per_node, per_cpu = memory
+    per_node, per_cpu, array_master = memory
     job_state, state_reason = _text(state), _text(reason)
     if job_state == "PENDING" and not _REASON_NAME_RE.fullmatch(state_reason):
         raise TextReadError(f"job {job_id}: a reason that is not Slurm's name: {state_reason!r}")
     tasks = _text(array_task)
     task_id = int(tasks) if tasks.isdigit() else None
     in_array = bool(tasks)
+    if in_array and array_master != _number(array_job_id):
+        raise TextReadError(f"job {job_id}: ArrayJobID {array_job_id!r} is not scontrol's")
     count = _int(_number(node_count))
     highest = _int(_number(max_nodes))
     if highest == count:
@@ -405,7 +414,7 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
         is_array=in_array,
         dependency=_text(dependency),
         eligible_time=_number(eligible_time),
-        array_job_id=_int(_number(array_job_id)) if in_array else 0,
+        array_job_id=array_master,
         array_task_id=task_id,
         array_tasks="" if task_id is not None else tasks,
         gpu_indices_read=False,
