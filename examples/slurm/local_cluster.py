@@ -249,9 +249,9 @@ class LocalSlurm:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
 
-    def start_node(self, name: str, timeout_s: float = 30.0) -> None:
+    def start_node(self, name: str, timeout_s: float = 30.0, *, poll_s: float = 0.3) -> None:
         """Start a killed node's slurmd again and wait until Slurm shows the node idle (a node
-        set DOWN returns on registering: `ReturnToService=2`)."""
+        set DOWN returns on registering: `ReturnToService=2`), asking every `poll_s`."""
         slurmd = program("slurmd") or "slurmd"
         self._spawn(f"slurmd-{name}", [slurmd, "-D", "-N", name, "-f", str(self.conf)])
         deadline = time.monotonic() + timeout_s
@@ -259,7 +259,7 @@ class LocalSlurm:
             state = self.run("sinfo", "-h", "-n", name, "-N", "-o", "%t", check=False).stdout
             if set(state.split()) == {"idle"}:
                 return
-            time.sleep(0.3)
+            time.sleep(poll_s)
         raise RuntimeError(f"node {name} not idle after {timeout_s} s: {self.logs_tail()}")
 
     def _check_alive(self) -> None:

@@ -40,6 +40,7 @@ from slurm_support import (
     bridge_config,
     cluster_config,
     cycle_until,
+    make_bridge,
     own_cluster,
     runs_of,
     sbatch,
@@ -114,12 +115,15 @@ def ends_of(db: Engine, uid: str) -> list[tuple[str, float]]:
     return [(str(r[0]), float(r[1])) for r in rows]
 
 
-def logged_s(cluster: Any, needle: str) -> float:
-    """When slurmctld.log first has a line containing `needle` (its local-time stamp)."""
+def logged_s(cluster: Any, needle: str, *, after_s: float = 0.0) -> float:
+    """When slurmctld.log first has a line containing `needle` (its local-time stamp), from
+    `after_s` on."""
     for line in (cluster.root / "log" / "slurmctld.log").read_text().splitlines():
         if needle in line:
             stamp = line[1 : line.index("]")]
-            return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+            at_s = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+            if at_s >= after_s:
+                return at_s
     raise AssertionError(f"no {needle!r} in slurmctld.log")
 
 
@@ -267,3 +271,85 @@ def test_a_node_whose_slurmd_dies_is_not_ready_then_down_and_back(
     assert runs_of(db, req_uid)[1] == later
     assert ends_of(db, req_uid) == [("preempted", end_s)]
     assert ends_of(db, fail_uid) == [("failed", end_s)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "bridge defect: a job Slurm requeued when its node went down is pinned and released "
+        "(StartTime=now) onto that node in the very cycle the node returns. On registering, the "
+        "node reports the job's stale batch step; slurmctld aborts it there, and slurmd revokes "
+        "the job's launch credential as of that second. A launch within that second is refused "
+        "('Killing non-startable batch JobId=N: Job credential revoked'): the job ends FAILED "
+        "for good. _too_soon_after_requeue waits 2 s after the requeue only, not after the "
+        "node's return: the release lands within 2 s of it."
+    ),
+)
+def test_a_job_requeued_off_a_lost_node_is_not_released_there_as_it_returns(
+    lossy_slurm: Any, client: GpufairClient, db: Engine
+) -> None:
+    """The requeued job fits only on the node it was requeued off (the other A100 node is full):
+    gpufair binds it there as soon as the node is back. slurmd is started at the start of a
+    second (it registers within a few ms) and cycles run every 0.2 s from when Slurm shows the
+    node idle, as a bridge's cycle may follow a node's return. The bridge must not release the
+    job there within RELAUNCH_AFTER_S of the node's return, by Slurm's clock (slurmctld.log's
+    "Node a100-1 now responding"). On the commit this test came with, 3 of 3 runs released it
+    0.1 to 1.1 s after the registration, and Slurm killed the job in 2 of them."""
+    slurm = lossy_slurm
+    client.apply_config(cluster_config("gpu"))
+    bridge = make_bridge(client, bridge_config())
+    bridge.cycle()
+    filler = sbatch(slurm, account="acct-b", gres="gpu:a100:8", seconds=600)
+    cycle_until(bridge, lambda: squeue(slurm)[filler]["job_state"] == "RUNNING", max_cycles=10)
+    spare = squeue(slurm)[filler]["nodes"]
+    [lost] = {"a100-0", "a100-1"} - {spare}
+    job = submit(slurm, account="acct-a", gres="gpu:a100:2", requeue=True)
+    uid = f"slurm-{job}"
+    cycle_until(bridge, lambda: squeue(slurm)[job]["job_state"] == "RUNNING", max_cycles=10)
+    assert squeue(slurm)[job]["nodes"] == lost
+    first = squeue(slurm)[job]
+
+    slurm.kill_node(lost)
+    try:
+        # Slurm sets the node DOWN and requeues the job; the bridge ends its run and holds it.
+        cycle_until(
+            bridge,
+            lambda: len(runs_of(db, uid)) == 1 and runs_of(db, uid)[0][1] is not None,
+            max_cycles=CYCLES_TO_DOWN,
+        )
+        requeued = squeue(slurm)[job]
+        assert (requeued["job_state"], requeued["restart_cnt"], requeued["priority"]) == (
+            "PENDING",
+            1,
+            0,
+        )
+        assert sinfo_state(slurm, lost).startswith("down")
+        for _ in range(2):
+            report = bridge.cycle()
+            assert not report.errors and not report.placed, report
+    finally:
+        time.sleep(1.02 - time.time() % 1)
+        slurm.start_node(lost, poll_s=0.02)
+    # Cycles as fast as they go: gpufair binds the job to the node as soon as it is ready.
+    reports: list[CycleReport] = []
+    cycle_until(
+        bridge,
+        lambda: squeue(slurm)[job]["job_state"] not in ("PENDING", "CONFIGURING"),
+        max_cycles=40,
+        period_s=0.2,
+        reports=reports,
+    )
+    assert [r.placed for r in reports if r.placed] == [{uid: [lost]}]
+    registered_s = logged_s(slurm, f"Node {lost} now responding")
+    released_s = logged_s(slurm, f"release hold on JobId={job} ", after_s=registered_s)
+    # The defect: released there within a second of its return (by Slurm's clock, as the
+    # requeue's RELAUNCH_AFTER_S is), so it may start in the second its credential was revoked.
+    assert int(released_s) >= int(registered_s) + 2, (registered_s, released_s)
+    second = squeue(slurm)[job]
+    assert (second["job_state"], second["restart_cnt"], second["nodes"]) == ("RUNNING", 1, lost)
+    assert second["start_time"] > int(registered_s)
+    assert runs_of(db, uid) == [
+        (first["start_time"], requeued["submit_time"], 2.0, "a100-80gb", "preempted"),
+        (second["start_time"], None, 2.0, "a100-80gb", None),
+    ]
