@@ -5,13 +5,14 @@ ingest message, in PostgreSQL's CPU (the backend's /proc/<pid>/schedstat, nanose
 
 In a scratch database (migrated), for each variant a table made like the real one (`LIKE ...
 INCLUDING ALL`: its columns, checks and indexes) with one index dropped, or none, filled as the
-steady mix of `bench_ingest.py` leaves it: 5,000 runs going (open rows) and 5,000 closed;
-10,000 workloads. Then, message after message, what a steady message of 2,000 events writes for
-its 20 run changes (`runs_repo.queue_writes`, the ingest's locking read and state update, same
-statements): the delete of the 10 open rows that 10 stops close, the insert of 20 rows (the 10
-closed ones and 10 new open starts), and 20 workloads locked and their states updated, each
-message committed. The variants take turns, `--repeats` times; printed: the median CPU per
-message of each, beside the full set's.
+steady mix of `bench_ingest.py` leaves it: 5,000 runs going (open rows) and 5,000 closed; 10,000
+workloads. Then, message after message, what a steady message of 2,000 events writes for its 20 run
+changes, in statements of the shapes the ingest sends (`runs_repo.queue_writes`'s delete and JSON
+insert, here returning the new ids; the ingest's `FOR NO KEY UPDATE` read and `unnest` state
+update, without the join to `queues`), one at a time rather than pipelined: the delete of the 10
+open rows that 10 stops close, the insert of 20 rows (the 10 closed ones and 10 new open starts),
+and 20 workloads locked and their states updated, each message committed. The variants take turns,
+`--repeats` times; printed: the median CPU per message of each, beside the full set's.
 """
 
 from __future__ import annotations
