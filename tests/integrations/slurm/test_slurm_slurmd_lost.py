@@ -331,14 +331,10 @@ def test_a_job_requeued_off_a_lost_node_is_not_released_there_as_it_returns(
     finally:
         time.sleep(1.02 - time.time() % 1)
         slurm.start_node(lost, poll_s=0.02)
-    # Cycles as fast as they go: gpufair binds the job to the node as soon as it is ready.
+    # Cycles every 0.2 s until the ledger has the next run (running, or killed by Slurm).
     reports: list[CycleReport] = []
     cycle_until(
-        bridge,
-        lambda: squeue(slurm)[job]["job_state"] not in ("PENDING", "CONFIGURING"),
-        max_cycles=40,
-        period_s=0.2,
-        reports=reports,
+        bridge, lambda: len(runs_of(db, uid)) == 2, max_cycles=100, period_s=0.2, reports=reports
     )
     assert [r.placed for r in reports if r.placed] == [{uid: [lost]}]
     registered_s = logged_s(slurm, f"Node {lost} now responding")
