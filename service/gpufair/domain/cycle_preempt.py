@@ -12,14 +12,15 @@ the memo, the limits or the victims' totals (made per queue and type at their fi
 dead, and the queue's later workloads of it are passed over before a try. A queue's first search
 on a type, and any for pods of two GPUs or more or that share a GPU, is not made (nor, at the
 first, its victims indexed) when those victims could not free a pod's whole GPUs on enough
-nodes, a GPU counted freed only when nothing but such victims uses it (`_room_short`).
+nodes (in one domain, for a gang that must keep to one), a GPU counted freed only when nothing
+but such victims uses it (`_room_short`).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from operator import attrgetter
 
 from gpufair.domain.capacity import EPS, Capacity
@@ -39,12 +40,12 @@ from gpufair.domain.victim_search import (
 )
 
 _by_order = attrgetter("order")
-_priority_class = attrgetter("priority_class")
 
 
 def preempt(state: CycleState) -> None:
     now_s = state.snapshot.now_s
-    own: dict[tuple[str, str], list[Victim]] = {}  # (queue, GPU type) → its victims
+    # (queue, GPU type) → its victims, each with its priority class (`_Own.victims`)
+    own: dict[tuple[str, str], dict[Victim, int]] = {}
     evicted = state.evicted
     for running in preemptible_running(state):
         victim = running.victim
@@ -52,9 +53,9 @@ def preempt(state: CycleState) -> None:
             key = (victim.queue, victim.gpu_type)
             found = own.get(key)
             if found is None:
-                own[key] = [victim]
+                own[key] = {victim: victim.priority_class}
             else:
-                found.append(victim)
+                found[victim] = victim.priority_class
     # Per queue, its victims on each GPU type (`_Own`), and their lowest priority class there:
     # a workload of a class at or below it has no one to preempt on that type, nor has any
     # later workload of the queue (the queue's work comes in falling class, and the phase only
@@ -66,7 +67,7 @@ def preempt(state: CycleState) -> None:
         if on_types is None:
             on_types = floors[name] = {}
             mine[name] = {}
-        floor = on_types[gpu_type] = min(map(_priority_class, victims))
+        floor = on_types[gpu_type] = min(victims.values())
         mine[name][gpu_type] = _Own(victims, floor)
     budgets: dict[tuple[str, int], VictimBudget] = {}
     # Whether the pool offers partitions at all (`victim_index.offers_partitions`): asked once
@@ -110,11 +111,21 @@ class _Own:
     leaves: `_try_preempt`), their CU and GPUs by class (`_totals`, made at the first cheap
     test), their index (made at the first search) and the placement problems whose search
     failed (by the identity of their memo key, `kind_of`: a shape that found no victims at one
-    class finds none at a lower one, with fewer victims and less capacity)."""
+    class finds none at a lower one, with fewer victims and less capacity).
+
+    `victims` holds those not evicted, each with its priority class, in `state.running`'s
+    order: a search's victims leave it as they are evicted (`_try_preempt`; only such a
+    search evicts them in the phase), so the room tests, which read every victim of a lower
+    class, neither read an evicted one nor test a uid against `CycleState.evicted`, and pass
+    over a victim of another class by the number beside it, without reading the victim. At
+    4,000 nodes, scrambled, with the benchmark's 200 queues the tests read 15.8 x the
+    victims they read at 1,000 (each queue holds four times the victims and is tested four
+    times as often); 29,758 of the 103,528 read were evicted and 26,493 of another class
+    (bench/results/cycle.md, round 30)."""
 
     __slots__ = ("failed", "floor", "index", "room", "totals", "victims")
 
-    def __init__(self, victims: list[Victim], floor: int) -> None:
+    def __init__(self, victims: dict[Victim, int], floor: int) -> None:
         self.victims = victims
         self.floor = floor
         self.totals: dict[int, list[float]] | None = None
@@ -307,6 +318,9 @@ def _try_preempt(
             open_types = True
             continue
         commit(state, item, gpu_type, selection, EvictReason.PREEMPT, bool(leaving))
+        victims = own.victims
+        for victim in selection.victims:  # all of this queue and type (its index's)
+            victims.pop(victim, None)
         # The last victim of the type's lowest class gone: the floor rises to the next class
         # with victims left (`commit` counts them down), closing the type to work of that
         # class before any other test.
@@ -325,7 +339,7 @@ _NO_FLOOR = 1 << 30
 
 
 def _totals(
-    state: CycleState, name: str, gpu_type: str, victims: list[Victim]
+    state: CycleState, name: str, gpu_type: str, victims: Iterable[Victim]
 ) -> dict[int, list[float]]:
     """CU and GPUs of queue `name`'s `victims` on `gpu_type` by priority class, summed in their
     order, and how many, kept (`CycleState.preempt_totals`) and taken down by
@@ -360,6 +374,15 @@ def _room_short(
     none (`partitions` False) no use's slices are read. Pods that share a GPU:
     `share_room_short`; pods of a partition or of no GPU are not bounded here (False).
 
+    A gang that must go into one domain of a topology label (a required `TopologyConstraint`:
+    the search tries no node outside such domains) is counted per domain as well, each node's
+    pods in its domain's sum (`_bucket_pods` for the buckets'), and the room is short when no
+    domain's sum holds it, even where the pool's does. The search's own domain test
+    (`victim_search._subsets`) adds up GPUs, those of every victim of the queue and type
+    whatever its class, and passes domains whose GPUs would not make whole pods on any node:
+    at 4,000 nodes, scrambled, 79 searches for gangs of four pods of two GPUs failed in every
+    domain (2 at 1,000 nodes; bench/results/cycle.md, round 30).
+
     In the phase the sum only falls: the capacity is only taken (`select_victims` leaves it as
     it found it), the queue's victims only leave, and a lower class reads fewer of them. So
     the nodes' counts of a test that found the room short (`_Own.room`, kept in a pool without
@@ -379,13 +402,16 @@ def _room_short(
             shape.gpus_per_pod,
             workload.gang_min_pods,
             workload.priority_class,
-            victims,
-            state.evicted,
+            victims,  # none evicted (`_Own.victims`)
         )
     if not whole:
         return False
     needed = item.workload.gang_min_pods
     below = item.workload.priority_class
+    # A gang that must go into one topology domain: its pods are counted per domain too
+    # (`domain_pods`), and room enough over the pool is no answer yet.
+    topology = item.workload.topology
+    level = topology.level if topology is not None and topology.required else None
     known = own.room
     if (
         known is not None
@@ -402,18 +428,23 @@ def _room_short(
             len(capacity.bucket(gpu_type, free)) * (free // whole)
             for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1)
         )
-        if pods >= needed:
+        if pods >= needed and level is None:
             return False
     else:
         pods = 0
-    evicted = state.evicted
+    domain_of: list[str | None] | None = None
+    if level is not None:
+        domain_of = capacity.domain_of(level)
+        domain_pods = _bucket_pods(capacity, gpu_type, whole, domain_of) if pods else {}
+        if any(count >= needed for count in domain_pods.values()):
+            return False
     nodes = capacity.nodes
     # Per node, its free whole GPUs with the victims read so far gone; per GPU such a victim
     # uses, what is left of its use (0.0 once counted as freed, so it is counted once).
     free_on: dict[int, int] = {}
     left: dict[tuple[int, int], float] = {}
-    for victim in victims:
-        if victim.priority_class >= below or victim.uid in evicted:
+    for victim, priority_class in victims.items():  # none evicted (`_Own.victims`)
+        if priority_class >= below:
             continue
         for use in victim.uses:
             node = use.node
@@ -438,9 +469,18 @@ def _room_short(
                 if was is None:
                     was = nodes[node].free_whole
                 now = free_on[node] = was + freed
-                pods += now // whole - was // whole
-        if pods >= needed:
+                gained = now // whole - was // whole
+                pods += gained
+                if domain_of is not None and gained:
+                    value = domain_of[node]
+                    if value is not None:
+                        count = domain_pods[value] = domain_pods.get(value, 0) + gained
+                        if count >= needed:
+                            return False
+        if pods >= needed and domain_of is None:
             return False
+    if pods >= needed:  # over the pool, not in any one of the gang's domains
+        return True
     if not partitions:
         # Per count of GPUs wholly free, the nodes that could have it: the buckets', each
         # victim node moved from its free GPUs to the count with its victims gone.
@@ -460,6 +500,21 @@ def _room_short(
     return True
 
 
+def _bucket_pods(
+    capacity: Capacity, gpu_type: str, whole: int, domain_of: list[str | None]
+) -> dict[str, int]:
+    """Per topology domain (each node's value in `domain_of`), the pods of `whole` GPUs its
+    nodes of `gpu_type` could hold on their free whole GPUs (the free-GPU buckets; nodes
+    without the label in none)."""
+    found: dict[str, int] = {}
+    for free in range(whole, capacity.max_gpus.get(gpu_type, 0) + 1):
+        for node in capacity.bucket(gpu_type, free):
+            value = domain_of[node]
+            if value is not None:
+                found[value] = found.get(value, 0) + free // whole
+    return found
+
+
 # What `_room_short` lets a GPU keep used and still counts it freed: the search frees a GPU
 # at `EPS`, subtracting the same uses in another order, so the bound allows more than the
 # sums' rounding may differ by. It may count a GPU the search would not free, never miss one.
@@ -477,7 +532,7 @@ def share_room_short(
     share: float,
     needed: int,
     below: int,
-    victims: list[Victim],
+    victims: Iterable[Victim],
     evicted: Collection[str] = (),
 ) -> bool:
     """`_room_short` for pods of `share` of a GPU: True when, even with every victim of a
