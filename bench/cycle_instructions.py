@@ -27,12 +27,19 @@ last-level data misses beside the first checkout's; `--top N` lists the N functi
 interpreter with the most last-level misses in the last count. The first level starts cold
 (a few thousand lines: nothing beside tens of millions of misses).
 
+With `--cache --by-phase` the measured cycle is run phase by phase as `run_cycle` runs them
+(`pair_cycle.PHASES`): the state's construction, each phase, the result and the state's release
+each inside its own `operator.call`, callgrind writing its counts after each call
+(`--dump-after`), so each part's instructions and misses are printed, and their growth from one
+pool size to another can be read part by part.
+
 Run from the repository root, for the code of a checkout at `TREE` (several: side by side):
 
     python bench/cycle_instructions.py --trees TREE[,TREE...] --mix steady,next --size 1000
     python bench/cycle_instructions.py --mix scrambled --size 4000 --phase reclaim
     python bench/cycle_instructions.py --mix steady --size 4000 --queues 800
     python bench/cycle_instructions.py --trees TREE --mix scrambled --size 4000 --cache --top 20
+    python bench/cycle_instructions.py --trees TREE --mix scrambled --size 4000 --cache --by-phase
 
 Needs `valgrind` (Debian package `valgrind`). 1,000 nodes take 1.5-3 minutes per checkout,
 by the machine's speed (`--phase`, one child: half of that); 4,000 nodes, 3.5 times as long.
@@ -113,17 +120,43 @@ with open(os.path.join(folder, "ready.tmp"), "w") as out:
 os.rename(os.path.join(folder, "ready.tmp"), os.path.join(folder, "ready"))
 while not os.path.exists(os.path.join(folder, "go")):
     time.sleep(0.2)
-operator.call(run_cycle, snapshot, given)
+if sys.argv[5] == "1":  # phase by phase, each inside its own call (a dump after each)
+    from gpufair.domain import cycle
+    from gpufair.domain.cycle_state import CycleState
+    from pair_cycle import PHASES
+    box = [operator.call(CycleState, snapshot, given)]
+    for name, kwargs in PHASES:
+        operator.call(getattr(cycle, name), box[0], **kwargs)
+    result = operator.call(box[0].result)
+    operator.call(box.clear)  # the state freed, as `run_cycle`'s return frees it
+else:
+    operator.call(run_cycle, snapshot, given)
 """
+
+# The labels of `--by-phase`'s counts, in the order of the calls that `_CACHED` makes.
+_PHASE_LABELS = [
+    "state",
+    *(
+        f"{name} beyond share" if kwargs.get("within_share") is False else name
+        for name, kwargs in PHASES
+    ),
+    "result",
+    "free",
+]
 
 # callgrind's event names for the counts printed: instructions, data misses per level.
 _EVENTS = {"Ir": ("Ir",), "D1": ("D1mr", "D1mw"), "LL": ("DLmr", "DLmw")}
 
 
-def cache_counts(tree: str, mix: str, size: int, queues: int, top: int) -> dict[str, int]:
+def cache_counts(
+    tree: str, mix: str, size: int, queues: int, top: int, by_phase: bool = False
+) -> dict[str, int]:
     """The measured cycle's instructions and data misses (`_EVENTS`), simulated by callgrind
     with the instrumentation turned on just before it; with `top`, the functions with the most
-    last-level data misses are printed."""
+    last-level data misses are printed. `by_phase`: the cycle is run phase by phase as
+    `run_cycle` runs them (the state's construction, each phase, the result and the state's
+    release each in its own `operator.call`, callgrind dumping its counts after each), and
+    each part's counts are printed, labelled (`_PHASE_LABELS`)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
         command = [
@@ -135,6 +168,7 @@ def cache_counts(tree: str, mix: str, size: int, queues: int, top: int) -> dict[
             "--LL=1048576,16,64",
             "--collect-atstart=no",
             "--toggle-collect=_operator_call",
+            *(["--dump-after=_operator_call"] if by_phase else []),
             f"--callgrind-out-file={out}",
             sys.executable,
             "-c",
@@ -143,6 +177,7 @@ def cache_counts(tree: str, mix: str, size: int, queues: int, top: int) -> dict[
             str(size),
             str(queues),
             folder,
+            "1" if by_phase else "0",
         ]
         env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"), PYTHONHASHSEED="0")
         with subprocess.Popen(
@@ -163,15 +198,43 @@ def cache_counts(tree: str, mix: str, size: int, queues: int, top: int) -> dict[
             _, stderr = child.communicate()
             if child.returncode:
                 raise RuntimeError(f"valgrind failed: {stderr[-500:]}")
-        text = out.read_text()
-        events = re.search(r"^events:\s+(.+)$", text, re.MULTILINE)
-        totals = re.search(r"^totals:\s+(.+)$", text, re.MULTILINE)
-        if events is None or totals is None:
-            raise RuntimeError(f"no totals in {out.name}")
-        found = dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
+        if by_phase:
+            return _print_parts(out)
+        found = _totals(out)
         if top:
             _print_top(out, top)
         return {name: sum(found[event] for event in parts) for name, parts in _EVENTS.items()}
+
+
+def _totals(out: Path) -> dict[str, int]:
+    """The event totals of callgrind's file `out`."""
+    text = out.read_text()
+    events = re.search(r"^events:\s+(.+)$", text, re.MULTILINE)
+    totals = re.search(r"^totals:\s+(.+)$", text, re.MULTILINE)
+    if events is None or totals is None:
+        raise RuntimeError(f"no totals in {out.name}")
+    return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
+
+
+def _print_parts(out: Path) -> dict[str, int]:
+    """`--by-phase`: the counts of each dump callgrind made after an `operator.call` (files
+    `out.N`, in order; the last, at exit, is empty), labelled; their sum is returned."""
+    parts = sorted(out.parent.glob(out.name + ".*"), key=lambda path: int(path.suffix[1:]))
+    counted = [_totals(path) for path in parts][: len(_PHASE_LABELS)]
+    if len(counted) != len(_PHASE_LABELS):
+        raise RuntimeError(f"{len(counted)} dumps for {len(_PHASE_LABELS)} calls")
+    print("| part | instructions (M) | D1 misses (k) | LL misses (k) |")
+    print("|---|---:|---:|---:|")
+    summed = dict.fromkeys(_EVENTS, 0)
+    for label, found in zip(_PHASE_LABELS, counted, strict=True):
+        counts = {name: sum(found[event] for event in e) for name, e in _EVENTS.items()}
+        for name in summed:
+            summed[name] += counts[name]
+        print(
+            f"| {label} | {counts['Ir'] / 1e6:.1f} | {counts['D1'] / 1e3:.0f} "
+            f"| {counts['LL'] / 1e3:.1f} |"
+        )
+    return summed
 
 
 def _print_top(out: Path, top: int) -> None:
@@ -269,6 +332,11 @@ def main() -> None:
     parser.add_argument(
         "--top", type=int, default=0, help="with --cache: the functions with most LL misses"
     )
+    parser.add_argument(
+        "--by-phase",
+        action="store_true",
+        help="with --cache: the counts of each phase (the cycle run phase by phase)",
+    )
     args = parser.parse_args()
     trees = args.trees.split(",")
     for tree in trees:
@@ -277,7 +345,7 @@ def main() -> None:
     if args.cache:
         if args.phase:
             parser.error("--cache counts the whole cycle: no --phase")
-        _print_cache(trees, args.mix.split(","), args.size, args.queues, args.top)
+        _print_cache(trees, args.mix.split(","), args.size, args.queues, args.top, args.by_phase)
         return
     label = f" ({args.phase})" if args.phase else ""
     print(f"| checkout | mix | nodes | queues | instructions{label} (G) | of the first |")
@@ -299,7 +367,9 @@ def main() -> None:
             )
 
 
-def _print_cache(trees: list[str], mixes: list[str], size: int, queues: int, top: int) -> None:
+def _print_cache(
+    trees: list[str], mixes: list[str], size: int, queues: int, top: int, by_phase: bool
+) -> None:
     """`--cache`: per mix and checkout, the cycle's counts (`cache_counts`) and their ratios
     to the first checkout's."""
     print("| checkout | mix | nodes | queues | instructions (G) | D1 misses (M) | LL misses (M) |")
@@ -307,7 +377,7 @@ def _print_cache(trees: list[str], mixes: list[str], size: int, queues: int, top
     for mix in mixes:
         first: dict[str, int] = {}
         for tree in trees:
-            counts = cache_counts(tree, mix, size, queues, top)
+            counts = cache_counts(tree, mix, size, queues, top, by_phase)
             first = first or counts
             ratios = {name: counts[name] / first[name] if first[name] else 0.0 for name in counts}
             print(
