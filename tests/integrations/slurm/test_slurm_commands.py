@@ -627,6 +627,59 @@ def test_a_requeued_job_is_not_released_within_2_s_of_its_requeue() -> None:
     assert report.placed == {"slurm-42": ["a100-0", "a100-1"]}
 
 
+def test_a_requeued_job_is_not_released_onto_a_node_back_less_than_2_s_ago() -> None:
+    """A node that registers again has Slurm abort the steps of jobs requeued off it, revoking
+    their launch credentials there as of that second: a requeued job bound there is pinned and
+    released 2 s after the bridge first read the node ready again, by its clock; a job never
+    requeued at once, and so is a requeued one onto a node ready since the bridge's first cycle
+    (whose past it does not know)."""
+
+    class NodesSlurm(SlurmWithClock):
+        def __init__(self, nodes: list[SlurmNode]) -> None:
+            super().__init__()
+            self.node_list = nodes
+
+        def nodes(self) -> list[SlurmNode]:
+            return list(self.node_list)
+
+    class NodesClient(RecordingClient):
+        def upsert_nodes(self, nodes: Any, **_: Any) -> None:
+            pass  # what gpufair is told of the nodes plays no part here
+
+    down = replace(slurm_node("a100-0"), state="down")
+    slurm = NodesSlurm([down, slurm_node("a100-1")])
+    now = [NOW_S]
+    live = Bridge(CONFIG, cast(GpufairClient, NodesClient()), slurm, clock=lambda: now[0])
+    requeued = replace(
+        parse_job(RAW_JOB),
+        restart_count=1,
+        submit_time=SLURM_NOW_S - 600,
+        eligible_time=SLURM_NOW_S - 479,  # the requeue's delay, past
+    )
+    live._sync_nodes(CycleReport())  # the first cycle: a100-0 down, a100-1 ready
+    slurm.node_list = [slurm_node("a100-0"), slurm_node("a100-1")]
+    now[0] += 5
+    live._sync_nodes(CycleReport())  # a100-0 back
+    one_node = [scheduler_pb2.PodBinding(pod_index=0, node="a100-0", gpu_indices=[0, 1])]
+
+    report = CycleReport()
+    now[0] += 1.9
+    live._place(requeued, "slurm-42", one_node, report)
+    assert (slurm.commands, report.placed) == ([], {})
+    live._place(replace(requeued, job_id=43, restart_count=0), "slurm-43", one_node, report)
+    other = [scheduler_pb2.PodBinding(pod_index=0, node="a100-1", gpu_indices=[0, 1])]
+    live._place(replace(requeued, job_id=44), "slurm-44", other, report)
+    assert report.placed == {"slurm-43": ["a100-0"], "slurm-44": ["a100-1"]}
+
+    now[0] += 0.1
+    live._place(requeued, "slurm-42", one_node, report)
+    assert report.placed["slurm-42"] == ["a100-0"]
+    assert slurm.commands[-2:] == [
+        ["scontrol", "update", "JobId=42", "NodeList=a100-0", "StartTime=now"],
+        ["scontrol", "release", "42"],
+    ]
+
+
 def test_a_failed_read_of_slurms_time_fails_the_job_and_is_not_repeated_in_the_cycle() -> None:
     ahead = replace(parse_job(RAW_JOB), eligible_time=SLURM_NOW_S + 100)
     slurm = SlurmWithClock(sdiag_fails=True)

@@ -273,19 +273,6 @@ def test_a_node_whose_slurmd_dies_is_not_ready_then_down_and_back(
     assert ends_of(db, fail_uid) == [("failed", end_s)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "bridge defect: a job Slurm requeued when its node went down is pinned and released "
-        "(StartTime=now) onto that node in the very cycle the node returns. On registering, the "
-        "node reports the job's stale batch step; slurmctld aborts it there, and slurmd revokes "
-        "the job's launch credential as of that second. A launch within that second is refused "
-        "('Killing non-startable batch JobId=N: Job credential revoked'): the job ends FAILED "
-        "for good. _too_soon_after_requeue waits 2 s after the requeue only, not after the "
-        "node's return: the release lands within 2 s of it."
-    ),
-)
 def test_a_job_requeued_off_a_lost_node_is_not_released_there_as_it_returns(
     lossy_slurm: Any, client: GpufairClient, db: Engine
 ) -> None:
@@ -294,8 +281,9 @@ def test_a_job_requeued_off_a_lost_node_is_not_released_there_as_it_returns(
     second (it registers within a few ms) and cycles run every 0.2 s from when Slurm shows the
     node idle, as a bridge's cycle may follow a node's return. The bridge must not release the
     job there within RELAUNCH_AFTER_S of the node's return, by Slurm's clock (slurmctld.log's
-    "Node a100-1 now responding"). On the commit this test came with, 3 of 3 runs released it
-    0.1 to 1.1 s after the registration, and Slurm killed the job in 2 of them."""
+    "Node a100-1 now responding"). Before the bridge waited for a node's return
+    (`_too_soon_after_return`), 3 of 3 runs released it 0.1 to 1.1 s after the registration, and
+    Slurm killed the job in 2 of them ("Job credential revoked")."""
     slurm = lossy_slurm
     client.apply_config(cluster_config("gpu"))
     bridge = make_bridge(client, bridge_config())

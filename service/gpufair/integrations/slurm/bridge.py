@@ -191,6 +191,9 @@ class Bridge:
         self.clock = clock
         self._sent_nodes: bytes | None = None
         self._ready: dict[str, bool] = {}  # this cycle's mapped nodes: ready (up, not drained)?
+        # When this bridge first read each node ready again after reading it not ready (or gone),
+        # by its own clock; none from its first cycle, whose nodes' past it does not know.
+        self._ready_since: dict[str, float] = {}
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
         # Slurm's clock, read at most once per cycle (a failed read too: the cycle's other jobs
         # fail with it rather than each trying again).
@@ -380,7 +383,11 @@ class Bridge:
     def _sync_nodes(self, report: CycleReport) -> None:
         mapped = [n for n in (map_node(self.config, s) for s in self.slurm.nodes()) if n]
         mapped.sort(key=lambda n: n.name)
-        self._ready = {n.name: n.ready for n in mapped}
+        ready_before, self._ready = self._ready, {n.name: n.ready for n in mapped}
+        if ready_before:
+            for name, ready in self._ready.items():
+                if ready and not ready_before.get(name, False):
+                    self._ready_since[name] = self.clock()
         key = b"".join(n.SerializeToString(deterministic=True) for n in mapped)
         if key == self._sent_nodes:
             return
@@ -851,7 +858,10 @@ class Bridge:
             job.restart_count > 0 and _requeue_delay(job)
         )
         try:
-            if start_now and job.restart_count > 0 and self._too_soon_after_requeue(job):
+            if job.restart_count > 0 and (
+                self._too_soon_after_return(nodes)
+                or (start_now and self._too_soon_after_requeue(job))
+            ):
                 return None  # still held and bound: a later cycle pins and releases it
             self.slurm.pin(job.job_id, nodes, start_now=start_now)
         except SlurmCommandError as exc:
@@ -863,6 +873,16 @@ class Bridge:
         """Released now, the requeued job could start within the second its credential was
         revoked in, and Slurm would kill it (`RELAUNCH_AFTER_S`)."""
         return self._slurm_now() < job.submit_time + RELAUNCH_AFTER_S
+
+    def _too_soon_after_return(self, nodes: Sequence[str]) -> bool:
+        """One of the nodes came back less than `RELAUNCH_AFTER_S` ago by the bridge's clock. A
+        node that registers again reports the steps of jobs requeued off it while it was lost;
+        slurmctld aborts them, which revokes those jobs' launch credentials there as of that
+        second (`Registered PENDING JobId=N StepId=N.batch on node X`, seen on 22.05), so a
+        requeued job released onto it at once could be killed as in `RELAUNCH_AFTER_S`. The
+        bridge read the node ready after it registered: 2 s after that read, the second is past."""
+        since = max((self._ready_since.get(n, 0.0) for n in nodes), default=0.0)
+        return self.clock() < since + RELAUNCH_AFTER_S
 
     def _requeue(
         self,
