@@ -128,6 +128,10 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
     for _ in range(20):
         stable, json_read = _stable_reads(ctl)
         for job_id, text_job in stable.items():
+            if job_id not in wanted:
+                # An earlier test's job on the session's cluster, ended by its cleanup: one the
+                # bridge requeued held shows its description as its reason (records.py).
+                continue
             json_job = json_read[job_id]
             assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
             assert text_job.gpu_indices_read is False and json_job.gpu_indices_read is True

@@ -77,7 +77,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -281,12 +281,7 @@ class Bridge:
         for job in self._all_jobs.by_id.values():
             if job.state == "PENDING" and job.state_description:
                 return True
-        for job in jobs.values():
-            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
-            status = statuses.get(uid)
-            if _needs_gpu_indices(job, status.state if status is not None else None):
-                return True
-        return False
+        return any(True for _ in self._rows_reading_gpu_indices(jobs, statuses))
 
     def _hold_first(
         self,
@@ -328,15 +323,18 @@ class Bridge:
         Slurm shows, while gpufair has it pending or bound) or a COMPLETING job gpufair has
         running, restarted (`_requeue_completing`). Those rows need `squeue --json`; the
         others (most cycles: waiting, held and running jobs) do not."""
+        rows = self._rows_reading_gpu_indices(jobs, statuses)
+        return any(not job.gpu_indices_read for job in rows)
+
+    def _rows_reading_gpu_indices(
+        self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
+    ) -> Iterator[SlurmJob]:
+        """The jobs whose row of step 2 reads their GPU indices (`_needs_gpu_indices`)."""
         for job in jobs.values():
-            if job.gpu_indices_read:
-                continue
             uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
             status = statuses.get(uid)
-            state = status.state if status is not None else None
-            if _needs_gpu_indices(job, state):
-                return True
-        return False
+            if _needs_gpu_indices(job, status.state if status is not None else None):
+                yield job
 
     def _mapped(self, job: SlurmJob) -> bool:
         """A job of a mapped partition (or submitted to several, one of them mapped)."""
