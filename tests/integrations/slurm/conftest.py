@@ -8,42 +8,17 @@ with a one-line reason; with GPUFAIR_REQUIRE_SLURM=1 (as CI sets) that is a fail
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_support import LocalSlurm, missing_commands
-
-
-def _unavailable() -> str | None:
-    missing = missing_commands()
-    if missing:
-        return f"Slurm is not installed (missing {', '.join(missing)})"
-    if os.geteuid() != 0:
-        return "the local Slurm cluster needs root (mknod, slurmd)"
-    return None
+from slurm_support import LocalSlurm, own_cluster
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    reason = _unavailable()
-    if reason is not None:
-        if os.environ.get("GPUFAIR_REQUIRE_SLURM") == "1":
-            pytest.fail(f"GPUFAIR_REQUIRE_SLURM=1 but {reason}")
-        pytest.skip(reason)
-    cluster = LocalSlurm(Path(tmp_path_factory.mktemp("slurm")))
-    previous = os.environ.get("SLURM_CONF")
-    try:
-        cluster.start()
-        os.environ["SLURM_CONF"] = str(cluster.conf)  # for the bridge's Slurm commands
+    with own_cluster(Path(tmp_path_factory.mktemp("slurm"))) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
 
 
 @pytest.fixture
