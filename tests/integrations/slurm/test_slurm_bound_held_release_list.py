@@ -25,13 +25,13 @@ class StopsAfterSchedule(SlurmCtl):
     """Slurm's reads, but no pin and no release reaches Slurm (a bridge gone before them)."""
 
     def pin(self, job_id: int, nodes: Sequence[str], *, start_now: bool) -> None:
-        pass
+        """Never sent: the job stays held and unpinned in Slurm."""
 
     def release_many(self, job_ids: Sequence[int]) -> dict[int, SlurmCommandError]:
         return {}
 
     def release(self, job_id: int) -> None:
-        pass
+        """Never sent: the job stays held in Slurm."""
 
 
 class Records(SlurmCtl):

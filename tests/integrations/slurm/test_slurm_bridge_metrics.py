@@ -6,6 +6,7 @@ are missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -189,12 +190,11 @@ def test_slurm_bridge_command_serves_metrics_of_its_failing_cycles(tmp_path: Pat
     try:
         deadline = time.monotonic() + 30
         while True:
-            try:
+            seen: Samples = {}
+            with contextlib.suppress(OSError):  # the endpoint not listening yet
                 seen = scrape(port)
-                if value(seen, "cycles_total", outcome="failed") >= 2:
-                    break
-            except OSError:
-                pass
+            if seen and value(seen, "cycles_total", outcome="failed") >= 2:
+                break
             assert time.monotonic() < deadline, "no 2 failed cycles scraped in 30 s"
             time.sleep(0.2)
     finally:

@@ -77,7 +77,7 @@ def test_pin_then_release_in_pod_order() -> None:
     )
     released = replace(job, eligible_time=OWNER_RELEASE_BEGIN_S)
     late_begin = replace(job, restart_count=1, eligible_time=job.submit_time + 3600)
-    cases = (
+    cases: tuple[tuple[SlurmJob, list[str], list[list[str]]], ...] = (
         (job, [], []),
         (requeued, ["StartTime=now"], [["sdiag"]]),
         (released, ["StartTime=now"], []),
@@ -92,9 +92,9 @@ def test_pin_then_release_in_pod_order() -> None:
             ["scontrol", "release", "42"],
         ]
         assert report.placed == {"slurm-42": ["a100-0", "a100-1"]} and not report.errors
-    slurm = RecordingSlurm()
-    bridge(slurm)._place(late_begin, "slurm-42", PODS, CycleReport())
-    assert slurm.commands[0] == ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1"]
+    later = RecordingSlurm()
+    bridge(later)._place(late_begin, "slurm-42", PODS, CycleReport())
+    assert later.commands[0] == ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1"]
 
 
 def test_failed_pin_is_never_followed_by_a_release() -> None:
