@@ -14,7 +14,7 @@ bound work have rows to read. Then, on one connection, alternating base and new 
   (`capacity_repo.counted_now`: one statement that also says whether a node is not ready, and
   only then a second);
 - `division`: the recompute's statement of what work holds on the pool's nodes not ready
-  (`capacity_repo._HELD_SQL`), before (open intervals) and now (bound workloads too); run only
+  (`capacity_repo.held_on_not_ready`), before (open intervals) and now (bound workloads too); run only
   while a node of the pool is not ready;
 - `view`: `report.pool_utilisation_daily` read whole, its SELECT as migration 0020 left it and
   as 0032 makes it (ad hoc, by platform teams; not on a periodic path).
@@ -157,7 +157,7 @@ def measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
             },
             "division": {
                 "base": (args.batch, lambda: conn.execute(BASE_HELD_SQL, params).all()),
-                "new": (args.batch, lambda: conn.execute(capacity_repo._HELD_SQL, params).all()),
+                "new": (args.batch, lambda: capacity_repo.held_on_not_ready(conn, ["main"])),
             },
             "view": {
                 "base": (args.view_batch, lambda: conn.execute(text(base_view)).all()),
@@ -167,7 +167,13 @@ def measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
         checks = {
             "division_rows": (
                 [tuple(r) for r in conn.execute(BASE_HELD_SQL, params)],
-                [tuple(r) for r in conn.execute(capacity_repo._HELD_SQL, params)],
+                [
+                    (name, *node)
+                    for name, node in capacity_repo.held_on_not_ready(conn, ["main"]).get(
+                        "main", []
+                    )
+                    if name in names
+                ],
             ),
             "scrape_capacity": (_base_capacity(conn), original(conn)),
         }

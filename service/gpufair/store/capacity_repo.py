@@ -90,38 +90,21 @@ def division_capacity(conn: Connection, pool: str, not_ready: Collection[str]) -
             groups[(r.gpu_type, r.cu_per_gpu)] = (r.nodes, r.gpus)
     held = []
     if not_ready:
-        held = [
-            capacity_history.HeldNode(r.gpu_type, r.cu_per_gpu, r.counted, r.held)
-            for r in conn.execute(_HELD_SQL, {"pool": pool, "names": sorted(not_ready)})
-        ]
+        named = set(not_ready)
+        held = [n for name, n in held_on_not_ready(conn, [pool]).get(pool, []) if name in named]
     return capacity_history.division_capacity(groups, held)
 
 
-# Of the named nodes, those of the pool still not ready, with the GPUs work placed there holds on
-# each (`capacity.binding_gpus`: a fraction of a shared GPU as that fraction, else whole GPUs):
-# open allocation intervals, and bindings the batch system has not started yet (it may still
-# start them there; the cycle counts them in their queue's allocation as it counts running
-# work). The pool's open intervals are read once (their partial index), its bound workloads
-# once (by pool and state), their pods once each.
-_HELD_SQL = text(
-    f"""
-    SELECT n.name, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
-           LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)) AS counted,
-           sum({_POD_GPUS}) AS held
-    FROM (
-        SELECT i.pods FROM allocation_intervals i WHERE i.pool = :pool AND i.ended_at IS NULL
-        UNION ALL
-        SELECT w.binding->'pods' FROM workloads w WHERE w.pool = :pool AND w.state = 'bound'
-    ) AS h
-    CROSS JOIN LATERAL jsonb_array_elements(h.pods) AS p(pod)
-    JOIN nodes n ON n.name = p.pod->>'node'
-    LEFT JOIN gpu_types g ON g.name = n.gpu_type
-    LEFT JOIN node_capacity c ON c.node = n.name
-    WHERE p.pod->>'node' = ANY(:names) AND n.pool = :pool AND NOT n.ready
-    GROUP BY n.name, n.gpu_type, g.compute_weight, n.gpu_count, c.gpu_count
-    ORDER BY n.name
-    """
-)
+def held_on_not_ready(
+    conn: Connection, pools: Collection[str]
+) -> dict[str, list[tuple[str, capacity_history.HeldNode]]]:
+    """Per pool of `pools`, its nodes that are not ready with work placed there (`_HELD_SQL`),
+    by name, in name order."""
+    held: dict[str, list[tuple[str, capacity_history.HeldNode]]] = {}
+    for r in conn.execute(_HELD_SQL, {"pools": sorted(pools)}):
+        node = capacity_history.HeldNode(r.gpu_type, r.cu_per_gpu, r.counted, r.held)
+        held.setdefault(r.pool, []).append((r.name, node))
+    return held
 
 
 def counted_now(conn: Connection) -> dict[str, Capacity]:
@@ -142,9 +125,8 @@ def counted_now(conn: Connection) -> dict[str, Capacity]:
             drained.add(r.pool)
     held: dict[str, list[capacity_history.HeldNode]] = {}
     if drained:
-        for r in conn.execute(_HELD_POOLS_SQL, {"pools": sorted(drained)}):
-            node = capacity_history.HeldNode(r.gpu_type, r.cu_per_gpu, r.counted, r.held)
-            held.setdefault(r.pool, []).append(node)
+        for name, nodes in held_on_not_ready(conn, drained).items():
+            held[name] = [node for _, node in nodes]
     return {
         pool: capacity_history.division_capacity(g, held.get(pool, ()))
         for pool, g in groups.items()
@@ -168,8 +150,13 @@ _COUNTED_SQL = text(
     """
 )
 
-# `_HELD_SQL` for the named pools, each node of theirs that is not ready, as stored.
-_HELD_POOLS_SQL = text(
+# Of the named pools, each node not ready (as stored) with the GPUs work placed there holds on
+# it (`capacity.binding_gpus`: a fraction of a shared GPU as that fraction, else whole GPUs):
+# open allocation intervals, and bindings the batch system has not started yet (it may still
+# start them there; the cycle counts them in their queue's allocation as it counts running
+# work). The pools' open intervals are read once (their partial index), their bound workloads
+# once (by pool and state), their pods once each.
+_HELD_SQL = text(
     f"""
     SELECT n.pool, n.name, n.gpu_type, COALESCE(g.compute_weight, 0.0) AS cu_per_gpu,
            LEAST(n.gpu_count, COALESCE(c.gpu_count, n.gpu_count)) AS counted,
