@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufair.cli.main import build_parser, retention_settings
+from gpufair.cli import build_parser
+from gpufair.cli.serve import retention_settings
 from gpufair.store.retention_repo import Retention
 
 DEFAULTS = Retention(

@@ -7,7 +7,8 @@ import argparse
 
 import pytest
 
-from gpufair.cli.main import build_parser, job_settings
+from gpufair.cli import build_parser
+from gpufair.cli.serve import job_settings
 from gpufair.jobs.runner import JobSettings
 from gpufair.store.schedule_repo import DEFAULT_BIND_TIMEOUT_S
 

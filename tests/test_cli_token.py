@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine
 
 from gpufair.cli.auth import AuthSetupError, add_token_commands
-from gpufair.cli.main import _add_database_options
+from gpufair.cli.database_commands import add_database_options
 from gpufair.store import token_repo
 from gpufair.tokens import Role
 
@@ -19,7 +19,7 @@ def token_cli(
 ) -> tuple[int, str, str]:
     """Run `gpufair token ...` as cli.py registers it, on the test database."""
     parser = argparse.ArgumentParser(prog="gpufair")
-    add_token_commands(parser.add_subparsers(dest="command", required=True), _add_database_options)
+    add_token_commands(parser.add_subparsers(dest="command", required=True), add_database_options)
     args = parser.parse_args(["token", *argv, "--database-url", database_url])
     code = args.func(args)
     out, err = capsys.readouterr()

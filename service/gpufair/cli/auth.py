@@ -28,12 +28,12 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import grpc
 
 from gpufair.addresses import is_local_address
-from gpufair.cli.options import add_output_option, emit_rows
+from gpufair.cli.options import SubCommands, add_output_option, emit_rows
 from gpufair.domain.errors import Conflict, NotFound
 from gpufair.render import table
 from gpufair.tokens import Role, check_name, parse_role
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A string: argparse's class is generic only in the type stubs, not at run time.
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 TOKEN_ENV = "GPUFAIR_TOKEN"
 TLS_CA_ENV = "GPUFAIR_TLS_CA"

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 
-from gpufair.cli.auth import client_auth_kwargs
-from gpufair.cli.options import add_output_option, emit_rows
+from gpufair.cli.client_options import connect
+from gpufair.cli.options import SubCommands, add_output_option, emit_rows
 from gpufair.client import GpufairClient, field_violations
 from gpufair.v1 import scheduler_pb2
-
-# A string: argparse's class is generic only in the type stubs, not at run time.
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 _NOT_CHANGED = {
     "running": "running: it keeps its GPUs until the batch system stops it",
@@ -71,9 +68,7 @@ def cancel_one(client: GpufairClient, uid: str) -> dict[str, Any]:
 def cmd_cancel(args: argparse.Namespace) -> int:
     uids = list(dict.fromkeys(args.uids))  # a uid given twice is cancelled once
     rows = []
-    with GpufairClient(
-        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
-    ) as client:
+    with connect(args) as client:
         for uid in uids:
             row = cancel_one(client, uid)
             rows.append(row)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TypeAlias
 
 import yaml
 
 from gpufair.api.convert_cluster import config_from_proto
+from gpufair.cli.options import SubCommands
 from gpufair.config_file import ConfigFileError, parse_config
 from gpufair.domain.config_rules import validate_config
 from gpufair.integrations.kai_queues import (
@@ -23,8 +23,6 @@ from gpufair.integrations.kai_queues import (
     cluster_file,
     queues_from_yaml,
 )
-
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_convert_command(sub: SubCommands) -> None:

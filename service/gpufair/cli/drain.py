@@ -21,17 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
 
 import grpc
 
-from gpufair.cli.auth import client_auth_kwargs
-from gpufair.cli.options import add_output_option, emit
+from gpufair.cli.client_options import connect
+from gpufair.cli.options import SubCommands, add_output_option, emit
 from gpufair.client import GpufairClient
 from gpufair.v1 import cluster_pb2
-
-# A string: argparse's class is generic only in the type stubs, not at run time.
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 _ACTIONS = {
     cluster_pb2.CHANGE_ACTION_CREATE: "create",
@@ -86,9 +82,7 @@ def print_outcome(
 def cmd_set_ready(args: argparse.Namespace) -> int:
     ready = args.command == "undrain"
     names = list(dict.fromkeys(args.nodes))
-    with GpufairClient(
-        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
-    ) as client:
+    with connect(args) as client:
         try:
             reply = client.set_nodes_ready(
                 names, ready, dry_run=args.dry_run, expected_version=args.expected_version

@@ -22,13 +22,17 @@ import argparse
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from gpufair.config_file import message_to_data
+
+# The subcommands of `gpufair`, on which each command module registers its own. A string:
+# argparse's class is generic only in the type stubs, not at run time.
+SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 OUTPUTS = ("table", "json", "yaml")
 _TRUE = {"1", "true", "yes", "on"}

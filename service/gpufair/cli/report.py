@@ -17,18 +17,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeAlias
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpufair.cli.auth import client_auth_kwargs
-from gpufair.cli.options import add_output_option, emit
+from gpufair.cli.client_options import connect
+from gpufair.cli.options import SubCommands, add_output_option, emit
 from gpufair.client import GpufairClient
 from gpufair.render import fmt_number, table
 from gpufair.v1 import ledger_pb2
-
-# A string: argparse's class is generic only in the type stubs, not at run time.
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DIMENSIONS = ("pool", "queue", "gpu-type")
 _HEADERS = {"pool": "POOL", "queue": "QUEUE", "gpu-type": "GPU TYPE"}
@@ -139,12 +135,8 @@ def budget_table(budgets: Sequence[ledger_pb2.BudgetRow]) -> str:
     )
 
 
-def _client(args: argparse.Namespace) -> GpufairClient:
-    return GpufairClient(args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args))
-
-
 def cmd_report_usage(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with connect(args) as client:
         reply = client.get_usage(
             pool=args.pool,
             queue=args.queue,
@@ -297,7 +289,7 @@ def default_pool(client: GpufairClient, pool: str) -> str:
 
 
 def cmd_report_fairshare(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with connect(args) as client:
         reply = client.get_fair_share(default_pool(client, args.pool))
 
     def show() -> None:

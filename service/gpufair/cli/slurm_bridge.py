@@ -18,18 +18,16 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TypeAlias
 
 import grpc
 
-from gpufair.cli.auth import client_auth_kwargs
-from gpufair.client import GpufairClient
+from gpufair.cli.client_options import connect
+from gpufair.cli.options import SubCommands
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.bridge_metrics import BridgeMetrics
 from gpufair.integrations.slurm.config import load_config
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
 
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 log = logging.getLogger("gpufair.slurm_bridge")
 
 
@@ -92,9 +90,7 @@ def cmd_slurm_bridge(args: argparse.Namespace) -> int:
         metrics = BridgeMetrics()
         http = metrics.serve(args.metrics_address)
         log.info("metrics on http://%s:%d/metrics", http.server_address[0], http.server_port)
-    with GpufairClient(
-        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
-    ) as client:
+    with connect(args) as client:
         bridge = Bridge(config, client, SlurmCtl(config.slurm_bin))
         return run_bridge(bridge, once=args.once, stop=stop, metrics=metrics)
 

@@ -15,23 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TypeAlias
 
-from gpufair.cli.auth import client_auth_kwargs
+from gpufair.cli.client_options import connect
+from gpufair.cli.options import SubCommands
 from gpufair.cli.report import default_pool
-from gpufair.client import GpufairClient
 from gpufair.config_file import duration_seconds
 from gpufair.render import fmt_number
 from gpufair.v1 import scheduler_pb2
 
-# A string: argparse's class is generic only in the type stubs, not at run time.
-SubCommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    with GpufairClient(
-        args.address, timeout_s=args.timeout_s, **client_auth_kwargs(args)
-    ) as client:
+    with connect(args) as client:
         pool = default_pool(client, args.pool)
         by_cu = args.compute_units > 0
         shared = by_cu or bool(args.partition_profile)  # the share or the count comes later
