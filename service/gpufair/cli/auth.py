@@ -16,7 +16,8 @@ at a time).
 Token commands act on the database directly, like `gpufair migrate` (same --database-url and
 --data-dir options): whoever may run them can already read and write gpufair's tables.
 
-Registered by cli/main.py (`add_serve_auth_options`, `add_auth_client_options`, `add_token_commands`).
+Registered by cli/serve.py (`add_serve_auth_options`), cli/client_options.py
+(`add_auth_client_options`) and cli/main.py (`add_token_commands`).
 """
 
 from __future__ import annotations
