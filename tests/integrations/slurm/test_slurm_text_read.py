@@ -1,27 +1,33 @@
-"""The bridge's per-cycle job read: `squeue -O` text with the memory of `scontrol show job -o`
-(records.py, `parse_squeue_text`), against the `squeue --json` read it replaces in most cycles.
+"""The bridge's per-cycle job read: `squeue -O` text with the memory and GPU indices of
+`scontrol -d show job -o` (records.py, `parse_squeue_text`), against the `squeue --json` read it
+replaces in most cycles.
 
 On the real cluster, job by job: the text read gives what the JSON read gives (and the same
 gpufair request from `map_job`) for pending, held, running, COMPLETING, requeued, ended and
-array jobs, memory per CPU and per node, dependencies, begin times, and Comments holding spaces,
-`=`, the read's own separators, newlines and non-ASCII text; a JobName or Comment that forges
-`scontrol`'s memory fields makes the read fall back to `squeue --json`, never guess. Without
-Slurm: the parsers on canned output, and which rows of the bridge's table make a cycle read
-`squeue --json` (`_needs_gpu_indices`, checked against the rows themselves).
+array jobs, memory per CPU and per node, dependencies, begin times, GPU indices (one node and
+several, in one `Nodes=` run or apart, typed and untyped requests, array tasks, `--gpus`), and
+Comments holding spaces, `=`, the read's own separators, newlines and non-ASCII text; a JobName
+or Comment that forges `scontrol`'s memory fields makes the read fall back to `squeue --json`,
+never guess; a bridge placing jobs and reporting their starts runs no `squeue --json`. Without
+Slurm: the parsers on canned output (the detail as Slurm 22.05 printed it here, and malformed),
+and which rows of the bridge's table make a cycle read `squeue --json` (`_needs_gpu_indices`,
+checked against the rows themselves).
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import asdict, replace
 from typing import Any, cast
 
 import pytest
+from slurm_support import bridge_config, cluster_config, cycle_until, sbatch, squeue
 from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import bridge as bridge_module
-from gpufair.integrations.slurm.bridge import Bridge
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import map_job
 from gpufair.integrations.slurm.records import (
     COMMENT_BYTES,
@@ -30,6 +36,8 @@ from gpufair.integrations.slurm.records import (
     SlurmJob,
     TextReadError,
     _Scontrol,
+    expand_hostlist,
+    gpu_indices,
     parse_job,
     parse_squeue_text,
 )
@@ -46,6 +54,27 @@ ODD_COMMENTS = [
 ]
 
 
+class CountingSlurmCtl(SlurmCtl):
+    """The real Slurm commands, each recorded (program and arguments) as it runs."""
+
+    def __init__(self, bin_dir: str = "") -> None:
+        super().__init__(bin_dir)
+        self.commands: list[list[str]] = []
+
+    def _run_full(
+        self, program: str, *args: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        self.commands.append([program, *args])
+        return super()._run_full(program, *args, check=check)
+
+    def _run_bytes(self, program: str, *args: str, env: dict[str, str] | None = None) -> bytes:
+        self.commands.append([program, *args])
+        return super()._run_bytes(program, *args, env=env)
+
+    def json_reads(self) -> int:
+        return sum(1 for c in self.commands if c[0] == "squeue" and "--json" in c)
+
+
 def _submit(slurm: Any, *args: str, wrap: str = "sleep 300") -> int:
     out = slurm.run(
         "sbatch", "--parsable", "-o", "/dev/null", "-A", "acct-a", "-p", "gpu", *args,
@@ -55,13 +84,13 @@ def _submit(slurm: Any, *args: str, wrap: str = "sleep 300") -> int:
 
 
 def _comparable(job: SlurmJob, *, from_json: bool) -> dict[str, Any]:
-    """The fields the text read gives as the JSON read does. Apart (records.py's docstring):
-    GPU indices (JSON only); a node count's upper bound equal to the count (0 or the count);
+    """The fields the text read gives as the JSON read does, GPU indices included. Apart
+    (records.py's docstring): a node count's upper bound equal to the count (0 or the count);
     the end time of a job that has not ended (JSON's time limit end); the CPUs and node count
     bound of an ended job (JSON has 0 for a job cancelled pending); trailing spaces of a
     Comment (the text read's padding)."""
     fields = asdict(job)
-    del fields["gpu_indices"], fields["gpu_indices_read"]
+    del fields["gpu_indices_read"]
     if fields["max_nodes"] == fields["node_count"]:
         fields["max_nodes"] = 0
     if not job.finished:
@@ -134,7 +163,7 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
                 continue
             json_job = json_read[job_id]
             assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
-            assert text_job.gpu_indices_read is False and json_job.gpu_indices_read is True
+            assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
             if text_job.partition == "gpu" and not text_job.finished:
                 assert map_job(CONFIG_GPU, text_job) == map_job(CONFIG_GPU, json_job)
             seen_states.add(text_job.state)
@@ -182,7 +211,9 @@ def test_a_name_that_forges_scontrol_fields_is_never_read_as_memory(slurm: Any) 
     assert jobs[victim].gpu_indices_read and jobs[liar].gpu_indices_read  # the JSON read
     assert (jobs[victim].memory_per_node_mib, jobs[victim].memory_per_cpu_mib) == (0, 1024)
     slurm.run("scontrol", "update", f"JobId={liar}", "Comment=")
-    assert not any(j.gpu_indices_read for j in SlurmCtl().jobs())
+    again = CountingSlurmCtl()
+    assert {j.job_id for j in again.jobs()} >= {victim, forger, liar}
+    assert again.json_reads() == 0  # the text read, used again
 
 
 def test_a_pending_job_whose_reason_is_a_description_makes_the_read_json(slurm: Any) -> None:
@@ -213,6 +244,87 @@ def test_a_pending_job_whose_reason_is_a_description_makes_the_read_json(slurm: 
     )
 
 
+def _running(ids: set[int], deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        states = {j.job_id: j.state for j in SlurmCtl().jobs(gpu_indices=True)}
+        if all(states.get(i) == "RUNNING" for i in ids):
+            return
+        assert time.monotonic() < deadline, {i: states.get(i) for i in ids}
+        time.sleep(0.3)
+
+
+def test_gpu_indices_of_the_text_read_are_the_json_reads(slurm: Any) -> None:
+    """Running jobs' GPU indices from `scontrol -d` equal `squeue --json`'s `gres_detail`, node
+    by node: two whole A100 nodes (one `Nodes=a100-[0-1]` run, the same CPUs, memory and
+    GPUs on both), several nodes apart (typed and untyped requests), one node (typed,
+    untyped), array tasks and `--gpus`, beside a job of another partition holding GPUs."""
+    whole = _submit(slurm, "-N2", "--exclusive", "--gres=gpu:a100:8", "-w", "a100-[0-1]")
+    _running({whole})
+    others = {
+        _submit(slurm, "-N2", "--gres=gpu:rtx4090:2"),
+        _submit(slurm, "-N2", "--gres=gpu:1"),
+        _submit(slurm, "--gres=gpu:rtx4090:1"),
+        _submit(slurm, "--gres=gpu:2"),
+        _submit(slurm, "--gres=gpu:1", "--array=0-1"),
+        _submit(slurm, "--gpus=1"),
+        _submit(slurm, "-p", "rtx", "--gres=gpu:rtx4090:1"),
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        stable, json_read = _stable_reads(SlurmCtl())
+        running = {i: j for i, j in stable.items() if j.state == "RUNNING"}
+        mine = {i for i, j in running.items() if i in others or j.array_job_id in others}
+        if whole in running and len(mine) >= len(others) + 1:  # the array: two tasks
+            break
+        assert time.monotonic() < deadline, sorted(running)
+        time.sleep(0.3)
+    detail = slurm.run("scontrol", "-d", "show", "job", "-o", str(whole)).stdout
+    assert " Nodes=a100-[0-1] CPU_IDs=0-63 Mem=" in detail  # one run of two nodes
+    for job_id in (whole, *mine):
+        text_job, json_job = running[job_id], json_read[job_id]
+        assert text_job.gpu_indices_read, job_id
+        assert text_job.gpu_indices == json_job.gpu_indices, job_id
+        assert len(text_job.gpu_indices) == len(text_job.nodes) and all(text_job.gpu_indices)
+    assert running[whole].gpu_indices == (tuple(range(8)), tuple(range(8)))
+    assert {len(running[i].nodes) for i in mine} == {1, 2}
+
+
+def test_a_bridge_reports_starts_with_slurms_gpu_indices_and_reads_no_squeue_json(
+    slurm: Any, client: GpufairClient
+) -> None:
+    """Jobs placed and started, on one node and on two, beside a job of an unmapped partition
+    holding GPUs gpufair does not see: every cycle reads the jobs as text (no `squeue --json`),
+    and the starts carry the GPU indices Slurm gave (`gres_detail`), which may differ from
+    gpufair's binding."""
+    client.apply_config(cluster_config("gpu"))
+    foreign = _submit(slurm, "-p", "a100", "-w", "a100-0", "--gres=gpu:a100:3")
+    _running({foreign})
+    config = bridge_config()
+    ctl = CountingSlurmCtl(config.slurm_bin)
+    bridge = Bridge(config, client, ctl)
+    one = sbatch(slurm, account="acct-a", gres="gpu:a100:2", seconds=120)
+    two = sbatch(slurm, account="acct-a", nodes=2, gres="gpu:3", seconds=120)
+    uids = {f"slurm-{one}", f"slurm-{two}"}
+    reports: list[CycleReport] = []
+
+    def started() -> bool:
+        return uids <= {w.workload.uid for w in client.list_workloads(states=["running"])}
+
+    cycle_until(bridge, started, max_cycles=8, reports=reports)
+    assert ctl.json_reads() == 0, [c for c in ctl.commands if c[0] == "squeue"]
+    assert any(r.placed for r in reports) and reports[-1].events.get("STORED")
+    jobs = squeue(slurm)
+    running = {w.workload.uid: w for w in client.list_workloads(states=["running"])}
+    for job_id in (one, two):
+        nodes = expand_hostlist(jobs[job_id]["nodes"])
+        slurms = [
+            (n, gpu_indices(d)) for n, d in zip(nodes, jobs[job_id]["gres_detail"], strict=True)
+        ]
+        pods = running[f"slurm-{job_id}"].pods
+        assert sorted((p.node, list(p.gpu_indices)) for p in pods) == sorted(slurms)
+
+
 # ---- the parsers, without Slurm -----------------------------------------------------------------
 
 
@@ -230,11 +342,14 @@ def _record(job_id: int, comment: bytes, name: bytes = b"wrap", **fields: bytes)
     return head + name.ljust(NAME_BYTES) + comment.ljust(COMMENT_BYTES) + b"\x1e\n"
 
 
-def _scontrol(job_id: int, memory: str, name: str = "wrap", comment: str = "") -> str:
+def _scontrol(
+    job_id: int, memory: str, name: str = "wrap", comment: str = "", detail: str = ""
+) -> str:
     return (
         f"JobId={job_id} JobName={name} UserId=root(0) GroupId=root(0) Account=vision "
-        "QOS=(null) JobState=PENDING Reason=JobHeldUser NumNodes=2 MinCPUsNode=4 "
-        f"{memory} MinTmpDiskNode=0 Features=(null) Comment={comment} StdOut=/dev/null\n"
+        f"QOS=(null) JobState=PENDING Reason=JobHeldUser NumNodes=2 CoreSpec=*{detail} "
+        f"MinCPUsNode=4 {memory} MinTmpDiskNode=0 Features=(null) Comment={comment} "
+        "StdOut=/dev/null\n"
     )
 
 
@@ -254,7 +369,7 @@ def test_parse_squeue_text_reads_comments_by_position() -> None:
         memory_per_node_mib=0,
         memory_per_cpu_mib=1024,
         max_nodes=0,
-        gpu_indices_read=False,
+        gpu_indices_read=True,  # pending: no nodes, no detail, no GPU indices, as in JSON
     )
     assert jobs[0] == expected
 
@@ -329,6 +444,88 @@ def test_memory_is_read_from_the_record_squeue_names(
     assert (got and got[:2]) == expected
 
 
+# `scontrol -d show job -o`'s detail of a job, between `CoreSpec=*` and `MinCPUsNode=`, as Slurm
+# 22.05 printed it on the test cluster (typed node GRES) and on one whose nodes' GRES have no type.
+_A100_2 = " JOB_GRES=gpu:a100:2   Nodes=a100-0 CPU_IDs=0 Mem=1024 GRES=gpu:a100:2(IDX:0-1)"
+_RTX_TWO_NODES = (
+    " JOB_GRES=gpu:rtx4090:4   Nodes=rtx-0 CPU_IDs=1 Mem=1024 GRES=gpu:rtx4090:2(IDX:3-4)"
+    "   Nodes=rtx-1 CPU_IDs=0 Mem=1024 GRES=gpu:rtx4090:2(IDX:0-1)"
+)
+_A100_WHOLE = (
+    " JOB_GRES=gpu:a100:16   Nodes=a100-[0-1] CPU_IDs=0-63 Mem=65536 GRES=gpu:a100:8(IDX:0-7)"
+)
+_UNTYPED_RUN = " JOB_GRES=gpu:6   Nodes=a100-[0-1] CPU_IDs=0 Mem=1024 GRES=gpu:3(IDX:0-2)"
+_UNTYPED_ONE = " JOB_GRES=gpu:2   Nodes=rtx-0 CPU_IDs=0 Mem=1024 GRES=gpu:2(IDX:0-1)"
+_COMPLETING = " JOB_GRES=gpu:a100:2   Nodes=a100-0 CPU_IDs=0 Mem=1024 GRES="
+_COMPLETING_TWO = (
+    " JOB_GRES=gpu:rtx4090:4   Nodes=rtx-0 CPU_IDs=1 Mem=1024 GRES="
+    "   Nodes=rtx-1 CPU_IDs=0 Mem=1024 GRES="
+)
+_NO_GPUS = " JOB_GRES=(null)   Nodes=rtx-0 CPU_IDs=0 Mem=1024 GRES="
+
+
+def _one(node: str, gres: str) -> str:
+    return f" JOB_GRES=gpu:2   Nodes={node} CPU_IDs=0 Mem=1024 GRES={gres}"
+
+
+@pytest.mark.parametrize(
+    ("state", "nodes", "detail", "expected"),
+    [
+        ("RUNNING", b"a100-0", _A100_2, ((0, 1),)),
+        ("RUNNING", b"rtx-[0-1]", _RTX_TWO_NODES, ((3, 4), (0, 1))),
+        ("RUNNING", b"a100-[0-1]", _A100_WHOLE, (tuple(range(8)),) * 2),
+        ("RUNNING", b"a100-[0-1]", _UNTYPED_RUN, ((0, 1, 2), (0, 1, 2))),
+        ("RUNNING", b"rtx-0", _UNTYPED_ONE, ((0, 1),)),
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100:3(IDX:0,2-3)"), ((0, 2, 3),)),
+        # Completing, ended, or without GPUs: no node shows one, as `gres_detail` is empty.
+        ("COMPLETING", b"a100-0", _COMPLETING, ()),
+        ("CANCELLED", b"rtx-[0-1]", _COMPLETING_TWO, ()),
+        ("RUNNING", b"rtx-0", _NO_GPUS, ()),
+        ("PENDING", b"", "", ()),
+        ("CANCELLED", b"", "", ()),  # cancelled before it ran
+        # Not clear: no indices read (`squeue --json` gives them in a cycle that needs them).
+        ("RUNNING", b"a100-0", "", None),  # nodes but no detail
+        ("PENDING", b"", _A100_2, None),  # a detail of nodes squeue does not list
+        ("RUNNING", b"a100-[0-1]", _A100_2, None),  # a node missing
+        ("RUNNING", b"rtx-[0-1]", _RTX_TWO_NODES.replace("rtx-0", "rtx-9"), None),
+        ("RUNNING", b"rtx-1,rtx-0", _RTX_TWO_NODES, None),  # another order
+        ("RUNNING", b"rtx-[0-1]", _RTX_TWO_NODES.replace("GRES=gpu:rtx4090:2(IDX:0-1)", "GRES="), None),
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100:2(IDX:0)"), None),  # 2 GPUs, 1 index
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100:2(IDX:1,1)"), None),
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100(CNT:2)"), None),
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100:1(IDX:0),gpu:l40s:1(IDX:1)"), None),
+        ("RUNNING", b"a100-0", _one("a100-0", "mps:100(IDX:0)"), None),
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100:0(IDX:N/A)"), None),
+        ("RUNNING", b"a100-0", _one("a100-0", "gpu:a100:2(IDX:0-1"), None),
+        ("RUNNING", b"a100-0", _one("a100-[0-x]", "gpu:a100:2(IDX:0-1)"), None),
+        ("RUNNING", b"a100-0", _A100_2.replace(" Mem=1024", ""), None),
+        ("RUNNING", b"a100-0", _A100_2.replace("   Nodes", "  Nodes"), None),
+        ("RUNNING", b"a100-0", _A100_2 + " x=y", None),
+    ],
+)  # fmt: skip
+def test_gpu_indices_are_read_from_scontrols_detail_exactly_or_not_at_all(
+    state: str, nodes: bytes, detail: str, expected: tuple[tuple[int, ...], ...] | None
+) -> None:
+    """The detail of `scontrol -d` gives each node's GPU indices as `squeue --json`'s
+    `gres_detail` does; anything else leaves the record without them (`gpu_indices_read`
+    false), and the rest of the read goes on."""
+    scontrol = _scontrol(42, "MinMemoryCPU=1G", detail=detail).replace("PENDING", state)
+    record = _record(42, b"", State=state.encode(), NodeList=nodes, Reason=b"None")
+    [job] = parse_squeue_text(record, scontrol.encode())
+    assert (job.gpu_indices_read, job.gpu_indices) == (expected is not None, expected or ())
+    assert job.memory_per_cpu_mib == 1024
+
+
+def test_the_detail_is_the_one_right_before_the_memory_fields() -> None:
+    """A `JOB_GRES=` the JobName or Comment holds is not the job's detail: the name lies
+    before the fields searched, the Comment after them."""
+    forged = _one("a100-0", "gpu:a100:2(IDX:6-7)")
+    scontrol = _scontrol(42, "MinMemoryCPU=1G", name=f"n{forged}", comment=forged, detail=_A100_2)
+    record = _record(42, b"", name=f"n{forged}".encode(), State=b"RUNNING", NodeList=b"a100-0")
+    [job] = parse_squeue_text(record, scontrol.replace("PENDING", "RUNNING").encode())
+    assert (job.gpu_indices_read, job.gpu_indices) == (True, ((0, 1),))
+
+
 # ---- which cycles read squeue --json -----------------------------------------------------------
 
 
@@ -384,21 +581,21 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
     assert bridge_module._needs_gpu_indices(job, gpufair_state) == read_indices
 
 
-def test_the_cycle_after_a_busy_one_reads_squeue_json_first() -> None:
-    """`_text_short`: a pending job with a description (JSON's `state_description`), or a row
-    that reads GPU indices, makes the next cycle read `squeue --json` first; else the text."""
+def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
+    """`_text_short`: a pending job with a description (JSON's `state_description`) makes the
+    next cycle read `squeue --json` first; a start to report does not any more (the text read
+    gives GPU indices), nor does a running job with a description."""
     from gpufair.integrations.slurm import dependencies
 
     live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands())
     quiet = replace(parse_job(RAW_JOB), gpu_indices_read=False)
     described = replace(parse_job(RAW_JOB), state_description="job requeued in held state")
     started = replace(parse_job(RAW_JOB), state="RUNNING", nodes=("a100-0",), start_time=1)
-    for jobs, statuses, expected in [
-        ([quiet], {}, False),
-        ([described], {}, True),
-        ([replace(described, state="RUNNING")], {}, False),
-        ([started], {"slurm-42": _status("running")}, False),
-        ([started], {"slurm-42": _status("bound")}, True),
+    for jobs, expected in [
+        ([quiet], False),
+        ([described], True),
+        ([replace(described, state="RUNNING")], False),
+        ([started], False),
     ]:
         live._all_jobs = dependencies.Jobs.of(jobs)
-        assert live._text_short({j.job_id: j for j in jobs}, statuses) is expected
+        assert live._text_short() is expected

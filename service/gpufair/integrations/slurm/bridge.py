@@ -7,14 +7,15 @@ that maps a constraint needing them), so a bridge killed at any point and starte
 carries on where the two systems say things stand. The in-memory caches only avoid repeating
 writes that would change nothing.
 
-The jobs are read as text in a quiet cycle (`squeue -O` and `scontrol show job -o`, slurmctl.py),
-which costs a fifteenth of `squeue --json` on Slurm 22.05 but has no GPU indices, nor a pending
-job's reason where Slurm printed a description in its place. A cycle in which a row of step 2
-reads GPU indices (a start to report; a requeued job COMPLETING to judge: `_needs_gpu_indices`)
-reads `squeue --json` as well, after gpufair's workloads, and goes on from that read alone; a
-text read with such a pending job reads `squeue --json` instead. The cycle after one that needed
-`squeue --json`, placed or requeued jobs reads it first (`_text_short`), so a busy cycle reads
-the jobs once, as before.
+The jobs are read as text (`squeue -O` and `scontrol -d show job -o`, slurmctl.py), which costs
+a fifteenth of `squeue --json` on Slurm 22.05 and gives the GPU indices of a job that holds
+resources (`scontrol -d`'s detail), but not a pending job's reason where Slurm printed a
+description in its place. A cycle in which a row of step 2 reads GPU indices (a start to report;
+a requeued job COMPLETING to judge: `_needs_gpu_indices`) of a job whose detail the text read
+did not give clearly reads `squeue --json` as well, after gpufair's workloads, and goes on from
+that read alone; a text read with a pending job showing a description reads `squeue --json`
+instead. The cycle after one that needed `squeue --json` reads it first (`_text_short`), so such
+cycles in a row read the jobs once each.
 
 A cycle:
 
@@ -227,12 +228,14 @@ class Bridge:
             parsed = parse_uid(self.config, uid)
             if parsed is not None and parsed[1] >= self._revisions.get(parsed[0], -1):
                 self._current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
-        if self._needs_gpu_indices(jobs, statuses):
-            # A start to report, or a requeued job's COMPLETING to judge: the jobs read again,
-            # with their GPU indices (`squeue --json`), and this cycle goes on from that read.
+        needs_json = self._needs_gpu_indices(jobs, statuses)
+        if needs_json:
+            # A start to report, or a requeued job's COMPLETING to judge, of a job whose GPU
+            # indices the text read did not give clearly: the jobs read again, with their GPU
+            # indices (`squeue --json`), and this cycle goes on from that read.
             self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=True))
             jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
-        self._json_next = self._text_short(jobs, statuses)
+        self._json_next = needs_json or self._text_short()
         self._withdraw_after_submit, self._bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
@@ -263,25 +266,25 @@ class Bridge:
                 [(job, uid, pods) for job, uid, pods in binds if job is not None], report
             )
             self._send(decided, report)
-        self._json_next = self._json_next or bool(report.placed or report.requeued)
         return report
 
     def _read_jobs(self, *, gpu_indices: bool) -> list[SlurmJob]:
         return self.slurm.jobs(gpu_indices=True) if gpu_indices else self.slurm.jobs()
 
-    def _text_short(
-        self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
-    ) -> bool:
+    def _text_short(self) -> bool:
         """Whether the text read would not have done for this cycle, whichever read it used: a
-        row read GPU indices, or a pending job shows a description in place of its reason
-        (records.py). The next cycle then reads `squeue --json` first, as does the one after a
-        cycle that placed or requeued jobs (their starts come next): not a second read in the
-        busy cycles that follow one another. Only the cost depends on this guess: a cycle that
-        reads the text and finds it short reads `squeue --json` as well."""
-        for job in self._all_jobs.by_id.values():
-            if job.state == "PENDING" and job.state_description:
-                return True
-        return any(True for _ in self._rows_reading_gpu_indices(jobs, statuses))
+        pending job shows a description in place of its reason (records.py; `squeue --json`
+        alone says so), as a job the bridge requeued held does until it is released. The next
+        cycle then reads `squeue --json` first, as it does after a cycle whose rows needed GPU
+        indices the text read did not give: not a second read in the cycles that follow one
+        another so. Only the cost depends on this guess: a cycle that reads the text and finds
+        it short reads `squeue --json` as well. Starts no longer count (round 31): the text
+        read gives GPU indices (`scontrol -d`), so neither the cycle after one that placed or
+        requeued jobs nor the one reporting a start reads `squeue --json` for them."""
+        return any(
+            job.state == "PENDING" and job.state_description
+            for job in self._all_jobs.by_id.values()
+        )
 
     def _hold_first(
         self,
@@ -318,11 +321,12 @@ class Bridge:
     def _needs_gpu_indices(
         self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
     ) -> bool:
-        """Whether a job read without its GPU indices (`SlurmCtl.jobs`' text read) meets a row
-        of step 2 that reads them: a start to report (`_started`: running, or ended with a run
-        Slurm shows, while gpufair has it pending or bound) or a COMPLETING job gpufair has
-        running, restarted (`_requeue_completing`). Those rows need `squeue --json`; the
-        others (most cycles: waiting, held and running jobs) do not."""
+        """Whether a job read without its GPU indices (a record of `SlurmCtl.jobs`' text read
+        whose `scontrol -d` detail was not clear) meets a row of step 2 that reads them: a
+        start to report (`_started`: running, or ended with a run Slurm shows, while gpufair
+        has it pending or bound) or a COMPLETING job gpufair has running, restarted
+        (`_requeue_completing`). Those rows need `squeue --json`; the others do not, nor do
+        these rows of a job whose indices the text read gave."""
         rows = self._rows_reading_gpu_indices(jobs, statuses)
         return any(not job.gpu_indices_read for job in rows)
 

@@ -1,8 +1,8 @@
 """Slurm's jobs and nodes as the bridge reads them: parsed from `squeue --json` and `sinfo --json`
-(Slurm 22.05's data_parser shapes), or a job from the text read (`squeue -O` with the memory of
-`scontrol show job -o`, `parse_squeue_text`), plus the two compact notations Slurm prints: host
-lists (`a100-[0-1],rtx-3`) and GPU index lists (`gpu:a100:2(IDX:0,2-3)`). Pure: no commands run
-here.
+(Slurm 22.05's data_parser shapes), or a job from the text read (`squeue -O` with the memory and
+GPU indices of `scontrol -d show job -o`, `parse_squeue_text`), plus the two compact notations
+Slurm prints: host lists (`a100-[0-1],rtx-3`) and GPU index lists (`gpu:a100:2(IDX:0,2-3)`).
+Pure: no commands run here.
 
 The text read, as `SlurmCtl.jobs` runs it (see bench/results/slurm_bridge.md, round 29):
 
@@ -35,15 +35,28 @@ The text read, as `SlurmCtl.jobs` runs it (see bench/results/slurm_bridge.md, ro
   reads the reason of a pending job (an operator's hold, `BeginTime`): a pending job whose
   `Reason` is not a reason's name (letters only, as Slurm names them all) fails the read. The
   held jobs the bridge requeued show such a description until they are released, so a cycle
-  with one reads `squeue --json`. Of a running or ended job, the description is read as is.
+  with one reads `squeue --json`: no text field tells the bridge's hold of such a job from an
+  operator's (round 31, on 22.05: `squeue -o %all` and `scontrol -dd show job -o` print the
+  same for both, `Reason=job_requeued_in_held_state` and `Priority=0`; `uhold`, `hold`,
+  `Priority=0`, `Nice=` and Comment updates leave the description, a release clears it). Of a
+  running or ended job, the description is read as is.
 - `MinMemory` there does not say whether it is per CPU or per node (nor is it always exact:
   `1.50G`), and a wrong guess changes a job's request: the memory is read from `scontrol show
   job -o` (`MinMemoryCPU=` or `MinMemoryNode=`, exact units), in a record that user text can
-  not forge (`_Scontrol.memory`), found by the job's name, account and QOS from the squeue
+  not forge (`_Scontrol.record`), found by the job's name, account and QOS from the squeue
   read: the `Name` field, fixed-width as the Comment (`NAME_BYTES`; a name that fills it is
   not clear, nor is a job's memory when its record is not found once).
-- GPU indices are in neither: records of the text read say so (`gpu_indices_read` false), and
-  the bridge reads `squeue --json` in a cycle that needs them.
+- GPU indices (round 31): `scontrol -d` prints, in the same record right before the memory
+  fields, a job's detail once it holds resources (running, completing, or ended after a run):
+  `JOB_GRES=gpu:a100:4   Nodes=a100-0 CPU_IDs=1 Mem=1024 GRES=gpu:a100:2(IDX:3-4)   Nodes=a100-1
+  ...`, one `Nodes=` for each run of consecutive nodes with the same CPU ids, memory and GRES
+  (`Nodes=a100-[0-1] ... GRES=gpu:a100:8(IDX:0-7)`), GRES as `squeue --json`'s `gres_detail`
+  of each node (`gpu:2(IDX:0-1)` where the node's GRES has no type; empty for a job without
+  GPUs, and once the job completes, as `gres_detail` is then). Seen on 22.05 for typed and
+  untyped requests and node GRES, one and several nodes, array tasks, `--gpus` and
+  `--gpus-per-task` (`detail_gpu_indices`). A detail that is not read exactly so, or a job
+  with nodes and no detail, leaves the record without indices (`gpu_indices_read` false), and
+  the bridge reads `squeue --json` in a cycle whose rows need them.
 """
 
 from __future__ import annotations
@@ -148,9 +161,10 @@ class SlurmJob:
     array_job_id: int = 0
     array_task_id: int | None = None
     array_tasks: str = ""
-    # False for a record of the text read (`parse_squeue_text`), which has no GPU indices:
-    # `gpu_indices` is empty there whatever Slurm allocated, and the bridge reads the job again
-    # from `squeue --json` (`parse_job`) in a cycle that needs them.
+    # False for a record of the text read (`parse_squeue_text`) whose GPU indices `scontrol -d`
+    # did not give clearly (`detail_gpu_indices`): `gpu_indices` is empty there whatever Slurm
+    # allocated, and the bridge reads the job again from `squeue --json` (`parse_job`) in a
+    # cycle that needs them.
     gpu_indices_read: bool = True
     # Slurm's description of the job's state (`job requeued in held state`), which squeue's
     # text prints in place of the reason: from `squeue --json` only ("" in the text read).
@@ -247,6 +261,17 @@ _NAME_AT_RE = re.compile(
 )
 _AFTER_NAME_RE = re.compile(r" +UserId=")
 _MEMORY_RE = re.compile(r" MinCPUsNode=\d+ MinMemory(Node|CPU)=(\S+) MinTmpDiskNode=")
+# `scontrol -d`'s detail of a job holding resources (running, completing, or ended after a run;
+# not a pending job), right before its memory fields: ` JOB_GRES=gpu:a100:4`, then for each run of
+# consecutive nodes alike (the same CPU ids, memory and GRES: `Nodes=a100-[0-1]`)
+# `   Nodes=HOSTS CPU_IDs=... Mem=MiB GRES=DETAIL`, DETAIL as `squeue --json`'s `gres_detail` of
+# each of those nodes (empty once the job completes, and for a job without GRES).
+_JOB_GRES = " JOB_GRES="
+_DETAIL_RE = re.compile(r" JOB_GRES=\S*((?:   Nodes=\S+ CPU_IDs=\S+ Mem=\d+ GRES=\S*)+)")
+_DETAIL_NODES_RE = re.compile(r"   Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
+# One node's GPUs: `gpu:a100:2(IDX:0-1)`, or `gpu:2(IDX:0,3)` where the node's GRES has no type.
+# Anything else (two GRES, a count without indices `(CNT:2)`, another GRES name) is not read.
+_GPU_DETAIL_RE = re.compile(r"gpu(?::[^:(),\s]+)?:(\d+)\(IDX:(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)\)")
 _UNIT_MIB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 _MEMORY_VALUE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
 
@@ -284,8 +309,21 @@ def _comment(value: bytes) -> str:
     return "" if text == "(null)" else text
 
 
+@dataclass(frozen=True)
+class _Record:
+    """What the bridge reads of a job's `scontrol -d show job -o` record."""
+
+    memory_per_node_mib: int
+    memory_per_cpu_mib: int
+    array_job_id: int  # `ArrayJobId=`; 0 without one
+    # The detail's runs of nodes, (HOSTS, GRES) each; None: the record has no detail (a pending
+    # job); `detail_clear` false: it has one that does not read as Slurm prints it.
+    detail: tuple[tuple[str, str], ...] | None
+    detail_clear: bool = True
+
+
 class _Scontrol:
-    """`scontrol show job -o`, for each job's memory (`memory`)."""
+    """`scontrol -d show job -o`, for each job's memory, array id and GPU indices (`record`)."""
 
     def __init__(self, out: bytes) -> None:
         self.text = out.decode("utf-8", "surrogateescape")
@@ -294,10 +332,19 @@ class _Scontrol:
             self.starts.setdefault(int(match.group(1)), []).append(match.start())
 
     def memory(self, job_id: int, name: str, account: str, qos: str) -> tuple[int, int, int] | None:
+        """`record`'s (per node, per CPU) memory in MiB and its array id, or None."""
+        found = self.record(job_id, name, account, qos)
+        if found is None:
+            return None
+        return (found.memory_per_node_mib, found.memory_per_cpu_mib, found.array_job_id)
+
+    def record(self, job_id: int, name: str, account: str, qos: str) -> _Record | None:
         """The job's (per node, per CPU) memory in MiB, the other 0: its `MinMemoryNode=` or
         `MinMemoryCPU=` (units exact: `1536M`, `1G`), and its `ArrayJobId=` (0 without one: a
         job's record of an array whose tasks are all split off or done shows it, where squeue's
-        text has nothing to tell it from a job outside an array), or None when not clear.
+        text has nothing to tell it from a job outside an array), and the detail `-d` prints
+        right before the memory (`_DETAIL_RE`: the nodes and their GPU indices); or None when
+        the memory is not clear.
 
         A record is a line starting `JobId=N `, but a user's JobName, Comment, paths, and
         (without accounting) account and QOS may hold newlines, spaces and `=`, and so forged
@@ -306,9 +353,10 @@ class _Scontrol:
         `JobId=N `, then `JobName=` and the job's exact name, then `UserId=`, and after that,
         the first ` Account=A QOS=Q JobState=` with the job's account and QOS as squeue printed
         them. Between that and the memory fields Slurm writes every field (state, reason,
-        dependency, times, partition, node lists, counts, TRES). No such record, or two of
-        them (a forged line of another job's name), and the job's memory is not clear."""
-        found: list[tuple[int, int, int]] = []
+        dependency, times, partition, node lists, counts, TRES, the detail). No such record, or
+        two of them (a forged line of another job's name), and the job's memory is not
+        clear."""
+        found: list[_Record] = []
         for start in self.starts.get(job_id, ()):
             at = _NAME_AT_RE.match(self.text, start)
             if at is None or not self.text.startswith(name, at.end()):
@@ -327,8 +375,57 @@ class _Scontrol:
                 return None
             array_job_id = int(at.group(1) or 0)
             per = (mib, 0) if memory.group(1) == "Node" else (0, mib)
-            found.append((*per, array_job_id))
+            found.append(_Record(*per, array_job_id, *self._detail(fields, memory.start())))
         return found[0] if len(found) == 1 else None
+
+    def _detail(self, start: int, end: int) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
+        """The detail ending at `end` (the memory fields), not before `start`: its runs of
+        nodes, or None where there is none; and whether it reads as Slurm prints it."""
+        at = self.text.rfind(_JOB_GRES, start, end)
+        if at < 0:
+            return None, True
+        block = _DETAIL_RE.fullmatch(self.text, at, end)
+        if block is None:
+            return (), False
+        runs = _DETAIL_NODES_RE.findall(block.group(1))
+        return tuple((hosts, gres) for hosts, gres in runs), True
+
+
+def detail_gpu_indices(
+    detail: tuple[tuple[str, str], ...] | None, nodes: tuple[str, ...]
+) -> tuple[tuple[int, ...], ...] | None:
+    """The GPU indices of each of the job's `nodes` (squeue's node list, expanded) from the runs
+    of nodes of `scontrol -d`'s detail, as `parse_job` reads them from `squeue --json`'s
+    `gres_detail`: () when no node shows a GPU (a job without GPUs, or completing: Slurm clears
+    the detail then, in both reads), else one tuple per node. None when that is not clear: a job
+    with nodes and no detail, runs that do not name exactly those nodes in that order, a GRES
+    not of the one form `_GPU_DETAIL_RE` reads, a count other than its indices', or some nodes
+    with GPUs and some without. Never a guess: the bridge reads `squeue --json` for such a job's
+    indices when it needs them."""
+    if detail is None:
+        return () if not nodes else None
+    names: list[str] = []
+    per_node: list[tuple[int, ...]] = []
+    for hosts, gres in detail:
+        try:
+            run = expand_hostlist(hosts)
+        except ValueError:
+            return None
+        indices: tuple[int, ...] = ()
+        if gres:
+            match = _GPU_DETAIL_RE.fullmatch(gres)
+            if match is None:
+                return None
+            indices = tuple(int(n) for n in _ranges(match.group(2)))
+            if len(indices) != int(match.group(1)) or len(set(indices)) != len(indices):
+                return None
+        names += run
+        per_node += [indices] * len(run)
+    if tuple(names) != nodes:
+        return None
+    if not any(per_node):
+        return ()
+    return tuple(per_node) if all(per_node) else None
 
 
 def _memory_mib(value: str) -> int | None:
@@ -341,7 +438,7 @@ def _memory_mib(value: str) -> int | None:
 
 def parse_squeue_text(out: bytes, scontrol_out: bytes) -> list[SlurmJob]:
     """The jobs of `squeue -h -O SQUEUE_FORMAT` (times `%s`), each with its memory from
-    `scontrol show job -o` (`scontrol_out`). A record that does not parse, or a job whose
+    `scontrol -d show job -o` (`scontrol_out`). A record that does not parse, or a job whose
     memory is not clear there, raises `TextReadError`: nothing is guessed."""
     jobs: list[SlurmJob] = []
     scontrol = _Scontrol(scontrol_out)
@@ -369,10 +466,11 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
     job_id = int(job_id_b)
     job_name = _padded(name)
     raw = [v.decode("utf-8", "surrogateescape") for v in (account, qos)]
-    memory = None if job_name is None else scontrol.memory(job_id, job_name, *raw)
-    if memory is None:
+    record = None if job_name is None else scontrol.record(job_id, job_name, *raw)
+    if record is None:
         raise TextReadError(f"job {job_id}: no clear MinMemoryNode/MinMemoryCPU in scontrol")
-    per_node, per_cpu, array_master = memory
+    per_node, per_cpu = record.memory_per_node_mib, record.memory_per_cpu_mib
+    array_master = record.array_job_id
     job_state, state_reason = _text(state), _text(reason)
     if job_state == "PENDING" and not _REASON_NAME_RE.fullmatch(state_reason):
         raise TextReadError(f"job {job_id}: a reason that is not Slurm's name: {state_reason!r}")
@@ -385,6 +483,8 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
     highest = _int(_number(max_nodes))
     if highest == count:
         highest = 0  # squeue prints the count where JSON has 0 (a started job, no -N asked)
+    on_nodes = tuple(expand_hostlist(_text(nodes)))
+    indices = detail_gpu_indices(record.detail, on_nodes) if record.detail_clear else None
     return SlurmJob(
         job_id=job_id,
         state=job_state,
@@ -404,8 +504,8 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
         tres_per_job=_text(tres_per_job),
         tres_per_task=_text(tres_per_task),
         features=_text(features),
-        nodes=tuple(expand_hostlist(_text(nodes))),
-        gpu_indices=(),
+        nodes=on_nodes,
+        gpu_indices=indices or (),
         restart_count=_int(_number(restart_count)),
         submit_time=_int(_number(submit_time)),
         start_time=_number(start_time),
@@ -417,7 +517,7 @@ def _text_job(fields: list[bytes], name: bytes, comment: bytes, scontrol: _Scont
         array_job_id=array_master,
         array_task_id=task_id,
         array_tasks="" if task_id is not None else tasks,
-        gpu_indices_read=False,
+        gpu_indices_read=indices is not None,
     )
 
 

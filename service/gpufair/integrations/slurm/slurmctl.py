@@ -3,18 +3,20 @@
 Reads:
 
 - `jobs()`, every job, each cycle: `squeue --all --states=all -h -O ...` (text, times as
-  epoch seconds) for states, requests, times and Comments, then `scontrol --all show job -o`
-  for each job's memory per CPU or per node, which the text does not tell apart (records.py,
-  `parse_squeue_text`). Neither gives GPU indices: its records say so (`gpu_indices_read`).
-  When the text does not parse as asked, or a job's memory is not clear in `scontrol` (a
-  JobName or Comment that forges its fields, a job gone between the two reads), it reads
-  `squeue --json` instead: nothing is guessed.
+  epoch seconds) for states, requests, times and Comments, then `scontrol --all -d show job -o`
+  for each job's memory per CPU or per node, which the text does not tell apart, and, in its
+  detail (`-d`), the GPU indices of a job that holds resources (records.py,
+  `parse_squeue_text`). A job whose detail does not read clearly has no indices in its record
+  (`gpu_indices_read` false). When the text does not parse as asked, or a job's memory is not
+  clear in `scontrol` (a JobName or Comment that forges its fields, a job gone between the two
+  reads), it reads `squeue --json` instead: nothing is guessed.
 - `jobs(gpu_indices=True)`: `squeue --json --all` (every job, with GPU indices), which the
-  bridge reads only in a cycle that reports a start or judges a requeued job COMPLETING. Slurm
-  22.05's `squeue --json` ignores squeue's filters (`-t`, `-p`, `-j`, `--format`: the same
-  document, about 3.1 KB a job) and is the costly read (0.19 s of CPU at 2,000 jobs, against
-  0.013 s for `squeue -O` and 0.024 s for `scontrol show job -o`; bench/results/slurm_bridge.md,
-  round 29).
+  bridge reads only in a cycle whose rows need the GPU indices of a job the text read gave
+  none for (a start to report, a requeued job COMPLETING to judge). Slurm 22.05's `squeue
+  --json` ignores squeue's filters (`-t`, `-p`, `-j`, `--format`: the same document, about
+  3.1 KB a job) and is the costly read (0.19 s of CPU at 2,000 jobs, against 0.013 s for
+  `squeue -O` and 0.024 s for `scontrol -d show job -o`; bench/results/slurm_bridge.md, round
+  29).
 - `sinfo --json` (nodes with GRES and state) and `sdiag` (the controller's time now, in a cycle
   that compares a time Slurm reports with it).
 
@@ -132,9 +134,9 @@ class SlurmCtl:
         return cast(dict[str, Any], data)
 
     def jobs(self, *, gpu_indices: bool = False) -> list[SlurmJob]:
-        """Every job Slurm lists: from the text reads (no GPU indices), or from `squeue --json`
-        when `gpu_indices` is asked or the text reads are not clear (see the module's
-        docstring)."""
+        """Every job Slurm lists: from the text reads (GPU indices where `scontrol -d` gives
+        them clearly), or from `squeue --json` when `gpu_indices` is asked or the text reads
+        are not clear (see the module's docstring)."""
         if not gpu_indices:
             try:
                 return self.jobs_text()
@@ -144,14 +146,15 @@ class SlurmCtl:
         return [parse_job(raw) for raw in data.get("jobs", [])]
 
     def jobs_text(self) -> list[SlurmJob]:
-        """`squeue -O` and `scontrol show job -o`, parsed (records.py); `TextReadError` when
+        """`squeue -O` and `scontrol -d show job -o`, parsed (records.py); `TextReadError` when
         they are not clear."""
         env = {**os.environ, "SLURM_TIME_FORMAT": "%s"}
         out = self._run_bytes("squeue", "--all", "--states=all", "-h", "-O", SQUEUE_FORMAT, env=env)
         if not out:
             return []
         # `--all` as squeue's: the jobs of hidden partitions too.
-        return parse_squeue_text(out, self._run_bytes("scontrol", "--all", "show", "job", "-o"))
+        detail = self._run_bytes("scontrol", "--all", "-d", "show", "job", "-o")
+        return parse_squeue_text(out, detail)
 
     def nodes(self) -> list[SlurmNode]:
         data = self._read("sinfo", "--json")
