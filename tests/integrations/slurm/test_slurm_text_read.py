@@ -136,22 +136,30 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
     limited = _submit(slurm, "--gres=gpu:rtx4090:1", "-t", "30")
     failed = _submit(slurm, "--gres=gpu:rtx4090:1", wrap="false")
     cancelled = _submit(slurm, "--gres=gpu:rtx4090:1")
-    slow = _submit(slurm, "--gres=gpu:rtx4090:1", wrap="trap '' TERM; while true; do sleep 1; done")
+    ignores_term = "trap '' TERM; while true; do sleep 1; done"
+    slow = _submit(slurm, "--gres=gpu:rtx4090:1", wrap=ignores_term)
+    # Requeued while it ignores SIGTERM: COMPLETING with its restart count raised (the row
+    # `_requeue_completing` judges), for KillWait and more.
+    slow_requeued = _submit(slurm, "-N2", "--gres=gpu:rtx4090:1", wrap=ignores_term)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         states = {j.job_id: j.state for j in SlurmCtl().jobs(gpu_indices=True)}
-        if all(states.get(i) == "RUNNING" for i in (running, limited, cancelled, slow)):
+        if all(
+            states.get(i) == "RUNNING" for i in (running, limited, cancelled, slow, slow_requeued)
+        ):
             break
         time.sleep(0.3)
     slurm.run("scancel", str(cancelled))
     slurm.run("scontrol", "requeue", str(limited))
     slurm.run("scontrol", "hold", str(held[0]))  # an operator's hold: JobHeldAdmin
     slurm.run("scancel", str(slow))  # ignores SIGTERM: COMPLETING for KillWait
+    slurm.run("scontrol", "requeue", str(slow_requeued))
     # An odd Comment written by `scontrol update`, as the bridge writes its own.
     slurm.run("scontrol", "update", f"JobId={held[1]}", "Comment=x = y \x1f z\nw")
 
     ctl = SlurmCtl()
-    wanted = {*held, running, array, limited, failed, cancelled, slow}
+    wanted = {*held, running, array, limited, failed, cancelled, slow, slow_requeued}
+    requeued_completing = False
     seen_states: set[str] = set()
     compared: set[int] = set()
     for _ in range(20):
@@ -167,12 +175,15 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
             if text_job.partition == "gpu" and not text_job.finished:
                 assert map_job(CONFIG_GPU, text_job) == map_job(CONFIG_GPU, json_job)
             seen_states.add(text_job.state)
+            if text_job.state == "COMPLETING" and text_job.restart_count > 0:
+                requeued_completing = True
             compared.add(job_id)
-        if "COMPLETING" in seen_states and wanted <= compared:
+        if requeued_completing and wanted <= compared:
             break
         time.sleep(0.2)
     assert wanted <= compared, sorted(wanted - compared)
     assert {"PENDING", "RUNNING", "COMPLETING", "FAILED", "CANCELLED"} <= seen_states
+    assert requeued_completing
     by_id = {j.job_id: j for j in ctl.jobs_text()}
     # The memory kinds and the odd Comments, read as written.
     assert (by_id[held[0]].memory_per_cpu_mib, by_id[held[0]].memory_per_node_mib) == (1536, 0)
@@ -296,7 +307,9 @@ def test_a_bridge_reports_starts_with_slurms_gpu_indices_and_reads_no_squeue_jso
     """Jobs placed and started, on one node and on two, beside a job of an unmapped partition
     holding GPUs gpufair does not see: every cycle reads the jobs as text (no `squeue --json`),
     and the starts carry the GPU indices Slurm gave (`gres_detail`), which may differ from
-    gpufair's binding."""
+    gpufair's binding. Then an operator requeues the two-node job, which ignores SIGTERM: the
+    cycles that judge it COMPLETING (restart count raised) and end its run read no
+    `squeue --json` either."""
     client.apply_config(cluster_config("gpu"))
     foreign = _submit(slurm, "-p", "a100", "-w", "a100-0", "--gres=gpu:a100:3")
     _running({foreign})
@@ -304,7 +317,8 @@ def test_a_bridge_reports_starts_with_slurms_gpu_indices_and_reads_no_squeue_jso
     ctl = CountingSlurmCtl(config.slurm_bin)
     bridge = Bridge(config, client, ctl)
     one = sbatch(slurm, account="acct-a", gres="gpu:a100:2", seconds=120)
-    two = sbatch(slurm, account="acct-a", nodes=2, gres="gpu:3", seconds=120)
+    ignores_term = "trap '' TERM; while true; do sleep 1; done"
+    two = _submit(slurm, "--hold", "-N2", "--gres=gpu:3", wrap=ignores_term)
     uids = {f"slurm-{one}", f"slurm-{two}"}
     reports: list[CycleReport] = []
 
@@ -323,6 +337,17 @@ def test_a_bridge_reports_starts_with_slurms_gpu_indices_and_reads_no_squeue_jso
         ]
         pods = running[f"slurm-{job_id}"].pods
         assert sorted((p.node, list(p.gpu_indices)) for p in pods) == sorted(slurms)
+
+    slurm.run("scontrol", "requeue", str(two))
+    seen: list[tuple[str, int]] = []
+
+    def run_ended() -> bool:
+        seen.append((squeue(slurm)[two]["job_state"], squeue(slurm)[two]["restart_cnt"]))
+        return client.explain(f"slurm-{two}").state != "running"
+
+    cycle_until(bridge, run_ended, max_cycles=8)
+    assert ("COMPLETING", 1) in seen  # the run ended while Slurm showed the job so
+    assert ctl.json_reads() == 0, [c for c in ctl.commands if c[0] == "squeue"]
 
 
 # ---- the parsers, without Slurm -----------------------------------------------------------------
@@ -461,6 +486,8 @@ _COMPLETING_TWO = (
     " JOB_GRES=gpu:rtx4090:4   Nodes=rtx-0 CPU_IDs=1 Mem=1024 GRES="
     "   Nodes=rtx-1 CPU_IDs=0 Mem=1024 GRES="
 )
+# Requeued on two nodes, rtx-1 done completing: squeue's (and JSON's) node list is rtx-0.
+_COMPLETING_RUN = " JOB_GRES=gpu:rtx4090:2   Nodes=rtx-[0-1] CPU_IDs=0 Mem=1024 GRES="
 _NO_GPUS = " JOB_GRES=(null)   Nodes=rtx-0 CPU_IDs=0 Mem=1024 GRES="
 
 
@@ -480,6 +507,7 @@ def _one(node: str, gres: str) -> str:
         # Completing, ended, or without GPUs: no node shows one, as `gres_detail` is empty.
         ("COMPLETING", b"a100-0", _COMPLETING, ()),
         ("CANCELLED", b"rtx-[0-1]", _COMPLETING_TWO, ()),
+        ("COMPLETING", b"rtx-0", _COMPLETING_RUN, ()),  # rtx-1 done: squeue lists rtx-0 alone
         ("RUNNING", b"rtx-0", _NO_GPUS, ()),
         ("PENDING", b"", "", ()),
         ("CANCELLED", b"", "", ()),  # cancelled before it ran

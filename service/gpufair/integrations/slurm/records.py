@@ -398,12 +398,17 @@ def detail_gpu_indices(
     of nodes of `scontrol -d`'s detail, as `parse_job` reads them from `squeue --json`'s
     `gres_detail`: () when no node shows a GPU (a job without GPUs, or completing: Slurm clears
     the detail then, in both reads), else one tuple per node. None when that is not clear: a job
-    with nodes and no detail, runs that do not name exactly those nodes in that order, a GRES
-    not of the one form `_GPU_DETAIL_RE` reads, a count other than its indices', or some nodes
-    with GPUs and some without. Never a guess: the bridge reads `squeue --json` for such a job's
-    indices when it needs them."""
+    with nodes and no detail, runs with GPUs that do not name exactly those nodes in that order,
+    a GRES not of the one form `_GPU_DETAIL_RE` reads, a count other than its indices', or some
+    nodes with GPUs and some without. Never a guess: the bridge reads `squeue --json` for such a
+    job's indices when it needs them."""
     if detail is None:
         return () if not nodes else None
+    if not any(gres for _, gres in detail):
+        # No node shows a GPU (no GPUs, or completing: `gres_detail` is empty too), whichever
+        # nodes the runs name: a completing job's node list shrinks as its nodes finish (squeue
+        # and `squeue --json`: `rtx-0`), while the detail still names them all (`rtx-[0-1]`).
+        return ()
     names: list[str] = []
     per_node: list[tuple[int, ...]] = []
     for hosts, gres in detail:
