@@ -40,6 +40,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -101,12 +102,25 @@ def worker(args: argparse.Namespace) -> None:
             commands.setdefault(name, []).append(time.perf_counter() - started)
 
     slurmctl.subprocess.run = counted_run  # type: ignore[attr-defined]
+    # Why a cycle's text read was not used (`SlurmCtl.jobs` logs it), for the rows below.
+    fallbacks: list[str] = []
+
+    class Fallbacks(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "text read not used" in record.getMessage():
+                fallbacks.append(record.getMessage()[:300])
+
+    bridge_log = logging.getLogger("gpufair.slurm_bridge")
+    bridge_log.addHandler(Fallbacks())
+    bridge_log.setLevel(logging.INFO)
+    bridge_log.propagate = False
     config = parse_config(BRIDGE)
     with GpufairClient(args.address, timeout_s=120) as client:
         bridge = Bridge(config, client, slurmctl.SlurmCtl())
         first_running: float | None = None
         for index in range(args.cycles):
             commands.clear()
+            fallbacks.clear()
             self0 = resource.getrusage(resource.RUSAGE_SELF)
             kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             ctld0, server0 = _cpu_s(args.slurmctld_pid), tree_cpu_s(args.server_pid)
@@ -133,6 +147,8 @@ def worker(args: argparse.Namespace) -> None:
                 },
                 "submitted": len(report.submitted),
                 "placed": len(report.placed),
+                "requeued": len(report.requeued),
+                "text_read_not_used": fallbacks[:2],
                 "errors": report.errors[:3],
             }
             if index == 0 and args.fillers:
@@ -279,8 +295,11 @@ READS = {  # what one bridge read could be, as Slurm 22.05 answers it
         "StartTime", "EndTime", "Comment", "ArrayJobID", "ArrayTaskID", "Dependency",
         "EligibleTime"))],
     "scontrol -d show job -o": ["scontrol", "-d", "show", "job", "-o"],
-    "scontrol --all show job -o (the bridge's memory read)": [
+    "scontrol --all show job -o (round 30's memory read)": [
         "scontrol", "--all", "show", "job", "-o"
+    ],
+    "scontrol --all -d show job -o (the bridge's read: memory and GPU indices)": [
+        "scontrol", "--all", "-d", "show", "job", "-o"
     ],
 }  # fmt: skip
 
@@ -327,7 +346,7 @@ def reads(cluster: Any, jobs: int, running: int = 20, repeat: int = 7) -> dict[s
         parse.append(time.process_time() - loaded)
     out["json_loads_cpu_s"], out["parse_job_cpu_s"] = round(min(loads), 3), round(min(parse), 3)
     squeue_out = subprocess.run(_text_read(), env=env, capture_output=True, check=True).stdout
-    scontrol_argv = ["scontrol", "--all", "show", "job", "-o"]
+    scontrol_argv = ["scontrol", "--all", "-d", "show", "job", "-o"]
     scontrol_out = subprocess.run(scontrol_argv, env=env, capture_output=True, check=True).stdout
     texts = []
     for _ in range(3):

@@ -610,20 +610,29 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
 
 
 def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
-    """`_text_short`: a pending job with a description (JSON's `state_description`) makes the
-    next cycle read `squeue --json` first; a start to report does not any more (the text read
-    gives GPU indices), nor does a running job with a description."""
+    """`_text_short`: a job the bridge requeued held this cycle, or a pending job with a
+    description (JSON's `state_description`) that the cycle did not release, makes the next
+    cycle read `squeue --json` first; a start to report does not any more (the text read gives
+    GPU indices), nor does a running job with a description, nor a described job the cycle
+    placed (its release clears the description)."""
     from gpufair.integrations.slurm import dependencies
 
     live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands())
     quiet = replace(parse_job(RAW_JOB), gpu_indices_read=False)
     described = replace(parse_job(RAW_JOB), state_description="job requeued in held state")
     started = replace(parse_job(RAW_JOB), state="RUNNING", nodes=("a100-0",), start_time=1)
-    for jobs, expected in [
-        ([quiet], False),
-        ([described], True),
-        ([replace(described, state="RUNNING")], False),
-        ([started], False),
+    placed = bridge_module.CycleReport(placed={"slurm-42": ["a100-0"]})
+    placed_other = bridge_module.CycleReport(placed={"slurm-41": ["a100-0"]})
+    requeued = bridge_module.CycleReport(requeued=["slurm-41"])
+    for jobs, report, expected in [
+        ([quiet], bridge_module.CycleReport(), False),
+        ([quiet], requeued, True),
+        ([described], bridge_module.CycleReport(), True),
+        ([described], placed_other, True),
+        ([described], placed, False),
+        ([replace(described, state="RUNNING")], bridge_module.CycleReport(), False),
+        ([started], placed, False),
     ]:
+        assert parse_job(RAW_JOB).job_id == 42
         live._all_jobs = dependencies.Jobs.of(jobs)
-        assert live._text_short() is expected
+        assert live._text_short(report) is expected

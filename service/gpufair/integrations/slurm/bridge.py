@@ -235,7 +235,7 @@ class Bridge:
             # indices (`squeue --json`), and this cycle goes on from that read.
             self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=True))
             jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
-        self._json_next = needs_json or self._text_short()
+        self._json_next = needs_json  # more at the cycle's end (`_text_short`)
         self._withdraw_after_submit, self._bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
@@ -266,23 +266,28 @@ class Bridge:
                 [(job, uid, pods) for job, uid, pods in binds if job is not None], report
             )
             self._send(decided, report)
+        self._json_next = self._json_next or self._text_short(report)
         return report
 
     def _read_jobs(self, *, gpu_indices: bool) -> list[SlurmJob]:
         return self.slurm.jobs(gpu_indices=True) if gpu_indices else self.slurm.jobs()
 
-    def _text_short(self) -> bool:
-        """Whether the text read would not have done for this cycle, whichever read it used: a
-        pending job shows a description in place of its reason (records.py; `squeue --json`
-        alone says so), as a job the bridge requeued held does until it is released. The next
-        cycle then reads `squeue --json` first, as it does after a cycle whose rows needed GPU
-        indices the text read did not give: not a second read in the cycles that follow one
-        another so. Only the cost depends on this guess: a cycle that reads the text and finds
-        it short reads `squeue --json` as well. Starts no longer count (round 31): the text
-        read gives GPU indices (`scontrol -d`), so neither the cycle after one that placed or
-        requeued jobs nor the one reporting a start reads `squeue --json` for them."""
+    def _text_short(self, report: CycleReport) -> bool:
+        """Whether the text read will not do for the next cycle: a job the bridge requeued held
+        this cycle, or one read pending with a description in place of its reason (records.py;
+        `squeue --json` alone says so) that this cycle did not release (a release clears the
+        description: checked on 22.05), as a job the bridge requeued held shows until it is
+        released. The next cycle then reads `squeue --json` first, as it does after a cycle
+        whose rows needed GPU indices the text read did not give: not both reads in the cycles
+        that follow one another so. Only the cost depends on this guess: a cycle that reads the
+        text and finds it short reads `squeue --json` as well. Starts no longer count (round
+        31): the text read gives GPU indices (`scontrol -d`), so neither the cycle after one
+        that placed jobs nor the one reporting a start reads `squeue --json` for them."""
+        if report.requeued:
+            return True
+        released = {job_id_of(self.config, uid) for uid in report.placed}
         return any(
-            job.state == "PENDING" and job.state_description
+            job.state == "PENDING" and job.state_description and job.job_id not in released
             for job in self._all_jobs.by_id.values()
         )
 
