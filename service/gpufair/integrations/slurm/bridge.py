@@ -14,8 +14,9 @@ description in its place. A cycle in which a row of step 2 reads GPU indices (a 
 a requeued job COMPLETING to judge: `_needs_gpu_indices`) of a job whose detail the text read
 did not give clearly reads `squeue --json` as well, after gpufair's workloads, and goes on from
 that read alone; a text read with a pending job showing a description reads `squeue --json`
-instead. The cycle after one that needed `squeue --json` reads it first (`_text_short`), so such
-cycles in a row read the jobs once each.
+instead. The cycle after one that needed `squeue --json`, or that requeued a job held (whose
+description hides an operator's hold of it until it is released), reads it first
+(`_text_short`), so such cycles in a row read the jobs once each.
 
 A cycle:
 
