@@ -1,7 +1,8 @@
 """Ledger ingest through gRPC streaming vs a raw psycopg COPY into the same table, in one run.
 
     python bench/bench_ingest.py [--events 100000] [--batch 2000] [--rounds 3] [--mix both]
-                                 [--streams 1] [--spread]
+                                 [--streams 1] [--spread] [--method warm|old]
+                                 [--warm PARTS] [--db-stats] [--timeline]
 
 The gRPC path is the whole service path: `gpufair serve` started as its own process (as it is
 deployed), on a loopback port, StreamEvents, per-event validation, idempotent insert, runs
@@ -26,12 +27,28 @@ their own, finished before the mix's first event, in both mixes) go over the tim
 connections, split by workload as the timed events are, so each of the server's workers has
 opened its database connection, run a message's statements on it (prepared) and seen the
 workloads of its stream going, before the clock starts. The COPY's table holds the same rows.
-`--method old` measures as rounds up to 29 did: the earlier starts over one stream of their own,
-before the timed streams' connections are opened, no warm-up runs, and the lock sampler's
-connection opened after the clock starts; a worker that had not taken that stream opened its
-database connection (a new backend, its catalog caches, its first plans: about 5 ms of the
-database's CPU) and looked up the workloads it had not seen inside the timed stream, which the
-COPY, its connection open before its clock, did not pay.
+
+Why warm is the fair comparison (round 31): the two sides then differ only in what each does
+per row. `--method old` measures as rounds up to 29 did: the earlier starts over one stream of
+their own, before the timed streams' connections are opened, no warm-up runs, and the lock
+sampler's connection opened after the clock starts; the worker that had not taken that stream
+opened its database connection (a new backend, its catalog caches, its first plans) and looked
+up the 2,500 workloads of its stream inside the timed stream, one-time costs the COPY, its
+connection open and its table written before its clock, did not pay, and a server that has run
+a while does not pay per stream either. The warm-up gives the stream nothing the COPY lacks:
+both sides' tables are in PostgreSQL's shared buffers when their clocks start (the blocks either
+side reads in its window are the pages it adds, alike in both methods, `--db-stats`), nothing of
+the server or of the database's other processes runs beside the COPY
+(`server_cpu_ms_in_copy`, `postgres_other_cpu_ms_in_copy`), and the COPY has no plan to cache.
+Each part of the warm method can be switched on alone (`--warm`, `WARM_PARTS`;
+`ingest_warm_parts.py` alternates them), and `ingest_cold_worker.py` measures, message by
+message, what a worker that has not written pays for its stream against one that has.
+
+Each stream's timings (`stream_timings`) say when gRPC took its first and last message, when its
+reply came, whether its worker holds the client's connection (in the old method, the worker
+that took the setup stream), and the CPU of that worker and of its backends over the stream.
+`--timeline` samples the CPU of the workers, the backends and the machine every 2 ms
+(`cpu_timeline.py`).
 
 With `--streams N` the timed events go over N streams at once, each on a connection of its own
 (a batch system reporting from several places), split by workload so that each workload's
@@ -55,6 +72,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -65,7 +83,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -162,6 +180,23 @@ def steady_events(n_events: int, t0: float) -> tuple[list[LedgerEvent], list[Led
 
 WARM_RUNS_PER_STREAM = 20  # `--method warm`: short runs per stream before the clock
 
+# The parts of `--method warm`, each of which can be switched on alone (`--warm`):
+# - sampler: the lock sampler's connection opened before the clock, not after it starts;
+# - transport: the timed channels opened before the COPY and, before the clock, carrying one
+#   ReportEvents message as large as each timed one whose events are all refused before the
+#   database (ids not UUIDs): the connections' HTTP/2 windows grown and the worker's conversion
+#   run, no database touched;
+# - connect: before the clock, each timed stream sends one message of one heartbeat of a
+#   workload that does not exist: its worker opens its database connection (a backend) and runs
+#   one read; nothing is written;
+# - setup: the rows written before the clock (the steady mix's starts) go over the timed
+#   streams, split by workload, not over one stream of their own: each worker writes, and
+#   learns, the workloads of its stream (its connection opened on the way);
+# - runs: WARM_RUNS_PER_STREAM short runs per stream written before the clock (over the timed
+#   streams with `setup`, else over the setup stream), and held by the COPY's table too.
+WARM_PARTS = ("sampler", "transport", "connect", "setup", "runs")
+METHODS = {"old": frozenset[str](), "warm": frozenset({"sampler", "setup", "runs"})}
+
 
 def warm_runs(first_uid: int, n_runs: int, t0: float) -> list[LedgerEvent]:
     """`n_runs` short runs (started, 3 heartbeats, stopped) of workloads w<first_uid>.., all
@@ -217,6 +252,8 @@ class CopyRun(NamedTuple):
     events_per_s: float
     postgres_cpu_s: float  # of the COPY's backend (nan when PostgreSQL is not on this machine)
     client_cpu_s: float
+    beside_cpu_s: tuple[float, ...] = ()
+    pages: int = 0  # of the COPY's table and its indexes, once written (blocks of 8 KiB)
 
 
 RAW_COPY_SQL = (
@@ -239,9 +276,17 @@ def raw_row(e: LedgerEvent) -> tuple[str, str, str, datetime, str, str]:
     )
 
 
-def copy_rate(url: str, events: list[LedgerEvent], before: list[LedgerEvent]) -> CopyRun:
+def copy_rate(
+    url: str,
+    events: list[LedgerEvent],
+    before: list[LedgerEvent],
+    beside: list[Callable[[int], float]] | None = None,
+) -> CopyRun:
     """The raw COPY of `events`, timed, into a table that holds `before` as the stream's
-    `ledger_events` does."""
+    `ledger_events` does. `beside`: readings of CPU so far (s) of other processes (the server,
+    PostgreSQL's other processes; given the COPY's backend's pid, to leave out), taken when the
+    clock starts and when it stops, each pair's
+    difference put in `CopyRun.beside_cpu_s`: what else ran while the COPY was timed."""
     with psycopg.connect(libpq_url(url)) as conn:
         conn.execute(f"CREATE TABLE {RAW_COPY_TABLE} (LIKE ledger_events INCLUDING ALL)")
         with conn.cursor() as cur, cur.copy(RAW_COPY_SQL.format(table=RAW_COPY_TABLE)) as copy:
@@ -257,6 +302,8 @@ def copy_rate(url: str, events: list[LedgerEvent], before: list[LedgerEvent]) ->
             except OSError:
                 return math.nan
 
+        others = beside or []
+        others_before = [read(pid) for read in others]
         pg_before, client_before = backend_cpu(), time.process_time()
         start = time.perf_counter()
         with conn.cursor() as cur, cur.copy(RAW_COPY_SQL.format(table=RAW_COPY_TABLE)) as copy:
@@ -268,6 +315,8 @@ def copy_rate(url: str, events: list[LedgerEvent], before: list[LedgerEvent]) ->
             len(events) / elapsed,
             backend_cpu() - pg_before,
             time.process_time() - client_before,
+            tuple(read(pid) - b for read, b in zip(others, others_before, strict=True)),
+            conn.execute(f"SELECT pg_total_relation_size('{RAW_COPY_TABLE}') / 8192").fetchone()[0],  # type: ignore[index]
         )
         conn.execute(f"DROP TABLE {RAW_COPY_TABLE}")
         conn.commit()
@@ -318,14 +367,16 @@ _MESSAGE_SIZES = [o for o in channel_options() if o[0].endswith("message_length"
 
 
 def open_streams(
-    address: str, n: int, server_pid: int, *, spread: bool
+    address: str, n: int, server_pid: int, *, spread: bool, owners: list[int] | None = None
 ) -> tuple[list[grpc.Channel], list[int]]:
     """`n` channels, each on a connection of its own (channels with the same target would
-    otherwise share one), connected; and how many of them each server process took. With
+    otherwise share one), connected; and how many of them each server process took (the pid
+    of the process that took each channel is put in `owners`, when given). With
     `spread`, connections are opened again (up to 50 times) until no process holds more than
     its even share: the kernel places each connection on a worker by a hash of its addresses."""
     port = int(address.rsplit(":", 1)[1])
     before = connections_by_worker(server_pid, port)
+    owners = [] if owners is None else owners
     for _ in range(50):
         channels = [
             grpc.insecure_channel(
@@ -333,8 +384,13 @@ def open_streams(
             )
             for _ in range(n)
         ]
-        for c in channels:
+        owners.clear()
+        seen = before
+        for c in channels:  # one at a time, to see which process takes each
             ledger_pb2_grpc.LedgerStub(c).StreamEvents(iter(()), timeout=60)
+            now = connections_by_worker(server_pid, port)
+            owners.extend(p for p in now if now[p] > seen.get(p, 0))
+            seen = now
         after = connections_by_worker(server_pid, port)
         taken = sorted((after[p] - before.get(p, 0) for p in after), reverse=True)
         workers = max(1, sum(1 for p in after if p != server_pid))
@@ -347,16 +403,30 @@ def open_streams(
 
 
 def stream_all(
-    channels: list[grpc.Channel], parts: list[list[ledger_pb2.ReportEventsRequest]]
+    channels: list[grpc.Channel],
+    parts: list[list[ledger_pb2.ReportEventsRequest]],
+    timings: list[dict[str, float]] | None = None,
 ) -> list[ledger_pb2.ReportEventsResponse]:
-    """Each part on a stream of its own, on its own channel, all at once."""
+    """Each part on a stream of its own, on its own channel, all at once. With `timings`, one
+    dict per stream is appended to it: when (s after the call) gRPC took its first and last
+    message to send, and when its reply came."""
     replies: list[ledger_pb2.ReportEventsResponse | None] = [None] * len(parts)
     errors: list[BaseException] = []
     stubs = [ledger_pb2_grpc.LedgerStub(c) for c in channels]
+    marks: list[dict[str, float]] = [{} for _ in parts]
+    start = time.perf_counter()
+
+    def sent(i: int) -> Iterator[ledger_pb2.ReportEventsRequest]:
+        for k, request in enumerate(parts[i]):
+            if k == 0:
+                marks[i]["first_taken_s"] = time.perf_counter() - start
+            yield request
+        marks[i]["last_taken_s"] = time.perf_counter() - start
 
     def run(i: int) -> None:
         try:
-            replies[i] = stubs[i].StreamEvents(iter(parts[i]), timeout=900)
+            replies[i] = stubs[i].StreamEvents(sent(i), timeout=900)
+            marks[i]["reply_s"] = time.perf_counter() - start
         except BaseException as error:
             errors.append(error)
 
@@ -367,6 +437,8 @@ def stream_all(
         t.join()
     if errors:
         raise errors[0]
+    if timings is not None:
+        timings.extend({k: round(v, 4) for k, v in m.items()} for m in marks)
     return [r for r in replies if r is not None]
 
 
@@ -447,6 +519,182 @@ def assert_all_stored(replies: Iterable[ledger_pb2.ReportEventsResponse], n: int
     assert len(results) == n and not refused, f"{len(results)} of {n} answered, refused: {refused}"
 
 
+def refused_messages(
+    parts: list[list[ledger_pb2.ReportEventsRequest]],
+) -> list[ledger_pb2.ReportEventsRequest]:
+    """For each stream, a message as large as its first timed one whose events are all refused
+    before the database (`--warm transport`): the same events under ids that are not UUIDs."""
+    found = []
+    for part in parts:
+        message = ledger_pb2.ReportEventsRequest()
+        message.CopyFrom(part[0])
+        for e in message.events:
+            e.event_id = e.event_id.replace("-", "z")  # as long, each its own, not a UUID
+        found.append(message)
+    return found
+
+
+def warm_transport(
+    channels: list[grpc.Channel], refused: list[ledger_pb2.ReportEventsRequest]
+) -> None:
+    """`--warm transport`: each channel carries its refused message over ReportEvents (which
+    touches no database when nothing of a message can be stored)."""
+    for channel, message in zip(channels, refused, strict=True):
+        reply = ledger_pb2_grpc.LedgerStub(channel).ReportEvents(message, timeout=60)
+        stored = [r for r in reply.results if r.status == ledger_pb2.EVENT_STATUS_STORED]
+        assert len(reply.results) == len(message.events) and not stored
+
+
+def warm_connect(channels: list[grpc.Channel]) -> None:
+    """`--warm connect`: one heartbeat of a workload that does not exist on each timed stream;
+    its worker opens its database connection and reads, and refuses the event."""
+    message = ledger_pb2.ReportEventsRequest(
+        events=[
+            to_proto(
+                LedgerEvent(str(uuid.uuid4()), EventKind.HEARTBEAT, time.time() - 60, "no-such")
+            )
+        ]
+    )
+    for reply in stream_all(channels, [[message] for _ in channels]):
+        assert [r.status for r in reply.results] == [ledger_pb2.EVENT_STATUS_REJECTED]
+
+
+TIMELINE_BUCKET_S = 0.05
+
+
+def local_ports(pid: int) -> set[int]:
+    """The local ports of the TCP sockets `pid` holds open (any thread of it)."""
+    inodes: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def backends_by_worker(url: str, workers: list[int]) -> dict[int, list[int]]:
+    """The backends of `url`'s database each of `workers` is connected to (by the client port
+    pg_stat_activity gives and the local ports of the worker's sockets)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute(
+            "SELECT pid, client_port FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        ).fetchall()
+    found: dict[int, list[int]] = {}
+    for worker in workers:
+        ports = local_ports(worker)
+        found[worker] = [pid for pid, port in rows if port in ports]
+    return found
+
+
+def ours_in_postgres(url: str) -> list[int]:
+    """The pids of the backends of `url`'s database and of PostgreSQL's own writers (WAL writer,
+    checkpointer, background writer), which the other databases on the server share."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE (datname = current_database() AND pid <> "
+            "pg_backend_pid()) OR backend_type IN ('walwriter', 'checkpointer', "
+            "'background writer')"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def postgres_cpu_s(pids: list[int], skip: int) -> float:
+    """CPU so far (s, from schedstat) of `pids` but `skip`."""
+    return sum(backend_cpu_ns(p for p in pids if p != skip).values()) / 1e9
+
+
+def start_timeline(worker_pids: list[int], backend_pids: Iterable[int]) -> tuple[Any, str]:
+    """`cpu_timeline.py` watching the server's workers and PostgreSQL's backends (the children
+    of the postmaster, found from a backend's parent)."""
+    parent = 0
+    for pid in backend_pids:
+        with contextlib.suppress(OSError):
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            break
+    out = f"{os.environ.get('TMPDIR', '/tmp')}/cpu_timeline_{uuid.uuid4().hex[:8]}.json"
+    command = [sys.executable, str(Path(__file__).with_name("cpu_timeline.py")), out]
+    command += ["--pids", ",".join(map(str, worker_pids)), "--parent", str(parent)]
+    sampler = subprocess.Popen(command, stdin=subprocess.PIPE)
+    time.sleep(0.3)  # its interpreter started and sampling
+    return sampler, out
+
+
+def read_timeline(
+    sampler: Any, out: str, start: float, end: float, owners: list[int]
+) -> dict[str, Any]:
+    """What `cpu_timeline.py` saw from `start` to `end` (perf_counter, the same clock), in
+    buckets of TIMELINE_BUCKET_S: the CPU in ms of each timed stream's worker (in the order of
+    the streams) and of PostgreSQL's backends together, the machine's idle cores; and when each
+    stream's worker was last busy (a sample with it on a CPU half the time or more)."""
+    sampler.stdin.close()
+    sampler.wait(30)
+    samples = json.loads(Path(out).read_text())
+    Path(out).unlink()
+    samples = [x for x in samples if start - 0.01 <= x["t"] <= end + 0.01]
+    n = max(1, math.ceil((end - start) / TIMELINE_BUCKET_S))
+    streams = [[0.0] * n for _ in owners]
+    backends, idle = [0.0] * n, [0.0] * n
+    busy_until = [0.0] * len(owners)
+    ticks = os.sysconf("SC_CLK_TCK")
+    for a, b in itertools.pairwise(samples):
+        k = min(n - 1, max(0, int((b["t"] - start) / TIMELINE_BUCKET_S)))
+        span = b["t"] - a["t"]
+        for i, pid in enumerate(owners):
+            d = (b["cpu"].get(str(pid), 0) - a["cpu"].get(str(pid), 0)) / 1e6
+            streams[i][k] += d
+            if d >= 0.5 * span * 1e3:
+                busy_until[i] = b["t"] - start
+        for pid, ns in b["cpu"].items():
+            if int(pid) not in owners and pid in a["cpu"] and pid not in map(str, owners):
+                backends[k] += (ns - a["cpu"][pid]) / 1e6
+        idle[k] += (b["idle"] - a["idle"]) / ticks
+    per = TIMELINE_BUCKET_S
+    return {
+        "bucket_ms": per * 1e3,
+        "stream_worker_cpu_ms": [[round(v) for v in row] for row in streams],
+        "backends_cpu_ms": [round(v) for v in backends],
+        "idle_cores": [round(v / per, 2) for v in idle],
+        "stream_worker_busy_until_s": [round(v, 3) for v in busy_until],
+    }
+
+
+# pg_stat_database's, and the pages of the database's files (its size in blocks of 8 KiB).
+DB_COUNTERS = (
+    "blks_read",
+    "blks_hit",
+    "xact_commit",
+    "tup_inserted",
+    "tup_updated",
+    "tup_fetched",
+    "pages",
+)
+
+
+def database_counters(url: str) -> dict[str, int]:
+    """The database's counters in pg_stat_database, as flushed so far (a backend flushes its own
+    when it goes idle, at most once a second, else 10 s later, and when it ends; this
+    connection's own are forced out first)."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT 1")
+        row = conn.execute(
+            f"SELECT {', '.join(DB_COUNTERS[:-1])}, pg_database_size(current_database()) / "
+            "8192 FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return dict(zip(DB_COUNTERS, map(int, row), strict=True))
+
+
 def one_round(
     mix: str,
     n_events: int,
@@ -455,12 +703,23 @@ def one_round(
     *,
     spread: bool = False,
     method: str = "warm",
+    warm: frozenset[str] | None = None,
+    db_stats: bool = False,
+    timeline: bool = False,
 ) -> dict[str, Any]:
+    """One round: the raw COPY, then the stream, timed from the same start (`--method`, or the
+    parts of the warm method named in `warm`). With `db_stats` the database's counters are
+    read for each side (the round waits 11 s before each, for the server's backends to flush
+    theirs, and ends the server before reading the stream's)."""
+    parts_on = METHODS[method] if warm is None else warm
+    assert parts_on <= set(WARM_PARTS), parts_on
     t0 = time.time() - 3 * 86400
     before, events, n_workloads = mix_events(mix, n_events, t0)
-    if method == "warm":
-        warm = warm_runs(n_workloads, WARM_RUNS_PER_STREAM * streams, t0)
-        before, n_workloads = warm + before, n_workloads + WARM_RUNS_PER_STREAM * streams
+    if "runs" in parts_on:
+        runs = warm_runs(n_workloads, WARM_RUNS_PER_STREAM * streams, t0)
+        before, n_workloads = runs + before, n_workloads + WARM_RUNS_PER_STREAM * streams
+    early = bool(parts_on & {"transport", "connect", "setup"})  # channels before the COPY
+    counters: dict[str, dict[str, int]] = {}
     with test_server() as server, scratch_database(server.url, prefix="gpufair_bench") as url:
         migrate.upgrade(url)
         port = free_port()
@@ -471,41 +730,78 @@ def one_round(
             with GpufairClient(f"127.0.0.1:{port}", timeout_s=600) as client:
                 client.apply_config(parse_config(cluster()))
                 submit_workloads(engine, n_workloads, t0)
+                parts = [messages(p, batch) for p in split_by_workload(events, streams)]
+                # The process holding the client's connection (which takes the setup stream
+                # when the timed streams do not).
+                held = connections_by_worker(process.pid, port)
+                client_worker = [p for p, k in held.items() if k > 0]
+                owners: list[int] = []
                 channels: list[grpc.Channel] = []
-                if method == "warm":
+                if early:
+                    channels, placed = open_streams(
+                        f"127.0.0.1:{port}", streams, process.pid, spread=spread, owners=owners
+                    )
+                if "transport" in parts_on:
+                    warm_transport(channels, refused_messages(parts))
+                if "connect" in parts_on:
+                    warm_connect(channels)
+                if "setup" in parts_on:
                     # The rows before the clock over the timed streams' own connections (see
                     # the module's docstring): every worker starts the clock warm.
-                    channels, placed = open_streams(
-                        f"127.0.0.1:{port}", streams, process.pid, spread=spread
-                    )
                     setup = [messages(p, batch) for p in split_by_workload(before, streams)]
                     assert_all_stored(stream_all(channels, setup), len(before))
                 elif before:
                     reply = client.ledger.StreamEvents(iter(messages(before, batch)), timeout=900)
                     assert_all_stored([reply], len(before))
-                copy = copy_rate(url, events, before)
-                parts = [messages(p, batch) for p in split_by_workload(events, streams)]
-                if method == "old":
+                if db_stats:
+                    time.sleep(11)
+                    counters["before_copy"] = database_counters(url)
+                ours = ours_in_postgres(url)
+                copy = copy_rate(
+                    url,
+                    events,
+                    before,
+                    [
+                        lambda _: tree_cpu_s(process.pid),
+                        lambda skip: postgres_cpu_s(ours, skip),
+                    ],
+                )
+                if db_stats:
+                    time.sleep(1)  # the COPY's backend flushes its counters as it ends
+                    counters["after_copy"] = database_counters(url)
+                if not early:
                     channels, placed = open_streams(
-                        f"127.0.0.1:{port}", streams, process.pid, spread=spread
+                        f"127.0.0.1:{port}", streams, process.pid, spread=spread, owners=owners
                     )
 
                 waits = LockWaits(url)
-                if method == "warm":
+                if "sampler" in parts_on:
                     waits.__enter__()
                     waits.wait_connected()
+                if db_stats:
+                    time.sleep(11)
+                    counters["before_stream"] = database_counters(url)
                 pg_before = backend_cpu_s(url)
                 pg_ns_before = backend_cpu_ns(pg_before or {})
                 workers_before = worker_cpu_s(process.pid)
                 server_before, client_before = tree_cpu_s(process.pid), time.process_time()
+                timings: list[dict[str, float]] = []
+                if timeline:
+                    sampler, sampled = start_timeline(tree(process.pid), pg_before or {})
                 start = time.perf_counter()
-                if method == "old":
+                if "sampler" not in parts_on:
                     waits.__enter__()
                 try:
-                    replies = stream_all(channels, parts)
+                    replies = stream_all(channels, parts, timings)
                 finally:
                     waits.__exit__()
                 grpc_s = time.perf_counter() - start
+                if timeline:
+                    seen = read_timeline(sampler, sampled, start, start + grpc_s, owners)
+                for timing, owner in zip(timings, owners, strict=False):
+                    # Whether the stream's process is the one that holds the client's
+                    # connection, and its CPU over the timed stream.
+                    timing["client_worker"] = float(owner in client_worker)
                 server_cpu = tree_cpu_s(process.pid) - server_before
                 client_cpu = time.process_time() - client_before
                 workers = {
@@ -515,6 +811,16 @@ def one_round(
                 pg_after = backend_cpu_s(url)
                 pg_ns = backend_cpu_ns(pg_after or {})
                 pg_ms = sum(ns - pg_ns_before.get(p, 0) for p, ns in pg_ns.items()) / 1e6
+                by_worker = backends_by_worker(url, owners)
+                for timing, owner in zip(timings, owners, strict=False):
+                    timing["worker_cpu_ms"] = round(workers.get(owner, math.nan) * 1e3)
+                    # The CPU over the timed stream of the backends the stream's worker holds
+                    # (a backend that started inside it counted from its start).
+                    timing["backend_cpu_ms"] = round(
+                        sum(pg_ns.get(b, 0) - pg_ns_before.get(b, 0) for b in by_worker[owner])
+                        / 1e6,
+                        1,
+                    )
                 used = backends_used(pg_before, pg_after)
                 # Backends that started inside the timed stream (`--method old`: a worker's).
                 started = None if pg_after is None or pg_before is None else pg_after.keys()
@@ -527,13 +833,16 @@ def one_round(
             process.terminate()
             process.wait(30)
             engine.dispose()
+        if db_stats:
+            time.sleep(1)  # the server's backends flush their counters as they end
+            counters["after_stream"] = database_counters(url)
     n = len(events)
     grpc_eps = n / grpc_s
-    return {
+    result: dict[str, Any] = {
         "grpc_stream_events_per_s": round(grpc_eps),
         "raw_copy_events_per_s": round(copy.events_per_s),
         "ratio_grpc_to_copy": round(grpc_eps / copy.events_per_s, 3),
-        "method": method,
+        "method": method if warm is None else "+".join(sorted(warm)) or "none",
         "us_per_event_wall": round(grpc_s / n * 1e6, 2),
         "us_per_event_server_cpu": round(server_cpu / n * 1e6, 2),
         "us_per_event_postgres_cpu": round(pg_cpu / n * 1e6, 2),
@@ -542,14 +851,36 @@ def one_round(
         "us_per_event_client_cpu": round(client_cpu / n * 1e6, 2),
         "copy_us_per_event_postgres_cpu": round(copy.postgres_cpu_s / n * 1e6, 2),
         "copy_us_per_event_client_cpu": round(copy.client_cpu_s / n * 1e6, 2),
+        "copy_s": round(n / copy.events_per_s, 4),
+        # What else ran while the COPY was timed: the server (ticks of 10 ms), and the database's
+        # other backends with PostgreSQL's writers (schedstat), ms.
+        "server_cpu_ms_in_copy": round(copy.beside_cpu_s[0] * 1e3),
+        "postgres_other_cpu_ms_in_copy": round(copy.beside_cpu_s[1] * 1e3, 1),
+        "stream_s": round(grpc_s, 4),
+        # Per stream: when gRPC took its first and last message, and when its reply came.
+        "stream_timings": timings,
         "streams_by_worker": placed,
         "postgres_backends_started_in_stream": opened,
         "lock_waits_seen": f"{waits.seen} in {waits.samples} samples",
+        "server_cpu_ms_by_worker": sorted(
+            (round(cpu * 1e3) for p, cpu in workers.items() if p != process.pid), reverse=True
+        ),
         "server_cpu_share_by_worker": sorted(
             (round(cpu / server_cpu, 2) for cpu in workers.values() if server_cpu > 0),
             reverse=True,
         ),
     }
+    if timeline:
+        result["timeline"] = seen
+    if db_stats:
+        # The COPY's table is dropped in its window: the pages it had (its earlier rows' too).
+        result["db_copy"] = {
+            k: counters["after_copy"][k] - counters["before_copy"][k] for k in DB_COUNTERS
+        } | {"pages": copy.pages}
+        result["db_stream"] = {
+            k: counters["after_stream"][k] - counters["before_stream"][k] for k in DB_COUNTERS
+        }
+    return result
 
 
 def main() -> None:
@@ -571,7 +902,30 @@ def main() -> None:
         help="warm: both sides start the clock warm (the default); old: as rounds up to 29 "
         "measured, a worker's database connection opened inside the timed stream (see above)",
     )
+    parser.add_argument(
+        "--warm",
+        default=None,
+        help="comma-separated parts of the warm method to switch on, in place of --method "
+        f"(of {', '.join(WARM_PARTS)}; 'none' for none; see WARM_PARTS)",
+    )
+    parser.add_argument(
+        "--db-stats",
+        action="store_true",
+        help="read the database's block and row counters for each side (slower: each round "
+        "waits 22 s for the server's backends to flush theirs)",
+    )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="sample the CPU of the server's workers, the backends and the machine every 2 ms "
+        "over the timed stream (cpu_timeline.py, a process of its own)",
+    )
     args = parser.parse_args()
+    warm = (
+        None
+        if args.warm is None
+        else frozenset(p for p in args.warm.split(",") if p and p != "none")
+    )
     mixes = ["churn", "steady"] if args.mix == "both" else [args.mix]
     # Rounds alternate between the mixes, so both see the same stretch of the machine's noise.
     rounds: dict[str, list[dict[str, Any]]] = {mix: [] for mix in mixes}
@@ -585,6 +939,9 @@ def main() -> None:
                     args.streams,
                     spread=args.spread,
                     method=args.method,
+                    warm=warm,
+                    db_stats=args.db_stats,
+                    timeline=args.timeline,
                 )
             )
             print(json.dumps({"mix": mix, **rounds[mix][-1]}), file=sys.stderr)
@@ -605,7 +962,7 @@ def main() -> None:
                 "events": args.events,
                 "batch": args.batch,
                 "streams": args.streams,
-                "method": args.method,
+                "method": args.method if warm is None else "+".join(sorted(warm)) or "none",
                 **summary,
                 "targets": {"grpc_stream_events_per_s": 20000, "ratio_grpc_to_copy": 0.5},
             },
