@@ -79,6 +79,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -621,7 +622,7 @@ def start_timeline(worker_pids: list[int], backend_pids: Iterable[int]) -> tuple
         with contextlib.suppress(OSError):
             parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             break
-    out = f"{os.environ.get('TMPDIR', '/tmp')}/cpu_timeline_{uuid.uuid4().hex[:8]}.json"
+    out = str(Path(tempfile.gettempdir()) / f"cpu_timeline_{uuid.uuid4().hex[:8]}.json")
     command = [sys.executable, str(Path(__file__).with_name("cpu_timeline.py")), out]
     command += ["--pids", ",".join(map(str, worker_pids)), "--parent", str(parent)]
     sampler = subprocess.Popen(command, stdin=subprocess.PIPE)
