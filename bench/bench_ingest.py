@@ -37,9 +37,10 @@ up the 2,500 workloads of its stream inside the timed stream, one-time costs the
 connection open and its table written before its clock, did not pay, and a server that has run
 a while does not pay per stream either. The warm-up gives the stream nothing the COPY lacks:
 both sides' tables are in PostgreSQL's shared buffers when their clocks start (the blocks either
-side reads in its window are the pages it adds, alike in both methods, `--db-stats`), nothing of
-the server or of the database's other processes runs beside the COPY
-(`server_cpu_ms_in_copy`, `postgres_other_cpu_ms_in_copy`), and the COPY has no plan to cache.
+side reads in its window are the pages it adds, alike in both methods, `--db-stats`), the
+server and the database's other processes do next to nothing beside the COPY, alike in both
+methods (`server_cpu_ms_in_copy`, `postgres_other_cpu_ms_in_copy`: a few ms), and the COPY has
+no plan to cache.
 Each part of the warm method can be switched on alone (`--warm`, `WARM_PARTS`;
 `ingest_warm_parts.py` alternates them), and `ingest_cold_worker.py` measures, message by
 message, what a worker that has not written pays for its stream against one that has.
