@@ -126,7 +126,8 @@ def test_requeue_is_stamped_first_and_reported_at_the_stamp() -> None:
     bridge(slurm)._requeue(running, "slurm-42", out, report)
     assert slurm.commands == [
         ["scontrol", "update", "JobId=42", "Comment=gpufair: requeued run 2 at 1796136520.250"],
-        ["scontrol", "requeuehold", "42"],
+        ["scontrol", "uhold", "42"],
+        ["scontrol", "requeue", "42"],
     ]
     assert [(e.event_id, e.kind) for e in out] == [
         (events.event_id("slurm-42", 2, "preempted"), ledger_pb2.EVENT_KIND_PREEMPTED)
@@ -146,6 +147,56 @@ def test_failed_stamp_means_no_requeue() -> None:
     bridge(slurm)._requeue(running, "slurm-42", out, report)
     assert [c[1] for c in slurm.commands] == ["update"]
     assert out == [] and report.requeued == []
+
+
+def test_failed_hold_means_no_requeue() -> None:
+    """The eviction holds the running job before it requeues it: a hold that failed (the job
+    ended meanwhile) is not followed by a requeue, which would leave the job pending and not
+    held, for Slurm to start by itself once the requeue's begin time has passed."""
+    slurm = RecordingSlurm(fail_on="uhold")
+    report = CycleReport()
+    out: list[ledger_pb2.LedgerEvent] = []
+    running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1)
+    bridge(slurm)._requeue(running, "slurm-42", out, report)
+    assert [c[1] for c in slurm.commands] == ["update", "uhold"]
+    assert out == [] and report.requeued == []
+    assert report.errors == ["slurm-42: scontrol uhold exited 1: Invalid node name specified"]
+
+
+def test_bridge_stopped_between_the_hold_and_the_requeue_requeues_the_held_job_next() -> None:
+    """A bridge that dies after the eviction's `uhold` and before its `requeue` (here: the
+    requeue fails) leaves the job running, held (priority 0, as Slurm 22.05 shows a running job
+    after `uhold`), and gpufair evicting it. The next cycle's row requeues it: stamped again,
+    held again, requeued, its run ended at the new stamp (it ran until then), once."""
+    slurm = RecordingSlurm(fail_on="requeue")
+    running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, start_time=1796136500)
+    out, _, report = reconcile(running, status("running", evicting=True), slurm)
+    assert [c[1] for c in slurm.commands] == ["update", "uhold", "requeue"]
+    assert out == [] and report.requeued == []
+    stamped = slurm.commands[0][3].removeprefix("Comment=")
+    held_running = replace(running, priority=0, state_reason="JobHeldUser", comment=stamped)
+    again = RecordingSlurm()
+    later_s = NOW_S + 7
+    out, _, report = reconcile(held_running, status("running", evicting=True), again, None, later_s)
+    assert again.commands == [
+        ["scontrol", "update", "JobId=42", "Comment=gpufair: requeued run 0 at 1796136527.250"],
+        ["scontrol", "uhold", "42"],
+        ["scontrol", "requeue", "42"],
+    ]
+    assert report.requeued == ["slurm-42"]
+    assert out == [events.ended("slurm-42", 0, 1796136527.25, ledger_pb2.EVENT_KIND_PREEMPTED)]
+    # Slurm then shows it pending, still held by the bridge's user hold: no hold, no second end
+    # for the row that finds gpufair still running it (a lost report), at the stamp.
+    requeued = replace(
+        held_running,
+        state="PENDING",
+        restart_count=1,
+        comment=again.commands[0][3].removeprefix("Comment="),
+    )
+    last = RecordingSlurm()
+    out, _, _ = reconcile(requeued, status("running", evicting=True), last, None, later_s + 2)
+    assert last.commands == []
+    assert out == [events.ended("slurm-42", 0, 1796136527.25, ledger_pb2.EVENT_KIND_PREEMPTED)]
 
 
 def replace_node(pod: Any, node: str) -> scheduler_pb2.PodBinding:
@@ -210,7 +261,8 @@ def test_evicted_job_still_running_is_requeued() -> None:
     out, _, report = reconcile(running, status("running", evicting=True), slurm)
     assert slurm.commands == [
         ["scontrol", "update", "JobId=42", "Comment=gpufair: requeued run 0 at 1796136520.250"],
-        ["scontrol", "requeuehold", "42"],
+        ["scontrol", "uhold", "42"],
+        ["scontrol", "requeue", "42"],
     ]
     assert report.requeued == ["slurm-42"]
     assert out == [events.ended("slurm-42", 0, 1796136520.25, ledger_pb2.EVENT_KIND_PREEMPTED)]

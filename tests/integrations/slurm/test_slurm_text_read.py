@@ -610,11 +610,11 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
 
 
 def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
-    """`_text_short`: a job the bridge requeued held this cycle, or a pending job with a
-    description (JSON's `state_description`) that the cycle did not release, makes the next
-    cycle read `squeue --json` first; a start to report does not any more (the text read gives
-    GPU indices), nor does a running job with a description, nor a described job the cycle
-    placed (its release clears the description)."""
+    """`_text_short`: a pending job with a description (JSON's `state_description`) that the
+    cycle did not release makes the next cycle read `squeue --json` first; a start to report
+    does not any more (the text read gives GPU indices), nor does a running job with a
+    description, nor a described job the cycle placed (its release clears the description),
+    nor a job the bridge evicted this cycle (`uhold`, then `requeue`: no description)."""
     from gpufair.integrations.slurm import dependencies
 
     live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands())
@@ -626,7 +626,7 @@ def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
     requeued = bridge_module.CycleReport(requeued=["slurm-41"])
     for jobs, report, expected in [
         ([quiet], bridge_module.CycleReport(), False),
-        ([quiet], requeued, True),
+        ([quiet], requeued, False),
         ([described], bridge_module.CycleReport(), True),
         ([described], placed_other, True),
         ([described], placed, False),

@@ -14,8 +14,8 @@ description in its place. A cycle in which a row of step 2 reads GPU indices (a 
 a requeued job COMPLETING to judge: `_needs_gpu_indices`) of a job whose detail the text read
 did not give clearly reads `squeue --json` as well, after gpufair's workloads, and goes on from
 that read alone; a text read with a pending job showing a description reads `squeue --json`
-instead. The cycle after one that needed `squeue --json`, or that requeued a job held (whose
-description hides an operator's hold of it until it is released), reads it first
+instead (as after someone else's `scontrol requeuehold`: the bridge's own evictions leave no
+description, `_requeue`). The cycle after one that needed `squeue --json` reads it first
 (`_text_short`), so such cycles in a row read the jobs once each.
 
 A cycle:
@@ -36,7 +36,7 @@ A cycle:
    | pending, not held | not bound | hold it back: gpufair decides where it runs |
    | running | pending/bound | `started` with Slurm's start time, nodes and GPU indices |
    | completing (a requeue's too) | pending/bound | nothing yet: the row of what it shows next |
-   | running | running, evicting | stamp Comment, `requeuehold`, `preempted` |
+   | running | running, evicting | stamp Comment, `uhold`, `requeue`, `preempted` |
    | completing, requeued by someone else | running | `preempted` for the run that ended, now |
    | running | running | a heartbeat per `heartbeat_s` |
    | running | unknown | map and submit (Slurm started it itself): the start follows |
@@ -55,11 +55,12 @@ A cycle:
    `scontrol uhold` list (`_hold_first`); a job whose hold failed is left for the next cycle.
 
 3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
-   never followed by a release), an evict requeues it held (step 2's row, at once). The pool's
-   pinned jobs are released together, in one `scontrol release` list; Slurm's error for one of
-   them (it ended meanwhile) is that job's alone. The held jobs step 2 finds already bound (the
-   "held, bound" row: a bind no cycle pinned, as after a restart of the bridge) are pinned, one
-   `scontrol update` each, and released in one list too, after the rows.
+   never followed by a release), an evict holds the job and requeues it (step 2's row, at
+   once). The pool's pinned jobs are released together, in one `scontrol release` list;
+   Slurm's error for one of them (it ended meanwhile) is that job's alone. The held jobs step
+   2 finds already bound (the "held, bound" row: a bind no cycle pinned, as after a restart of
+   the bridge) are pinned, one `scontrol update` each, and released in one list too, after the
+   rows.
 
 Events go in one `StreamEvents` call per step, so gpufair knows what stopped before it decides.
 
@@ -274,18 +275,17 @@ class Bridge:
         return self.slurm.jobs(gpu_indices=True) if gpu_indices else self.slurm.jobs()
 
     def _text_short(self, report: CycleReport) -> bool:
-        """Whether the text read will not do for the next cycle: a job the bridge requeued held
-        this cycle, or one read pending with a description in place of its reason (records.py;
-        `squeue --json` alone says so) that this cycle did not release (a release clears the
-        description: checked on 22.05), as a job the bridge requeued held shows until it is
-        released. The next cycle then reads `squeue --json` first, as it does after a cycle
-        whose rows needed GPU indices the text read did not give: not both reads in the cycles
-        that follow one another so. Only the cost depends on this guess: a cycle that reads the
-        text and finds it short reads `squeue --json` as well. Starts no longer count (round
-        31): the text read gives GPU indices (`scontrol -d`), so neither the cycle after one
-        that placed jobs nor the one reporting a start reads `squeue --json` for them."""
-        if report.requeued:
-            return True
+        """Whether the text read will not do for the next cycle: a job read pending with a
+        description in place of its reason (records.py; `squeue --json` alone says so) that
+        this cycle did not release (a release clears the description: checked on 22.05), as a
+        job someone requeued with `requeuehold` shows until it is released. The next cycle then
+        reads `squeue --json` first, as it does after a cycle whose rows needed GPU indices the
+        text read did not give: not both reads in the cycles that follow one another so. Only
+        the cost depends on this guess: a cycle that reads the text and finds it short reads
+        `squeue --json` as well. Starts no longer count (round 31): the text read gives GPU
+        indices (`scontrol -d`), so neither the cycle after one that placed jobs nor the one
+        reporting a start reads `squeue --json` for them. Nor do the bridge's own evictions:
+        `uhold` then `requeue` leaves the job no description (`_requeue`)."""
         released = {job_id_of(self.config, uid) for uid in report.placed}
         return any(
             job.state == "PENDING" and job.state_description and job.job_id not in released
@@ -900,11 +900,30 @@ class Bridge:
         report: CycleReport,
     ) -> None:
         """Requeue a running job held; its run ends at the time stamped into its Comment first,
-        so a restarted bridge reports the same end."""
+        so a restarted bridge reports the same end.
+
+        The job is held first (`scontrol uhold` of the running job: priority 0, reason
+        `JobHeldUser`, and it runs on), then requeued (`scontrol requeue`, which keeps the
+        hold): pending, held, the same user hold as every other job the bridge holds, and no
+        description. `scontrol requeuehold` (before round 31's close) left the description `job
+        requeued in held state` in the reason's place until the job was released, through an
+        operator's `scontrol hold` too, which then only `squeue --json` told from the bridge's
+        hold: every cycle while the job waited read it. Now an operator's hold reads
+        `JobHeldAdmin` in the text read too. Checked on 22.05: `uhold` of a running job
+        succeeds and leaves it running; the requeue keeps priority 0 and `JobHeldUser`, while
+        the job is COMPLETING and once pending, with the requeue's submit time (the second the
+        job was pending again) and begin time 121 s after it (`cred_expire` + 1 s), which
+        `_requeue_delay` and `_too_soon_after_requeue` read as before. In this order a bridge
+        killed between the two commands leaves the job running, held, and gpufair evicting
+        it: the next cycle's row requeues it (stamp, `uhold`, `requeue` again; its run ends at
+        the new stamp, as it ran until then). The other order would leave a requeued job not
+        held, which Slurm starts by itself, on nodes of its choice, once its begin time has
+        passed. A failed hold (the job ended meanwhile) is not followed by the requeue."""
         at_s = round(self.clock(), 3)  # the stamp's resolution: the resent event's time is equal
         try:
             self.slurm.set_comment(job.job_id, events.requeue_stamp(job.restart_count, at_s))
-            self.slurm.requeue_hold(job.job_id)
+            self.slurm.hold(job.job_id)
+            self.slurm.requeue(job.job_id)
         except SlurmCommandError as exc:
             report.errors.append(f"{uid}: {exc}")
             return

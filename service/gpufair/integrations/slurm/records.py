@@ -33,13 +33,14 @@ The text read, as `SlurmCtl.jobs` runs it (see bench/results/slurm_bridge.md, ro
   state` after a `requeuehold`, and still after an operator's `scontrol hold` of that job
   (JSON: `JobHeldAdmin`; seen on 22.05), `ReqNodeNotAvail, UnavailableNodes:...`. The bridge
   reads the reason of a pending job (an operator's hold, `BeginTime`): a pending job whose
-  `Reason` is not a reason's name (letters only, as Slurm names them all) fails the read. The
-  held jobs the bridge requeued show such a description until they are released, so a cycle
-  with one reads `squeue --json`: no text field tells the bridge's hold of such a job from an
-  operator's (round 31, on 22.05: `squeue -o %all` and `scontrol -dd show job -o` print the
-  same for both, `Reason=job_requeued_in_held_state` and `Priority=0`; `uhold`, `hold`,
-  `Priority=0`, `Nice=` and Comment updates leave the description, a release clears it). Of a
-  running or ended job, the description is read as is.
+  `Reason` is not a reason's name (letters only, as Slurm names them all) fails the read. A job
+  requeued with `requeuehold` shows such a description until it is released, so a cycle with
+  one reads `squeue --json`: no text field tells that hold from an operator's later hold of the
+  job (round 31, on 22.05: `squeue -o %all` and `scontrol -dd show job -o` print the same for
+  both, `Reason=job_requeued_in_held_state` and `Priority=0`; `uhold`, `hold`, `Priority=0`,
+  `Nice=` and Comment updates leave the description, a release clears it). The bridge's own
+  evictions (`uhold`, then `requeue`) leave none: `JobHeldUser`, `JobHeldAdmin` after an
+  operator's hold. Of a running or ended job, the description is read as is.
 - `MinMemory` there does not say whether it is per CPU or per node (nor is it always exact:
   `1.50G`), and a wrong guess changes a job's request: the memory is read from `scontrol show
   job -o` (`MinMemoryCPU=` or `MinMemoryNode=`, exact units), in a record that user text can

@@ -27,10 +27,12 @@ Writes, one `scontrol` each:
   eligible time Slurm sets on a requeue (about two minutes ahead), so a requeued job placed again
   starts at once (the bridge pins it no sooner than 2 s after the requeue: `RELAUNCH_AFTER_S`). The bridge asks for it only for a job whose begin time needs clearing: any
   `StartTime=` overwrites a begin time set since the bridge read the job, a user's hold included.
-- `release(job)`, `hold(job)`, `requeue_hold(job)`, `set_comment(job, text)`. The bridge's hold
-  is a user hold (`scontrol uhold`, reason `JobHeldUser`), as `sbatch --hold`, a job_submit
-  plugin's priority 0 and `requeuehold` give: an operator's hold (`scontrol hold`, reason
-  `JobHeldAdmin`) then stays visible as such, and the bridge leaves that job alone.
+- `release(job)`, `hold(job)`, `requeue(job)`, `set_comment(job, text)`. The bridge's hold
+  is a user hold (`scontrol uhold`, reason `JobHeldUser`), as `sbatch --hold` and a job_submit
+  plugin's priority 0 give: an operator's hold (`scontrol hold`, reason `JobHeldAdmin`) then
+  stays visible as such, and the bridge leaves that job alone. An eviction is `hold` of the
+  running job, then `requeue` (not `requeuehold`, whose description hides an operator's later
+  hold from the text read; bridge.py, `_requeue`).
 
 `hold_many(jobs)` and `release_many(jobs)` do what `hold` and `release` do, for many jobs in one
 `scontrol uhold|release 1,2,3` (at most `MANY` ids a command): one process and one config read
@@ -210,8 +212,10 @@ class SlurmCtl:
                 failed.update(_failed_jobs(verb, chunk, done))
         return failed
 
-    def requeue_hold(self, job_id: int) -> None:
-        self._run("scontrol", "requeuehold", str(job_id))
+    def requeue(self, job_id: int) -> None:
+        """`scontrol requeue N`: the bridge's eviction, after `hold` of the running job (the
+        bridge's `_requeue` says why not `requeuehold`)."""
+        self._run("scontrol", "requeue", str(job_id))
 
     def set_comment(self, job_id: int, text: str) -> None:
         self._run("scontrol", "update", f"JobId={job_id}", f"Comment={text}")
