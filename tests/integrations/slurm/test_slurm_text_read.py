@@ -141,28 +141,47 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
     # Requeued while it ignores SIGTERM: COMPLETING with its restart count raised (the row
     # `_requeue_completing` judges), for KillWait and more.
     slow_requeued = _submit(slurm, "-N2", "--gres=gpu:rtx4090:1", wrap=ignores_term)
-    deadline = time.monotonic() + 30
+    # Each must run before it is cancelled or requeued: a job still pending is not requeued
+    # (COMPLETING never seen). Under load, slurmd may take a while to launch them all.
+    must_run = (running, limited, cancelled, slow, slow_requeued)
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         states = {j.job_id: j.state for j in SlurmCtl().jobs(gpu_indices=True)}
-        if all(
-            states.get(i) == "RUNNING" for i in (running, limited, cancelled, slow, slow_requeued)
-        ):
+        if all(states.get(i) == "RUNNING" for i in must_run):
             break
         time.sleep(0.3)
+    assert all(states.get(i) == "RUNNING" for i in must_run), {i: states.get(i) for i in must_run}
     slurm.run("scancel", str(cancelled))
     slurm.run("scontrol", "requeue", str(limited))
     slurm.run("scontrol", "hold", str(held[0]))  # an operator's hold: JobHeldAdmin
     slurm.run("scancel", str(slow))  # ignores SIGTERM: COMPLETING for KillWait
     slurm.run("scontrol", "requeue", str(slow_requeued))
+    ctl = SlurmCtl()
+    # The requeued job is COMPLETING for a few seconds only (KillWait=2, then its processes'
+    # end; a node that is done leaves its node list meanwhile): read at once and again, without
+    # a pause, until two text reads around a JSON read agree on it COMPLETING with its restart
+    # count raised, and the JSON read is then compared with them.
+    requeued_completing = False
+    deadline = time.monotonic() + 30
+    while not requeued_completing and time.monotonic() < deadline:
+        stable, json_read = _stable_reads(ctl)
+        text_job = stable.get(slow_requeued)
+        if text_job is None or text_job.state != "COMPLETING" or text_job.restart_count == 0:
+            continue
+        json_job = json_read[slow_requeued]
+        assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
+        assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
+        requeued_completing = True
+    assert requeued_completing
     # An odd Comment written by `scontrol update`, as the bridge writes its own.
     slurm.run("scontrol", "update", f"JobId={held[1]}", "Comment=x = y \x1f z\nw")
 
-    ctl = SlurmCtl()
     wanted = {*held, running, array, limited, failed, cancelled, slow, slow_requeued}
-    requeued_completing = False
-    seen_states: set[str] = set()
+    seen_states: set[str] = {"COMPLETING"}  # the requeued job's, compared above
     compared: set[int] = set()
-    for _ in range(20):
+    # Until each job was compared, reads as slow as a loaded machine makes them.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         stable, json_read = _stable_reads(ctl)
         for job_id, text_job in stable.items():
             if job_id not in wanted:
@@ -175,15 +194,12 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
             if text_job.partition == "gpu" and not text_job.finished:
                 assert map_job(CONFIG_GPU, text_job) == map_job(CONFIG_GPU, json_job)
             seen_states.add(text_job.state)
-            if text_job.state == "COMPLETING" and text_job.restart_count > 0:
-                requeued_completing = True
             compared.add(job_id)
-        if requeued_completing and wanted <= compared:
+        if wanted <= compared:
             break
         time.sleep(0.2)
     assert wanted <= compared, sorted(wanted - compared)
-    assert {"PENDING", "RUNNING", "COMPLETING", "FAILED", "CANCELLED"} <= seen_states
-    assert requeued_completing
+    assert {"PENDING", "RUNNING", "FAILED", "CANCELLED"} <= seen_states
     by_id = {j.job_id: j for j in ctl.jobs_text()}
     # The memory kinds and the odd Comments, read as written.
     assert (by_id[held[0]].memory_per_cpu_mib, by_id[held[0]].memory_per_node_mib) == (1536, 0)
