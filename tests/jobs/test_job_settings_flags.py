@@ -9,7 +9,8 @@ import time
 
 from sqlalchemy import Engine, text
 
-from gpufair.cli.main import build_parser, job_settings
+from gpufair.cli import build_parser
+from gpufair.cli.serve import job_settings
 from gpufair.client import GpufairClient
 from gpufair.config_file import load_config_file
 from gpufair.jobs.runner import JobSettings, PeriodicJobs
