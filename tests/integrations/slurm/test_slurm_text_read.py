@@ -16,6 +16,8 @@ checked against the rows themselves).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from dataclasses import asdict, replace
@@ -155,23 +157,29 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
     slurm.run("scontrol", "requeue", str(limited))
     slurm.run("scontrol", "hold", str(held[0]))  # an operator's hold: JobHeldAdmin
     slurm.run("scancel", str(slow))  # ignores SIGTERM: COMPLETING for KillWait
-    slurm.run("scontrol", "requeue", str(slow_requeued))
     ctl = SlurmCtl()
-    # The requeued job is COMPLETING for a few seconds only (KillWait=2, then its processes'
-    # end; a node that is done leaves its node list meanwhile): read at once and again, without
-    # a pause, until two text reads around a JSON read agree on it COMPLETING with its restart
-    # count raised, and the JSON read is then compared with them.
-    requeued_completing = False
-    deadline = time.monotonic() + 30
-    while not requeued_completing and time.monotonic() < deadline:
-        stable, json_read = _stable_reads(ctl)
-        text_job = stable.get(slow_requeued)
-        if text_job is None or text_job.state != "COMPLETING" or text_job.restart_count == 0:
-            continue
-        json_job = json_read[slow_requeued]
-        assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
-        assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
-        requeued_completing = True
+    # The requeued job is COMPLETING only until both its nodes report its end (KillWait=2, a
+    # few seconds), and its node list shrinks as each does: on a loaded machine no three reads
+    # of `_stable_reads` may fall inside one state. So one node's slurmd is stopped across the
+    # requeue (a few seconds, well inside SlurmdTimeout): the job stays COMPLETING on that node
+    # until it is let go, and the reads see it stable.
+    held_node = slurm.pids["slurmd-rtx-1"]
+    os.kill(held_node, signal.SIGSTOP)
+    try:
+        slurm.run("scontrol", "requeue", str(slow_requeued))
+        requeued_completing = False
+        deadline = time.monotonic() + 30
+        while not requeued_completing and time.monotonic() < deadline:
+            stable, json_read = _stable_reads(ctl)
+            text_job = stable.get(slow_requeued)
+            if text_job is None or text_job.state != "COMPLETING" or text_job.restart_count == 0:
+                continue
+            json_job = json_read[slow_requeued]
+            assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
+            assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
+            requeued_completing = True
+    finally:
+        os.kill(held_node, signal.SIGCONT)
     assert requeued_completing
     # An odd Comment written by `scontrol update`, as the bridge writes its own.
     slurm.run("scontrol", "update", f"JobId={held[1]}", "Comment=x = y \x1f z\nw")
