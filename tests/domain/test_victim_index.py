@@ -12,13 +12,8 @@ from gpufair.domain import victim_index
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy, TopologyConstraint
 from gpufair.domain.placement import Ask, Exclusion, PodShape
-from gpufair.domain.victim_search import (
-    Victim,
-    VictimBudget,
-    VictimIndex,
-    _subsets,
-    select_victims,
-)
+from gpufair.domain.victim_node_sets import node_sets
+from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 
 
 def _pool(nodes: int, labels: bool = False) -> Capacity:
@@ -219,7 +214,7 @@ def test_domains_rank_most_free_first_then_those_with_victims_alone_by_name() ->
     ask = Ask(PodShape(2.0, 0, 0), "a100", 2, 2, TopologyConstraint("rack", required=True))
     racks = [
         capacity.nodes[subset[0]].labels["rack"]
-        for subset in _subsets(capacity, ask, Exclusion(), index)
+        for subset in node_sets(capacity, ask, Exclusion(), index)
         if subset is not None
     ]
     # Free GPUs first (r7: 3, r5: 2), then the rest by name ("r10" before "r2"), r3 left out.

@@ -1,4 +1,4 @@
-"""The victim search's one-victim pick (`victim_search._greedy`): one pod that fits nowhere now,
+"""The victim search's one-victim pick (`victim_greedy.greedy`): one pod that fits nowhere now,
 and a first pick of one victim on one node, is placed on that node without releasing anything.
 It must choose the same victim and the same GPUs as the general way (release the pick under a
 journal, `place`, restore): random full pools, random victims, every asked shape."""
@@ -13,15 +13,8 @@ import pytest
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node
 from gpufair.domain.placement import Ask, Exclusion, free_pods, place
-from gpufair.domain.victim_search import (
-    Picked,
-    Selection,
-    Victim,
-    VictimBudget,
-    VictimIndex,
-    _greedy,
-    select_victims,
-)
+from gpufair.domain.victim_greedy import Picked, Selection, greedy
+from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 from tests.domain.full_pools import (
     ASKED_SHAPES,
     BINPACK,
@@ -50,7 +43,7 @@ def _pick(
     """The greedy over the whole type, nothing excluded; `binpack` False keeps it from the
     one-victim path. Returns its answer and the journal of what it released."""
     trial = Journal()
-    found = _greedy(
+    found = greedy(
         capacity,
         ask,
         None,

@@ -7,7 +7,7 @@ still held), and often a second workload of the same queue decided before the ju
 cycle (its binds, evictions and holds taken as the cycle made them: `judge_leaving`).
 
 Before the index's keys of a node were set aside where such capacity is released for the search
-(`victim_search._greedy`'s `leaving_nodes`), and before preemption's room test counted the
+(`victim_greedy.greedy`'s `leaving_nodes`), and before preemption's room test counted the
 capacity leaving for the workload, 76 of the 7,995 cases judged (seeds 0-3999, plain and with
 partitions) deviated from the documented greedy:
 

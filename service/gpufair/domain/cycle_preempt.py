@@ -31,13 +31,8 @@ from gpufair.domain.placement import Ask, Exclusion
 from gpufair.domain.queuebook import UNCAPPED
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_index import offers_partitions
-from gpufair.domain.victim_search import (
-    Victim,
-    VictimBudget,
-    VictimIndex,
-    room_beside_shares,
-    select_victims,
-)
+from gpufair.domain.victim_node_sets import room_beside_shares
+from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 
 _by_order = attrgetter("order")
 
@@ -73,7 +68,8 @@ def preempt(state: CycleState) -> None:
     # Whether the pool offers partitions at all (`victim_index.offers_partitions`): asked once
     # for the phase, not per test or index; without (the common pool) no test reads them.
     # And per GPU type its part-used nodes: the capacity's own sets, changed in place as the
-    # phase takes and releases (read as `_greedy` reads them across its picks), asked once.
+    # phase takes and releases (read as `victim_greedy.greedy` reads them across its picks),
+    # asked once.
     partitions = offers_partitions(state.capacity)
     capacity = state.capacity
     part_used = {gpu_type: capacity.partial_nodes(gpu_type) for gpu_type in capacity.by_type}
@@ -194,7 +190,7 @@ def _try_preempt(
     """Evict victims of `item`'s queue for it on the first of its types where a search finds
     some. `mine`: the queue's victims per type (`_Own`); `dead`: the queue's dead trials.
     `budgets`: one per (queue, priority class), made at its first search and given to the
-    next: a search only ever spends a copy (`victim_search._greedy`). `partitions`: whether
+    next: a search only ever spends a copy (`victim_greedy.greedy`). `partitions`: whether
     the pool offers partitions at all (`victim_index.offers_partitions`); `part_used`: the
     part-used nodes of each GPU type (`Capacity.partial_nodes`).
 
@@ -378,7 +374,7 @@ def _room_short(
     the search tries no node outside such domains) is counted per domain as well, each node's
     pods in its domain's sum (`_bucket_pods` for the buckets'), and the room is short when no
     domain's sum holds it, even where the pool's does. The search's own domain test
-    (`victim_search._subsets`) adds up GPUs, those of every victim of the queue and type
+    (`victim_node_sets.node_sets`) adds up GPUs, those of every victim of the queue and type
     whatever its class, and passes domains whose GPUs would not make whole pods on any node:
     at 4,000 nodes, scrambled, 79 searches for gangs of four pods of two GPUs failed in every
     domain (2 at 1,000 nodes; bench/results/cycle.md, round 30).

@@ -1,6 +1,7 @@
 """Candidate victims of one GPU type (`VictimIndex`), what each victim queue may still lose
 (`VictimBudget`) and the victims themselves (`Victim`): what the victim search reads
-(`victim_search`, whose docstring has the design, including the bounds kept here).
+(`victim_search`, whose docstring has the design, and `victim_greedy`, whose docstring has
+the bounds kept here).
 
 The cycle keeps one index per GPU type (per queue and type for preemption) for a whole phase and
 removes victims from it as they are evicted; the index only ever shrinks, which keeps every bound
@@ -149,7 +150,8 @@ class VictimIndex:
         # Per node, the GPUs wholly free once every victim on it has gone: no option of the
         # node frees more for whole-GPU pods. Counted against the capacity when the node's
         # victims last changed; capacity taken since (binds, holds) only lowers the truth, so
-        # it stays a bound as long as nothing outside the index is released (`_greedy`).
+        # it stays a bound as long as nothing outside the index is released
+        # (`victim_greedy.greedy`).
         self.freeable_on_node: dict[int, int] = {}
         # Per queue, its victims (a dict as an ordered set: one leaves in one step).
         self.by_queue: dict[str, dict[Victim, None]] = {}
@@ -413,7 +415,7 @@ class VictimIndex:
         else: a search finding an entry at the node's current version whose budgets are
         unchanged has the option without computing it, and one whose budgets changed (another
         eviction from a queue it read) has it when each test, asked again, answers as before
-        (`victim_search._greedy`'s `same_tests`)."""
+        (`victim_greedy.greedy`'s `same_tests`)."""
         same = self._last_table.get((id(shape), below, bounded))
         if same is not None and same[0] is shape:
             return same[1]  # the shape object of an earlier search: no hash of its fields
