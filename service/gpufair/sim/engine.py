@@ -40,6 +40,10 @@ which the cycle's rules look at the clock (a running job reaching its `min_runti
 queue's `max_borrow_s`, a waiting job reaching the pool's `gang_reservation_after_s`). The cycle
 reads the clock only there.
 
+The records of a run and its result (`JobRecord`, `TimelineRow`, `DecisionRow`, `PoolRun`,
+`QueueRun`, `SimResult`) live in `records`, each pool's state as the run goes (and its summary at
+the end) in `pool_state` (`PoolState`); this module names the records too, for its callers.
+
 Determinism: no wall clock, no unordered iteration (pools by name, queues in tree order, jobs in
 arrival order), one random stream per generator. The same scenario and seed give the same run.
 """
@@ -48,33 +52,19 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from gpufair.domain import cu_request
 from gpufair.domain.capacity import binding_gpus
 from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_memory import CarriedLoad
-from gpufair.domain.demand import leaf_demand_columns, queue_demands, serving_types
+from gpufair.domain.demand import leaf_demand_columns, queue_demands
 from gpufair.domain.fairshare import (
     FairShareInput,
     FairSharePlan,
-    FairShareResult,
     LeafDemands,
     QueueDemand,
     compute_fair_shares,
 )
-from gpufair.domain.model import (
-    Allocation,
-    ClusterConfig,
-    GpuType,
-    NodePool,
-    PodBinding,
-    Queue,
-    Workload,
-)
-from gpufair.domain.placement import adequate_types
-from gpufair.domain.policy import max_borrow_s
+from gpufair.domain.model import Allocation, PodBinding
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,
@@ -82,252 +72,28 @@ from gpufair.domain.snapshot import (
     PendingCode,
     UsageStanding,
 )
-from gpufair.domain.tree import QueueTree
 from gpufair.gc_tuning import collector_paused
 from gpufair.sim.admission import Admission, RefusedJob
 from gpufair.sim.generators import GeneratorStream
-from gpufair.sim.history import QueueHistory
 from gpufair.sim.jobspec import JobSpec
-from gpufair.sim.running_usage import PoolUsage
+from gpufair.sim.pool_state import PoolState
+from gpufair.sim.records import DecisionRow, JobRecord, PoolRun, QueueRun, SimResult, TimelineRow
 from gpufair.sim.scenario import EvictionMode, Scenario
+
+__all__ = [
+    "DecisionRow",
+    "JobRecord",
+    "PoolRun",
+    "QueueRun",
+    "SimResult",
+    "Simulation",
+    "TimelineRow",
+    "simulate",
+]
 
 # Pending codes under which a job cannot run in this pool whatever happens: it is left out of
 # demand and of "idle while work was pending".
 _HOPELESS = frozenset({PendingCode.NEVER_FITS, PendingCode.UNKNOWN_QUEUE, PendingCode.OTHER_POOL})
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """One job through the run."""
-
-    spec: JobSpec
-    remaining_s: float
-    pending_since_s: float | None = None
-    first_start_s: float | None = None
-    end_s: float | None = None
-    wait_s: float = 0.0
-    evictions: int = 0
-    lost_gpu_s: float = 0.0  # GPU-seconds of work evictions threw away (`on_evict: restart`)
-    token: int = 0  # bumped at every start and stop, so stale completion events are ignored
-    run_start_s: float = 0.0
-    allocation: Allocation | None = None
-    gpu_type: str = ""
-    gpus: float = 0.0
-    cu: float = 0.0
-    # The GPUs of its last run per type, by type name: one entry unless a compute-unit request
-    # mixed types, whose GPUs count each on its own type (as the ledger splits a run).
-    gpus_by_type: tuple[tuple[str, float], ...] = ()
-    started_as: str = ""  # the `DecisionRow.reason` of the bind that started its last run
-
-    @property
-    def workload(self) -> Workload:
-        return self.spec.workload
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineRow:
-    time_s: float
-    pool: str
-    queue: str
-    allocated_cu: float
-    pending_cu: float
-    fair_share_cu: float
-    effective_weight: float
-    usage_share: float
-    usage_cu_s: float  # decayed usage (numerator of U')
-    weight_share: float = 0.0  # W' of the latest recompute (0: the queue did not compete)
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRow:
-    """One bind or eviction of a cycle (`events.csv`). `reason`: for a bind `within_share`,
-    `beyond_share`, `claim:<eviction reason>` when it binds on capacity evicted for it, or `move`
-    when a workload a defragmentation move stopped binds where the move sent it; for an eviction
-    its `EvictReason` (`reclaim`, `preempt`, `defragment`, `entitlement`): the phase that decided
-    it. `beneficiary` (and its queue): whom an eviction was made for.
-
-    An eviction's chain back to what placed the victim, so that evictions one change causes can
-    be told from those it does not (`bench/bench_defrag.py` counts them): `started_as`, the
-    `reason` of the bind that started the run it was evicted from (`move`: a move put it there;
-    `beyond_share`: work-conserving, the first reclaim takes); `ran_s`, how long that run lasted
-    (the victim order prefers the most recently started, and `min_runtime_s` counts from there);
-    `evicted_before`, how many times it was evicted earlier in the run (a workload evicted,
-    bound again beyond its share and evicted again counts each time)."""
-
-    time_s: float
-    pool: str
-    event: str  # "bind" or "evict"
-    uid: str
-    queue: str
-    gpus: float
-    cu: float
-    reason: str
-    beneficiary: str = ""
-    beneficiary_queue: str = ""
-    started_as: str = ""
-    ran_s: float = 0.0
-    evicted_before: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRun:
-    """One queue of one pool after the run: its terms and its whole allocation history."""
-
-    name: str
-    parent: str | None
-    is_leaf: bool
-    deserved_cu: float
-    over_quota_weight: float
-    competed: bool  # took part in the over-quota division at some recompute
-    changes: tuple[tuple[float, float], ...]  # (instant, CU held from then on)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolRun:
-    name: str
-    k: float
-    capacity_cu: float
-    capacity_gpus: float
-    queues: tuple[QueueRun, ...]  # tree pre-order
-    gpu_changes: tuple[tuple[float, float], ...]  # (instant, GPUs allocated from then on)
-    evictions: int
-    idle_gpu_s_while_pending: float
-    fragmented_gpus: tuple[float, ...]  # at each timeline sample
-    cycles_run: int
-    recomputes: int
-    moves: int = 0  # evictions that were defragmentation moves (re-placed at once)
-    moved_gpus: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    scenario: Scenario
-    pools: tuple[PoolRun, ...]
-    jobs: tuple[JobRecord, ...]  # by submit time, then uid
-    timeline: tuple[TimelineRow, ...]
-    decisions: tuple[DecisionRow, ...] = ()  # in the order they were made
-    refused: tuple[RefusedJob, ...] = ()  # jobs the service's submit checks refused, by arrival
-
-
-class _Pool:
-    """The run-time state of one node pool."""
-
-    def __init__(self, pool: NodePool, cluster: ClusterConfig, recompute_s: float) -> None:
-        self.pool = pool
-        self.name = pool.name
-        self.policy = pool.policy
-        self.recompute_s = recompute_s
-        self.next_recompute_s = 0.0
-        self.periodic_recomputes = 0
-        self.recomputes = 0  # periodic ones and those before a cycle after a change
-        # A job of the pool was submitted or changed state since the latest recompute.
-        self.changed = False
-        self.nodes = tuple(n for n in cluster.nodes if n.pool == pool.name)
-        self.node_types = {n.name: n.gpu_type for n in self.nodes}
-        self.gpu_types: tuple[GpuType, ...] = cluster.gpu_types
-        self.types_by_name = {t.name: t for t in cluster.gpu_types}
-        weights = {t.name: t.compute_weight for t in cluster.gpu_types}
-        capacity: dict[str, float] = {}
-        for node in self.nodes:
-            if node.ready:
-                capacity[node.gpu_type] = capacity.get(node.gpu_type, 0.0) + node.gpu_count
-        self.capacity_gpus_by_type = capacity
-        self.capacity_gpus = math.fsum(capacity.values())
-        self.capacity_cu = math.fsum(g * weights[t] for t, g in capacity.items())
-        self.present = tuple(t for t in capacity if capacity[t] > 0)
-        self.queues: tuple[Queue, ...] = cluster.queues
-        self.tree = QueueTree.build(cluster.queues)
-        self.leaves = cluster.leaf_queues()
-        leaf_names = {q.name for q in self.leaves}
-        self.inner_queues = tuple(q for q in self.queues if q.name not in leaf_names)
-        # Per leaf queue: when its loans are called back (`policy.max_borrow_s`).
-        self.max_borrow_s = {q.name: max_borrow_s(q.quota(pool.name), pool) for q in self.leaves}
-        # The last cycle's evictions, passed to the next cycle as standing claims; their reasons.
-        self.claim_reasons: dict[str, str] = {}
-        self.standing_claims: tuple[EvictionInFlight, ...] = ()
-        # Defragmentation moves: (instant, GPUs) of those within the last hour, and totals.
-        self.recent_moves: list[tuple[float, float]] = []
-        self.moves = 0
-        self.moved_gpus = 0.0
-        self.histories = {name: QueueHistory() for name in self.tree.preorder}
-        self.usage = PoolUsage(
-            pool.name, pool.policy, cluster.queues, self.types_by_name, self.capacity_cu
-        )
-        self.gpu_history = QueueHistory()
-        self.pending: dict[str, JobRecord] = {}
-        self.running: dict[str, JobRecord] = {}
-        self.running_by_queue: dict[str, dict[str, JobRecord]] = {q.name: {} for q in self.leaves}
-        self.hopeless: set[str] = set()
-        self.shares: FairShareResult | None = None
-        self.standing: dict[str, UsageStanding] = {}  # W' and U' of `shares`, for the cycle
-        # The last cycle's loaded records: a job's workload and allocation are the same objects
-        # from cycle to cycle, so the next cycle loads only what changed (`cycle_memory`).
-        self.carried = CarriedLoad()
-        self.fair_share_cu: dict[str, float] = {}
-        self.previous_weights: dict[str, float] = {}
-        self.competed: set[str] = set()
-        self.dirty = True
-        self.wake_s = math.inf
-        self.cycles_run = 0
-        self.evictions = 0
-        self.idle_parts: list[float] = []
-        self.fragmented: list[float] = []
-        self.allocated_gpus_by_type: dict[str, float] = {}
-        self.types_memo: dict[tuple[object, ...], tuple[str, ...]] = {}
-        # The type a waiting job's demand is counted on, as the server's recompute counts it
-        # (`domain.demand.serving_types`): the nodes do not change in a simulation.
-        self.cheapest_type = serving_types(self.types_by_name, self.nodes)
-        self.wanted_types: tuple[str, ...] | None = ()  # None: to be derived again
-
-    def adequate(self, workload: Workload) -> tuple[str, ...]:
-        """The pool's GPU types that serve `workload`, cheapest first (`placement`)."""
-        key = (
-            workload.allowed_gpu_types,
-            workload.min_gpu_memory_gib,
-            workload.gpus_per_pod,
-            workload.partition_profile,
-            workload.compute_units,
-        )
-        types = self.types_memo.get(key)
-        if types is None:
-            types = adequate_types(workload, self.types_by_name, self.present)
-            self.types_memo[key] = types
-        return types
-
-    def idle_gpus_wanted(self) -> float:
-        """Free GPUs of the types some job waiting here could use (0 when none waits)."""
-        if self.wanted_types is None:
-            wanted: set[str] = set()
-            for uid, job in self.pending.items():
-                if uid not in self.hopeless:
-                    wanted.update(self.adequate(job.workload))
-            self.wanted_types = tuple(sorted(wanted))
-        return math.fsum(
-            self.capacity_gpus_by_type[t] - self.allocated_gpus_by_type.get(t, 0.0)
-            for t in self.wanted_types
-        )
-
-    def refresh_allocation(self, now_s: float, queue: str, gpu_types: Iterable[str]) -> None:
-        """Re-derive `queue`'s CU (and its ancestors') and the GPUs of `gpu_types` in use from
-        what runs, after a start or stop; fsum over the jobs, so no float residue builds up."""
-        jobs = self.running_by_queue[queue]
-        held = math.fsum(j.cu for j in jobs.values())
-        self.histories[queue].set(now_s, held)
-        self.usage.set(now_s, queue, held)
-        parent = self.tree.queues[queue].parent
-        while parent is not None:
-            total = math.fsum(self.histories[c].value for c in self.tree.children_of(parent))
-            self.histories[parent].set(now_s, total)
-            self.usage.set(now_s, parent, total)
-            parent = self.tree.queues[parent].parent
-        for gpu_type in gpu_types:
-            self.allocated_gpus_by_type[gpu_type] = math.fsum(
-                gpus
-                for j in self.running.values()
-                for name, gpus in j.gpus_by_type
-                if name == gpu_type
-            )
-        self.gpu_history.set(now_s, math.fsum(self.allocated_gpus_by_type.values()))
 
 
 class Simulation:
@@ -338,7 +104,7 @@ class Simulation:
         self.progress = progress
         self.horizon_s = scenario.duration_s
         self.pools = {
-            p.name: _Pool(p, scenario.cluster, scenario.recompute_interval_s(p))
+            p.name: PoolState(p, scenario.cluster, scenario.recompute_interval_s(p))
             for p in sorted(scenario.cluster.pools, key=lambda p: p.name)
         }
         self.jobs: dict[str, JobRecord] = {}
@@ -475,7 +241,7 @@ class Simulation:
         pool.wanted_types = None
 
     def _start(
-        self, pool: _Pool, uid: str, allocation: Allocation, cu: float, now_s: float
+        self, pool: PoolState, uid: str, allocation: Allocation, cu: float, now_s: float
     ) -> None:
         job = pool.pending.pop(uid)
         pool.hopeless.discard(uid)
@@ -520,7 +286,7 @@ class Simulation:
         pool.dirty = True
         pool.changed = True
 
-    def _evict(self, pool: _Pool, uid: str, now_s: float) -> None:
+    def _evict(self, pool: PoolState, uid: str, now_s: float) -> None:
         job = pool.running[uid]
         ran_s = now_s - job.run_start_s
         self._stop(job, now_s)
@@ -542,7 +308,7 @@ class Simulation:
 
     # -- fair shares --------------------------------------------------------------------------
 
-    def _recompute(self, pool: _Pool, now_s: float) -> None:
+    def _recompute(self, pool: PoolState, now_s: float) -> None:
         policy = pool.policy
         pool.recomputes += 1
         pool.changed = False
@@ -580,7 +346,7 @@ class Simulation:
         pool.competed.update(result.competing)
 
     def _demands(
-        self, pool: _Pool, plan: FairSharePlan | None
+        self, pool: PoolState, plan: FairSharePlan | None
     ) -> dict[str, QueueDemand] | LeafDemands:
         held = (
             (j.workload.queue, gpu_type, gpus)
@@ -599,7 +365,7 @@ class Simulation:
 
     # -- the cycle ----------------------------------------------------------------------------
 
-    def _cycle(self, pool: _Pool, now_s: float) -> None:
+    def _cycle(self, pool: PoolState, now_s: float) -> None:
         if not pool.pending or (not pool.dirty and now_s < pool.wake_s):
             return
         running = tuple(j.allocation for j in pool.running.values() if j.allocation is not None)
@@ -614,7 +380,7 @@ class Simulation:
             now_s=now_s,
             evicting=pool.standing_claims,
             inner_queues=pool.inner_queues,
-            moved_gpus_last_hour=_moved_last_hour(pool, now_s),
+            moved_gpus_last_hour=pool.moved_last_hour(now_s),
             standing=pool.standing,
         )
         with collector_paused():  # as the service runs a cycle (`gc_tuning`)
@@ -652,7 +418,7 @@ class Simulation:
 
     def _record(
         self,
-        pool: _Pool,
+        pool: PoolState,
         result: CycleResult,
         claimed_for: dict[str, str],
         moving: dict[str, tuple[PodBinding, ...]],
@@ -697,7 +463,7 @@ class Simulation:
                 )
             )
 
-    def _wake_s(self, pool: _Pool, now_s: float) -> float:
+    def _wake_s(self, pool: PoolState, now_s: float) -> float:
         """The next instant at which the cycle's clock-reading rules may decide differently."""
         wake_s = math.inf
         after_s = pool.pool.gang_reservation_after_s
@@ -722,7 +488,7 @@ class Simulation:
     def _sample(self, now_s: float) -> None:
         self.last_sample_s = now_s
         for pool in self.pools.values():
-            pending_cu = self._pending_cu(pool)
+            pending_cu = pool.pending_cu()
             shares = pool.shares.shares if pool.shares is not None else {}
             for name in pool.tree.preorder:
                 share = shares.get(name)
@@ -740,81 +506,14 @@ class Simulation:
                         weight_share=share.weight_share if share else 0.0,
                     )
                 )
-            pool.fragmented.append(self._fragmented_gpus(pool))
-
-    def _pending_cu(self, pool: _Pool) -> dict[str, float]:
-        parts: dict[str, list[float]] = {}
-        for uid, job in pool.pending.items():
-            if uid in pool.hopeless:
-                continue
-            gpu_type = pool.cheapest_type(job.workload)
-            if gpu_type is None:
-                continue
-            cu = job.workload.total_gpus * pool.types_by_name[gpu_type].compute_weight
-            if job.workload.compute_units > 0.0:
-                choices = cu_request.options(job.workload, pool.types_by_name, (gpu_type,))
-                cu = choices[0].given_cu if choices else 0.0
-            name: str | None = job.workload.queue
-            while name is not None:
-                parts.setdefault(name, []).append(cu)
-                name = pool.tree.queues[name].parent
-        return {name: math.fsum(values) for name, values in parts.items()}
-
-    def _fragmented_gpus(self, pool: _Pool) -> float:
-        """Free GPU capacity on nodes partly in use: a gang wanting whole nodes cannot use it."""
-        used: dict[str, list[float]] = {}
-        for job in pool.running.values():
-            if job.allocation is None:
-                continue
-            for binding in job.allocation.bindings:
-                amount = binding.gpu_fraction * len(binding.gpu_indices)
-                used.setdefault(binding.node, []).append(amount)
-        free = []
-        for node in pool.nodes:
-            if node.ready and node.name in used:
-                free.append(max(0.0, node.gpu_count - math.fsum(used[node.name])))
-        return math.fsum(free)
+            pool.fragmented.append(pool.fragmented_gpus())
 
     def _result(self) -> SimResult:
         horizon_s = self.horizon_s
         for job in self.jobs.values():
             if job.pending_since_s is not None:
                 job.wait_s += horizon_s - job.pending_since_s  # still waiting: counted so far
-        pools = []
-        for pool in self.pools.values():
-            queues = []
-            for name in pool.tree.preorder:
-                queue = pool.tree.queues[name]
-                quota = queue.quota(pool.name)
-                share = pool.shares.shares[name] if pool.shares is not None else None
-                queues.append(
-                    QueueRun(
-                        name=name,
-                        parent=queue.parent,
-                        is_leaf=pool.tree.is_leaf(name),
-                        deserved_cu=share.deserved_cu if share else quota.deserved_cu,
-                        over_quota_weight=quota.over_quota_weight,
-                        competed=name in pool.competed,
-                        changes=tuple(pool.histories[name].changes),
-                    )
-                )
-            pools.append(
-                PoolRun(
-                    name=pool.name,
-                    k=pool.policy.k,
-                    capacity_cu=pool.capacity_cu,
-                    capacity_gpus=pool.capacity_gpus,
-                    queues=tuple(queues),
-                    gpu_changes=tuple(pool.gpu_history.changes),
-                    evictions=pool.evictions,
-                    idle_gpu_s_while_pending=math.fsum(pool.idle_parts),
-                    fragmented_gpus=tuple(pool.fragmented),
-                    cycles_run=pool.cycles_run,
-                    recomputes=pool.recomputes,
-                    moves=pool.moves,
-                    moved_gpus=pool.moved_gpus,
-                )
-            )
+        pools = [pool.pool_run() for pool in self.pools.values()]
         jobs = sorted(self.jobs.values(), key=lambda j: (j.workload.submit_time_s, j.workload.uid))
         return SimResult(
             self.scenario,
@@ -835,14 +534,6 @@ def _gpus_by_type(
         gpu_type = node_types.get(binding.node, allocation.gpu_type)
         parts.setdefault(gpu_type, []).append(binding_gpus(binding))
     return tuple((name, math.fsum(parts[name])) for name in sorted(parts))
-
-
-def _moved_last_hour(pool: _Pool, now_s: float) -> float:
-    """GPUs moved by defragmentation in the hour before `now_s` (older entries are dropped)."""
-    if not pool.recent_moves:
-        return 0.0
-    pool.recent_moves = [(at_s, gpus) for at_s, gpus in pool.recent_moves if at_s > now_s - 3600.0]
-    return math.fsum(gpus for _, gpus in pool.recent_moves)
 
 
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> SimResult:
