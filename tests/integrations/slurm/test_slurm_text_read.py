@@ -21,7 +21,8 @@ import signal
 import subprocess
 import time
 from dataclasses import asdict, replace
-from typing import Any, cast
+from itertools import pairwise
+from typing import Any, NamedTuple, cast
 
 import pytest
 from slurm_support import bridge_config, cluster_config, cycle_until, sbatch, squeue
@@ -104,14 +105,52 @@ def _comparable(job: SlurmJob, *, from_json: bool) -> dict[str, Any]:
     return fields
 
 
-def _stable_reads(ctl: SlurmCtl) -> tuple[dict[int, SlurmJob], dict[int, SlurmJob]]:
+def _now_started(job: SlurmJob) -> bool:
+    """A requeued job still COMPLETING: Slurm 22.05 gives its clock's now as its start time
+    (test_slurm_admin_requeue), so two reads a second apart differ there alone."""
+    return job.state == "COMPLETING" and job.restart_count > 0
+
+
+def _timeless(job: SlurmJob | None) -> SlurmJob | None:
+    """`job` without a start time that is only Slurm's now (`_now_started`)."""
+    return replace(job, start_time=0) if job is not None and _now_started(job) else job
+
+
+class _Reads(NamedTuple):
+    stable: dict[int, SlurmJob]  # text records the two text reads agree on
+    json: dict[int, SlurmJob]
+    window: tuple[float, float]  # the wall clock before the first read and after the last
+    seconds: tuple[float, ...]  # each read's, for a failure's message
+
+
+def _stable_reads(ctl: SlurmCtl) -> _Reads:
     """Text, JSON, text again: the jobs whose two text records agree (nothing changed during
-    the reads), with their JSON records."""
+    the reads but a start time that is Slurm's now), with their JSON records."""
+    clock = [time.time()]
     first = {j.job_id: j for j in ctl.jobs_text()}
+    clock.append(time.time())
     json_read = {j.job_id: j for j in ctl.jobs(gpu_indices=True)}
+    clock.append(time.time())
     second = {j.job_id: j for j in ctl.jobs_text()}
-    stable = {i: j for i, j in first.items() if second.get(i) == j and i in json_read}
-    return stable, json_read
+    clock.append(time.time())
+    stable = {
+        i: j
+        for i, j in first.items()
+        if i in json_read and _timeless(second.get(i)) == _timeless(j)
+    }
+    seconds = tuple(round(b - a, 1) for a, b in pairwise(clock))
+    return _Reads(stable, json_read, (clock[0], clock[-1]), seconds)
+
+
+def _assert_same(text_job: SlurmJob, json_job: SlurmJob, window: tuple[float, float]) -> None:
+    """The text read's record of a job is the JSON read's; a start time that is Slurm's now
+    lies within the reads."""
+    if _now_started(text_job) and _now_started(json_job):
+        for job in (text_job, json_job):
+            assert window[0] - 1 <= job.start_time <= window[1] + 1, (job, window)
+        text_job, json_job = replace(text_job, start_time=0), replace(json_job, start_time=0)
+    assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
+    assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
 
 
 def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: Any) -> None:
@@ -162,43 +201,46 @@ def test_text_read_parses_what_the_json_read_did_for_the_same_real_jobs(slurm: A
     # few seconds), and its node list shrinks as each does: on a loaded machine no three reads
     # of `_stable_reads` may fall inside one state. So one node's slurmd is stopped across the
     # requeue (a few seconds, well inside SlurmdTimeout): the job stays COMPLETING on that node
-    # until it is let go, and the reads see it stable.
+    # until it is let go, and the reads see it stable. Its start time there is Slurm's now
+    # (`_now_started`): the reads check it lies within them, and compare the rest.
     held_node = slurm.pids["slurmd-rtx-1"]
     os.kill(held_node, signal.SIGSTOP)
     try:
         slurm.run("scontrol", "requeue", str(slow_requeued))
         requeued_completing = False
-        deadline = time.monotonic() + 30
-        while not requeued_completing and time.monotonic() < deadline:
-            stable, json_read = _stable_reads(ctl)
-            text_job = stable.get(slow_requeued)
-            if text_job is None or text_job.state != "COMPLETING" or text_job.restart_count == 0:
+        trail: list[tuple[float, tuple[float, ...], str, str]] = []  # for a failure's message
+        started = time.monotonic()
+        while not requeued_completing and time.monotonic() < started + 30:
+            reads = _stable_reads(ctl)
+            text_job = reads.stable.get(slow_requeued)
+            json_job = reads.json[slow_requeued]
+            trail.append(
+                (round(time.monotonic() - started, 1), reads.seconds, f"{text_job}", f"{json_job}")
+            )
+            if text_job is None or not _now_started(text_job):
                 continue
-            json_job = json_read[slow_requeued]
-            assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
-            assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
+            _assert_same(text_job, json_job, reads.window)
             requeued_completing = True
     finally:
         os.kill(held_node, signal.SIGCONT)
-    assert requeued_completing
+    assert requeued_completing, trail
     # An odd Comment written by `scontrol update`, as the bridge writes its own.
     slurm.run("scontrol", "update", f"JobId={held[1]}", "Comment=x = y \x1f z\nw")
 
     wanted = {*held, running, array, limited, failed, cancelled, slow, slow_requeued}
     seen_states: set[str] = {"COMPLETING"}  # the requeued job's, compared above
     compared: set[int] = set()
-    # Until each job was compared, reads as slow as a loaded machine makes them.
-    deadline = time.monotonic() + 60
+    # Until each job was compared, reads as slow as a loaded machine makes them (8 s each seen).
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        stable, json_read = _stable_reads(ctl)
-        for job_id, text_job in stable.items():
+        reads = _stable_reads(ctl)
+        for job_id, text_job in reads.stable.items():
             if job_id not in wanted:
                 # An earlier test's job on the session's cluster, ended by its cleanup: one the
                 # bridge requeued held shows its description as its reason (records.py).
                 continue
-            json_job = json_read[job_id]
-            assert _comparable(text_job, from_json=False) == _comparable(json_job, from_json=True)
-            assert text_job.gpu_indices_read is True and json_job.gpu_indices_read is True
+            json_job = reads.json[job_id]
+            _assert_same(text_job, json_job, reads.window)
             if text_job.partition == "gpu" and not text_job.finished:
                 assert map_job(CONFIG_GPU, text_job) == map_job(CONFIG_GPU, json_job)
             seen_states.add(text_job.state)
@@ -305,10 +347,10 @@ def test_gpu_indices_of_the_text_read_are_the_json_reads(slurm: Any) -> None:
         _submit(slurm, "--gpus=1"),
         _submit(slurm, "-p", "rtx", "--gres=gpu:rtx4090:1"),
     }
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # reads as slow as a loaded machine makes them
     while True:
-        stable, json_read = _stable_reads(SlurmCtl())
-        running = {i: j for i, j in stable.items() if j.state == "RUNNING"}
+        reads = _stable_reads(SlurmCtl())
+        running = {i: j for i, j in reads.stable.items() if j.state == "RUNNING"}
         mine = {i for i, j in running.items() if i in others or j.array_job_id in others}
         if whole in running and len(mine) >= len(others) + 1:  # the array: two tasks
             break
@@ -317,7 +359,7 @@ def test_gpu_indices_of_the_text_read_are_the_json_reads(slurm: Any) -> None:
     detail = slurm.run("scontrol", "-d", "show", "job", "-o", str(whole)).stdout
     assert " Nodes=a100-[0-1] CPU_IDs=0-63 Mem=" in detail  # one run of two nodes
     for job_id in (whole, *mine):
-        text_job, json_job = running[job_id], json_read[job_id]
+        text_job, json_job = running[job_id], reads.json[job_id]
         assert text_job.gpu_indices_read, job_id
         assert text_job.gpu_indices == json_job.gpu_indices, job_id
         assert len(text_job.gpu_indices) == len(text_job.nodes) and all(text_job.gpu_indices)
@@ -488,9 +530,9 @@ def test_memory_is_read_from_the_record_squeue_names(
     scontrol: str, name: str, expected: tuple[int, int] | None
 ) -> None:
     """The record of job 42 with the name squeue gave, account `vision`: its memory, or None
-    when not clear (`_Scontrol.memory`)."""
-    got = _Scontrol(scontrol.encode()).memory(42, name, "vision", "(null)")
-    assert (got and got[:2]) == expected
+    when not clear (`_Scontrol.record`)."""
+    got = _Scontrol(scontrol.encode()).record(42, name, "vision", "(null)")
+    assert (got and (got.memory_per_node_mib, got.memory_per_cpu_mib)) == expected
 
 
 # `scontrol -d show job -o`'s detail of a job, between `CoreSpec=*` and `MinCPUsNode=`, as Slurm

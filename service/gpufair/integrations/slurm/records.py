@@ -332,13 +332,6 @@ class _Scontrol:
         for match in _JOB_START_RE.finditer(self.text):
             self.starts.setdefault(int(match.group(1)), []).append(match.start())
 
-    def memory(self, job_id: int, name: str, account: str, qos: str) -> tuple[int, int, int] | None:
-        """`record`'s (per node, per CPU) memory in MiB and its array id, or None."""
-        found = self.record(job_id, name, account, qos)
-        if found is None:
-            return None
-        return (found.memory_per_node_mib, found.memory_per_cpu_mib, found.array_job_id)
-
     def record(self, job_id: int, name: str, account: str, qos: str) -> _Record | None:
         """The job's (per node, per CPU) memory in MiB, the other 0: its `MinMemoryNode=` or
         `MinMemoryCPU=` (units exact: `1536M`, `1G`), and its `ArrayJobId=` (0 without one: a
