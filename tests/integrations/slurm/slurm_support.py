@@ -127,11 +127,12 @@ def sbatch(
     seconds: float = 5,
     constraint: str = "",
     hold: bool = True,
+    wrap: str = "",
 ) -> int:
-    """Submit a `sleep` job, held unless told; its id."""
+    """Submit a `sleep` job (or one running the shell command `wrap`), held unless told; its id."""
     args = ["sbatch", "--parsable", *(["--hold"] if hold else [])]
     args += ["-p", partition, "-A", account, f"-N{nodes}"]
-    args += [f"--gres={gres}", "-o", "/dev/null", "--wrap", f"sleep {seconds}"]
+    args += [f"--gres={gres}", "-o", "/dev/null", "--wrap", wrap or f"sleep {seconds}"]
     if constraint:
         args.append(f"--constraint={constraint}")
     out = cluster.run(*args).stdout

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,12 +52,19 @@ def state_of(client: GpufairClient, uid: str) -> str:
 
 
 def test_controller_down_fails_the_cycle_and_cancels_nothing(
-    slurm: Any, client: GpufairClient, db: Engine
+    slurm: Any, client: GpufairClient, db: Engine, tmp_path: Path
 ) -> None:
     client.apply_config(cluster_config("a100"))
     bridge = make_bridge(client, bridge_config(partitions={"a100": "a100"}))
     bridge.cycle()
-    gang = sbatch(slurm, account="acct-a", partition="a100", nodes=2, gres="gpu:8", seconds=20)
+    # The gang runs until the controller is back: a job that ends while slurmctld is down is
+    # another story (its end may reach the controller late, or only as a node's registration
+    # that no longer lists it), and a fixed length ran out on a loaded machine.
+    go = tmp_path / "go"
+    gang = sbatch(
+        slurm, account="acct-a", partition="a100", nodes=2, gres="gpu:8",
+        wrap=f"while [ ! -e {go} ]; do sleep 0.2; done",
+    )  # fmt: skip
     cycle_until(bridge, lambda: state_of(client, f"slurm-{gang}") == "running", max_cycles=8)
     waiting = sbatch(slurm, account="acct-b", partition="a100", gres="gpu:4", seconds=3)
     assert bridge.cycle().submitted == [f"slurm-{waiting}"]
@@ -72,11 +80,17 @@ def test_controller_down_fails_the_cycle_and_cancels_nothing(
         assert len(client.get_config().config.nodes) == 2
     finally:
         start_controller(slurm)
+    go.touch()
 
     def all_done() -> bool:
         return {state_of(client, f"slurm-{j}") for j in (gang, waiting)} == {"finished"}
 
-    cycle_until(bridge, all_done, max_cycles=60)
+    try:
+        cycle_until(bridge, all_done, max_cycles=60)
+    except AssertionError as failure:  # what each side held, for a run that went wrong
+        jobs = {j: (client.explain(f"slurm-{j}"), squeue(slurm).get(j)) for j in (gang, waiting)}
+        nodes = slurm.run("sinfo", "-N", "-h", "-o", "%N %t %E", check=False).stdout
+        raise AssertionError(f"{failure}\n{jobs}\n{nodes}\n{slurm.logs_tail(40)}") from None
     seen = squeue(slurm)
     for job in (gang, waiting):
         assert (seen[job]["job_state"], seen[job]["restart_cnt"]) == ("COMPLETED", 0)
