@@ -105,9 +105,10 @@ class _Own:
     """A queue's victims of one GPU type in the phase and what its tries learned of them: the
     lowest priority class among those not evicted (`floor`, raised as the last of a class
     leaves: `_try_preempt`), their CU and GPUs by class (`_totals`, made at the first cheap
-    test), their index (made at the first search) and the placement problems whose search
-    failed (by the identity of their memo key, `kind_of`: a shape that found no victims at one
-    class finds none at a lower one, with fewer victims and less capacity).
+    test), their index (made at the first search, of the victims of a class below its
+    workload's: `indexed_below`) and the placement problems whose search failed (by the
+    identity of their memo key, `kind_of`: a shape that found no victims at one class finds
+    none at a lower one, with fewer victims and less capacity).
 
     `victims` holds those not evicted, each with its priority class, in `state.running`'s
     order: a search's victims leave it as they are evicted (`_try_preempt`; only such a
@@ -119,13 +120,18 @@ class _Own:
     times as often); 29,758 of the 103,528 read were evicted and 26,493 of another class
     (bench/results/cycle.md, round 30)."""
 
-    __slots__ = ("failed", "floor", "index", "room", "totals", "victims")
+    __slots__ = ("failed", "floor", "index", "indexed_below", "room", "totals", "victims")
 
     def __init__(self, victims: dict[Victim, int], floor: int) -> None:
         self.victims = victims
         self.floor = floor
         self.totals: dict[int, list[float]] | None = None
         self.index: VictimIndex | None = None
+        # The class the index's victims are below: the first search's workload's. The queue's
+        # later searches are for work of no higher class (`_wanting`), so a victim of that
+        # class or above could never be chosen: the index, its walks and its searches read
+        # none (at 1,000 nodes, scrambled, the phase's indexes hold 1,785 victims, not 2,382).
+        self.indexed_below = 0
         self.failed: set[int] = set()
         # The last whole-GPU room test that found the room short (`_room_short`): the class it
         # read victims below, and per count of GPUs a node could have wholly free, how many
@@ -286,8 +292,15 @@ def _try_preempt(
         ):
             failed.add(memo_key)
             continue
-        if index is None:
-            index = own.index = VictimIndex(own.victims, state.capacity, partitions)
+        if index is None or below > own.indexed_below:
+            # Only the victims of a class below the workload's (`_Own.indexed_below`); made
+            # again should a later search be for a higher class (none is: `_wanting`).
+            index = own.index = VictimIndex(
+                [victim for victim, of_class in own.victims.items() if of_class < below],
+                state.capacity,
+                partitions,
+            )
+            own.indexed_below = below
             state.preempt_index[book.name, gpu_type] = index
         budget = budgets.get((book.name, below))
         if budget is None:
