@@ -52,7 +52,14 @@ from server_process import free_port, wait_serving
 
 from gpufair.client import GpufairClient
 from gpufair.config_file import parse_config
-from gpufair.store import ingest_pipeline, migrate, runs_repo
+from gpufair.store import (
+    ingest_context,
+    ingest_pipeline,
+    ingest_validate,
+    ingest_writes,
+    migrate,
+    runs_repo,
+)
 from gpufair.store.database import make_engine
 from gpufair.store.event_codec import COPY_EVENTS_SQL, copy_stream, text_array
 from gpufair.store.known_workloads import KnownWorkloads
@@ -167,21 +174,21 @@ def measure(url: str, events: list[Any], batches: int) -> dict[str, list[float]]
             pg.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             # The internals of the pipeline, taken apart on purpose.
             timed(
-                "read: lock the batch's workloads", fetch, ingest_pipeline._RUN_WORKLOADS_SQL, uids
+                "read: lock the batch's workloads", fetch, ingest_context._RUN_WORKLOADS_SQL, uids
             )
             timed("read: their earlier run events", fetch, runs_repo.RUN_EVENTS_SQL, uids)
             timed("read: their intervals", fetch, runs_repo.INTERVALS_SQL, uids)
-            ctx = ingest_pipeline._read_context(
+            ctx = ingest_context._read_context(
                 pg, [batch], ingest_pipeline.Overlap(), KnownWorkloads(0)
             )
-            keep = ingest_pipeline._validate(batch, ctx)
+            keep = ingest_validate._validate(batch, ctx)
             assert len(keep) == len(chunk), f"{len(keep)} of {len(chunk)} events valid"
-            plan = ingest_pipeline._plan(keep, ctx).change
+            plan = ingest_writes._plan(keep, ctx).change
             rows = copy_stream(c.copy_row for c in sorted(keep, key=lambda c: c.event_id))
             timed("COPY of the batch's events", copy_in, COPY_EVENTS_SQL, rows)
             states = sorted(plan.states)
             values = (text_array(states), text_array(plan.states[u].value for u in states))
-            timed("write: workload states", pg.execute, ingest_pipeline._STATE_UPDATE_SQL, values)
+            timed("write: workload states", pg.execute, ingest_writes._STATE_UPDATE_SQL, values)
             pg.execute("SAVEPOINT variants")
             document = (json.dumps([r[1:] for r in plan.insert]),)
             timed(

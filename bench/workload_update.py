@@ -8,7 +8,7 @@ A scratch database at the latest migration gets `--workloads` workloads of one p
 queues, submitted in batches as `bench_ingest.py` submits them (so the table's pages are full, as
 a bulk submission leaves them). For each layout in turn (alternating, `--repeats` times each, the
 table built again each time) ten batches of 400 workloads are updated as ingest updates them
-(`ingest_pipeline._STATE_UPDATE_SQL`): once to `running` (their runs start) and once more to
+(`ingest_writes._STATE_UPDATE_SQL`): once to `running` (their runs start) and once more to
 `finished` (they end), each in a transaction that commits. PostgreSQL's CPU per statement is read
 from `/proc/<pid>/schedstat`; the share of HOT updates from `pg_stat_user_tables`.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import psycopg
 from bench_ingest import libpq_url
 
-from gpufair.store import ingest_pipeline, migrate
+from gpufair.store import ingest_writes, migrate
 from gpufair.store.event_codec import text_array
 from gpufair.store.scratch import scratch_database, test_server
 
@@ -86,7 +86,7 @@ def measure(url: str, n: int, repeats: int) -> dict[str, list[tuple[float, float
             with pg.transaction():
                 before = cpu_ms()
                 done = pg.execute(
-                    ingest_pipeline._STATE_UPDATE_SQL,
+                    ingest_writes._STATE_UPDATE_SQL,
                     (text_array(uids), text_array([state] * len(uids))),
                 ).rowcount
                 spent_ms = cpu_ms() - before

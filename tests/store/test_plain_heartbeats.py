@@ -27,7 +27,7 @@ from gpufair.domain.ledger import (
     static_problem,
     static_problem_of_uuid,
 )
-from gpufair.store import event_codec, ingest_pipeline
+from gpufair.store import event_codec, ingest_context, ingest_pipeline, ingest_validate
 from gpufair.store.event_codec import (
     canonical_ids_bytes,
     copy_row,
@@ -342,10 +342,10 @@ def test_heartbeats_store_the_general_rows_with_the_general_outcomes(
     assert again.final() == [DUPLICATE]
 
 
-def _context(workloads: Sequence[str], missing: Sequence[str]) -> ingest_pipeline._Context:
+def _context(workloads: Sequence[str], missing: Sequence[str]) -> ingest_context._Context:
     from gpufair.domain.ledger import WorkloadRef, WorkloadState
 
-    return ingest_pipeline._Context(
+    return ingest_context._Context(
         {u: (WorkloadRef(u, "q", "p"), WorkloadState.RUNNING) for u in workloads},
         set(),
         set(),
@@ -398,9 +398,9 @@ def test_validate_by_the_plain_heartbeats_workloads_is_each_event_judged_alone(
     alone = ingest_pipeline.prepare(items, NOW)
     alone.plain_uids, alone.others = set(), None  # as a batch made without `Preparation`
     ctx = _context(workloads, missing)
-    expected = ingest_pipeline._validate_each(alone, ctx, alone.candidates)
-    assert ingest_pipeline._validate(alone, ctx) == expected
-    kept = ingest_pipeline._validate(batch, _context(workloads, missing))
+    expected = ingest_validate._validate_each(alone, ctx, alone.candidates)
+    assert ingest_validate._validate(alone, ctx) == expected
+    kept = ingest_validate._validate(batch, _context(workloads, missing))
     assert [tuple(c) for c in kept] == [tuple(c) for c in expected]
     assert batch.outcomes.statuses == alone.outcomes.statuses
     assert batch.outcomes.errors == alone.outcomes.errors

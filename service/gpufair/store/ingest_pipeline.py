@@ -46,11 +46,10 @@ from gpufair.store.ingest_batch import (
     Overlap,
     PreparedBatch,
 )
-from gpufair.store.ingest_context import _RUN_WORKLOADS_SQL, _Context, _read_context
+from gpufair.store.ingest_context import _read_context
 from gpufair.store.ingest_prepare import Preparation
-from gpufair.store.ingest_validate import PURGED, _validate, _validate_each
+from gpufair.store.ingest_validate import PURGED, _validate
 from gpufair.store.ingest_writes import (
-    _STATE_UPDATE_SQL,
     _apply_node_capacity,
     _copy,
     _insert_careful,
@@ -76,17 +75,6 @@ __all__ = [
     "prepared_at_once",
     "write",
     "write_group",
-]
-# Parts of a write that benchmarks time alone (bench/ingest_statements.py,
-# bench/workload_update.py) and tests check alone (tests/store/test_plain_heartbeats.py).
-__all__ += [
-    "_RUN_WORKLOADS_SQL",
-    "_STATE_UPDATE_SQL",
-    "_Context",
-    "_plan",
-    "_read_context",
-    "_validate",
-    "_validate_each",
 ]
 
 
