@@ -18,14 +18,15 @@ queues (`bench_cycle.build_snapshot`'s; 200 unless given), as `cycle_scaling.py`
 the pool.
 
 With `--cache` the measured cycle's memory traffic is counted too: callgrind with its cache
-simulation (`--cache-sim=yes`, a 32 KiB 8-way first-level data cache and a 1 MiB 16-way last
-level, the size of this machine's L2 per core), the instrumentation off while the pool is built
-and the warm-up cycles run (`callgrind_control -i on` just before the measured cycle: a 4,000-node
-pool is built in minutes instead of an hour), collecting inside the cycle's `operator.call`
-only. It prints the cycle's instructions, first-level data misses (reads + writes) and
-last-level data misses beside the first checkout's; `--top N` lists the N functions of the
-interpreter with the most last-level misses in the last count. The first level starts cold
-(a few thousand lines: nothing beside tens of millions of misses).
+simulation (`--cache-sim=yes`, a 32 KiB 8-way first-level data cache and a 1 MiB 16-way last level,
+the size of this machine's L2 per core), the instrumentation off while the pool is built and the
+warm-up cycles run (`callgrind_control -i on` just before the measured cycle: a 4,000-node pool is
+built in minutes instead of an hour), collecting inside the cycle's `operator.call` only (the
+driver `callgrind_cycle.py`, shared with `cycle_parts.py`). It prints the cycle's instructions,
+first-level data misses (reads + writes) and last-level data misses beside the first checkout's;
+`--top N` lists the N functions of the interpreter with the most last-level misses in the last
+count. The first level starts cold (a few thousand lines: nothing beside tens of millions of
+misses).
 
 With `--cache --by-phase` the measured cycle is run phase by phase as `run_cycle` runs them
 (`pair_cycle.PHASES`): the state's construction, each phase, the result and the state's release
@@ -53,12 +54,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cycle import QUEUES
+from callgrind_cycle import ANNOTATED_NUMBER, child_code, run_measured
 from pair_cycle import PHASES
 
 _CHILD = """
@@ -97,29 +98,10 @@ state.result()
 """
 
 
-# The measured cycle inside `operator.call`, once the parent has turned callgrind's
-# instrumentation on: the child says it is ready (its pid in a file) and waits for a go file.
-_CACHED = """
-import copy, gc, operator, os, sys, time
-gc.disable()
-sys.path.insert(0, {bench!r})
-from bench_cycle import build_snapshot, next_snapshot
-from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_memory import CarriedLoad
-mix, size, queues, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-snapshot = build_snapshot(size, scrambled=mix == "scrambled", queues=queues)
-carried = CarriedLoad()
-first = run_cycle(snapshot, carried)
-if mix == "next":
-    snapshot = next_snapshot(snapshot, first)
-else:
-    run_cycle(snapshot, carried)
-given = copy.copy(carried)
-with open(os.path.join(folder, "ready.tmp"), "w") as out:
-    out.write(str(os.getpid()))
-os.rename(os.path.join(folder, "ready.tmp"), os.path.join(folder, "ready"))
-while not os.path.exists(os.path.join(folder, "go")):
-    time.sleep(0.2)
+# The measured cycle inside `operator.call` (`callgrind_cycle`'s child, once the parent has turned
+# the instrumentation on); phase by phase when the child's last argument is "1".
+_CACHED = child_code(
+    """
 if sys.argv[5] == "1":  # phase by phase, each inside its own call (a dump after each)
     from gpufair.domain import cycle
     from gpufair.domain.cycle_state import CycleState
@@ -132,6 +114,7 @@ if sys.argv[5] == "1":  # phase by phase, each inside its own call (a dump after
 else:
     operator.call(run_cycle, snapshot, given)
 """
+)
 
 # The labels of `--by-phase`'s counts, in the order of the calls that `_CACHED` makes.
 _PHASE_LABELS = [
@@ -159,45 +142,16 @@ def cache_counts(
     each part's counts are printed, labelled (`_PHASE_LABELS`)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--cache-sim=yes",
-            "--D1=32768,8,64",
-            "--LL=1048576,16,64",
-            "--collect-atstart=no",
-            "--toggle-collect=_operator_call",
-            *(["--dump-after=_operator_call"] if by_phase else []),
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-c",
-            _CACHED.format(bench=str(Path(__file__).resolve().parent)),
+        run_measured(
+            tree,
+            _CACHED,
             mix,
-            str(size),
-            str(queues),
-            folder,
-            "1" if by_phase else "0",
-        ]
-        env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"), PYTHONHASHSEED="0")
-        with subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        ) as child:
-            ready = Path(folder) / "ready"
-            while not ready.exists():
-                if child.poll() is not None:
-                    _, stderr = child.communicate()
-                    raise RuntimeError(f"the child ended before its cycle: {stderr[-500:]}")
-                time.sleep(0.5)
-            subprocess.run(
-                ["callgrind_control", "-i", "on", ready.read_text()],
-                check=True,
-                capture_output=True,
-            )
-            (Path(folder) / "go").touch()
-            _, stderr = child.communicate()
-            if child.returncode:
-                raise RuntimeError(f"valgrind failed: {stderr[-500:]}")
+            size,
+            queues,
+            out,
+            options=["--dump-after=_operator_call"] if by_phase else [],
+            argv=["1" if by_phase else "0"],
+        )
         if by_phase:
             return _print_parts(out)
         found = _totals(out)
@@ -247,9 +201,8 @@ def _print_top(out: Path, top: int) -> None:
         check=True,
     ).stdout
     rows: dict[str, list[int]] = {}
-    number = r"([\d,]+|\.)\s+(?:\([^)]*\)\s+)?"
     for line in annotated.splitlines():
-        found = re.match(r"\s*" + number * 5 + r"(\S.*)$", line)
+        found = re.match(r"\s*" + ANNOTATED_NUMBER * 5 + r"(\S.*)$", line)
         if found is None or "PROGRAM TOTALS" in line:
             continue
         values = [0 if cell == "." else int(cell.replace(",", "")) for cell in found.groups()[:5]]

@@ -9,10 +9,11 @@ cycle calls (`_MARKERS`: `contextvars.Context.run`, a `functools.partial`, `sys.
 included. A module that took the function by `from ... import` is the one to name (the
 attribute there is what its code calls). The wrappers add a few instructions per call.
 
-The measured cycle is the scrambled, steady or next one `cycle_instructions.py --cache` counts:
-the pool built and its warm-up cycles run with the instrumentation off, then one carried cycle
-inside `operator.call`, collected there only, with the same cache simulation (a 32 KiB 8-way
-first level, a 1 MiB 16-way last level). Run from the repository root, for a checkout at TREE:
+The measured cycle is the scrambled, steady or next one `cycle_instructions.py --cache` counts: the
+pool built and its warm-up cycles run with the instrumentation off, then one carried cycle inside
+`operator.call`, collected there only, with the same cache simulation (a 32 KiB 8-way first level,
+a 1 MiB 16-way last level): the driver both share, `callgrind_cycle.py`. Run from the repository
+root, for a checkout at TREE:
 
     python bench/cycle_parts.py --tree TREE --size 4000 \\
         gpufair.domain.cycle:preempt gpufair.domain.cycle_preempt:select_victims \\
@@ -25,13 +26,16 @@ nodes five minutes (bench/results/cycle.md, round 30).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cycle import QUEUES
+from callgrind_cycle import ANNOTATED_NUMBER, child_code, run_measured
 
 # Per marker, the C function callgrind names (inclusive counts read by that name).
 _MARKERS = [
@@ -44,15 +48,12 @@ _MARKERS = [
     "dropwhile_next",
 ]
 
-_CHILD = """
-import contextvars, copy, functools, gc, importlib, itertools, operator, os, sys, time
-gc.disable()
-sys.path.insert(0, {bench!r})
-from bench_cycle import build_snapshot, next_snapshot
-from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_memory import CarriedLoad
-
-
+# Each named function wrapped in its marker's C function, after the warm-up cycles
+# (`callgrind_cycle.child_code`); the targets are the child's arguments after the prelude's.
+_CHILD = child_code(
+    "operator.call(run_cycle, snapshot, given)",
+    imports=["contextvars", "functools", "importlib", "itertools"],
+    prepare="""
 def via(marker, function):
     if marker == "context_run":
         return lambda *a, **k: contextvars.copy_context().run(function, *a, **k)
@@ -76,16 +77,7 @@ def via(marker, function):
     return dropped
 
 
-mix, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-snapshot = build_snapshot(size, scrambled=mix == "scrambled")
-carried = CarriedLoad()
-first = run_cycle(snapshot, carried)
-if mix == "next":
-    snapshot = next_snapshot(snapshot, first)
-else:
-    run_cycle(snapshot, carried)
-given = copy.copy(carried)
-for spec in sys.argv[4:]:
+for spec in sys.argv[5:]:
     marker, target = spec.split("=", 1)
     module, path = target.split(":")
     owner = importlib.import_module(module)
@@ -93,15 +85,8 @@ for spec in sys.argv[4:]:
     for part in outer:
         owner = getattr(owner, part)
     setattr(owner, name, via(marker, getattr(owner, name)))
-with open(os.path.join(folder, "ready.tmp"), "w") as out:
-    out.write(str(os.getpid()))
-os.rename(os.path.join(folder, "ready.tmp"), os.path.join(folder, "ready"))
-while not os.path.exists(os.path.join(folder, "go")):
-    time.sleep(0.2)
-operator.call(run_cycle, snapshot, given)
-"""
-
-_NUMBER = r"([\d,]+|\.)\s+(?:\([^)]*\)\s+)?"
+""",
+)
 
 
 def counts(tree: str, mix: str, size: int, targets: list[str]) -> dict[str, tuple[int, int]]:
@@ -110,43 +95,7 @@ def counts(tree: str, mix: str, size: int, targets: list[str]) -> dict[str, tupl
     specs = [f"{marker}={target}" for marker, target in zip(_MARKERS, targets, strict=False)]
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--cache-sim=yes",
-            "--D1=32768,8,64",
-            "--LL=1048576,16,64",
-            "--collect-atstart=no",
-            "--toggle-collect=_operator_call",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-c",
-            _CHILD.format(bench=str(Path(__file__).resolve().parent)),
-            mix,
-            str(size),
-            folder,
-            *specs,
-        ]
-        env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve() / "service"), PYTHONHASHSEED="0")
-        with subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        ) as child:
-            ready = Path(folder) / "ready"
-            while not ready.exists():
-                if child.poll() is not None:
-                    _, stderr = child.communicate()
-                    raise RuntimeError(f"the child ended before its cycle: {stderr[-500:]}")
-                time.sleep(0.5)
-            subprocess.run(
-                ["callgrind_control", "-i", "on", ready.read_text()],
-                check=True,
-                capture_output=True,
-            )
-            (Path(folder) / "go").touch()
-            _, stderr = child.communicate()
-            if child.returncode:
-                raise RuntimeError(f"valgrind failed: {stderr[-500:]}")
+        run_measured(tree, _CHILD, mix, size, QUEUES, out, argv=specs)
         annotated = subprocess.run(
             [
                 "callgrind_annotate",
@@ -163,7 +112,7 @@ def counts(tree: str, mix: str, size: int, targets: list[str]) -> dict[str, tupl
     names = {marker: target for marker, target in zip(_MARKERS, targets, strict=False)}
     names["_operator_call"] = "cycle"
     for line in annotated.splitlines():
-        row = re.match(r"\s*" + _NUMBER * 3 + r"(\S.*)$", line)
+        row = re.match(r"\s*" + ANNOTATED_NUMBER * 3 + r"(\S.*)$", line)
         if row is None:
             continue
         function = row.group(4).split(" [")[0].rsplit(":", 1)[-1]
