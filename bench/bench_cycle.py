@@ -47,7 +47,8 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.placement import Ask, Exclusion, PodShape, adequate_types, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape, adequate_types
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictionInFlight
 
 POOL = "bench"

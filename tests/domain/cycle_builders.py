@@ -27,7 +27,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.placement import Ask, Exclusion, PodShape
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,

@@ -7,7 +7,8 @@ import random
 
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
-from gpufair.domain.placement import Ask, Exclusion, PodShape, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
 from gpufair.domain.victim_search import Victim
 
 BINPACK = PlacementStrategy.BINPACK

@@ -9,7 +9,7 @@ from load_checks import countable, end_state
 
 from gpufair.domain.capacity import EPS
 from gpufair.domain.model import QueueQuota, Workload
-from gpufair.domain.placement import adequate_types
+from gpufair.domain.placement_ask import adequate_types
 from gpufair.domain.policy import deserved_cu_with_types
 from gpufair.domain.snapshot import (
     CycleResult,

@@ -34,7 +34,7 @@ from gpufair.domain.model import (
 )
 from gpufair.domain.partition_geometry import MIG_80GB_PROFILES
 from gpufair.domain.partitions import with_profile_share
-from gpufair.domain.placement import adequate_types
+from gpufair.domain.placement_ask import adequate_types
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, EvictionInFlight
 
 POOL = "main"

@@ -13,7 +13,7 @@ import pytest
 from gpufair.domain.cycle_allocate import _code_left, _code_when_full, _try_bind
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_state import CycleState
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from tests.domain.cycle_builders import A100, RTX4090, UNIT, V100, node, queue, snapshot, workload
 
 _TYPES = (A100, V100, RTX4090, UNIT)

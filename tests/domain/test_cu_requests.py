@@ -18,7 +18,8 @@ from gpufair.domain.cu_request import options
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.demand import queue_demands
 from gpufair.domain.model import Allocation, PodBinding, TopologyConstraint, Workload
-from gpufair.domain.placement import adequate_types, never_fits
+from gpufair.domain.placement_ask import adequate_types
+from gpufair.domain.placement_rejection import never_fits
 from gpufair.domain.snapshot import CycleResult, PendingCode
 
 TYPES = {t.name: t for t in GPU_TYPES}

@@ -10,7 +10,7 @@ from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_allocate import allocate
 from gpufair.domain.cycle_load import load
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from gpufair.domain.snapshot import PendingCode
 from tests.domain.cycle_builders import node, queue, running, snapshot, workload
 

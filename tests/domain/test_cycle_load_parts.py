@@ -9,7 +9,9 @@ import pytest
 
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PodBinding, Workload, pod_binding
-from gpufair.domain.placement import PodShape, PoolRoom, pods_fit_empty
+from gpufair.domain.placement_ask import PodShape
+from gpufair.domain.placement_domain import PoolRoom
+from gpufair.domain.placement_fit import pods_fit_empty
 
 
 def _node(name: str, gpus: int, cpu: int = 64_000, memory: int = 512_000, rack: str = "") -> Node:

@@ -40,7 +40,7 @@ from gpufair.domain.model import (
     TopologyConstraint,
     Workload,
 )
-from gpufair.domain.placement import gpu_memory_per_pod_gib
+from gpufair.domain.placement_ask import gpu_memory_per_pod_gib
 from gpufair.domain.snapshot import (
     CycleResult,
     CycleSnapshot,

@@ -1,12 +1,13 @@
-"""A topology domain's room for whole-GPU pods (`placement._choose_domain`, which counts them
-without `fit_on`'s call): CPU, memory and one pod per node bound a node's pods as the free GPUs
-do, so binpack's tightest domain is the one those bounds leave tightest."""
+"""A topology domain's room for whole-GPU pods (`placement_domain._choose_domain`, which counts
+them without `fit_on`'s call): CPU, memory and one pod per node bound a node's pods as the free
+GPUs do, so binpack's tightest domain is the one those bounds leave tightest."""
 
 from __future__ import annotations
 
 from gpufair.domain.capacity import Capacity
 from gpufair.domain.model import Node, PlacementStrategy, TopologyConstraint
-from gpufair.domain.placement import Ask, Exclusion, PodShape, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
 
 RACK = TopologyConstraint("rack", required=True)
 

@@ -1,7 +1,7 @@
-"""A topology domain's room kept from one search to the next (`placement._DomainRoom`): after
-any takes, releases, trials restored and states copied in, it equals a count of the nodes read
-one by one, and the domain search chooses the same nodes either way. A node's free GPUs read
-from its counts (`placement._free_gpus`) are its `free_gpus()`."""
+"""A topology domain's room kept from one search to the next (`placement_domain._DomainRoom`):
+after any takes, releases, trials restored and states copied in, it equals a count of the nodes
+read one by one, and the domain search chooses the same nodes either way. A node's free GPUs read
+from its counts (`placement_domain._free_gpus`) are its `free_gpus()`."""
 
 from __future__ import annotations
 
@@ -11,15 +11,8 @@ import pytest
 
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
-from gpufair.domain.placement import (
-    Ask,
-    Exclusion,
-    PodShape,
-    _choose_domain,
-    _domain_room,
-    _DomainRoom,
-    _free_gpus,
-)
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
+from gpufair.domain.placement_domain import _choose_domain, _domain_room, _DomainRoom, _free_gpus
 
 SHAPES = (
     PodShape(2.0, 8_000, 64_000),

@@ -14,7 +14,7 @@ from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_reclaim import least_cu_in_share
 from gpufair.domain.cycle_state import Kind
-from gpufair.domain.placement import PodShape
+from gpufair.domain.placement_ask import PodShape
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason, PendingCode
 

@@ -8,7 +8,7 @@ from cycle_builders import victims_found
 
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node
-from gpufair.domain.placement import PodShape
+from gpufair.domain.placement_ask import PodShape
 from gpufair.domain.victim_search import Victim, VictimIndex
 
 SHAPE = PodShape(2.0, 0, 0)

@@ -18,7 +18,7 @@ from gpufair.domain.model import (
 )
 from gpufair.domain.partition_geometry import MIG_80GB_PROFILES, geometry
 from gpufair.domain.partitions import with_profile_share
-from gpufair.domain.placement import never_fits
+from gpufair.domain.placement_rejection import never_fits
 from gpufair.domain.snapshot import CycleResult, CycleSnapshot, PendingCode
 
 A100_MIG = GpuType("a100-80gb", 80, 10, MIG_80GB_PROFILES)

@@ -19,7 +19,8 @@ from cycle_builders import (
 
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
-from gpufair.domain.placement import Exclusion, PodShape, never_fits
+from gpufair.domain.placement_ask import Exclusion, PodShape
+from gpufair.domain.placement_rejection import never_fits
 from gpufair.domain.snapshot import CycleResult, PendingCode
 
 BIG = {"q": 1_000.0}

@@ -9,7 +9,8 @@ import pytest
 
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node, PlacementStrategy
-from gpufair.domain.placement import Ask, Exclusion, PodShape, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
 from gpufair.domain.placement_release import (
     UNDECIDED,
     only_released,

@@ -10,7 +10,8 @@ import random
 
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.cycle_preempt import share_room_short
-from gpufair.domain.placement import Ask, Exclusion, PodShape, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 from tests.domain.full_pools import BINPACK, TYPES, full_pool, random_victims
 

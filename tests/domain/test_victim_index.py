@@ -11,7 +11,7 @@ import pytest
 from gpufair.domain import victim_index
 from gpufair.domain.capacity import Capacity, PodUse
 from gpufair.domain.model import Node, PlacementStrategy, TopologyConstraint
-from gpufair.domain.placement import Ask, Exclusion, PodShape
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
 from gpufair.domain.victim_node_sets import node_sets
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 

@@ -12,7 +12,9 @@ import pytest
 
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import Node
-from gpufair.domain.placement import Ask, Exclusion, free_pods, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion
+from gpufair.domain.placement_fit import free_pods
 from gpufair.domain.victim_greedy import Picked, Selection, greedy
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims
 from tests.domain.full_pools import (

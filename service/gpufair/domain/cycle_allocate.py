@@ -37,7 +37,7 @@ from operator import length_hint
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_contention import bound_exclusive, exclusive_demand, type_order
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from gpufair.domain.snapshot import PendingCode
 
 

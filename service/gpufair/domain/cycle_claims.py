@@ -31,7 +31,7 @@ from operator import attrgetter
 
 from gpufair.domain.capacity import Journal, PodUse, ReleasedNode
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from gpufair.domain.placement_release import (
     UNDECIDED,
     only_released,

@@ -32,7 +32,9 @@ from gpufair.domain.cycle_contention import (
 )
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.model import PlacementStrategy, Workload
-from gpufair.domain.placement import Ask, Exclusion, PodShape, place_on_nodes, pods_fit
+from gpufair.domain.placement import place_on_nodes
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
+from gpufair.domain.placement_fit import pods_fit
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import BindDecision
 

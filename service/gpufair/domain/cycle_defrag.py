@@ -43,14 +43,9 @@ from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_reclaim import preemptible_running
 from gpufair.domain.cycle_state import CycleState, Pending
 from gpufair.domain.model import Allocation, PodBinding
-from gpufair.domain.placement import (
-    Ask,
-    Exclusion,
-    PodShape,
-    fit_on,
-    place,
-    pods_fit,
-)
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
+from gpufair.domain.placement_fit import fit_on, pods_fit
 from gpufair.domain.snapshot import EvictReason, PendingCode, Reservation, ReservationKind
 from gpufair.domain.victim_search import Selection, Victim
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from gpufair.domain.capacity import Capacity
 from gpufair.domain.model import PlacementStrategy
-from gpufair.domain.placement import Ask
+from gpufair.domain.placement_ask import Ask
 
 Orders = tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...]]
 NO_MOVES: dict[tuple[object, ...], Orders] = {}

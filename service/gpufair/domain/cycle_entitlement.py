@@ -45,7 +45,7 @@ from gpufair.domain.cycle_reserve import reserve_gang
 from gpufair.domain.cycle_state import CycleState, Pending, QueueKey
 from gpufair.domain.entitlement_reach import reachable_share_cu
 from gpufair.domain.model import WindowKind
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims

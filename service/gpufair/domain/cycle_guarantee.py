@@ -21,7 +21,7 @@ from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_reclaim import preemptible_running
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_search import Victim, VictimBudget, VictimIndex, select_victims

@@ -41,7 +41,8 @@ from gpufair.domain import cu_request
 from gpufair.domain.cycle_memory import CarriedLoad, QueueRecords, Rejection
 from gpufair.domain.cycle_state import CycleState, Kind, MemoKey, Pending
 from gpufair.domain.model import Workload
-from gpufair.domain.placement import PodShape, adequate_types, rejection_in, signature
+from gpufair.domain.placement_ask import PodShape, adequate_types, signature
+from gpufair.domain.placement_rejection import rejection_in
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import PendingCode, PendingReason
 

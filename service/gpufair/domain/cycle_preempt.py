@@ -27,7 +27,7 @@ from gpufair.domain.capacity import EPS, Capacity
 from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_reclaim import preemptible_running
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import Ask, Exclusion
+from gpufair.domain.placement_ask import Ask, Exclusion
 from gpufair.domain.queuebook import UNCAPPED
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_index import offers_partitions

@@ -22,7 +22,7 @@ from operator import attrgetter
 from gpufair.domain.capacity import EPS
 from gpufair.domain.cycle_evict import commit
 from gpufair.domain.cycle_state import CycleState, Kind, Pending, Running
-from gpufair.domain.placement import Exclusion
+from gpufair.domain.placement_ask import Exclusion
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import EvictReason, PendingCode
 from gpufair.domain.victim_search import (

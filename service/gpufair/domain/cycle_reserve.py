@@ -28,7 +28,8 @@ from operator import attrgetter
 from gpufair.domain.capacity import EPS, Capacity
 from gpufair.domain.cycle_reclaim import least_cu_in_share
 from gpufair.domain.cycle_state import CycleState, Pending
-from gpufair.domain.placement import PodShape, pods_fit, pods_fit_empty
+from gpufair.domain.placement_ask import PodShape
+from gpufair.domain.placement_fit import pods_fit, pods_fit_empty
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import PendingCode, Reservation, ReservationKind
 

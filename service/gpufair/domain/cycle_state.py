@@ -28,14 +28,10 @@ from gpufair.domain.decisions import (
 from gpufair.domain.explain import pending_message, queue_numbers
 from gpufair.domain.model import PodBinding, Queue, Workload, pod_binding
 from gpufair.domain.partition_geometry import geometries, start_of
-from gpufair.domain.placement import (
-    Ask,
-    Exclusion,
-    FitRejection,
-    PodShape,
-    PoolRoom,
-    place,
-)
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
+from gpufair.domain.placement_domain import PoolRoom
+from gpufair.domain.placement_rejection import FitRejection
 from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.queuebook import UNCAPPED, LimitBook, QueueBook
 from gpufair.domain.snapshot import (

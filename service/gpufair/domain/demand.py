@@ -5,11 +5,11 @@ The one statement of the rule, used by the server's recompute and by the simulat
 - held: the GPUs of what runs (or is bound), on the type it really holds;
 - waiting: each workload's whole request, counted on the GPU type placement would choose for it
   in the empty pool (`serving_types`): the cheapest present type that serves it
-  (`placement.adequate_types`) and whose nodes can hold its gang, so an 8-GPU pod waits on the
+  (`placement_ask.adequate_types`) and whose nodes can hold its gang, so an 8-GPU pod waits on the
   8-GPU nodes of a dearer type, not on a cheaper type whose nodes have 4;
 - work with no such type is no demand at all (it cannot use anything this pool could give it):
-  work the pool could not hold even empty (`placement.rejection_in`, a gang bigger than the
-  pool's nodes of a type once a config change took nodes away, say), which the cycle answers
+  work the pool could not hold even empty (`placement_rejection.rejection_in`, a gang bigger than
+  the pool's nodes of a type once a config change took nodes away, say), which the cycle answers
   `NEVER_FITS` and which would otherwise hold a share no one can use, and work only types with
   no ready node could hold;
 - a compute-unit request (`domain/cu_request.py`) waits for the GPUs of the first of its options
@@ -33,7 +33,9 @@ from gpufair.domain.capacity import Capacity
 from gpufair.domain.fairshare_demand import LeafDemands, QueueDemand
 from gpufair.domain.model import GpuType, Node, Workload
 from gpufair.domain.partition_geometry import geometries
-from gpufair.domain.placement import PodShape, PoolRoom, adequate_types, rejection_in, signature
+from gpufair.domain.placement_ask import PodShape, adequate_types, signature
+from gpufair.domain.placement_domain import PoolRoom
+from gpufair.domain.placement_rejection import rejection_in
 
 ServingType = Callable[[Workload], str | None]
 

@@ -37,13 +37,8 @@ from gpufair.domain.entitlement_reach import outlook
 from gpufair.domain.model import GpuType, Node, Workload
 from gpufair.domain.number_text import number_text as _num
 from gpufair.domain.partition_geometry import geometries, profile_geometry
-from gpufair.domain.placement import (
-    PodShape,
-    adequate_types,
-    fit_on,
-    gpu_memory_per_pod_gib,
-    pods_fit,
-)
+from gpufair.domain.placement_ask import PodShape, adequate_types, gpu_memory_per_pod_gib
+from gpufair.domain.placement_fit import fit_on, pods_fit
 from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.queuebook import QueueBook
 from gpufair.domain.snapshot import (

@@ -24,7 +24,8 @@ from operator import attrgetter, itemgetter
 
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse, ReleasedNode
 from gpufair.domain.model import PlacementStrategy, TopologyConstraint
-from gpufair.domain.placement import PodShape, fit_on
+from gpufair.domain.placement_ask import PodShape
+from gpufair.domain.placement_fit import fit_on
 
 # `place_released`'s "not decided here": a plan is never empty.
 UNDECIDED: list[PodUse] = []

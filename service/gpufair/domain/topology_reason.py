@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from gpufair.domain.capacity import Capacity
 from gpufair.domain.model import PlacementStrategy, Workload
-from gpufair.domain.placement import Ask, Exclusion, PodShape, place, pods_fit
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
+from gpufair.domain.placement_fit import pods_fit
 from gpufair.domain.topology import ladder
 
 

@@ -41,14 +41,8 @@ from typing import NamedTuple
 
 from gpufair.domain.capacity import EPS, Capacity, Journal, NodeState, PodUse
 from gpufair.domain.partition_geometry import Geometry
-from gpufair.domain.placement import (
-    Ask,
-    Exclusion,
-    PodShape,
-    fit_on,
-    free_pods,
-    pods_fit,
-)
+from gpufair.domain.placement_ask import Ask, Exclusion, PodShape
+from gpufair.domain.placement_fit import fit_on, free_pods, pods_fit
 from gpufair.domain.placement_release import place_one_released
 from gpufair.domain.victim_index import (
     NEVER,

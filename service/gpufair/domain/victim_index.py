@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpufair.domain.capacity import EPS, Capacity, NodeState, PodUse
-from gpufair.domain.placement import PodShape
+from gpufair.domain.placement_ask import PodShape
 
 
 @dataclass(slots=True, eq=False)

@@ -11,7 +11,8 @@ import heapq
 from collections.abc import Container, Iterable, Iterator
 
 from gpufair.domain.capacity import EPS, Capacity
-from gpufair.domain.placement import Ask, Exclusion, nodes_with_room
+from gpufair.domain.placement_ask import Ask, Exclusion
+from gpufair.domain.placement_fit import nodes_with_room
 from gpufair.domain.victim_index import VictimIndex
 
 

@@ -64,7 +64,8 @@ from collections.abc import Collection, Sequence
 
 from gpufair.domain.capacity import Capacity, Journal, PodUse
 from gpufair.domain.model import PlacementStrategy
-from gpufair.domain.placement import Ask, Exclusion, place
+from gpufair.domain.placement import place
+from gpufair.domain.placement_ask import Ask, Exclusion
 from gpufair.domain.victim_greedy import Selection, greedy
 from gpufair.domain.victim_index import Victim, VictimBudget, VictimIndex
 from gpufair.domain.victim_node_sets import node_sets, pool_could_fit

@@ -16,7 +16,7 @@ from gpufair.domain.limits import (
 )
 from gpufair.domain.model import ClusterConfig, Node, Workload
 from gpufair.domain.partitions import with_profile_share
-from gpufair.domain.placement import never_fits
+from gpufair.domain.placement_rejection import never_fits
 
 UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,252}$")
 

@@ -15,7 +15,7 @@ from gpufair.domain.cycle_memory import CarriedLoad
 from gpufair.domain.demand import serving_types
 from gpufair.domain.fairshare import FairShareResult
 from gpufair.domain.model import ClusterConfig, GpuType, NodePool, Queue, Workload
-from gpufair.domain.placement import adequate_types
+from gpufair.domain.placement_ask import adequate_types
 from gpufair.domain.policy import max_borrow_s
 from gpufair.domain.snapshot import EvictionInFlight, UsageStanding
 from gpufair.domain.tree import QueueTree
