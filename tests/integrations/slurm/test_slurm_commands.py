@@ -19,8 +19,7 @@ from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import events
-from gpufair.integrations.slurm.bridge import Bridge, CycleReport
-from gpufair.integrations.slurm.job_states import OWNER_RELEASE_BEGIN_S
+from gpufair.integrations.slurm.bridge import OWNER_RELEASE_BEGIN_S, Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import Unmappable, map_job
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
@@ -86,7 +85,7 @@ def test_pin_then_release_in_pod_order() -> None:
     for placed, start, clock in cases:
         slurm = SlurmWithClock()
         report = CycleReport()
-        bridge(slurm)._placement.place(placed, "slurm-42", PODS, report)
+        bridge(slurm)._place(placed, "slurm-42", PODS, report)
         assert slurm.commands == [
             *clock,
             ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", *start],
@@ -94,14 +93,14 @@ def test_pin_then_release_in_pod_order() -> None:
         ]
         assert report.placed == {"slurm-42": ["a100-0", "a100-1"]} and not report.errors
     later = RecordingSlurm()
-    bridge(later)._placement.place(late_begin, "slurm-42", PODS, CycleReport())
+    bridge(later)._place(late_begin, "slurm-42", PODS, CycleReport())
     assert later.commands[0] == ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1"]
 
 
 def test_failed_pin_is_never_followed_by_a_release() -> None:
     slurm = RecordingSlurm(fail_on="update")
     report = CycleReport()
-    bridge(slurm)._placement.place(parse_job(RAW_JOB), "slurm-42", PODS, report)
+    bridge(slurm)._place(parse_job(RAW_JOB), "slurm-42", PODS, report)
     assert [c[1] for c in slurm.commands] == ["update"]
     assert report.placed == {}
     assert report.errors == ["slurm-42: scontrol update exited 1: Invalid node name specified"]
@@ -111,7 +110,7 @@ def test_two_pods_on_one_node_are_not_pinned_and_the_job_says_why() -> None:
     slurm = RecordingSlurm()
     report = CycleReport()
     same_node = [replace_node(p, "rtx-0") for p in PODS]
-    bridge(slurm)._placement.place(parse_job(RAW_JOB), "slurm-42", same_node, report)
+    bridge(slurm)._place(parse_job(RAW_JOB), "slurm-42", same_node, report)
     reason = "gpufair bound several pods to one node (rtx-0,rtx-0)"
     assert slurm.commands == [
         ["scontrol", "update", "JobId=42", f"Comment=gpufair: not scheduled: {reason}"]
@@ -124,7 +123,7 @@ def test_requeue_is_stamped_first_and_reported_at_the_stamp() -> None:
     report = CycleReport()
     out: list[ledger_pb2.LedgerEvent] = []
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, restart_count=2)
-    bridge(slurm)._placement.requeue(running, "slurm-42", out, report)
+    bridge(slurm)._requeue(running, "slurm-42", out, report)
     assert slurm.commands == [
         ["scontrol", "update", "JobId=42", "Comment=gpufair: requeued run 2 at 1796136520.250"],
         ["scontrol", "uhold", "42"],
@@ -145,7 +144,7 @@ def test_failed_stamp_means_no_requeue() -> None:
     report = CycleReport()
     out: list[ledger_pb2.LedgerEvent] = []
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1)
-    bridge(slurm)._placement.requeue(running, "slurm-42", out, report)
+    bridge(slurm)._requeue(running, "slurm-42", out, report)
     assert [c[1] for c in slurm.commands] == ["update"]
     assert out == [] and report.requeued == []
 
@@ -158,7 +157,7 @@ def test_failed_hold_means_no_requeue() -> None:
     report = CycleReport()
     out: list[ledger_pb2.LedgerEvent] = []
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1)
-    bridge(slurm)._placement.requeue(running, "slurm-42", out, report)
+    bridge(slurm)._requeue(running, "slurm-42", out, report)
     assert [c[1] for c in slurm.commands] == ["update", "uhold"]
     assert out == [] and report.requeued == []
     assert report.errors == ["slurm-42: scontrol uhold exited 1: Invalid node name specified"]
@@ -226,7 +225,7 @@ def reconcile(
     out: list[ledger_pb2.LedgerEvent] = []
     to_submit: list[Any] = []
     report = CycleReport()
-    bridge(slurm, client, now_s)._reconciler.reconcile(job, state, out, to_submit, report)
+    bridge(slurm, client, now_s)._reconcile(job, state, out, to_submit, report)
     return out, to_submit, report
 
 
@@ -611,7 +610,7 @@ def test_a_begin_time_ahead_on_slurms_clock_withdraws_the_job_asking_slurm_once(
     slurm, client = SlurmWithClock(), RecordingClient()
     one = bridge(slurm, client)
     for _ in range(2):
-        one._reconciler.reconcile(ahead, status("bound"), [], [], CycleReport())
+        one._reconcile(ahead, status("bound"), [], [], CycleReport())
     assert [c for c in slurm.commands if c[0] == "sdiag"] == [["sdiag"]]
     assert ["release"] not in [c[1:2] for c in slurm.commands]
     assert client.cancelled == ["slurm-42", "slurm-42"]
@@ -666,12 +665,12 @@ def test_a_requeued_job_is_not_released_within_2_s_of_its_requeue() -> None:
     )
     slurm = SlurmWithClock()
     report = CycleReport()
-    bridge(slurm)._placement.place(requeued, "slurm-42", PODS, report)
+    bridge(slurm)._place(requeued, "slurm-42", PODS, report)
     assert (slurm.commands, report.placed, report.errors) == ([["sdiag"]], {}, [])
 
     slurm = SlurmWithClock()
     later = replace(requeued, submit_time=SLURM_NOW_S - 2)
-    bridge(slurm)._placement.place(later, "slurm-42", PODS, report)
+    bridge(slurm)._place(later, "slurm-42", PODS, report)
     assert [c[:2] for c in slurm.commands] == [
         ["sdiag"],
         ["scontrol", "update"],
@@ -709,25 +708,23 @@ def test_a_requeued_job_is_not_released_onto_a_node_back_less_than_2_s_ago() -> 
         submit_time=SLURM_NOW_S - 600,
         eligible_time=SLURM_NOW_S - 479,  # the requeue's delay, past
     )
-    live._nodes.sync(CycleReport())  # the first cycle: a100-0 down, a100-1 ready
+    live._sync_nodes(CycleReport())  # the first cycle: a100-0 down, a100-1 ready
     slurm.node_list = [slurm_node("a100-0"), slurm_node("a100-1")]
     now[0] += 5
-    live._nodes.sync(CycleReport())  # a100-0 back
+    live._sync_nodes(CycleReport())  # a100-0 back
     one_node = [scheduler_pb2.PodBinding(pod_index=0, node="a100-0", gpu_indices=[0, 1])]
 
     report = CycleReport()
     now[0] += 1.9
-    live._placement.place(requeued, "slurm-42", one_node, report)
+    live._place(requeued, "slurm-42", one_node, report)
     assert (slurm.commands, report.placed) == ([], {})
-    live._placement.place(
-        replace(requeued, job_id=43, restart_count=0), "slurm-43", one_node, report
-    )
+    live._place(replace(requeued, job_id=43, restart_count=0), "slurm-43", one_node, report)
     other = [scheduler_pb2.PodBinding(pod_index=0, node="a100-1", gpu_indices=[0, 1])]
-    live._placement.place(replace(requeued, job_id=44), "slurm-44", other, report)
+    live._place(replace(requeued, job_id=44), "slurm-44", other, report)
     assert report.placed == {"slurm-43": ["a100-0"], "slurm-44": ["a100-1"]}
 
     now[0] += 0.1
-    live._placement.place(requeued, "slurm-42", one_node, report)
+    live._place(requeued, "slurm-42", one_node, report)
     assert report.placed["slurm-42"] == ["a100-0"]
     assert slurm.commands[-2:] == [
         ["scontrol", "update", "JobId=42", "NodeList=a100-0", "StartTime=now"],
@@ -741,7 +738,7 @@ def test_a_failed_read_of_slurms_time_fails_the_job_and_is_not_repeated_in_the_c
     one = bridge(slurm, RecordingClient())
     for _ in range(3):
         with pytest.raises(SlurmCommandError, match="sdiag"):
-            one._reconciler.reconcile(ahead, status("bound"), [], [], CycleReport())
+            one._reconcile(ahead, status("bound"), [], [], CycleReport())
     assert slurm.commands == [["sdiag"]]
 
 
@@ -784,10 +781,10 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
     released = replace(parse_job(RAW_JOB), priority=4294901742, state_reason="ReqNodeNotAvail")
     slurm, client = RecordingSlurm(), RecordingClient()
     lost = bridge(slurm, client)
-    lost._nodes.ready = {"a100-0": False, "a100-1": True}
+    lost._ready = {"a100-0": False, "a100-1": True}
     out: list[ledger_pb2.LedgerEvent] = []
     report = CycleReport()
-    lost._reconciler.reconcile(released, status("bound"), out, [], report)
+    lost._reconcile(released, status("bound"), out, [], report)
     assert slurm.commands[0] == ["scontrol", "uhold", "42"]
     assert [c[:3] for c in slurm.commands[1:]] == [["scontrol", "update", "JobId=42"]]
     assert slurm.commands[1][3].startswith("Comment=gpufair: not scheduled (withdrew slurm-42): ")
@@ -796,10 +793,8 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
 
     slurm = SlurmWithClock()
     ready = bridge(slurm)
-    ready._nodes.ready = {"a100-0": True, "a100-1": True}
-    ready._reconciler.reconcile(
-        replace(released, state_reason="Resources"), status("bound"), [], [], report
-    )
+    ready._ready = {"a100-0": True, "a100-1": True}
+    ready._reconcile(replace(released, state_reason="Resources"), status("bound"), [], [], report)
     assert slurm.commands == []
 
     requeued = replace(
@@ -809,7 +804,7 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
         submit_time=SLURM_NOW_S - 10,
         eligible_time=SLURM_NOW_S + 111,
     )
-    ready._reconciler.reconcile(requeued, status("bound"), [], [], report)
+    ready._reconcile(requeued, status("bound"), [], [], report)
     assert slurm.commands[0] == ["scontrol", "uhold", "42"]
     assert slurm.commands[1:] == [
         ["sdiag"],

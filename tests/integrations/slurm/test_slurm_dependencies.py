@@ -479,11 +479,9 @@ def comment_for(held: SlurmJob, *others: SlurmJob) -> list[list[str]]:
     other jobs squeue lists."""
     slurm = CommentsOnly()
     bridge = Bridge(bridge_config(), cast(GpufairClient, None), slurm)
-    bridge._reconciler.all_jobs = Jobs.of([held, *others])
+    bridge._all_jobs = Jobs.of([held, *others])
     to_submit: list[Any] = []
-    bridge._reconciler._reconcile_waiting(
-        held, f"slurm-{held.job_id}", None, to_submit, CycleReport()
-    )
+    bridge._reconcile_waiting(held, f"slurm-{held.job_id}", None, to_submit, CycleReport())
     assert to_submit == []
     return slurm.commands
 

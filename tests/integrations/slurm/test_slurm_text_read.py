@@ -30,7 +30,6 @@ from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import bridge as bridge_module
-from gpufair.integrations.slurm import job_states
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import map_job
 from gpufair.integrations.slurm.records import (
@@ -668,12 +667,12 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
     live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands(), clock=lambda: 1.8e9)
     status = None if gpufair_state is None else _status(gpufair_state)
     try:
-        live._reconciler.reconcile(job, status, [], [], bridge_module.CycleReport())
+        live._reconcile(job, status, [], [], bridge_module.CycleReport())
         read_indices = False
     except SlurmCommandError as exc:
         assert "without its GPU indices" in str(exc)
         read_indices = True
-    assert job_states.needs_gpu_indices(job, gpufair_state) == read_indices
+    assert bridge_module._needs_gpu_indices(job, gpufair_state) == read_indices
 
 
 def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
@@ -701,5 +700,5 @@ def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
         ([started], placed, False),
     ]:
         assert parse_job(RAW_JOB).job_id == 42
-        live._reconciler.all_jobs = dependencies.Jobs.of(jobs)
+        live._all_jobs = dependencies.Jobs.of(jobs)
         assert live._text_short(report) is expected

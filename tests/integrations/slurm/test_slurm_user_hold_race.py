@@ -29,11 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_support import bridge_config, cluster_config, cycle_until, sbatch, squeue
+from slurm_support import bridge_config, cluster_config, cycle_until, make_bridge, sbatch, squeue
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import Bridge, CycleReport
-from gpufair.integrations.slurm.job_states import OWNER_RELEASE_BEGIN_S, USER_HOLD_BEGIN_S
+from gpufair.integrations.slurm.bridge import (
+    OWNER_RELEASE_BEGIN_S,
+    USER_HOLD_BEGIN_S,
+    Bridge,
+    CycleReport,
+)
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.slurmctl import SlurmCtl
 from gpufair.v1 import scheduler_pb2
@@ -119,7 +123,8 @@ def users_job(slurm: Any, user: User) -> int:
 
 def rtx_bridge(client: GpufairClient, slurm_ctl: SlurmCtl) -> Bridge:
     client.apply_config(cluster_config("rtx"))
-    bridge = Bridge(bridge_config(partitions={"rtx": "rtx"}), client, slurm_ctl)
+    bridge = make_bridge(client, bridge_config(partitions={"rtx": "rtx"}))
+    bridge.slurm = slurm_ctl
     bridge.cycle()
     return bridge
 

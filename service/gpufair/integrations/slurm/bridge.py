@@ -11,11 +11,11 @@ The jobs are read as text (`squeue -O` and `scontrol -d show job -o`, slurmctl.p
 a fifteenth of `squeue --json` on Slurm 22.05 and gives the GPU indices of a job that holds
 resources (`scontrol -d`'s detail), but not a pending job's reason where Slurm printed a
 description in its place. A cycle in which a row of step 2 reads GPU indices (a start to report;
-a requeued job COMPLETING to judge: `Reconciler.needs_gpu_indices`) of a job whose detail the
-text read did not give clearly reads `squeue --json` as well, after gpufair's workloads, and goes
-on from that read alone; a text read with a pending job showing a description reads `squeue --json`
+a requeued job COMPLETING to judge: `_needs_gpu_indices`) of a job whose detail the text read
+did not give clearly reads `squeue --json` as well, after gpufair's workloads, and goes on from
+that read alone; a text read with a pending job showing a description reads `squeue --json`
 instead (as after someone else's `scontrol requeuehold`: the bridge's own evictions leave no
-description, `Placement.requeue`). The cycle after one that needed `squeue --json` reads it first
+description, `_requeue`). The cycle after one that needed `squeue --json` reads it first
 (`_text_short`), so such cycles in a row read the jobs once each.
 
 A cycle:
@@ -52,8 +52,7 @@ A cycle:
    names a withdrawn uid, becomes `gpufair: submitted as slurm-42.1 (withdrew slurm-42)`.
 
    The holds every row of a pending job not held makes (all but a bound job's) go first, in one
-   `scontrol uhold` list (`Reconciler.hold_first`); a job whose hold failed is left for the next
-   cycle.
+   `scontrol uhold` list (`_hold_first`); a job whose hold failed is left for the next cycle.
 
 3. **Decisions out.** `Schedule` per pool; a bind pins the job and releases it (a failed pin is
    never followed by a release), an evict holds the job and requeues it (step 2's row, at
@@ -79,22 +78,79 @@ released with that begin time, Slurm does not start it, and the next cycle holds
 from __future__ import annotations
 
 import logging
+import re
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+import grpc
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm import dependencies, job_states
+from gpufair.integrations.slurm import dependencies, events
 from gpufair.integrations.slurm.config import BridgeConfig
-from gpufair.integrations.slurm.mapping import job_id_of, parse_uid, uid_of
-from gpufair.integrations.slurm.node_sync import NodeSync
-from gpufair.integrations.slurm.placement import Placement
-from gpufair.integrations.slurm.reconcile import Reconciler
+from gpufair.integrations.slurm.mapping import (
+    Unmappable,
+    job_id_of,
+    map_job,
+    map_node,
+    parse_uid,
+    same_request,
+    uid_of,
+)
 from gpufair.integrations.slurm.records import SlurmJob
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
-from gpufair.v1 import ledger_pb2, scheduler_pb2
+from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair.slurm_bridge")
+
+RUNNING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
+_END_KINDS = {
+    "COMPLETED": ledger_pb2.EVENT_KIND_STOPPED,
+    "CANCELLED": ledger_pb2.EVENT_KIND_STOPPED,
+    "PREEMPTED": ledger_pb2.EVENT_KIND_PREEMPTED,
+}
+NOT_SCHEDULED = "gpufair: not scheduled"
+UNSCHEDULED = NOT_SCHEDULED + ": "
+_WITHDREW_RE = re.compile(r"^gpufair: (?:not scheduled|submitted as \S+) \(withdrew (\S+)\)")
+HELD_BY_OPERATOR = "JobHeldAdmin"
+# The begin time that means "held by its user" (2100-01-01T00:00:00Z): a site's job_submit.lua
+# (examples/slurm/job_submit.lua) sets it when a job's owner holds it, since Slurm records nothing
+# of a non-operator's hold of a held job, and sets the begin time to now when it is released.
+USER_HOLD_BEGIN_S = 4_102_444_800
+# The begin time that means "released by its owner" (2099-12-31T00:00:00Z): the script lets the
+# owner's release through to Slurm, which judges it (it refuses one of an operator's hold), and
+# sets this begin time with it, so that Slurm does not start the released job by itself. No wait:
+# the bridge holds the job again and gpufair places it (the pin's `StartTime=now` clears it).
+OWNER_RELEASE_BEGIN_S = 4_102_358_400
+# A requeue sets the job's submit time to its instant and its begin time `cred_expire` + 1 s
+# later (121 s by default): a begin time that close after a requeue is Slurm's delay, which the
+# pin's `StartTime=now` clears, not a wait the user asked for.
+REQUEUE_DELAY_MAX_S = 300
+# A requeue revokes the job's launch credential on its nodes as of the second Slurm sent the kill
+# (its submit time, or the second after), and a slurmd refuses a credential issued in or before
+# that second: the job is then killed for good ("Killing non-startable batch JobId=N: Job
+# credential revoked", FAILED; seen on 22.05). Slurm's own delay (`cred_expire` + 1 s) keeps a
+# requeued job from starting that soon; the bridge, which clears that delay, releases the job no
+# sooner than this many seconds after its requeue, by Slurm's clock.
+RELAUNCH_AFTER_S = 2
+
+
+def _needs_gpu_indices(job: SlurmJob, state: str | None) -> bool:
+    """Whether `_reconcile` of this job, its workload in gpufair `state`, reads its GPU indices
+    (`_started`, `_requeue_completing`)."""
+    if state == "running":
+        return job.state == "COMPLETING" and job.restart_count > 0
+    if state not in ("pending", "bound") or job.state == "PENDING":
+        return False
+    if job.state in RUNNING_STATES:
+        return job.state != "COMPLETING"
+    return bool(job.nodes and job.start_time)  # ended: its run reported, if Slurm shows one
+
+
+def _requeue_delay(job: SlurmJob) -> bool:
+    """The job's begin time is the one Slurm's requeue set (or one set within 5 minutes of it)."""
+    return job.restart_count > 0 and job.eligible_time - job.submit_time <= REQUEUE_DELAY_MAX_S
 
 
 @dataclass
@@ -136,23 +192,26 @@ class Bridge:
         self.client = client
         self.slurm = slurm
         self.clock = clock
-        self._nodes = NodeSync(config, client, slurm, clock)
-        self._placement = Placement(config, slurm, clock, self._nodes, self._slurm_now)
+        self._sent_nodes: bytes | None = None
+        self._ready: dict[str, bool] = {}  # this cycle's mapped nodes: ready (up, not drained)?
+        # When this bridge first read each node ready again after reading it not ready (or gone),
+        # by its own clock; none from its first cycle, whose nodes' past it does not know.
+        self._ready_since: dict[str, float] = {}
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
         # Slurm's clock, read at most once per cycle (a failed read too: the cycle's other jobs
         # fail with it rather than each trying again).
         self._slurm_now_s: float | SlurmCommandError | None = None
-        self._reconciler = Reconciler(
-            config,
-            client,
-            slurm,
-            clock,
-            self._nodes,
-            self._placement,
-            gpu_memory=self._gpu_memory,
-            slurm_now=self._slurm_now,
-        )
+        # This cycle's view: every job Slurm lists (dependencies may name any), and the uid of
+        # each job's newest active workload.
+        self._all_jobs = dependencies.Jobs({})
+        self._current: dict[int, str] = {}
         self._revisions: dict[int, int] = {}  # job id -> newest active revision
+        self._withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = {}  # new uid -> old uid
+        # In a cycle, the held jobs whose workload is already bound (by an earlier cycle that did
+        # not pin them, e.g. before a restart of the bridge): placed together after the rows.
+        # None outside a cycle: a row run on its own places its job at once.
+        self._bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] | None
+        self._bound_held = None
         # Read `squeue --json` first next cycle (`_text_short`); False: the text read first.
         self._json_next = False
 
@@ -161,53 +220,51 @@ class Bridge:
     def cycle(self) -> CycleReport:
         report = CycleReport()
         self._gpu_memory_now = self._slurm_now_s = None
-        self._nodes.sync(report)
+        self._sync_nodes(report)
         json_first = self._json_next
-        self._reconciler.all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=json_first))
-        jobs = {i: j for i, j in self._reconciler.all_jobs.by_id.items() if self._mapped(j)}
+        self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=json_first))
+        jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
         statuses = self._workloads()
-        self._reconciler.current, self._revisions = {}, {}
+        self._current, self._revisions = {}, {}
         for uid in statuses:
             parsed = parse_uid(self.config, uid)
             if parsed is not None and parsed[1] >= self._revisions.get(parsed[0], -1):
-                self._reconciler.current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
-        needs_json = self._reconciler.needs_gpu_indices(jobs, statuses)
+                self._current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
+        needs_json = self._needs_gpu_indices(jobs, statuses)
         if needs_json:
             # A start to report, or a requeued job's COMPLETING to judge, of a job whose GPU
             # indices the text read did not give clearly: the jobs read again, with their GPU
             # indices (`squeue --json`), and this cycle goes on from that read.
-            self._reconciler.all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=True))
-            jobs = {i: j for i, j in self._reconciler.all_jobs.by_id.items() if self._mapped(j)}
+            self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=True))
+            jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
         self._json_next = needs_json  # more at the cycle's end (`_text_short`)
-        self._reconciler.withdraw_after_submit, self._reconciler.bound_held = {}, []
+        self._withdraw_after_submit, self._bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]] = []
-        jobs, not_held = self._reconciler.hold_first(jobs, statuses, report)
+        jobs, not_held = self._hold_first(jobs, statuses, report)
         for job in jobs.values():
-            uid = self._reconciler.current.get(job.job_id, uid_of(self.config, job.job_id))
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
             if job.job_id in not_held:
                 continue  # its hold failed (in the report's errors): nothing more this cycle
             try:
-                self._reconciler.reconcile(
-                    job, statuses.get(uid), pending_events, to_submit, report
-                )
+                self._reconcile(job, statuses.get(uid), pending_events, to_submit, report)
             except SlurmCommandError as exc:
                 report.errors.append(f"{uid}: {exc}")
-        bound_held, self._reconciler.bound_held = self._reconciler.bound_held, None
-        self._placement.place_all(bound_held, report)
-        self._reconciler.cancel_vanished(jobs, statuses, report)
-        self._reconciler.submit(to_submit, report)
-        self._reconciler.withdraw_replaced(report)
+        bound_held, self._bound_held = self._bound_held, None
+        self._place_all(bound_held, report)
+        self._cancel_vanished(jobs, statuses, report)
+        self._submit(to_submit, report)
+        self._withdraw_replaced(report)
         self._send(pending_events, report)
         for pool in self.config.pools:
             decided: list[ledger_pb2.LedgerEvent] = []
             reply = self.client.schedule(pool)
             for evict in reply.evicts:
-                victim = self._reconciler.job_of(evict.uid, jobs)
-                if victim is not None and victim.state in job_states.RUNNING_STATES:
-                    self._placement.requeue(victim, evict.uid, decided, report)
-            binds = [(self._reconciler.job_of(b.uid, jobs), b.uid, b.pods) for b in reply.binds]
-            self._placement.place_all(
+                victim = self._job_of(evict.uid, jobs)
+                if victim is not None and victim.state in RUNNING_STATES:
+                    self._requeue(victim, evict.uid, decided, report)
+            binds = [(self._job_of(b.uid, jobs), b.uid, b.pods) for b in reply.binds]
+            self._place_all(
                 [(job, uid, pods) for job, uid, pods in binds if job is not None], report
             )
             self._send(decided, report)
@@ -228,12 +285,66 @@ class Bridge:
         `squeue --json` as well. Starts no longer count (round 31): the text read gives GPU
         indices (`scontrol -d`), so neither the cycle after one that placed jobs nor the one
         reporting a start reads `squeue --json` for them. Nor do the bridge's own evictions:
-        `uhold` then `requeue` leaves the job no description (`Placement.requeue`)."""
+        `uhold` then `requeue` leaves the job no description (`_requeue`)."""
         released = {job_id_of(self.config, uid) for uid in report.placed}
         return any(
             job.state == "PENDING" and job.state_description and job.job_id not in released
-            for job in self._reconciler.all_jobs.by_id.values()
+            for job in self._all_jobs.by_id.values()
         )
+
+    def _hold_first(
+        self,
+        jobs: dict[int, SlurmJob],
+        statuses: dict[str, scheduler_pb2.WorkloadStatus],
+        report: CycleReport,
+    ) -> tuple[dict[int, SlurmJob], set[int]]:
+        """Hold, in one `scontrol uhold` list, every pending job that step 2's rows would hold
+        whatever else they find: one not held whose workload is not bound (a bound one, released
+        to its nodes, is held only when it cannot start there, which its row decides). The jobs,
+        those held here shown held (the rows go on from there, and a bind of this cycle places
+        them), and the jobs whose hold failed, each with its error in the report: nothing else
+        is done for them this cycle, as when a row's own hold fails."""
+        wanted: dict[int, str] = {}
+        for job in jobs.values():
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
+            status = statuses.get(uid)
+            if (
+                job.state == "PENDING"
+                and not job.held
+                and (status is None or status.state != "bound")
+            ):
+                wanted[job.job_id] = uid
+        if not wanted:
+            return jobs, set()
+        failed = self.slurm.hold_many(list(wanted))
+        for job_id, exc in failed.items():
+            report.errors.append(f"{wanted[job_id]}: {exc}")
+        held = {
+            i: replace(j, priority=0) for i, j in jobs.items() if i in wanted and i not in failed
+        }
+        return {**jobs, **held}, set(failed)
+
+    def _needs_gpu_indices(
+        self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
+    ) -> bool:
+        """Whether a job read without its GPU indices (a record of `SlurmCtl.jobs`' text read
+        whose `scontrol -d` detail was not clear) meets a row of step 2 that reads them: a
+        start to report (`_started`: running, or ended with a run Slurm shows, while gpufair
+        has it pending or bound) or a COMPLETING job gpufair has running, restarted
+        (`_requeue_completing`). Those rows need `squeue --json`; the others do not, nor do
+        these rows of a job whose indices the text read gave."""
+        rows = self._rows_reading_gpu_indices(jobs, statuses)
+        return any(not job.gpu_indices_read for job in rows)
+
+    def _rows_reading_gpu_indices(
+        self, jobs: dict[int, SlurmJob], statuses: dict[str, scheduler_pb2.WorkloadStatus]
+    ) -> Iterator[SlurmJob]:
+        """The jobs whose row of step 2 reads their GPU indices (`_needs_gpu_indices`)."""
+        for job in jobs.values():
+            uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
+            status = statuses.get(uid)
+            if _needs_gpu_indices(job, status.state if status is not None else None):
+                yield job
 
     def _mapped(self, job: SlurmJob) -> bool:
         """A job of a mapped partition (or submitted to several, one of them mapped)."""
@@ -267,7 +378,557 @@ class Bridge:
             raise self._slurm_now_s
         return self._slurm_now_s
 
+    def _job_of(self, uid: str, jobs: dict[int, SlurmJob]) -> SlurmJob | None:
+        """The job of a decision's uid, if that uid is the job's workload now (never a
+        revision the job's request has replaced)."""
+        job_id = job_id_of(self.config, uid)
+        if job_id is None or self._current.get(job_id, uid) != uid:
+            return None
+        return jobs.get(job_id)
+
+    # ---- nodes ---------------------------------------------------------------------------
+
+    def _sync_nodes(self, report: CycleReport) -> None:
+        mapped = [n for n in (map_node(self.config, s) for s in self.slurm.nodes()) if n]
+        mapped.sort(key=lambda n: n.name)
+        ready_before, self._ready = self._ready, {n.name: n.ready for n in mapped}
+        if ready_before:
+            for name, ready in self._ready.items():
+                if ready and not ready_before.get(name, False):
+                    self._ready_since[name] = self.clock()
+        key = b"".join(n.SerializeToString(deterministic=True) for n in mapped)
+        if key == self._sent_nodes:
+            return
+        try:
+            self.client.upsert_nodes(mapped, prune_pools=self.config.pools)
+        except grpc.RpcError as exc:
+            if not _failed_precondition(exc):
+                raise
+            # A node gone from Slurm still has work in gpufair: update the rest, prune later.
+            report.errors.append(f"nodes: not pruned yet: {exc.details()}")
+            try:
+                self.client.upsert_nodes(mapped)
+            except grpc.RpcError as again:
+                if not _failed_precondition(again):
+                    raise
+                # A node Slurm put in another pool or GPU type, or gave fewer GPUs, still holds
+                # work gpufair placed there: the nodes so changed keep gpufair's pool, type and
+                # GPU count this cycle (the rest is updated, the other changed nodes too), and
+                # change in a cycle after their work has ended.
+                report.errors[-1] = f"nodes: not moved yet: {again.details()}"
+                try:
+                    self.client.upsert_nodes(self._unmoved(mapped, held=self._held_gpus()))
+                except grpc.RpcError as third:
+                    if not _failed_precondition(third):
+                        raise
+                    # Work bound between the two reads: every changed node waits this cycle.
+                    self.client.upsert_nodes(self._unmoved(mapped, held=None))
+            return
+        self._sent_nodes = key
+
+    def _held_gpus(self) -> dict[str, int]:
+        """Per node, the highest GPU index bound or running work holds there (-1: work that
+        holds no GPU of it), as gpufair lists its work: what makes gpufair refuse to move the
+        node (any work) or to shrink it (a GPU at or past the new count)."""
+        held: dict[str, int] = {}
+        for status in self.client.list_workloads(states=["bound", "running"]):
+            for pod in status.pods:
+                highest = max(pod.gpu_indices, default=-1)
+                held[pod.node] = max(held.get(pod.node, -1), highest)
+        return held
+
+    def _unmoved(
+        self, mapped: list[cluster_pb2.Node], *, held: dict[str, int] | None
+    ) -> list[cluster_pb2.Node]:
+        """`mapped`, with gpufair's stored pool, GPU type and GPU count kept for each node whose
+        change gpufair refuses while its work runs: a node Slurm put in another pool or GPU type
+        and that work uses (`held` names it), and a node with fewer GPUs than gpufair's count
+        below a GPU its work holds. The other changed nodes go as Slurm has them. `held` None:
+        every changed node keeps gpufair's values. gpufair's config is read once, only when a
+        move or shrink was refused."""
+        stored = {n.name: n for n in self.client.get_config().config.nodes}
+        kept = []
+        for node in mapped:
+            was = stored.get(node.name)
+            moved = was is not None and (was.pool, was.gpu_type) != (node.pool, node.gpu_type)
+            shrunk = was is not None and node.gpu_count < was.gpu_count
+            if held is not None:
+                moved = moved and node.name in held
+                shrunk = shrunk and held.get(node.name, -1) >= node.gpu_count
+            if was is not None and (moved or shrunk):
+                unmoved = cluster_pb2.Node()
+                unmoved.CopyFrom(node)
+                unmoved.pool, unmoved.gpu_type = was.pool, was.gpu_type
+                unmoved.gpu_count = max(node.gpu_count, was.gpu_count)
+                kept.append(unmoved)
+            else:
+                kept.append(node)
+        return kept
+
+    # ---- jobs ----------------------------------------------------------------------------
+
+    def _reconcile(
+        self,
+        job: SlurmJob,
+        status: scheduler_pb2.WorkloadStatus | None,
+        out: list[ledger_pb2.LedgerEvent],
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
+        report: CycleReport,
+    ) -> None:
+        uid = status.workload.uid if status is not None else uid_of(self.config, job.job_id)
+        state = status.state if status is not None else None
+        if job.state == "PENDING" and state != "running":
+            self._reconcile_waiting(job, uid, status, to_submit, report)
+            return
+        if job.state == "PENDING":
+            if state == "running" and job.restart_count > 0:
+                # Requeued (by this bridge or anyone): the previous run ended. A requeue not made
+                # by this bridge leaves the job unheld, to start by itself once Slurm's eligible
+                # time (about two minutes) has passed: hold it first, so that gpufair places the
+                # next run like any other (pinned and released by a later cycle).
+                if not job.held:
+                    self.slurm.hold(job.job_id)
+                run = job.restart_count - 1
+                at_s = events.stamped_requeue_s(job.comment, run) or self._pending_again_s(job)
+                out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
+                return
+            if not job.held:
+                self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
+            return
+        run = job.restart_count
+        if job.state in RUNNING_STATES:
+            if state == "running" and self._requeue_completing(job):
+                # Requeued by someone else while it ran: the run ended at the requeue, not when
+                # its processes are gone (a job that ignores SIGTERM stays COMPLETING for Slurm's
+                # KillWait and more). Reported now, once; no heartbeat of the raised restart
+                # count, which names a run that has not started. The job is held once pending.
+                run = job.restart_count - 1
+                at_s = events.stamped_requeue_s(job.comment, run) or self.clock()
+                out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
+                return
+            if state in ("pending", "bound") and job.state == "COMPLETING":
+                # A run gpufair has not seen start is ending, or the run a requeue ended is:
+                # Slurm shows a requeued job COMPLETING, its restart count already raised, until
+                # its processes are gone, then pending. Nothing is reported until Slurm says how
+                # it ended (then its start and end together) or that it is pending again.
+                return
+            if state in ("pending", "bound"):
+                out.append(self._started(job, uid, status))
+            elif state == "running" and status is not None and status.evicting:
+                self._requeue(job, uid, out, report)
+            elif state == "running":
+                self._heartbeat(job, uid, out)
+            elif state is None:
+                # Started by Slurm itself (submitted without a hold): gpufair learns of it, and
+                # the next cycle reports the start, so its GPUs are counted.
+                self._map(job, uid, to_submit, report)
+            return
+        # Ended.
+        kind = _END_KINDS.get(job.state, ledger_pb2.EVENT_KIND_FAILED)
+        if state == "running":
+            out.append(events.ended(uid, run, max(job.end_time, job.start_time), kind))
+        elif state in ("pending", "bound"):
+            if job.nodes and job.start_time and status is not None:
+                out.append(self._started(job, uid, status))
+                out.append(events.ended(uid, run, max(job.end_time, job.start_time), kind))
+            else:
+                self.client.cancel_workload(uid)
+                report.cancelled.append(uid)
+
+    def _reconcile_waiting(
+        self,
+        job: SlurmJob,
+        uid: str,
+        status: scheduler_pb2.WorkloadStatus | None,
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
+        report: CycleReport,
+    ) -> None:
+        """A pending job whose workload is not running: submit, withdraw, resubmit or place."""
+        state = status.state if status is not None else None
+        blocked = self._blocked(job)
+        active = status is not None and state in ("pending", "bound")
+        mapped: scheduler_pb2.Workload | Unmappable | None = None
+        if blocked is None:
+            # A new request takes the revision after the active one, or after the one last
+            # withdrawn (none: -1, so the first workload is the plain `slurm-42`).
+            parsed = parse_uid(self.config, uid)
+            last = (parsed[1] if parsed else 0) if active else self._withdrawn_revision(job)
+            mapped = map_job(self.config, job, gpu_memory=self._gpu_memory, revision=last + 1)
+        changed = (
+            status is not None
+            and active
+            and (
+                blocked is not None
+                or isinstance(mapped, Unmappable)
+                or (mapped is not None and not same_request(status.workload, mapped))
+            )
+        )
+        if not job.held:
+            if state == "bound" and not changed and status is not None:
+                stuck = self._cannot_start(job, status)
+                if stuck is None and job.state_reason != "BeginTime":
+                    return  # released to its nodes; starting
+                self.slurm.hold(job.job_id)
+                if stuck is not None:
+                    # Given back: gpufair places the next revision elsewhere, this cycle or next.
+                    self._withdraw(job, uid, stuck, report)
+                    return
+                # Requeued by someone else and bound before Slurm showed it pending: never
+                # pinned, it waits for the requeue's begin time, then Slurm would place it.
+                job = replace(job, priority=0)
+            else:
+                self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
+        if blocked is not None:
+            if active:
+                self._withdraw(job, uid, blocked, report)
+            else:
+                self._explain(job, uid, blocked, report)
+            return
+        assert mapped is not None
+        if isinstance(mapped, Unmappable):
+            if active:
+                self._withdraw(job, uid, mapped.reason, report)
+            else:
+                self._explain(job, uid, mapped.reason, report)
+            return
+        if state is None:
+            to_submit.append((job, mapped))
+        elif changed:
+            # The job asks otherwise now: the new request first, then the old one withdrawn,
+            # so that a crash in between leaves two revisions, of which the next cycle keeps
+            # the newer, never none.
+            to_submit.append((job, mapped))
+            self._withdraw_after_submit[mapped.uid] = (uid, job)
+        elif active:
+            self._note_submitted(job, uid)  # a Comment a failed write left stale
+            if state == "bound" and status is not None and not status.evicting:
+                if self._bound_held is None:
+                    self._place(job, uid, status.pods, report)
+                else:  # pinned and released after the rows, with the others: one release list
+                    self._bound_held.append((job, uid, status.pods))
+
+    def _pending_again_s(self, job: SlurmJob) -> float:
+        """When the run of a job requeued by someone else ended, for a job Slurm shows pending
+        again: its submit time, which the requeue sets to the second Slurm made the job pending
+        (the requeue's own second for a job whose processes die at once: an admin's `scontrol
+        requeue`, a node set DOWN; seen on 22.05), in Slurm's clock as the run's start is, and the
+        same in every cycle and after a restart of the bridge, however late it looks. The
+        bridge's clock only when Slurm shows none. (`squeue` has nothing better: sacct needs
+        accounting, and the COMPLETING record's start time is Slurm's time of the read.)"""
+        return float(job.submit_time) if job.submit_time else self.clock()
+
+    def _requeue_completing(self, job: SlurmJob) -> bool:
+        """Slurm shows a running job it has just requeued (seen on 22.05 after `scontrol
+        requeue`) COMPLETING until its processes are gone: restart count already raised, no GPU
+        indices, start time Slurm's time now and end time that plus the time limit (unset, 0
+        here, without one). A run that ended shows the same but its end time, at most Slurm's
+        time now; Slurm's clock is read only for a job with a time limit."""
+        if job.state != "COMPLETING" or job.restart_count == 0:
+            return False
+        _check_gpu_indices_read(job)
+        if any(job.gpu_indices):
+            return False
+        return job.end_time == 0 or job.end_time > self._slurm_now()
+
+    def _cannot_start(self, job: SlurmJob, status: scheduler_pb2.WorkloadStatus) -> str | None:
+        """Why a job released to gpufair's nodes cannot start there: one of them is drained,
+        down or not responding in Slurm (not ready in this cycle's `sinfo`). Slurm
+        keeps such a job pending (reason `ReqNodeNotAvail`) until the node comes back."""
+        lost = sorted({p.node for p in status.pods if not self._ready.get(p.node, True)})
+        if not lost:
+            return None
+        return (
+            f"bound to {','.join(lost)}, which Slurm cannot start it on (drained, down or not "
+            f"responding; {job.state_reason or 'pending'}): gpufair places it again"
+        )
+
+    def _blocked(self, job: SlurmJob) -> str | None:
+        """Why Slurm would not start this pending job now, apart from the bridge's own hold.
+
+        A dependency that can never be met comes first, before an operator's hold: Slurm's own
+        dependency pass (about once a minute, seen on 22.05) marks such a dependency `(failed)`
+        and turns the reason of a job with priority 0, the bridge's user hold too, into
+        `JobHeldAdmin`, as if an operator had held it. A hold by the job's owner is told from
+        the bridge's by the begin time the site's job_submit.lua gives it (`USER_HOLD_BEGIN_S`):
+        the hold itself is the same user hold as the bridge's."""
+        unmet = dependencies.unmet(job, self._all_jobs, self._slurm_now)
+        if unmet is not None and unmet.never:
+            return unmet.reason
+        if job.held and job.state_reason == HELD_BY_OPERATOR:
+            return (
+                f"held by an operator (scontrol hold); scontrol uhold {job.job_id} hands it back "
+                "to gpufair"
+            )
+        if job.eligible_time == USER_HOLD_BEGIN_S:
+            return (
+                f"held by its user (scontrol hold); scontrol release {job.job_id} hands it back "
+                "to gpufair"
+            )
+        if (
+            job.eligible_time
+            and job.eligible_time != OWNER_RELEASE_BEGIN_S
+            and not _requeue_delay(job)
+            and job.eligible_time > self._slurm_now()
+        ):
+            begin = datetime.fromtimestamp(job.eligible_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return (
+                f"waits for its begin time {begin} (StartTime); scontrol update "
+                f"JobId={job.job_id} StartTime=now hands it back to gpufair"
+            )
+        return None if unmet is None else unmet.reason
+
+    def _withdrawn(self, job: SlurmJob) -> str | None:
+        """The uid of the workload the bridge last withdrew for this job, from its Comment."""
+        match = _WITHDREW_RE.match(job.comment)
+        if match is None:
+            return None
+        parsed = parse_uid(self.config, match.group(1))
+        return match.group(1) if parsed is not None and parsed[0] == job.job_id else None
+
+    def _note_submitted(self, job: SlurmJob, uid: str) -> None:
+        """gpufair has the job (as `uid`) now: a Comment of the bridge saying it is not
+        scheduled goes, or, when it names a withdrawn uid (the next revision is numbered from
+        it), says `gpufair: submitted as slurm-42.1 (withdrew slurm-42)`."""
+        if not job.comment.startswith(NOT_SCHEDULED) and _WITHDREW_RE.match(job.comment) is None:
+            return
+        withdrew = self._withdrawn(job)
+        text = f"gpufair: submitted as {uid} (withdrew {withdrew})" if withdrew else ""
+        if job.comment != text:
+            self.slurm.set_comment(job.job_id, text)
+
+    def _withdrawn_revision(self, job: SlurmJob) -> int:
+        withdrawn = self._withdrawn(job)
+        parsed = None if withdrawn is None else parse_uid(self.config, withdrawn)
+        return -1 if parsed is None else parsed[1]
+
+    def _withdraw(self, job: SlurmJob, uid: str, reason: str, report: CycleReport) -> None:
+        """Cancel the job's waiting workload, its uid first written into the Comment (the next
+        revision is numbered from it, after a restart too)."""
+        self._explain(job, uid, reason, report, withdrew=uid)
+        self.client.cancel_workload(uid)
+        report.withdrawn[uid] = reason
+
+    def _withdraw_replaced(self, report: CycleReport) -> None:
+        for new_uid, (old_uid, job) in self._withdraw_after_submit.items():
+            if new_uid in report.submitted:
+                self.client.cancel_workload(old_uid)
+                report.withdrawn[old_uid] = f"replaced by {new_uid}: the job's request changed"
+                self._current[job.job_id] = new_uid
+            else:
+                try:  # refused (explained in the Comment): the old request must not run either
+                    reason = report.unmappable.get(new_uid, "the changed request was refused")
+                    self._withdraw(job, old_uid, reason, report)
+                except SlurmCommandError as exc:
+                    report.errors.append(f"{old_uid}: {exc}")
+
+    def _heartbeat(self, job: SlurmJob, uid: str, out: list[ledger_pb2.LedgerEvent]) -> None:
+        now_s, period_s = self.clock(), self.config.heartbeat_s
+        if events.heartbeat_due(job.start_time, now_s, period_s, self.config.cycle_s):
+            out.append(events.heartbeat(uid, job.restart_count, job.start_time, now_s, period_s))
+
+    def _started(
+        self, job: SlurmJob, uid: str, status: scheduler_pb2.WorkloadStatus | None
+    ) -> ledger_pb2.LedgerEvent:
+        _check_gpu_indices_read(job)
+        if len(job.gpu_indices) == len(job.nodes) and all(job.gpu_indices):
+            return events.started(
+                uid, job.restart_count, job.start_time, job.nodes, job.gpu_indices
+            )
+        # Slurm no longer shows the indices (the job ended): the nodes it was pinned to.
+        pods = list(status.pods) if status is not None else []
+        return events.started_from_binding(uid, job.restart_count, job.start_time, pods)
+
+    def _map(
+        self,
+        job: SlurmJob,
+        uid: str,
+        to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
+        report: CycleReport,
+    ) -> None:
+        revision = self._withdrawn_revision(job) + 1
+        mapped = map_job(self.config, job, gpu_memory=self._gpu_memory, revision=revision)
+        if isinstance(mapped, Unmappable):
+            self._explain(job, uid, mapped.reason, report)
+        else:
+            to_submit.append((job, mapped))
+
+    def _explain(
+        self, job: SlurmJob, uid: str, reason: str, report: CycleReport, *, withdrew: str = ""
+    ) -> None:
+        """Leave the job held, with why in its Comment (written once, not every cycle). The uid
+        of the last workload withdrawn for the job stays at the Comment's start."""
+        report.unmappable[uid] = reason
+        withdrew = withdrew or (self._withdrawn(job) or "")
+        head = f"gpufair: not scheduled (withdrew {withdrew}): " if withdrew else UNSCHEDULED
+        # No trailing space: the text read of the Comment loses it (records.py), and the
+        # Comment would then be written again every cycle.
+        text = (head + reason).replace("\n", " ")[:250].rstrip()
+        if job.comment != text:
+            self.slurm.set_comment(job.job_id, text)
+
+    def _submit(
+        self, to_submit: Sequence[tuple[SlurmJob, scheduler_pb2.Workload]], report: CycleReport
+    ) -> None:
+        if not to_submit:
+            return
+        reply = self.client.submit_workloads([w for _, w in to_submit])
+        for (job, workload), result in zip(to_submit, reply.results, strict=True):
+            if result.accepted:
+                report.submitted.append(workload.uid)
+                try:
+                    self._note_submitted(job, workload.uid)
+                except SlurmCommandError as exc:
+                    report.errors.append(f"{workload.uid}: {exc}")
+            else:
+                try:
+                    self._explain(job, workload.uid, result.error, report)
+                except SlurmCommandError as exc:
+                    report.errors.append(f"{workload.uid}: {exc}")
+
+    def _cancel_vanished(
+        self,
+        jobs: dict[int, SlurmJob],
+        statuses: dict[str, scheduler_pb2.WorkloadStatus],
+        report: CycleReport,
+    ) -> None:
+        """Workloads whose job Slurm no longer lists at all (purged) and that never ran, and
+        waiting revisions a newer one replaced (left by a crash between the two steps)."""
+        for uid, status in statuses.items():
+            job_id = job_id_of(self.config, uid)
+            replaced = job_id in self._current and self._current[job_id] != uid
+            if (job_id not in jobs or replaced) and status.state in ("pending", "bound"):
+                self.client.cancel_workload(uid)
+                report.cancelled.append(uid)
+
     # ---- decisions -----------------------------------------------------------------------
+
+    def _place(
+        self,
+        job: SlurmJob,
+        uid: str,
+        pods: Sequence[scheduler_pb2.PodBinding],
+        report: CycleReport,
+    ) -> None:
+        """Pin the held job to gpufair's nodes, then release it; never release after a failed
+        pin (Slurm would place the job itself)."""
+        self._place_all([(job, uid, pods)], report)
+
+    def _place_all(
+        self,
+        binds: Sequence[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]],
+        report: CycleReport,
+    ) -> None:
+        """Pin each held job to gpufair's nodes, then release it (never after a failed pin:
+        Slurm would place the job itself). Every job pinned (one `scontrol update` each: the node lists
+        differ), then the pinned ones released in one `scontrol release` list. A job whose pin
+        failed is not released; one whose release failed (it ended meanwhile) is not placed, and
+        the others are."""
+        pinned: dict[int, tuple[str, list[str]]] = {}
+        for job, uid, pods in binds:
+            nodes = self._pin(job, uid, pods, report)
+            if nodes is not None:
+                pinned[job.job_id] = (uid, nodes)
+        if not pinned:
+            return
+        failed = self.slurm.release_many(list(pinned))
+        for job_id, (uid, nodes) in pinned.items():
+            if job_id in failed:
+                report.errors.append(f"{uid}: {failed[job_id]}")
+            else:
+                report.placed[uid] = nodes
+
+    def _pin(
+        self,
+        job: SlurmJob,
+        uid: str,
+        pods: Sequence[scheduler_pb2.PodBinding],
+        report: CycleReport,
+    ) -> list[str] | None:
+        """Pin the held job to gpufair's nodes: the nodes, or None (not held, or not pinned)."""
+        if not job.held:
+            return None
+        nodes = [p.node for p in sorted(pods, key=lambda p: p.pod_index)]
+        if len(set(nodes)) < len(nodes):
+            # Slurm runs one task set per node of a job: two pods on one node cannot be pinned.
+            # Mapped jobs ask for distinct nodes (`pods_on_distinct_nodes`), so this guards
+            # only against a binding made otherwise. The job stays held; gpufair releases the
+            # binding when no start confirms it.
+            reason = f"gpufair bound several pods to one node ({','.join(nodes)})"
+            report.errors.append(f"{uid}: {reason}")
+            self._explain(job, uid, reason, report)
+            return None
+        # `StartTime=now` only to clear a begin time the bridge read that would keep the job
+        # waiting: a requeue's delay, or the mark of its owner's release. Any other pending job
+        # it places has none ahead (it withdraws those), and a `StartTime=` would overwrite a
+        # begin time set since the read, such as its owner's hold, even where the site's script
+        # no longer remembers it (after a restart of slurmctld).
+        start_now = job.eligible_time == OWNER_RELEASE_BEGIN_S or (
+            job.restart_count > 0 and _requeue_delay(job)
+        )
+        try:
+            if job.restart_count > 0 and (
+                self._too_soon_after_return(nodes)
+                or (start_now and self._too_soon_after_requeue(job))
+            ):
+                return None  # still held and bound: a later cycle pins and releases it
+            self.slurm.pin(job.job_id, nodes, start_now=start_now)
+        except SlurmCommandError as exc:
+            report.errors.append(f"{uid}: {exc}")
+            return None
+        return nodes
+
+    def _too_soon_after_requeue(self, job: SlurmJob) -> bool:
+        """Released now, the requeued job could start within the second its credential was
+        revoked in, and Slurm would kill it (`RELAUNCH_AFTER_S`)."""
+        return self._slurm_now() < job.submit_time + RELAUNCH_AFTER_S
+
+    def _too_soon_after_return(self, nodes: Sequence[str]) -> bool:
+        """One of the nodes came back less than `RELAUNCH_AFTER_S` ago by the bridge's clock. A
+        node that registers again reports the steps of jobs requeued off it while it was lost;
+        slurmctld aborts them, which revokes those jobs' launch credentials there as of that
+        second (`Registered PENDING JobId=N StepId=N.batch on node X`, seen on 22.05), so a
+        requeued job released onto it at once could be killed as in `RELAUNCH_AFTER_S`. The
+        bridge read the node ready after it registered: 2 s after that read, the second is past."""
+        since = max((self._ready_since.get(n, 0.0) for n in nodes), default=0.0)
+        return self.clock() < since + RELAUNCH_AFTER_S
+
+    def _requeue(
+        self,
+        job: SlurmJob,
+        uid: str,
+        out: list[ledger_pb2.LedgerEvent],
+        report: CycleReport,
+    ) -> None:
+        """Requeue a running job held; its run ends at the time stamped into its Comment first,
+        so a restarted bridge reports the same end.
+
+        The job is held first (`scontrol uhold` of the running job: priority 0, reason
+        `JobHeldUser`, and it runs on), then requeued (`scontrol requeue`, which keeps the
+        hold): pending, held, the same user hold as every other job the bridge holds, and no
+        description. `scontrol requeuehold` (before round 31's close) left the description `job
+        requeued in held state` in the reason's place until the job was released, through an
+        operator's `scontrol hold` too, which then only `squeue --json` told from the bridge's
+        hold: every cycle while the job waited read it. Now an operator's hold reads
+        `JobHeldAdmin` in the text read too. Checked on 22.05: `uhold` of a running job
+        succeeds and leaves it running; the requeue keeps priority 0 and `JobHeldUser`, while
+        the job is COMPLETING and once pending, with the requeue's submit time (the second the
+        job was pending again) and begin time 121 s after it (`cred_expire` + 1 s), which
+        `_requeue_delay` and `_too_soon_after_requeue` read as before. In this order a bridge
+        killed between the two commands leaves the job running, held, and gpufair evicting
+        it: the next cycle's row requeues it (stamp, `uhold`, `requeue` again; its run ends at
+        the new stamp, as it ran until then). The other order would leave a requeued job not
+        held, which Slurm starts by itself, on nodes of its choice, once its begin time has
+        passed. A failed hold (the job ended meanwhile) is not followed by the requeue."""
+        at_s = round(self.clock(), 3)  # the stamp's resolution: the resent event's time is equal
+        try:
+            self.slurm.set_comment(job.job_id, events.requeue_stamp(job.restart_count, at_s))
+            self.slurm.hold(job.job_id)
+            self.slurm.requeue(job.job_id)
+        except SlurmCommandError as exc:
+            report.errors.append(f"{uid}: {exc}")
+            return
+        report.requeued.append(uid)
+        out.append(events.ended(uid, job.restart_count, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
 
     def _send(self, batch: Sequence[ledger_pb2.LedgerEvent], report: CycleReport) -> None:
         if not batch:
@@ -278,3 +939,14 @@ class Bridge:
             report.events[name] = report.events.get(name, 0) + 1
             if result.status == ledger_pb2.EVENT_STATUS_REJECTED:
                 report.errors.append(f"{event.workload_uid}: event refused: {result.error}")
+
+
+def _check_gpu_indices_read(job: SlurmJob) -> None:
+    """A record without GPU indices here is a cycle that skipped `squeue --json` wrongly
+    (`_needs_gpu_indices`): an error of the job's row, never a start with the wrong GPUs."""
+    if not job.gpu_indices_read:
+        raise SlurmCommandError(f"job {job.job_id}: read without its GPU indices")
+
+
+def _failed_precondition(exc: grpc.RpcError) -> bool:
+    return isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.FAILED_PRECONDITION
