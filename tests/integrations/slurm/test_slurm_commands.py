@@ -19,7 +19,8 @@ from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import events
-from gpufair.integrations.slurm.bridge import OWNER_RELEASE_BEGIN_S, Bridge, CycleReport
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.job_states import OWNER_RELEASE_BEGIN_S
 from gpufair.integrations.slurm.mapping import Unmappable, map_job
 from gpufair.integrations.slurm.records import SlurmJob, SlurmNode, parse_job, parse_node
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl

@@ -34,12 +34,8 @@ from slurm_support import (
 )
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import (
-    OWNER_RELEASE_BEGIN_S,
-    USER_HOLD_BEGIN_S,
-    Bridge,
-    CycleReport,
-)
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.job_states import OWNER_RELEASE_BEGIN_S, USER_HOLD_BEGIN_S
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
 from gpufair.integrations.slurm.slurmctl import SlurmCtl

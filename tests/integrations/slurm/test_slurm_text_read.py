@@ -30,6 +30,7 @@ from test_slurm_mapping import CONFIG, RAW_JOB
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import bridge as bridge_module
+from gpufair.integrations.slurm import job_states
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
 from gpufair.integrations.slurm.mapping import map_job
 from gpufair.integrations.slurm.records import (
@@ -672,7 +673,7 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
     except SlurmCommandError as exc:
         assert "without its GPU indices" in str(exc)
         read_indices = True
-    assert bridge_module._needs_gpu_indices(job, gpufair_state) == read_indices
+    assert job_states.needs_gpu_indices(job, gpufair_state) == read_indices
 
 
 def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:

@@ -32,12 +32,8 @@ import pytest
 from slurm_support import bridge_config, cluster_config, cycle_until, make_bridge, sbatch, squeue
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.bridge import (
-    OWNER_RELEASE_BEGIN_S,
-    USER_HOLD_BEGIN_S,
-    Bridge,
-    CycleReport,
-)
+from gpufair.integrations.slurm.bridge import Bridge, CycleReport
+from gpufair.integrations.slurm.job_states import OWNER_RELEASE_BEGIN_S, USER_HOLD_BEGIN_S
 from gpufair.integrations.slurm.mapping import job_id_of
 from gpufair.integrations.slurm.slurmctl import SlurmCtl
 from gpufair.v1 import scheduler_pb2

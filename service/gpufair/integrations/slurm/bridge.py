@@ -82,12 +82,11 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 
 import grpc
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm import dependencies, events
+from gpufair.integrations.slurm import dependencies, events, job_states
 from gpufair.integrations.slurm.config import BridgeConfig
 from gpufair.integrations.slurm.mapping import (
     Unmappable,
@@ -104,29 +103,9 @@ from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair.slurm_bridge")
 
-RUNNING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
-_END_KINDS = {
-    "COMPLETED": ledger_pb2.EVENT_KIND_STOPPED,
-    "CANCELLED": ledger_pb2.EVENT_KIND_STOPPED,
-    "PREEMPTED": ledger_pb2.EVENT_KIND_PREEMPTED,
-}
 NOT_SCHEDULED = "gpufair: not scheduled"
 UNSCHEDULED = NOT_SCHEDULED + ": "
 _WITHDREW_RE = re.compile(r"^gpufair: (?:not scheduled|submitted as \S+) \(withdrew (\S+)\)")
-HELD_BY_OPERATOR = "JobHeldAdmin"
-# The begin time that means "held by its user" (2100-01-01T00:00:00Z): a site's job_submit.lua
-# (examples/slurm/job_submit.lua) sets it when a job's owner holds it, since Slurm records nothing
-# of a non-operator's hold of a held job, and sets the begin time to now when it is released.
-USER_HOLD_BEGIN_S = 4_102_444_800
-# The begin time that means "released by its owner" (2099-12-31T00:00:00Z): the script lets the
-# owner's release through to Slurm, which judges it (it refuses one of an operator's hold), and
-# sets this begin time with it, so that Slurm does not start the released job by itself. No wait:
-# the bridge holds the job again and gpufair places it (the pin's `StartTime=now` clears it).
-OWNER_RELEASE_BEGIN_S = 4_102_358_400
-# A requeue sets the job's submit time to its instant and its begin time `cred_expire` + 1 s
-# later (121 s by default): a begin time that close after a requeue is Slurm's delay, which the
-# pin's `StartTime=now` clears, not a wait the user asked for.
-REQUEUE_DELAY_MAX_S = 300
 # A requeue revokes the job's launch credential on its nodes as of the second Slurm sent the kill
 # (its submit time, or the second after), and a slurmd refuses a credential issued in or before
 # that second: the job is then killed for good ("Killing non-startable batch JobId=N: Job
@@ -134,23 +113,6 @@ REQUEUE_DELAY_MAX_S = 300
 # requeued job from starting that soon; the bridge, which clears that delay, releases the job no
 # sooner than this many seconds after its requeue, by Slurm's clock.
 RELAUNCH_AFTER_S = 2
-
-
-def _needs_gpu_indices(job: SlurmJob, state: str | None) -> bool:
-    """Whether `_reconcile` of this job, its workload in gpufair `state`, reads its GPU indices
-    (`_started`, `_requeue_completing`)."""
-    if state == "running":
-        return job.state == "COMPLETING" and job.restart_count > 0
-    if state not in ("pending", "bound") or job.state == "PENDING":
-        return False
-    if job.state in RUNNING_STATES:
-        return job.state != "COMPLETING"
-    return bool(job.nodes and job.start_time)  # ended: its run reported, if Slurm shows one
-
-
-def _requeue_delay(job: SlurmJob) -> bool:
-    """The job's begin time is the one Slurm's requeue set (or one set within 5 minutes of it)."""
-    return job.restart_count > 0 and job.eligible_time - job.submit_time <= REQUEUE_DELAY_MAX_S
 
 
 @dataclass
@@ -261,7 +223,7 @@ class Bridge:
             reply = self.client.schedule(pool)
             for evict in reply.evicts:
                 victim = self._job_of(evict.uid, jobs)
-                if victim is not None and victim.state in RUNNING_STATES:
+                if victim is not None and victim.state in job_states.RUNNING_STATES:
                     self._requeue(victim, evict.uid, decided, report)
             binds = [(self._job_of(b.uid, jobs), b.uid, b.pods) for b in reply.binds]
             self._place_all(
@@ -331,8 +293,8 @@ class Bridge:
         whose `scontrol -d` detail was not clear) meets a row of step 2 that reads them: a
         start to report (`_started`: running, or ended with a run Slurm shows, while gpufair
         has it pending or bound) or a COMPLETING job gpufair has running, restarted
-        (`_requeue_completing`). Those rows need `squeue --json`; the others do not, nor do
-        these rows of a job whose indices the text read gave."""
+        (`job_states.requeue_completing`). Those rows need `squeue --json`; the others do not,
+        nor do these rows of a job whose indices the text read gave."""
         rows = self._rows_reading_gpu_indices(jobs, statuses)
         return any(not job.gpu_indices_read for job in rows)
 
@@ -343,7 +305,7 @@ class Bridge:
         for job in jobs.values():
             uid = self._current.get(job.job_id, uid_of(self.config, job.job_id))
             status = statuses.get(uid)
-            if _needs_gpu_indices(job, status.state if status is not None else None):
+            if job_states.needs_gpu_indices(job, status.state if status is not None else None):
                 yield job
 
     def _mapped(self, job: SlurmJob) -> bool:
@@ -489,15 +451,17 @@ class Bridge:
                 if not job.held:
                     self.slurm.hold(job.job_id)
                 run = job.restart_count - 1
-                at_s = events.stamped_requeue_s(job.comment, run) or self._pending_again_s(job)
+                at_s = events.stamped_requeue_s(job.comment, run) or job_states.pending_again_s(
+                    job, self.clock
+                )
                 out.append(events.ended(uid, run, at_s, ledger_pb2.EVENT_KIND_PREEMPTED))
                 return
             if not job.held:
                 self.slurm.hold(job.job_id)  # gpufair decides where it runs, not Slurm
             return
         run = job.restart_count
-        if job.state in RUNNING_STATES:
-            if state == "running" and self._requeue_completing(job):
+        if job.state in job_states.RUNNING_STATES:
+            if state == "running" and job_states.requeue_completing(job, self._slurm_now):
                 # Requeued by someone else while it ran: the run ended at the requeue, not when
                 # its processes are gone (a job that ignores SIGTERM stays COMPLETING for Slurm's
                 # KillWait and more). Reported now, once; no heartbeat of the raised restart
@@ -524,7 +488,7 @@ class Bridge:
                 self._map(job, uid, to_submit, report)
             return
         # Ended.
-        kind = _END_KINDS.get(job.state, ledger_pb2.EVENT_KIND_FAILED)
+        kind = job_states.END_KINDS.get(job.state, ledger_pb2.EVENT_KIND_FAILED)
         if state == "running":
             out.append(events.ended(uid, run, max(job.end_time, job.start_time), kind))
         elif state in ("pending", "bound"):
@@ -545,7 +509,7 @@ class Bridge:
     ) -> None:
         """A pending job whose workload is not running: submit, withdraw, resubmit or place."""
         state = status.state if status is not None else None
-        blocked = self._blocked(job)
+        blocked = job_states.blocked(job, self._all_jobs, self._slurm_now)
         active = status is not None and state in ("pending", "bound")
         mapped: scheduler_pb2.Workload | Unmappable | None = None
         if blocked is None:
@@ -565,7 +529,7 @@ class Bridge:
         )
         if not job.held:
             if state == "bound" and not changed and status is not None:
-                stuck = self._cannot_start(job, status)
+                stuck = job_states.cannot_start(job, status, self._ready)
                 if stuck is None and job.state_reason != "BeginTime":
                     return  # released to its nodes; starting
                 self.slurm.hold(job.job_id)
@@ -606,76 +570,6 @@ class Bridge:
                     self._place(job, uid, status.pods, report)
                 else:  # pinned and released after the rows, with the others: one release list
                     self._bound_held.append((job, uid, status.pods))
-
-    def _pending_again_s(self, job: SlurmJob) -> float:
-        """When the run of a job requeued by someone else ended, for a job Slurm shows pending
-        again: its submit time, which the requeue sets to the second Slurm made the job pending
-        (the requeue's own second for a job whose processes die at once: an admin's `scontrol
-        requeue`, a node set DOWN; seen on 22.05), in Slurm's clock as the run's start is, and the
-        same in every cycle and after a restart of the bridge, however late it looks. The
-        bridge's clock only when Slurm shows none. (`squeue` has nothing better: sacct needs
-        accounting, and the COMPLETING record's start time is Slurm's time of the read.)"""
-        return float(job.submit_time) if job.submit_time else self.clock()
-
-    def _requeue_completing(self, job: SlurmJob) -> bool:
-        """Slurm shows a running job it has just requeued (seen on 22.05 after `scontrol
-        requeue`) COMPLETING until its processes are gone: restart count already raised, no GPU
-        indices, start time Slurm's time now and end time that plus the time limit (unset, 0
-        here, without one). A run that ended shows the same but its end time, at most Slurm's
-        time now; Slurm's clock is read only for a job with a time limit."""
-        if job.state != "COMPLETING" or job.restart_count == 0:
-            return False
-        _check_gpu_indices_read(job)
-        if any(job.gpu_indices):
-            return False
-        return job.end_time == 0 or job.end_time > self._slurm_now()
-
-    def _cannot_start(self, job: SlurmJob, status: scheduler_pb2.WorkloadStatus) -> str | None:
-        """Why a job released to gpufair's nodes cannot start there: one of them is drained,
-        down or not responding in Slurm (not ready in this cycle's `sinfo`). Slurm
-        keeps such a job pending (reason `ReqNodeNotAvail`) until the node comes back."""
-        lost = sorted({p.node for p in status.pods if not self._ready.get(p.node, True)})
-        if not lost:
-            return None
-        return (
-            f"bound to {','.join(lost)}, which Slurm cannot start it on (drained, down or not "
-            f"responding; {job.state_reason or 'pending'}): gpufair places it again"
-        )
-
-    def _blocked(self, job: SlurmJob) -> str | None:
-        """Why Slurm would not start this pending job now, apart from the bridge's own hold.
-
-        A dependency that can never be met comes first, before an operator's hold: Slurm's own
-        dependency pass (about once a minute, seen on 22.05) marks such a dependency `(failed)`
-        and turns the reason of a job with priority 0, the bridge's user hold too, into
-        `JobHeldAdmin`, as if an operator had held it. A hold by the job's owner is told from
-        the bridge's by the begin time the site's job_submit.lua gives it (`USER_HOLD_BEGIN_S`):
-        the hold itself is the same user hold as the bridge's."""
-        unmet = dependencies.unmet(job, self._all_jobs, self._slurm_now)
-        if unmet is not None and unmet.never:
-            return unmet.reason
-        if job.held and job.state_reason == HELD_BY_OPERATOR:
-            return (
-                f"held by an operator (scontrol hold); scontrol uhold {job.job_id} hands it back "
-                "to gpufair"
-            )
-        if job.eligible_time == USER_HOLD_BEGIN_S:
-            return (
-                f"held by its user (scontrol hold); scontrol release {job.job_id} hands it back "
-                "to gpufair"
-            )
-        if (
-            job.eligible_time
-            and job.eligible_time != OWNER_RELEASE_BEGIN_S
-            and not _requeue_delay(job)
-            and job.eligible_time > self._slurm_now()
-        ):
-            begin = datetime.fromtimestamp(job.eligible_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            return (
-                f"waits for its begin time {begin} (StartTime); scontrol update "
-                f"JobId={job.job_id} StartTime=now hands it back to gpufair"
-            )
-        return None if unmet is None else unmet.reason
 
     def _withdrawn(self, job: SlurmJob) -> str | None:
         """The uid of the workload the bridge last withdrew for this job, from its Comment."""
@@ -729,7 +623,7 @@ class Bridge:
     def _started(
         self, job: SlurmJob, uid: str, status: scheduler_pb2.WorkloadStatus | None
     ) -> ledger_pb2.LedgerEvent:
-        _check_gpu_indices_read(job)
+        job_states.check_gpu_indices_read(job)
         if len(job.gpu_indices) == len(job.nodes) and all(job.gpu_indices):
             return events.started(
                 uid, job.restart_count, job.start_time, job.nodes, job.gpu_indices
@@ -862,8 +756,8 @@ class Bridge:
         # it places has none ahead (it withdraws those), and a `StartTime=` would overwrite a
         # begin time set since the read, such as its owner's hold, even where the site's script
         # no longer remembers it (after a restart of slurmctld).
-        start_now = job.eligible_time == OWNER_RELEASE_BEGIN_S or (
-            job.restart_count > 0 and _requeue_delay(job)
+        start_now = job.eligible_time == job_states.OWNER_RELEASE_BEGIN_S or (
+            job.restart_count > 0 and job_states.requeue_delay(job)
         )
         try:
             if job.restart_count > 0 and (
@@ -913,12 +807,12 @@ class Bridge:
         succeeds and leaves it running; the requeue keeps priority 0 and `JobHeldUser`, while
         the job is COMPLETING and once pending, with the requeue's submit time (the second the
         job was pending again) and begin time 121 s after it (`cred_expire` + 1 s), which
-        `_requeue_delay` and `_too_soon_after_requeue` read as before. In this order a bridge
-        killed between the two commands leaves the job running, held, and gpufair evicting
-        it: the next cycle's row requeues it (stamp, `uhold`, `requeue` again; its run ends at
-        the new stamp, as it ran until then). The other order would leave a requeued job not
-        held, which Slurm starts by itself, on nodes of its choice, once its begin time has
-        passed. A failed hold (the job ended meanwhile) is not followed by the requeue."""
+        `job_states.requeue_delay` and `_too_soon_after_requeue` read as before. In this order
+        a bridge killed between the two commands leaves the job running, held, and gpufair
+        evicting it: the next cycle's row requeues it (stamp, `uhold`, `requeue` again; its run
+        ends at the new stamp, as it ran until then). The other order would leave a requeued
+        job not held, which Slurm starts by itself, on nodes of its choice, once its begin time
+        has passed. A failed hold (the job ended meanwhile) is not followed by the requeue."""
         at_s = round(self.clock(), 3)  # the stamp's resolution: the resent event's time is equal
         try:
             self.slurm.set_comment(job.job_id, events.requeue_stamp(job.restart_count, at_s))
@@ -939,13 +833,6 @@ class Bridge:
             report.events[name] = report.events.get(name, 0) + 1
             if result.status == ledger_pb2.EVENT_STATUS_REJECTED:
                 report.errors.append(f"{event.workload_uid}: event refused: {result.error}")
-
-
-def _check_gpu_indices_read(job: SlurmJob) -> None:
-    """A record without GPU indices here is a cycle that skipped `squeue --json` wrongly
-    (`_needs_gpu_indices`): an error of the job's row, never a start with the wrong GPUs."""
-    if not job.gpu_indices_read:
-        raise SlurmCommandError(f"job {job.job_id}: read without its GPU indices")
 
 
 def _failed_precondition(exc: grpc.RpcError) -> bool:
