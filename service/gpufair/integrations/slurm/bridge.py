@@ -78,7 +78,6 @@ released with that begin time, Slurm does not start it, and the next cycle holds
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -86,7 +85,7 @@ from dataclasses import dataclass, field, replace
 import grpc
 
 from gpufair.client import GpufairClient
-from gpufair.integrations.slurm import dependencies, events, job_states
+from gpufair.integrations.slurm import comments, dependencies, events, job_states
 from gpufair.integrations.slurm.config import BridgeConfig
 from gpufair.integrations.slurm.mapping import (
     Unmappable,
@@ -103,9 +102,6 @@ from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair.slurm_bridge")
 
-NOT_SCHEDULED = "gpufair: not scheduled"
-UNSCHEDULED = NOT_SCHEDULED + ": "
-_WITHDREW_RE = re.compile(r"^gpufair: (?:not scheduled|submitted as \S+) \(withdrew (\S+)\)")
 # A requeue revokes the job's launch credential on its nodes as of the second Slurm sent the kill
 # (its submit time, or the second after), and a slurmd refuses a credential issued in or before
 # that second: the job is then killed for good ("Killing non-startable batch JobId=N: Job
@@ -516,7 +512,11 @@ class Bridge:
             # A new request takes the revision after the active one, or after the one last
             # withdrawn (none: -1, so the first workload is the plain `slurm-42`).
             parsed = parse_uid(self.config, uid)
-            last = (parsed[1] if parsed else 0) if active else self._withdrawn_revision(job)
+            last = (
+                (parsed[1] if parsed else 0)
+                if active
+                else comments.withdrawn_revision(self.config, job)
+            )
             mapped = map_job(self.config, job, gpu_memory=self._gpu_memory, revision=last + 1)
         changed = (
             status is not None
@@ -546,14 +546,14 @@ class Bridge:
             if active:
                 self._withdraw(job, uid, blocked, report)
             else:
-                self._explain(job, uid, blocked, report)
+                comments.explain(self.config, self.slurm, job, uid, blocked, report)
             return
         assert mapped is not None
         if isinstance(mapped, Unmappable):
             if active:
                 self._withdraw(job, uid, mapped.reason, report)
             else:
-                self._explain(job, uid, mapped.reason, report)
+                comments.explain(self.config, self.slurm, job, uid, mapped.reason, report)
             return
         if state is None:
             to_submit.append((job, mapped))
@@ -564,41 +564,18 @@ class Bridge:
             to_submit.append((job, mapped))
             self._withdraw_after_submit[mapped.uid] = (uid, job)
         elif active:
-            self._note_submitted(job, uid)  # a Comment a failed write left stale
+            # A Comment a failed write left stale.
+            comments.note_submitted(self.config, self.slurm, job, uid)
             if state == "bound" and status is not None and not status.evicting:
                 if self._bound_held is None:
                     self._place(job, uid, status.pods, report)
                 else:  # pinned and released after the rows, with the others: one release list
                     self._bound_held.append((job, uid, status.pods))
 
-    def _withdrawn(self, job: SlurmJob) -> str | None:
-        """The uid of the workload the bridge last withdrew for this job, from its Comment."""
-        match = _WITHDREW_RE.match(job.comment)
-        if match is None:
-            return None
-        parsed = parse_uid(self.config, match.group(1))
-        return match.group(1) if parsed is not None and parsed[0] == job.job_id else None
-
-    def _note_submitted(self, job: SlurmJob, uid: str) -> None:
-        """gpufair has the job (as `uid`) now: a Comment of the bridge saying it is not
-        scheduled goes, or, when it names a withdrawn uid (the next revision is numbered from
-        it), says `gpufair: submitted as slurm-42.1 (withdrew slurm-42)`."""
-        if not job.comment.startswith(NOT_SCHEDULED) and _WITHDREW_RE.match(job.comment) is None:
-            return
-        withdrew = self._withdrawn(job)
-        text = f"gpufair: submitted as {uid} (withdrew {withdrew})" if withdrew else ""
-        if job.comment != text:
-            self.slurm.set_comment(job.job_id, text)
-
-    def _withdrawn_revision(self, job: SlurmJob) -> int:
-        withdrawn = self._withdrawn(job)
-        parsed = None if withdrawn is None else parse_uid(self.config, withdrawn)
-        return -1 if parsed is None else parsed[1]
-
     def _withdraw(self, job: SlurmJob, uid: str, reason: str, report: CycleReport) -> None:
         """Cancel the job's waiting workload, its uid first written into the Comment (the next
         revision is numbered from it, after a restart too)."""
-        self._explain(job, uid, reason, report, withdrew=uid)
+        comments.explain(self.config, self.slurm, job, uid, reason, report, withdrew=uid)
         self.client.cancel_workload(uid)
         report.withdrawn[uid] = reason
 
@@ -639,26 +616,12 @@ class Bridge:
         to_submit: list[tuple[SlurmJob, scheduler_pb2.Workload]],
         report: CycleReport,
     ) -> None:
-        revision = self._withdrawn_revision(job) + 1
+        revision = comments.withdrawn_revision(self.config, job) + 1
         mapped = map_job(self.config, job, gpu_memory=self._gpu_memory, revision=revision)
         if isinstance(mapped, Unmappable):
-            self._explain(job, uid, mapped.reason, report)
+            comments.explain(self.config, self.slurm, job, uid, mapped.reason, report)
         else:
             to_submit.append((job, mapped))
-
-    def _explain(
-        self, job: SlurmJob, uid: str, reason: str, report: CycleReport, *, withdrew: str = ""
-    ) -> None:
-        """Leave the job held, with why in its Comment (written once, not every cycle). The uid
-        of the last workload withdrawn for the job stays at the Comment's start."""
-        report.unmappable[uid] = reason
-        withdrew = withdrew or (self._withdrawn(job) or "")
-        head = f"gpufair: not scheduled (withdrew {withdrew}): " if withdrew else UNSCHEDULED
-        # No trailing space: the text read of the Comment loses it (records.py), and the
-        # Comment would then be written again every cycle.
-        text = (head + reason).replace("\n", " ")[:250].rstrip()
-        if job.comment != text:
-            self.slurm.set_comment(job.job_id, text)
 
     def _submit(
         self, to_submit: Sequence[tuple[SlurmJob, scheduler_pb2.Workload]], report: CycleReport
@@ -670,12 +633,14 @@ class Bridge:
             if result.accepted:
                 report.submitted.append(workload.uid)
                 try:
-                    self._note_submitted(job, workload.uid)
+                    comments.note_submitted(self.config, self.slurm, job, workload.uid)
                 except SlurmCommandError as exc:
                     report.errors.append(f"{workload.uid}: {exc}")
             else:
                 try:
-                    self._explain(job, workload.uid, result.error, report)
+                    comments.explain(
+                        self.config, self.slurm, job, workload.uid, result.error, report
+                    )
                 except SlurmCommandError as exc:
                     report.errors.append(f"{workload.uid}: {exc}")
 
@@ -749,7 +714,7 @@ class Bridge:
             # binding when no start confirms it.
             reason = f"gpufair bound several pods to one node ({','.join(nodes)})"
             report.errors.append(f"{uid}: {reason}")
-            self._explain(job, uid, reason, report)
+            comments.explain(self.config, self.slurm, job, uid, reason, report)
             return None
         # `StartTime=now` only to clear a begin time the bridge read that would keep the job
         # waiting: a requeue's delay, or the mark of its owner's release. Any other pending job
