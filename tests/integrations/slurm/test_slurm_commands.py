@@ -709,10 +709,10 @@ def test_a_requeued_job_is_not_released_onto_a_node_back_less_than_2_s_ago() -> 
         submit_time=SLURM_NOW_S - 600,
         eligible_time=SLURM_NOW_S - 479,  # the requeue's delay, past
     )
-    live._sync_nodes(CycleReport())  # the first cycle: a100-0 down, a100-1 ready
+    live._nodes.sync(CycleReport())  # the first cycle: a100-0 down, a100-1 ready
     slurm.node_list = [slurm_node("a100-0"), slurm_node("a100-1")]
     now[0] += 5
-    live._sync_nodes(CycleReport())  # a100-0 back
+    live._nodes.sync(CycleReport())  # a100-0 back
     one_node = [scheduler_pb2.PodBinding(pod_index=0, node="a100-0", gpu_indices=[0, 1])]
 
     report = CycleReport()
@@ -782,7 +782,7 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
     released = replace(parse_job(RAW_JOB), priority=4294901742, state_reason="ReqNodeNotAvail")
     slurm, client = RecordingSlurm(), RecordingClient()
     lost = bridge(slurm, client)
-    lost._ready = {"a100-0": False, "a100-1": True}
+    lost._nodes.ready = {"a100-0": False, "a100-1": True}
     out: list[ledger_pb2.LedgerEvent] = []
     report = CycleReport()
     lost._reconcile(released, status("bound"), out, [], report)
@@ -794,7 +794,7 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
 
     slurm = SlurmWithClock()
     ready = bridge(slurm)
-    ready._ready = {"a100-0": True, "a100-1": True}
+    ready._nodes.ready = {"a100-0": True, "a100-1": True}
     ready._reconcile(replace(released, state_reason="Resources"), status("bound"), [], [], report)
     assert slurm.commands == []
 

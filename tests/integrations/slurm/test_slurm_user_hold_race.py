@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_support import bridge_config, cluster_config, cycle_until, make_bridge, sbatch, squeue
+from slurm_support import bridge_config, cluster_config, cycle_until, sbatch, squeue
 
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm.bridge import Bridge, CycleReport
@@ -119,8 +119,7 @@ def users_job(slurm: Any, user: User) -> int:
 
 def rtx_bridge(client: GpufairClient, slurm_ctl: SlurmCtl) -> Bridge:
     client.apply_config(cluster_config("rtx"))
-    bridge = make_bridge(client, bridge_config(partitions={"rtx": "rtx"}))
-    bridge.slurm = slurm_ctl
+    bridge = Bridge(bridge_config(partitions={"rtx": "rtx"}), client, slurm_ctl)
     bridge.cycle()
     return bridge
 

@@ -82,8 +82,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-import grpc
-
 from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import comments, dependencies, events, job_states
 from gpufair.integrations.slurm.config import BridgeConfig
@@ -91,14 +89,14 @@ from gpufair.integrations.slurm.mapping import (
     Unmappable,
     job_id_of,
     map_job,
-    map_node,
     parse_uid,
     same_request,
     uid_of,
 )
+from gpufair.integrations.slurm.node_sync import NodeSync
 from gpufair.integrations.slurm.records import SlurmJob
 from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
-from gpufair.v1 import cluster_pb2, ledger_pb2, scheduler_pb2
+from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 log = logging.getLogger("gpufair.slurm_bridge")
 
@@ -150,11 +148,7 @@ class Bridge:
         self.client = client
         self.slurm = slurm
         self.clock = clock
-        self._sent_nodes: bytes | None = None
-        self._ready: dict[str, bool] = {}  # this cycle's mapped nodes: ready (up, not drained)?
-        # When this bridge first read each node ready again after reading it not ready (or gone),
-        # by its own clock; none from its first cycle, whose nodes' past it does not know.
-        self._ready_since: dict[str, float] = {}
+        self._nodes = NodeSync(config, client, slurm, clock)
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
         # Slurm's clock, read at most once per cycle (a failed read too: the cycle's other jobs
         # fail with it rather than each trying again).
@@ -178,7 +172,7 @@ class Bridge:
     def cycle(self) -> CycleReport:
         report = CycleReport()
         self._gpu_memory_now = self._slurm_now_s = None
-        self._sync_nodes(report)
+        self._nodes.sync(report)
         json_first = self._json_next
         self._all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=json_first))
         jobs = {i: j for i, j in self._all_jobs.by_id.items() if self._mapped(j)}
@@ -344,85 +338,6 @@ class Bridge:
             return None
         return jobs.get(job_id)
 
-    # ---- nodes ---------------------------------------------------------------------------
-
-    def _sync_nodes(self, report: CycleReport) -> None:
-        mapped = [n for n in (map_node(self.config, s) for s in self.slurm.nodes()) if n]
-        mapped.sort(key=lambda n: n.name)
-        ready_before, self._ready = self._ready, {n.name: n.ready for n in mapped}
-        if ready_before:
-            for name, ready in self._ready.items():
-                if ready and not ready_before.get(name, False):
-                    self._ready_since[name] = self.clock()
-        key = b"".join(n.SerializeToString(deterministic=True) for n in mapped)
-        if key == self._sent_nodes:
-            return
-        try:
-            self.client.upsert_nodes(mapped, prune_pools=self.config.pools)
-        except grpc.RpcError as exc:
-            if not _failed_precondition(exc):
-                raise
-            # A node gone from Slurm still has work in gpufair: update the rest, prune later.
-            report.errors.append(f"nodes: not pruned yet: {exc.details()}")
-            try:
-                self.client.upsert_nodes(mapped)
-            except grpc.RpcError as again:
-                if not _failed_precondition(again):
-                    raise
-                # A node Slurm put in another pool or GPU type, or gave fewer GPUs, still holds
-                # work gpufair placed there: the nodes so changed keep gpufair's pool, type and
-                # GPU count this cycle (the rest is updated, the other changed nodes too), and
-                # change in a cycle after their work has ended.
-                report.errors[-1] = f"nodes: not moved yet: {again.details()}"
-                try:
-                    self.client.upsert_nodes(self._unmoved(mapped, held=self._held_gpus()))
-                except grpc.RpcError as third:
-                    if not _failed_precondition(third):
-                        raise
-                    # Work bound between the two reads: every changed node waits this cycle.
-                    self.client.upsert_nodes(self._unmoved(mapped, held=None))
-            return
-        self._sent_nodes = key
-
-    def _held_gpus(self) -> dict[str, int]:
-        """Per node, the highest GPU index bound or running work holds there (-1: work that
-        holds no GPU of it), as gpufair lists its work: what makes gpufair refuse to move the
-        node (any work) or to shrink it (a GPU at or past the new count)."""
-        held: dict[str, int] = {}
-        for status in self.client.list_workloads(states=["bound", "running"]):
-            for pod in status.pods:
-                highest = max(pod.gpu_indices, default=-1)
-                held[pod.node] = max(held.get(pod.node, -1), highest)
-        return held
-
-    def _unmoved(
-        self, mapped: list[cluster_pb2.Node], *, held: dict[str, int] | None
-    ) -> list[cluster_pb2.Node]:
-        """`mapped`, with gpufair's stored pool, GPU type and GPU count kept for each node whose
-        change gpufair refuses while its work runs: a node Slurm put in another pool or GPU type
-        and that work uses (`held` names it), and a node with fewer GPUs than gpufair's count
-        below a GPU its work holds. The other changed nodes go as Slurm has them. `held` None:
-        every changed node keeps gpufair's values. gpufair's config is read once, only when a
-        move or shrink was refused."""
-        stored = {n.name: n for n in self.client.get_config().config.nodes}
-        kept = []
-        for node in mapped:
-            was = stored.get(node.name)
-            moved = was is not None and (was.pool, was.gpu_type) != (node.pool, node.gpu_type)
-            shrunk = was is not None and node.gpu_count < was.gpu_count
-            if held is not None:
-                moved = moved and node.name in held
-                shrunk = shrunk and held.get(node.name, -1) >= node.gpu_count
-            if was is not None and (moved or shrunk):
-                unmoved = cluster_pb2.Node()
-                unmoved.CopyFrom(node)
-                unmoved.pool, unmoved.gpu_type = was.pool, was.gpu_type
-                unmoved.gpu_count = max(node.gpu_count, was.gpu_count)
-                kept.append(unmoved)
-            else:
-                kept.append(node)
-        return kept
-
     # ---- jobs ----------------------------------------------------------------------------
 
     def _reconcile(
@@ -529,7 +444,7 @@ class Bridge:
         )
         if not job.held:
             if state == "bound" and not changed and status is not None:
-                stuck = job_states.cannot_start(job, status, self._ready)
+                stuck = job_states.cannot_start(job, status, self._nodes.ready)
                 if stuck is None and job.state_reason != "BeginTime":
                     return  # released to its nodes; starting
                 self.slurm.hold(job.job_id)
@@ -748,7 +663,7 @@ class Bridge:
         second (`Registered PENDING JobId=N StepId=N.batch on node X`, seen on 22.05), so a
         requeued job released onto it at once could be killed as in `RELAUNCH_AFTER_S`. The
         bridge read the node ready after it registered: 2 s after that read, the second is past."""
-        since = max((self._ready_since.get(n, 0.0) for n in nodes), default=0.0)
+        since = max((self._nodes.ready_since.get(n, 0.0) for n in nodes), default=0.0)
         return self.clock() < since + RELAUNCH_AFTER_S
 
     def _requeue(
@@ -798,7 +713,3 @@ class Bridge:
             report.events[name] = report.events.get(name, 0) + 1
             if result.status == ledger_pb2.EVENT_STATUS_REJECTED:
                 report.errors.append(f"{event.workload_uid}: event refused: {result.error}")
-
-
-def _failed_precondition(exc: grpc.RpcError) -> bool:
-    return isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.FAILED_PRECONDITION
