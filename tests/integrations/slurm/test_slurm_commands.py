@@ -86,7 +86,7 @@ def test_pin_then_release_in_pod_order() -> None:
     for placed, start, clock in cases:
         slurm = SlurmWithClock()
         report = CycleReport()
-        bridge(slurm)._place(placed, "slurm-42", PODS, report)
+        bridge(slurm)._placement.place(placed, "slurm-42", PODS, report)
         assert slurm.commands == [
             *clock,
             ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1", *start],
@@ -94,14 +94,14 @@ def test_pin_then_release_in_pod_order() -> None:
         ]
         assert report.placed == {"slurm-42": ["a100-0", "a100-1"]} and not report.errors
     later = RecordingSlurm()
-    bridge(later)._place(late_begin, "slurm-42", PODS, CycleReport())
+    bridge(later)._placement.place(late_begin, "slurm-42", PODS, CycleReport())
     assert later.commands[0] == ["scontrol", "update", "JobId=42", "NodeList=a100-0,a100-1"]
 
 
 def test_failed_pin_is_never_followed_by_a_release() -> None:
     slurm = RecordingSlurm(fail_on="update")
     report = CycleReport()
-    bridge(slurm)._place(parse_job(RAW_JOB), "slurm-42", PODS, report)
+    bridge(slurm)._placement.place(parse_job(RAW_JOB), "slurm-42", PODS, report)
     assert [c[1] for c in slurm.commands] == ["update"]
     assert report.placed == {}
     assert report.errors == ["slurm-42: scontrol update exited 1: Invalid node name specified"]
@@ -111,7 +111,7 @@ def test_two_pods_on_one_node_are_not_pinned_and_the_job_says_why() -> None:
     slurm = RecordingSlurm()
     report = CycleReport()
     same_node = [replace_node(p, "rtx-0") for p in PODS]
-    bridge(slurm)._place(parse_job(RAW_JOB), "slurm-42", same_node, report)
+    bridge(slurm)._placement.place(parse_job(RAW_JOB), "slurm-42", same_node, report)
     reason = "gpufair bound several pods to one node (rtx-0,rtx-0)"
     assert slurm.commands == [
         ["scontrol", "update", "JobId=42", f"Comment=gpufair: not scheduled: {reason}"]
@@ -124,7 +124,7 @@ def test_requeue_is_stamped_first_and_reported_at_the_stamp() -> None:
     report = CycleReport()
     out: list[ledger_pb2.LedgerEvent] = []
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1, restart_count=2)
-    bridge(slurm)._requeue(running, "slurm-42", out, report)
+    bridge(slurm)._placement.requeue(running, "slurm-42", out, report)
     assert slurm.commands == [
         ["scontrol", "update", "JobId=42", "Comment=gpufair: requeued run 2 at 1796136520.250"],
         ["scontrol", "uhold", "42"],
@@ -145,7 +145,7 @@ def test_failed_stamp_means_no_requeue() -> None:
     report = CycleReport()
     out: list[ledger_pb2.LedgerEvent] = []
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1)
-    bridge(slurm)._requeue(running, "slurm-42", out, report)
+    bridge(slurm)._placement.requeue(running, "slurm-42", out, report)
     assert [c[1] for c in slurm.commands] == ["update"]
     assert out == [] and report.requeued == []
 
@@ -158,7 +158,7 @@ def test_failed_hold_means_no_requeue() -> None:
     report = CycleReport()
     out: list[ledger_pb2.LedgerEvent] = []
     running = replace(parse_job(RAW_JOB), state="RUNNING", priority=1)
-    bridge(slurm)._requeue(running, "slurm-42", out, report)
+    bridge(slurm)._placement.requeue(running, "slurm-42", out, report)
     assert [c[1] for c in slurm.commands] == ["update", "uhold"]
     assert out == [] and report.requeued == []
     assert report.errors == ["slurm-42: scontrol uhold exited 1: Invalid node name specified"]
@@ -666,12 +666,12 @@ def test_a_requeued_job_is_not_released_within_2_s_of_its_requeue() -> None:
     )
     slurm = SlurmWithClock()
     report = CycleReport()
-    bridge(slurm)._place(requeued, "slurm-42", PODS, report)
+    bridge(slurm)._placement.place(requeued, "slurm-42", PODS, report)
     assert (slurm.commands, report.placed, report.errors) == ([["sdiag"]], {}, [])
 
     slurm = SlurmWithClock()
     later = replace(requeued, submit_time=SLURM_NOW_S - 2)
-    bridge(slurm)._place(later, "slurm-42", PODS, report)
+    bridge(slurm)._placement.place(later, "slurm-42", PODS, report)
     assert [c[:2] for c in slurm.commands] == [
         ["sdiag"],
         ["scontrol", "update"],
@@ -717,15 +717,17 @@ def test_a_requeued_job_is_not_released_onto_a_node_back_less_than_2_s_ago() -> 
 
     report = CycleReport()
     now[0] += 1.9
-    live._place(requeued, "slurm-42", one_node, report)
+    live._placement.place(requeued, "slurm-42", one_node, report)
     assert (slurm.commands, report.placed) == ([], {})
-    live._place(replace(requeued, job_id=43, restart_count=0), "slurm-43", one_node, report)
+    live._placement.place(
+        replace(requeued, job_id=43, restart_count=0), "slurm-43", one_node, report
+    )
     other = [scheduler_pb2.PodBinding(pod_index=0, node="a100-1", gpu_indices=[0, 1])]
-    live._place(replace(requeued, job_id=44), "slurm-44", other, report)
+    live._placement.place(replace(requeued, job_id=44), "slurm-44", other, report)
     assert report.placed == {"slurm-43": ["a100-0"], "slurm-44": ["a100-1"]}
 
     now[0] += 0.1
-    live._place(requeued, "slurm-42", one_node, report)
+    live._placement.place(requeued, "slurm-42", one_node, report)
     assert report.placed["slurm-42"] == ["a100-0"]
     assert slurm.commands[-2:] == [
         ["scontrol", "update", "JobId=42", "NodeList=a100-0", "StartTime=now"],
