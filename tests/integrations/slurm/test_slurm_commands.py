@@ -226,7 +226,7 @@ def reconcile(
     out: list[ledger_pb2.LedgerEvent] = []
     to_submit: list[Any] = []
     report = CycleReport()
-    bridge(slurm, client, now_s)._reconcile(job, state, out, to_submit, report)
+    bridge(slurm, client, now_s)._reconciler.reconcile(job, state, out, to_submit, report)
     return out, to_submit, report
 
 
@@ -611,7 +611,7 @@ def test_a_begin_time_ahead_on_slurms_clock_withdraws_the_job_asking_slurm_once(
     slurm, client = SlurmWithClock(), RecordingClient()
     one = bridge(slurm, client)
     for _ in range(2):
-        one._reconcile(ahead, status("bound"), [], [], CycleReport())
+        one._reconciler.reconcile(ahead, status("bound"), [], [], CycleReport())
     assert [c for c in slurm.commands if c[0] == "sdiag"] == [["sdiag"]]
     assert ["release"] not in [c[1:2] for c in slurm.commands]
     assert client.cancelled == ["slurm-42", "slurm-42"]
@@ -741,7 +741,7 @@ def test_a_failed_read_of_slurms_time_fails_the_job_and_is_not_repeated_in_the_c
     one = bridge(slurm, RecordingClient())
     for _ in range(3):
         with pytest.raises(SlurmCommandError, match="sdiag"):
-            one._reconcile(ahead, status("bound"), [], [], CycleReport())
+            one._reconciler.reconcile(ahead, status("bound"), [], [], CycleReport())
     assert slurm.commands == [["sdiag"]]
 
 
@@ -787,7 +787,7 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
     lost._nodes.ready = {"a100-0": False, "a100-1": True}
     out: list[ledger_pb2.LedgerEvent] = []
     report = CycleReport()
-    lost._reconcile(released, status("bound"), out, [], report)
+    lost._reconciler.reconcile(released, status("bound"), out, [], report)
     assert slurm.commands[0] == ["scontrol", "uhold", "42"]
     assert [c[:3] for c in slurm.commands[1:]] == [["scontrol", "update", "JobId=42"]]
     assert slurm.commands[1][3].startswith("Comment=gpufair: not scheduled (withdrew slurm-42): ")
@@ -797,7 +797,9 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
     slurm = SlurmWithClock()
     ready = bridge(slurm)
     ready._nodes.ready = {"a100-0": True, "a100-1": True}
-    ready._reconcile(replace(released, state_reason="Resources"), status("bound"), [], [], report)
+    ready._reconciler.reconcile(
+        replace(released, state_reason="Resources"), status("bound"), [], [], report
+    )
     assert slurm.commands == []
 
     requeued = replace(
@@ -807,7 +809,7 @@ def test_a_released_job_whose_node_is_lost_is_given_back_and_a_requeued_one_is_p
         submit_time=SLURM_NOW_S - 10,
         eligible_time=SLURM_NOW_S + 111,
     )
-    ready._reconcile(requeued, status("bound"), [], [], report)
+    ready._reconciler.reconcile(requeued, status("bound"), [], [], report)
     assert slurm.commands[0] == ["scontrol", "uhold", "42"]
     assert slurm.commands[1:] == [
         ["sdiag"],

@@ -408,7 +408,9 @@ def test_bridge_reads_gpufairs_gpu_types_only_when_needed_and_once() -> None:
     report = CycleReport()
     simple, mixed = ["gpumem40", "a100"], ["a100|gpumem40", "rtx4090|gpumem80"]
     for job_id, features in enumerate(simple + mixed):
-        bridge._map(job(job_id=job_id, features=features), f"slurm-{job_id}", to_submit, report)
+        bridge._reconciler._map(
+            job(job_id=job_id, features=features), f"slurm-{job_id}", to_submit, report
+        )
         assert client.reads == (0 if features in simple else 1)
     assert report.unmappable == {}
     assert [list(w.allowed_gpu_types) for _, w in to_submit] == [

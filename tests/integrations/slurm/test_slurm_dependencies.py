@@ -479,9 +479,11 @@ def comment_for(held: SlurmJob, *others: SlurmJob) -> list[list[str]]:
     other jobs squeue lists."""
     slurm = CommentsOnly()
     bridge = Bridge(bridge_config(), cast(GpufairClient, None), slurm)
-    bridge._all_jobs = Jobs.of([held, *others])
+    bridge._reconciler.all_jobs = Jobs.of([held, *others])
     to_submit: list[Any] = []
-    bridge._reconcile_waiting(held, f"slurm-{held.job_id}", None, to_submit, CycleReport())
+    bridge._reconciler._reconcile_waiting(
+        held, f"slurm-{held.job_id}", None, to_submit, CycleReport()
+    )
     assert to_submit == []
     return slurm.commands
 

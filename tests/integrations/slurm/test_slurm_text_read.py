@@ -668,7 +668,7 @@ def test_a_cycle_reads_squeue_json_exactly_when_a_row_reads_gpu_indices(
     live = Bridge(CONFIG, cast(GpufairClient, _Client()), _NoCommands(), clock=lambda: 1.8e9)
     status = None if gpufair_state is None else _status(gpufair_state)
     try:
-        live._reconcile(job, status, [], [], bridge_module.CycleReport())
+        live._reconciler.reconcile(job, status, [], [], bridge_module.CycleReport())
         read_indices = False
     except SlurmCommandError as exc:
         assert "without its GPU indices" in str(exc)
@@ -701,5 +701,5 @@ def test_the_cycle_after_one_that_needed_json_reads_it_first() -> None:
         ([started], placed, False),
     ]:
         assert parse_job(RAW_JOB).job_id == 42
-        live._all_jobs = dependencies.Jobs.of(jobs)
+        live._reconciler.all_jobs = dependencies.Jobs.of(jobs)
         assert live._text_short(report) is expected

@@ -1,6 +1,6 @@
 """What the bridge reads from a Slurm job's state: the Slurm states and begin times that mean
 something to it, and the judgements of a job (why it would not start, whether a requeue is
-ending, whether its row reads its GPU indices) that step 2's rows (bridge.py) act on."""
+ending, whether its row reads its GPU indices) that step 2's rows (reconcile.py) act on."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ REQUEUE_DELAY_MAX_S = 300
 
 
 def needs_gpu_indices(job: SlurmJob, state: str | None) -> bool:
-    """Whether `Bridge._reconcile` of this job, its workload in gpufair `state`, reads its GPU
-    indices (`Bridge._started`, `requeue_completing`)."""
+    """Whether `Reconciler.reconcile` of this job, its workload in gpufair `state`, reads its GPU
+    indices (`Reconciler._started`, `requeue_completing`)."""
     if state == "running":
         return job.state == "COMPLETING" and job.restart_count > 0
     if state not in ("pending", "bound") or job.state == "PENDING":
@@ -53,7 +53,7 @@ def requeue_delay(job: SlurmJob) -> bool:
 
 def check_gpu_indices_read(job: SlurmJob) -> None:
     """A record without GPU indices here is a cycle that skipped `squeue --json` wrongly
-    (`Bridge._needs_gpu_indices`): an error of the job's row, never a start with the wrong
+    (`Reconciler.needs_gpu_indices`): an error of the job's row, never a start with the wrong
     GPUs."""
     if not job.gpu_indices_read:
         raise SlurmCommandError(f"job {job.job_id}: read without its GPU indices")
