@@ -137,7 +137,7 @@ class Bridge:
         self.slurm = slurm
         self.clock = clock
         self._nodes = NodeSync(config, client, slurm, clock)
-        self._placement = Placement(config, slurm, clock, self._nodes, self._slurm_now)
+        self._placement = Placement(config, client, slurm, clock, self._nodes, self._slurm_now)
         self._gpu_memory_now: dict[str, float] | None = None  # read at most once per cycle
         # Slurm's clock, read at most once per cycle (a failed read too: the cycle's other jobs
         # fail with it rather than each trying again).

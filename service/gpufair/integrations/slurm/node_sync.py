@@ -3,38 +3,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import grpc
 
-from gpufair.client import GpufairClient
-from gpufair.integrations.slurm.config import BridgeConfig
+from gpufair.integrations.slurm.bridge_part import BridgePart
 from gpufair.integrations.slurm.mapping import map_node
-from gpufair.integrations.slurm.slurmctl import SlurmCtl
 from gpufair.v1 import cluster_pb2
 
 if TYPE_CHECKING:
     from gpufair.integrations.slurm.bridge import CycleReport
 
 
-class NodeSync:
-    def __init__(
-        self,
-        config: BridgeConfig,
-        client: GpufairClient,
-        slurm: SlurmCtl,
-        clock: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.client = client
-        self.slurm = slurm
-        self.clock = clock
-        self._sent_nodes: bytes | None = None
-        self.ready: dict[str, bool] = {}  # this cycle's mapped nodes: ready (up, not drained)?
-        # When this bridge first read each node ready again after reading it not ready (or gone),
-        # by its own clock; none from its first cycle, whose nodes' past it does not know.
-        self.ready_since: dict[str, float] = {}
+@dataclass(eq=False)
+class NodeSync(BridgePart):
+    _sent_nodes: bytes | None = field(default=None, init=False)
+    # This cycle's mapped nodes: ready (up, not drained)?
+    ready: dict[str, bool] = field(default_factory=dict, init=False)
+    # When this bridge first read each node ready again after reading it not ready (or gone),
+    # by its own clock; none from its first cycle, whose nodes' past it does not know.
+    ready_since: dict[str, float] = field(default_factory=dict, init=False)
 
     def sync(self, report: CycleReport) -> None:
         mapped = [n for n in (map_node(self.config, s) for s in self.slurm.nodes()) if n]

@@ -4,13 +4,14 @@ to gpufair's nodes and released, an evicted job held and requeued."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufair.integrations.slurm import comments, events, job_states
-from gpufair.integrations.slurm.config import BridgeConfig
+from gpufair.integrations.slurm.bridge_part import BridgePart
 from gpufair.integrations.slurm.node_sync import NodeSync
 from gpufair.integrations.slurm.records import SlurmJob
-from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
+from gpufair.integrations.slurm.slurmctl import SlurmCommandError
 from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 if TYPE_CHECKING:
@@ -25,20 +26,10 @@ if TYPE_CHECKING:
 RELAUNCH_AFTER_S = 2
 
 
-class Placement:
-    def __init__(
-        self,
-        config: BridgeConfig,
-        slurm: SlurmCtl,
-        clock: Callable[[], float],
-        nodes: NodeSync,
-        slurm_now: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.slurm = slurm
-        self.clock = clock
-        self.nodes = nodes  # when each node was read ready again (`_too_soon_after_return`)
-        self.slurm_now = slurm_now  # Slurm's clock, read at most once per cycle (bridge.py)
+@dataclass(eq=False)
+class Placement(BridgePart):
+    nodes: NodeSync  # when each node was read ready again (`_too_soon_after_return`)
+    slurm_now: Callable[[], float]  # Slurm's clock, read at most once per cycle (bridge.py)
 
     def place(
         self,

@@ -5,12 +5,11 @@ submitted, withdrawn and cancelled as those rows decide."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from gpufair.client import GpufairClient
 from gpufair.integrations.slurm import comments, dependencies, events, job_states
-from gpufair.integrations.slurm.config import BridgeConfig
+from gpufair.integrations.slurm.bridge_part import BridgePart
 from gpufair.integrations.slurm.mapping import (
     Unmappable,
     job_id_of,
@@ -22,44 +21,31 @@ from gpufair.integrations.slurm.mapping import (
 from gpufair.integrations.slurm.node_sync import NodeSync
 from gpufair.integrations.slurm.placement import Placement
 from gpufair.integrations.slurm.records import SlurmJob
-from gpufair.integrations.slurm.slurmctl import SlurmCommandError, SlurmCtl
+from gpufair.integrations.slurm.slurmctl import SlurmCommandError
 from gpufair.v1 import ledger_pb2, scheduler_pb2
 
 if TYPE_CHECKING:
     from gpufair.integrations.slurm.bridge import CycleReport
 
 
-class Reconciler:
-    def __init__(
-        self,
-        config: BridgeConfig,
-        client: GpufairClient,
-        slurm: SlurmCtl,
-        clock: Callable[[], float],
-        nodes: NodeSync,
-        placement: Placement,
-        *,
-        gpu_memory: Callable[[], dict[str, float]],
-        slurm_now: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.client = client
-        self.slurm = slurm
-        self.clock = clock
-        self.nodes = nodes  # this cycle's ready nodes (`job_states.cannot_start`)
-        self.placement = placement
-        self.gpu_memory = gpu_memory  # gpufair's GPU types, read at most once per cycle
-        self.slurm_now = slurm_now  # Slurm's clock, read at most once per cycle
-        # This cycle's view: every job Slurm lists (dependencies may name any), and the uid of
-        # each job's newest active workload.
-        self.all_jobs = dependencies.Jobs({})
-        self.current: dict[int, str] = {}
-        self.withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = {}  # new uid -> old uid
-        # In a cycle, the held jobs whose workload is already bound (by an earlier cycle that did
-        # not pin them, e.g. before a restart of the bridge): placed together after the rows.
-        # None outside a cycle: a row run on its own places its job at once.
-        self.bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] | None
-        self.bound_held = None
+@dataclass(eq=False)
+class Reconciler(BridgePart):
+    nodes: NodeSync  # this cycle's ready nodes (`job_states.cannot_start`)
+    placement: Placement
+    gpu_memory: Callable[[], dict[str, float]]  # gpufair's GPU types, read at most once per cycle
+    slurm_now: Callable[[], float]  # Slurm's clock, read at most once per cycle
+    # This cycle's view: every job Slurm lists (dependencies may name any), and the uid of
+    # each job's newest active workload.
+    all_jobs: dependencies.Jobs = field(default_factory=lambda: dependencies.Jobs({}), init=False)
+    current: dict[int, str] = field(default_factory=dict, init=False)
+    # new uid -> old uid
+    withdraw_after_submit: dict[str, tuple[str, SlurmJob]] = field(default_factory=dict, init=False)
+    # In a cycle, the held jobs whose workload is already bound (by an earlier cycle that did
+    # not pin them, e.g. before a restart of the bridge): placed together after the rows.
+    # None outside a cycle: a row run on its own places its job at once.
+    bound_held: list[tuple[SlurmJob, str, Sequence[scheduler_pb2.PodBinding]]] | None = field(
+        default=None, init=False
+    )
 
     def hold_first(
         self,
