@@ -39,16 +39,14 @@ CACHE_OPTIONS = [
 # A count in `callgrind_annotate`'s listing: digits with commas or ".", and maybe a percentage.
 ANNOTATED_NUMBER = r"([\d,]+|\.)\s+(?:\([^)]*\)\s+)?"
 
-# The child's arguments: mix, nodes, leaf queues, the folder of the handshake's files, then the
-# caller's (`sys.argv[5:]`). `given` is the carried records the measured cycle is given.
-_PRELUDE = """
-import copy, gc, operator, os, sys, time{imports}
+# `warm_up`'s code; `{arguments}` is the child's line that sets `mix`, `size` and `queues`.
+_WARM_UP = """
 gc.disable()
 sys.path.insert(0, {bench!r})
 from bench_cycle import build_snapshot, next_snapshot
 from gpufair.domain.cycle import run_cycle
 from gpufair.domain.cycle_memory import CarriedLoad
-mix, size, queues, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+{arguments}
 snapshot = build_snapshot(size, scrambled=mix == "scrambled", queues=queues)
 carried = CarriedLoad()
 first = run_cycle(snapshot, carried)
@@ -56,8 +54,25 @@ if mix == "next":
     snapshot = next_snapshot(snapshot, first)
 else:
     run_cycle(snapshot, carried)
-given = copy.copy(carried)
 """
+
+# The child's arguments: mix, nodes, leaf queues, the folder of the handshake's files, then the
+# caller's (`sys.argv[5:]`). `given` is the carried records the measured cycle is given.
+_ARGUMENTS = (
+    "mix, size, queues, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]"
+)
+
+
+def warm_up(arguments: str) -> str:
+    """A child's code from its `gc.disable()` to the pool the measured cycle runs on, after the
+    warm-up cycles (`steady` and `scrambled`: two cycles, the second given the records of the
+    first; `next`: one cycle, then the next snapshot): it leaves `snapshot`, `carried` (the
+    records the measured cycle is given a copy of) and `run_cycle`. `arguments` is the child's
+    line that sets `mix`, `size` and `queues` from its arguments (after the imports, before the
+    pool is built). The child has imported `copy`, `gc` and `sys`. Shared by this driver's child
+    and `cycle_instructions.py`'s plain cachegrind child, so both count the same cycle."""
+    return _WARM_UP.format(bench=BENCH, arguments=arguments)
+
 
 _HANDSHAKE = """
 with open(os.path.join(folder, "ready.tmp"), "w") as out:
@@ -75,7 +90,9 @@ def child_code(measured: str, *, prepare: str = "", imports: Sequence[str] = ())
     beside the prelude's."""
     extra = "".join(f", {name}" for name in imports)
     return (
-        _PRELUDE.format(imports=extra, bench=BENCH)
+        f"\nimport copy, gc, operator, os, sys, time{extra}"
+        + warm_up(_ARGUMENTS)
+        + "given = copy.copy(carried)\n"
         + prepare.strip("\n")
         + "\n"
         + _HANDSHAKE

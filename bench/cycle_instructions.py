@@ -59,27 +59,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cycle import QUEUES
-from callgrind_cycle import ANNOTATED_NUMBER, child_code, run_measured
+from callgrind_cycle import ANNOTATED_NUMBER, child_code, run_measured, warm_up
 from pair_cycle import PHASES
 
-_CHILD = """
-import copy, gc, sys
-gc.disable()
-sys.path.insert(0, {bench!r})
-from bench_cycle import build_snapshot, next_snapshot
-from gpufair.domain.cycle import run_cycle
-from gpufair.domain.cycle_memory import CarriedLoad
-mix, size, measured, queues = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[5])
-snapshot = build_snapshot(size, scrambled=mix == "scrambled", queues=queues)
-carried = CarriedLoad()
-first = run_cycle(snapshot, carried)
-if mix == "next":
-    snapshot = next_snapshot(snapshot, first)
-else:
-    run_cycle(snapshot, carried)
-if measured:
+# The pool and its warm-up cycles (`callgrind_cycle.warm_up`, as `--cache` runs them), then the
+# measured cycle when the third argument is "1".
+_CHILD = (
+    "\nimport copy, gc, sys"
+    + warm_up(
+        'mix, size, measured, queues = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", '
+        "int(sys.argv[5])"
+    )
+    + """if measured:
     run_cycle(snapshot, copy.copy(carried))
 """
+)
 
 # The measured cycle phase by phase, `phase` alone inside `operator.call` (what callgrind collects).
 _PHASED = """
@@ -242,7 +236,7 @@ def phase_instructions(tree: str, mix: str, size: int, phase: str, queues: int) 
             "--toggle-collect=_operator_call",
             f"--callgrind-out-file={out}",
         ]
-        code = _CHILD.format(bench=str(Path(__file__).resolve().parent)) + _PHASED
+        code = _CHILD + _PHASED
         _child(tree, tool, code, [mix, str(size), "0", phase, str(queues)])
         found = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
         if found is None:
@@ -255,7 +249,7 @@ def instructions(tree: str, mix: str, size: int, measured: bool, queues: int) ->
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "cachegrind.out"
         tool = ["--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
-        code = _CHILD.format(bench=str(Path(__file__).resolve().parent))
+        code = _CHILD
         stderr = _child(
             tree, tool, code, [mix, str(size), "1" if measured else "0", "", str(queues)]
         )
