@@ -24,7 +24,9 @@ the bridge (base, then this tree's, for each size and kind). Per cycle:
 
 - wall time, and the CPU time of the bridge (its process; `commands_cpu_s`: the Slurm commands
   it ran, its children), of slurmctld and of the gpufair server (from /proc);
-- the Slurm commands run (squeue, sinfo, sdiag, scontrol by verb), how many, their wall time;
+- the Slurm commands run (`squeue -O`, `squeue --json`, `scontrol show job`, `sinfo --json`,
+  `sdiag`, other `scontrol` by verb), how many, and each kind's wall and CPU seconds in the cycle
+  (`commands_wall_by_kind_s`, `commands_cpu_by_kind_s`: the reads one by one);
 - what the cycle did (submitted, placed).
 
 And `first_running_after_submit_s`: from the last `sbatch` to the first job Slurm shows running
@@ -87,19 +89,22 @@ def worker(args: argparse.Namespace) -> None:
     from gpufair.integrations.slurm.config import parse_config
 
     commands: dict[str, list[float]] = {}
+    commands_cpu: dict[str, float] = {}
     real_run = subprocess.run
 
     def counted_run(argv: Any, *a: Any, **kw: Any) -> Any:
         started = time.perf_counter()
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             return real_run(argv, *a, **kw)
         finally:
-            name = Path(argv[0]).name
-            if name == "scontrol":
-                name += " " + next(a for a in argv[1:] if not a.startswith("-"))
-            elif name == "squeue":
-                name += " --json" if "--json" in argv else " -O"
-            commands.setdefault(name, []).append(time.perf_counter() - started)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            name = _command_kind(argv)
+            commands.setdefault(name, []).append(wall)
+            commands_cpu[name] = commands_cpu.get(name, 0.0) + (
+                after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
+            )
 
     slurmctl.subprocess.run = counted_run  # type: ignore[attr-defined]
     # Why a cycle's text read was not used (`SlurmCtl.jobs` logs it), for the rows below.
@@ -120,6 +125,7 @@ def worker(args: argparse.Namespace) -> None:
         first_running: float | None = None
         for index in range(args.cycles):
             commands.clear()
+            commands_cpu.clear()
             fallbacks.clear()
             self0 = resource.getrusage(resource.RUSAGE_SELF)
             kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -145,6 +151,7 @@ def worker(args: argparse.Namespace) -> None:
                 "commands_wall_by_kind_s": {
                     k: round(sum(v), 3) for k, v in sorted(commands.items())
                 },
+                "commands_cpu_by_kind_s": {k: round(v, 3) for k, v in sorted(commands_cpu.items())},
                 "submitted": len(report.submitted),
                 "placed": len(report.placed),
                 "requeued": len(report.requeued),
@@ -158,6 +165,21 @@ def worker(args: argparse.Namespace) -> None:
                 row["first_running_after_submit_s"] = round(first_running, 3)
             print(json.dumps(row), flush=True)
             time.sleep(max(0.0, 1.0 - (time.perf_counter() - started)))
+
+
+def _command_kind(argv: Any) -> str:
+    """A Slurm command as the rows name it: `squeue -O` (the text read), `squeue --json`,
+    `scontrol show job` (the text read's `--all -d show job -o`), `scontrol show node`,
+    `scontrol uhold` (by verb), `sinfo --json`, `sdiag`."""
+    name = Path(argv[0]).name
+    words = [a for a in argv[1:] if not a.startswith("-")]
+    if name == "scontrol" and words:
+        name += " " + " ".join(words[:2] if words[0] == "show" else words[:1])
+    elif name == "squeue":
+        name += " --json" if "--json" in argv else " -O"
+    elif name == "sinfo" and "--json" in argv:
+        name += " --json"
+    return str(name)
 
 
 def _wait_running(submitted_at: float) -> float:
