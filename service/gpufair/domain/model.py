@@ -257,7 +257,7 @@ class Workload:
     # one domain of `topology.level` (`domain/cycle_cu_mix.py`), when no single type has room.
     mixed_gpu_types: bool = False
     # Each pod on a node of its own (a batch system's multi-node job, e.g. Slurm's --nodes=N):
-    # placement puts at most one of its pods on any node (`placement.fit_on`).
+    # placement puts at most one of its pods on any node (`placement_fit.fit_on`).
     pods_on_distinct_nodes: bool = False
 
     @property
