@@ -14,6 +14,13 @@ turn, so every pool sees the same machine load. Each cycle is given the records 
 cycle left (`cycle_memory`, as the service carries them), the collector paused during the cycle
 and one young pass after it, timed with it (as `pair_cycle.py --gc cycle --carry`).
 
+The growth is given twice: `CPU x`, the ratio of the pools' medians, and `paired x`, the median
+over rounds of each round's ratio (a pool's cycle over the smallest pool's cycle of the same
+round, run seconds apart), with the rounds' range. Pairing would cancel a drift of the host's
+speed over a run; on the shared host of round 33 it steadied the read little (runs of one code:
+`CPU x` 3.72-4.34, `paired x` 3.70-4.15), because the speed changes from one cycle to the next
+(a run's rounds gave ratios of 3.1 to 6.4): the range shows how noisy the host was.
+
 With `--phases` each cycle is run phase by phase, as `pair_cycle.py` times them (its `run_phases`,
 then the result and the young pass after the cycle), and a second table gives each phase's CPU
 median per pool beside the total and its ratio to the smallest pool's, so the growth of each
@@ -145,15 +152,17 @@ def main() -> None:
     print(f"{args.mix}, {args.cycles} cycles per pool, carried records, collector paused per cycle")
     print()
     print(
-        "| nodes | queues | CPU median / min s | decisions (evictions) | CPU x | decisions x "
-        "| CPU µs per decision |"
+        "| nodes | queues | CPU median / min s | decisions (evictions) | CPU x "
+        "| paired x (rounds' range) | decisions x | CPU µs per decision |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for pool in pools:
         median = statistics.median(pool.times)
+        paired = [own / base for own, base in zip(pool.times, smallest.times, strict=True)]
         print(
             f"| {pool.nodes:,} | {pool.queues} | {median:.3f} / {min(pool.times):.3f} "
             f"| {pool.decisions:,} ({pool.evictions:,}) | {median / base_cpu:.2f} "
+            f"| {statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}) "
             f"| {pool.decisions / smallest.decisions:.2f} "
             f"| {1e6 * median / pool.decisions:.1f} |"
         )
