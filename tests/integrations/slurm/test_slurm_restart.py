@@ -6,10 +6,12 @@ The restarted bridge derives everything again from Slurm and gpufair. Checked:
 
 - no job started twice: every Slurm restart count is 0 and each workload has exactly one run;
 - no event lost: each run's start and end in the ledger are Slurm's own start and end times;
-- nothing pinned to a busy GPU: every job started within 3 s of gpufair binding it (a job pinned
-  to a node without free GPUs would wait in Slurm), and no job before it; a bind whose pin the
-  kill cut off counts from the restarted bridge's first cycle. No two jobs' runs in the ledger
-  share a GPU at any instant;
+- nothing pinned to a busy GPU: no GPU a job ran on was held, when gpufair bound the job, by
+  another job's run (Slurm's whole-second times, read so that only a certain overlap counts: a
+  job pinned to a node without free GPUs would wait there for the GPUs it then runs on); every
+  job started after its bind and within `PROMPT_START_S` of it (of the restarted bridge's first
+  cycle for a bind whose pin the kill cut off). No two jobs' runs in the ledger share a GPU at
+  any instant;
 - the bridge logged nothing but its cycles: no failed cycle, command or refused event.
 """
 
@@ -34,6 +36,10 @@ from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
 
 GPUS = [8, 4, 2, 1] * 4  # 60 GPUs of work: about twice the cluster
 # A line of the bridge's log: "2026-12-05 22:00:59,123 cycle: submitted 16; placed 4; ...".
+# A bound job's start, at most this long after its bind: on a quiet host under a second; once, in
+# a loaded run of the whole suite, two jobs started 5.0 s after theirs (cause not found; what they
+# waited for is now checked exactly, below). A job that waits this long is not "placed" at all.
+PROMPT_START_S = 15.0
 CYCLE_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} cycle: submitted \d+; placed \d+; ")
 
 
@@ -129,9 +135,9 @@ def test_bridge_killed_and_restarted_mid_run_repeats_and_loses_nothing(
             text("SELECT count(*) FROM ledger_events WHERE kind = 'started'")
         ).scalar_one()
 
-    # Every job waited for gpufair's bind, and started within 3 s of it: Slurm's start time is
-    # whole seconds (up to a second short), the bind's is exact. A bind made before the kill whose
-    # job started after it may have had its pin cut off: from the restarted bridge's first cycle.
+    # Every job waited for gpufair's bind, and started soon after it: Slurm's start time is whole
+    # seconds (up to a second short), the bind's is exact. A bind made before the kill whose job
+    # started after it may have had its pin cut off: from the restarted bridge's first cycle.
     assert sorted(bound_at) == sorted(f"slurm-{j}" for j in jobs)
     assert resumed_at > killed_at > 0
     waits: dict[int, float] = {}
@@ -144,7 +150,29 @@ def test_bridge_killed_and_restarted_mid_run_repeats_and_loses_nothing(
             waits[j] = start_s - max(bind_s, resumed_at)
         else:
             waits[j] = start_s - bind_s
-    assert max(waits.values()) < 3.0, (waits, cut_off)
+    # Per job: its bind, Slurm's start and end, and the GPUs it ran on (from the ledger's runs).
+    ran_on = {
+        r[0]: [(pod["node"], index) for pod in r[5] for index in pod["gpu_indices"]] for r in runs
+    }
+    record = {
+        j: (bound_at[f"slurm-{j}"], seen[j]["start_time"], seen[j]["end_time"], ran_on.get(f"slurm-{j}"))
+        for j in jobs
+    }  # fmt: skip
+    assert [len(record[j][3] or ()) for j in jobs] == GPUS, record  # every job's GPUs read
+    assert max(waits.values()) < PROMPT_START_S, (waits, cut_off, record)
+    # No GPU a job ran on was busy when gpufair bound it: another run on it had certainly started
+    # (its whole-second start at least a second before the bind) and not yet ended (its
+    # whole-second end, at most its true end, after the bind).
+    for j in jobs:
+        bind_s = bound_at[f"slurm-{j}"]
+        busy = [
+            (k, gpu)
+            for k in jobs
+            if k != j
+            for gpu in set(record[k][3] or ()) & set(record[j][3] or ())
+            if record[k][1] + 1 <= bind_s < record[k][2]
+        ]
+        assert not busy, (j, busy, record)
 
     assert sorted((r[0], r[1], r[2], r[3], r[4]) for r in runs) == sorted(
         (
