@@ -152,7 +152,6 @@ class Bridge:
             gpu_memory=self._gpu_memory,
             slurm_now=self._slurm_now,
         )
-        self._revisions: dict[int, int] = {}  # job id -> newest active revision
         # Read `squeue --json` first next cycle (`_text_short`); False: the text read first.
         self._json_next = False
 
@@ -163,21 +162,15 @@ class Bridge:
         self._gpu_memory_now = self._slurm_now_s = None
         self._nodes.sync(report)
         json_first = self._json_next
-        self._reconciler.all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=json_first))
-        jobs = {i: j for i, j in self._reconciler.all_jobs.by_id.items() if self._mapped(j)}
+        jobs = self._take_jobs(gpu_indices=json_first)
         statuses = self._workloads()
-        self._reconciler.current, self._revisions = {}, {}
-        for uid in statuses:
-            parsed = parse_uid(self.config, uid)
-            if parsed is not None and parsed[1] >= self._revisions.get(parsed[0], -1):
-                self._reconciler.current[parsed[0]], self._revisions[parsed[0]] = uid, parsed[1]
+        self._reconciler.current = self._current_uids(statuses)
         needs_json = self._reconciler.needs_gpu_indices(jobs, statuses)
         if needs_json:
             # A start to report, or a requeued job's COMPLETING to judge, of a job whose GPU
             # indices the text read did not give clearly: the jobs read again, with their GPU
             # indices (`squeue --json`), and this cycle goes on from that read.
-            self._reconciler.all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=True))
-            jobs = {i: j for i, j in self._reconciler.all_jobs.by_id.items() if self._mapped(j)}
+            jobs = self._take_jobs(gpu_indices=True)
         self._json_next = needs_json  # more at the cycle's end (`_text_short`)
         self._reconciler.withdraw_after_submit, self._reconciler.bound_held = {}, []
         pending_events: list[ledger_pb2.LedgerEvent] = []
@@ -216,6 +209,22 @@ class Bridge:
 
     def _read_jobs(self, *, gpu_indices: bool) -> list[SlurmJob]:
         return self.slurm.jobs(gpu_indices=True) if gpu_indices else self.slurm.jobs()
+
+    def _take_jobs(self, *, gpu_indices: bool) -> dict[int, SlurmJob]:
+        """Read the jobs into the cycle's view (`Reconciler.all_jobs`: every job Slurm lists,
+        which dependencies may name); the jobs of mapped partitions, by id."""
+        self._reconciler.all_jobs = dependencies.Jobs.of(self._read_jobs(gpu_indices=gpu_indices))
+        return {i: j for i, j in self._reconciler.all_jobs.by_id.items() if self._mapped(j)}
+
+    def _current_uids(self, statuses: dict[str, scheduler_pb2.WorkloadStatus]) -> dict[int, str]:
+        """Per job id, the uid of its newest active workload (the highest revision)."""
+        current: dict[int, str] = {}
+        revisions: dict[int, int] = {}
+        for uid in statuses:
+            parsed = parse_uid(self.config, uid)
+            if parsed is not None and parsed[1] >= revisions.get(parsed[0], -1):
+                current[parsed[0]], revisions[parsed[0]] = uid, parsed[1]
+        return current
 
     def _text_short(self, report: CycleReport) -> bool:
         """Whether the text read will not do for the next cycle: a job read pending with a
