@@ -118,6 +118,10 @@ class VictimIndex:
     # Per walk for pods of several GPUs (`tier_walk_order`), each node's key in it: the key it
     # is found by when the node changes. Made with the first such walk (most indexes have none).
     _tier_keys: dict[int, dict[int, WalkKey]] | None = None
+    # Per count of GPUs wholly freeable (`freeable_on_node`), how many nodes have it: made at
+    # the first `freeable_pods` (only preemption's room test asks) and kept by every change
+    # after it.
+    _freeable_counts: dict[int, int] | None = None
 
     def __init__(
         self, victims: Iterable[Victim], capacity: Capacity, partitions: bool | None = None
@@ -297,6 +301,19 @@ class VictimIndex:
             order.sort()
         stale.clear()
 
+    def freeable_pods(self, whole: int) -> int:
+        """A bound on the pods of `whole` GPUs the index's nodes could hold, each node's GPUs
+        wholly freeable (`freeable_on_node`, its free GPUs among them) with every victim gone:
+        a bound while no capacity has been released on them since, outside the index. From a
+        count of the nodes per GPUs freeable (`_freeable_counts`), a few terms, not a read of
+        every node."""
+        counts = self._freeable_counts
+        if counts is None:
+            counts = self._freeable_counts = {}
+            for freeable in self.freeable_on_node.values():
+                counts[freeable] = counts.get(freeable, 0) + 1
+        return sum([count * (freeable // whole) for freeable, count in counts.items()])
+
     def whole_tier(self, node: int, gpus: int) -> int:
         """A bound on the tier of any option that leaves `gpus` GPUs of `node` wholly free,
         counted against its capacity when its victims last changed (NEVER if none can): a
@@ -403,7 +420,9 @@ class VictimIndex:
                     del self.floor_on_node[node]
                     del self._whole_key[node]
                     del self._whole_tiers[node]
-                    del self.freeable_on_node[node]
+                    freeable = self.freeable_on_node.pop(node)
+                    if self._freeable_counts is not None:
+                        self._freeable_counts[freeable] -= 1
 
     def option_table(self, shape: PodShape, below: int | None, bounded: bool) -> OptionTable:
         """The options found so far for pods of `shape` (victims of a priority class below
@@ -448,6 +467,7 @@ class VictimIndex:
         whole_keys = self._whole_key
         whole_tiers = self._whole_tiers
         freeable_on = self.freeable_on_node
+        counts = self._freeable_counts  # None while no room test asked (`freeable_pods`)
         states = self._capacity.nodes
         partitions = self.partitions  # False: no node's slices to read (`offers_partitions`)
         same = self._cu_values
@@ -483,6 +503,8 @@ class VictimIndex:
                         key if freeable else (NEVER, cheapest, priority_class, late, node)
                     )
                     whole_tiers[node] = (tier,) * freeable
+                    if counts is not None:
+                        _recount(counts, freeable_on[node], freeable)
                     freeable_on[node] = freeable
                     continue
             else:
@@ -504,6 +526,8 @@ class VictimIndex:
                 cheapest = same.setdefault(cheapest, cheapest)
             whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
             whole_tiers[node] = tuple(tiers)
+            if counts is not None:
+                _recount(counts, freeable_on[node], len(tiers))
             freeable_on[node] = len(tiers)
 
     def _set_partition_keys(
@@ -532,10 +556,19 @@ class VictimIndex:
             tiers.extend([victim.tier] * freed)
         self._whole_key[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
         self._whole_tiers[node] = tuple(tiers)
+        if self._freeable_counts is not None:
+            _recount(self._freeable_counts, self.freeable_on_node[node], len(tiers))
         self.freeable_on_node[node] = len(tiers)
 
     def __bool__(self) -> bool:
         return bool(self.on_node)
+
+
+def _recount(counts: dict[int, int], old: int, new: int) -> None:
+    """A node's GPUs wholly freeable went from `old` to `new`: `counts` (nodes per count,
+    `VictimIndex._freeable_counts`) moves it."""
+    counts[old] -= 1
+    counts[new] = counts.get(new, 0) + 1
 
 
 def _drop(order: list[WalkKey], key: WalkKey) -> None:
