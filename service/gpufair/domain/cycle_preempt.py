@@ -399,19 +399,19 @@ def _room_short(
     of any whole GPUs: one they refuse is refused without reading a victim (at 4,000 nodes,
     scrambled: 459 of 1,156 short answers, 6,299 of 14,937 victims read).
 
-    Once the queue's index of the type is made (at its first search, of the victims of a class
-    at or above this test's), its GPUs wholly freeable per node bound the same sum the victims
-    would make (`VictimIndex.freeable_pods`, from a count of nodes per GPUs freeable: a few
-    terms), beside the buckets' pods (a node in both counted twice: a looser bound, still
-    one): room short by that bound is short without reading a victim. That is the bound the
-    search itself prunes by (`victim_greedy.greedy` scores no node that cannot free a pod's
-    GPUs), so no search it spares could have found room. Room enough by it is the answer too,
-    the victims unread: the test only spares searches, and one it lets through that finds
-    nothing is remembered as failed (`_try_preempt`) as a short answer is, so the decisions
-    are the same either way (at 4,000 nodes, scrambled: 40 of 960 such answers were short by
-    the victims' count, 1,780 tests answered from the index in all, the victims read by the
-    tests 15,700 instead of 31,100). In a pool without partitions and for gangs free of a
-    required domain."""
+    Once the queue's index of the type is made (at its first search, of the victims below that
+    search's class, at or above this test's), its GPUs wholly freeable per node bound the sum
+    the victims would make (`VictimIndex.freeable_pods`, from a count of nodes per GPUs
+    freeable: a few terms), beside the buckets' pods (a node in both counted twice: a looser
+    bound, still one): room short by that bound is short without reading a victim. That is the
+    bound the search itself prunes by (`victim_greedy.greedy` scores no node that cannot free a
+    pod's GPUs), so no search it spares could have found room. Room enough by it is the answer
+    too, the victims unread: the test only spares searches, and one it lets through that finds
+    nothing is remembered as failed (`_try_preempt`) as a short answer is, so the decisions are
+    the same either way. A gang that must keep to one domain is bounded per domain so, each
+    index node's pods added to its domain's. In a pool without partitions. At 4,000 nodes,
+    scrambled: 1,969 tests answered from the index, 40 of the 960 it found room enough for short
+    by the victims' count; the victims read by the tests 12,000, not 31,100."""
     shape = item.shape
     whole = shape.whole_gpus
     if shape.profile:
@@ -456,7 +456,8 @@ def _room_short(
     else:
         pods = 0
     index = own.index
-    if index is not None and level is None and not partitions and own.indexed_below >= below:
+    by_index = not partitions and own.indexed_below >= below
+    if index is not None and by_index and level is None:
         return pods + index.freeable_pods(whole) < needed
     domain_of: list[str | None] | None = None
     if level is not None:
@@ -464,6 +465,15 @@ def _room_short(
         domain_pods = _bucket_pods(capacity, gpu_type, whole, domain_of) if pods else {}
         if any(count >= needed for count in domain_pods.values()):
             return False
+        if index is not None and by_index:
+            # Per domain, its index nodes' pods with their GPUs wholly freeable added.
+            for node, freeable in index.freeable_on_node.items():
+                value = domain_of[node]
+                if freeable >= whole and value is not None:
+                    count = domain_pods[value] = domain_pods.get(value, 0) + freeable // whole
+                    if count >= needed:
+                        return False
+            return True
     nodes = capacity.nodes
     # Per node, its free whole GPUs with the victims read so far gone; per GPU such a victim
     # uses, what is left of its use (0.0 once counted as freed, so it is counted once).
