@@ -132,6 +132,23 @@ def running(
     return Allocation(job, tuple(bindings), started_at_s, gpu_type.name)
 
 
+def halves_and_fours() -> list[Allocation]:
+    """Queue a's class-0 work on 8-GPU nodes x and y: on x, half of each GPU (`half0`-`half7`)
+    beside a non-preemptible half (no GPU freed with them gone); on y, four one-GPU jobs
+    (`low0`-`low3`, started at 0-3 s) beside a non-preemptible 4-GPU job (four GPUs freed). The
+    preemption room tests' pool (`test_preempt_room_counts`, `test_preempt_room_index`)."""
+    work = []
+    for gpu in range(8):
+        low = workload(f"half{gpu}", "a", gpus=0.5)
+        work.append(running(low, [("x", (gpu,), 0.5)], started_at_s=gpu))
+        keep = workload(f"keep{gpu}", "a", gpus=0.5, preemptible=False)
+        work.append(running(keep, [("x", (gpu,), 0.5)], started_at_s=gpu))
+    for gpu in range(4):
+        work.append(running(workload(f"low{gpu}", "a"), [("y", (gpu,))], started_at_s=gpu))
+    work.append(running(workload("big", "a", gpus=4, preemptible=False), [("y", (4, 5, 6, 7))]))
+    return work
+
+
 def snapshot(
     nodes: Iterable[Node],
     queues: Iterable[Queue],

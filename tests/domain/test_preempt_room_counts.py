@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cycle_builders import node, queue, running, snapshot, workload
+from cycle_builders import halves_and_fours, node, queue, snapshot, workload
 
 from gpufair.domain import cycle_preempt
 from gpufair.domain.cycle import run_cycle
@@ -24,15 +24,7 @@ def test_a_later_test_is_answered_from_the_counts_as_a_count_would(
     # of two 4-GPU pods that comes next (another placement problem) is refused by its counts
     # (one node with four, one pod), and a class-3 one-GPU pod after it, also from the counts
     # at a lower class, is let through (four pods), as a count of the victims says too.
-    work = []
-    for gpu in range(8):
-        low = workload(f"half{gpu}", "a", gpus=0.5)
-        work.append(running(low, [("x", (gpu,), 0.5)], started_at_s=gpu))
-        keep = workload(f"keep{gpu}", "a", gpus=0.5, preemptible=False)
-        work.append(running(keep, [("x", (gpu,), 0.5)], started_at_s=gpu))
-    for gpu in range(4):
-        work.append(running(workload(f"low{gpu}", "a"), [("y", (gpu,))], started_at_s=gpu))
-    work.append(running(workload("big", "a", gpus=4, preemptible=False), [("y", (4, 5, 6, 7))]))
+    work = halves_and_fours()
     pending = [
         workload("eight", "a", gpus=8, priority_class=5, submit_time_s=0),
         workload("pair", "a", pods=2, gpus=4, priority_class=5, submit_time_s=1),

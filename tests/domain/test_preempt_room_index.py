@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cycle_builders import node, queue, running, snapshot, workload
+from cycle_builders import halves_and_fours, node, queue, running, snapshot, workload
 
 from gpufair.domain import cycle_preempt
 from gpufair.domain.capacity import Capacity, PodUse
@@ -60,15 +60,7 @@ def test_a_short_room_is_answered_from_the_index_without_reading_a_victim(
     # next passes the cheap test (7 victims' GPUs for 4) but y can now free three GPUs, one
     # pod, and x none: its test is answered from the index, reading no victim, and a count of
     # the victims (the index hidden) says the same.
-    work = []
-    for gpu in range(8):
-        low = workload(f"half{gpu}", "a", gpus=0.5)
-        work.append(running(low, [("x", (gpu,), 0.5)], started_at_s=gpu))
-        keep = workload(f"keep{gpu}", "a", gpus=0.5, preemptible=False)
-        work.append(running(keep, [("x", (gpu,), 0.5)], started_at_s=gpu))
-    for gpu in range(4):
-        work.append(running(workload(f"low{gpu}", "a"), [("y", (gpu,))], started_at_s=gpu))
-    work.append(running(workload("big", "a", gpus=4, preemptible=False), [("y", (4, 5, 6, 7))]))
+    work = halves_and_fours()
     pending = [
         workload("one", "a", priority_class=6, submit_time_s=0),
         workload("pair", "a", pods=2, gpus=2, priority_class=5, submit_time_s=1),
