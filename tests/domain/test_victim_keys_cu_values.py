@@ -45,3 +45,28 @@ def test_keys_hold_each_cu_per_gpu_once() -> None:
         walk = index.walk_order(whole_gpus)
         assert walk == fresh.walk_order(whole_gpus)
         assert len({id(key[1]) for key in walk}) == 2
+
+
+def test_walks_share_one_key_object_a_node_where_their_keys_agree() -> None:
+    # Every node's victims are of tier 0 and hold whole GPUs: the key for whole-GPU pods and
+    # the keys of the walks for pods of two and four GPUs are the floor's own tuple, not
+    # copies of it (one tuple a node, not four), before and after victims leave.
+    capacity, victims = _pool_and_victims()
+    index = VictimIndex(victims, capacity)
+
+    def shared() -> None:
+        floors = index.floor_on_node
+        assert all(index._whole_key[node] is floors[node] for node in floors)
+        for gpus in (2, 4):
+            walk = index.tier_walk_order(gpus)
+            assert walk == sorted(
+                floors[node] for node in floors if index.freeable_on_node[node] >= gpus
+            )
+            assert all(key is floors[key[4]] for key in walk)
+
+    shared()
+    for victim in victims:
+        if victim.uid in {"v4-0", "v1-0", "v1-1", "v2-3"}:
+            index.remove(victim)
+    shared()
+    assert index.freeable_on_node == {0: 4, 1: 2, 2: 3, 3: 4, 4: 3, 5: 4}

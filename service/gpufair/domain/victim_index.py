@@ -240,11 +240,13 @@ class VictimIndex:
             whole_keys = self._whole_key
             if self._tier_keys is None:
                 self._tier_keys = {}
-            in_walk = self._tier_keys[gpus] = {
-                node: (tiers[gpus - 1], *whole_keys[node][1:])
-                for node, tiers in self._whole_tiers.items()
-                if len(tiers) >= gpus
-            }
+            in_walk = self._tier_keys[gpus] = {}
+            for node, tiers in self._whole_tiers.items():
+                if len(tiers) >= gpus:
+                    key = whole_keys[node]
+                    tier = tiers[gpus - 1]
+                    # The key for one GPU itself when the tiers agree: one tuple fewer a node.
+                    in_walk[node] = key if tier == key[0] else (tier, *key[1:])
             found = self._walks[gpus] = sorted(in_walk.values())
             self._stale[gpus] = {}
         elif self._stale[gpus]:
@@ -284,7 +286,9 @@ class VictimIndex:
             old = in_walk.get(node)
             tiers = now_tiers.get(node)
             if tiers is not None and len(tiers) >= gpus:
-                new = in_walk[node] = (tiers[gpus - 1], *whole_keys[node][1:])
+                key = whole_keys[node]
+                tier = tiers[gpus - 1]
+                new = in_walk[node] = key if tier == key[0] else (tier, *key[1:])
                 if patch:
                     if new == old:
                         continue
@@ -524,7 +528,15 @@ class VictimIndex:
             if state.partial_gpus:  # none in a full pool: the floor's CU per GPU holds
                 cheapest = _beside_room(here, state.gpu_used, cheapest)
                 cheapest = same.setdefault(cheapest, cheapest)
-            whole_keys[node] = (tiers[0] if tiers else NEVER, cheapest, priority_class, late, node)
+            first_tier = tiers[0] if tiers else NEVER
+            floor = floors[node]
+            # The floor itself when the two agree (a GPU freed at the first victim's tier, at the
+            # floor's CU per GPU): one tuple fewer a node, and walks that share it.
+            whole_keys[node] = (
+                floor
+                if first_tier == tier and cheapest == floor[1]
+                else (first_tier, cheapest, priority_class, late, node)
+            )
             whole_tiers[node] = tuple(tiers)
             if counts is not None:
                 _recount(counts, freeable_on[node], len(tiers))
