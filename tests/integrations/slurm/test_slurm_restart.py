@@ -6,12 +6,12 @@ The restarted bridge derives everything again from Slurm and gpufair. Checked:
 
 - no job started twice: every Slurm restart count is 0 and each workload has exactly one run;
 - no event lost: each run's start and end in the ledger are Slurm's own start and end times;
-- nothing pinned to a busy GPU: no GPU a job ran on was held, when gpufair bound the job, by
-  another job's run (Slurm's whole-second times, read so that only a certain overlap counts: a
-  job pinned to a node without free GPUs would wait there for the GPUs it then runs on); every
-  job started after its bind and within `PROMPT_START_S` of it (of the restarted bridge's first
-  cycle for a bind whose pin the kill cut off). No two jobs' runs in the ledger share a GPU at
-  any instant;
+- nothing pinned to a node without room: when gpufair bound a job, the GPUs of its node that
+  other jobs' runs held (Slurm's whole-second times, read so that only a certain overlap counts)
+  and its own fit in the node (a job pinned to a node without free GPUs would wait there for
+  them); every job started after its bind and within `PROMPT_START_S` of it (of the restarted
+  bridge's first cycle for a bind whose pin the kill cut off). No two jobs' runs in the ledger
+  share a GPU at any instant;
 - the bridge logged nothing but its cycles: no failed cycle, command or refused event.
 """
 
@@ -32,7 +32,9 @@ from slurm_support import BRIDGE_YAML, cluster_config, sbatch, squeue
 from sqlalchemy import Engine, text
 
 from gpufair.client import GpufairClient
+from gpufair.integrations.slurm.mapping import parse_gpu_gres
 from gpufair.integrations.slurm.records import expand_hostlist, gpu_indices
+from gpufair.integrations.slurm.slurmctl import SlurmCtl
 
 GPUS = [8, 4, 2, 1] * 4  # 60 GPUs of work: about twice the cluster
 # A line of the bridge's log: "2026-12-05 22:00:59,123 cycle: submitted 16; placed 4; ...".
@@ -158,21 +160,32 @@ def test_bridge_killed_and_restarted_mid_run_repeats_and_loses_nothing(
         j: (bound_at[f"slurm-{j}"], seen[j]["start_time"], seen[j]["end_time"], ran_on.get(f"slurm-{j}"))
         for j in jobs
     }  # fmt: skip
-    assert [len(record[j][3] or ()) for j in jobs] == GPUS, record  # every job's GPUs read
-    assert max(waits.values()) < PROMPT_START_S, (waits, cut_off, record)
-    # No GPU a job ran on was busy when gpufair bound it: another run on it had certainly started
-    # (its whole-second start at least a second before the bind) and not yet ended (its
-    # whole-second end, at most its true end, after the bind).
+    assert [len(record[j][3] or ()) for j in jobs] == GPUS, f"{record!r}"  # every job's GPUs read
+    assert max(waits.values()) < PROMPT_START_S, f"{waits!r} {cut_off!r} {record!r}"
+    # No job was pinned to a node without room for it: at its bind, the GPUs of the node that
+    # other runs certainly held (a run whose whole-second start is at least a second before the
+    # bind and whose whole-second end, at most its true end, is after it) and its own fit in the
+    # node's GPUs. gpufair pins a job to nodes; Slurm picks the GPU indices when it starts the
+    # job, so a job bound beside free GPUs that starts a moment after another run ended may run
+    # on that run's GPU.
+    node_gpus = {node.name: parse_gpu_gres(node.gres) for node in SlurmCtl().nodes()}
     for j in jobs:
         bind_s = bound_at[f"slurm-{j}"]
-        busy = [
-            (k, gpu)
-            for k in jobs
-            if k != j
-            for gpu in set(record[k][3] or ()) & set(record[j][3] or ())
-            if record[k][1] + 1 <= bind_s < record[k][2]
-        ]
-        assert not busy, (j, busy, record)
+        for node in sorted({name for name, _ in record[j][3] or ()}):
+            others = {
+                (k, gpu)
+                for k in jobs
+                if k != j and record[k][1] + 1 <= bind_s < record[k][2]
+                for name, gpu in record[k][3] or ()
+                if name == node
+            }
+            mine = sum(1 for name, _ in record[j][3] or () if name == node)
+            gpus = node_gpus[node]
+            assert gpus is not None, node
+            assert len({gpu for _, gpu in others}) + mine <= gpus.count, (
+                f"job {j} bound at {bind_s} to {node} ({gpus.count} GPUs) for {mine} while "
+                f"{sorted(others)} held GPUs there; per job (bind, start, end, GPUs): {record!r}"
+            )
 
     assert sorted((r[0], r[1], r[2], r[3], r[4]) for r in runs) == sorted(
         (
