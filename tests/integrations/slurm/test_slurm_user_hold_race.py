@@ -220,12 +220,13 @@ def test_an_owners_release_of_a_job_an_operator_held_is_refused_as_slurm_refuses
     before = squeue(slurm)[job]
     # Once (a loaded run of the whole suite) the job had already started and failed here (its
     # script fails at once as `nobody`): what the first cycle did and Slurm's record, to tell why.
+    record = {
+        k: before.get(k) for k in ("job_state", "start_time", "nodes", "eligible_time", "comment")
+    }
+    # The message a string, so pytest prints it whole (a tuple's repr is cut short).
     assert (before["state_reason"], before["priority"]) == ("JobHeldAdmin", 0), (
-        {"placed": first.placed, "submitted": first.submitted, "events": first.events},
-        {
-            k: before.get(k)
-            for k in ("job_state", "start_time", "nodes", "eligible_time", "comment")
-        },
+        f"first cycle placed {first.placed!r}, submitted {first.submitted!r}, sent "
+        f"{first.events!r}; Slurm's record {record!r}"
     )
     done = as_user("scontrol", "release", str(job))
     assert done.returncode == 1
